@@ -1,0 +1,28 @@
+// Counting allocator. Every tensor buffer goes through it, so current and
+// peak bytes are exact and the CLI and benchmarks can report them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace multihead {
+
+// 64 bytes: one cache line, and a whole AVX-512 register should a kernel use one.
+inline constexpr std::size_t kTensorAlignment = 64;
+
+struct MemoryStats {
+  std::int64_t current_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::int64_t num_allocations = 0;  // lifetime count
+};
+
+// Aligned allocation of `bytes` (0 is allowed and returns nullptr). Throws
+// std::bad_alloc when the system refuses.
+void* tracked_alloc(std::size_t bytes);
+void tracked_free(void* ptr, std::size_t bytes) noexcept;
+
+MemoryStats memory_stats() noexcept;
+// Sets the peak to the current value, so the next peak measures one region.
+void reset_peak_memory() noexcept;
+
+}  // namespace multihead

@@ -1,0 +1,42 @@
+// Typed errors. The library throws these and never exits or aborts; the CLI
+// turns any of them into one line on stderr and exit code 2.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace multihead {
+
+// Base of every error the library raises on bad input.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Tensor shapes or sizes that do not fit together.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A configuration value that is missing, mistyped or out of range.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A file that cannot be read, written or parsed.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Throws E with a fmt-formatted message when `cond` is false.
+template <typename E = Error, typename... Args>
+inline void check(bool cond, fmt::format_string<Args...> f, Args&&... args) {
+  if (!cond) throw E(fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace multihead

@@ -1,0 +1,97 @@
+// Contiguous row-major tensors. A Tensor owns its buffer (allocated through
+// the counting allocator) and is move-only: copies are explicit (clone), so
+// a hidden O(n) copy never slips into a hot path.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "multihead/core/error.h"
+
+namespace multihead {
+
+enum class DType : std::uint8_t { kF32, kBool };
+
+std::string_view dtype_name(DType dt) noexcept;
+std::size_t dtype_size(DType dt) noexcept;
+
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::kF32; }
+template <>
+constexpr DType dtype_of<std::uint8_t>() { return DType::kBool; }
+
+using Shape = std::vector<std::int64_t>;
+
+std::string shape_str(const Shape& shape);  // "(2, 3, 4)"
+// Number of elements; throws ShapeError on a negative dimension or overflow.
+std::int64_t shape_numel(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-initialised tensor.
+  explicit Tensor(Shape shape, DType dtype = DType::kF32);
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+  Tensor(Tensor&& other) noexcept;
+  Tensor& operator=(Tensor&& other) noexcept;
+  ~Tensor();
+
+  static Tensor zeros(Shape shape, DType dtype = DType::kF32) { return Tensor(std::move(shape), dtype); }
+  static Tensor from(Shape shape, std::span<const float> values);
+  static Tensor from_bool(Shape shape, std::span<const std::uint8_t> values);
+
+  Tensor clone() const;
+
+  bool defined() const noexcept { return !shape_.empty() || data_ != nullptr; }
+  const Shape& shape() const noexcept { return shape_; }
+  int ndim() const noexcept { return static_cast<int>(shape_.size()); }
+  // Size of dimension i; negative i counts from the end, as in PyTorch.
+  std::int64_t dim(int i) const;
+  std::int64_t numel() const noexcept { return numel_; }
+  DType dtype() const noexcept { return dtype_; }
+  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
+
+  // Typed access; throws Error if T does not match the dtype.
+  template <typename T>
+  T* data() {
+    check_dtype(dtype_of<T>());
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    check_dtype(dtype_of<T>());
+    return static_cast<const T*>(data_);
+  }
+  float* f32() { return data<float>(); }
+  const float* f32() const { return data<float>(); }
+  std::span<float> span_f32() { return {f32(), static_cast<std::size_t>(numel_)}; }
+  std::span<const float> span_f32() const { return {f32(), static_cast<std::size_t>(numel_)}; }
+  void* raw() noexcept { return data_; }
+  const void* raw() const noexcept { return data_; }
+
+  // Same buffer, new shape with the same number of elements.
+  void reshape(Shape shape);
+  void fill(float value);
+  void zero();
+
+ private:
+  void check_dtype(DType want) const;
+  void release() noexcept;
+
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
+  void* data_ = nullptr;
+};
+
+// Throws ShapeError naming `what` unless t has exactly `want` as its shape.
+void expect_shape(const Tensor& t, const Shape& want, std::string_view what);
+
+}  // namespace multihead

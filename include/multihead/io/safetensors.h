@@ -1,0 +1,65 @@
+// safetensors reader and writer (the format of Hugging Face's safetensors
+// library, which PyTorch users save state_dicts in):
+//   8-byte little-endian header length N, N bytes of JSON header, raw data.
+//
+// Reading validates everything the format promises: a header of at most
+// 100 MB that is a JSON object, known dtypes, shape x dtype size equal to
+// each byte range, offsets in bounds, ranges that neither overlap nor leave
+// holes and cover the data exactly, and no duplicate names.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "multihead/core/tensor.h"
+
+namespace multihead {
+
+inline constexpr std::uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+struct SafetensorsEntry {
+  std::string dtype;  // as in the file: "F32", "BOOL", "BF16", ...
+  Shape shape;
+  std::uint64_t begin = 0;  // byte offsets into the data section
+  std::uint64_t end = 0;
+};
+
+using TensorMap = std::map<std::string, Tensor>;
+
+class SafetensorsFile {
+ public:
+  // Parses and validates; `source` names the file in error messages.
+  static SafetensorsFile parse(std::string bytes, std::string source);
+  static SafetensorsFile read(const std::string& path);
+
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  // Raw bytes of one tensor.
+  std::string_view bytes(const std::string& name) const;
+  // As a Tensor; F32 and BOOL are supported, other dtypes are a clear error.
+  Tensor tensor(const std::string& name) const;
+  TensorMap all_tensors() const;
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  std::string bytes_;
+  std::size_t data_start_ = 0;
+  std::map<std::string, std::string> metadata_;
+  std::map<std::string, SafetensorsEntry> entries_;
+};
+
+// Bytes of a safetensors file holding `tensors` (written in name order).
+std::string serialize_safetensors(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
+// Writes atomically: the file appears whole or not at all.
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+void write_safetensors(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace multihead

@@ -1,0 +1,82 @@
+// Shared vocabulary of the attention kernels: sizes, strided head views,
+// masks (with PyTorch nn.MultiheadAttention polarity) and dropout.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+namespace multihead {
+
+struct AttentionDims {
+  std::int64_t B = 1;   // batch
+  std::int64_t H = 1;   // heads
+  std::int64_t L = 1;   // query positions
+  std::int64_t S = 1;   // key/value positions
+  std::int64_t D = 1;   // query/key head dim
+  std::int64_t Dv = 1;  // value head dim
+};
+
+// Element (b, pos, h, d) lives at ptr[b*batch_stride + pos*row_stride + h*head_stride + d].
+// With (B, L, H*D) activations: row_stride = H*D (or 3E inside a packed QKV
+// buffer), head_stride = D. Heads are split and merged by these strides alone,
+// never by copies.
+template <typename T>
+struct HeadsView {
+  T* ptr = nullptr;
+  std::int64_t batch_stride = 0;
+  std::int64_t row_stride = 0;
+  std::int64_t head_stride = 0;
+
+  T* at(std::int64_t b, std::int64_t h) const { return ptr + b * batch_stride + h * head_stride; }
+};
+
+// Which keys a causal query may see.
+//   kTopLeft     (PyTorch is_causal): query i sees keys j <= i.
+//   kBottomRight (FlashAttention >= 2.1): query i sees keys j <= i + S - L,
+//                so the last query sees every key; the two agree when L == S.
+enum class CausalAlign : std::uint8_t { kNone, kTopLeft, kBottomRight };
+
+// Masks with nn.MultiheadAttention's meanings: a nonzero bool means "masked",
+// a float is added to the scores. Every pointer is optional; bool masks are
+// OR-ed together and float masks summed. The masks cover the first
+// `masked_cols` keys (the caller's S); keys past that (the bias_k and zero
+// positions of add_bias_kv / add_zero_attn) are never masked, as PyTorch pads
+// both masks with an unmasked column for them.
+template <typename T>
+struct AttentionMasks {
+  const std::uint8_t* key_padding_bool = nullptr;  // (B, masked_cols)
+  const T* key_padding_add = nullptr;              // (B, masked_cols)
+  const std::uint8_t* attn_bool = nullptr;         // (L, masked_cols) or (B*H, L, masked_cols)
+  const T* attn_add = nullptr;                     // same shapes as attn_bool
+  bool attn_per_head = false;                      // true: attn mask is (B*H, L, masked_cols)
+  CausalAlign causal = CausalAlign::kNone;
+  std::int64_t masked_cols = -1;  // -1: all S keys
+
+  // Additive bias for score (b, h, i, j); -inf when the key is masked out.
+  T bias(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    const std::int64_t cols = masked_cols < 0 ? d.S : masked_cols;
+    if (j >= cols) return T(0);
+    constexpr T kMasked = -std::numeric_limits<T>::infinity();
+    if (causal == CausalAlign::kTopLeft && j > i) return kMasked;
+    if (causal == CausalAlign::kBottomRight && j > i + cols - d.L) return kMasked;
+    if (key_padding_bool && key_padding_bool[b * cols + j]) return kMasked;
+    std::int64_t a = ((attn_per_head ? (b * d.H + h) * d.L : 0) + i) * cols + j;
+    if (attn_bool && attn_bool[a]) return kMasked;
+    T add = T(0);
+    if (key_padding_add) add += key_padding_add[b * cols + j];
+    if (attn_add) add += attn_add[a];
+    return add;
+  }
+};
+
+// Inverted dropout on the attention weights: weight (b, h, i, j) is kept when
+// uniform_at(seed, stream, ((b*H + h)*L + i)*S + j) >= p, and scaled by 1/(1-p).
+struct AttentionDropout {
+  float p = 0.0f;  // 0 disables dropout
+  std::uint64_t seed = 0;
+  std::uint64_t stream = 0;
+
+  bool active() const { return p > 0.0f; }
+};
+
+}  // namespace multihead

@@ -1,0 +1,126 @@
+// torch.nn.MultiheadAttention, batch-first: inputs and output are (B, L, E).
+//
+// Mask polarity follows nn.MultiheadAttention, not F.scaled_dot_product_attention:
+// a bool True means "masked out" in both key_padding_mask and attn_mask; a
+// float mask is added to the scores (use -inf to mask).
+//
+// One deliberate difference from PyTorch 1.13: a query whose keys are all
+// masked attends to nothing. Its attention output row (before out_proj) is
+// zero, its weights are zero and its gradients are finite, where PyTorch 1.13
+// returns NaN; newer PyTorch SDPA and FlashAttention also return zeros.
+#pragma once
+
+#include <cstdint>
+
+#include "multihead/core/tensor.h"
+#include "multihead/kernels/attention_types.h"
+#include "multihead/nn/module.h"
+
+namespace multihead {
+
+// Constructor arguments, named as in PyTorch.
+struct MultiheadAttentionConfig {
+  std::int64_t embed_dim = 0;
+  std::int64_t num_heads = 1;
+  double dropout = 0.0;  // on the attention weights
+  bool bias = true;
+  bool add_bias_kv = false;
+  bool add_zero_attn = false;
+  std::int64_t kdim = 0;  // 0: embed_dim
+  std::int64_t vdim = 0;  // 0: embed_dim
+
+  std::int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
+  std::int64_t value_dim() const { return vdim > 0 ? vdim : embed_dim; }
+  std::int64_t head_dim() const { return embed_dim / num_heads; }
+  // PyTorch's _qkv_same_embed_dim: one (3E, E) in_proj_weight instead of three.
+  bool packed_in_proj() const { return key_dim() == embed_dim && value_dim() == embed_dim; }
+  // Throws ConfigError naming the offending sizes.
+  void validate() const;
+};
+
+// Per-call options of forward(), as in MultiheadAttention.forward.
+struct MultiheadAttentionCall {
+  bool need_weights = true;
+  bool average_attn_weights = true;
+  CausalAlign causal = CausalAlign::kNone;
+  bool training = false;  // dropout is applied only when training
+  std::uint64_t dropout_seed = 0;
+  std::uint64_t dropout_stream = 0;  // e.g. (step, layer): distinct masks per call site
+};
+
+struct MultiheadAttentionOutput {
+  Tensor output;   // (B, L, E)
+  Tensor weights;  // (B, L, S') averaged or (B, H, L, S') per head; undefined unless need_weights
+};
+
+struct MultiheadAttentionGrads {
+  Tensor query;  // (B, L, E); for self-attention, the whole input gradient
+  Tensor key;    // (B, S, kdim); undefined for self-attention
+  Tensor value;  // (B, S, vdim); undefined for self-attention
+};
+
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(ParamStore& store, const std::string& prefix, const MultiheadAttentionConfig& cfg);
+
+  const MultiheadAttentionConfig& config() const { return cfg_; }
+
+  // PyTorch's _reset_parameters: xavier_uniform in-projections, zero biases,
+  // nn.Linear's default for out_proj.weight, xavier_normal bias_k and bias_v.
+  void init(Rng& rng) override;
+  void clear_cache() override;
+
+  // Cross-attention, or self-attention when key and value are the same object
+  // as query (then one fused QKV GEMM, as PyTorch's `query is key` check).
+  // key_padding_mask: (B, S) bool or float, or null. attn_mask: (L, S) or
+  // (B*H, L, S), bool or float, or null.
+  MultiheadAttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const Tensor* key_padding_mask, const Tensor* attn_mask,
+                                   const MultiheadAttentionCall& call);
+  MultiheadAttentionOutput forward_self(const Tensor& x, const Tensor* key_padding_mask, const Tensor* attn_mask,
+                                        const MultiheadAttentionCall& call) {
+    return forward(x, x, x, key_padding_mask, attn_mask, call);
+  }
+
+  // grad_output: (B, L, E). Adds into the parameter gradients.
+  MultiheadAttentionGrads backward(const Tensor& grad_output);
+
+ private:
+  struct Cache {
+    const Tensor* query = nullptr;
+    const Tensor* key = nullptr;
+    const Tensor* value = nullptr;
+    bool self = false;
+    AttentionDims dims;           // S here is S' = S + extra positions
+    std::int64_t S_in = 0;        // key length as given
+    AttentionDropout dropout;
+    Tensor qkv;                   // self: (B, L, 3E)
+    Tensor q, k, v;               // cross: (B, L, E), (B, S, E), (B, S, E)
+    Tensor k_ext, v_ext;          // with extra positions: (B, S', E)
+    Tensor probs;                 // (B, H, L, S')
+    Tensor attn;                  // (B, L, E), before out_proj
+    bool valid = false;
+  };
+
+  // Head views of the projected, possibly extended, q/k/v in the cache.
+  HeadsView<const float> q_view() const;
+  HeadsView<const float> k_view() const;
+  HeadsView<const float> v_view() const;
+
+  MultiheadAttentionConfig cfg_;
+  ParamStore* store_;
+  // Handles; absent ones stay kNone.
+  static constexpr ParamStore::Handle kNone = static_cast<ParamStore::Handle>(-1);
+  ParamStore::Handle in_proj_weight_ = kNone;  // (3E, E)
+  ParamStore::Handle q_proj_weight_ = kNone;   // (E, E)
+  ParamStore::Handle k_proj_weight_ = kNone;   // (E, kdim)
+  ParamStore::Handle v_proj_weight_ = kNone;   // (E, vdim)
+  ParamStore::Handle in_proj_bias_ = kNone;    // (3E)
+  ParamStore::Handle out_proj_weight_ = kNone; // (E, E)
+  ParamStore::Handle out_proj_bias_ = kNone;   // (E)
+  ParamStore::Handle bias_k_ = kNone;          // (1, 1, E)
+  ParamStore::Handle bias_v_ = kNone;          // (1, 1, E)
+  Cache cache_;
+};
+
+}  // namespace multihead

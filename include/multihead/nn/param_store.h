@@ -1,0 +1,63 @@
+// All parameters of a model in one flat buffer, and their gradients in a
+// second buffer of the same layout. zero_grad, optimizer steps, clipping and
+// checkpointing are then single passes over memory.
+//
+// Use is two-phase: modules declare named parameters (PyTorch state_dict
+// names) while they are constructed, then finalize() allocates both buffers
+// and the modules' handles resolve to pointers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "multihead/core/tensor.h"
+
+namespace multihead {
+
+class ParamStore {
+ public:
+  struct Entry {
+    std::string name;  // state_dict name, e.g. "self_attn.in_proj_weight"
+    Shape shape;
+    std::int64_t offset = 0;  // into the flat buffers, in elements
+    std::int64_t numel = 0;
+  };
+  using Handle = std::size_t;
+
+  // Declares a parameter; throws on a duplicate name or after finalize().
+  Handle add(std::string name, Shape shape);
+  // Allocates the zeroed parameter and gradient buffers.
+  void finalize();
+  bool finalized() const noexcept { return finalized_; }
+
+  float* data(Handle h);
+  float* grad(Handle h);
+  const float* data(Handle h) const;
+  const float* grad(Handle h) const;
+  std::span<float> data_span(Handle h);
+  std::span<float> grad_span(Handle h);
+
+  const std::vector<Entry>& entries() const noexcept { return entries_; }
+  const Entry& entry(Handle h) const { return entries_.at(h); }
+  std::optional<Handle> find(std::string_view name) const;
+
+  std::int64_t numel() const noexcept { return total_; }
+  std::span<float> all_data();
+  std::span<float> all_grads();
+  void zero_grad();
+
+ private:
+  void require_finalized() const;
+
+  std::vector<Entry> entries_;
+  std::int64_t total_ = 0;
+  bool finalized_ = false;
+  Tensor data_;  // (numel)
+  Tensor grad_;  // (numel)
+};
+
+}  // namespace multihead

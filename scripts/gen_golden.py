@@ -1,0 +1,327 @@
+#!/usr/bin/python3
+"""Generates the golden fixtures in tests/golden/ with PyTorch.
+
+Needs Debian's python3-torch (1.13); run it with the system interpreter:
+    /usr/bin/python3 scripts/gen_golden.py
+CI never runs this: the fixtures it writes are committed.
+
+Each case is a folder holding the four files of `multihead apply`:
+    module.json          the module config, as given to `multihead apply`
+    weights.safetensors  the state_dict
+    inputs.safetensors   query (key, value), masks, grad_output
+    expected.safetensors output, attn_weights and every gradient
+
+Expected values are computed in float64 from float32 inputs and weights, then
+stored as float32. They come from `reference_mha`, a transcription of
+torch.nn.functional.multi_head_attention_forward in plain torch ops that also
+implements the two behaviours PyTorch 1.13 lacks:
+  - a query whose keys are all masked gives zero weights and a zero attention
+    row (1.13 gives NaN);
+  - bool and float masks combine (float masks add, bool masks OR), as in
+    PyTorch 2.x, where 1.13 rejects some combinations.
+Every case that 1.13 can run is also run through torch.nn.MultiheadAttention
+itself, and the two must agree to 1e-10, so the transcription is checked
+against PyTorch on every case where PyTorch has an answer.
+"""
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+
+import torch
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
+
+
+def write_safetensors(path, tensors):
+    """Minimal safetensors writer (8-byte length, JSON header, raw data)."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous()
+        if t.dtype == torch.bool:
+            dtype, raw = "BOOL", t.to(torch.uint8).numpy().tobytes()
+        else:
+            dtype, raw = "F32", t.to(torch.float32).numpy().tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def causal_mask(L, S, align):
+    """Bool (L, S), True = masked."""
+    i = torch.arange(L)[:, None]
+    j = torch.arange(S)[None, :]
+    limit = i if align == "top_left" else i + (S - L)
+    return j > limit
+
+
+def reference_mha(p, cfg, q, k, v, kpm, attn_mask, need_weights, average):
+    """Batch-first MHA in float64 torch ops; returns (output, weights)."""
+    E, H = cfg["embed_dim"], cfg["num_heads"]
+    D = E // H
+    B, L, _ = q.shape
+    S = k.shape[1]
+    if "in_proj_weight" in p:
+        wq, wk, wv = p["in_proj_weight"].chunk(3)
+    else:
+        wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
+    bq = bk = bv = None
+    if "in_proj_bias" in p:
+        bq, bk, bv = p["in_proj_bias"].chunk(3)
+    Q = torch.nn.functional.linear(q, wq, bq)
+    K = torch.nn.functional.linear(k, wk, bk)
+    V = torch.nn.functional.linear(v, wv, bv)
+    if cfg.get("add_bias_kv"):
+        K = torch.cat([K, p["bias_k"].expand(B, 1, E)], 1)
+        V = torch.cat([V, p["bias_v"].expand(B, 1, E)], 1)
+    if cfg.get("add_zero_attn"):
+        K = torch.cat([K, torch.zeros(B, 1, E, dtype=K.dtype)], 1)
+        V = torch.cat([V, torch.zeros(B, 1, E, dtype=V.dtype)], 1)
+    S2 = K.shape[1]
+    Q = Q.view(B, L, H, D).transpose(1, 2)
+    K = K.view(B, S2, H, D).transpose(1, 2)
+    V = V.view(B, S2, H, D).transpose(1, 2)
+    scores = Q @ K.transpose(-1, -2) / math.sqrt(D)  # (B, H, L, S2)
+
+    blocked = torch.zeros(B, H, L, S2, dtype=torch.bool)
+    add = torch.zeros(B, H, L, S2, dtype=torch.float64)
+    if kpm is not None:
+        if kpm.dtype == torch.bool:
+            blocked[..., :S] |= kpm.view(B, 1, 1, S)
+        else:
+            add[..., :S] += kpm.double().view(B, 1, 1, S)
+    if attn_mask is not None:
+        m = attn_mask.view(1, 1, L, S) if attn_mask.dim() == 2 else attn_mask.view(B, H, L, S)
+        if m.dtype == torch.bool:
+            blocked[..., :S] |= m
+        else:
+            add[..., :S] += m.double()
+    # A float -inf is a mask too; keep it out of the arithmetic.
+    blocked |= torch.isneginf(add)
+    add = add.masked_fill(blocked, 0.0)
+    full = blocked.all(-1, keepdim=True)  # queries with nothing to attend to
+    scores = (scores + add).masked_fill(blocked & ~full, float("-inf"))
+    P = torch.softmax(scores, -1) * (~full)
+    O = (P @ V).transpose(1, 2).reshape(B, L, E)
+    out = torch.nn.functional.linear(O, p["out_proj.weight"], p.get("out_proj.bias"))
+    w = None
+    if need_weights:
+        w = P.mean(1) if average else P
+    return out, w
+
+
+CASES = []
+
+
+def case(name, **kw):
+    CASES.append((name, kw))
+
+
+# name, module config and call options, data sizes.
+case("self_basic", cfg=dict(embed_dim=16, num_heads=4), B=2, L=5)
+case("self_one_head", cfg=dict(embed_dim=8, num_heads=1), B=2, L=4)
+case("self_many_heads", cfg=dict(embed_dim=16, num_heads=8), B=1, L=6)
+case("batch1", cfg=dict(embed_dim=12, num_heads=3), B=1, L=3)
+case("cross_L_ne_S", cfg=dict(embed_dim=12, num_heads=3), B=2, L=3, S=6, cross=True)
+case("cross_L_gt_S", cfg=dict(embed_dim=8, num_heads=2), B=2, L=6, S=2, cross=True)
+case("kdim_vdim", cfg=dict(embed_dim=8, num_heads=2, kdim=5, vdim=7), B=2, L=4, S=3, cross=True)
+case("kdim_vdim_masks", cfg=dict(embed_dim=6, num_heads=3, kdim=4, vdim=9), B=2, L=3, S=5, cross=True,
+     kpm="bool", attn="float2")
+case("no_bias", cfg=dict(embed_dim=8, num_heads=2, bias=False), B=2, L=4)
+case("no_bias_kdim", cfg=dict(embed_dim=8, num_heads=2, bias=False, kdim=3, vdim=3), B=2, L=4, S=5, cross=True)
+case("add_bias_kv", cfg=dict(embed_dim=8, num_heads=2, add_bias_kv=True), B=2, L=4)
+case("add_zero_attn", cfg=dict(embed_dim=8, num_heads=2, add_zero_attn=True), B=2, L=4)
+case("bias_kv_zero_attn_masks", cfg=dict(embed_dim=8, num_heads=2, add_bias_kv=True, add_zero_attn=True), B=2,
+     L=3, S=5, cross=True, kpm="bool", attn="bool2")
+case("kpm_bool", cfg=dict(embed_dim=8, num_heads=2), B=3, L=5, kpm="bool")
+case("kpm_float", cfg=dict(embed_dim=8, num_heads=2), B=2, L=5, kpm="float")
+case("attn_bool_2d", cfg=dict(embed_dim=8, num_heads=2), B=2, L=5, attn="bool2")
+case("attn_float_2d", cfg=dict(embed_dim=8, num_heads=2), B=2, L=5, attn="float2")
+case("attn_bool_3d", cfg=dict(embed_dim=8, num_heads=2), B=2, L=4, S=6, cross=True, attn="bool3")
+case("attn_float_3d", cfg=dict(embed_dim=8, num_heads=2), B=2, L=4, attn="float3")
+case("kpm_bool_attn_float", cfg=dict(embed_dim=8, num_heads=2), B=2, L=5, kpm="bool", attn="float2")
+case("kpm_bool_attn_bool_3d", cfg=dict(embed_dim=8, num_heads=2), B=2, L=5, kpm="bool", attn="bool3")
+case("kpm_float_attn_float", cfg=dict(embed_dim=8, num_heads=2), B=2, L=4, kpm="float", attn="float2")
+case("causal_top_left", cfg=dict(embed_dim=8, num_heads=2, is_causal=True), B=2, L=5)
+case("causal_top_left_L_ne_S", cfg=dict(embed_dim=8, num_heads=2, is_causal=True), B=2, L=3, S=6, cross=True)
+case("causal_bottom_right", cfg=dict(embed_dim=8, num_heads=2, is_causal=True, causal_alignment="bottom_right"),
+     B=2, L=3, S=6, cross=True)
+case("causal_with_kpm", cfg=dict(embed_dim=8, num_heads=2, is_causal=True), B=2, L=5, kpm="bool")
+case("fully_masked_rows", cfg=dict(embed_dim=8, num_heads=2), B=2, L=4, kpm="bool_full_b0", attn="bool2_row")
+case("fully_masked_float", cfg=dict(embed_dim=8, num_heads=2), B=2, L=4, attn="float2_row_ninf")
+case("per_head_weights", cfg=dict(embed_dim=12, num_heads=3, average_attn_weights=False), B=2, L=4, S=5,
+     cross=True, kpm="bool")
+case("no_weights", cfg=dict(embed_dim=8, num_heads=2, need_weights=False), B=2, L=4)
+case("forward_only", cfg=dict(embed_dim=8, num_heads=4), B=2, L=3, no_grad=True)
+
+
+def make_masks(gen, kind_kpm, kind_attn, B, H, L, S):
+    kpm = attn = None
+    if kind_kpm == "bool":
+        kpm = torch.rand(B, S, generator=gen) < 0.3
+        kpm[:, 0] = False  # keep every row attendable
+    elif kind_kpm == "bool_full_b0":
+        kpm = torch.zeros(B, S, dtype=torch.bool)
+        kpm[0, :] = True  # batch element 0 has no valid key at all
+        kpm[1, -1] = True
+    elif kind_kpm == "float":
+        kpm = torch.randn(B, S, generator=gen)
+    if kind_attn == "bool2":
+        attn = torch.rand(L, S, generator=gen) < 0.3
+        attn[:, 0] = False
+    elif kind_attn == "bool2_row":
+        attn = torch.rand(L, S, generator=gen) < 0.3
+        attn[:, 0] = False
+        attn[1, :] = True  # query 1 sees nothing
+    elif kind_attn == "float2":
+        attn = torch.randn(L, S, generator=gen)
+    elif kind_attn == "float2_row_ninf":
+        attn = torch.randn(L, S, generator=gen)
+        attn[2, :] = float("-inf")
+        attn[0, 1] = float("-inf")
+    elif kind_attn == "bool3":
+        attn = torch.rand(B * H, L, S, generator=gen) < 0.3
+        attn[..., 0] = False
+    elif kind_attn == "float3":
+        attn = torch.randn(B * H, L, S, generator=gen)
+    return kpm, attn
+
+
+def torch_native(mha, cfg, q, k, v, self_attn, kpm, attn_mask, need_weights, average):
+    """The same call through torch.nn.MultiheadAttention 1.13, or None if it cannot express it."""
+    if kpm is not None and attn_mask is not None and kpm.dtype != torch.bool:
+        return None  # 1.13 cannot combine a float key_padding_mask with attn_mask
+    if cfg.get("is_causal"):
+        align = cfg.get("causal_alignment", "top_left")
+        cm = causal_mask(q.shape[1], k.shape[1], align)
+        if attn_mask is None:
+            attn_mask = cm
+        elif attn_mask.dtype == torch.bool:
+            attn_mask = attn_mask | cm
+        else:
+            attn_mask = attn_mask.masked_fill(cm, float("-inf"))
+    if attn_mask is not None and attn_mask.dtype != torch.bool:
+        attn_mask = attn_mask.double()
+    if kpm is not None and kpm.dtype != torch.bool:
+        kpm = kpm.double()
+    if self_attn:
+        return mha(q, q, q, key_padding_mask=kpm, attn_mask=attn_mask, need_weights=need_weights,
+                   average_attn_weights=average)
+    return mha(q, k, v, key_padding_mask=kpm, attn_mask=attn_mask, need_weights=need_weights,
+               average_attn_weights=average)
+
+
+def generate(name, spec, seed):
+    cfg = dict(type="MultiheadAttention", **spec["cfg"])
+    E, H = cfg["embed_dim"], cfg["num_heads"]
+    B, L = spec["B"], spec["L"]
+    cross = spec.get("cross", False)
+    S = spec.get("S", L)
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    mha = torch.nn.MultiheadAttention(E, H, bias=cfg.get("bias", True), add_bias_kv=cfg.get("add_bias_kv", False),
+                                      add_zero_attn=cfg.get("add_zero_attn", False), kdim=cfg.get("kdim"),
+                                      vdim=cfg.get("vdim"), batch_first=True)
+    # Random values everywhere (PyTorch's init leaves the biases at zero,
+    # which would hide bias bugs).
+    with torch.no_grad():
+        for _, prm in mha.named_parameters():
+            prm.copy_(torch.rand(prm.shape, generator=gen) - 0.5)
+    weights32 = {n: prm.detach().float().clone() for n, prm in mha.named_parameters()}
+    mha = mha.double()
+    kdim = cfg.get("kdim") or E
+    vdim = cfg.get("vdim") or E
+    q32 = torch.randn(B, L, E, generator=gen)
+    k32 = torch.randn(B, S, kdim, generator=gen) if cross else None
+    v32 = torch.randn(B, S, vdim, generator=gen) if cross else None
+    kpm, attn_mask = make_masks(gen, spec.get("kpm"), spec.get("attn"), B, H, L, S)
+    no_grad = spec.get("no_grad", False)
+    g32 = None if no_grad else torch.randn(B, L, E, generator=gen)
+    need_weights = cfg.get("need_weights", True)
+    average = cfg.get("average_attn_weights", True)
+
+    q = q32.double().requires_grad_(True)
+    k = k32.double().requires_grad_(True) if cross else q
+    v = v32.double().requires_grad_(True) if cross else q
+    params = {n: prm for n, prm in mha.named_parameters()}
+    kpm_d = kpm if kpm is None or kpm.dtype == torch.bool else kpm.double()
+    attn_d = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.double()
+    if cfg.get("is_causal"):
+        cm = causal_mask(L, S, cfg.get("causal_alignment", "top_left"))
+        attn_d = cm if attn_d is None else (attn_d | cm if attn_d.dtype == torch.bool else attn_d.masked_fill(cm, float("-inf")))
+    out, w = reference_mha(params, cfg, q, k, v, kpm_d, attn_d, need_weights, average)
+
+    # Cross-check the transcription against nn.MultiheadAttention: outputs,
+    # weights and (below) every gradient.
+    native = torch_native(mha, cfg, q, k, v, not cross, kpm, attn_mask, need_weights, average)
+    checked = False
+    if native is not None:
+        n_out, n_w = native
+        ok = ~torch.isnan(n_out)
+        if ok.all() or "fully" in name:
+            assert torch.allclose(out[ok], n_out[ok], atol=1e-10), f"{name}: reference disagrees with torch"
+            if need_weights:
+                okw = ~torch.isnan(n_w)
+                assert torch.allclose(w[okw], n_w[okw], atol=1e-10), f"{name}: weights disagree with torch"
+            checked = True
+
+    expected = {"output": out}
+    if need_weights:
+        expected["attn_weights"] = w
+    inputs = {"query": q32}
+    if cross:
+        inputs["key"], inputs["value"] = k32, v32
+    if kpm is not None:
+        inputs["key_padding_mask"] = kpm
+    if attn_mask is not None:
+        inputs["attn_mask"] = attn_mask
+    if g32 is not None:
+        inputs["grad_output"] = g32
+        grads = torch.autograd.grad(out, [q] + ([k, v] if cross else []) + list(params.values()), g32.double(),
+                                    allow_unused=True)
+        expected["grad_query"] = grads[0]
+        if cross:
+            expected["grad_key"], expected["grad_value"] = grads[1], grads[2]
+        for n, gr in zip(params, grads[3 if cross else 1:]):
+            expected["grad." + n] = gr if gr is not None else torch.zeros_like(params[n])
+        for n, t in expected.items():
+            assert not torch.isnan(t).any(), f"{name}: NaN in {n}"
+        if native is not None and not torch.isnan(native[0]).any():
+            wrt = [q] + ([k, v] if cross else []) + list(params.values())
+            n_grads = torch.autograd.grad(native[0], wrt, g32.double(), allow_unused=True)
+            for a, b in zip(grads, n_grads):
+                assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-10)), \
+                    f"{name}: gradients disagree with torch"
+
+    d = os.path.join(ROOT, "mha", name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "module.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    write_safetensors(os.path.join(d, "weights.safetensors"), weights32)
+    write_safetensors(os.path.join(d, "inputs.safetensors"), inputs)
+    write_safetensors(os.path.join(d, "expected.safetensors"), expected)
+    return checked
+
+
+def main():
+    torch.set_num_threads(1)
+    out_dir = os.path.join(ROOT, "mha")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    for i, (name, spec) in enumerate(CASES):
+        checked = generate(name, spec, seed=1000 + i)
+        print(f"{name:28s} {'checked against nn.MultiheadAttention' if checked else 'reference only (1.13 cannot express it)'}")
+    print(f"torch {torch.__version__}: wrote {len(CASES)} cases to {os.path.relpath(out_dir)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+#include "multihead/core/tensor.h"
+
+#include <cstring>
+#include <limits>
+
+#include "multihead/core/allocator.h"
+
+namespace multihead {
+
+std::string_view dtype_name(DType dt) noexcept {
+  switch (dt) {
+    case DType::kF32: return "F32";
+    case DType::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+std::size_t dtype_size(DType dt) noexcept {
+  switch (dt) {
+    case DType::kF32: return 4;
+    case DType::kBool: return 1;
+  }
+  return 0;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  if (shape.size() == 1) s += ",";
+  return s + ")";
+}
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) {
+    check<ShapeError>(d >= 0, "negative dimension in shape {}", shape_str(shape));
+    check<ShapeError>(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d, "shape {} is too large",
+                      shape_str(shape));
+    n *= d;
+  }
+  return n;
+}
+
+Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), numel_(shape_numel(shape_)), dtype_(dtype) {
+  std::size_t bytes = nbytes();
+  data_ = tracked_alloc(bytes);
+  if (bytes) std::memset(data_, 0, bytes);
+}
+
+Tensor::Tensor(Tensor&& o) noexcept
+    : shape_(std::move(o.shape_)), numel_(o.numel_), dtype_(o.dtype_), data_(o.data_) {
+  o.shape_.clear();
+  o.numel_ = 0;
+  o.data_ = nullptr;
+}
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this != &o) {
+    release();
+    shape_ = std::move(o.shape_);
+    numel_ = o.numel_;
+    dtype_ = o.dtype_;
+    data_ = o.data_;
+    o.shape_.clear();
+    o.numel_ = 0;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+Tensor::~Tensor() { release(); }
+
+void Tensor::release() noexcept {
+  tracked_free(data_, nbytes());
+  data_ = nullptr;
+}
+
+Tensor Tensor::from(Shape shape, std::span<const float> values) {
+  Tensor t(std::move(shape), DType::kF32);
+  check<ShapeError>(static_cast<std::int64_t>(values.size()) == t.numel(), "{} values given for shape {}",
+                    values.size(), shape_str(t.shape()));
+  if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size_bytes());
+  return t;
+}
+
+Tensor Tensor::from_bool(Shape shape, std::span<const std::uint8_t> values) {
+  Tensor t(std::move(shape), DType::kBool);
+  check<ShapeError>(static_cast<std::int64_t>(values.size()) == t.numel(), "{} values given for shape {}",
+                    values.size(), shape_str(t.shape()));
+  auto* d = t.data<std::uint8_t>();
+  for (std::size_t i = 0; i < values.size(); ++i) d[i] = values[i] ? 1 : 0;
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(shape_, dtype_);
+  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  return t;
+}
+
+std::int64_t Tensor::dim(int i) const {
+  int n = ndim();
+  int j = i < 0 ? i + n : i;
+  check<ShapeError>(j >= 0 && j < n, "dimension {} out of range for shape {}", i, shape_str(shape_));
+  return shape_[static_cast<std::size_t>(j)];
+}
+
+void Tensor::reshape(Shape shape) {
+  check<ShapeError>(shape_numel(shape) == numel_, "cannot reshape {} to {}", shape_str(shape_), shape_str(shape));
+  shape_ = std::move(shape);
+}
+
+void Tensor::fill(float value) {
+  float* d = f32();
+  for (std::int64_t i = 0; i < numel_; ++i) d[i] = value;
+}
+
+void Tensor::zero() {
+  if (nbytes()) std::memset(data_, 0, nbytes());
+}
+
+void Tensor::check_dtype(DType want) const {
+  check(want == dtype_, "tensor has dtype {}, expected {}", dtype_name(dtype_), dtype_name(want));
+}
+
+void expect_shape(const Tensor& t, const Shape& want, std::string_view what) {
+  check<ShapeError>(t.shape() == want, "{} has shape {}, expected {}", what, shape_str(t.shape()), shape_str(want));
+}
+
+}  // namespace multihead

@@ -1,0 +1,70 @@
+#include "multihead/io/json_config.h"
+
+#include "multihead/core/error.h"
+
+namespace multihead {
+
+using json = nlohmann::json;
+
+ConfigReader::ConfigReader(const json& obj, std::string source) : obj_(obj), source_(std::move(source)) {
+  check<ConfigError>(obj_.is_object(), "{}: expected a JSON object", source_);
+}
+
+json ConfigReader::parse(std::string_view text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    // e.what() is one line: "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
+    throw ConfigError(fmt::format("{}: invalid JSON ({})", source, e.what()));
+  }
+}
+
+bool ConfigReader::has(const std::string& key) const { return obj_.contains(key); }
+
+const json& ConfigReader::value(const std::string& key) {
+  used_.insert(key);
+  return obj_.at(key);
+}
+
+template <typename T>
+T ConfigReader::get_typed(const std::string& key, std::optional<T> fallback, bool (json::*is_type)() const noexcept,
+                          const char* type_name) {
+  if (!has(key)) {
+    check<ConfigError>(fallback.has_value(), "{}: missing required key '{}'", source_, key);
+    return *fallback;
+  }
+  const json& v = value(key);
+  check<ConfigError>((v.*is_type)(), "{}: '{}' must be {}", source_, key, type_name);
+  return v.get<T>();
+}
+
+std::string ConfigReader::get_string(const std::string& key, std::optional<std::string> fallback) {
+  return get_typed<std::string>(key, std::move(fallback), &json::is_string, "a string");
+}
+
+std::int64_t ConfigReader::get_int(const std::string& key, std::optional<std::int64_t> fallback) {
+  return get_typed<std::int64_t>(key, fallback, &json::is_number_integer, "an integer");
+}
+
+std::int64_t ConfigReader::get_int_or_null(const std::string& key, std::int64_t fallback) {
+  if (has(key) && obj_.at(key).is_null()) {
+    used_.insert(key);
+    return fallback;
+  }
+  return get_int(key, fallback);
+}
+
+double ConfigReader::get_number(const std::string& key, std::optional<double> fallback) {
+  return get_typed<double>(key, fallback, &json::is_number, "a number");
+}
+
+bool ConfigReader::get_bool(const std::string& key, std::optional<bool> fallback) {
+  return get_typed<bool>(key, fallback, &json::is_boolean, "true or false");
+}
+
+void ConfigReader::finish() const {
+  for (auto it = obj_.begin(); it != obj_.end(); ++it)
+    check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'", source_, it.key());
+}
+
+}  // namespace multihead

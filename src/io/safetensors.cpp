@@ -1,0 +1,205 @@
+#include "multihead/io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/io/atomic_file.h"
+
+namespace multihead {
+namespace {
+
+using json = nlohmann::json;
+
+// Element sizes of every dtype the format defines.
+std::uint64_t st_dtype_size(const std::string& dt) {
+  static const std::map<std::string, std::uint64_t> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2},  {"U16", 2},
+      {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"I64", 8}, {"U64", 8},
+      {"F64", 8}};
+  auto it = kSizes.find(dt);
+  return it == kSizes.end() ? 0 : it->second;
+}
+
+std::string_view st_dtype_of(DType dt) { return dtype_name(dt); }  // our names match the format's
+
+std::uint64_t read_u64_le(const char* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+std::uint64_t json_uint(const json& v, const std::string& what, const std::string& src) {
+  check<IoError>(v.is_number_unsigned() || (v.is_number_integer() && v.get<std::int64_t>() >= 0),
+                 "{}: {} must be a non-negative integer", src, what);
+  return v.get<std::uint64_t>();
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
+  SafetensorsFile f;
+  f.source_ = std::move(source);
+  const std::string& src = f.source_;
+  check<IoError>(bytes.size() >= 8, "{}: not a safetensors file (only {} bytes)", src, bytes.size());
+  const std::uint64_t n = read_u64_le(bytes.data());
+  check<IoError>(n <= kSafetensorsMaxHeader, "{}: header length {} exceeds the 100 MB limit", src, n);
+  check<IoError>(n <= bytes.size() - 8, "{}: header length {} runs past the end of the file ({} bytes)", src, n,
+                 bytes.size());
+  std::string_view header(bytes.data() + 8, static_cast<std::size_t>(n));
+  check<IoError>(!header.empty() && header.front() == '{', "{}: header is not a JSON object", src);
+
+  // nlohmann keeps the last of duplicate keys silently; catch them while parsing.
+  std::set<std::string> top_keys;
+  std::string duplicate;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key) {
+      std::string k = parsed.get<std::string>();
+      if (!top_keys.insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    return true;
+  };
+  json h;
+  try {
+    h = json::parse(header.begin(), header.end(), cb);
+  } catch (const json::exception& e) {
+    throw IoError(fmt::format("{}: header is not valid JSON ({})", src, e.what()));
+  }
+  check<IoError>(duplicate.empty(), "{}: duplicate tensor name '{}' in header", src, duplicate);
+  check<IoError>(h.is_object(), "{}: header is not a JSON object", src);
+
+  const std::uint64_t data_size = bytes.size() - 8 - n;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      check<IoError>(v.is_object(), "{}: __metadata__ must be an object of strings", src);
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        check<IoError>(m.value().is_string(), "{}: __metadata__ value of '{}' is not a string", src, m.key());
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    check<IoError>(v.is_object(), "{}: entry '{}' is not an object", src, name);
+    for (auto k = v.begin(); k != v.end(); ++k)
+      check<IoError>(k.key() == "dtype" || k.key() == "shape" || k.key() == "data_offsets",
+                     "{}: entry '{}' has unknown field '{}'", src, name, k.key());
+    check<IoError>(v.contains("dtype") && v["dtype"].is_string(), "{}: entry '{}' lacks a string dtype", src, name);
+    check<IoError>(v.contains("shape") && v["shape"].is_array(), "{}: entry '{}' lacks a shape array", src, name);
+    check<IoError>(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
+                   "{}: entry '{}' needs data_offsets [begin, end]", src, name);
+    SafetensorsEntry e;
+    e.dtype = v["dtype"].get<std::string>();
+    const std::uint64_t esize = st_dtype_size(e.dtype);
+    check<IoError>(esize != 0, "{}: entry '{}' has unknown dtype '{}'", src, name, e.dtype);
+    std::uint64_t numel = 1;
+    for (const json& d : v["shape"]) {
+      std::uint64_t dim = json_uint(d, "shape of '" + name + "'", src);
+      check<IoError>(dim <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
+                         (dim == 0 || numel <= data_size / dim),
+                     "{}: shape of '{}' does not fit the file", src, name);
+      numel *= dim;
+      e.shape.push_back(static_cast<std::int64_t>(dim));
+    }
+    e.begin = json_uint(v["data_offsets"][0], "data_offsets of '" + name + "'", src);
+    e.end = json_uint(v["data_offsets"][1], "data_offsets of '" + name + "'", src);
+    check<IoError>(e.begin <= e.end && e.end <= data_size,
+                   "{}: data_offsets [{}, {}] of '{}' are out of bounds (data section is {} bytes)", src, e.begin,
+                   e.end, name, data_size);
+    check<IoError>(e.end - e.begin == numel * esize,
+                   "{}: '{}' has {} bytes but shape {} of {} needs {}", src, name, e.end - e.begin,
+                   shape_str(e.shape), e.dtype, numel * esize);
+    f.entries_.emplace(name, std::move(e));
+  }
+
+  // The byte ranges must tile [0, data_size) exactly.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [name, e] : f.entries_) ranges.emplace_back(e.begin, e.end);
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t pos = 0;
+  for (const auto& [b, e] : ranges) {
+    check<IoError>(b >= pos, "{}: tensor byte ranges overlap at offset {}", src, b);
+    check<IoError>(b == pos, "{}: hole in the data section at offset {}", src, pos);
+    pos = e;
+  }
+  check<IoError>(pos == data_size, "{}: {} trailing bytes after the last tensor", src, data_size - pos);
+
+  f.data_start_ = static_cast<std::size_t>(8 + n);
+  f.bytes_ = std::move(bytes);
+  return f;
+}
+
+SafetensorsFile SafetensorsFile::read(const std::string& path) { return parse(read_file(path), path); }
+
+std::string_view SafetensorsFile::bytes(const std::string& name) const {
+  auto it = entries_.find(name);
+  check<IoError>(it != entries_.end(), "{}: no tensor named '{}'", source_, name);
+  return std::string_view(bytes_).substr(data_start_ + it->second.begin, it->second.end - it->second.begin);
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  std::string_view raw = bytes(name);
+  const SafetensorsEntry& e = entries_.at(name);
+  DType dt;
+  if (e.dtype == "F32") dt = DType::kF32;
+  else if (e.dtype == "BOOL") dt = DType::kBool;
+  else throw IoError(fmt::format("{}: tensor '{}' has dtype {}; expected F32 or BOOL", source_, name, e.dtype));
+  Tensor t(e.shape, dt);
+  if (!raw.empty()) std::memcpy(t.raw(), raw.data(), raw.size());
+  if (dt == DType::kBool) {
+    auto* p = t.data<std::uint8_t>();
+    for (std::int64_t i = 0; i < t.numel(); ++i)
+      check<IoError>(p[i] <= 1, "{}: BOOL tensor '{}' holds byte value {}", source_, name, static_cast<int>(p[i]));
+  }
+  return t;
+}
+
+TensorMap SafetensorsFile::all_tensors() const {
+  TensorMap m;
+  for (const auto& [name, e] : entries_) m.emplace(name, tensor(name));
+  return m;
+}
+
+std::string serialize_safetensors(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, const Tensor*>> sorted(tensors);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  json h = json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  std::uint64_t off = 0;
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const auto& [name, t] = sorted[i];
+    check(name != "__metadata__", "'__metadata__' cannot name a tensor");
+    check(i == 0 || sorted[i - 1].first != name, "duplicate tensor name '{}'", name);
+    h[name] = {{"dtype", st_dtype_of(t->dtype())}, {"shape", t->shape()}, {"data_offsets", {off, off + t->nbytes()}}};
+    off += t->nbytes();
+  }
+  std::string header = h.dump();
+  // Pad with spaces so the data section starts 8-byte aligned, as the
+  // reference implementation does.
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += header;
+  out.reserve(out.size() + off);
+  for (const auto& [name, t] : sorted) out.append(static_cast<const char*>(t->raw()), t->nbytes());
+  return out;
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  write_file_atomic(path, serialize_safetensors(tensors, metadata));
+}
+
+void write_safetensors(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, const Tensor*>> v;
+  for (const auto& [name, t] : tensors) v.emplace_back(name, &t);
+  write_safetensors(path, v, metadata);
+}
+
+}  // namespace multihead

@@ -1,0 +1,129 @@
+#include "multihead/kernels/attention_ref.h"
+
+#include <vector>
+
+#include "multihead/core/rng.h"
+#include "multihead/kernels/gemm.h"
+#include "multihead/kernels/softmax.h"
+
+namespace multihead {
+namespace {
+
+// Multiplier applied to a kept weight; p = 1 drops everything.
+inline double keep_scale(const AttentionDropout& d) { return d.p < 1.0f ? 1.0 / (1.0 - d.p) : 0.0; }
+
+// In place: p (L, S) of head (b, h) becomes dropout(p).
+template <typename T>
+void apply_dropout(T* p, const AttentionDims& d, std::int64_t b, std::int64_t h, const AttentionDropout& drop) {
+  const T ks = static_cast<T>(keep_scale(drop));
+  const std::uint64_t base = static_cast<std::uint64_t>((b * d.H + h) * d.L * d.S);
+  for (std::int64_t e = 0; e < d.L * d.S; ++e) {
+    bool keep = uniform_at(drop.seed, drop.stream, base + static_cast<std::uint64_t>(e)) >= drop.p;
+    p[e] = keep ? p[e] * ks : T(0);
+  }
+}
+
+// The weights that multiplied V for head (b, h): p itself, or dropout(p) in buf.
+template <typename T>
+const T* dropped_probs(const T* p, std::vector<T>& buf, const AttentionDims& d, std::int64_t b, std::int64_t h,
+                       const AttentionDropout& drop) {
+  if (!drop.active()) return p;
+  buf.assign(p, p + d.L * d.S);
+  apply_dropout(buf.data(), d, b, h, drop);
+  return buf.data();
+}
+
+}  // namespace
+
+template <typename T>
+void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
+                           HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
+                           const AttentionDropout& dropout) {
+  std::vector<T> dropped;
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.H; ++h) {
+      T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
+      // p = scale * q k^T
+      gemm(Trans::kNo, Trans::kYes, d.L, d.S, d.D, scale, q.at(b, h), q.row_stride, k.at(b, h), k.row_stride, T(0),
+           p, d.S);
+      for (std::int64_t i = 0; i < d.L; ++i) {
+        T* row = p + i * d.S;
+        for (std::int64_t j = 0; j < d.S; ++j) row[j] += masks.bias(d, b, h, i, j);
+        softmax_row(row, d.S);
+      }
+      const T* pv = dropped_probs<T>(p, dropped, d, b, h, dropout);
+      gemm(Trans::kNo, Trans::kNo, d.L, d.Dv, d.S, T(1), pv, d.S, v.at(b, h), v.row_stride, T(0), out.at(b, h),
+           out.row_stride);
+    }
+  }
+}
+
+template <typename T>
+void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const T* probs,
+                            HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
+                            HeadsView<const T> v, const AttentionDims& d, T scale, const AttentionDropout& dropout) {
+  std::vector<T> dp(static_cast<std::size_t>(d.L * d.S));
+  std::vector<T> dropped;
+  const T ks = static_cast<T>(keep_scale(dropout));
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.H; ++h) {
+      const T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
+      const T* pv = dropped_probs(p, dropped, d, b, h, dropout);  // what multiplied V
+      // dV (S, Dv) = dropout(P)^T dO
+      gemm(Trans::kYes, Trans::kNo, d.S, d.Dv, d.L, T(1), pv, d.S, dout.at(b, h), dout.row_stride, T(0), dv.at(b, h),
+           dv.row_stride);
+      // d dropout(P) (L, S) = dO V^T, then through the dropout mask: a dropped
+      // weight (pv == 0 while p != 0) passes no gradient, a kept one gets * ks.
+      gemm(Trans::kNo, Trans::kYes, d.L, d.S, d.Dv, T(1), dout.at(b, h), dout.row_stride, v.at(b, h), v.row_stride,
+           T(0), dp.data(), d.S);
+      if (dropout.active()) {
+        for (std::int64_t e = 0; e < d.L * d.S; ++e) {
+          std::uint64_t idx = static_cast<std::uint64_t>((b * d.H + h) * d.L * d.S + e);
+          dp[static_cast<std::size_t>(e)] *= uniform_at(dropout.seed, dropout.stream, idx) >= dropout.p ? ks : T(0);
+        }
+      }
+      // dS = P * (dP - rowsum(P * dP)), in place in dp.
+      for (std::int64_t i = 0; i < d.L; ++i) softmax_row_backward(dp.data() + i * d.S, p + i * d.S, dp.data() + i * d.S, d.S);
+      // dQ (L, D) = scale * dS K;  dK (S, D) = scale * dS^T Q
+      gemm(Trans::kNo, Trans::kNo, d.L, d.D, d.S, scale, dp.data(), d.S, k.at(b, h), k.row_stride, T(0), dq.at(b, h),
+           dq.row_stride);
+      gemm(Trans::kYes, Trans::kNo, d.S, d.D, d.L, scale, dp.data(), d.S, q.at(b, h), q.row_stride, T(0), dk.at(b, h),
+           dk.row_stride);
+    }
+  }
+}
+
+template <typename T>
+void attention_weights_from_probs(T* weights, const T* probs, const AttentionDims& d, bool average_heads,
+                                  const AttentionDropout& dropout) {
+  const std::int64_t ls = d.L * d.S;
+  std::vector<T> dropped;
+  if (average_heads)
+    for (std::int64_t e = 0; e < d.B * ls; ++e) weights[e] = T(0);
+  const T inv_h = T(1) / static_cast<T>(d.H);
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.H; ++h) {
+      const T* head = dropped_probs(probs + (b * d.H + h) * ls, dropped, d, b, h, dropout);
+      if (average_heads) {
+        T* w = weights + b * ls;
+        for (std::int64_t e = 0; e < ls; ++e) w[e] += head[e] * inv_h;
+      } else {
+        std::copy(head, head + ls, weights + (b * d.H + h) * ls);
+      }
+    }
+  }
+}
+
+#define MULTIHEAD_INSTANTIATE(T)                                                                                  \
+  template void attention_ref_forward<T>(HeadsView<T>, T*, HeadsView<const T>, HeadsView<const T>,               \
+                                         HeadsView<const T>, const AttentionMasks<T>&, const AttentionDims&, T,   \
+                                         const AttentionDropout&);                                                \
+  template void attention_ref_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, const T*, HeadsView<const T>, \
+                                          HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,             \
+                                          const AttentionDims&, T, const AttentionDropout&);                      \
+  template void attention_weights_from_probs<T>(T*, const T*, const AttentionDims&, bool, const AttentionDropout&);
+MULTIHEAD_INSTANTIATE(float)
+MULTIHEAD_INSTANTIATE(double)
+#undef MULTIHEAD_INSTANTIATE
+
+}  // namespace multihead

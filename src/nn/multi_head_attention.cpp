@@ -1,0 +1,305 @@
+#include "multihead/nn/multi_head_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/linear.h"
+#include "multihead/nn/init.h"
+
+namespace multihead {
+
+void MultiheadAttentionConfig::validate() const {
+  check<ConfigError>(embed_dim > 0, "embed_dim must be positive, got {}", embed_dim);
+  check<ConfigError>(num_heads > 0, "num_heads must be positive, got {}", num_heads);
+  check<ConfigError>(embed_dim % num_heads == 0, "embed_dim ({}) must be divisible by num_heads ({})", embed_dim,
+                     num_heads);
+  check<ConfigError>(kdim >= 0 && vdim >= 0, "kdim ({}) and vdim ({}) must be positive", kdim, vdim);
+  check<ConfigError>(dropout >= 0.0 && dropout <= 1.0, "dropout must be in [0, 1], got {}", dropout);
+}
+
+MultiheadAttention::MultiheadAttention(ParamStore& store, const std::string& prefix,
+                                       const MultiheadAttentionConfig& cfg)
+    : cfg_(cfg), store_(&store) {
+  cfg_.validate();
+  const std::int64_t E = cfg_.embed_dim;
+  if (cfg_.packed_in_proj()) {
+    in_proj_weight_ = store.add(prefix + "in_proj_weight", {3 * E, E});
+  } else {
+    q_proj_weight_ = store.add(prefix + "q_proj_weight", {E, E});
+    k_proj_weight_ = store.add(prefix + "k_proj_weight", {E, cfg_.key_dim()});
+    v_proj_weight_ = store.add(prefix + "v_proj_weight", {E, cfg_.value_dim()});
+  }
+  if (cfg_.bias) in_proj_bias_ = store.add(prefix + "in_proj_bias", {3 * E});
+  out_proj_weight_ = store.add(prefix + "out_proj.weight", {E, E});
+  if (cfg_.bias) out_proj_bias_ = store.add(prefix + "out_proj.bias", {E});
+  if (cfg_.add_bias_kv) {
+    bias_k_ = store.add(prefix + "bias_k", {1, 1, E});
+    bias_v_ = store.add(prefix + "bias_v", {1, 1, E});
+  }
+}
+
+void MultiheadAttention::init(Rng& rng) {
+  const std::int64_t E = cfg_.embed_dim;
+  if (cfg_.packed_in_proj()) {
+    // PyTorch initialises the (3E, E) matrix as one: fan_in E, fan_out 3E.
+    xavier_uniform(store_->data_span(in_proj_weight_), E, 3 * E, rng);
+  } else {
+    xavier_uniform(store_->data_span(q_proj_weight_), E, E, rng);
+    xavier_uniform(store_->data_span(k_proj_weight_), cfg_.key_dim(), E, rng);
+    xavier_uniform(store_->data_span(v_proj_weight_), cfg_.value_dim(), E, rng);
+  }
+  linear_default_uniform(store_->data_span(out_proj_weight_), E, rng);
+  if (cfg_.bias) {
+    std::ranges::fill(store_->data_span(in_proj_bias_), 0.0f);
+    std::ranges::fill(store_->data_span(out_proj_bias_), 0.0f);
+  }
+  if (cfg_.add_bias_kv) {
+    // A (1, 1, E) tensor has fan_in = fan_out = E for torch.nn.init.
+    xavier_normal(store_->data_span(bias_k_), E, E, rng);
+    xavier_normal(store_->data_span(bias_v_), E, E, rng);
+  }
+}
+
+void MultiheadAttention::clear_cache() { cache_ = Cache{}; }
+
+namespace {
+
+// Checks a mask's dtype and returns whether it is bool.
+bool mask_is_bool(const Tensor& m, std::string_view what) {
+  check<ShapeError>(m.dtype() == DType::kBool || m.dtype() == DType::kF32, "{} must be BOOL or F32, got {}", what,
+                    dtype_name(m.dtype()));
+  return m.dtype() == DType::kBool;
+}
+
+// Appends bias (or zeros when bias is null) as one more position:
+// dst (B, S+1, E) = cat(src (B, S, E), bias (E)). src has row stride ld_src.
+void append_position(float* dst, const float* src, std::int64_t ld_src, const float* bias, std::int64_t B,
+                     std::int64_t S, std::int64_t E) {
+  for (std::int64_t b = 0; b < B; ++b) {
+    float* d = dst + b * (S + 1) * E;
+    for (std::int64_t s = 0; s < S; ++s) std::memcpy(d + s * E, src + (b * S + s) * ld_src, sizeof(float) * E);
+    if (bias) std::memcpy(d + S * E, bias, sizeof(float) * E);
+    else std::memset(d + S * E, 0, sizeof(float) * E);
+  }
+}
+
+}  // namespace
+
+HeadsView<const float> MultiheadAttention::q_view() const {
+  const auto& d = cache_.dims;
+  const std::int64_t E = cfg_.embed_dim;
+  if (cache_.self) return {cache_.qkv.f32(), d.L * 3 * E, 3 * E, d.D};
+  return {cache_.q.f32(), d.L * E, E, d.D};
+}
+
+HeadsView<const float> MultiheadAttention::k_view() const {
+  const auto& d = cache_.dims;
+  const std::int64_t E = cfg_.embed_dim;
+  if (cache_.k_ext.defined()) return {cache_.k_ext.f32(), d.S * E, E, d.D};
+  if (cache_.self) return {cache_.qkv.f32() + E, d.L * 3 * E, 3 * E, d.D};
+  return {cache_.k.f32(), d.S * E, E, d.D};
+}
+
+HeadsView<const float> MultiheadAttention::v_view() const {
+  const auto& d = cache_.dims;
+  const std::int64_t E = cfg_.embed_dim;
+  if (cache_.v_ext.defined()) return {cache_.v_ext.f32(), d.S * E, E, d.Dv};
+  if (cache_.self) return {cache_.qkv.f32() + 2 * E, d.L * 3 * E, 3 * E, d.Dv};
+  return {cache_.v.f32(), d.S * E, E, d.Dv};
+}
+
+MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                     const Tensor* key_padding_mask, const Tensor* attn_mask,
+                                                     const MultiheadAttentionCall& call) {
+  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads;
+  check<ShapeError>(query.ndim() == 3 && query.dim(2) == E, "query has shape {}, expected (B, L, {})",
+                    shape_str(query.shape()), E);
+  const std::int64_t B = query.dim(0), L = query.dim(1);
+  check<ShapeError>(key.ndim() == 3 && key.dim(0) == B && key.dim(2) == cfg_.key_dim(),
+                    "key has shape {}, expected ({}, S, {})", shape_str(key.shape()), B, cfg_.key_dim());
+  const std::int64_t S = key.dim(1);
+  check<ShapeError>(value.ndim() == 3 && value.dim(0) == B && value.dim(1) == S && value.dim(2) == cfg_.value_dim(),
+                    "value has shape {}, expected ({}, {}, {})", shape_str(value.shape()), B, S, cfg_.value_dim());
+  query.f32(), key.f32(), value.f32();  // dtype checks
+
+  AttentionMasks<float> masks;
+  masks.masked_cols = S;
+  masks.causal = call.causal;
+  if (key_padding_mask) {
+    expect_shape(*key_padding_mask, {B, S}, "key_padding_mask");
+    if (mask_is_bool(*key_padding_mask, "key_padding_mask")) masks.key_padding_bool = key_padding_mask->data<std::uint8_t>();
+    else masks.key_padding_add = key_padding_mask->f32();
+  }
+  if (attn_mask) {
+    const Shape& s = attn_mask->shape();
+    bool ok2 = s == Shape{L, S}, ok3 = s == Shape{B * H, L, S};
+    check<ShapeError>(ok2 || ok3, "attn_mask has shape {}, expected ({}, {}) or ({}, {}, {})", shape_str(s), L, S,
+                      B * H, L, S);
+    masks.attn_per_head = ok3;
+    if (mask_is_bool(*attn_mask, "attn_mask")) masks.attn_bool = attn_mask->data<std::uint8_t>();
+    else masks.attn_add = attn_mask->f32();
+  }
+
+  cache_ = Cache{};
+  Cache& c = cache_;
+  c.query = &query;
+  c.key = &key;
+  c.value = &value;
+  c.self = &query == &key && &key == &value && cfg_.packed_in_proj();
+  c.S_in = S;
+  const std::int64_t extra = (cfg_.add_bias_kv ? 1 : 0) + (cfg_.add_zero_attn ? 1 : 0);
+  c.dims = AttentionDims{B, H, L, S + extra, cfg_.head_dim(), cfg_.head_dim()};
+  if (call.training && cfg_.dropout > 0.0)
+    c.dropout = AttentionDropout{static_cast<float>(cfg_.dropout), call.dropout_seed, call.dropout_stream};
+
+  // In-projections. Self-attention: one (B*L, E) x (E, 3E) GEMM into the
+  // packed (B, L, 3E) buffer; the heads are read from it in place.
+  const float* b_in = cfg_.bias ? store_->data(in_proj_bias_) : nullptr;
+  auto bias_part = [&](int i) { return b_in ? b_in + i * E : nullptr; };
+  if (c.self) {
+    c.qkv = Tensor({B, L, 3 * E});
+    linear_forward(c.qkv.f32(), 3 * E, query.f32(), E, store_->data(in_proj_weight_), b_in, B * L, E, 3 * E);
+  } else {
+    const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
+    const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
+    const float* wv = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + 2 * E * E : store_->data(v_proj_weight_);
+    c.q = Tensor({B, L, E});
+    c.k = Tensor({B, S, E});
+    c.v = Tensor({B, S, E});
+    linear_forward(c.q.f32(), E, query.f32(), E, wq, bias_part(0), B * L, E, E);
+    linear_forward(c.k.f32(), E, key.f32(), cfg_.key_dim(), wk, bias_part(1), B * S, cfg_.key_dim(), E);
+    linear_forward(c.v.f32(), E, value.f32(), cfg_.value_dim(), wv, bias_part(2), B * S, cfg_.value_dim(), E);
+  }
+
+  // Extra key/value positions, in PyTorch's order: bias_k/bias_v, then zeros.
+  if (extra > 0) {
+    const float* k_src = c.self ? c.qkv.f32() + E : c.k.f32();
+    const float* v_src = c.self ? c.qkv.f32() + 2 * E : c.v.f32();
+    std::int64_t ld = c.self ? 3 * E : E;
+    std::int64_t s_cur = S;
+    if (cfg_.add_bias_kv) {
+      Tensor k1({B, s_cur + 1, E}), v1({B, s_cur + 1, E});
+      append_position(k1.f32(), k_src, ld, store_->data(bias_k_), B, s_cur, E);
+      append_position(v1.f32(), v_src, ld, store_->data(bias_v_), B, s_cur, E);
+      c.k_ext = std::move(k1);
+      c.v_ext = std::move(v1);
+      k_src = c.k_ext.f32(), v_src = c.v_ext.f32(), ld = E, ++s_cur;
+    }
+    if (cfg_.add_zero_attn) {
+      Tensor k1({B, s_cur + 1, E}), v1({B, s_cur + 1, E});
+      append_position(k1.f32(), k_src, ld, nullptr, B, s_cur, E);
+      append_position(v1.f32(), v_src, ld, nullptr, B, s_cur, E);
+      c.k_ext = std::move(k1);
+      c.v_ext = std::move(v1);
+    }
+  }
+
+  const AttentionDims& d = c.dims;
+  c.probs = Tensor({B, H, L, d.S});
+  c.attn = Tensor({B, L, E});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  attention_ref_forward<float>({c.attn.f32(), L * E, E, d.Dv}, c.probs.f32(), q_view(), k_view(), v_view(), masks, d,
+                               scale, c.dropout);
+
+  MultiheadAttentionOutput out;
+  out.output = Tensor({B, L, E});
+  linear_forward(out.output.f32(), E, c.attn.f32(), E, store_->data(out_proj_weight_),
+                 cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
+  if (call.need_weights) {
+    out.weights = call.average_attn_weights ? Tensor({B, L, d.S}) : Tensor({B, H, L, d.S});
+    attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
+  }
+  c.valid = true;
+  return out;
+}
+
+MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
+  Cache& c = cache_;
+  check(c.valid, "MultiheadAttention::backward called without a preceding forward");
+  const AttentionDims& d = c.dims;
+  const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in;
+  expect_shape(grad_output, {B, L, E}, "grad_output");
+
+  // Through out_proj: d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
+  Tensor d_attn({B, L, E});
+  linear_backward(d_attn.f32(), E, false, store_->grad(out_proj_weight_),
+                  cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E, c.attn.f32(), E,
+                  store_->data(out_proj_weight_), B * L, E, E);
+
+  // Gradients of the projected q, k, v: packed (B, L, 3E) for self-attention.
+  const bool extended = c.k_ext.defined();
+  Tensor dqkv, dq, dk, dv, dk_ext, dv_ext;
+  HeadsView<float> dq_view, dk_view, dv_view;
+  if (c.self) {
+    dqkv = Tensor({B, L, 3 * E});
+    dq_view = {dqkv.f32(), L * 3 * E, 3 * E, d.D};
+    dk_view = {dqkv.f32() + E, L * 3 * E, 3 * E, d.D};
+    dv_view = {dqkv.f32() + 2 * E, L * 3 * E, 3 * E, d.Dv};
+  } else {
+    dq = Tensor({B, L, E});
+    dk = Tensor({B, S, E});
+    dv = Tensor({B, S, E});
+    dq_view = {dq.f32(), L * E, E, d.D};
+    dk_view = {dk.f32(), S * E, E, d.D};
+    dv_view = {dv.f32(), S * E, E, d.Dv};
+  }
+  HeadsView<float> dk_target = dk_view, dv_target = dv_view;
+  if (extended) {
+    dk_ext = Tensor({B, d.S, E});
+    dv_ext = Tensor({B, d.S, E});
+    dk_view = {dk_ext.f32(), d.S * E, E, d.D};
+    dv_view = {dv_ext.f32(), d.S * E, E, d.Dv};
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  attention_ref_backward<float>(dq_view, dk_view, dv_view, c.probs.f32(), {d_attn.f32(), L * E, E, d.Dv}, q_view(),
+                                k_view(), v_view(), d, scale, c.dropout);
+  if (extended) {
+    // The first S positions belong to the projected key/value; position S is
+    // bias_k/bias_v when add_bias_kv; the zero position has no parameter.
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t s = 0; s < S; ++s) {
+        std::memcpy(dk_target.ptr + b * dk_target.batch_stride + s * dk_target.row_stride,
+                    dk_ext.f32() + (b * d.S + s) * E, sizeof(float) * E);
+        std::memcpy(dv_target.ptr + b * dv_target.batch_stride + s * dv_target.row_stride,
+                    dv_ext.f32() + (b * d.S + s) * E, sizeof(float) * E);
+      }
+      if (cfg_.add_bias_kv) {
+        float* gk = store_->grad(bias_k_);
+        float* gv = store_->grad(bias_v_);
+        const float* sk = dk_ext.f32() + (b * d.S + S) * E;
+        const float* sv = dv_ext.f32() + (b * d.S + S) * E;
+        for (std::int64_t e = 0; e < E; ++e) gk[e] += sk[e], gv[e] += sv[e];
+      }
+    }
+  }
+
+  // Through the in-projections.
+  MultiheadAttentionGrads g;
+  float* gb_in = cfg_.bias ? store_->grad(in_proj_bias_) : nullptr;
+  auto gbias_part = [&](int i) { return gb_in ? gb_in + i * E : nullptr; };
+  if (c.self) {
+    g.query = Tensor({B, L, E});
+    linear_backward(g.query.f32(), E, false, store_->grad(in_proj_weight_), gb_in, dqkv.f32(), 3 * E,
+                    c.query->f32(), E, store_->data(in_proj_weight_), B * L, E, 3 * E);
+    return g;
+  }
+  const bool packed = cfg_.packed_in_proj();
+  const std::int64_t kd = cfg_.key_dim(), vd = cfg_.value_dim();
+  float* w[3] = {packed ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_),
+                 packed ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_),
+                 packed ? store_->data(in_proj_weight_) + 2 * E * E : store_->data(v_proj_weight_)};
+  float* gw[3] = {packed ? store_->grad(in_proj_weight_) : store_->grad(q_proj_weight_),
+                  packed ? store_->grad(in_proj_weight_) + E * E : store_->grad(k_proj_weight_),
+                  packed ? store_->grad(in_proj_weight_) + 2 * E * E : store_->grad(v_proj_weight_)};
+  g.query = Tensor({B, L, E});
+  g.key = Tensor({B, S, kd});
+  g.value = Tensor({B, S, vd});
+  linear_backward(g.query.f32(), E, false, gw[0], gbias_part(0), dq.f32(), E, c.query->f32(), E, w[0], B * L, E, E);
+  linear_backward(g.key.f32(), kd, false, gw[1], gbias_part(1), dk.f32(), E, c.key->f32(), kd, w[1], B * S, kd, E);
+  linear_backward(g.value.f32(), vd, false, gw[2], gbias_part(2), dv.f32(), E, c.value->f32(), vd, w[2], B * S, vd, E);
+  return g;
+}
+
+}  // namespace multihead

@@ -1,0 +1,133 @@
+// The multihead binary as a user runs it: exit codes, one-line errors, no
+// partial output, and `apply` reproducing a PyTorch golden case.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "golden_case.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+CliRun run(const std::string& args) {
+  fs::path err_file = fs::temp_directory_path() / ("multihead_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = std::string(MULTIHEAD_CLI) + " " + args + " 2>" + err_file.string();
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = ::pclose(p);
+  std::ifstream ef(err_file);
+  std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+  fs::remove(err_file);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, err};
+}
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("multihead_cli_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+};
+
+TEST_F(Cli, VersionAndHelp) {
+  CliRun v = run("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out, std::string("multihead ") + MULTIHEAD_VERSION + "\n");
+  CliRun h = run("apply --help");
+  EXPECT_EQ(h.code, 0);
+  EXPECT_NE(h.out.find("--weights"), std::string::npos);
+  CliRun d = run("demo --help");
+  EXPECT_EQ(d.code, 0);
+  EXPECT_NE(d.out.find("--seq-len"), std::string::npos);
+}
+
+TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
+  for (const char* args : {"", "frobnicate", "apply", "apply --module", "demo --batch x", "demo --bogus"}) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(count_lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("multihead: error: ", 0), 0u) << r.err;
+  }
+}
+
+TEST_F(Cli, ApplyReproducesAGoldenCase) {
+  for (const auto& c : test::golden_cases("mha")) {
+    if (c.name != "bias_kv_zero_attn_masks" && c.name != "causal_bottom_right") continue;
+    fs::path out = dir / (c.name + ".safetensors");
+    CliRun r = run("apply --module " + (c.dir / "module.json").string() + " --weights " +
+                (c.dir / "weights.safetensors").string() + " --inputs " + (c.dir / "inputs.safetensors").string() +
+                " --out " + out.string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    TensorMap got = SafetensorsFile::read(out.string()).all_tensors();
+    TensorMap want = c.expected();
+    EXPECT_EQ(got.size(), want.size());
+    for (const auto& [name, t] : want) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_TRUE(test::all_close(got.at(name), t)) << c.name << ": " << name;
+    }
+  }
+}
+
+TEST_F(Cli, FailedApplyLeavesNoOutput) {
+  const auto cases = test::golden_cases("mha");
+  const test::GoldenCase& c = cases.front();
+  fs::path bad_module = dir / "bad.json";
+  std::ofstream(bad_module) << R"({"type": "MultiheadAttention", "embed_dim": 10, "num_heads": 3})";
+  fs::path out = dir / "out.safetensors";
+  CliRun r = run("apply --module " + bad_module.string() + " --weights " + (c.dir / "weights.safetensors").string() +
+              " --inputs " + (c.dir / "inputs.safetensors").string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n");
+  EXPECT_FALSE(fs::exists(out));
+
+  fs::path truncated = dir / "trunc.safetensors";
+  std::ofstream(truncated) << std::string("\x10\x00\x00", 3);
+  r = run("apply --module " + (c.dir / "module.json").string() + " --weights " + truncated.string() + " --inputs " +
+          (c.dir / "inputs.safetensors").string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "multihead: error: " + truncated.string() + ": not a safetensors file (only 3 bytes)\n");
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos);
+
+  r = run("apply --module " + (dir / "missing.json").string() + " --weights x --inputs y --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.err), 1);
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, DemoRunsAndDrawsWeights) {
+  CliRun r = run("demo --seq-len 6 --embed-dim 16 --num-heads 2 --pad 2 --causal");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("head-averaged attention weights"), std::string::npos);
+  EXPECT_NE(r.out.find("peak"), std::string::npos);
+  EXPECT_EQ(count_lines(r.out), 7 + 6);
+  CliRun bad = run("demo --embed-dim 10 --num-heads 3");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n");
+}
+
+}  // namespace
+}  // namespace multihead

@@ -1,0 +1,94 @@
+// apply_module's error paths: every one names what is wrong.
+#include <gtest/gtest.h>
+
+#include "golden_case.h"
+#include "multihead/io/apply.h"
+
+namespace multihead {
+namespace {
+
+std::string error_of(const std::string& json, const TensorMap& weights, const TensorMap& inputs) {
+  try {
+    apply_module(json, "m.json", weights, inputs);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class ApplyErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const auto& c : test::golden_cases("mha"))
+      if (c.name == "self_basic") golden = c;
+    weights = golden.weights();
+    inputs = golden.inputs();
+    json = golden.module_json();
+  }
+  test::GoldenCase golden;
+  TensorMap weights, inputs;
+  std::string json;
+};
+
+TEST_F(ApplyErrors, BadConfigs) {
+  EXPECT_EQ(error_of("{", weights, inputs),
+            "m.json: invalid JSON ([json.exception.parse_error.101] parse error at line 1, column 2: syntax error "
+            "while parsing object key - unexpected end of input; expected string literal)");
+  EXPECT_EQ(error_of(R"({"type":"Conv2d"})", weights, inputs),
+            "m.json: unknown module type \"Conv2d\" (known: MultiheadAttention)");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"num_head":4})", weights, inputs),
+            "m.json: unknown key 'num_head'");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":3})", weights, inputs),
+            "embed_dim (16) must be divisible by num_heads (3)");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":0})", weights, inputs),
+            "num_heads must be positive, got 0");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":"16","num_heads":4})", weights, inputs),
+            "m.json: 'embed_dim' must be an integer");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","num_heads":4})", weights, inputs),
+            "m.json: missing required key 'embed_dim'");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"is_causal":true,"causal_alignment":"left"})",
+                     weights, inputs),
+            "causal_alignment must be \"top_left\" or \"bottom_right\", got \"left\"");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"batch_first":false})", weights,
+                     inputs),
+            "batch_first must be true: multihead is batch-first (B, L, E)");
+}
+
+TEST_F(ApplyErrors, BadWeights) {
+  TensorMap w = golden.weights();
+  w.erase("in_proj_bias");
+  EXPECT_EQ(error_of(json, w, inputs), "weights: missing tensor 'in_proj_bias' of shape (48,)");
+  w = golden.weights();
+  w["in_proj_bias"] = Tensor({47});
+  EXPECT_EQ(error_of(json, w, inputs), "weights: 'in_proj_bias' has shape (47,), expected (48,)");
+  w = golden.weights();
+  w.emplace("extra", Tensor({1}));
+  EXPECT_EQ(error_of(json, w, inputs), "weights: unexpected tensor 'extra'");
+  w = golden.weights();
+  w["in_proj_bias"] = Tensor({48}, DType::kBool);
+  EXPECT_EQ(error_of(json, w, inputs), "weights: 'in_proj_bias' must be F32, got BOOL");
+}
+
+TEST_F(ApplyErrors, BadInputs) {
+  TensorMap in = golden.inputs();
+  in.erase("query");
+  EXPECT_EQ(error_of(json, weights, in), "inputs: missing tensor 'query'");
+  in = golden.inputs();
+  in.emplace("key", Tensor({2, 5, 16}));
+  EXPECT_EQ(error_of(json, weights, in), "inputs: give both 'key' and 'value', or neither for self-attention");
+  in = golden.inputs();
+  in.emplace("keys", Tensor({1}));
+  EXPECT_EQ(error_of(json, weights, in), "inputs: unexpected tensor 'keys'");
+  in = golden.inputs();
+  in["grad_output"] = Tensor({2, 5, 15});
+  EXPECT_EQ(error_of(json, weights, in), "grad_output has shape (2, 5, 15), expected (2, 5, 16)");
+  in = golden.inputs();
+  in.emplace("attn_mask", Tensor({5, 5}, DType::kBool));
+  in["attn_mask"].data<std::uint8_t>()[0] = 1;
+  EXPECT_EQ(error_of(json, weights, in), "no error");
+  in["attn_mask"] = Tensor({4, 5});
+  EXPECT_EQ(error_of(json, weights, in), "attn_mask has shape (4, 5), expected (5, 5) or (8, 5, 5)");
+}
+
+}  // namespace
+}  // namespace multihead

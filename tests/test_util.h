@@ -1,0 +1,98 @@
+// Helpers shared by the tests: tolerance comparisons that report the largest
+// difference, and central finite differences in double precision.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "multihead/core/rng.h"
+#include "multihead/core/tensor.h"
+
+namespace multihead::test {
+
+// PyTorch-style closeness: |a - e| <= atol + rtol * |e| everywhere.
+inline constexpr double kF32Atol = 1e-5;
+inline constexpr double kF32Rtol = 1e-4;
+
+template <typename A, typename E>
+::testing::AssertionResult all_close(std::span<const A> actual, std::span<const E> expected, double atol,
+                                     double rtol) {
+  if (actual.size() != expected.size())
+    return ::testing::AssertionFailure() << "size " << actual.size() << " != expected " << expected.size();
+  double worst_excess = 0.0, worst_diff = 0.0;
+  std::size_t worst = 0;
+  bool ok = true;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    double a = static_cast<double>(actual[i]), e = static_cast<double>(expected[i]);
+    double diff = std::fabs(a - e);
+    double excess = diff - (atol + rtol * std::fabs(e));
+    if (!(excess <= 0.0)) {  // also catches NaN
+      if (ok || excess > worst_excess || std::isnan(diff)) worst_excess = excess, worst = i, worst_diff = diff;
+      ok = false;
+    } else if (ok && diff > worst_diff) {
+      worst_diff = diff, worst = i;
+    }
+  }
+  if (ok) return ::testing::AssertionSuccess() << "largest difference " << worst_diff;
+  return ::testing::AssertionFailure() << "largest violation at index " << worst << ": actual "
+                                       << static_cast<double>(actual[worst]) << ", expected "
+                                       << static_cast<double>(expected[worst]) << " (|diff| = " << worst_diff
+                                       << ", atol " << atol << ", rtol " << rtol << ")";
+}
+
+// Non-template spellings, so calls fit inside EXPECT_TRUE without extra parentheses.
+inline ::testing::AssertionResult all_close_v(std::span<const double> a, std::span<const double> e, double atol,
+                                              double rtol) {
+  return all_close<double, double>(a, e, atol, rtol);
+}
+inline ::testing::AssertionResult all_close_v(std::span<const float> a, std::span<const float> e, double atol,
+                                              double rtol) {
+  return all_close<float, float>(a, e, atol, rtol);
+}
+
+inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double atol = kF32Atol,
+                                            double rtol = kF32Rtol) {
+  if (actual.shape() != expected.shape())
+    return ::testing::AssertionFailure() << "shape " << shape_str(actual.shape()) << " != expected "
+                                         << shape_str(expected.shape());
+  return all_close(actual.span_f32(), expected.span_f32(), atol, rtol);
+}
+
+inline std::vector<double> random_vector(std::size_t n, Rng& rng, double scale = 1.0) {
+  std::vector<double> v(n);
+  for (double& x : v) x = scale * rng.normal();
+  return v;
+}
+
+inline Tensor random_tensor(Shape shape, Rng& rng, float scale = 1.0f) {
+  Tensor t(std::move(shape));
+  for (float& x : t.span_f32()) x = scale * rng.normal();
+  return t;
+}
+
+// Central differences of a scalar function f at x, in place over x.
+inline std::vector<double> numeric_grad(const std::function<double()>& f, std::vector<double>& x, double eps = 1e-6) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double keep = x[i];
+    x[i] = keep + eps;
+    double up = f();
+    x[i] = keep - eps;
+    double down = f();
+    x[i] = keep;
+    g[i] = (up - down) / (2 * eps);
+  }
+  return g;
+}
+
+// Tolerances for a double-precision finite-difference check: truncation error
+// O(eps^2) and rounding O(1e-16 / eps) are both far below these.
+inline constexpr double kFdAtol = 1e-7;
+inline constexpr double kFdRtol = 1e-6;
+
+}  // namespace multihead::test

@@ -1,0 +1,19 @@
+// Subcommands of the multihead CLI. Each registers itself and its flags on
+// the app and returns the function that runs it; the work is in the library.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace multihead::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<void()> run;
+};
+
+Command add_apply(CLI::App& app);
+Command add_demo(CLI::App& app);
+
+}  // namespace multihead::cli

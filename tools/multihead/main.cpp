@@ -1,0 +1,37 @@
+// multihead: command-line front end. It parses flags and dispatches; any
+// error becomes one line on stderr and exit code 2.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"multihead: Transformer multi-head attention on the CPU"};
+  app.set_version_flag("--version", std::string("multihead ") + MULTIHEAD_VERSION);
+  app.require_subcommand(1);
+  std::vector<multihead::cli::Command> commands = {multihead::cli::add_apply(app), multihead::cli::add_demo(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "multihead: error: {} (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (const auto& c : commands)
+      if (c.app->parsed()) c.run();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "multihead: error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}
