@@ -10,6 +10,7 @@ packages=(
   libopenblas-openmp-dev   # BLAS (sgemm) through CBLAS, OpenMP build
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
+  libhwy-dev               # Google Highway: portable SIMD and its vectorised exp
 )
 if [[ "${1:-}" == "--torch" ]]; then
   packages+=(python3-torch python3-numpy)

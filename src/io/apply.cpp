@@ -94,7 +94,9 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
     for (const auto& e : store.entries()) {
       Tensor t(e.shape);
       std::memcpy(t.f32(), store.grad(*store.find(e.name)), sizeof(float) * static_cast<std::size_t>(e.numel));
-      result.emplace("grad." + e.name, std::move(t));
+      std::string grad_name = "grad.";  // (built in two steps: GCC 12 warns falsely on "lit" + str)
+      grad_name += e.name;
+      result.emplace(std::move(grad_name), std::move(t));
     }
   }
   return result;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/init.h"
@@ -197,11 +198,20 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   }
 
   const AttentionDims& d = c.dims;
-  c.probs = Tensor({B, H, L, d.S});
+  c.masks = masks;
+  c.impl = call.impl;
+  c.tiles = call.tiles;
   c.attn = Tensor({B, L, E});
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  attention_ref_forward<float>({c.attn.f32(), L * E, E, d.Dv}, c.probs.f32(), q_view(), k_view(), v_view(), masks, d,
-                               scale, c.dropout);
+  const HeadsView<float> attn_view{c.attn.f32(), L * E, E, d.Dv};
+  if (c.impl == AttentionImpl::kFused) {
+    c.lse = Tensor({B, H, L});
+    attention_fused_forward(attn_view, c.lse.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout,
+                            c.tiles);
+  } else {
+    c.probs = Tensor({B, H, L, d.S});
+    attention_ref_forward<float>(attn_view, c.probs.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout);
+  }
 
   MultiheadAttentionOutput out;
   out.output = Tensor({B, L, E});
@@ -209,7 +219,11 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
                  cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
   if (call.need_weights) {
     out.weights = call.average_attn_weights ? Tensor({B, L, d.S}) : Tensor({B, H, L, d.S});
-    attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
+    if (c.impl == AttentionImpl::kFused)
+      attention_fused_weights(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view(), k_view(), masks, d,
+                              scale, c.dropout, c.tiles);
+    else
+      attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
   }
   c.valid = true;
   return out;
@@ -253,8 +267,13 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
     dv_view = {dv_ext.f32(), d.S * E, E, d.Dv};
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  attention_ref_backward<float>(dq_view, dk_view, dv_view, c.probs.f32(), {d_attn.f32(), L * E, E, d.Dv}, q_view(),
-                                k_view(), v_view(), d, scale, c.dropout);
+  const HeadsView<const float> dout_view{d_attn.f32(), L * E, E, d.Dv};
+  if (c.impl == AttentionImpl::kFused)
+    attention_fused_backward(dq_view, dk_view, dv_view, c.lse.f32(), {c.attn.f32(), L * E, E, d.Dv}, dout_view,
+                             q_view(), k_view(), v_view(), c.masks, d, scale, c.dropout, c.tiles);
+  else
+    attention_ref_backward<float>(dq_view, dk_view, dv_view, c.probs.f32(), dout_view, q_view(), k_view(), v_view(), d,
+                                  scale, c.dropout);
   if (extended) {
     // The first S positions belong to the projected key/value; position S is
     // bias_k/bias_v when add_bias_kv; the zero position has no parameter.

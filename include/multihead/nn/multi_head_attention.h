@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "multihead/core/tensor.h"
+#include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
 #include "multihead/nn/module.h"
 
@@ -38,6 +39,10 @@ struct MultiheadAttentionConfig {
   void validate() const;
 };
 
+// Which attention kernel runs. The fused kernel is the default; the
+// reference kernel materialises the (L, S) weights and is the test oracle.
+enum class AttentionImpl : std::uint8_t { kFused, kReference };
+
 // Per-call options of forward(), as in MultiheadAttention.forward.
 struct MultiheadAttentionCall {
   bool need_weights = true;
@@ -46,6 +51,8 @@ struct MultiheadAttentionCall {
   bool training = false;  // dropout is applied only when training
   std::uint64_t dropout_seed = 0;
   std::uint64_t dropout_stream = 0;  // e.g. (step, layer): distinct masks per call site
+  AttentionImpl impl = AttentionImpl::kFused;
+  AttentionTiles tiles;  // fused kernel only
 };
 
 struct MultiheadAttentionOutput {
@@ -73,7 +80,8 @@ class MultiheadAttention : public Module {
   // Cross-attention, or self-attention when key and value are the same object
   // as query (then one fused QKV GEMM, as PyTorch's `query is key` check).
   // key_padding_mask: (B, S) bool or float, or null. attn_mask: (L, S) or
-  // (B*H, L, S), bool or float, or null.
+  // (B*H, L, S), bool or float, or null. The inputs and masks must stay alive
+  // until backward, which reads them again.
   MultiheadAttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                    const Tensor* key_padding_mask, const Tensor* attn_mask,
                                    const MultiheadAttentionCall& call);
@@ -94,10 +102,14 @@ class MultiheadAttention : public Module {
     AttentionDims dims;           // S here is S' = S + extra positions
     std::int64_t S_in = 0;        // key length as given
     AttentionDropout dropout;
+    AttentionMasks<float> masks;
+    AttentionImpl impl = AttentionImpl::kFused;
+    AttentionTiles tiles;
     Tensor qkv;                   // self: (B, L, 3E)
     Tensor q, k, v;               // cross: (B, L, E), (B, S, E), (B, S, E)
     Tensor k_ext, v_ext;          // with extra positions: (B, S', E)
-    Tensor probs;                 // (B, H, L, S')
+    Tensor probs;                 // reference: (B, H, L, S')
+    Tensor lse;                   // fused: (B, H, L) log-sum-exp per query row
     Tensor attn;                  // (B, L, E), before out_proj
     bool valid = false;
   };

@@ -1,0 +1,49 @@
+// Fused ("flash") attention on the CPU, forward and backward.
+//
+// Queries and keys are processed in tiles with an online softmax (running
+// max m and sum l per query row, the output tile rescaled when m grows), so
+// the (L, S) score matrix never exists in memory: forward keeps only the
+// per-row log-sum-exp, lse = m + log(l), and backward recomputes each tile's
+// weights as P = exp(S - lse). Semantics equal attention_ref_forward /
+// attention_ref_backward, masks, dropout and fully masked rows included
+// (such a row gets lse = +inf, so every recomputed weight is exactly 0).
+//
+// Threads: forward parallelises over (batch, head, query block), backward
+// over (batch, head), so each thread owns whole rows of dQ and whole key
+// blocks of dK and dV: no atomics. GEMMs on tiles call single-threaded BLAS.
+#pragma once
+
+#include <cstdint>
+
+#include "multihead/kernels/attention_types.h"
+
+namespace multihead {
+
+// Tile sizes, in rows. The defaults come from the sweep in docs/BENCHMARKS.md.
+struct AttentionTiles {
+  std::int64_t q_block = 64;   // query rows per tile
+  std::int64_t k_block = 256;  // key rows per tile
+};
+
+// out: (B, L, H, Dv) view, written; lse: (B, H, L), written.
+// q: (B, L, H, D), k: (B, S, H, D), v: (B, S, H, Dv) views.
+void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const float> q, HeadsView<const float> k,
+                             HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& dims,
+                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
+
+// dq (B, L, H, D), dk (B, S, H, D), dv (B, S, H, Dv): written, not accumulated.
+// out and lse are the forward's results; dout is the gradient of out.
+void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+                              HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q,
+                              HeadsView<const float> k, HeadsView<const float> v, const AttentionMasks<float>& masks,
+                              const AttentionDims& dims, float scale, const AttentionDropout& dropout,
+                              const AttentionTiles& tiles = {});
+
+// The weights nn.MultiheadAttention returns, recomputed tile by tile from the
+// saved lse: (B, H, L, S) per head, or (B, L, S) averaged over heads; after
+// dropout when dropout is active.
+void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
+                             HeadsView<const float> k, const AttentionMasks<float>& masks, const AttentionDims& dims,
+                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
+
+}  // namespace multihead

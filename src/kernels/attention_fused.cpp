@@ -1,0 +1,306 @@
+#include "multihead/kernels/attention_fused.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "multihead/core/error.h"
+#include "multihead/core/rng.h"
+#include "multihead/core/tensor.h"
+#include "multihead/kernels/gemm.h"
+#include "simd_rows.h"
+
+namespace multihead {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Which part of a (query block, key block) tile the masks touch.
+struct TilePlan {
+  bool skip = false;       // every score is masked by causality: nothing to compute
+  bool elementwise = false;  // some scores need masks applied one by one
+};
+
+struct MaskGeometry {
+  const AttentionMasks<float>& m;
+  const AttentionDims& d;
+  std::int64_t cols;    // keys the masks cover
+  std::int64_t offset;  // causal: query i sees keys j <= i + offset
+  bool has_tensor_masks;
+
+  MaskGeometry(const AttentionMasks<float>& masks, const AttentionDims& dims)
+      : m(masks),
+        d(dims),
+        cols(masks.masked_cols < 0 ? dims.S : masks.masked_cols),
+        offset(masks.causal == CausalAlign::kBottomRight ? cols - dims.L : 0),
+        has_tensor_masks(masks.key_padding_bool || masks.key_padding_add || masks.attn_bool || masks.attn_add) {}
+
+  TilePlan plan(std::int64_t i0, std::int64_t nr, std::int64_t j0, std::int64_t nc) const {
+    TilePlan p;
+    const bool in_masked_cols = j0 < cols;
+    if (m.causal != CausalAlign::kNone && in_masked_cols) {
+      // Keys past `cols` (bias_k / zero positions) are never masked.
+      if (j0 + nc <= cols && j0 > i0 + nr - 1 + offset) p.skip = true;
+      if (j0 + nc - 1 > i0 + offset) p.elementwise = true;
+    }
+    if (has_tensor_masks && in_masked_cols) p.elementwise = true;
+    return p;
+  }
+
+  // Adds float masks and sets masked scores to -inf in s (nr, nc), row stride lds.
+  void apply(float* s, std::int64_t lds, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nr,
+             std::int64_t j0, std::int64_t nc) const {
+    const std::int64_t jm = std::min(j0 + nc, cols) - j0;  // tile columns under the masks
+    if (jm <= 0) return;
+    for (std::int64_t r = 0; r < nr; ++r) {
+      float* row = s + r * lds;
+      const std::int64_t i = i0 + r;
+      if (m.key_padding_add) {
+        const float* kp = m.key_padding_add + b * cols + j0;
+        for (std::int64_t c = 0; c < jm; ++c) row[c] += kp[c];
+      }
+      const std::int64_t a = ((m.attn_per_head ? (b * d.H + h) * d.L : 0) + i) * cols + j0;
+      if (m.attn_add) {
+        const float* am = m.attn_add + a;
+        for (std::int64_t c = 0; c < jm; ++c) row[c] += am[c];
+      }
+      if (m.key_padding_bool) {
+        const std::uint8_t* kp = m.key_padding_bool + b * cols + j0;
+        for (std::int64_t c = 0; c < jm; ++c) row[c] = kp[c] ? -kInf : row[c];
+      }
+      if (m.attn_bool) {
+        const std::uint8_t* am = m.attn_bool + a;
+        for (std::int64_t c = 0; c < jm; ++c) row[c] = am[c] ? -kInf : row[c];
+      }
+      if (m.causal != CausalAlign::kNone) {
+        for (std::int64_t c = std::max<std::int64_t>(0, i + offset + 1 - j0); c < jm; ++c) row[c] = -kInf;
+      }
+    }
+  }
+};
+
+// Multiplies p (n) by the dropout keep factor of elements base .. base+n of
+// the dropout stream: 1/(1-p) when kept, 0 when dropped. One Philox block
+// serves four consecutive elements.
+void apply_dropout_row(float* x, std::int64_t n, std::uint64_t base, const AttentionDropout& drop) {
+  const float ks = drop.p < 1.0f ? 1.0f / (1.0f - drop.p) : 0.0f;
+  std::uint64_t idx = base;
+  std::int64_t j = 0;
+  while (j < n) {
+    auto block = philox4x32(drop.seed, drop.stream, idx >> 2);
+    for (std::uint64_t lane = idx & 3; lane < 4 && j < n; ++lane, ++j, ++idx)
+      x[j] *= u32_to_unit_float(block[lane]) >= drop.p ? ks : 0.0f;
+  }
+}
+
+inline std::uint64_t dropout_index(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i,
+                                   std::int64_t j) {
+  return static_cast<std::uint64_t>(((b * d.H + h) * d.L + i) * d.S + j);
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void check_tiles(const AttentionTiles& t) {
+  check<ConfigError>(t.q_block > 0 && t.k_block > 0, "attention tile sizes must be positive, got {} x {}", t.q_block,
+                     t.k_block);
+}
+
+}  // namespace
+
+void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const float> q, HeadsView<const float> k,
+                             HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& d,
+                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  check_tiles(tiles);
+  const MaskGeometry geo(masks, d);
+  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const std::int64_t nqb = ceil_div(d.L, Br);
+  const std::int64_t tasks = d.B * d.H * nqb;
+  // Per thread: scores (Br, Bc), output accumulator (Br, Dv), m and l (Br).
+  const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br;
+  Tensor workspace({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+
+#pragma omp parallel
+  {
+    float* s = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
+    float* acc = s + Br * Bc;                                        // (Br, Dv)
+    float* m = acc + Br * d.Dv;                                      // (Br)
+    float* l = m + Br;                                               // (Br)
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
+      const std::int64_t i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
+      const float* qi = q.at(b, h) + i0 * q.row_stride;
+      std::fill(m, m + nr, -kInf);
+      std::fill(l, l + nr, 0.0f);
+      std::fill(acc, acc + nr * d.Dv, 0.0f);
+      for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
+        const std::int64_t nc = std::min(Bc, d.S - j0);
+        const TilePlan plan = geo.plan(i0, nr, j0, nc);
+        if (plan.skip) continue;
+        gemm(Trans::kNo, Trans::kYes, nr, nc, d.D, scale, qi, q.row_stride, k.at(b, h) + j0 * k.row_stride,
+             k.row_stride, 0.0f, s, Bc);
+        if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc);
+        for (std::int64_t r = 0; r < nr; ++r) {
+          float* row = s + r * Bc;
+          const float m_new = std::max(m[r], simd::row_max(row, nc));
+          if (m_new == -kInf) {  // nothing visible yet in this row
+            std::fill(row, row + nc, 0.0f);
+            continue;
+          }
+          const float alpha = std::exp(m[r] - m_new);  // 0 when m was -inf
+          l[r] = l[r] * alpha + simd::exp_shift_sum(row, nc, m_new);
+          if (alpha != 1.0f) simd::scale_row(acc + r * d.Dv, d.Dv, alpha);
+          m[r] = m_new;
+          if (dropout.active()) apply_dropout_row(row, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+        }
+        gemm(Trans::kNo, Trans::kNo, nr, d.Dv, nc, 1.0f, s, Bc, v.at(b, h) + j0 * v.row_stride, v.row_stride, 1.0f,
+             acc, d.Dv);
+      }
+      float* lse_bh = lse + bh * d.L + i0;
+      for (std::int64_t r = 0; r < nr; ++r) {
+        float* o = out.at(b, h) + (i0 + r) * out.row_stride;
+        if (l[r] > 0.0f) {
+          const float inv = 1.0f / l[r];
+          for (std::int64_t e = 0; e < d.Dv; ++e) o[e] = acc[r * d.Dv + e] * inv;
+          lse_bh[r] = m[r] + std::log(l[r]);
+        } else {
+          std::fill(o, o + d.Dv, 0.0f);
+          lse_bh[r] = kInf;  // backward then recomputes exp(S - inf) = 0
+        }
+      }
+    }
+  }
+}
+
+void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+                              HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q,
+                              HeadsView<const float> k, HeadsView<const float> v, const AttentionMasks<float>& masks,
+                              const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                              const AttentionTiles& tiles) {
+  check_tiles(tiles);
+  const MaskGeometry geo(masks, d);
+  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
+  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L).
+  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L;
+  Tensor workspace({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+
+#pragma omp parallel
+  {
+    float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
+    float* pd = p + Br * Bc;                                           // (Br, Bc)
+    float* dp = pd + Br * Bc;                                          // (Br, Bc)
+    float* dk_acc = dp + Br * Bc;                                      // (Bc, D)
+    float* dv_acc = dk_acc + Bc * d.D;                                 // (Bc, Dv)
+    float* delta = dv_acc + Bc * d.Dv;                                 // (L)
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const std::int64_t b = bh / d.H, h = bh % d.H;
+      const float* lse_bh = lse + bh * d.L;
+      // dS = P * (dP - delta) with delta_i = sum_j P_ij dP_ij = dO_i . O_i
+      // (also under dropout, since O already holds the dropped weights).
+      for (std::int64_t i = 0; i < d.L; ++i) {
+        delta[i] = simd::dot(dout.at(b, h) + i * dout.row_stride, out.at(b, h) + i * out.row_stride, d.Dv);
+        std::fill_n(dq.at(b, h) + i * dq.row_stride, d.D, 0.0f);
+      }
+      for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
+        const std::int64_t nc = std::min(Bc, d.S - j0);
+        const float* kj = k.at(b, h) + j0 * k.row_stride;
+        const float* vj = v.at(b, h) + j0 * v.row_stride;
+        std::fill_n(dk_acc, nc * d.D, 0.0f);
+        std::fill_n(dv_acc, nc * d.Dv, 0.0f);
+        for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
+          const std::int64_t nr = std::min(Br, d.L - i0);
+          const TilePlan plan = geo.plan(i0, nr, j0, nc);
+          if (plan.skip) continue;
+          const float* qi = q.at(b, h) + i0 * q.row_stride;
+          const float* doi = dout.at(b, h) + i0 * dout.row_stride;
+          // P = exp(scale * Q K^T + mask - lse)
+          gemm(Trans::kNo, Trans::kYes, nr, nc, d.D, scale, qi, q.row_stride, kj, k.row_stride, 0.0f, p, Bc);
+          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc);
+          for (std::int64_t r = 0; r < nr; ++r) simd::exp_shift_sum(p + r * Bc, nc, lse_bh[i0 + r]);
+          const float* pv = p;  // the weights that multiplied V
+          if (dropout.active()) {
+            for (std::int64_t r = 0; r < nr; ++r) {
+              std::copy_n(p + r * Bc, nc, pd + r * Bc);
+              apply_dropout_row(pd + r * Bc, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+            }
+            pv = pd;
+          }
+          // dV_j += dropout(P)^T dO_i
+          gemm(Trans::kYes, Trans::kNo, nc, d.Dv, nr, 1.0f, pv, Bc, doi, dout.row_stride, 1.0f, dv_acc, d.Dv);
+          // dP = dO_i V_j^T, through the dropout mask, then dS in place.
+          gemm(Trans::kNo, Trans::kYes, nr, nc, d.Dv, 1.0f, doi, dout.row_stride, vj, v.row_stride, 0.0f, dp, Bc);
+          for (std::int64_t r = 0; r < nr; ++r) {
+            if (dropout.active()) apply_dropout_row(dp + r * Bc, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+            simd::softmax_grad_row(dp + r * Bc, p + r * Bc, nc, delta[i0 + r]);
+          }
+          // dQ_i += scale * dS K_j;  dK_j += scale * dS^T Q_i
+          gemm(Trans::kNo, Trans::kNo, nr, d.D, nc, scale, dp, Bc, kj, k.row_stride, 1.0f,
+               dq.at(b, h) + i0 * dq.row_stride, dq.row_stride);
+          gemm(Trans::kYes, Trans::kNo, nc, d.D, nr, scale, dp, Bc, qi, q.row_stride, 1.0f, dk_acc, d.D);
+        }
+        for (std::int64_t c = 0; c < nc; ++c) {
+          std::copy_n(dk_acc + c * d.D, d.D, dk.at(b, h) + (j0 + c) * dk.row_stride);
+          std::copy_n(dv_acc + c * d.Dv, d.Dv, dv.at(b, h) + (j0 + c) * dv.row_stride);
+        }
+      }
+    }
+  }
+}
+
+void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
+                             HeadsView<const float> k, const AttentionMasks<float>& masks, const AttentionDims& d,
+                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  check_tiles(tiles);
+  const MaskGeometry geo(masks, d);
+  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const std::int64_t nqb = ceil_div(d.L, Br);
+  const std::int64_t per_thread = Br * Bc;
+  Tensor workspace({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  const float inv_h = 1.0f / static_cast<float>(d.H);
+
+  // Tasks own (batch, query block) so head averaging writes disjoint rows.
+#pragma omp parallel
+  {
+    float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < d.B * nqb; ++t) {
+      const std::int64_t b = t / nqb, i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
+      if (average_heads)
+        for (std::int64_t r = 0; r < nr; ++r) std::fill_n(weights + (b * d.L + i0 + r) * d.S, d.S, 0.0f);
+      for (std::int64_t h = 0; h < d.H; ++h) {
+        const float* lse_bh = lse + (b * d.H + h) * d.L;
+        for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
+          const std::int64_t nc = std::min(Bc, d.S - j0);
+          const TilePlan plan = geo.plan(i0, nr, j0, nc);
+          for (std::int64_t r = 0; r < nr; ++r) {
+            float* w = average_heads ? weights + (b * d.L + i0 + r) * d.S + j0
+                                     : weights + ((b * d.H + h) * d.L + i0 + r) * d.S + j0;
+            if (plan.skip && !average_heads) std::fill_n(w, nc, 0.0f);
+          }
+          if (plan.skip) continue;
+          gemm(Trans::kNo, Trans::kYes, nr, nc, d.D, scale, q.at(b, h) + i0 * q.row_stride, q.row_stride,
+               k.at(b, h) + j0 * k.row_stride, k.row_stride, 0.0f, p, Bc);
+          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc);
+          for (std::int64_t r = 0; r < nr; ++r) {
+            float* row = p + r * Bc;
+            simd::exp_shift_sum(row, nc, lse_bh[i0 + r]);
+            if (dropout.active()) apply_dropout_row(row, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+            if (average_heads) {
+              float* w = weights + (b * d.L + i0 + r) * d.S + j0;
+              for (std::int64_t c = 0; c < nc; ++c) w[c] += row[c] * inv_h;
+            } else {
+              std::copy_n(row, nc, weights + ((b * d.H + h) * d.L + i0 + r) * d.S + j0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace multihead
