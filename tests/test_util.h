@@ -15,6 +15,10 @@
 
 namespace multihead::test {
 
+// Every test binary fills Tensor::empty buffers with NaN, so a kernel that
+// reads memory it never wrote produces NaN and fails its comparison.
+inline const bool kPoisonUninitialized = (set_poison_uninitialized(true), true);
+
 // PyTorch-style closeness: |a - e| <= atol + rtol * |e| everywhere.
 inline constexpr double kF32Atol = 1e-5;
 inline constexpr double kF32Rtol = 1e-4;

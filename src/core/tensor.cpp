@@ -1,5 +1,6 @@
 #include "multihead/core/tensor.h"
 
+#include <atomic>
 #include <cstring>
 #include <limits>
 
@@ -44,10 +45,25 @@ std::int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), numel_(shape_numel(shape_)), dtype_(dtype) {
-  std::size_t bytes = nbytes();
-  data_ = tracked_alloc(bytes);
-  if (bytes) std::memset(data_, 0, bytes);
+namespace {
+std::atomic<bool> g_poison{false};
+}  // namespace
+
+void set_poison_uninitialized(bool on) noexcept { g_poison.store(on); }
+
+Tensor::Tensor(Shape shape, DType dtype, Uninit)
+    : shape_(std::move(shape)), numel_(shape_numel(shape_)), dtype_(dtype) {
+  data_ = tracked_alloc(nbytes());
+}
+
+Tensor::Tensor(Shape shape, DType dtype) : Tensor(std::move(shape), dtype, Uninit{}) {
+  if (nbytes()) std::memset(data_, 0, nbytes());
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype) {
+  Tensor t(std::move(shape), dtype, Uninit{});
+  if (g_poison.load(std::memory_order_relaxed) && t.nbytes()) std::memset(t.data_, 0xFF, t.nbytes());
+  return t;
 }
 
 Tensor::Tensor(Tensor&& o) noexcept

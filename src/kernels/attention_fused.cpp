@@ -12,6 +12,7 @@
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/gemm.h"
 #include "simd_rows.h"
+#include "tile_gemm.h"
 
 namespace multihead {
 namespace {
@@ -103,6 +104,37 @@ inline std::uint64_t dropout_index(const AttentionDims& d, std::int64_t b, std::
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// The products on tiles, through the micro-kernel or BLAS. Names give the
+// shapes: a "T" operand is used transposed.
+struct TileMath {
+  bool blas;
+
+  // S (nr, nc), ld lds = alpha * Q (nr, D) K^T, with K (nc, D) row stride ldk.
+  // The micro-kernel reads K^T from kt (D, nc), row stride ldkt, packed by pack_t.
+  void q_kt(float* S, std::int64_t lds, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
+            const float* kt, std::int64_t ldkt, std::int64_t nr, std::int64_t nc, std::int64_t D, float alpha) const {
+    if (blas) gemm(Trans::kNo, Trans::kYes, nr, nc, D, alpha, Q, ldq, K, ldk, 0.0f, S, lds);
+    else simd::tile_gemm<false>(S, lds, Q, ldq, kt, ldkt, nr, nc, D, alpha, false);
+  }
+  // C (m, n) (+)= alpha * A (m, k) B (k, n)
+  void ab(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+          std::int64_t m, std::int64_t n, std::int64_t k, float alpha, bool accumulate) const {
+    if (blas) gemm(Trans::kNo, Trans::kNo, m, n, k, alpha, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+    else simd::tile_gemm<false>(C, ldc, A, lda, B, ldb, m, n, k, alpha, accumulate);
+  }
+  // C (m, n) (+)= alpha * A^T B with A stored (k, m), B (k, n)
+  void at_b(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+            std::int64_t m, std::int64_t n, std::int64_t k, float alpha, bool accumulate) const {
+    if (blas) gemm(Trans::kYes, Trans::kNo, m, n, k, alpha, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+    else simd::tile_gemm<true>(C, ldc, A, lda, B, ldb, m, n, k, alpha, accumulate);
+  }
+  // dst (cols, rows) = src (rows, cols)^T with dst row stride ldd; for the micro-kernel only.
+  void pack_t(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
+              std::int64_t cols) const {
+    if (!blas) simd::transpose_tile(dst, ldd, src, lds, rows, cols);
+  }
+};
+
 void check_tiles(const AttentionTiles& t) {
   check<ConfigError>(t.q_block > 0 && t.k_block > 0, "attention tile sizes must be positive, got {} x {}", t.q_block,
                      t.k_block);
@@ -118,9 +150,18 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
+  const TileMath tm{tiles.gemm == TileGemm::kBlas};
   // Per thread: scores (Br, Bc), output accumulator (Br, Dv), m and l (Br).
   const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br;
-  Tensor workspace({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  // K^T (B*H, D, S) for the micro-kernel, packed once and shared by every
+  // query block of a head.
+  Tensor kt_all = tm.blas ? Tensor() : Tensor::empty({d.B * d.H, d.D, d.S});
+  if (!tm.blas) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh)
+      tm.pack_t(kt_all.f32() + bh * d.D * d.S, d.S, k.at(bh / d.H, bh % d.H), k.row_stride, d.S, d.D);
+  }
 
 #pragma omp parallel
   {
@@ -140,8 +181,8 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
         const std::int64_t nc = std::min(Bc, d.S - j0);
         const TilePlan plan = geo.plan(i0, nr, j0, nc);
         if (plan.skip) continue;
-        gemm(Trans::kNo, Trans::kYes, nr, nc, d.D, scale, qi, q.row_stride, k.at(b, h) + j0 * k.row_stride,
-             k.row_stride, 0.0f, s, Bc);
+        const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
+        tm.q_kt(s, Bc, qi, q.row_stride, k.at(b, h) + j0 * k.row_stride, k.row_stride, kt, d.S, nr, nc, d.D, scale);
         if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc);
         for (std::int64_t r = 0; r < nr; ++r) {
           float* row = s + r * Bc;
@@ -156,8 +197,7 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
           m[r] = m_new;
           if (dropout.active()) apply_dropout_row(row, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
         }
-        gemm(Trans::kNo, Trans::kNo, nr, d.Dv, nc, 1.0f, s, Bc, v.at(b, h) + j0 * v.row_stride, v.row_stride, 1.0f,
-             acc, d.Dv);
+        tm.ab(acc, d.Dv, s, Bc, v.at(b, h) + j0 * v.row_stride, v.row_stride, nr, d.Dv, nc, 1.0f, true);
       }
       float* lse_bh = lse + bh * d.L + i0;
       for (std::int64_t r = 0; r < nr; ++r) {
@@ -183,10 +223,11 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const TileMath tm{tiles.gemm == TileGemm::kBlas};
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
-  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L).
-  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L;
-  Tensor workspace({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T (D, Bc) and V^T (Dv, Bc).
+  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv);
+  Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
 
 #pragma omp parallel
   {
@@ -196,6 +237,8 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
     float* dk_acc = dp + Br * Bc;                                      // (Bc, D)
     float* dv_acc = dk_acc + Bc * d.D;                                 // (Bc, Dv)
     float* delta = dv_acc + Bc * d.Dv;                                 // (L)
+    float* kt = delta + d.L;                                           // (D, Bc)
+    float* vt = kt + d.D * Bc;                                         // (Dv, Bc)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       const std::int64_t b = bh / d.H, h = bh % d.H;
@@ -212,6 +255,8 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
         const float* vj = v.at(b, h) + j0 * v.row_stride;
         std::fill_n(dk_acc, nc * d.D, 0.0f);
         std::fill_n(dv_acc, nc * d.Dv, 0.0f);
+        tm.pack_t(kt, Bc, kj, k.row_stride, nc, d.D);
+        tm.pack_t(vt, Bc, vj, v.row_stride, nc, d.Dv);
         for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
           const std::int64_t nr = std::min(Br, d.L - i0);
           const TilePlan plan = geo.plan(i0, nr, j0, nc);
@@ -219,7 +264,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           const float* qi = q.at(b, h) + i0 * q.row_stride;
           const float* doi = dout.at(b, h) + i0 * dout.row_stride;
           // P = exp(scale * Q K^T + mask - lse)
-          gemm(Trans::kNo, Trans::kYes, nr, nc, d.D, scale, qi, q.row_stride, kj, k.row_stride, 0.0f, p, Bc);
+          tm.q_kt(p, Bc, qi, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc);
           for (std::int64_t r = 0; r < nr; ++r) simd::exp_shift_sum(p + r * Bc, nc, lse_bh[i0 + r]);
           const float* pv = p;  // the weights that multiplied V
@@ -231,17 +276,16 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             pv = pd;
           }
           // dV_j += dropout(P)^T dO_i
-          gemm(Trans::kYes, Trans::kNo, nc, d.Dv, nr, 1.0f, pv, Bc, doi, dout.row_stride, 1.0f, dv_acc, d.Dv);
+          tm.at_b(dv_acc, d.Dv, pv, Bc, doi, dout.row_stride, nc, d.Dv, nr, 1.0f, true);
           // dP = dO_i V_j^T, through the dropout mask, then dS in place.
-          gemm(Trans::kNo, Trans::kYes, nr, nc, d.Dv, 1.0f, doi, dout.row_stride, vj, v.row_stride, 0.0f, dp, Bc);
+          tm.q_kt(dp, Bc, doi, dout.row_stride, vj, v.row_stride, vt, Bc, nr, nc, d.Dv, 1.0f);
           for (std::int64_t r = 0; r < nr; ++r) {
             if (dropout.active()) apply_dropout_row(dp + r * Bc, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
             simd::softmax_grad_row(dp + r * Bc, p + r * Bc, nc, delta[i0 + r]);
           }
           // dQ_i += scale * dS K_j;  dK_j += scale * dS^T Q_i
-          gemm(Trans::kNo, Trans::kNo, nr, d.D, nc, scale, dp, Bc, kj, k.row_stride, 1.0f,
-               dq.at(b, h) + i0 * dq.row_stride, dq.row_stride);
-          gemm(Trans::kYes, Trans::kNo, nc, d.D, nr, scale, dp, Bc, qi, q.row_stride, 1.0f, dk_acc, d.D);
+          tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kj, k.row_stride, nr, d.D, nc, scale, true);
+          tm.at_b(dk_acc, d.D, dp, Bc, qi, q.row_stride, nc, d.D, nr, scale, true);
         }
         for (std::int64_t c = 0; c < nc; ++c) {
           std::copy_n(dk_acc + c * d.D, d.D, dk.at(b, h) + (j0 + c) * dk.row_stride);
@@ -259,14 +303,16 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
-  const std::int64_t per_thread = Br * Bc;
-  Tensor workspace({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  const TileMath tm{tiles.gemm == TileGemm::kBlas};
+  const std::int64_t per_thread = Br * Bc + d.D * Bc;  // P (Br, Bc), K^T (D, Bc)
+  Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   const float inv_h = 1.0f / static_cast<float>(d.H);
 
   // Tasks own (batch, query block) so head averaging writes disjoint rows.
 #pragma omp parallel
   {
     float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
+    float* kt = p + Br * Bc;                                           // (D, Bc)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < d.B * nqb; ++t) {
       const std::int64_t b = t / nqb, i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
@@ -283,8 +329,9 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
             if (plan.skip && !average_heads) std::fill_n(w, nc, 0.0f);
           }
           if (plan.skip) continue;
-          gemm(Trans::kNo, Trans::kYes, nr, nc, d.D, scale, q.at(b, h) + i0 * q.row_stride, q.row_stride,
-               k.at(b, h) + j0 * k.row_stride, k.row_stride, 0.0f, p, Bc);
+          const float* kj = k.at(b, h) + j0 * k.row_stride;
+          tm.pack_t(kt, Bc, kj, k.row_stride, nc, d.D);
+          tm.q_kt(p, Bc, q.at(b, h) + i0 * q.row_stride, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc);
           for (std::int64_t r = 0; r < nr; ++r) {
             float* row = p + r * Bc;

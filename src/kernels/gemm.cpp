@@ -38,7 +38,4 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, do
   gemm_any(cblas_dgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void set_blas_threads(int n) { openblas_set_num_threads(n); }
-int blas_threads() { return openblas_get_num_threads(); }
-
 }  // namespace multihead

@@ -160,15 +160,15 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   const float* b_in = cfg_.bias ? store_->data(in_proj_bias_) : nullptr;
   auto bias_part = [&](int i) { return b_in ? b_in + i * E : nullptr; };
   if (c.self) {
-    c.qkv = Tensor({B, L, 3 * E});
+    c.qkv = Tensor::empty({B, L, 3 * E});
     linear_forward(c.qkv.f32(), 3 * E, query.f32(), E, store_->data(in_proj_weight_), b_in, B * L, E, 3 * E);
   } else {
     const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
     const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
     const float* wv = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + 2 * E * E : store_->data(v_proj_weight_);
-    c.q = Tensor({B, L, E});
-    c.k = Tensor({B, S, E});
-    c.v = Tensor({B, S, E});
+    c.q = Tensor::empty({B, L, E});
+    c.k = Tensor::empty({B, S, E});
+    c.v = Tensor::empty({B, S, E});
     linear_forward(c.q.f32(), E, query.f32(), E, wq, bias_part(0), B * L, E, E);
     linear_forward(c.k.f32(), E, key.f32(), cfg_.key_dim(), wk, bias_part(1), B * S, cfg_.key_dim(), E);
     linear_forward(c.v.f32(), E, value.f32(), cfg_.value_dim(), wv, bias_part(2), B * S, cfg_.value_dim(), E);
@@ -181,7 +181,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     std::int64_t ld = c.self ? 3 * E : E;
     std::int64_t s_cur = S;
     if (cfg_.add_bias_kv) {
-      Tensor k1({B, s_cur + 1, E}), v1({B, s_cur + 1, E});
+      Tensor k1 = Tensor::empty({B, s_cur + 1, E}), v1 = Tensor::empty({B, s_cur + 1, E});
       append_position(k1.f32(), k_src, ld, store_->data(bias_k_), B, s_cur, E);
       append_position(v1.f32(), v_src, ld, store_->data(bias_v_), B, s_cur, E);
       c.k_ext = std::move(k1);
@@ -189,7 +189,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
       k_src = c.k_ext.f32(), v_src = c.v_ext.f32(), ld = E, ++s_cur;
     }
     if (cfg_.add_zero_attn) {
-      Tensor k1({B, s_cur + 1, E}), v1({B, s_cur + 1, E});
+      Tensor k1 = Tensor::empty({B, s_cur + 1, E}), v1 = Tensor::empty({B, s_cur + 1, E});
       append_position(k1.f32(), k_src, ld, nullptr, B, s_cur, E);
       append_position(v1.f32(), v_src, ld, nullptr, B, s_cur, E);
       c.k_ext = std::move(k1);
@@ -201,24 +201,24 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   c.masks = masks;
   c.impl = call.impl;
   c.tiles = call.tiles;
-  c.attn = Tensor({B, L, E});
+  c.attn = Tensor::empty({B, L, E});
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const HeadsView<float> attn_view{c.attn.f32(), L * E, E, d.Dv};
   if (c.impl == AttentionImpl::kFused) {
-    c.lse = Tensor({B, H, L});
+    c.lse = Tensor::empty({B, H, L});
     attention_fused_forward(attn_view, c.lse.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout,
                             c.tiles);
   } else {
-    c.probs = Tensor({B, H, L, d.S});
+    c.probs = Tensor::empty({B, H, L, d.S});
     attention_ref_forward<float>(attn_view, c.probs.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout);
   }
 
   MultiheadAttentionOutput out;
-  out.output = Tensor({B, L, E});
+  out.output = Tensor::empty({B, L, E});
   linear_forward(out.output.f32(), E, c.attn.f32(), E, store_->data(out_proj_weight_),
                  cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
   if (call.need_weights) {
-    out.weights = call.average_attn_weights ? Tensor({B, L, d.S}) : Tensor({B, H, L, d.S});
+    out.weights = call.average_attn_weights ? Tensor::empty({B, L, d.S}) : Tensor::empty({B, H, L, d.S});
     if (c.impl == AttentionImpl::kFused)
       attention_fused_weights(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view(), k_view(), masks, d,
                               scale, c.dropout, c.tiles);
@@ -237,7 +237,7 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   expect_shape(grad_output, {B, L, E}, "grad_output");
 
   // Through out_proj: d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
-  Tensor d_attn({B, L, E});
+  Tensor d_attn = Tensor::empty({B, L, E});
   linear_backward(d_attn.f32(), E, false, store_->grad(out_proj_weight_),
                   cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E, c.attn.f32(), E,
                   store_->data(out_proj_weight_), B * L, E, E);
@@ -247,22 +247,22 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   Tensor dqkv, dq, dk, dv, dk_ext, dv_ext;
   HeadsView<float> dq_view, dk_view, dv_view;
   if (c.self) {
-    dqkv = Tensor({B, L, 3 * E});
+    dqkv = Tensor::empty({B, L, 3 * E});
     dq_view = {dqkv.f32(), L * 3 * E, 3 * E, d.D};
     dk_view = {dqkv.f32() + E, L * 3 * E, 3 * E, d.D};
     dv_view = {dqkv.f32() + 2 * E, L * 3 * E, 3 * E, d.Dv};
   } else {
-    dq = Tensor({B, L, E});
-    dk = Tensor({B, S, E});
-    dv = Tensor({B, S, E});
+    dq = Tensor::empty({B, L, E});
+    dk = Tensor::empty({B, S, E});
+    dv = Tensor::empty({B, S, E});
     dq_view = {dq.f32(), L * E, E, d.D};
     dk_view = {dk.f32(), S * E, E, d.D};
     dv_view = {dv.f32(), S * E, E, d.Dv};
   }
   HeadsView<float> dk_target = dk_view, dv_target = dv_view;
   if (extended) {
-    dk_ext = Tensor({B, d.S, E});
-    dv_ext = Tensor({B, d.S, E});
+    dk_ext = Tensor::empty({B, d.S, E});
+    dv_ext = Tensor::empty({B, d.S, E});
     dk_view = {dk_ext.f32(), d.S * E, E, d.D};
     dv_view = {dv_ext.f32(), d.S * E, E, d.Dv};
   }
@@ -299,7 +299,7 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   float* gb_in = cfg_.bias ? store_->grad(in_proj_bias_) : nullptr;
   auto gbias_part = [&](int i) { return gb_in ? gb_in + i * E : nullptr; };
   if (c.self) {
-    g.query = Tensor({B, L, E});
+    g.query = Tensor::empty({B, L, E});
     linear_backward(g.query.f32(), E, false, store_->grad(in_proj_weight_), gb_in, dqkv.f32(), 3 * E,
                     c.query->f32(), E, store_->data(in_proj_weight_), B * L, E, 3 * E);
     return g;
@@ -312,9 +312,9 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   float* gw[3] = {packed ? store_->grad(in_proj_weight_) : store_->grad(q_proj_weight_),
                   packed ? store_->grad(in_proj_weight_) + E * E : store_->grad(k_proj_weight_),
                   packed ? store_->grad(in_proj_weight_) + 2 * E * E : store_->grad(v_proj_weight_)};
-  g.query = Tensor({B, L, E});
-  g.key = Tensor({B, S, kd});
-  g.value = Tensor({B, S, vd});
+  g.query = Tensor::empty({B, L, E});
+  g.key = Tensor::empty({B, S, kd});
+  g.value = Tensor::empty({B, S, vd});
   linear_backward(g.query.f32(), E, false, gw[0], gbias_part(0), dq.f32(), E, c.query->f32(), E, w[0], B * L, E, E);
   linear_backward(g.key.f32(), kd, false, gw[1], gbias_part(1), dk.f32(), E, c.key->f32(), kd, w[1], B * S, kd, E);
   linear_backward(g.value.f32(), vd, false, gw[2], gbias_part(2), dv.f32(), E, c.value->f32(), vd, w[2], B * S, vd, E);

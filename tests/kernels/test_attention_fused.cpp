@@ -137,9 +137,11 @@ std::vector<Spec> specs() {
   for (std::int64_t L : {1, 7, 65, 257})
     for (std::int64_t D : {1, 3, 64, 128}) {
       if (L == 257 && D != 64 && D != 3) continue;  // keep the suite fast; 257 is covered twice
-      for (bool tiny : {false, true}) {
-        Spec s{fmt::format("L{}_D{}_{}", L, D, tiny ? "small_tiles" : "default_tiles"), {2, 2, L, L, D, D}};
-        if (tiny) s.tiles = small;
+      for (int variant = 0; variant < 3; ++variant) {
+        static const char* kNames[] = {"default_tiles", "small_tiles", "blas_tiles"};
+        Spec s{fmt::format("L{}_D{}_{}", L, D, kNames[variant]), {2, 2, L, L, D, D}};
+        if (variant == 1) s.tiles = small;
+        if (variant == 2) s.tiles.gemm = TileGemm::kBlas;
         v.push_back(s);
       }
     }
@@ -150,6 +152,10 @@ std::vector<Spec> specs() {
       f(s);
       v.push_back(s);
     }
+    Spec s{name + "_blas_tiles", d};  // the BLAS-on-tiles path, same checks
+    s.tiles.gemm = TileGemm::kBlas;
+    f(s);
+    v.push_back(s);
   };
   const AttentionDims ne{2, 3, 37, 70, 8, 8};  // L != S
   add("kpm_bool", ne, [](Spec& s) { s.kpm_bool = true; });

@@ -14,6 +14,7 @@ struct Command {
 };
 
 Command add_apply(CLI::App& app);
+Command add_bench(CLI::App& app);
 Command add_demo(CLI::App& app);
 
 }  // namespace multihead::cli

@@ -1,5 +1,7 @@
 // Counting allocator. Every tensor buffer goes through it, so current and
-// peak bytes are exact and the CLI and benchmarks can report them.
+// peak bytes are exact and the CLI and benchmarks can report them. Freed
+// blocks of 64 KiB and more are cached for reuse; the counts are of live
+// bytes, and the cache is reported apart.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +16,7 @@ struct MemoryStats {
   std::int64_t current_bytes = 0;
   std::int64_t peak_bytes = 0;
   std::int64_t num_allocations = 0;  // lifetime count
+  std::int64_t cached_bytes = 0;     // freed, held for reuse, not counted in current
 };
 
 // Aligned allocation of `bytes` (0 is allowed and returns nullptr). Throws
@@ -24,5 +27,7 @@ void tracked_free(void* ptr, std::size_t bytes) noexcept;
 MemoryStats memory_stats() noexcept;
 // Sets the peak to the current value, so the next peak measures one region.
 void reset_peak_memory() noexcept;
+// Returns the cached blocks to the system.
+void release_cached_memory() noexcept;
 
 }  // namespace multihead

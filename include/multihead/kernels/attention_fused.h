@@ -19,10 +19,16 @@
 
 namespace multihead {
 
+// How the products on tiles are computed: our register-blocked SIMD
+// micro-kernel, or single-threaded BLAS calls. Both are kept so the choice
+// stays measurable (docs/BENCHMARKS.md).
+enum class TileGemm : std::uint8_t { kMicroKernel, kBlas };
+
 // Tile sizes, in rows. The defaults come from the sweep in docs/BENCHMARKS.md.
 struct AttentionTiles {
   std::int64_t q_block = 64;   // query rows per tile
   std::int64_t k_block = 256;  // key rows per tile
+  TileGemm gemm = TileGemm::kMicroKernel;
 };
 
 // out: (B, L, H, Dv) view, written; lse: (B, H, L), written.

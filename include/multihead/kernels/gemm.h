@@ -14,8 +14,4 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, fl
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const double* A,
           std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C, std::int64_t ldc);
 
-// Threads OpenBLAS may use for calls made outside an OpenMP parallel region.
-void set_blas_threads(int n);
-int blas_threads();
-
 }  // namespace multihead

@@ -1,0 +1,54 @@
+// Benchmarks of the self-attention layer and of the attention kernel alone,
+// as `multihead bench attention` runs them. Timing is the median of repeated
+// iterations; memory is the allocator's peak and the resident-set growth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "multihead/nn/multi_head_attention.h"
+
+namespace multihead {
+
+struct AttentionBenchConfig {
+  std::int64_t batch = 8, seq_len = 512, embed_dim = 512, num_heads = 8;
+  bool backward = false;  // time forward + backward
+  bool causal = false;
+  bool need_weights = false;
+  int threads = 0;  // 0: all cores
+  int warmup = 2;
+  int iters = 10;
+  AttentionImpl impl = AttentionImpl::kFused;
+  AttentionTiles tiles;
+};
+
+struct AttentionBenchResult {
+  // Whole MultiheadAttention layer (projections included).
+  double ms = 0;      // median per iteration
+  double flops = 0;   // per iteration, formula in flop_formula
+  double gflops = 0;  // flops / median time
+  // The attention kernel alone on the same shape (no projections).
+  double attention_ms = 0;
+  double attention_flops = 0;
+  double attention_gflops = 0;
+  std::int64_t peak_bytes = 0;             // allocator peak during one iteration, everything live included
+  std::int64_t peak_activation_bytes = 0;  // the same above what was live before it (weights, input)
+  std::int64_t peak_rss_delta_bytes = -1;  // resident-set growth during one iteration; -1 if unmeasured
+  int threads = 0;
+  std::string flop_formula;
+  std::vector<double> samples_ms;
+};
+
+AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg);
+
+struct GemmBenchResult {
+  double ms = 0;
+  double gflops = 0;
+  int threads = 0;
+};
+
+// C (M, N) = A (M, K) B (K, N) through the same BLAS the library uses.
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters);
+
+}  // namespace multihead

@@ -1,0 +1,138 @@
+#include "multihead/bench/attention_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "multihead/core/allocator.h"
+#include "multihead/core/process_memory.h"
+#include "multihead/core/threading.h"
+#include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/gemm.h"
+
+namespace multihead {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+std::vector<double> time_ms(int warmup, int iters, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> out;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    f();
+    out.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
+  check<ConfigError>(cfg.batch > 0 && cfg.seq_len > 0, "batch and seq-len must be positive");
+  check<ConfigError>(cfg.iters > 0 && cfg.warmup >= 0, "iters must be positive and warmup non-negative");
+  set_num_threads(cfg.threads);
+  MultiheadAttentionConfig mc;
+  mc.embed_dim = cfg.embed_dim;
+  mc.num_heads = cfg.num_heads;
+  ParamStore store;
+  MultiheadAttention mha(store, "", mc);
+  store.finalize();
+  Rng rng(0);
+  mha.init(rng);
+  const std::int64_t B = cfg.batch, L = cfg.seq_len, E = cfg.embed_dim, H = cfg.num_heads, D = E / H;
+  Tensor x({B, L, E});
+  for (float& v : x.span_f32()) v = rng.normal();
+  Tensor grad({B, L, E});
+  for (float& v : grad.span_f32()) v = rng.normal();
+  MultiheadAttentionCall call;
+  call.need_weights = cfg.need_weights;
+  call.causal = cfg.causal ? CausalAlign::kTopLeft : CausalAlign::kNone;
+  call.impl = cfg.impl;
+  call.tiles = cfg.tiles;
+  auto layer_iter = [&] {
+    MultiheadAttentionOutput out = mha.forward_self(x, nullptr, nullptr, call);
+    if (cfg.backward) mha.backward(grad);
+    mha.clear_cache();
+  };
+
+  AttentionBenchResult r;
+  r.threads = num_threads();
+  // Memory: one iteration, measured by the allocator and by the resident set.
+  const std::int64_t base = memory_stats().current_bytes;
+  reset_peak_memory();
+  const bool rss_ok = reset_peak_rss();
+  const std::int64_t rss0 = current_rss_bytes();
+  layer_iter();
+  if (rss_ok && rss0 >= 0) r.peak_rss_delta_bytes = peak_rss_bytes() - rss0;
+  r.peak_bytes = memory_stats().peak_bytes;
+  r.peak_activation_bytes = r.peak_bytes - base;
+
+  r.samples_ms = time_ms(cfg.warmup, cfg.iters, layer_iter);
+  r.ms = median(r.samples_ms);
+
+  // FLOPs of the matrix products: in-projection 2*B*L*E*3E, out-projection
+  // 2*B*L*E*E, attention 4*B*H*L*S*D (S = L; halved when causal). Backward
+  // counts twice forward, as for any matmul; the fused backward's extra
+  // recomputation of Q K^T is work we do, not work credited.
+  const double proj = 2.0 * B * L * E * 4 * E;
+  const double attn = 4.0 * B * H * L * L * D * (cfg.causal ? 0.5 : 1.0);
+  const double mult = cfg.backward ? 3.0 : 1.0;
+  r.flops = mult * (proj + attn);
+  r.attention_flops = mult * attn;
+  r.gflops = r.flops / (r.ms * 1e6);
+  r.flop_formula = fmt::format("{}(2*B*L*E*4E + 4*B*H*L*S*D{})", cfg.backward ? "3 * " : "",
+                               cfg.causal ? " / 2" : "");
+
+  // The attention kernel alone, on the same q, k, v layout as inside the layer.
+  Tensor qkv({B, L, 3 * E}), o({B, L, E}), dq({B, L, 3 * E});
+  for (float& v : qkv.span_f32()) v = rng.normal();
+  Tensor lse({B, H, L});
+  Tensor probs = cfg.impl == AttentionImpl::kReference ? Tensor({B, H, L, L}) : Tensor();
+  AttentionDims d{B, H, L, L, D, D};
+  AttentionMasks<float> masks;
+  masks.causal = call.causal;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const HeadsView<const float> qv{qkv.f32(), L * 3 * E, 3 * E, D}, kv{qkv.f32() + E, L * 3 * E, 3 * E, D},
+      vv{qkv.f32() + 2 * E, L * 3 * E, 3 * E, D}, ov{o.f32(), L * E, E, D}, gv{grad.f32(), L * E, E, D};
+  const HeadsView<float> ow{o.f32(), L * E, E, D}, dqw{dq.f32(), L * 3 * E, 3 * E, D},
+      dkw{dq.f32() + E, L * 3 * E, 3 * E, D}, dvw{dq.f32() + 2 * E, L * 3 * E, 3 * E, D};
+  auto kernel_iter = [&] {
+    if (cfg.impl == AttentionImpl::kFused) {
+      attention_fused_forward(ow, lse.f32(), qv, kv, vv, masks, d, scale, {}, cfg.tiles);
+      if (cfg.backward)
+        attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, masks, d, scale, {}, cfg.tiles);
+    } else {
+      attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, masks, d, scale, {});
+      if (cfg.backward) attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, d, scale, {});
+    }
+  };
+  r.attention_ms = median(time_ms(cfg.warmup, cfg.iters, kernel_iter));
+  r.attention_gflops = r.attention_flops / (r.attention_ms * 1e6);
+  return r;
+}
+
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters) {
+  check<ConfigError>(M > 0 && N > 0 && K > 0 && iters > 0, "gemm sizes and iters must be positive");
+  set_num_threads(threads);
+  Tensor a({M, K}), b({K, N}), c({M, N});
+  Rng rng(0);
+  for (float& v : a.span_f32()) v = rng.normal();
+  for (float& v : b.span_f32()) v = rng.normal();
+  GemmBenchResult r;
+  r.threads = num_threads();
+  r.ms = median(time_ms(2, iters, [&] {
+    gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a.f32(), K, b.f32(), N, 0.0f, c.f32(), N);
+  }));
+  r.gflops = 2.0 * M * N * K / (r.ms * 1e6);
+  return r;
+}
+
+}  // namespace multihead

@@ -1,0 +1,102 @@
+// multihead bench attention | gemm
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "multihead/bench/attention_bench.h"
+
+namespace multihead::cli {
+namespace {
+
+struct BenchOpts {
+  AttentionBenchConfig attn;
+  std::string impl = "fused";
+  std::string tile_gemm = "micro";
+  bool json = false;
+  std::int64_t m = 4096, n = 1536, k = 512;
+};
+
+void run_attention(BenchOpts& o) {
+  check<ConfigError>(o.impl == "fused" || o.impl == "reference", "--impl must be fused or reference, got '{}'",
+                     o.impl);
+  o.attn.impl = o.impl == "fused" ? AttentionImpl::kFused : AttentionImpl::kReference;
+  check<ConfigError>(o.tile_gemm == "micro" || o.tile_gemm == "blas", "--tile-gemm must be micro or blas, got '{}'",
+                     o.tile_gemm);
+  o.attn.tiles.gemm = o.tile_gemm == "micro" ? TileGemm::kMicroKernel : TileGemm::kBlas;
+  const AttentionBenchConfig& c = o.attn;
+  AttentionBenchResult r = run_attention_bench(c);
+  fmt::print("MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} kernel{}, {} threads\n", c.batch,
+             c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
+             c.causal ? " causal" : "", o.impl,
+             c.impl == AttentionImpl::kFused
+                 ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
+                 : "",
+             r.threads);
+  fmt::print("layer:     {:9.3f} ms (median of {})  {:7.1f} GFLOP/s   FLOPs = {}\n", r.ms, c.iters, r.gflops,
+             r.flop_formula);
+  fmt::print("attention: {:9.3f} ms                {:7.1f} GFLOP/s   (kernel alone, no projections)\n",
+             r.attention_ms, r.attention_gflops);
+  fmt::print("memory:    peak {} bytes allocated ({} above weights and input), resident growth {} bytes\n",
+             r.peak_bytes, r.peak_activation_bytes, r.peak_rss_delta_bytes);
+  if (o.json) {
+    nlohmann::json j = {{"ms", r.ms},
+                        {"gflops", r.gflops},
+                        {"flops", r.flops},
+                        {"attention_ms", r.attention_ms},
+                        {"attention_gflops", r.attention_gflops},
+                        {"peak_bytes", r.peak_bytes},
+                        {"peak_activation_bytes", r.peak_activation_bytes},
+                        {"peak_rss_delta_bytes", r.peak_rss_delta_bytes},
+                        {"threads", r.threads},
+                        {"samples_ms", r.samples_ms},
+                        {"flop_formula", r.flop_formula}};
+    fmt::print("{}\n", j.dump());
+  }
+}
+
+void run_gemm(const BenchOpts& o) {
+  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters);
+  fmt::print("sgemm M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", o.m, o.n, o.k, r.ms, r.gflops,
+             r.threads);
+  if (o.json) fmt::print("{}\n", nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}}.dump());
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOpts>();
+  CLI::App* sub = app.add_subcommand("bench", "Benchmarks: median time, GFLOP/s and peak memory");
+  sub->require_subcommand(1);
+  CLI::App* attn = sub->add_subcommand("attention", "Self-attention MultiheadAttention layer and its kernel");
+  AttentionBenchConfig& c = o->attn;
+  attn->add_option("--batch", c.batch, "Batch size")->capture_default_str();
+  attn->add_option("--seq-len", c.seq_len, "Sequence length")->capture_default_str();
+  attn->add_option("--embed-dim", c.embed_dim, "Embedding size")->capture_default_str();
+  attn->add_option("--num-heads", c.num_heads, "Number of heads")->capture_default_str();
+  attn->add_flag("--backward", c.backward, "Time forward + backward");
+  attn->add_flag("--causal", c.causal, "Causal (top-left) mask");
+  attn->add_flag("--need-weights", c.need_weights, "Also return the head-averaged weights");
+  attn->add_option("--impl", o->impl, "Attention kernel: fused or reference")->capture_default_str();
+  attn->add_option("--q-block", c.tiles.q_block, "Fused kernel: query rows per tile")->capture_default_str();
+  attn->add_option("--k-block", c.tiles.k_block, "Fused kernel: key rows per tile")->capture_default_str();
+  attn->add_option("--tile-gemm", o->tile_gemm, "Fused kernel: tile products by micro-kernel or blas")
+      ->capture_default_str();
+  CLI::App* gemm = sub->add_subcommand("gemm", "OpenBLAS sgemm through the library's wrapper (the roofline)");
+  gemm->add_option("--m", o->m, "Rows of A and C")->capture_default_str();
+  gemm->add_option("--n", o->n, "Columns of B and C")->capture_default_str();
+  gemm->add_option("--k", o->k, "Columns of A, rows of B")->capture_default_str();
+  for (CLI::App* s : {attn, gemm}) {
+    s->add_option("--threads", c.threads, "Threads (0: all cores)")->capture_default_str();
+    s->add_option("--iters", c.iters, "Timed iterations")->capture_default_str();
+    s->add_flag("--json", o->json, "End with one JSON line of the results");
+  }
+  attn->add_option("--warmup", c.warmup, "Untimed iterations first")->capture_default_str();
+  return {sub, [o, attn] {
+            if (attn->parsed()) run_attention(*o);
+            else run_gemm(*o);
+          }};
+}
+
+}  // namespace multihead::cli
