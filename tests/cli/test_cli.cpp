@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "golden_case.h"
 #include "test_util.h"
 
@@ -116,6 +118,45 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(count_lines(r.err), 1);
   EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
+  for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights"}) {
+    CliRun r = run(std::string("bench attention --batch 2 --seq-len 9 --embed-dim 16 --num-heads 4 --iters 2 "
+                               "--warmup 0 --threads 1 --json") +
+                   extra);
+    ASSERT_EQ(r.code, 0) << extra << ": " << r.err;
+    std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+    auto j = nlohmann::json::parse(last);
+    for (const char* key : {"ms", "gflops", "peak_bytes", "attention_ms", "attention_gflops"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_GT(j["ms"].get<double>(), 0.0);
+    EXPECT_GT(j["peak_bytes"].get<std::int64_t>(), 0);
+    EXPECT_EQ(j["threads"].get<int>(), 1);
+    EXPECT_EQ(j["samples_ms"].size(), 2u);
+  }
+  CliRun g = run("bench gemm --m 16 --n 16 --k 16 --iters 2 --json");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(g.out.find("\"gflops\""), std::string::npos);
+}
+
+TEST_F(Cli, BenchRejectsBadInput) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"bench attention --embed-dim 10 --num-heads 3", "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n"},
+      {"bench attention --impl magic", "multihead: error: --impl must be fused or reference, got 'magic'\n"},
+      {"bench attention --q-block 0 --seq-len 4 --embed-dim 8 --num-heads 2",
+       "multihead: error: attention tile sizes must be positive, got 0 x 256\n"},
+      {"bench attention --seq-len 0", "multihead: error: batch and seq-len must be positive\n"},
+      {"bench gemm --m 0", "multihead: error: gemm sizes and iters must be positive\n"},
+  };
+  for (const auto& [args, msg] : cases) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err, msg) << args;
+  }
+  CliRun r = run("bench");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines(r.err), 1);
 }
 
 TEST_F(Cli, DemoRunsAndDrawsWeights) {

@@ -26,7 +26,7 @@ enum class TileGemm : std::uint8_t { kMicroKernel, kBlas };
 
 // Tile sizes, in rows. The defaults come from the sweep in docs/BENCHMARKS.md.
 struct AttentionTiles {
-  std::int64_t q_block = 64;   // query rows per tile
+  std::int64_t q_block = 96;   // query rows per tile: a multiple of the micro-kernel's 6 rows
   std::int64_t k_block = 256;  // key rows per tile
   TileGemm gemm = TileGemm::kMicroKernel;
 };
