@@ -21,7 +21,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Which part of a (query block, key block) tile the masks touch.
 struct TilePlan {
-  bool skip = false;       // every score is masked by causality: nothing to compute
+  bool skip = false;         // every score is masked (causality or padding): nothing to compute
   bool elementwise = false;  // some scores need masks applied one by one
 };
 
@@ -39,13 +39,17 @@ struct MaskGeometry {
         offset(masks.causal == CausalAlign::kBottomRight ? cols - dims.L : 0),
         has_tensor_masks(masks.key_padding_bool || masks.key_padding_add || masks.attn_bool || masks.attn_add) {}
 
-  TilePlan plan(std::int64_t i0, std::int64_t nr, std::int64_t j0, std::int64_t nc) const {
+  TilePlan plan(std::int64_t b, std::int64_t i0, std::int64_t nr, std::int64_t j0, std::int64_t nc) const {
     TilePlan p;
     const bool in_masked_cols = j0 < cols;
+    const bool all_masked_cols = j0 + nc <= cols;  // keys past `cols` (bias_k / zero) are never masked
     if (m.causal != CausalAlign::kNone && in_masked_cols) {
-      // Keys past `cols` (bias_k / zero positions) are never masked.
-      if (j0 + nc <= cols && j0 > i0 + nr - 1 + offset) p.skip = true;
+      if (all_masked_cols && j0 > i0 + nr - 1 + offset) p.skip = true;
       if (j0 + nc - 1 > i0 + offset) p.elementwise = true;
+    }
+    if (m.key_padding_bool && all_masked_cols) {  // a block of keys that are all padding
+      const std::uint8_t* kp = m.key_padding_bool + b * cols + j0;
+      if (std::all_of(kp, kp + nc, [](std::uint8_t x) { return x != 0; })) p.skip = true;
     }
     if (has_tensor_masks && in_masked_cols) p.elementwise = true;
     return p;
@@ -179,7 +183,7 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
       std::fill(acc, acc + nr * d.Dv, 0.0f);
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc = std::min(Bc, d.S - j0);
-        const TilePlan plan = geo.plan(i0, nr, j0, nc);
+        const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
         if (plan.skip) continue;
         const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
         tm.q_kt(s, Bc, qi, q.row_stride, k.at(b, h) + j0 * k.row_stride, k.row_stride, kt, d.S, nr, nc, d.D, scale);
@@ -259,7 +263,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
         tm.pack_t(vt, Bc, vj, v.row_stride, nc, d.Dv);
         for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
           const std::int64_t nr = std::min(Br, d.L - i0);
-          const TilePlan plan = geo.plan(i0, nr, j0, nc);
+          const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
           if (plan.skip) continue;
           const float* qi = q.at(b, h) + i0 * q.row_stride;
           const float* doi = dout.at(b, h) + i0 * dout.row_stride;
@@ -322,7 +326,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
         const float* lse_bh = lse + (b * d.H + h) * d.L;
         for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
           const std::int64_t nc = std::min(Bc, d.S - j0);
-          const TilePlan plan = geo.plan(i0, nr, j0, nc);
+          const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
           for (std::int64_t r = 0; r < nr; ++r) {
             float* w = average_heads ? weights + (b * d.L + i0 + r) * d.S + j0
                                      : weights + ((b * d.H + h) * d.L + i0 + r) * d.S + j0;

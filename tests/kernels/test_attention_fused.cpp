@@ -22,6 +22,7 @@ struct Spec {
   CausalAlign causal = CausalAlign::kNone;
   std::int64_t extra_cols = 0;
   bool fully_masked = false;  // query 0 sees nothing; batch 0 has no keys at all when kpm_bool
+  std::int64_t pad_tail = 0;  // the last pad_tail keys of batch element 1 are padding
   float dropout = 0.0f;
   AttentionTiles tiles{};
 };
@@ -57,6 +58,7 @@ Data make(const Spec& s) {
     x.kpm_b.resize(static_cast<std::size_t>(d.B * cols));
     for (auto& m : x.kpm_b) m = rng.uniform() < 0.3f;
     if (s.fully_masked) std::fill_n(x.kpm_b.begin(), cols, 1);  // batch 0: every key padded
+    if (s.pad_tail > 0) std::fill_n(x.kpm_b.begin() + 2 * cols - s.pad_tail, s.pad_tail, 1);
     x.masks.key_padding_bool = x.kpm_b.data();
   }
   if (s.kpm_float) {
@@ -182,6 +184,11 @@ std::vector<Spec> specs() {
     s.dropout = 0.5f;
     s.causal = CausalAlign::kTopLeft;
     s.attn_float = true;
+  });
+  add("padded_key_blocks", {2, 2, 20, 100, 8, 8}, [](Spec& s) {
+    s.kpm_bool = true;
+    s.pad_tail = 60;
+    s.tiles.k_block = 16;  // whole blocks of padding get skipped
   });
   add("value_dim_differs", {2, 2, 30, 50, 12, 5}, [](Spec& s) { s.kpm_bool = true; });
   return v;
