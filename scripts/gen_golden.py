@@ -313,6 +313,129 @@ def generate(name, spec, seed):
     return checked
 
 
+LAYER_CASES = []
+
+
+def layer_case(name, **kw):
+    LAYER_CASES.append((name, kw))
+
+
+# Transformer layers run through torch.nn itself (no fully masked rows here,
+# so PyTorch 1.13's answer is the reference).
+layer_case("encoder_post_ln_relu", type="TransformerEncoderLayer",
+           cfg=dict(d_model=16, nhead=4, dim_feedforward=24), B=2, L=5)
+layer_case("encoder_pre_ln_gelu", type="TransformerEncoderLayer",
+           cfg=dict(d_model=16, nhead=2, dim_feedforward=20, activation="gelu", norm_first=True), B=2, L=6)
+layer_case("encoder_post_ln_masks", type="TransformerEncoderLayer",
+           cfg=dict(d_model=12, nhead=3, dim_feedforward=16, layer_norm_eps=1e-6), B=3, L=5, kpm=True,
+           attn="bool")
+layer_case("encoder_pre_ln_float_mask", type="TransformerEncoderLayer",
+           cfg=dict(d_model=8, nhead=2, dim_feedforward=12, norm_first=True, activation="gelu"), B=2, L=4,
+           kpm=True, attn="float")
+layer_case("encoder_causal", type="TransformerEncoderLayer",
+           cfg=dict(d_model=8, nhead=2, dim_feedforward=12, is_causal=True), B=2, L=5)
+layer_case("decoder_post_ln", type="TransformerDecoderLayer",
+           cfg=dict(d_model=16, nhead=4, dim_feedforward=24, tgt_is_causal=True), B=2, L=4, S=6)
+layer_case("decoder_post_ln_memory_masks", type="TransformerDecoderLayer",
+           cfg=dict(d_model=12, nhead=3, dim_feedforward=16, tgt_is_causal=True), B=2, L=5, S=4, kpm=True,
+           mem_kpm=True, mem_attn="bool")
+layer_case("decoder_pre_ln_gelu", type="TransformerDecoderLayer",
+           cfg=dict(d_model=8, nhead=2, dim_feedforward=12, norm_first=True, activation="gelu"), B=2, L=3, S=5,
+           attn="bool", mem_kpm=True, mem_attn="float")
+
+
+def rand_mask(gen, kind, rows, cols, B):
+    if kind is None:
+        return None
+    if kind == "bool":
+        m = torch.rand(rows, cols, generator=gen) < 0.3
+        m[:, 0] = False
+        return m
+    return torch.randn(rows, cols, generator=gen)
+
+
+def generate_layer(name, spec, seed):
+    kind = spec["type"]
+    cfg = dict(type=kind, **spec["cfg"])
+    d, B, L = cfg["d_model"], spec["B"], spec["L"]
+    S = spec.get("S", L)
+    gen = torch.Generator().manual_seed(seed)
+    kw = dict(d_model=d, nhead=cfg["nhead"], dim_feedforward=cfg["dim_feedforward"], dropout=0.0,
+              activation=cfg.get("activation", "relu"), layer_norm_eps=cfg.get("layer_norm_eps", 1e-5),
+              batch_first=True, norm_first=cfg.get("norm_first", False))
+    cfg["dropout"] = 0.0
+    layer = (torch.nn.TransformerEncoderLayer if kind == "TransformerEncoderLayer" else
+             torch.nn.TransformerDecoderLayer)(**kw)
+    with torch.no_grad():
+        for _, prm in layer.named_parameters():
+            prm.copy_(torch.rand(prm.shape, generator=gen) - 0.5)
+            if prm.dim() == 1 and "norm" in _:
+                prm.add_(1.0 if _.endswith("weight") else 0.0)
+    weights32 = {n: prm.detach().float().clone() for n, prm in layer.named_parameters()}
+    layer = layer.double().eval()
+    x32 = torch.randn(B, L, d, generator=gen)
+    g32 = torch.randn(B, L, d, generator=gen)
+    inputs = {}
+    x = x32.double().requires_grad_(True)
+    kpm = None
+    if spec.get("kpm"):
+        kpm = torch.rand(B, L, generator=gen) < 0.3
+        kpm[:, 0] = False
+    attn = rand_mask(gen, spec.get("attn"), L, L, B)
+    causal_flag = cfg.get("is_causal") or cfg.get("tgt_is_causal")
+    attn_used = attn
+    if causal_flag:
+        cm = causal_mask(L, L, "top_left")
+        attn_used = cm if attn is None else attn | cm
+    if attn_used is not None and attn_used.dtype != torch.bool:
+        attn_used = attn_used.double()
+    if kind == "TransformerEncoderLayer":
+        out = layer(x, src_mask=attn_used, src_key_padding_mask=kpm)
+        inputs["src"] = x32
+        if kpm is not None:
+            inputs["src_key_padding_mask"] = kpm
+        if attn is not None:
+            inputs["src_mask"] = attn
+        wrt = [x]
+        grad_names = ["grad_src"]
+    else:
+        m32 = torch.randn(B, S, d, generator=gen)
+        mem = m32.double().requires_grad_(True)
+        mem_kpm = None
+        if spec.get("mem_kpm"):
+            mem_kpm = torch.rand(B, S, generator=gen) < 0.3
+            mem_kpm[:, 0] = False
+        mem_attn = rand_mask(gen, spec.get("mem_attn"), L, S, B)
+        mem_attn_used = mem_attn if mem_attn is None or mem_attn.dtype == torch.bool else mem_attn.double()
+        out = layer(x, mem, tgt_mask=attn_used, memory_mask=mem_attn_used, tgt_key_padding_mask=kpm,
+                    memory_key_padding_mask=mem_kpm)
+        inputs["tgt"], inputs["memory"] = x32, m32
+        for n, t in (("tgt_key_padding_mask", kpm), ("tgt_mask", attn), ("memory_key_padding_mask", mem_kpm),
+                     ("memory_mask", mem_attn)):
+            if t is not None:
+                inputs[n] = t
+        wrt = [x, mem]
+        grad_names = ["grad_tgt", "grad_memory"]
+    inputs["grad_output"] = g32
+    params = dict(layer.named_parameters())
+    grads = torch.autograd.grad(out, wrt + list(params.values()), g32.double())
+    expected = {"output": out}
+    for n, gr in zip(grad_names, grads):
+        expected[n] = gr
+    for n, gr in zip(params, grads[len(wrt):]):
+        expected["grad." + n] = gr
+    for n, t in expected.items():
+        assert not torch.isnan(t).any(), f"{name}: NaN in {n}"
+    dirname = os.path.join(ROOT, "layers", name)
+    os.makedirs(dirname, exist_ok=True)
+    with open(os.path.join(dirname, "module.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    write_safetensors(os.path.join(dirname, "weights.safetensors"), weights32)
+    write_safetensors(os.path.join(dirname, "inputs.safetensors"), inputs)
+    write_safetensors(os.path.join(dirname, "expected.safetensors"), expected)
+
+
 def main():
     torch.set_num_threads(1)
     out_dir = os.path.join(ROOT, "mha")
@@ -321,6 +444,12 @@ def main():
         checked = generate(name, spec, seed=1000 + i)
         print(f"{name:28s} {'checked against nn.MultiheadAttention' if checked else 'reference only (1.13 cannot express it)'}")
     print(f"torch {torch.__version__}: wrote {len(CASES)} cases to {os.path.relpath(out_dir)}", file=sys.stderr)
+    layer_dir = os.path.join(ROOT, "layers")
+    shutil.rmtree(layer_dir, ignore_errors=True)
+    for i, (name, spec) in enumerate(LAYER_CASES):
+        generate_layer(name, spec, seed=2000 + i)
+        print(f"{name:28s} torch.nn.{spec['type']}")
+    print(f"wrote {len(LAYER_CASES)} cases to {os.path.relpath(layer_dir)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

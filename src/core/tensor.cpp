@@ -12,6 +12,7 @@ std::string_view dtype_name(DType dt) noexcept {
   switch (dt) {
     case DType::kF32: return "F32";
     case DType::kBool: return "BOOL";
+    case DType::kI64: return "I64";
   }
   return "?";
 }
@@ -20,6 +21,7 @@ std::size_t dtype_size(DType dt) noexcept {
   switch (dt) {
     case DType::kF32: return 4;
     case DType::kBool: return 1;
+    case DType::kI64: return 8;
   }
   return 0;
 }
@@ -108,6 +110,14 @@ Tensor Tensor::from_bool(Shape shape, std::span<const std::uint8_t> values) {
                     values.size(), shape_str(t.shape()));
   auto* d = t.data<std::uint8_t>();
   for (std::size_t i = 0; i < values.size(); ++i) d[i] = values[i] ? 1 : 0;
+  return t;
+}
+
+Tensor Tensor::from_i64(Shape shape, std::span<const std::int64_t> values) {
+  Tensor t(std::move(shape), DType::kI64);
+  check<ShapeError>(static_cast<std::int64_t>(values.size()) == t.numel(), "{} values given for shape {}",
+                    values.size(), shape_str(t.shape()));
+  if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size_bytes());
   return t;
 }
 

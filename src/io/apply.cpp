@@ -5,6 +5,7 @@
 
 #include "multihead/io/json_config.h"
 #include "multihead/nn/multi_head_attention.h"
+#include "multihead/nn/transformer_layers.h"
 
 namespace multihead {
 namespace {
@@ -30,6 +31,120 @@ void load_weights(ParamStore& store, const TensorMap& weights) {
     check<ShapeError>(store.find(name).has_value(), "weights: unexpected tensor '{}'", name);
 }
 
+// Every input must be one the module knows, and the named ones F32.
+void check_inputs(const TensorMap& inputs, const std::set<std::string>& known,
+                  std::initializer_list<const char*> f32_names) {
+  for (const auto& [name, t] : inputs)
+    check<ShapeError>(known.count(name) != 0, "inputs: unexpected tensor '{}'", name);
+  for (const char* name : f32_names) {
+    const Tensor* t = find(inputs, name);
+    check<ShapeError>(t == nullptr || t->dtype() == DType::kF32, "inputs: '{}' must be F32, got {}", name,
+                      t ? dtype_name(t->dtype()) : "");
+  }
+}
+
+const Tensor& require(const TensorMap& inputs, const char* name) {
+  const Tensor* t = find(inputs, name);
+  check<ShapeError>(t != nullptr, "inputs: missing tensor '{}'", name);
+  return *t;
+}
+
+// "grad." + each parameter name, copied out of the gradient buffer.
+void add_param_grads(TensorMap& result, ParamStore& store) {
+  for (const auto& e : store.entries()) {
+    Tensor t(e.shape);
+    std::memcpy(t.f32(), store.grad(*store.find(e.name)), sizeof(float) * static_cast<std::size_t>(e.numel));
+    std::string grad_name = "grad.";  // (built in two steps: GCC 12 warns falsely on "lit" + str)
+    grad_name += e.name;
+    result.emplace(std::move(grad_name), std::move(t));
+  }
+}
+
+CausalAlign read_causal(ConfigReader& r, const char* flag) {
+  const bool is_causal = r.get_bool(flag, false);
+  const std::string align = r.get_string("causal_alignment", std::string("top_left"));
+  check<ConfigError>(align == "top_left" || align == "bottom_right",
+                     "causal_alignment must be \"top_left\" or \"bottom_right\", got \"{}\"", align);
+  if (!is_causal) return CausalAlign::kNone;
+  return align == "top_left" ? CausalAlign::kTopLeft : CausalAlign::kBottomRight;
+}
+
+ForwardContext read_context(ConfigReader& r) {
+  ForwardContext ctx;
+  ctx.training = r.get_bool("training", false);
+  ctx.seed = static_cast<std::uint64_t>(r.get_int("seed", 0));
+  return ctx;
+}
+
+TransformerLayerConfig read_layer_config(ConfigReader& r) {
+  TransformerLayerConfig c;
+  c.d_model = r.get_int("d_model");
+  c.nhead = r.get_int("nhead");
+  c.dim_feedforward = r.get_int("dim_feedforward", 2048);
+  c.dropout = r.get_number("dropout", 0.1);
+  c.activation = parse_activation(r.get_string("activation", std::string("relu")));
+  c.layer_norm_eps = r.get_number("layer_norm_eps", 1e-5);
+  c.norm_first = r.get_bool("norm_first", false);
+  check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
+  return c;
+}
+
+TensorMap apply_encoder_layer(ConfigReader& r, const TensorMap& weights, const TensorMap& inputs) {
+  const TransformerLayerConfig cfg = read_layer_config(r);
+  AttentionMaskArgs masks;
+  masks.causal = read_causal(r, "is_causal");
+  const ForwardContext ctx = read_context(r);
+  r.finish();
+  check_inputs(inputs, {"src", "src_key_padding_mask", "src_mask", "grad_output"}, {"src", "grad_output"});
+  const Tensor& src = require(inputs, "src");
+  masks.key_padding_mask = find(inputs, "src_key_padding_mask");
+  masks.attn_mask = find(inputs, "src_mask");
+
+  ParamStore store;
+  TransformerEncoderLayer layer(store, "", cfg);
+  store.finalize();
+  load_weights(store, weights);
+  TensorMap result;
+  result.emplace("output", layer.forward(src, masks, ctx));
+  if (const Tensor* grad_out = find(inputs, "grad_output")) {
+    result.emplace("grad_src", layer.backward(*grad_out));
+    add_param_grads(result, store);
+  }
+  return result;
+}
+
+TensorMap apply_decoder_layer(ConfigReader& r, const TensorMap& weights, const TensorMap& inputs) {
+  const TransformerLayerConfig cfg = read_layer_config(r);
+  AttentionMaskArgs self_masks, memory_masks;
+  self_masks.causal = read_causal(r, "tgt_is_causal");
+  const ForwardContext ctx = read_context(r);
+  r.finish();
+  check_inputs(inputs,
+               {"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
+                "grad_output"},
+               {"tgt", "memory", "grad_output"});
+  const Tensor& tgt = require(inputs, "tgt");
+  const Tensor& memory = require(inputs, "memory");
+  self_masks.key_padding_mask = find(inputs, "tgt_key_padding_mask");
+  self_masks.attn_mask = find(inputs, "tgt_mask");
+  memory_masks.key_padding_mask = find(inputs, "memory_key_padding_mask");
+  memory_masks.attn_mask = find(inputs, "memory_mask");
+
+  ParamStore store;
+  TransformerDecoderLayer layer(store, "", cfg);
+  store.finalize();
+  load_weights(store, weights);
+  TensorMap result;
+  result.emplace("output", layer.forward(tgt, memory, self_masks, memory_masks, ctx));
+  if (const Tensor* grad_out = find(inputs, "grad_output")) {
+    TransformerDecoderLayer::Grads g = layer.backward(*grad_out);
+    result.emplace("grad_tgt", std::move(g.x));
+    result.emplace("grad_memory", std::move(g.memory));
+    add_param_grads(result, store);
+  }
+  return result;
+}
+
 TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& inputs) {
   MultiheadAttentionConfig cfg;
   cfg.embed_dim = r.get_int("embed_dim");
@@ -44,30 +159,19 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
   MultiheadAttentionCall call;
   call.need_weights = r.get_bool("need_weights", true);
   call.average_attn_weights = r.get_bool("average_attn_weights", true);
-  const bool is_causal = r.get_bool("is_causal", false);
-  const std::string align = r.get_string("causal_alignment", std::string("top_left"));
-  check<ConfigError>(align == "top_left" || align == "bottom_right",
-                     "causal_alignment must be \"top_left\" or \"bottom_right\", got \"{}\"", align);
-  if (is_causal) call.causal = align == "top_left" ? CausalAlign::kTopLeft : CausalAlign::kBottomRight;
-  call.training = r.get_bool("training", false);
-  call.dropout_seed = static_cast<std::uint64_t>(r.get_int("seed", 0));
+  call.causal = read_causal(r, "is_causal");
+  const ForwardContext ctx = read_context(r);
+  call.training = ctx.training;
+  call.dropout_seed = ctx.seed;
   r.finish();
 
-  static const std::set<std::string> kInputs = {"query", "key", "value", "key_padding_mask", "attn_mask",
-                                                "grad_output"};
-  for (const auto& [name, t] : inputs)
-    check<ShapeError>(kInputs.count(name) != 0, "inputs: unexpected tensor '{}'", name);
-  const Tensor* query = find(inputs, "query");
+  check_inputs(inputs, {"query", "key", "value", "key_padding_mask", "attn_mask", "grad_output"},
+               {"query", "key", "value", "grad_output"});
+  const Tensor* query = &require(inputs, "query");
   const Tensor* key = find(inputs, "key");
   const Tensor* value = find(inputs, "value");
-  check<ShapeError>(query != nullptr, "inputs: missing tensor 'query'");
   check<ShapeError>((key == nullptr) == (value == nullptr),
                     "inputs: give both 'key' and 'value', or neither for self-attention");
-  for (const char* name : {"query", "key", "value", "grad_output"}) {
-    const Tensor* t = find(inputs, name);
-    check<ShapeError>(t == nullptr || t->dtype() == DType::kF32, "inputs: '{}' must be F32, got {}", name,
-                      t ? dtype_name(t->dtype()) : "");
-  }
   const bool self = key == nullptr;
   check<ConfigError>(!self || cfg.packed_in_proj(),
                      "self-attention (no 'key'/'value' inputs) needs kdim and vdim equal to embed_dim");
@@ -91,13 +195,7 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
       result.emplace("grad_key", std::move(g.key));
       result.emplace("grad_value", std::move(g.value));
     }
-    for (const auto& e : store.entries()) {
-      Tensor t(e.shape);
-      std::memcpy(t.f32(), store.grad(*store.find(e.name)), sizeof(float) * static_cast<std::size_t>(e.numel));
-      std::string grad_name = "grad.";  // (built in two steps: GCC 12 warns falsely on "lit" + str)
-      grad_name += e.name;
-      result.emplace(std::move(grad_name), std::move(t));
-    }
+    add_param_grads(result, store);
   }
   return result;
 }
@@ -110,7 +208,11 @@ TensorMap apply_module(std::string_view module_json, const std::string& module_s
   ConfigReader r(j, module_source);
   const std::string type = r.get_string("type");
   if (type == "MultiheadAttention") return apply_mha(r, weights, inputs);
-  throw ConfigError(fmt::format("{}: unknown module type \"{}\" (known: MultiheadAttention)", module_source, type));
+  if (type == "TransformerEncoderLayer") return apply_encoder_layer(r, weights, inputs);
+  if (type == "TransformerDecoderLayer") return apply_decoder_layer(r, weights, inputs);
+  throw ConfigError(fmt::format(
+      "{}: unknown module type \"{}\" (known: MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer)",
+      module_source, type));
 }
 
 }  // namespace multihead

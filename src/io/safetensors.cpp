@@ -146,7 +146,8 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   DType dt;
   if (e.dtype == "F32") dt = DType::kF32;
   else if (e.dtype == "BOOL") dt = DType::kBool;
-  else throw IoError(fmt::format("{}: tensor '{}' has dtype {}; expected F32 or BOOL", source_, name, e.dtype));
+  else if (e.dtype == "I64") dt = DType::kI64;
+  else throw IoError(fmt::format("{}: tensor '{}' has dtype {}; expected F32, BOOL or I64", source_, name, e.dtype));
   Tensor t(e.shape, dt);
   if (!raw.empty()) std::memcpy(t.raw(), raw.data(), raw.size());
   if (dt == DType::kBool) {

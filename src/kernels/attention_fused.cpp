@@ -10,6 +10,7 @@
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
 #include "multihead/core/tensor.h"
+#include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "simd_rows.h"
 #include "tile_gemm.h"
@@ -87,18 +88,8 @@ struct MaskGeometry {
   }
 };
 
-// Multiplies p (n) by the dropout keep factor of elements base .. base+n of
-// the dropout stream: 1/(1-p) when kept, 0 when dropped. One Philox block
-// serves four consecutive elements.
 void apply_dropout_row(float* x, std::int64_t n, std::uint64_t base, const AttentionDropout& drop) {
-  const float ks = drop.p < 1.0f ? 1.0f / (1.0f - drop.p) : 0.0f;
-  std::uint64_t idx = base;
-  std::int64_t j = 0;
-  while (j < n) {
-    auto block = philox4x32(drop.seed, drop.stream, idx >> 2);
-    for (std::uint64_t lane = idx & 3; lane < 4 && j < n; ++lane, ++j, ++idx)
-      x[j] *= u32_to_unit_float(block[lane]) >= drop.p ? ks : 0.0f;
-  }
+  dropout_inplace(x, n, base, DropoutSpec{drop.p, drop.seed, drop.stream});
 }
 
 inline std::uint64_t dropout_index(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i,

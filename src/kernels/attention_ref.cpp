@@ -3,24 +3,19 @@
 #include <vector>
 
 #include "multihead/core/rng.h"
+#include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/softmax.h"
 
 namespace multihead {
 namespace {
 
-// Multiplier applied to a kept weight; p = 1 drops everything.
-inline double keep_scale(const AttentionDropout& d) { return d.p < 1.0f ? 1.0 / (1.0 - d.p) : 0.0; }
 
 // In place: p (L, S) of head (b, h) becomes dropout(p).
 template <typename T>
 void apply_dropout(T* p, const AttentionDims& d, std::int64_t b, std::int64_t h, const AttentionDropout& drop) {
-  const T ks = static_cast<T>(keep_scale(drop));
-  const std::uint64_t base = static_cast<std::uint64_t>((b * d.H + h) * d.L * d.S);
-  for (std::int64_t e = 0; e < d.L * d.S; ++e) {
-    bool keep = uniform_at(drop.seed, drop.stream, base + static_cast<std::uint64_t>(e)) >= drop.p;
-    p[e] = keep ? p[e] * ks : T(0);
-  }
+  dropout_inplace(p, d.L * d.S, static_cast<std::uint64_t>((b * d.H + h) * d.L * d.S),
+                  DropoutSpec{drop.p, drop.seed, drop.stream});
 }
 
 // The weights that multiplied V for head (b, h): p itself, or dropout(p) in buf.
@@ -64,7 +59,6 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
                             HeadsView<const T> v, const AttentionDims& d, T scale, const AttentionDropout& dropout) {
   std::vector<T> dp(static_cast<std::size_t>(d.L * d.S));
   std::vector<T> dropped;
-  const T ks = static_cast<T>(keep_scale(dropout));
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.H; ++h) {
       const T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
@@ -76,12 +70,7 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
       // weight (pv == 0 while p != 0) passes no gradient, a kept one gets * ks.
       gemm(Trans::kNo, Trans::kYes, d.L, d.S, d.Dv, T(1), dout.at(b, h), dout.row_stride, v.at(b, h), v.row_stride,
            T(0), dp.data(), d.S);
-      if (dropout.active()) {
-        for (std::int64_t e = 0; e < d.L * d.S; ++e) {
-          std::uint64_t idx = static_cast<std::uint64_t>((b * d.H + h) * d.L * d.S + e);
-          dp[static_cast<std::size_t>(e)] *= uniform_at(dropout.seed, dropout.stream, idx) >= dropout.p ? ks : T(0);
-        }
-      }
+      if (dropout.active()) apply_dropout(dp.data(), d, b, h, dropout);
       // dS = P * (dP - rowsum(P * dP)), in place in dp.
       for (std::int64_t i = 0; i < d.L; ++i) softmax_row_backward(dp.data() + i * d.S, p + i * d.S, dp.data() + i * d.S, d.S);
       // dQ (L, D) = scale * dS K;  dK (S, D) = scale * dS^T Q

@@ -35,7 +35,8 @@ TEST_F(ApplyErrors, BadConfigs) {
             "m.json: invalid JSON ([json.exception.parse_error.101] parse error at line 1, column 2: syntax error "
             "while parsing object key - unexpected end of input; expected string literal)");
   EXPECT_EQ(error_of(R"({"type":"Conv2d"})", weights, inputs),
-            "m.json: unknown module type \"Conv2d\" (known: MultiheadAttention)");
+            "m.json: unknown module type \"Conv2d\" (known: MultiheadAttention, TransformerEncoderLayer, "
+            "TransformerDecoderLayer)");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"num_head":4})", weights, inputs),
             "m.json: unknown key 'num_head'");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":3})", weights, inputs),

@@ -143,7 +143,7 @@ TEST(Safetensors, TensorConversionRejectsOtherDtypesAndBadBools) {
     f.tensor("d");
     FAIL();
   } catch (const IoError& e) {
-    EXPECT_STREQ(e.what(), "f.safetensors: tensor 'd' has dtype F64; expected F32 or BOOL");
+    EXPECT_STREQ(e.what(), "f.safetensors: tensor 'd' has dtype F64; expected F32, BOOL or I64");
   }
   try {
     f.tensor("b");

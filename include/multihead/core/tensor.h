@@ -14,7 +14,7 @@
 
 namespace multihead {
 
-enum class DType : std::uint8_t { kF32, kBool };
+enum class DType : std::uint8_t { kF32, kBool, kI64 };
 
 std::string_view dtype_name(DType dt) noexcept;
 std::size_t dtype_size(DType dt) noexcept;
@@ -25,6 +25,8 @@ template <>
 constexpr DType dtype_of<float>() { return DType::kF32; }
 template <>
 constexpr DType dtype_of<std::uint8_t>() { return DType::kBool; }
+template <>
+constexpr DType dtype_of<std::int64_t>() { return DType::kI64; }
 
 using Shape = std::vector<std::int64_t>;
 
@@ -50,6 +52,7 @@ class Tensor {
   static Tensor empty(Shape shape, DType dtype = DType::kF32);
   static Tensor from(Shape shape, std::span<const float> values);
   static Tensor from_bool(Shape shape, std::span<const std::uint8_t> values);
+  static Tensor from_i64(Shape shape, std::span<const std::int64_t> values);
 
   Tensor clone() const;
 

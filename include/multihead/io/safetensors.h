@@ -40,7 +40,7 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   // Raw bytes of one tensor.
   std::string_view bytes(const std::string& name) const;
-  // As a Tensor; F32 and BOOL are supported, other dtypes are a clear error.
+  // As a Tensor; F32, BOOL and I64 are supported, other dtypes are a clear error.
   Tensor tensor(const std::string& name) const;
   TensorMap all_tensors() const;
   const std::string& source() const { return source_; }

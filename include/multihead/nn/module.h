@@ -9,6 +9,7 @@
 // Virtual dispatch happens here, per module call, never inside kernels.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "multihead/core/rng.h"
@@ -22,6 +23,17 @@ class Module {
   virtual void init(Rng& rng) = 0;
   // Frees what forward saved for backward.
   virtual void clear_cache() = 0;
+};
+
+// What a forward pass needs beyond its inputs. Every dropout site draws from
+// stream (step, site), so masks differ per step and per site, and a
+// recomputed forward (gradient checkpointing) sees the same masks.
+struct ForwardContext {
+  bool training = false;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;
+
+  std::uint64_t stream(std::uint32_t site) const { return (step << 24) | site; }
 };
 
 }  // namespace multihead

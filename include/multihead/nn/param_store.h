@@ -46,6 +46,8 @@ class ParamStore {
   std::optional<Handle> find(std::string_view name) const;
 
   std::int64_t numel() const noexcept { return total_; }
+  // A fresh id for a module's dropout site (see ForwardContext).
+  std::uint32_t new_random_site() noexcept { return next_site_++; }
   std::span<float> all_data();
   std::span<float> all_grads();
   void zero_grad();
@@ -56,6 +58,7 @@ class ParamStore {
   std::vector<Entry> entries_;
   std::int64_t total_ = 0;
   bool finalized_ = false;
+  std::uint32_t next_site_ = 1;
   Tensor data_;  // (numel)
   Tensor grad_;  // (numel)
 };

@@ -1,5 +1,6 @@
-// MultiheadAttention against PyTorch: every golden case from
-// scripts/gen_golden.py, comparing the output, the weights and every gradient.
+// Modules against PyTorch: every golden case from scripts/gen_golden.py
+// (MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer),
+// comparing the output, the weights and every gradient.
 #include <gtest/gtest.h>
 
 #include "golden_case.h"
@@ -9,9 +10,9 @@
 namespace multihead {
 namespace {
 
-class GoldenMha : public ::testing::TestWithParam<test::GoldenCase> {};
+class Golden : public ::testing::TestWithParam<test::GoldenCase> {};
 
-TEST_P(GoldenMha, MatchesPyTorch) {
+TEST_P(Golden, MatchesPyTorch) {
   const test::GoldenCase& c = GetParam();
   TensorMap expected = c.expected();
   TensorMap got = apply_module(c.module_json(), c.name, c.weights(), c.inputs());
@@ -24,12 +25,15 @@ TEST_P(GoldenMha, MatchesPyTorch) {
   for (const auto& [name, t] : got) EXPECT_TRUE(expected.count(name)) << "unexpected output '" << name << "'";
 }
 
-INSTANTIATE_TEST_SUITE_P(PyTorch, GoldenMha, ::testing::ValuesIn(test::golden_cases("mha")),
+INSTANTIATE_TEST_SUITE_P(MultiheadAttention, Golden, ::testing::ValuesIn(test::golden_cases("mha")),
+                         [](const ::testing::TestParamInfo<test::GoldenCase>& p) { return p.param.name; });
+INSTANTIATE_TEST_SUITE_P(TransformerLayers, Golden, ::testing::ValuesIn(test::golden_cases("layers")),
                          [](const ::testing::TestParamInfo<test::GoldenCase>& p) { return p.param.name; });
 
-TEST(GoldenMhaFixtures, CoverEveryRequiredKind) {
-  // Guards against the fixture folder silently shrinking.
+TEST(GoldenFixtures, CoverEveryRequiredKind) {
+  // Guards against the fixture folders silently shrinking.
   EXPECT_GE(test::golden_cases("mha").size(), 31u);
+  EXPECT_GE(test::golden_cases("layers").size(), 8u);
 }
 
 }  // namespace

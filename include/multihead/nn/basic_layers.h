@@ -1,0 +1,91 @@
+// The small modules layers are made of: Linear, LayerNorm, Dropout, Embedding.
+// Each names its parameters as the PyTorch module of the same name does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "multihead/core/tensor.h"
+#include "multihead/kernels/dropout.h"
+#include "multihead/nn/module.h"
+
+namespace multihead {
+
+// torch.nn.Linear: y = x W^T + b over the last dimension. "weight" (out, in), "bias" (out).
+class Linear : public Module {
+ public:
+  Linear(ParamStore& store, const std::string& prefix, std::int64_t in, std::int64_t out, bool bias = true);
+  // nn.Linear's default: weight and bias uniform in +-1/sqrt(in).
+  void init(Rng& rng) override;
+  void clear_cache() override { x_ = nullptr; }
+  Tensor forward(const Tensor& x);     // (..., in) -> (..., out); x must outlive backward
+  Tensor backward(const Tensor& dy);   // (..., out) -> (..., in)
+  ParamStore::Handle weight() const { return w_; }
+
+ private:
+  ParamStore* store_;
+  std::int64_t in_, out_;
+  ParamStore::Handle w_, b_;
+  bool bias_;
+  const Tensor* x_ = nullptr;
+};
+
+// torch.nn.LayerNorm over the last dimension. "weight" (d) = 1, "bias" (d) = 0.
+class LayerNorm : public Module {
+ public:
+  LayerNorm(ParamStore& store, const std::string& prefix, std::int64_t d, double eps = 1e-5);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  Tensor forward(const Tensor& x);  // x must outlive backward
+  Tensor backward(const Tensor& dy);
+
+ private:
+  ParamStore* store_;
+  std::int64_t d_;
+  float eps_;
+  ParamStore::Handle w_, b_;
+  const Tensor* x_ = nullptr;
+  Tensor mean_, rstd_;  // (N)
+};
+
+// torch.nn.Dropout, in place, with masks from the counter-based generator.
+class Dropout {
+ public:
+  Dropout(ParamStore& store, double p);
+  void forward_inplace(Tensor& x, const ForwardContext& ctx);
+  void backward_inplace(Tensor& dy) const;  // same mask as the last forward
+  // The gradient through the last forward: g itself when nothing was dropped,
+  // else a masked copy made in scratch.
+  const Tensor& backward(const Tensor& g, Tensor& scratch) const;
+  bool active() const { return last_.active(); }
+  double p() const { return p_; }
+
+ private:
+  double p_;
+  std::uint32_t site_;
+  DropoutSpec last_;
+};
+
+// a += b, element-wise; shapes must match.
+void add_inplace(Tensor& a, const Tensor& b);
+
+// torch.nn.Embedding: rows of "weight" (num, dim), initialised N(0, 1).
+class Embedding : public Module {
+ public:
+  Embedding(ParamStore& store, const std::string& prefix, std::int64_t num, std::int64_t dim);
+  void init(Rng& rng) override;
+  void clear_cache() override { ids_ = nullptr; }
+  // ids: I64 of any shape, each in [0, num); returns (..., dim). ids must outlive backward.
+  Tensor forward(const Tensor& ids);
+  void backward(const Tensor& dy);  // adds into the weight gradient
+  ParamStore::Handle weight() const { return w_; }
+  std::int64_t num() const { return num_; }
+
+ private:
+  ParamStore* store_;
+  std::int64_t num_, dim_;
+  ParamStore::Handle w_;
+  const Tensor* ids_ = nullptr;
+};
+
+}  // namespace multihead

@@ -1,0 +1,105 @@
+// torch.nn.TransformerEncoderLayer and TransformerDecoderLayer (batch-first),
+// with their state_dict names: self_attn.*, multihead_attn.*, linear1.*,
+// linear2.*, norm1.*, norm2.*, norm3.*.
+//
+//   post-LN (default, as in the original Transformer):
+//     x = norm1(x + dropout1(SA(x)))            x = norm2(x + dropout2(FF(x)))
+//   pre-LN (norm_first):
+//     x = x + dropout1(SA(norm1(x)))            x = x + dropout2(FF(norm2(x)))
+//   FF(x) = linear2(dropout(activation(linear1(x))))
+// The decoder adds cross-attention to a memory between the two blocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "multihead/kernels/activations.h"
+#include "multihead/nn/basic_layers.h"
+#include "multihead/nn/multi_head_attention.h"
+
+namespace multihead {
+
+// Constructor arguments, with PyTorch's names and defaults.
+struct TransformerLayerConfig {
+  std::int64_t d_model = 512;
+  std::int64_t nhead = 8;
+  std::int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  Activation activation = Activation::kRelu;
+  double layer_norm_eps = 1e-5;
+  bool norm_first = false;
+  AttentionImpl attention_impl = AttentionImpl::kFused;
+
+  MultiheadAttentionConfig attention() const;
+  void validate() const;
+};
+
+// Masks of one attention call, nn.MultiheadAttention polarity (see multi_head_attention.h).
+struct AttentionMaskArgs {
+  const Tensor* key_padding_mask = nullptr;  // (B, S)
+  const Tensor* attn_mask = nullptr;         // (L, S) or (B*H, L, S)
+  CausalAlign causal = CausalAlign::kNone;
+};
+
+// linear2(dropout(activation(linear1(x))))
+class FeedForward {
+ public:
+  FeedForward(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
+  void init(Rng& rng);
+  void clear_cache();
+  Tensor forward(const Tensor& x, const ForwardContext& ctx);  // (..., d) -> (..., d)
+  Tensor backward(const Tensor& dy);
+
+ private:
+  Activation act_;
+  Linear linear1_, linear2_;
+  Dropout dropout_;
+  Tensor pre_;  // linear1 output, before the activation
+  Tensor hid_;  // after activation and dropout: linear2's input
+};
+
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  // x: (B, L, d_model); must outlive backward.
+  Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
+  Tensor backward(const Tensor& dy);
+  const TransformerLayerConfig& config() const { return cfg_; }
+
+ private:
+  TransformerLayerConfig cfg_;
+  MultiheadAttention self_attn_;
+  FeedForward ff_;
+  LayerNorm norm1_, norm2_;
+  Dropout dropout1_, dropout2_;
+  std::uint32_t attn_site_;
+  // Saved activations (those the sub-modules read again in backward).
+  Tensor n1_, h1_, y1_, n2_, h2_;
+};
+
+class TransformerDecoderLayer : public Module {
+ public:
+  TransformerDecoderLayer(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  // x: (B, L, d_model) target, memory: (B, S, d_model); both must outlive backward.
+  Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMaskArgs& self_masks,
+                 const AttentionMaskArgs& memory_masks, const ForwardContext& ctx);
+  struct Grads {
+    Tensor x, memory;
+  };
+  Grads backward(const Tensor& dy);
+
+ private:
+  TransformerLayerConfig cfg_;
+  MultiheadAttention self_attn_, multihead_attn_;
+  FeedForward ff_;
+  LayerNorm norm1_, norm2_, norm3_;
+  Dropout dropout1_, dropout2_, dropout3_;
+  std::uint32_t self_site_, cross_site_;
+  Tensor n1_, h1_, y1_, n2_, h2_, y2_, n3_, h3_;
+};
+
+}  // namespace multihead

@@ -1,0 +1,104 @@
+// LayerNorm, activations and dropout: definitions and finite-difference gradients in double.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "multihead/kernels/activations.h"
+#include "multihead/kernels/dropout.h"
+#include "multihead/kernels/layer_norm.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+using test::all_close_v;
+using test::kFdAtol;
+using test::kFdRtol;
+using test::numeric_grad;
+using test::random_vector;
+
+double weighted_sum(const std::vector<double>& y, const std::vector<double>& g) {
+  double s = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) s += y[i] * g[i];
+  return s;
+}
+
+TEST(LayerNorm, NormalisesRows) {
+  Rng rng(1);
+  const std::int64_t N = 3, d = 7;
+  auto x = random_vector(N * d, rng, 3.0);
+  for (double& v : x) v += 100.0;  // a large mean must not cost accuracy
+  std::vector<double> y(N * d), mean(N), rstd(N);
+  layer_norm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), nullptr, nullptr, N, d, 1e-5);
+  for (std::int64_t n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (std::int64_t i = 0; i < d; ++i) m += y[n * d + i];
+    for (std::int64_t i = 0; i < d; ++i) v += y[n * d + i] * y[n * d + i];
+    EXPECT_NEAR(m / d, 0.0, 1e-12);
+    EXPECT_NEAR(v / d, 1.0, 1e-5);  // var / (var + eps)
+  }
+}
+
+TEST(LayerNorm, GradientsMatchFiniteDifferences) {
+  Rng rng(2);
+  const std::int64_t N = 4, d = 6;
+  auto x = random_vector(N * d, rng), gamma = random_vector(d, rng), beta = random_vector(d, rng);
+  auto G = random_vector(N * d, rng);
+  auto loss = [&] {
+    std::vector<double> y(N * d), mean(N), rstd(N);
+    layer_norm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), N, d, 1e-5);
+    return weighted_sum(y, G);
+  };
+  std::vector<double> y(N * d), mean(N), rstd(N), dx(N * d), dgamma(d, 0.0), dbeta(d, 0.0);
+  layer_norm_forward<double>(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), N, d, 1e-5);
+  layer_norm_backward<double>(dx.data(), dgamma.data(), dbeta.data(), G.data(), x.data(), mean.data(), rstd.data(),
+                              gamma.data(), N, d);
+  EXPECT_TRUE(all_close_v(dx, numeric_grad(loss, x), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close_v(dgamma, numeric_grad(loss, gamma), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close_v(dbeta, numeric_grad(loss, beta), kFdAtol, kFdRtol));
+}
+
+class Activations : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(Activations, GradientsMatchFiniteDifferences) {
+  Rng rng(3);
+  auto x = random_vector(50, rng, 2.0), G = random_vector(50, rng);
+  auto loss = [&] {
+    std::vector<double> y(x.size());
+    activation_forward<double>(GetParam(), y.data(), x.data(), static_cast<std::int64_t>(x.size()));
+    return weighted_sum(y, G);
+  };
+  std::vector<double> dx(x.size());
+  activation_backward<double>(GetParam(), dx.data(), G.data(), x.data(), static_cast<std::int64_t>(x.size()));
+  EXPECT_TRUE(all_close_v(dx, numeric_grad(loss, x), kFdAtol, kFdRtol));
+}
+
+INSTANTIATE_TEST_SUITE_P(ReluGelu, Activations, ::testing::Values(Activation::kRelu, Activation::kGelu));
+
+TEST(Activations, GeluIsTheExactErfForm) {
+  std::vector<double> x = {-3.0, -1.0, 0.0, 0.5, 2.0}, y(5);
+  activation_forward<double>(Activation::kGelu, y.data(), x.data(), 5);
+  // torch.nn.functional.gelu(torch.tensor(x, dtype=torch.float64))
+  const double want[] = {-0.004049694095, -0.158655253931, 0.0, 0.345731230637, 1.954499736104};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[i], want[i], 1e-9);
+  EXPECT_THROW(parse_activation("tanh"), ConfigError);
+}
+
+TEST(Dropout, KeepsScalesAndIsReproducible) {
+  std::vector<double> a(10000, 1.0), b(10000, 1.0);
+  DropoutSpec spec{0.25f, 7, 3};
+  dropout_inplace(a.data(), 10000, 0, spec);
+  // The same mask when generated in two pieces (as threads or tiles would).
+  dropout_inplace(b.data(), 4001, 0, spec);
+  dropout_inplace(b.data() + 4001, 5999, 4001, spec);
+  EXPECT_EQ(a, b);
+  int zeros = 0;
+  for (double v : a) {
+    if (v == 0.0) ++zeros;
+    else EXPECT_DOUBLE_EQ(v, 1.0 / (1.0 - static_cast<double>(0.25f)));
+  }
+  EXPECT_NEAR(zeros / 10000.0, 0.25, 0.02);
+}
+
+}  // namespace
+}  // namespace multihead
