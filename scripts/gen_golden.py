@@ -42,6 +42,8 @@ def write_safetensors(path, tensors):
         t = tensors[name].detach().contiguous()
         if t.dtype == torch.bool:
             dtype, raw = "BOOL", t.to(torch.uint8).numpy().tobytes()
+        elif t.dtype == torch.int64:
+            dtype, raw = "I64", t.numpy().tobytes()
         else:
             dtype, raw = "F32", t.to(torch.float32).numpy().tobytes()
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
@@ -436,6 +438,96 @@ def generate_layer(name, spec, seed):
     write_safetensors(os.path.join(dirname, "expected.safetensors"), expected)
 
 
+PARITY = dict(vocab_size=50, d_model=16, nhead=4, dim_feedforward=32, num_layers=2, num_classes=3, max_len=16,
+              positions="sinusoidal", pooling="mean", final_norm=True, activation="relu", norm_first=False,
+              dropout=0.0, layer_norm_eps=1e-5, optimizer="adamw", lr=3e-3, betas=[0.9, 0.999], eps=1e-8,
+              weight_decay=0.01, warmup_steps=5, schedule="cosine", total_steps=20, clip_grad_norm=1.0, steps=20,
+              batch=4, seq_len=10)
+
+
+def sinusoidal(max_len, d):
+    pe = torch.zeros(max_len, d, dtype=torch.float64)
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    i = torch.arange(0, d, 2, dtype=torch.float64)
+    angle = pos / torch.pow(10000.0, i / d)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.float()
+
+
+class ParityClassifier(torch.nn.Module):
+    """The model multihead's SequenceClassifier builds, in torch.nn, with the same state_dict names."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(c["vocab_size"], c["d_model"])
+        layer = torch.nn.TransformerEncoderLayer(c["d_model"], c["nhead"], c["dim_feedforward"], c["dropout"],
+                                                 c["activation"], c["layer_norm_eps"], batch_first=True,
+                                                 norm_first=c["norm_first"])
+        self.encoder = torch.nn.TransformerEncoder(layer, c["num_layers"], norm=torch.nn.LayerNorm(c["d_model"]),
+                                                   enable_nested_tensor=False)
+        self.classifier = torch.nn.Linear(c["d_model"], c["num_classes"])
+        self.register_buffer("pe", sinusoidal(c["max_len"], c["d_model"]))
+
+    def forward(self, ids, pad):
+        x = self.embedding(ids) + self.pe[: ids.shape[1]]
+        h = self.encoder(x, src_key_padding_mask=pad)
+        keep = (~pad).float().unsqueeze(-1)
+        return self.classifier((h * keep).sum(1) / keep.sum(1))
+
+
+def lr_lambda(c):
+    def f(step):
+        if step < c["warmup_steps"]:
+            return (step + 1) / c["warmup_steps"]
+        t = min(max((step - c["warmup_steps"]) / max(c["total_steps"] - c["warmup_steps"], 1), 0.0), 1.0)
+        return 0.5 * (1 + math.cos(math.pi * t))
+    return f
+
+
+def generate_train_parity():
+    """20 AdamW steps of a tiny encoder classifier in PyTorch: initial weights, batches and per-step losses."""
+    c = PARITY
+    gen = torch.Generator().manual_seed(7)
+    torch.manual_seed(7)
+    model = ParityClassifier(c)
+    with torch.no_grad():
+        for n, prm in model.named_parameters():
+            if "norm" in n:
+                continue  # LayerNorm keeps its (1, 0) initialisation
+            prm.copy_((torch.rand(prm.shape, generator=gen) - 0.5) * (2.0 if "embedding" in n else 0.6))
+    init = {n: prm.detach().clone() for n, prm in model.named_parameters()}
+    S, B, L = c["steps"], c["batch"], c["seq_len"]
+    ids = torch.randint(0, c["vocab_size"], (S, B, L), generator=gen)
+    lengths = torch.randint(3, L + 1, (S, B), generator=gen)
+    pad = torch.arange(L)[None, None, :] >= lengths[:, :, None]
+    labels = ids[:, :, 0] % c["num_classes"]  # learnable: the class is in the first token
+    opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], betas=tuple(c["betas"]), eps=c["eps"],
+                            weight_decay=c["weight_decay"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(c))
+    losses = []
+    model.train()
+    for s in range(S):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(ids[s], pad[s]), labels[s])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip_grad_norm"])
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    d = os.path.join(ROOT, "train", "classifier_adamw")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+        f.write("\n")
+    write_safetensors(os.path.join(d, "init.safetensors"), init)
+    write_safetensors(os.path.join(d, "batches.safetensors"), {"ids": ids, "padding": pad, "labels": labels})
+    final = {n: prm.detach().clone() for n, prm in model.named_parameters()}
+    final["losses"] = torch.tensor(losses)
+    write_safetensors(os.path.join(d, "expected.safetensors"), final)
+    print(f"classifier_adamw: losses {losses[0]:.4f} -> {losses[-1]:.4f}")
+
+
 def main():
     torch.set_num_threads(1)
     out_dir = os.path.join(ROOT, "mha")
@@ -450,6 +542,8 @@ def main():
         generate_layer(name, spec, seed=2000 + i)
         print(f"{name:28s} torch.nn.{spec['type']}")
     print(f"wrote {len(LAYER_CASES)} cases to {os.path.relpath(layer_dir)}", file=sys.stderr)
+    shutil.rmtree(os.path.join(ROOT, "train"), ignore_errors=True)
+    generate_train_parity()
 
 
 if __name__ == "__main__":

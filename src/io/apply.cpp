@@ -4,6 +4,7 @@
 #include <set>
 
 #include "multihead/io/json_config.h"
+#include "multihead/io/state_dict.h"
 #include "multihead/nn/multi_head_attention.h"
 #include "multihead/nn/transformer_layers.h"
 
@@ -13,22 +14,6 @@ namespace {
 const Tensor* find(const TensorMap& m, const std::string& name) {
   auto it = m.find(name);
   return it == m.end() ? nullptr : &it->second;
-}
-
-// Copies `weights` into the store by state_dict name, as PyTorch's strict
-// load_state_dict: every parameter present with its exact shape, nothing extra.
-void load_weights(ParamStore& store, const TensorMap& weights) {
-  for (const auto& e : store.entries()) {
-    const Tensor* t = find(weights, e.name);
-    check<ShapeError>(t != nullptr, "weights: missing tensor '{}' of shape {}", e.name, shape_str(e.shape));
-    check<ShapeError>(t->dtype() == DType::kF32, "weights: '{}' must be F32, got {}", e.name, dtype_name(t->dtype()));
-    check<ShapeError>(t->shape() == e.shape, "weights: '{}' has shape {}, expected {}", e.name, shape_str(t->shape()),
-                      shape_str(e.shape));
-    auto h = *store.find(e.name);
-    std::memcpy(store.data(h), t->f32(), sizeof(float) * static_cast<std::size_t>(e.numel));
-  }
-  for (const auto& [name, t] : weights)
-    check<ShapeError>(store.find(name).has_value(), "weights: unexpected tensor '{}'", name);
 }
 
 // Every input must be one the module knows, and the named ones F32.
@@ -103,7 +88,7 @@ TensorMap apply_encoder_layer(ConfigReader& r, const TensorMap& weights, const T
   ParamStore store;
   TransformerEncoderLayer layer(store, "", cfg);
   store.finalize();
-  load_weights(store, weights);
+  load_state_dict(store, weights);
   TensorMap result;
   result.emplace("output", layer.forward(src, masks, ctx));
   if (const Tensor* grad_out = find(inputs, "grad_output")) {
@@ -133,7 +118,7 @@ TensorMap apply_decoder_layer(ConfigReader& r, const TensorMap& weights, const T
   ParamStore store;
   TransformerDecoderLayer layer(store, "", cfg);
   store.finalize();
-  load_weights(store, weights);
+  load_state_dict(store, weights);
   TensorMap result;
   result.emplace("output", layer.forward(tgt, memory, self_masks, memory_masks, ctx));
   if (const Tensor* grad_out = find(inputs, "grad_output")) {
@@ -179,7 +164,7 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
   ParamStore store;
   MultiheadAttention mha(store, "", cfg);
   store.finalize();
-  load_weights(store, weights);
+  load_state_dict(store, weights);
 
   MultiheadAttentionOutput out = self ? mha.forward_self(*query, find(inputs, "key_padding_mask"),
                                                          find(inputs, "attn_mask"), call)

@@ -62,6 +62,18 @@ bool ConfigReader::get_bool(const std::string& key, std::optional<bool> fallback
   return get_typed<bool>(key, fallback, &json::is_boolean, "true or false");
 }
 
+std::vector<double> ConfigReader::get_numbers(const std::string& key, std::size_t n, std::vector<double> fallback) {
+  if (!has(key)) return fallback;
+  const json& v = value(key);
+  check<ConfigError>(v.is_array() && v.size() == n, "{}: '{}' must be an array of {} numbers", source_, key, n);
+  std::vector<double> out;
+  for (const json& x : v) {
+    check<ConfigError>(x.is_number(), "{}: '{}' must be an array of {} numbers", source_, key, n);
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
 void ConfigReader::finish() const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it)
     check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'", source_, it.key());

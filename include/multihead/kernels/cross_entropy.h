@@ -1,0 +1,25 @@
+// torch.nn.functional.cross_entropy with reduction "mean", ignore_index and
+// label_smoothing:
+//   loss_i = (1 - eps) * -log p_i[y_i] + eps * mean_c(-log p_i[c])
+//   loss   = sum over rows with y_i != ignore_index, divided by their count.
+// A batch with every row ignored has loss 0 and zero gradients (PyTorch
+// returns NaN there).
+#pragma once
+
+#include <cstdint>
+
+namespace multihead {
+
+struct CrossEntropyResult {
+  double loss = 0;
+  std::int64_t count = 0;  // rows that were not ignored
+};
+
+// logits (N, C); targets (N), each in [0, C) or ignore_index (else ShapeError).
+// dlogits (N, C), when not null, receives d(loss)/d(logits) * grad_scale.
+template <typename T>
+CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N,
+                                 std::int64_t C, std::int64_t ignore_index = -100, double label_smoothing = 0.0,
+                                 double grad_scale = 1.0);
+
+}  // namespace multihead

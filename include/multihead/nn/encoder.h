@@ -1,0 +1,38 @@
+// torch.nn.TransformerEncoder: a stack of encoder layers ("layers.{i}.") and
+// an optional final LayerNorm ("norm."), with per-layer gradient
+// checkpointing: a checkpointed layer frees its activations after forward
+// and recomputes them in backward. The recomputation draws the same dropout
+// masks (they are keyed by step and site), so gradients equal the plain run.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "multihead/nn/transformer_layers.h"
+
+namespace multihead {
+
+class TransformerEncoder : public Module {
+ public:
+  TransformerEncoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
+                     std::int64_t num_layers, bool final_norm);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  void set_checkpointing(bool on) { checkpoint_ = on; }
+
+  // x: (B, L, d_model); x and the masks must outlive backward.
+  Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
+  Tensor backward(const Tensor& dy);
+  std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
+
+ private:
+  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers_;
+  std::unique_ptr<LayerNorm> norm_;
+  bool checkpoint_ = false;
+  AttentionMaskArgs masks_;
+  ForwardContext ctx_;
+  const Tensor* input_ = nullptr;
+  std::vector<Tensor> outputs_;  // outputs_[i]: output of layer i
+};
+
+}  // namespace multihead

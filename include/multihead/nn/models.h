@@ -1,0 +1,106 @@
+// Whole models: token embedding, positions, an encoder stack and a head.
+//
+//   SequenceClassifier: embedding -> positions -> TransformerEncoder ->
+//                       pooling (mean over unpadded tokens, or the first
+//                       token as [CLS]) -> "classifier" Linear.
+//   LanguageModel:      embedding -> positions -> causal TransformerEncoder
+//                       -> "lm_head" Linear (or the embedding matrix, tied).
+//
+// State dict names: embedding.weight, pos_embedding.weight (learned
+// positions), encoder.layers.{i}.*, encoder.norm.*, classifier.*, lm_head.weight.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "multihead/nn/encoder.h"
+
+namespace multihead {
+
+enum class PositionKind : std::uint8_t { kNone, kSinusoidal, kLearned };
+enum class Pooling : std::uint8_t { kMean, kCls };
+
+PositionKind parse_position_kind(std::string_view name);
+Pooling parse_pooling(std::string_view name);
+
+struct ModelConfig {
+  std::int64_t vocab_size = 0;
+  std::int64_t num_layers = 2;
+  TransformerLayerConfig layer;
+  bool final_norm = true;
+  PositionKind positions = PositionKind::kSinusoidal;
+  std::int64_t max_len = 512;
+  // Classifier only.
+  std::int64_t num_classes = 2;
+  Pooling pooling = Pooling::kMean;
+  // Language model only.
+  bool tie_embeddings = false;
+
+  void validate() const;
+};
+
+// Absolute positions added to the token embeddings.
+class AbsolutePositions {
+ public:
+  AbsolutePositions(ParamStore& store, const std::string& prefix, PositionKind kind, std::int64_t max_len,
+                    std::int64_t d_model);
+  void init(Rng& rng);
+  // x (B, L, d) += table[:L]; L > max_len is an error naming both.
+  void forward_inplace(Tensor& x) const;
+  void backward(const Tensor& dy);  // learned table's gradient
+  // Sinusoidal only: recompute the table for a longer max_len.
+  void extend(std::int64_t max_len);
+  std::int64_t max_len() const { return max_len_; }
+
+ private:
+  PositionKind kind_;
+  std::int64_t max_len_, d_;
+  Tensor table_;  // sinusoidal: (max_len, d)
+  std::unique_ptr<Embedding> learned_;
+  ParamStore* store_;
+};
+
+class SequenceClassifier : public Module {
+ public:
+  SequenceClassifier(ParamStore& store, const ModelConfig& cfg);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  // ids (B, L) I64; padding (B, L) bool, true = padding, or null. Returns logits (B, num_classes).
+  // ids and padding must outlive backward.
+  Tensor forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx);
+  void backward(const Tensor& dlogits);
+  TransformerEncoder& encoder() { return encoder_; }
+  AbsolutePositions& positions() { return positions_; }
+
+ private:
+  ModelConfig cfg_;
+  Embedding embedding_;
+  AbsolutePositions positions_;
+  TransformerEncoder encoder_;
+  Linear classifier_;
+  const Tensor* padding_ = nullptr;
+  Tensor x_, h_, pooled_;
+  std::vector<float> counts_;  // tokens pooled per sequence
+};
+
+class LanguageModel : public Module {
+ public:
+  LanguageModel(ParamStore& store, const ModelConfig& cfg);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  // ids (B, L) I64. Returns logits (B, L, vocab). Causal (top-left) self-attention.
+  Tensor forward(const Tensor& ids, const ForwardContext& ctx);
+  void backward(const Tensor& dlogits);
+  TransformerEncoder& encoder() { return encoder_; }
+
+ private:
+  ModelConfig cfg_;
+  ParamStore* store_;
+  Embedding embedding_;
+  AbsolutePositions positions_;
+  TransformerEncoder encoder_;
+  std::unique_ptr<Linear> lm_head_;  // null when tied
+  Tensor x_, h_;
+};
+
+}  // namespace multihead

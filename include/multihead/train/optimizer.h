@@ -1,0 +1,68 @@
+// Optimizers over the flat parameter and gradient buffers, with PyTorch's
+// update rules (torch.optim.AdamW and torch.optim.SGD), so a step is one
+// pass over memory.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "multihead/io/safetensors.h"
+#include "multihead/nn/param_store.h"
+
+namespace multihead {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update with learning rate lr, from the gradients in the store.
+  virtual void step(ParamStore& store, double lr) = 0;
+  std::int64_t steps() const { return steps_; }
+  // State as tensors named "optimizer.<slot>.<parameter name>", plus the
+  // step count in metadata; load_state restores exactly what save wrote.
+  virtual void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const = 0;
+  virtual void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) = 0;
+
+ protected:
+  std::int64_t steps_ = 0;
+};
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+
+// p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+class AdamW : public Optimizer {
+ public:
+  AdamW(const ParamStore& store, const AdamWConfig& cfg);
+  void step(ParamStore& store, double lr) override;
+  void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
+  void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
+
+ private:
+  AdamWConfig cfg_;
+  Tensor m_, v_;  // (numel)
+};
+
+struct SgdConfig {
+  double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// g += wd * p;  buf = momentum * buf + (1 - dampening) * g (buf = g at the
+// first step);  p -= lr * (nesterov ? g + momentum * buf : buf)
+class Sgd : public Optimizer {
+ public:
+  Sgd(const ParamStore& store, const SgdConfig& cfg);
+  void step(ParamStore& store, double lr) override;
+  void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
+  void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
+
+ private:
+  SgdConfig cfg_;
+  Tensor buf_;  // (numel)
+};
+
+}  // namespace multihead

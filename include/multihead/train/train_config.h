@@ -1,0 +1,37 @@
+// The optimisation side of a training run, and how model and training
+// configs are read from JSON (keys named as in PyTorch where PyTorch has a
+// name for them).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "multihead/io/json_config.h"
+#include "multihead/nn/models.h"
+#include "multihead/train/optimizer.h"
+#include "multihead/train/schedule.h"
+
+namespace multihead {
+
+struct TrainConfig {
+  std::string optimizer = "adamw";  // adamw | sgd
+  AdamWConfig adamw;
+  SgdConfig sgd;
+  LrSchedule schedule;
+  double clip_grad_norm = 0.0;  // 0: no clipping
+  std::int64_t grad_accumulation = 1;
+  std::int64_t steps = 100;
+  std::int64_t batch = 32;
+  std::int64_t seq_len = 128;
+  std::uint64_t seed = 0;
+  bool checkpoint_layers = false;  // gradient checkpointing
+};
+
+// Reads and type-checks the keys; the caller calls r.finish() after reading
+// everything it expects.
+ModelConfig read_model_config(ConfigReader& r);
+TrainConfig read_train_config(ConfigReader& r);
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
+
+}  // namespace multihead

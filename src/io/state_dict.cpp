@@ -1,0 +1,38 @@
+#include "multihead/io/state_dict.h"
+
+#include <cstring>
+
+namespace multihead {
+
+TensorMap state_dict(const ParamStore& store) {
+  TensorMap m;
+  for (std::size_t h = 0; h < store.entries().size(); ++h) {
+    const auto& e = store.entry(h);
+    Tensor t = Tensor::empty(e.shape);
+    std::memcpy(t.f32(), store.data(h), sizeof(float) * static_cast<std::size_t>(e.numel));
+    m.emplace(e.name, std::move(t));
+  }
+  return m;
+}
+
+void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::string& what, bool allow_extra) {
+  for (std::size_t h = 0; h < store.entries().size(); ++h) {
+    const auto& e = store.entry(h);
+    auto it = tensors.find(e.name);
+    check<ShapeError>(it != tensors.end(), "{}: missing tensor '{}' of shape {}", what, e.name, shape_str(e.shape));
+    const Tensor& t = it->second;
+    check<ShapeError>(t.dtype() == DType::kF32, "{}: '{}' must be F32, got {}", what, e.name, dtype_name(t.dtype()));
+    check<ShapeError>(t.shape() == e.shape, "{}: '{}' has shape {}, expected {}", what, e.name, shape_str(t.shape()),
+                      shape_str(e.shape));
+  }
+  if (!allow_extra)
+    for (const auto& [name, t] : tensors)
+      check<ShapeError>(store.find(name).has_value(), "{}: unexpected tensor '{}'", what, name);
+  // Only after every check: a failed load leaves the store untouched.
+  for (std::size_t h = 0; h < store.entries().size(); ++h) {
+    const auto& e = store.entry(h);
+    std::memcpy(store.data(h), tensors.at(e.name).f32(), sizeof(float) * static_cast<std::size_t>(e.numel));
+  }
+}
+
+}  // namespace multihead

@@ -1,0 +1,61 @@
+#include "multihead/kernels/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "multihead/core/error.h"
+
+namespace multihead {
+
+template <typename T>
+CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N,
+                                 std::int64_t C, std::int64_t ignore_index, double label_smoothing,
+                                 double grad_scale) {
+  check<ConfigError>(label_smoothing >= 0.0 && label_smoothing <= 1.0, "label_smoothing must be in [0, 1], got {}",
+                     label_smoothing);
+  CrossEntropyResult r;
+  for (std::int64_t n = 0; n < N; ++n) {
+    if (targets[n] == ignore_index) continue;
+    check<ShapeError>(targets[n] >= 0 && targets[n] < C, "target {} at row {} is outside [0, {})", targets[n], n, C);
+    ++r.count;
+  }
+  const double eps = label_smoothing;
+  const double inv = r.count > 0 ? 1.0 / static_cast<double>(r.count) : 0.0;
+  double total = 0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T* z = logits + n * C;
+    T* dz = dlogits ? dlogits + n * C : nullptr;
+    if (targets[n] == ignore_index) {
+      if (dz) std::fill(dz, dz + C, T(0));
+      continue;
+    }
+    // log p = z - (max + log sum exp(z - max)), in double for the sum.
+    double mx = static_cast<double>(*std::max_element(z, z + C));
+    double sum = 0, sum_z = 0;
+    for (std::int64_t c = 0; c < C; ++c) {
+      sum += std::exp(static_cast<double>(z[c]) - mx);
+      sum_z += static_cast<double>(z[c]);
+    }
+    const double lse = mx + std::log(sum);
+    const double nll = lse - static_cast<double>(z[targets[n]]);
+    const double smooth = lse - sum_z / static_cast<double>(C);  // mean_c(-log p_c)
+    total += (1.0 - eps) * nll + eps * smooth;
+    if (dz) {
+      const double s = grad_scale * inv;
+      for (std::int64_t c = 0; c < C; ++c) {
+        double p = std::exp(static_cast<double>(z[c]) - lse);
+        double target = (c == targets[n] ? 1.0 - eps : 0.0) + eps / static_cast<double>(C);
+        dz[c] = static_cast<T>((p - target) * s);
+      }
+    }
+  }
+  r.loss = total * inv;
+  return r;
+}
+
+template CrossEntropyResult cross_entropy<float>(float*, const float*, const std::int64_t*, std::int64_t,
+                                                 std::int64_t, std::int64_t, double, double);
+template CrossEntropyResult cross_entropy<double>(double*, const double*, const std::int64_t*, std::int64_t,
+                                                  std::int64_t, std::int64_t, double, double);
+
+}  // namespace multihead

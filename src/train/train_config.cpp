@@ -1,0 +1,64 @@
+#include "multihead/train/train_config.h"
+
+namespace multihead {
+
+ModelConfig read_model_config(ConfigReader& r) {
+  ModelConfig m;
+  m.vocab_size = r.get_int("vocab_size");
+  m.num_layers = r.get_int("num_layers", 2);
+  m.layer.d_model = r.get_int("d_model", 128);
+  m.layer.nhead = r.get_int("nhead", 4);
+  m.layer.dim_feedforward = r.get_int("dim_feedforward", 4 * m.layer.d_model);
+  m.layer.dropout = r.get_number("dropout", 0.1);
+  m.layer.activation = parse_activation(r.get_string("activation", std::string("relu")));
+  m.layer.layer_norm_eps = r.get_number("layer_norm_eps", 1e-5);
+  m.layer.norm_first = r.get_bool("norm_first", false);
+  m.final_norm = r.get_bool("final_norm", true);
+  m.positions = parse_position_kind(r.get_string("positions", std::string("sinusoidal")));
+  m.max_len = r.get_int("max_len", 512);
+  m.num_classes = r.get_int("num_classes", 2);
+  m.pooling = parse_pooling(r.get_string("pooling", std::string("mean")));
+  m.tie_embeddings = r.get_bool("tie_embeddings", false);
+  m.validate();
+  return m;
+}
+
+TrainConfig read_train_config(ConfigReader& r) {
+  TrainConfig t;
+  t.optimizer = r.get_string("optimizer", std::string("adamw"));
+  check<ConfigError>(t.optimizer == "adamw" || t.optimizer == "sgd", "optimizer must be adamw or sgd, got \"{}\"",
+                     t.optimizer);
+  t.schedule.base_lr = r.get_number("lr", 1e-3);
+  t.schedule.min_lr = r.get_number("min_lr", 0.0);
+  t.schedule.warmup_steps = r.get_int("warmup_steps", 0);
+  t.schedule.decay = parse_decay(r.get_string("schedule", std::string("constant")));
+  const std::vector<double> betas = r.get_numbers("betas", 2, {0.9, 0.999});  // PyTorch's betas tuple
+  t.adamw.beta1 = betas[0];
+  t.adamw.beta2 = betas[1];
+  t.adamw.eps = r.get_number("eps", 1e-8);
+  t.adamw.weight_decay = r.get_number("weight_decay", t.optimizer == "adamw" ? 0.01 : 0.0);
+  t.sgd.weight_decay = t.adamw.weight_decay;
+  t.sgd.momentum = r.get_number("momentum", 0.0);
+  t.sgd.nesterov = r.get_bool("nesterov", false);
+  t.clip_grad_norm = r.get_number("clip_grad_norm", 0.0);
+  t.grad_accumulation = r.get_int("grad_accumulation", 1);
+  t.steps = r.get_int("steps", 100);
+  t.schedule.total_steps = r.get_int("total_steps", t.steps);
+  t.batch = r.get_int("batch", 32);
+  t.seq_len = r.get_int("seq_len", 128);
+  t.seed = static_cast<std::uint64_t>(r.get_int("seed", 0));
+  t.checkpoint_layers = r.get_bool("checkpoint_layers", false);
+  check<ConfigError>(t.schedule.base_lr > 0, "lr must be positive, got {}", t.schedule.base_lr);
+  check<ConfigError>(t.schedule.warmup_steps >= 0, "warmup_steps must be >= 0, got {}", t.schedule.warmup_steps);
+  check<ConfigError>(t.clip_grad_norm >= 0, "clip_grad_norm must be >= 0, got {}", t.clip_grad_norm);
+  check<ConfigError>(t.grad_accumulation >= 1, "grad_accumulation must be >= 1, got {}", t.grad_accumulation);
+  check<ConfigError>(t.steps >= 0 && t.batch > 0 && t.seq_len > 0, "steps, batch and seq_len must be positive");
+  return t;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {
+  if (cfg.optimizer == "sgd") return std::make_unique<Sgd>(store, cfg.sgd);
+  return std::make_unique<AdamW>(store, cfg.adamw);
+}
+
+}  // namespace multihead
