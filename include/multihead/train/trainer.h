@@ -1,0 +1,53 @@
+// The optimisation loop shared by every task: gradient accumulation over
+// micro-batches, clipping, the learning-rate schedule, the optimizer step,
+// and crash-safe checkpoints that resume bit for bit.
+//
+// Randomness is counter-based and keyed by (seed, step, site), so the seed
+// and the step are the whole RNG state: a resumed run draws exactly the
+// dropout masks the uninterrupted run would have drawn.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "multihead/train/train_config.h"
+
+namespace multihead {
+
+struct StepStats {
+  std::int64_t step = 0;  // the step just taken (0-based)
+  double loss = 0;        // mean over the micro-batches
+  double grad_norm = 0;   // global L2 norm before clipping
+  double lr = 0;
+};
+
+class Trainer {
+ public:
+  // fn(micro, ctx, grad_scale) runs forward and backward of micro-batch
+  // `micro`, adding grad_scale * d(loss)/d(params) into the gradients, and
+  // returns the micro-batch's loss.
+  using MicroStep = std::function<double(std::int64_t micro, const ForwardContext& ctx, double grad_scale)>;
+
+  Trainer(ParamStore& store, const TrainConfig& cfg);
+
+  StepStats step(const MicroStep& fn);
+  std::int64_t steps_done() const { return step_; }
+  const TrainConfig& config() const { return cfg_; }
+
+  // A checkpoint holds the parameters under their state_dict names, the
+  // optimizer state ("optimizer.*"), and metadata: step, seed, and the
+  // caller's `extra` entries (such as the data position). Written atomically.
+  void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
+  // Restores parameters, optimizer and step; returns the metadata.
+  std::map<std::string, std::string> load_checkpoint(const std::string& path);
+
+ private:
+  ParamStore* store_;
+  TrainConfig cfg_;
+  std::unique_ptr<Optimizer> opt_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace multihead

@@ -1,0 +1,77 @@
+#include "multihead/train/trainer.h"
+
+#include <cmath>
+
+#include "multihead/io/state_dict.h"
+
+namespace multihead {
+
+Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
+    : store_(&store), cfg_(cfg), opt_(make_optimizer(cfg, store)) {}
+
+StepStats Trainer::step(const MicroStep& fn) {
+  StepStats s;
+  s.step = step_;
+  store_->zero_grad();
+  ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = cfg_.seed;
+  const std::int64_t micro = cfg_.grad_accumulation;
+  for (std::int64_t m = 0; m < micro; ++m) {
+    // Distinct dropout masks per micro-batch: the step counter advances by
+    // micro-batch, so (step, micro) never repeats across the run.
+    ctx.step = static_cast<std::uint64_t>(step_ * micro + m);
+    s.loss += fn(m, ctx, 1.0 / static_cast<double>(micro));
+  }
+  s.loss /= static_cast<double>(micro);
+  s.grad_norm = cfg_.clip_grad_norm > 0 ? clip_grad_norm(store_->all_grads(), cfg_.clip_grad_norm)
+                                        : global_grad_norm(store_->all_grads());
+  check<Error>(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
+               "training diverged at step {}: loss {}, gradient norm {}", step_, s.loss, s.grad_norm);
+  s.lr = cfg_.schedule.lr_at(step_);
+  opt_->step(*store_, s.lr);
+  ++step_;
+  return s;
+}
+
+void Trainer::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra) const {
+  TensorMap tensors = state_dict(*store_);
+  std::map<std::string, std::string> meta = extra;
+  opt_->save_state(*store_, tensors, meta);
+  meta["format"] = "multihead-checkpoint-1";
+  meta["step"] = std::to_string(step_);
+  meta["rng.seed"] = std::to_string(cfg_.seed);
+  write_safetensors(path, tensors, meta);
+}
+
+std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& path) {
+  SafetensorsFile f = SafetensorsFile::read(path);
+  const auto& meta = f.metadata();
+  auto fmt_it = meta.find("format");
+  check<IoError>(fmt_it != meta.end() && fmt_it->second == "multihead-checkpoint-1",
+                 "{}: not a multihead checkpoint", path);
+  std::int64_t step = 0;
+  try {
+    step = std::stoll(meta.at("step"));
+    check<IoError>(std::stoull(meta.at("rng.seed")) == cfg_.seed,
+                   "{}: checkpoint was written with seed {}, this run uses {}", path, meta.at("rng.seed"), cfg_.seed);
+  } catch (const std::out_of_range&) {
+    throw IoError(path + ": checkpoint lacks its step or seed");
+  } catch (const std::invalid_argument&) {
+    throw IoError(path + ": checkpoint step or seed is not a number");
+  }
+  TensorMap tensors = f.all_tensors();
+  TensorMap params;
+  for (auto& [name, t] : tensors)
+    if (!name.starts_with("optimizer.")) params.emplace(name, std::move(t));
+  // The optimizer state loads into a fresh optimizer first, so a bad file
+  // leaves this trainer untouched.
+  std::unique_ptr<Optimizer> opt = make_optimizer(cfg_, *store_);
+  opt->load_state(*store_, tensors, meta);
+  load_state_dict(*store_, params, path);
+  opt_ = std::move(opt);
+  step_ = step;
+  return meta;
+}
+
+}  // namespace multihead

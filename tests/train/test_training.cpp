@@ -1,0 +1,292 @@
+// The training stack: resuming, accumulation, checkpointing, determinism,
+// optimizers, schedules, clipping and the loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "multihead/core/allocator.h"
+#include "multihead/io/state_dict.h"
+#include "multihead/kernels/cross_entropy.h"
+#include "multihead/train/trainer.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+namespace fs = std::filesystem;
+using test::all_close_v;
+
+ModelConfig tiny_model(double dropout = 0.1) {
+  ModelConfig m;
+  m.vocab_size = 30;
+  m.num_layers = 2;
+  m.layer.d_model = 16;
+  m.layer.nhead = 4;
+  m.layer.dim_feedforward = 24;
+  m.layer.dropout = dropout;
+  m.max_len = 32;
+  m.num_classes = 3;
+  return m;
+}
+
+// Batch `index` of a synthetic task: the label is the first token mod 3.
+struct Batch {
+  Tensor ids, padding, labels;
+};
+Batch make_batch(std::uint64_t index, std::int64_t B, std::int64_t L) {
+  Rng rng(99, index);
+  Batch b{Tensor({B, L}, DType::kI64), Tensor({B, L}, DType::kBool), Tensor({B}, DType::kI64)};
+  for (std::int64_t i = 0; i < B * L; ++i) b.ids.data<std::int64_t>()[i] = rng.next_u32() % 30;
+  for (std::int64_t r = 0; r < B; ++r) {
+    const std::int64_t len = 2 + rng.next_u32() % (L - 1);
+    for (std::int64_t l = len; l < L; ++l) b.padding.data<std::uint8_t>()[r * L + l] = 1;
+    b.labels.data<std::int64_t>()[r] = b.ids.data<std::int64_t>()[r * L] % 3;
+  }
+  return b;
+}
+
+// A classifier, its trainer, and a step over micro-batches of the synthetic task.
+struct TrainRun {
+  ParamStore store;
+  SequenceClassifier model;
+  Trainer trainer;
+  std::int64_t batch;
+
+  TrainRun(const TrainConfig& tc, const ModelConfig& mc = tiny_model()) : model(store, mc), trainer(store_ready(), tc) {
+    Rng rng(5);
+    model.init(rng);
+    batch = tc.batch;
+  }
+  ParamStore& store_ready() {
+    store.finalize();
+    return store;
+  }
+  StepStats step() {
+    const std::int64_t micro_b = batch / trainer.config().grad_accumulation;
+    const std::int64_t step_index = trainer.steps_done();
+    return trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
+      // Micro-batch m of step s is rows [m*micro_b, (m+1)*micro_b) of batch s.
+      Batch full = make_batch(static_cast<std::uint64_t>(step_index), batch, 8);
+      Batch b{Tensor({micro_b, 8}, DType::kI64), Tensor({micro_b, 8}, DType::kBool), Tensor({micro_b}, DType::kI64)};
+      std::memcpy(b.ids.raw(), full.ids.data<std::int64_t>() + micro * micro_b * 8, b.ids.nbytes());
+      std::memcpy(b.padding.raw(), full.padding.data<std::uint8_t>() + micro * micro_b * 8, b.padding.nbytes());
+      std::memcpy(b.labels.raw(), full.labels.data<std::int64_t>() + micro * micro_b, b.labels.nbytes());
+      Tensor logits = model.forward(b.ids, &b.padding, ctx);
+      Tensor dlogits = Tensor::empty(logits.shape());
+      auto ce = cross_entropy(dlogits.f32(), logits.f32(), b.labels.data<std::int64_t>(), micro_b, 3, -100, 0.0,
+                              scale);
+      model.backward(dlogits);
+      return ce.loss;
+    });
+  }
+  std::vector<float> weights() { return {store.all_data().begin(), store.all_data().end()}; }
+};
+
+TrainConfig tiny_train() {
+  TrainConfig t;
+  t.schedule.base_lr = 3e-3;
+  t.schedule.warmup_steps = 3;
+  t.schedule.decay = Decay::kCosine;
+  t.schedule.total_steps = 12;
+  t.clip_grad_norm = 1.0;
+  t.batch = 8;
+  t.seed = 11;
+  return t;
+}
+
+TEST(Training, LossFallsOnALearnableTask) {
+  // The label is token 0 mod 3; [CLS] pooling reads token 0's output.
+  TrainConfig tc = tiny_train();
+  tc.schedule.base_lr = 1e-2;
+  tc.schedule.total_steps = 80;
+  ModelConfig mc = tiny_model();
+  mc.pooling = Pooling::kCls;
+  TrainRun r(tc, mc);
+  double first = 0, last = 0;
+  for (int s = 0; s < 80; ++s) {
+    StepStats st = r.step();
+    if (s < 5) first += st.loss / 5;
+    if (s >= 75) last += st.loss / 5;
+  }
+  EXPECT_LT(last, first * 0.9) << "first " << first << ", last " << last;
+}
+
+TEST(Training, ResumingFromACheckpointIsBitwiseIdentical) {
+  const fs::path dir = fs::temp_directory_path() / ("multihead_resume_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string ckpt = (dir / "step6.safetensors").string();
+  TrainConfig tc = tiny_train();
+  TrainRun straight(tc);
+  for (int s = 0; s < 10; ++s) straight.step();
+
+  {
+    TrainRun first(tc);
+    for (int s = 0; s < 6; ++s) first.step();
+    first.trainer.save_checkpoint(ckpt, {{"data.position", "6"}});
+  }
+  TrainRun resumed(tc);  // fresh weights, overwritten by the checkpoint
+  auto meta = resumed.trainer.load_checkpoint(ckpt);
+  EXPECT_EQ(meta.at("data.position"), "6");
+  EXPECT_EQ(resumed.trainer.steps_done(), 6);
+  for (int s = 6; s < 10; ++s) resumed.step();
+  const auto a = straight.weights(), b = resumed.weights();
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  // The checkpoint carries the PyTorch names of the model.
+  SafetensorsFile f = SafetensorsFile::read(ckpt);
+  EXPECT_TRUE(f.contains("encoder.layers.1.self_attn.in_proj_weight"));
+  EXPECT_TRUE(f.contains("optimizer.exp_avg.classifier.weight"));
+  // A checkpoint written with another seed is refused, and changes nothing.
+  TrainConfig other = tc;
+  other.seed = 12;
+  TrainRun wrong(other);
+  const auto before = wrong.weights();
+  EXPECT_THROW(wrong.trainer.load_checkpoint(ckpt), IoError);
+  EXPECT_EQ(wrong.weights(), before);
+  fs::remove_all(dir);
+}
+
+TEST(Training, SameSeedSameThreadsSameWeights) {
+  TrainRun a(tiny_train()), b(tiny_train());
+  for (int s = 0; s < 5; ++s) a.step(), b.step();
+  const auto wa = a.weights(), wb = b.weights();
+  EXPECT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)), 0);
+}
+
+TEST(Training, GradientAccumulationMatchesOneLargeBatch) {
+  // Mean pooling, no dropout: two micro-batches of 4 average to the batch of 8.
+  // SGD, because AdamW turns the key bias's rounding-noise gradient (its true
+  // gradient is 0: softmax ignores it) into full-size steps.
+  TrainConfig one = tiny_train();
+  one.optimizer = "sgd";
+  one.sgd.momentum = 0.9;
+  TrainConfig two = one;
+  two.grad_accumulation = 2;
+  TrainRun a(one, tiny_model(0.0)), b(two, tiny_model(0.0));
+  for (int s = 0; s < 3; ++s) {
+    StepStats sa = a.step(), sb = b.step();
+    EXPECT_NEAR(sa.loss, sb.loss, 1e-5);
+    EXPECT_NEAR(sa.grad_norm, sb.grad_norm, 1e-4 * sa.grad_norm);
+  }
+  EXPECT_TRUE(all_close_v(a.weights(), b.weights(), 1e-5, 1e-4));
+}
+
+TEST(Training, GradientCheckpointingGivesTheSameGradientsWithLessMemory) {
+  ModelConfig mc = tiny_model(0.2);
+  mc.num_layers = 4;
+  auto grads_and_peak = [&](bool checkpoint) {
+    ParamStore store;
+    SequenceClassifier model(store, mc);
+    store.finalize();
+    Rng rng(3);
+    model.init(rng);
+    model.encoder().set_checkpointing(checkpoint);
+    Batch b = make_batch(0, 16, 24);
+    ForwardContext ctx{true, 7, 1};
+    const std::int64_t base = memory_stats().current_bytes;
+    reset_peak_memory();
+    Tensor logits = model.forward(b.ids, &b.padding, ctx);
+    Tensor dlogits = Tensor::empty(logits.shape());
+    cross_entropy(dlogits.f32(), logits.f32(), b.labels.data<std::int64_t>(), 16, 3);
+    model.backward(dlogits);
+    const std::int64_t peak = memory_stats().peak_bytes - base;
+    return std::make_pair(std::vector<float>(store.all_grads().begin(), store.all_grads().end()), peak);
+  };
+  auto [plain, plain_peak] = grads_and_peak(false);
+  auto [ckpt, ckpt_peak] = grads_and_peak(true);
+  ASSERT_EQ(plain.size(), ckpt.size());
+  EXPECT_EQ(std::memcmp(plain.data(), ckpt.data(), plain.size() * sizeof(float)), 0);
+  EXPECT_LT(ckpt_peak, plain_peak);
+  std::printf("peak activation bytes, 4 layers, 16 x 24 tokens: %lld plain, %lld checkpointed\n",
+              static_cast<long long>(plain_peak), static_cast<long long>(ckpt_peak));
+}
+
+TEST(Optimizers, SgdMomentumFollowsPyTorch) {
+  ParamStore store;
+  store.add("w", {2});
+  store.finalize();
+  store.all_data()[0] = 1.0f, store.all_data()[1] = -2.0f;
+  SgdConfig c;
+  c.momentum = 0.9;
+  c.weight_decay = 0.1;
+  Sgd opt(store, c);
+  // Step 1: d = g + wd p = (0.5 + 0.1, 0.25 - 0.2); buf = d; p -= lr buf.
+  store.all_grads()[0] = 0.5f, store.all_grads()[1] = 0.25f;
+  opt.step(store, 0.1);
+  EXPECT_NEAR(store.all_data()[0], 1.0 - 0.1 * 0.6, 1e-6);
+  EXPECT_NEAR(store.all_data()[1], -2.0 - 0.1 * 0.05, 1e-6);
+  // Step 2: buf = 0.9 buf + d.
+  const double p0 = store.all_data()[0];
+  opt.step(store, 0.1);
+  EXPECT_NEAR(store.all_data()[0], p0 - 0.1 * (0.9 * 0.6 + (0.5 + 0.1 * p0)), 1e-6);
+}
+
+TEST(Optimizers, AdamWFirstStepMovesByLearningRate) {
+  // After one step m/sqrt(v) = sign(g) (bias-corrected), so p moves by lr.
+  ParamStore store;
+  store.add("w", {3});
+  store.finalize();
+  for (float& p : store.all_data()) p = 1.0f;
+  store.all_grads()[0] = 2.0f, store.all_grads()[1] = -0.001f, store.all_grads()[2] = 0.0f;
+  AdamWConfig c;
+  c.weight_decay = 0.0;
+  AdamW opt(store, c);
+  opt.step(store, 0.01);
+  EXPECT_NEAR(store.all_data()[0], 0.99, 1e-6);
+  EXPECT_NEAR(store.all_data()[1], 1.01, 1e-4);  // eps matters a little at |g| = 1e-3
+  EXPECT_EQ(store.all_data()[2], 1.0f);
+}
+
+TEST(Schedules, WarmupThenDecay) {
+  LrSchedule s{1.0, 0.1, 10, 110, Decay::kCosine};
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);
+  EXPECT_NEAR(s.lr_at(60), 0.55, 1e-12);
+  EXPECT_NEAR(s.lr_at(110), 0.1, 1e-12);
+  s.decay = Decay::kLinear;
+  EXPECT_NEAR(s.lr_at(60), 0.55, 1e-12);
+  s.decay = Decay::kInverseSqrt;
+  EXPECT_NEAR(s.lr_at(39), std::sqrt(10.0) / std::sqrt(40.0), 1e-12);
+  s.decay = Decay::kConstant;
+  EXPECT_DOUBLE_EQ(s.lr_at(100), 1.0);
+  EXPECT_THROW(parse_decay("step"), ConfigError);
+}
+
+TEST(Clipping, ScalesToTheMaxNorm) {
+  std::vector<float> g = {3.0f, 4.0f};
+  EXPECT_NEAR(clip_grad_norm(g, 1.0), 5.0, 1e-12);
+  EXPECT_NEAR(g[0], 0.6f, 1e-6);
+  EXPECT_NEAR(g[1], 0.8f, 1e-6);
+  std::vector<float> small = {0.3f, 0.4f};
+  clip_grad_norm(small, 1.0);
+  EXPECT_EQ(small[0], 0.3f);  // under the limit: untouched
+}
+
+TEST(CrossEntropy, MatchesPyTorchWithSmoothingAndIgnoreIndex) {
+  // torch.nn.functional.cross_entropy(logits, targets, ignore_index=-100, label_smoothing=0.1)
+  const std::vector<double> logits = {1.0, 2.0, 0.5, -1.0, 0.0, 3.0, 0.2, 0.1, -0.3};
+  const std::int64_t targets[] = {1, -100, 0};
+  auto r = cross_entropy<double>(nullptr, logits.data(), targets, 3, 3, -100, 0.1);
+  EXPECT_EQ(r.count, 2);
+  EXPECT_NEAR(r.loss, 0.7442648865, 1e-9);
+  const std::int64_t bad[] = {3, 0, 0};
+  EXPECT_THROW(cross_entropy<double>(nullptr, logits.data(), bad, 3, 3), ShapeError);
+  const std::int64_t all_ignored[] = {-100, -100, -100};
+  EXPECT_EQ(cross_entropy<double>(nullptr, logits.data(), all_ignored, 3, 3).loss, 0.0);
+}
+
+TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
+  Rng rng(8);
+  auto logits = test::random_vector(4 * 5, rng);
+  const std::int64_t targets[] = {0, 4, -100, 2};
+  auto loss = [&] { return cross_entropy<double>(nullptr, logits.data(), targets, 4, 5, -100, 0.2).loss; };
+  std::vector<double> d(logits.size());
+  cross_entropy<double>(d.data(), logits.data(), targets, 4, 5, -100, 0.2);
+  EXPECT_TRUE(all_close_v(d, test::numeric_grad(loss, logits), test::kFdAtol, test::kFdRtol));
+}
+
+}  // namespace
+}  // namespace multihead
