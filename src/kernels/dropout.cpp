@@ -1,5 +1,7 @@
 #include "multihead/kernels/dropout.h"
 
+#include <algorithm>
+
 #include "multihead/core/rng.h"
 
 namespace multihead {
@@ -7,13 +9,16 @@ namespace multihead {
 template <typename T>
 void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec) {
   const T ks = spec.p < 1.0f ? T(1) / (T(1) - static_cast<T>(spec.p)) : T(0);
-  // One Philox block serves four consecutive elements.
+  // Element i uses lane i % 4 of Philox block i / 4; blocks come 16 at a time.
+  constexpr std::uint64_t kSpan = 4 * kPhiloxBatch;
+  std::uint32_t bits[kSpan];
   std::uint64_t idx = base;
-  std::int64_t j = 0;
-  while (j < n) {
-    auto block = philox4x32(spec.seed, spec.stream, idx >> 2);
-    for (std::uint64_t lane = idx & 3; lane < 4 && j < n; ++lane, ++j, ++idx)
-      x[j] *= u32_to_unit_float(block[lane]) >= spec.p ? ks : T(0);
+  const std::uint64_t end = base + static_cast<std::uint64_t>(n);
+  while (idx < end) {
+    const std::uint64_t first = idx / kSpan * kSpan;  // aligned to a batch of blocks
+    philox4x32_batch(spec.seed, spec.stream, first / 4, bits);
+    const std::uint64_t stop = std::min(end, first + kSpan);
+    for (; idx < stop; ++idx) x[idx - base] *= u32_to_unit_float(bits[idx - first]) >= spec.p ? ks : T(0);
   }
 }
 

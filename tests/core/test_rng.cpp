@@ -38,6 +38,15 @@ TEST(Philox, UniformAtIsAPureFunctionOfItsCounter) {
   EXPECT_NE(uniform_at(7, 3, 0), uniform_at(7, 4, 0));
 }
 
+TEST(Philox, BatchEqualsOneBlockAtATime) {
+  std::uint32_t out[4 * kPhiloxBatch];
+  philox4x32_batch(0x1234567890abcdefull, 77, ~0ull - 5, out);  // the low counter word wraps inside the batch
+  for (int i = 0; i < kPhiloxBatch; ++i) {
+    auto block = philox4x32(0x1234567890abcdefull, 77, ~0ull - 5 + static_cast<std::uint64_t>(i));
+    for (int lane = 0; lane < 4; ++lane) EXPECT_EQ(out[4 * i + lane], block[static_cast<std::size_t>(lane)]);
+  }
+}
+
 TEST(Rng, SequentialStreamMatchesUniformAt) {
   Rng rng(42, 5);
   for (std::uint64_t i = 0; i < 37; ++i) EXPECT_EQ(rng.uniform(), uniform_at(42, 5, i));

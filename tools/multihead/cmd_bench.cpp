@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "multihead/bench/attention_bench.h"
+#include "multihead/bench/train_bench.h"
 
 namespace multihead::cli {
 namespace {
@@ -16,6 +17,7 @@ struct BenchOpts {
   std::string tile_gemm = "micro";
   bool json = false;
   std::int64_t m = 4096, n = 1536, k = 512;
+  TrainBenchConfig train;
 };
 
 void run_attention(BenchOpts& o) {
@@ -63,6 +65,28 @@ void run_gemm(const BenchOpts& o) {
   if (o.json) fmt::print("{}\n", nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}}.dump());
 }
 
+void run_train(const BenchOpts& o) {
+  const TrainBenchConfig& c = o.train;
+  TrainBenchResult r = run_train_bench(c);
+  fmt::print(
+      "encoder classifier training: d_model={} heads={} layers={} ff={} vocab={} classes={}, batch {} x {} tokens, "
+      "dropout {}{}, {} parameters, {} threads\n",
+      c.d_model, c.num_heads, c.num_layers, c.dim_feedforward, c.vocab_size, c.num_classes, c.batch, c.seq_len,
+      c.dropout, c.checkpoint_layers ? ", gradient checkpointing" : "", r.param_count, r.threads);
+  fmt::print("step: {:.1f} ms (median of {})   {:.0f} tokens/s\n", r.ms, c.iters, r.tokens_per_s);
+  fmt::print("memory: peak {} bytes allocated ({} above weights, gradients and optimizer state)\n", r.peak_bytes,
+             r.peak_activation_bytes);
+  if (o.json)
+    fmt::print("{}\n", nlohmann::json{{"ms", r.ms},
+                                      {"tokens_per_s", r.tokens_per_s},
+                                      {"peak_bytes", r.peak_bytes},
+                                      {"peak_activation_bytes", r.peak_activation_bytes},
+                                      {"param_count", r.param_count},
+                                      {"threads", r.threads},
+                                      {"samples_ms", r.samples_ms}}
+                           .dump());
+}
+
 }  // namespace
 
 Command add_bench(CLI::App& app) {
@@ -87,14 +111,30 @@ Command add_bench(CLI::App& app) {
   gemm->add_option("--m", o->m, "Rows of A and C")->capture_default_str();
   gemm->add_option("--n", o->n, "Columns of B and C")->capture_default_str();
   gemm->add_option("--k", o->k, "Columns of A, rows of B")->capture_default_str();
+  CLI::App* train = sub->add_subcommand("train", "Training steps of an encoder classifier (AdamW)");
+  TrainBenchConfig& t = o->train;
+  train->add_option("--d-model", t.d_model, "Model width")->capture_default_str();
+  train->add_option("--num-heads", t.num_heads, "Heads per layer")->capture_default_str();
+  train->add_option("--num-layers", t.num_layers, "Encoder layers")->capture_default_str();
+  train->add_option("--dim-feedforward", t.dim_feedforward, "Feed-forward width")->capture_default_str();
+  train->add_option("--seq-len", t.seq_len, "Tokens per sequence")->capture_default_str();
+  train->add_option("--batch", t.batch, "Sequences per step")->capture_default_str();
+  train->add_option("--vocab-size", t.vocab_size, "Vocabulary size")->capture_default_str();
+  train->add_option("--dropout", t.dropout, "Dropout")->capture_default_str();
+  train->add_flag("--checkpoint-layers", t.checkpoint_layers, "Gradient checkpointing per layer");
+  train->add_option("--threads", t.threads, "Threads (0: all cores)")->capture_default_str();
+  train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
+  train->add_option("--warmup", t.warmup, "Untimed steps first")->capture_default_str();
+  train->add_flag("--json", o->json, "End with one JSON line of the results");
   for (CLI::App* s : {attn, gemm}) {
     s->add_option("--threads", c.threads, "Threads (0: all cores)")->capture_default_str();
     s->add_option("--iters", c.iters, "Timed iterations")->capture_default_str();
     s->add_flag("--json", o->json, "End with one JSON line of the results");
   }
   attn->add_option("--warmup", c.warmup, "Untimed iterations first")->capture_default_str();
-  return {sub, [o, attn] {
+  return {sub, [o, attn, train] {
             if (attn->parsed()) run_attention(*o);
+            else if (train->parsed()) run_train(*o);
             else run_gemm(*o);
           }};
 }

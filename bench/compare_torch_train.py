@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""Side-by-side training benchmark: multihead against PyTorch.
+
+The same encoder classifier on both sides: token embedding (vocab 8000),
+sinusoidal positions, a stack of post-LN TransformerEncoderLayers with a
+final LayerNorm, mean pooling and a linear head to 2 classes; AdamW with
+gradient clipping at 1.0; random tokens, every sequence full length.
+
+    scripts/setup.sh --torch
+    /usr/bin/python3 bench/compare_torch_train.py --threads 2
+
+Prints tokens per second (batch * seq_len / median step time) for both, and
+the ratio.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def torch_tokens_per_s(a):
+    import torch
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(a.vocab_size, a.d_model)
+            layer = torch.nn.TransformerEncoderLayer(a.d_model, a.num_heads, a.dim_feedforward, a.dropout,
+                                                     batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, a.num_layers, norm=torch.nn.LayerNorm(a.d_model),
+                                                       enable_nested_tensor=False)
+            self.classifier = torch.nn.Linear(a.d_model, 2)
+            pos = torch.arange(a.seq_len, dtype=torch.float32)[:, None]
+            i = torch.arange(0, a.d_model, 2, dtype=torch.float32)
+            pe = torch.zeros(a.seq_len, a.d_model)
+            pe[:, 0::2] = torch.sin(pos / torch.pow(10000.0, i / a.d_model))
+            pe[:, 1::2] = torch.cos(pos / torch.pow(10000.0, i / a.d_model))
+            self.register_buffer("pe", pe)
+
+        def forward(self, ids):
+            h = self.encoder(self.embedding(ids) + self.pe)
+            return self.classifier(h.mean(1))
+
+    model = Classifier().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, a.vocab_size, (a.batch, a.seq_len))
+    labels = torch.arange(a.batch) % 2
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(a.iters):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return a.batch * a.seq_len / statistics.median(times), torch.__version__
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "multihead"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--num-heads", type=int, default=8)
+    ap.add_argument("--num-layers", type=int, default=4)
+    ap.add_argument("--dim-feedforward", type=int, default=2048)  # nn.TransformerEncoderLayer's default
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--vocab-size", type=int, default=8000)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.torch_child:
+        tps, version = torch_tokens_per_s(a)
+        print(json.dumps({"tokens_per_s": tps, "version": version}))
+        return
+    cmd = [a.bin, "bench", "train", "--d-model", str(a.d_model), "--num-heads", str(a.num_heads), "--num-layers",
+           str(a.num_layers), "--dim-feedforward", str(a.dim_feedforward), "--seq-len", str(a.seq_len), "--batch",
+           str(a.batch), "--vocab-size", str(a.vocab_size), "--dropout", str(a.dropout), "--threads",
+           str(a.threads), "--iters", str(a.iters), "--json"]
+    ours = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    child = subprocess.run([sys.executable, __file__, "--torch-child"] + sys.argv[1:], check=True,
+                           capture_output=True, text=True, env=env)
+    theirs = json.loads(child.stdout.strip().splitlines()[-1])
+    print(f"encoder classifier: d_model {a.d_model}, {a.num_heads} heads, {a.num_layers} layers, feed-forward "
+          f"{a.dim_feedforward}, vocab {a.vocab_size}, batch {a.batch} x {a.seq_len}, dropout {a.dropout}, "
+          f"{a.threads} threads, median of {a.iters} steps")
+    print("| | tokens/s | step ms |")
+    print("|---|---|---|")
+    print(f"| multihead | {ours['tokens_per_s']:.0f} | {ours['ms']:.0f} |")
+    print(f"| PyTorch {theirs['version']} | {theirs['tokens_per_s']:.0f} | "
+          f"{a.batch * a.seq_len / theirs['tokens_per_s'] * 1e3:.0f} |")
+    print(f"\nspeedup: {ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x; multihead peak "
+          f"{ours['peak_bytes'] / 2**20:.0f} MiB allocated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+#include "multihead/bench/train_bench.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "multihead/core/allocator.h"
+#include "multihead/core/threading.h"
+#include "multihead/kernels/cross_entropy.h"
+#include "multihead/train/trainer.h"
+
+namespace multihead {
+
+TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
+  check<ConfigError>(c.iters > 0 && c.warmup >= 0, "iters must be positive and warmup non-negative");
+  set_num_threads(c.threads);
+  ModelConfig mc;
+  mc.vocab_size = c.vocab_size;
+  mc.num_layers = c.num_layers;
+  mc.layer.d_model = c.d_model;
+  mc.layer.nhead = c.num_heads;
+  mc.layer.dim_feedforward = c.dim_feedforward;
+  mc.layer.dropout = c.dropout;
+  mc.max_len = c.seq_len;
+  mc.num_classes = c.num_classes;
+  TrainConfig tc;
+  tc.schedule.base_lr = 1e-4;
+  tc.clip_grad_norm = 1.0;
+  tc.batch = c.batch;
+  tc.seq_len = c.seq_len;
+  check<ConfigError>(c.batch > 0 && c.seq_len > 0, "batch and seq-len must be positive");
+
+  ParamStore store;
+  SequenceClassifier model(store, mc);
+  store.finalize();
+  Rng rng(0);
+  model.init(rng);
+  model.encoder().set_checkpointing(c.checkpoint_layers);
+  Trainer trainer(store, tc);
+
+  Tensor ids({c.batch, c.seq_len}, DType::kI64), labels({c.batch}, DType::kI64);
+  for (std::int64_t i = 0; i < ids.numel(); ++i) ids.data<std::int64_t>()[i] = rng.next_u32() % c.vocab_size;
+  for (std::int64_t b = 0; b < c.batch; ++b) labels.data<std::int64_t>()[b] = b % c.num_classes;
+  auto micro = [&](std::int64_t, const ForwardContext& ctx, double scale) {
+    Tensor logits = model.forward(ids, nullptr, ctx);
+    Tensor dlogits = Tensor::empty(logits.shape());
+    auto ce = cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), c.batch, c.num_classes, -100,
+                            0.0, scale);
+    model.backward(dlogits);
+    model.clear_cache();
+    return ce.loss;
+  };
+
+  TrainBenchResult r;
+  r.threads = num_threads();
+  r.param_count = store.numel();
+  trainer.step(micro);  // first step allocates the optimizer's lazily touched pages
+  const std::int64_t base = memory_stats().current_bytes;
+  reset_peak_memory();
+  trainer.step(micro);
+  r.peak_bytes = memory_stats().peak_bytes;
+  r.peak_activation_bytes = r.peak_bytes - base;
+  for (int i = 0; i < c.warmup; ++i) trainer.step(micro);
+  for (int i = 0; i < c.iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    trainer.step(micro);
+    r.samples_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::vector<double> v = r.samples_ms;
+  std::sort(v.begin(), v.end());
+  r.ms = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  r.tokens_per_s = static_cast<double>(c.batch * c.seq_len) / (r.ms / 1e3);
+  return r;
+}
+
+}  // namespace multihead
