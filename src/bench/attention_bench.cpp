@@ -111,7 +111,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
         attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, masks, d, scale, {}, cfg.tiles);
     } else {
       attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, masks, d, scale, {});
-      if (cfg.backward) attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, d, scale, {});
+      if (cfg.backward) attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, masks, d, scale, {});
     }
   };
   r.attention_ms = median(time_ms(cfg.warmup, cfg.iters, kernel_iter));

@@ -38,7 +38,8 @@ struct MaskGeometry {
         d(dims),
         cols(masks.masked_cols < 0 ? dims.S : masks.masked_cols),
         offset(masks.causal == CausalAlign::kBottomRight ? cols - dims.L : 0),
-        has_tensor_masks(masks.key_padding_bool || masks.key_padding_add || masks.attn_bool || masks.attn_add) {}
+        has_tensor_masks(masks.key_padding_bool || masks.key_padding_add || masks.attn_bool || masks.attn_add ||
+                         masks.alibi_slopes || masks.relative.active()) {}
 
   TilePlan plan(std::int64_t b, std::int64_t i0, std::int64_t nr, std::int64_t j0, std::int64_t nc) const {
     TilePlan p;
@@ -56,9 +57,11 @@ struct MaskGeometry {
     return p;
   }
 
-  // Adds float masks and sets masked scores to -inf in s (nr, nc), row stride lds.
+  // Adds float masks and position terms, and sets masked scores to -inf, in
+  // s (nr, nc), row stride lds. qa (nr, buckets): the relative-key scores of
+  // the block's queries, when relative positions are on.
   void apply(float* s, std::int64_t lds, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nr,
-             std::int64_t j0, std::int64_t nc) const {
+             std::int64_t j0, std::int64_t nc, const float* qa) const {
     const std::int64_t jm = std::min(j0 + nc, cols) - j0;  // tile columns under the masks
     if (jm <= 0) return;
     for (std::int64_t r = 0; r < nr; ++r) {
@@ -72,6 +75,16 @@ struct MaskGeometry {
       if (m.attn_add) {
         const float* am = m.attn_add + a;
         for (std::int64_t c = 0; c < jm; ++c) row[c] += am[c];
+      }
+      if (m.relative.active()) {
+        const float* qar = qa + r * m.relative.buckets();
+        const std::int64_t qpos = m.query_offset + i;
+        for (std::int64_t c = 0; c < jm; ++c) row[c] += qar[m.relative.bucket(qpos, j0 + c)];
+      }
+      if (m.alibi_slopes) {
+        const float slope = m.alibi_slopes[h];
+        const std::int64_t qpos = m.query_offset + i - j0;
+        for (std::int64_t c = 0; c < jm; ++c) row[c] -= slope * static_cast<float>(qpos > c ? qpos - c : c - qpos);
       }
       if (m.key_padding_bool) {
         const std::uint8_t* kp = m.key_padding_bool + b * cols + j0;
@@ -130,6 +143,43 @@ struct TileMath {
   }
 };
 
+// qa (nr, buckets) = scale * Q (nr, D) rel_k^T, Q with row stride ldq.
+void relative_scores(float* qa, const float* q, std::int64_t ldq, std::int64_t nr, std::int64_t D,
+                     const RelativePositions<float>& rel, float scale) {
+  for (std::int64_t r = 0; r < nr; ++r)
+    for (std::int64_t c = 0; c < rel.buckets(); ++c)
+      qa[r * rel.buckets() + c] = scale * simd::dot(q + r * ldq, rel.rel_k + c * D, D);
+}
+
+// w[bucket(qpos, j0 + c)] += x[c] for the tile columns c < jm under the masks.
+void bucket_sums(float* w, const float* x, std::int64_t jm, std::int64_t j0, std::int64_t qpos,
+                 const RelativePositions<float>& rel) {
+  for (std::int64_t c = 0; c < jm; ++c) w[rel.bucket(qpos, j0 + c)] += x[c];
+}
+
+// C (m, n) += alpha * A (m, k) B (k, n), all contiguous: the small products of
+// relative positions (k = buckets).
+void small_ab(float* C, const float* A, const float* B, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+              std::int64_t ldc, std::int64_t lda) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float a = alpha * A[i * lda + p];
+      if (a == 0.0f) continue;
+      for (std::int64_t j = 0; j < n; ++j) C[i * ldc + j] += a * B[p * n + j];
+    }
+}
+
+// C (k, n) += alpha * A^T B with A (m, k) row stride lda and B (m, n) row stride ldb.
+void small_atb(float* C, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, std::int64_t m,
+               std::int64_t k, std::int64_t n, float alpha) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float a = alpha * A[i * lda + p];
+      if (a == 0.0f) continue;
+      for (std::int64_t j = 0; j < n; ++j) C[p * n + j] += a * B[i * ldb + j];
+    }
+}
+
 void check_tiles(const AttentionTiles& t) {
   check<ConfigError>(t.q_block > 0 && t.k_block > 0, "attention tile sizes must be positive, got {} x {}", t.q_block,
                      t.k_block);
@@ -146,8 +196,11 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
   const TileMath tm{tiles.gemm == TileGemm::kBlas};
-  // Per thread: scores (Br, Bc), output accumulator (Br, Dv), m and l (Br).
-  const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br;
+  const RelativePositions<float>& rel = masks.relative;
+  const std::int64_t nb = rel.active() ? rel.buckets() : 0;
+  // Per thread: scores (Br, Bc), output accumulator (Br, Dv), m and l (Br);
+  // relative positions: key scores qa (Br, nb) and value-bucket weights wv (Br, nb).
+  const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br + 2 * Br * nb;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // K^T (B*H, D, S) for the micro-kernel, packed once and shared by every
   // query block of a head.
@@ -164,6 +217,8 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
     float* acc = s + Br * Bc;                                        // (Br, Dv)
     float* m = acc + Br * d.Dv;                                      // (Br)
     float* l = m + Br;                                               // (Br)
+    float* qa = l + Br;                                              // (Br, nb)
+    float* wv = qa + Br * nb;                                        // (Br, nb)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
       const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
@@ -172,13 +227,17 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
       std::fill(m, m + nr, -kInf);
       std::fill(l, l + nr, 0.0f);
       std::fill(acc, acc + nr * d.Dv, 0.0f);
+      if (rel.active()) {
+        relative_scores(qa, qi, q.row_stride, nr, d.D, rel, scale);
+        std::fill(wv, wv + nr * nb, 0.0f);
+      }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc = std::min(Bc, d.S - j0);
         const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
         if (plan.skip) continue;
         const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
         tm.q_kt(s, Bc, qi, q.row_stride, k.at(b, h) + j0 * k.row_stride, k.row_stride, kt, d.S, nr, nc, d.D, scale);
-        if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc);
+        if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc, qa);
         for (std::int64_t r = 0; r < nr; ++r) {
           float* row = s + r * Bc;
           const float m_new = std::max(m[r], simd::row_max(row, nc));
@@ -188,9 +247,14 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
           }
           const float alpha = std::exp(m[r] - m_new);  // 0 when m was -inf
           l[r] = l[r] * alpha + simd::exp_shift_sum(row, nc, m_new);
-          if (alpha != 1.0f) simd::scale_row(acc + r * d.Dv, d.Dv, alpha);
+          if (alpha != 1.0f) {
+            simd::scale_row(acc + r * d.Dv, d.Dv, alpha);
+            if (rel.rel_v) simd::scale_row(wv + r * nb, nb, alpha);
+          }
           m[r] = m_new;
           if (dropout.active()) apply_dropout_row(row, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+          if (rel.rel_v)
+            bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);
         }
         tm.ab(acc, d.Dv, s, Bc, v.at(b, h) + j0 * v.row_stride, v.row_stride, nr, d.Dv, nc, 1.0f, true);
       }
@@ -199,6 +263,7 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
         float* o = out.at(b, h) + (i0 + r) * out.row_stride;
         if (l[r] > 0.0f) {
           const float inv = 1.0f / l[r];
+          if (rel.rel_v) small_ab(acc + r * d.Dv, wv + r * nb, rel.rel_v, 1, d.Dv, nb, 1.0f, d.Dv, nb);
           for (std::int64_t e = 0; e < d.Dv; ++e) o[e] = acc[r * d.Dv + e] * inv;
           lse_bh[r] = m[r] + std::log(l[r]);
         } else {
@@ -219,10 +284,17 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const TileMath tm{tiles.gemm == TileGemm::kBlas};
+  const RelativePositions<float>& rel = masks.relative;
+  const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
-  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T (D, Bc) and V^T (Dv, Bc).
-  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv);
+  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T (D, Bc) and V^T (Dv, Bc);
+  // relative positions: qa, da = dO rel_v^T and bucket sums g (Br, nb) each.
+  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv) + 3 * Br * nb;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  // Relative-position gradients per (batch, head), summed in a fixed order
+  // afterwards, so the result does not depend on which thread ran which head.
+  const std::int64_t rel_grad = nb * (d.D + d.Dv);
+  Tensor rel_grads = Tensor::zeros({rel.active() ? d.B * d.H * rel_grad : 0});
 
 #pragma omp parallel
   {
@@ -234,9 +306,14 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
     float* delta = dv_acc + Bc * d.Dv;                                 // (L)
     float* kt = delta + d.L;                                           // (D, Bc)
     float* vt = kt + d.D * Bc;                                         // (Dv, Bc)
+    float* qa = vt + d.Dv * Bc;                                        // (Br, nb)
+    float* da = qa + Br * nb;                                          // (Br, nb)
+    float* gb = da + Br * nb;                                          // (Br, nb)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       const std::int64_t b = bh / d.H, h = bh % d.H;
+      float* drk = rel.active() ? rel_grads.f32() + bh * rel_grad : nullptr;  // (nb, D)
+      float* drv = rel.active() ? drk + nb * d.D : nullptr;                   // (nb, Dv)
       const float* lse_bh = lse + bh * d.L;
       // dS = P * (dP - delta) with delta_i = sum_j P_ij dP_ij = dO_i . O_i
       // (also under dropout, since O already holds the dropped weights).
@@ -260,7 +337,9 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           const float* doi = dout.at(b, h) + i0 * dout.row_stride;
           // P = exp(scale * Q K^T + mask - lse)
           tm.q_kt(p, Bc, qi, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
-          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc);
+          const std::int64_t jm = std::min(j0 + nc, geo.cols) - j0;  // tile columns under the masks
+          if (rel.active()) relative_scores(qa, qi, q.row_stride, nr, d.D, rel, scale);
+          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
           for (std::int64_t r = 0; r < nr; ++r) simd::exp_shift_sum(p + r * Bc, nc, lse_bh[i0 + r]);
           const float* pv = p;  // the weights that multiplied V
           if (dropout.active()) {
@@ -274,9 +353,31 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           tm.at_b(dv_acc, d.Dv, pv, Bc, doi, dout.row_stride, nc, d.Dv, nr, 1.0f, true);
           // dP = dO_i V_j^T, through the dropout mask, then dS in place.
           tm.q_kt(dp, Bc, doi, dout.row_stride, vj, v.row_stride, vt, Bc, nr, nc, d.Dv, 1.0f);
+          if (rel.rel_v && jm > 0) {
+            // out_i also held sum_j pv_ij rel_v[c]: dP gains dO_i . rel_v[c],
+            // and rel_v's gradient gains the bucket sums of pv times dO_i.
+            std::fill(gb, gb + nr * nb, 0.0f);
+            for (std::int64_t r = 0; r < nr; ++r) {
+              const float* go = doi + r * dout.row_stride;
+              for (std::int64_t c = 0; c < nb; ++c) da[r * nb + c] = simd::dot(go, rel.rel_v + c * d.Dv, d.Dv);
+              const std::int64_t qpos = masks.query_offset + i0 + r;
+              for (std::int64_t c = 0; c < jm; ++c) dp[r * Bc + c] += da[r * nb + rel.bucket(qpos, j0 + c)];
+              bucket_sums(gb + r * nb, pv + r * Bc, jm, j0, qpos, rel);
+            }
+            small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
+          }
           for (std::int64_t r = 0; r < nr; ++r) {
             if (dropout.active()) apply_dropout_row(dp + r * Bc, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
             simd::softmax_grad_row(dp + r * Bc, p + r * Bc, nc, delta[i0 + r]);
+          }
+          if (rel.active() && jm > 0) {
+            // score_ij also held scale * q_i . rel_k[c]: with g the bucket sums
+            // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
+            std::fill(gb, gb + nr * nb, 0.0f);
+            for (std::int64_t r = 0; r < nr; ++r)
+              bucket_sums(gb + r * nb, dp + r * Bc, jm, j0, masks.query_offset + i0 + r, rel);
+            small_ab(dq.at(b, h) + i0 * dq.row_stride, gb, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
+            small_atb(drk, gb, nb, qi, q.row_stride, nr, nb, d.D, scale);
           }
           // dQ_i += scale * dS K_j;  dK_j += scale * dS^T Q_i
           tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kj, k.row_stride, nr, d.D, nc, scale, true);
@@ -289,6 +390,15 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
       }
     }
   }
+  if (rel.active()) {
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const float* g = rel_grads.f32() + bh * rel_grad;
+      if (rel.d_rel_k)
+        for (std::int64_t e = 0; e < nb * d.D; ++e) rel.d_rel_k[e] += g[e];
+      if (rel.d_rel_v && rel.rel_v)
+        for (std::int64_t e = 0; e < nb * d.Dv; ++e) rel.d_rel_v[e] += g[nb * d.D + e];
+    }
+  }
 }
 
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
@@ -299,7 +409,9 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const TileMath tm{tiles.gemm == TileGemm::kBlas};
-  const std::int64_t per_thread = Br * Bc + d.D * Bc;  // P (Br, Bc), K^T (D, Bc)
+  const RelativePositions<float>& rel = masks.relative;
+  const std::int64_t nb = rel.active() ? rel.buckets() : 0;
+  const std::int64_t per_thread = Br * Bc + d.D * Bc + Br * nb;  // P (Br, Bc), K^T (D, Bc), qa (Br, nb)
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   const float inv_h = 1.0f / static_cast<float>(d.H);
 
@@ -308,6 +420,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   {
     float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
     float* kt = p + Br * Bc;                                           // (D, Bc)
+    float* qa = kt + d.D * Bc;                                         // (Br, nb)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < d.B * nqb; ++t) {
       const std::int64_t b = t / nqb, i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
@@ -327,7 +440,8 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
           const float* kj = k.at(b, h) + j0 * k.row_stride;
           tm.pack_t(kt, Bc, kj, k.row_stride, nc, d.D);
           tm.q_kt(p, Bc, q.at(b, h) + i0 * q.row_stride, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
-          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc);
+          if (rel.active()) relative_scores(qa, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, rel, scale);
+          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
           for (std::int64_t r = 0; r < nr; ++r) {
             float* row = p + r * Bc;
             simd::exp_shift_sum(row, nc, lse_bh[i0 + r]);

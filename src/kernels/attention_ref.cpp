@@ -28,6 +28,13 @@ const T* dropped_probs(const T* p, std::vector<T>& buf, const AttentionDims& d, 
   return buf.data();
 }
 
+template <typename T>
+T dot_n(const T* a, const T* b, std::int64_t n) {
+  T s = T(0);
+  for (std::int64_t e = 0; e < n; ++e) s += a[e] * b[e];
+  return s;
+}
+
 }  // namespace
 
 template <typename T>
@@ -35,6 +42,8 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
                            HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
                            const AttentionDropout& dropout) {
   std::vector<T> dropped;
+  const RelativePositions<T>& rel = masks.relative;
+  const std::int64_t cols = masks.masked_cols < 0 ? d.S : masks.masked_cols;
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.H; ++h) {
       T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
@@ -44,11 +53,22 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
       for (std::int64_t i = 0; i < d.L; ++i) {
         T* row = p + i * d.S;
         for (std::int64_t j = 0; j < d.S; ++j) row[j] += masks.bias(d, b, h, i, j);
+        if (rel.active())
+          for (std::int64_t j = 0; j < cols; ++j)
+            row[j] += scale * dot_n(q.at(b, h) + i * q.row_stride, rel.rel_k + rel.bucket(masks.query_offset + i, j) * d.D, d.D);
         softmax_row(row, d.S);
       }
       const T* pv = dropped_probs<T>(p, dropped, d, b, h, dropout);
       gemm(Trans::kNo, Trans::kNo, d.L, d.Dv, d.S, T(1), pv, d.S, v.at(b, h), v.row_stride, T(0), out.at(b, h),
            out.row_stride);
+      if (rel.rel_v)
+        for (std::int64_t i = 0; i < d.L; ++i) {
+          T* o = out.at(b, h) + i * out.row_stride;
+          for (std::int64_t j = 0; j < cols; ++j) {
+            const T* rv = rel.rel_v + rel.bucket(masks.query_offset + i, j) * d.Dv;
+            for (std::int64_t e = 0; e < d.Dv; ++e) o[e] += pv[i * d.S + j] * rv[e];
+          }
+        }
     }
   }
 }
@@ -56,9 +76,12 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
 template <typename T>
 void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const T* probs,
                             HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
-                            HeadsView<const T> v, const AttentionDims& d, T scale, const AttentionDropout& dropout) {
+                            HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
+                            const AttentionDropout& dropout) {
   std::vector<T> dp(static_cast<std::size_t>(d.L * d.S));
   std::vector<T> dropped;
+  const RelativePositions<T>& rel = masks.relative;
+  const std::int64_t cols = masks.masked_cols < 0 ? d.S : masks.masked_cols;
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.H; ++h) {
       const T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
@@ -70,6 +93,16 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
       // weight (pv == 0 while p != 0) passes no gradient, a kept one gets * ks.
       gemm(Trans::kNo, Trans::kYes, d.L, d.S, d.Dv, T(1), dout.at(b, h), dout.row_stride, v.at(b, h), v.row_stride,
            T(0), dp.data(), d.S);
+      if (rel.rel_v)  // out_i also held sum_j pv_ij rel_v[c]
+        for (std::int64_t i = 0; i < d.L; ++i) {
+          const T* go = dout.at(b, h) + i * dout.row_stride;
+          for (std::int64_t j = 0; j < cols; ++j) {
+            const std::int64_t c = rel.bucket(masks.query_offset + i, j);
+            dp[static_cast<std::size_t>(i * d.S + j)] += dot_n(go, rel.rel_v + c * d.Dv, d.Dv);
+            if (rel.d_rel_v)
+              for (std::int64_t e = 0; e < d.Dv; ++e) rel.d_rel_v[c * d.Dv + e] += pv[i * d.S + j] * go[e];
+          }
+        }
       if (dropout.active()) apply_dropout(dp.data(), d, b, h, dropout);
       // dS = P * (dP - rowsum(P * dP)), in place in dp.
       for (std::int64_t i = 0; i < d.L; ++i) softmax_row_backward(dp.data() + i * d.S, p + i * d.S, dp.data() + i * d.S, d.S);
@@ -78,6 +111,18 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
            dq.row_stride);
       gemm(Trans::kYes, Trans::kNo, d.S, d.D, d.L, scale, dp.data(), d.S, q.at(b, h), q.row_stride, T(0), dk.at(b, h),
            dk.row_stride);
+      if (rel.active())  // score_ij also held scale * q_i . rel_k[c]
+        for (std::int64_t i = 0; i < d.L; ++i) {
+          T* gq = dq.at(b, h) + i * dq.row_stride;
+          const T* qi = q.at(b, h) + i * q.row_stride;
+          for (std::int64_t j = 0; j < cols; ++j) {
+            const std::int64_t c = rel.bucket(masks.query_offset + i, j);
+            const T g = scale * dp[static_cast<std::size_t>(i * d.S + j)];
+            for (std::int64_t e = 0; e < d.D; ++e) gq[e] += g * rel.rel_k[c * d.D + e];
+            if (rel.d_rel_k)
+              for (std::int64_t e = 0; e < d.D; ++e) rel.d_rel_k[c * d.D + e] += g * qi[e];
+          }
+        }
     }
   }
 }
@@ -109,7 +154,8 @@ void attention_weights_from_probs(T* weights, const T* probs, const AttentionDim
                                          const AttentionDropout&);                                                \
   template void attention_ref_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, const T*, HeadsView<const T>, \
                                           HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,             \
-                                          const AttentionDims&, T, const AttentionDropout&);                      \
+                                          const AttentionMasks<T>&, const AttentionDims&, T,                      \
+                                          const AttentionDropout&);                                               \
   template void attention_weights_from_probs<T>(T*, const T*, const AttentionDims&, bool, const AttentionDropout&);
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(double)

@@ -272,7 +272,8 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
     attention_fused_backward(dq_view, dk_view, dv_view, c.lse.f32(), {c.attn.f32(), L * E, E, d.Dv}, dout_view,
                              q_view(), k_view(), v_view(), c.masks, d, scale, c.dropout, c.tiles);
   else
-    attention_ref_backward<float>(dq_view, dk_view, dv_view, c.probs.f32(), dout_view, q_view(), k_view(), v_view(), d,
+    attention_ref_backward<float>(dq_view, dk_view, dv_view, c.probs.f32(), dout_view, q_view(), k_view(), v_view(),
+                                  c.masks, d,
                                   scale, c.dropout);
   if (extended) {
     // The first S positions belong to the projected key/value; position S is

@@ -8,6 +8,7 @@
 
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/positions.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -23,6 +24,10 @@ struct Spec {
   std::int64_t extra_cols = 0;
   bool fully_masked = false;  // query 0 sees nothing; batch 0 has no keys at all when kpm_bool
   std::int64_t pad_tail = 0;  // the last pad_tail keys of batch element 1 are padding
+  bool alibi = false;
+  std::int64_t rel_clip = -1;  // >= 0: Shaw relative positions
+  bool rel_values = false;
+  std::int64_t query_offset = 0;
   float dropout = 0.0f;
   AttentionTiles tiles{};
 };
@@ -32,7 +37,7 @@ void PrintTo(const Spec& s, std::ostream* os) { *os << s.name; }
 struct Data {
   std::vector<float> q, k, v, g;
   std::vector<std::uint8_t> kpm_b, attn_b;
-  std::vector<float> kpm_f, attn_f;
+  std::vector<float> kpm_f, attn_f, slopes, rel_k, rel_v;
   AttentionMasks<float> masks;
   AttentionDropout drop;
 };
@@ -81,6 +86,20 @@ Data make(const Spec& s) {
     x.masks.attn_add = x.attn_f.data();
   }
   x.drop = AttentionDropout{s.dropout, 99, 3};
+  x.masks.query_offset = s.query_offset;
+  if (s.alibi) {
+    x.slopes = alibi_slopes(d.H);
+    x.masks.alibi_slopes = x.slopes.data();
+  }
+  if (s.rel_clip >= 0) {
+    x.rel_k = vec((2 * s.rel_clip + 1) * d.D);
+    x.masks.relative.rel_k = x.rel_k.data();
+    x.masks.relative.clip = s.rel_clip;
+    if (s.rel_values) {
+      x.rel_v = vec((2 * s.rel_clip + 1) * d.Dv);
+      x.masks.relative.rel_v = x.rel_v.data();
+    }
+  }
   return x;
 }
 
@@ -117,18 +136,24 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
     EXPECT_TRUE(all_close_v(w_f, w_r, 1e-5, 1e-4)) << (avg ? "averaged weights" : "weights");
   }
 
+  std::vector<float> drk_r(x.rel_k.size()), drv_r(x.rel_v.size()), drk_f(x.rel_k.size()), drv_f(x.rel_v.size());
+  AttentionMasks<float> masks_r = x.masks, masks_f = x.masks;
+  masks_r.relative.d_rel_k = drk_r.data(), masks_r.relative.d_rel_v = drv_r.data();
+  masks_f.relative.d_rel_k = drk_f.data(), masks_f.relative.d_rel_v = drv_f.data();
   std::vector<float> dq_r(x.q.size()), dk_r(x.k.size()), dv_r(x.v.size());
   attention_ref_backward<float>(view(dq_r.data(), d, d.L, d.D), view(dk_r.data(), d, d.S, d.D),
                                 view(dv_r.data(), d, d.S, d.Dv), probs.data(), cv(x.g, d.L, d.Dv), cv(x.q, d.L, d.D),
-                                cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), d, scale, x.drop);
+                                cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks_r, d, scale, x.drop);
   std::vector<float> dq_f(x.q.size(), 7.0f), dk_f(x.k.size(), 7.0f), dv_f(x.v.size(), 7.0f);
   attention_fused_backward(view(dq_f.data(), d, d.L, d.D), view(dk_f.data(), d, d.S, d.D),
                            view(dv_f.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
-                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.masks, d, scale, x.drop,
+                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks_f, d, scale, x.drop,
                            s.tiles);
   EXPECT_TRUE(all_close_v(dq_f, dq_r, 1e-5, 1e-4)) << "dq";
   EXPECT_TRUE(all_close_v(dk_f, dk_r, 1e-5, 1e-4)) << "dk";
   EXPECT_TRUE(all_close_v(dv_f, dv_r, 1e-5, 1e-4)) << "dv";
+  EXPECT_TRUE(all_close_v(drk_f, drk_r, 1e-5, 1e-4)) << "d_rel_k";
+  EXPECT_TRUE(all_close_v(drv_f, drv_r, 1e-5, 1e-4)) << "d_rel_v";
   for (float v : dq_f) ASSERT_TRUE(std::isfinite(v));
 }
 
@@ -189,6 +214,25 @@ std::vector<Spec> specs() {
     s.kpm_bool = true;
     s.pad_tail = 60;
     s.tiles.k_block = 16;  // whole blocks of padding get skipped
+  });
+  add("alibi", {2, 4, 50, 70, 8, 8}, [](Spec& s) { s.alibi = true; });
+  add("alibi_causal_three_heads", {1, 3, 40, 40, 8, 8}, [](Spec& s) {
+    s.alibi = true;
+    s.causal = CausalAlign::kTopLeft;
+  });
+  add("relative_keys", {2, 2, 37, 37, 8, 8}, [](Spec& s) { s.rel_clip = 4; });
+  add("relative_keys_values", {2, 2, 45, 60, 8, 6}, [](Spec& s) {
+    s.rel_clip = 3;
+    s.rel_values = true;
+    s.query_offset = 15;
+  });
+  add("relative_values_dropout_masks", {2, 2, 30, 50, 8, 8}, [](Spec& s) {
+    s.rel_clip = 5;
+    s.rel_values = true;
+    s.dropout = 0.3f;
+    s.kpm_bool = true;
+    s.causal = CausalAlign::kBottomRight;
+    s.extra_cols = 1;
   });
   add("value_dim_differs", {2, 2, 30, 50, 12, 5}, [](Spec& s) { s.kpm_bool = true; });
   return v;

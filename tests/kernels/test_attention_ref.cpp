@@ -2,6 +2,7 @@
 // definition, and its gradients against finite differences in double.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -24,6 +25,10 @@ struct MaskSpec {
   std::int64_t extra_cols = 0;   // unmasked keys appended after the masked ones
   bool fully_masked_row = false;  // query 1 of every head sees nothing
   float dropout = 0.0f;
+  bool alibi = false;
+  std::int64_t rel_clip = -1;  // >= 0: Shaw relative positions with this clip
+  bool rel_values = false;
+  std::int64_t query_offset = 0;
 };
 
 // One attention problem in (B, L, H, D) layout, held in double.
@@ -33,6 +38,7 @@ struct Problem {
   std::vector<double> q, k, v;
   std::vector<std::uint8_t> kpm_b, attn_b;
   std::vector<double> kpm_f, attn_f;
+  std::vector<double> slopes, rel_k, rel_v, d_rel_k, d_rel_v;
   AttentionMasks<double> masks;
   AttentionDropout drop;
 
@@ -72,6 +78,25 @@ struct Problem {
       masks.attn_add = attn_f.data();
     }
     drop = AttentionDropout{s.dropout, seed, 11};
+    masks.query_offset = s.query_offset;
+    if (s.alibi) {
+      for (std::int64_t h = 0; h < d.H; ++h) slopes.push_back(0.5 / static_cast<double>(h + 1));
+      masks.alibi_slopes = slopes.data();
+    }
+    if (s.rel_clip >= 0) {
+      const std::int64_t nb = 2 * s.rel_clip + 1;
+      rel_k = random_vector(nb * d.D, rng);
+      d_rel_k.assign(rel_k.size(), 0.0);
+      masks.relative.rel_k = rel_k.data();
+      masks.relative.d_rel_k = d_rel_k.data();
+      masks.relative.clip = s.rel_clip;
+      if (s.rel_values) {
+        rel_v = random_vector(nb * d.Dv, rng);
+        d_rel_v.assign(rel_v.size(), 0.0);
+        masks.relative.rel_v = rel_v.data();
+        masks.relative.d_rel_v = d_rel_v.data();
+      }
+    }
   }
 
   HeadsView<const double> view(const std::vector<double>& x, std::int64_t len, std::int64_t dim) const {
@@ -112,6 +137,13 @@ struct Problem {
                             (!kpm_b.empty() && kpm_b[b * cols + j]) || (!attn_b.empty() && attn_b[a]);
               if (!kpm_f.empty()) s[j] += kpm_f[b * cols + j];
               if (!attn_f.empty()) s[j] += attn_f[a];
+              const std::int64_t rel = j - (spec.query_offset + i);  // key position relative to the query
+              if (spec.alibi) s[j] -= slopes[h] * std::abs(static_cast<double>(rel));
+              if (spec.rel_clip >= 0) {
+                const std::int64_t c = std::clamp(rel, -spec.rel_clip, spec.rel_clip) + spec.rel_clip;
+                for (std::int64_t e = 0; e < d.D; ++e)
+                  s[j] += scale() * q[((b * d.L + i) * d.H + h) * d.D + e] * rel_k[c * d.D + e];
+              }
               if (masked) s[j] = ninf;
             }
             mx = std::max(mx, s[j]);
@@ -127,6 +159,11 @@ struct Problem {
             }
             for (std::int64_t e = 0; e < d.Dv; ++e)
               out[((b * d.L + i) * d.H + h) * d.Dv + e] += p * v[((b * d.S + j) * d.H + h) * d.Dv + e];
+            if (spec.rel_values && j < cols) {
+              const std::int64_t c =
+                  std::clamp(j - (spec.query_offset + i), -spec.rel_clip, spec.rel_clip) + spec.rel_clip;
+              for (std::int64_t e = 0; e < d.Dv; ++e) out[((b * d.L + i) * d.H + h) * d.Dv + e] += p * rel_v[c * d.Dv + e];
+            }
           }
         }
     return out;
@@ -166,10 +203,18 @@ TEST_P(AttentionRef, GradientsMatchFiniteDifferences) {
   std::vector<double> dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
   attention_ref_backward<double>(p.mview(dq, d.L, d.D), p.mview(dk, d.S, d.D), p.mview(dv, d.S, d.Dv), probs.data(),
                                  p.view(G, d.L, d.Dv), p.view(p.q, d.L, d.D), p.view(p.k, d.S, d.D),
-                                 p.view(p.v, d.S, d.Dv), d, p.scale(), p.drop);
+                                 p.view(p.v, d.S, d.Dv), p.masks, d, p.scale(), p.drop);
   EXPECT_TRUE(all_close_v(dq, numeric_grad(loss, p.q), test::kFdAtol, test::kFdRtol)) << "dq";
   EXPECT_TRUE(all_close_v(dk, numeric_grad(loss, p.k), test::kFdAtol, test::kFdRtol)) << "dk";
   EXPECT_TRUE(all_close_v(dv, numeric_grad(loss, p.v), test::kFdAtol, test::kFdRtol)) << "dv";
+  if (!p.rel_k.empty()) {
+    const std::vector<double> analytic = p.d_rel_k;
+    EXPECT_TRUE(all_close_v(analytic, numeric_grad(loss, p.rel_k), test::kFdAtol, test::kFdRtol)) << "d_rel_k";
+  }
+  if (!p.rel_v.empty()) {
+    const std::vector<double> analytic = p.d_rel_v;
+    EXPECT_TRUE(all_close_v(analytic, numeric_grad(loss, p.rel_v), test::kFdAtol, test::kFdRtol)) << "d_rel_v";
+  }
 }
 
 MaskSpec with(auto f) {
@@ -208,6 +253,24 @@ INSTANTIATE_TEST_SUITE_P(
                s.dropout = 0.5f;
                s.kpm_float = true;
                s.causal = CausalAlign::kTopLeft;
+             })},
+        Case{"alibi", {2, 3, 4, 6, 2, 2}, with([](MaskSpec& s) {
+               s.alibi = true;
+               s.query_offset = 2;
+             })},
+        Case{"relative_keys", {2, 2, 5, 5, 3, 2}, with([](MaskSpec& s) { s.rel_clip = 2; })},
+        Case{"relative_keys_values_masks", {2, 2, 4, 7, 3, 2}, with([](MaskSpec& s) {
+               s.rel_clip = 1;
+               s.rel_values = true;
+               s.kpm_bool = true;
+               s.causal = CausalAlign::kBottomRight;
+               s.query_offset = 3;
+               s.dropout = 0.25f;
+             })},
+        Case{"relative_clip_zero_extra_cols", {1, 2, 3, 5, 2, 2}, with([](MaskSpec& s) {
+               s.rel_clip = 0;
+               s.rel_values = true;
+               s.extra_cols = 1;
              })}),
     [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
@@ -225,7 +288,7 @@ TEST(AttentionRefSemantics, FullyMaskedRowGivesZerosAndZeroGradients) {
   std::vector<double> G(out.size(), 1.0), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
   attention_ref_backward<double>(p.mview(dq, d.L, d.D), p.mview(dk, d.S, d.D), p.mview(dv, d.S, d.Dv), probs.data(),
                                  p.view(G, d.L, d.Dv), p.view(p.q, d.L, d.D), p.view(p.k, d.S, d.D),
-                                 p.view(p.v, d.S, d.Dv), d, p.scale(), p.drop);
+                                 p.view(p.v, d.S, d.Dv), p.masks, d, p.scale(), p.drop);
   for (double g : dq) EXPECT_TRUE(std::isfinite(g));
   for (std::int64_t h = 0; h < d.H; ++h)
     for (std::int64_t e = 0; e < d.D; ++e) EXPECT_EQ(dq[((0 * d.L + 1) * d.H + h) * d.D + e], 0.0);

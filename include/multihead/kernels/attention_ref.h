@@ -1,8 +1,8 @@
 // Reference scaled dot-product attention. It materialises the (L, S) weights
 // per (batch, head) and is the oracle the fused kernels are tested against.
 //
-//   P = softmax(Q K^T * scale + mask)        (B, H, L, S), saved for backward
-//   O = dropout(P) V
+//   P = softmax(Q K^T * scale + mask [+ scale * Q rel_k^T])   (B, H, L, S), saved for backward
+//   O = dropout(P) V [+ dropout(P) rel_v]
 //
 // A query row whose keys are all masked gets P = 0, so O = 0 and every
 // gradient through it is 0 (PyTorch 1.13 returns NaN there).
@@ -21,10 +21,12 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
 
 // Gradients of the forward above, written (not accumulated) into dq (B, L, H, D),
 // dk (B, S, H, D) and dv (B, S, H, Dv). probs is the forward's saved P.
+// masks: the forward's; only their relative positions matter here (the
+// masking itself is already in probs), whose gradients are added.
 template <typename T>
 void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const T* probs,
                             HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
-                            HeadsView<const T> v, const AttentionDims& dims, T scale,
+                            HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& dims, T scale,
                             const AttentionDropout& dropout);
 
 // The weights as nn.MultiheadAttention returns them: P after dropout (identity

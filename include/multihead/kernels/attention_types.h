@@ -36,6 +36,27 @@ struct HeadsView {
 //                so the last query sees every key; the two agree when L == S.
 enum class CausalAlign : std::uint8_t { kNone, kTopLeft, kBottomRight };
 
+// Shaw et al. (2018) relative positions. Key j, seen from query i, uses the
+// bucket c = clamp(j - (query_offset + i), -clip, clip) + clip:
+//   score_ij += scale * q_i . rel_k[c]          out_i += sum_j p_ij rel_v[c]
+// The embeddings are shared by all heads and batch elements. Backward adds
+// their gradients into d_rel_k and d_rel_v.
+template <typename T>
+struct RelativePositions {
+  const T* rel_k = nullptr;  // (2*clip + 1, D); null: no relative positions
+  const T* rel_v = nullptr;  // (2*clip + 1, Dv), or null for keys only
+  std::int64_t clip = 0;
+  T* d_rel_k = nullptr;  // backward only
+  T* d_rel_v = nullptr;
+
+  bool active() const { return rel_k != nullptr; }
+  std::int64_t buckets() const { return 2 * clip + 1; }
+  std::int64_t bucket(std::int64_t query_pos, std::int64_t j) const {
+    const std::int64_t r = j - query_pos;
+    return (r < -clip ? -clip : r > clip ? clip : r) + clip;
+  }
+};
+
 // Masks with nn.MultiheadAttention's meanings: a nonzero bool means "masked",
 // a float is added to the scores. Every pointer is optional; bool masks are
 // OR-ed together and float masks summed. The masks cover the first
@@ -51,6 +72,11 @@ struct AttentionMasks {
   bool attn_per_head = false;                      // true: attn mask is (B*H, L, masked_cols)
   CausalAlign causal = CausalAlign::kNone;
   std::int64_t masked_cols = -1;  // -1: all S keys
+  // ALiBi (Press et al. 2022): -slope[h] * |query_offset + i - j| is added to
+  // every score of head h whose key is under the masks.
+  const T* alibi_slopes = nullptr;  // (H)
+  std::int64_t query_offset = 0;    // position of query 0, counted in keys
+  RelativePositions<T> relative;     // applies to the keys under the masks
 
   // Additive bias for score (b, h, i, j); -inf when the key is masked out.
   T bias(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
@@ -65,6 +91,10 @@ struct AttentionMasks {
     T add = T(0);
     if (key_padding_add) add += key_padding_add[b * cols + j];
     if (attn_add) add += attn_add[a];
+    if (alibi_slopes) {
+      const std::int64_t dist = query_offset + i - j;
+      add -= alibi_slopes[h] * static_cast<T>(dist < 0 ? -dist : dist);
+    }
     return add;
   }
 };
