@@ -7,11 +7,24 @@
 
 namespace multihead {
 
+namespace {
+constexpr std::pair<std::string_view, PositionKind> kPositionNames[] = {
+    {"none", PositionKind::kNone},         {"sinusoidal", PositionKind::kSinusoidal},
+    {"learned", PositionKind::kLearned},   {"relative", PositionKind::kRelative},
+    {"rope", PositionKind::kRope},         {"alibi", PositionKind::kAlibi}};
+}  // namespace
+
 PositionKind parse_position_kind(std::string_view name) {
-  if (name == "none") return PositionKind::kNone;
-  if (name == "sinusoidal") return PositionKind::kSinusoidal;
-  if (name == "learned") return PositionKind::kLearned;
-  throw ConfigError(fmt::format("positions must be none, sinusoidal or learned, got \"{}\"", name));
+  for (const auto& [n, k] : kPositionNames)
+    if (n == name) return k;
+  throw ConfigError(fmt::format(
+      "positions must be none, sinusoidal, learned, relative, rope or alibi, got \"{}\"", name));
+}
+
+std::string_view position_kind_name(PositionKind kind) {
+  for (const auto& [n, k] : kPositionNames)
+    if (k == kind) return n;
+  return "?";
 }
 
 Pooling parse_pooling(std::string_view name) {
@@ -20,8 +33,21 @@ Pooling parse_pooling(std::string_view name) {
   throw ConfigError(fmt::format("pooling must be mean or cls, got \"{}\"", name));
 }
 
+TransformerLayerConfig ModelConfig::layer_config() const {
+  TransformerLayerConfig c = layer;
+  c.positions = positions == PositionKind::kRelative ? AttentionPositions::kRelative
+                : positions == PositionKind::kRope   ? AttentionPositions::kRope
+                : positions == PositionKind::kAlibi  ? AttentionPositions::kAlibi
+                                                     : AttentionPositions::kNone;
+  c.relative_clip = relative_clip;
+  c.relative_values = relative_values;
+  c.rope_theta = rope_theta;
+  return c;
+}
+
 void ModelConfig::validate() const {
   layer.validate();
+  layer_config().attention().validate();
   check<ConfigError>(vocab_size > 0, "vocab_size must be positive, got {}", vocab_size);
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   check<ConfigError>(max_len > 0, "max_len must be positive, got {}", max_len);
@@ -54,7 +80,7 @@ void AbsolutePositions::extend(std::int64_t max_len) {
 }
 
 void AbsolutePositions::forward_inplace(Tensor& x) const {
-  if (kind_ == PositionKind::kNone) return;
+  if (kind_ != PositionKind::kSinusoidal && kind_ != PositionKind::kLearned) return;
   const std::int64_t B = x.dim(0), L = x.dim(1);
   check<ShapeError>(L <= max_len_, "sequence length {} exceeds the positional table (max_len {})", L, max_len_);
   const float* t = kind_ == PositionKind::kSinusoidal ? table_.f32() : store_->data(learned_->weight());
@@ -85,7 +111,7 @@ SequenceClassifier::SequenceClassifier(ParamStore& store, const ModelConfig& cfg
     : cfg_(validated(cfg)),
       embedding_(store, "embedding.", cfg.vocab_size, cfg.layer.d_model),
       positions_(store, "pos_embedding.", cfg.positions, cfg.max_len, cfg.layer.d_model),
-      encoder_(store, "encoder.", cfg.layer, cfg.num_layers, cfg.final_norm),
+      encoder_(store, "encoder.", cfg.layer_config(), cfg.num_layers, cfg.final_norm),
       classifier_(store, "classifier.", cfg.layer.d_model, cfg.num_classes) {}
 
 void SequenceClassifier::init(Rng& rng) {
@@ -167,7 +193,7 @@ LanguageModel::LanguageModel(ParamStore& store, const ModelConfig& cfg)
       store_(&store),
       embedding_(store, "embedding.", cfg.vocab_size, cfg.layer.d_model),
       positions_(store, "pos_embedding.", cfg.positions, cfg.max_len, cfg.layer.d_model),
-      encoder_(store, "encoder.", cfg.layer, cfg.num_layers, cfg.final_norm) {
+      encoder_(store, "encoder.", cfg.layer_config(), cfg.num_layers, cfg.final_norm) {
   if (!cfg.tie_embeddings)
     lm_head_ = std::make_unique<Linear>(store, "lm_head.", cfg.layer.d_model, cfg.vocab_size, false);
 }

@@ -7,6 +7,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/linear.h"
+#include "multihead/kernels/positions.h"
 #include "multihead/nn/init.h"
 
 namespace multihead {
@@ -18,6 +19,11 @@ void MultiheadAttentionConfig::validate() const {
                      num_heads);
   check<ConfigError>(kdim >= 0 && vdim >= 0, "kdim ({}) and vdim ({}) must be positive", kdim, vdim);
   check<ConfigError>(dropout >= 0.0 && dropout <= 1.0, "dropout must be in [0, 1], got {}", dropout);
+  check<ConfigError>(positions != AttentionPositions::kRope || head_dim() % 2 == 0,
+                     "rotary positions need an even head dimension, got {}", head_dim());
+  check<ConfigError>(positions != AttentionPositions::kRelative || relative_clip >= 0,
+                     "relative_clip must be >= 0, got {}", relative_clip);
+  check<ConfigError>(rope_theta > 0, "rope_theta must be positive, got {}", rope_theta);
 }
 
 MultiheadAttention::MultiheadAttention(ParamStore& store, const std::string& prefix,
@@ -39,6 +45,12 @@ MultiheadAttention::MultiheadAttention(ParamStore& store, const std::string& pre
     bias_k_ = store.add(prefix + "bias_k", {1, 1, E});
     bias_v_ = store.add(prefix + "bias_v", {1, 1, E});
   }
+  if (cfg_.positions == AttentionPositions::kRelative) {
+    const std::int64_t nb = 2 * cfg_.relative_clip + 1;
+    relative_key_ = store.add(prefix + "relative_key", {nb, cfg_.head_dim()});
+    if (cfg_.relative_values) relative_value_ = store.add(prefix + "relative_value", {nb, cfg_.head_dim()});
+  }
+  if (cfg_.positions == AttentionPositions::kAlibi) alibi_slopes_ = alibi_slopes(cfg_.num_heads);
 }
 
 void MultiheadAttention::init(Rng& rng) {
@@ -61,6 +73,17 @@ void MultiheadAttention::init(Rng& rng) {
     xavier_normal(store_->data_span(bias_k_), E, E, rng);
     xavier_normal(store_->data_span(bias_v_), E, E, rng);
   }
+  if (relative_key_ != kNone) {
+    const std::int64_t nb = 2 * cfg_.relative_clip + 1, D = cfg_.head_dim();
+    xavier_uniform(store_->data_span(relative_key_), D, nb, rng);
+    if (relative_value_ != kNone) xavier_uniform(store_->data_span(relative_value_), D, nb, rng);
+  }
+}
+
+void MultiheadAttention::rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const {
+  const auto& d = cache_.dims;
+  rope_rotate(q, d.B, d.L, d.H, d.D, cache_.query_offset, cfg_.rope_theta, inverse);
+  rope_rotate(k, d.B, S, d.H, d.D, 0, cfg_.rope_theta, inverse);
 }
 
 void MultiheadAttention::clear_cache() { cache_ = Cache{}; }
@@ -172,6 +195,27 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     linear_forward(c.q.f32(), E, query.f32(), E, wq, bias_part(0), B * L, E, E);
     linear_forward(c.k.f32(), E, key.f32(), cfg_.key_dim(), wk, bias_part(1), B * S, cfg_.key_dim(), E);
     linear_forward(c.v.f32(), E, value.f32(), cfg_.value_dim(), wv, bias_part(2), B * S, cfg_.value_dim(), E);
+  }
+
+  // Rotary positions turn the projected queries and keys in place, before
+  // the extra positions are appended (bias_k has no position).
+  c.query_offset = call.query_offset;
+  if (cfg_.positions == AttentionPositions::kRope) {
+    float* qp = c.self ? c.qkv.f32() : c.q.f32();
+    float* kp = c.self ? c.qkv.f32() + E : c.k.f32();
+    const std::int64_t ld = c.self ? 3 * E : E;
+    rotate({qp, L * ld, ld, c.dims.D}, {kp, S * ld, ld, c.dims.D}, S, false);
+  }
+  masks.query_offset = call.query_offset;
+  if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
+  if (cfg_.positions == AttentionPositions::kRelative) {
+    masks.relative.rel_k = store_->data(relative_key_);
+    masks.relative.d_rel_k = store_->grad(relative_key_);
+    if (relative_value_ != kNone) {
+      masks.relative.rel_v = store_->data(relative_value_);
+      masks.relative.d_rel_v = store_->grad(relative_value_);
+    }
+    masks.relative.clip = cfg_.relative_clip;
   }
 
   // Extra key/value positions, in PyTorch's order: bias_k/bias_v, then zeros.
@@ -293,6 +337,13 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
         for (std::int64_t e = 0; e < E; ++e) gk[e] += sk[e], gv[e] += sv[e];
       }
     }
+  }
+
+  // Through the rotation: its gradient is the inverse rotation.
+  if (cfg_.positions == AttentionPositions::kRope) {
+    HeadsView<float> dq_h = c.self ? HeadsView<float>{dqkv.f32(), L * 3 * E, 3 * E, d.D}
+                                   : HeadsView<float>{dq.f32(), L * E, E, d.D};
+    rotate(dq_h, dk_target, S, true);
   }
 
   // Through the in-projections.

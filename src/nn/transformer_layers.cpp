@@ -7,6 +7,10 @@ MultiheadAttentionConfig TransformerLayerConfig::attention() const {
   c.embed_dim = d_model;
   c.num_heads = nhead;
   c.dropout = dropout;
+  c.positions = positions;
+  c.rope_theta = rope_theta;
+  c.relative_clip = relative_clip;
+  c.relative_values = relative_values;
   return c;
 }
 
@@ -147,7 +151,11 @@ TransformerDecoderLayer::TransformerDecoderLayer(ParamStore& store, const std::s
                                                  const TransformerLayerConfig& cfg)
     : cfg_(validated(cfg)),
       self_attn_(store, prefix + "self_attn.", cfg.attention()),
-      multihead_attn_(store, prefix + "multihead_attn.", cfg.attention()),
+      multihead_attn_(store, prefix + "multihead_attn.", [&] {
+        MultiheadAttentionConfig c = cfg.attention();
+        c.positions = AttentionPositions::kNone;  // positions order self-attention, not the memory
+        return c;
+      }()),
       ff_(store, prefix, cfg),
       norm1_(store, prefix + "norm1.", cfg.d_model, cfg.layer_norm_eps),
       norm2_(store, prefix + "norm2.", cfg.d_model, cfg.layer_norm_eps),

@@ -16,6 +16,9 @@ ModelConfig read_model_config(ConfigReader& r) {
   m.final_norm = r.get_bool("final_norm", true);
   m.positions = parse_position_kind(r.get_string("positions", std::string("sinusoidal")));
   m.max_len = r.get_int("max_len", 512);
+  m.relative_clip = r.get_int("relative_clip", 16);
+  m.relative_values = r.get_bool("relative_values", true);
+  m.rope_theta = r.get_number("rope_theta", 10000.0);
   m.num_classes = r.get_int("num_classes", 2);
   m.pooling = parse_pooling(r.get_string("pooling", std::string("mean")));
   m.tie_embeddings = r.get_bool("tie_embeddings", false);

@@ -17,10 +17,14 @@
 
 namespace multihead {
 
-enum class PositionKind : std::uint8_t { kNone, kSinusoidal, kLearned };
+// Where token positions come from: added to the input (sinusoidal, learned),
+// or inside every self-attention (relative, rope, alibi; see
+// AttentionPositions), or nowhere.
+enum class PositionKind : std::uint8_t { kNone, kSinusoidal, kLearned, kRelative, kRope, kAlibi };
 enum class Pooling : std::uint8_t { kMean, kCls };
 
 PositionKind parse_position_kind(std::string_view name);
+std::string_view position_kind_name(PositionKind kind);
 Pooling parse_pooling(std::string_view name);
 
 struct ModelConfig {
@@ -29,7 +33,10 @@ struct ModelConfig {
   TransformerLayerConfig layer;
   bool final_norm = true;
   PositionKind positions = PositionKind::kSinusoidal;
-  std::int64_t max_len = 512;
+  std::int64_t max_len = 512;  // absolute positions only
+  std::int64_t relative_clip = 16;
+  bool relative_values = true;
+  double rope_theta = 10000.0;
   // Classifier only.
   std::int64_t num_classes = 2;
   Pooling pooling = Pooling::kMean;
@@ -37,6 +44,8 @@ struct ModelConfig {
   bool tie_embeddings = false;
 
   void validate() const;
+  // The layer config with the attention positions filled in.
+  TransformerLayerConfig layer_config() const;
 };
 
 // Absolute positions added to the token embeddings.

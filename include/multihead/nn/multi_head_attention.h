@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_fused.h"
@@ -19,7 +20,16 @@
 
 namespace multihead {
 
-// Constructor arguments, named as in PyTorch.
+// Positions that act inside attention (absolute ones are added to the input
+// by the model instead):
+//   rope:     queries and keys rotate by position (Su et al. 2021);
+//   alibi:    a per-head linear distance penalty on the scores (Press et al. 2022);
+//   relative: learned embeddings of the clipped distance j - i for keys and,
+//             optionally, values (Shaw et al. 2018), in parameters
+//             "relative_key" and "relative_value" of shape (2 * clip + 1, head_dim).
+enum class AttentionPositions : std::uint8_t { kNone, kRope, kAlibi, kRelative };
+
+// Constructor arguments, named as in PyTorch (positions are multihead's own).
 struct MultiheadAttentionConfig {
   std::int64_t embed_dim = 0;
   std::int64_t num_heads = 1;
@@ -29,6 +39,10 @@ struct MultiheadAttentionConfig {
   bool add_zero_attn = false;
   std::int64_t kdim = 0;  // 0: embed_dim
   std::int64_t vdim = 0;  // 0: embed_dim
+  AttentionPositions positions = AttentionPositions::kNone;
+  double rope_theta = 10000.0;
+  std::int64_t relative_clip = 16;
+  bool relative_values = true;
 
   std::int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
   std::int64_t value_dim() const { return vdim > 0 ? vdim : embed_dim; }
@@ -53,6 +67,7 @@ struct MultiheadAttentionCall {
   std::uint64_t dropout_stream = 0;  // e.g. (step, layer): distinct masks per call site
   AttentionImpl impl = AttentionImpl::kFused;
   AttentionTiles tiles;  // fused kernel only
+  std::int64_t query_offset = 0;  // position of query 0 among the keys (cached decoding)
 };
 
 struct MultiheadAttentionOutput {
@@ -105,6 +120,7 @@ class MultiheadAttention : public Module {
     AttentionMasks<float> masks;
     AttentionImpl impl = AttentionImpl::kFused;
     AttentionTiles tiles;
+    std::int64_t query_offset = 0;
     Tensor qkv;                   // self: (B, L, 3E)
     Tensor q, k, v;               // cross: (B, L, E), (B, S, E), (B, S, E)
     Tensor k_ext, v_ext;          // with extra positions: (B, S', E)
@@ -114,6 +130,8 @@ class MultiheadAttention : public Module {
     bool valid = false;
   };
 
+  // Rotates the projected queries and keys (RoPE), or their gradients back.
+  void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;
   // Head views of the projected, possibly extended, q/k/v in the cache.
   HeadsView<const float> q_view() const;
   HeadsView<const float> k_view() const;
@@ -132,6 +150,9 @@ class MultiheadAttention : public Module {
   ParamStore::Handle out_proj_bias_ = kNone;   // (E)
   ParamStore::Handle bias_k_ = kNone;          // (1, 1, E)
   ParamStore::Handle bias_v_ = kNone;          // (1, 1, E)
+  ParamStore::Handle relative_key_ = kNone;    // (2 * clip + 1, head_dim)
+  ParamStore::Handle relative_value_ = kNone;  // (2 * clip + 1, head_dim)
+  std::vector<float> alibi_slopes_;            // (H)
   Cache cache_;
 };
 

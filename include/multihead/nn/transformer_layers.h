@@ -29,6 +29,11 @@ struct TransformerLayerConfig {
   double layer_norm_eps = 1e-5;
   bool norm_first = false;
   AttentionImpl attention_impl = AttentionImpl::kFused;
+  // Positions inside self-attention (rope, alibi, relative); see multi_head_attention.h.
+  AttentionPositions positions = AttentionPositions::kNone;
+  double rope_theta = 10000.0;
+  std::int64_t relative_clip = 16;
+  bool relative_values = true;
 
   MultiheadAttentionConfig attention() const;
   void validate() const;
