@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "multihead/kernels/linear.h"
+#include "multihead/nn/init.h"
 
 namespace multihead {
 
@@ -52,6 +53,7 @@ void ModelConfig::validate() const {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   check<ConfigError>(max_len > 0, "max_len must be positive, got {}", max_len);
   check<ConfigError>(num_classes > 0, "num_classes must be positive, got {}", num_classes);
+  check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"", init);
 }
 
 AbsolutePositions::AbsolutePositions(ParamStore& store, const std::string& prefix, PositionKind kind,
@@ -109,6 +111,7 @@ const ModelConfig& validated(const ModelConfig& cfg) {
 
 SequenceClassifier::SequenceClassifier(ParamStore& store, const ModelConfig& cfg)
     : cfg_(validated(cfg)),
+      store_(&store),
       embedding_(store, "embedding.", cfg.vocab_size, cfg.layer.d_model),
       positions_(store, "pos_embedding.", cfg.positions, cfg.max_len, cfg.layer.d_model),
       encoder_(store, "encoder.", cfg.layer_config(), cfg.num_layers, cfg.final_norm),
@@ -119,6 +122,7 @@ void SequenceClassifier::init(Rng& rng) {
   positions_.init(rng);
   encoder_.init(rng);
   classifier_.init(rng);
+  if (cfg_.init == "xavier") xavier_uniform_all(*store_, rng);
 }
 
 void SequenceClassifier::clear_cache() {
@@ -203,6 +207,7 @@ void LanguageModel::init(Rng& rng) {
   positions_.init(rng);
   encoder_.init(rng);
   if (lm_head_) lm_head_->init(rng);
+  if (cfg_.init == "xavier") xavier_uniform_all(*store_, rng);
 }
 
 void LanguageModel::clear_cache() {

@@ -22,6 +22,7 @@ ModelConfig read_model_config(ConfigReader& r) {
   m.num_classes = r.get_int("num_classes", 2);
   m.pooling = parse_pooling(r.get_string("pooling", std::string("mean")));
   m.tie_embeddings = r.get_bool("tie_embeddings", false);
+  m.init = r.get_string("init", std::string("pytorch"));
   m.validate();
   return m;
 }

@@ -135,6 +135,12 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
     EXPECT_EQ(j["threads"].get<int>(), 1);
     EXPECT_EQ(j["samples_ms"].size(), 2u);
   }
+  CliRun t = run("bench train --d-model 16 --num-heads 2 --num-layers 1 --dim-feedforward 16 --seq-len 8 --batch 2 "
+                 "--vocab-size 50 --iters 2 --warmup 0 --threads 1 --json");
+  ASSERT_EQ(t.code, 0) << t.err;
+  auto tj = nlohmann::json::parse(t.out.substr(t.out.rfind('\n', t.out.size() - 2) + 1));
+  EXPECT_GT(tj["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(tj["peak_bytes"].get<std::int64_t>(), 0);
   CliRun g = run("bench gemm --m 16 --n 16 --k 16 --iters 2 --json");
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_NE(g.out.find("\"gflops\""), std::string::npos);

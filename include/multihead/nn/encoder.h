@@ -35,4 +35,24 @@ class TransformerEncoder : public Module {
   std::vector<Tensor> outputs_;  // outputs_[i]: output of layer i
 };
 
+// torch.nn.TransformerDecoder: decoder layers ("layers.{i}.") over a shared
+// memory, and an optional final LayerNorm ("norm.").
+class TransformerDecoder : public Module {
+ public:
+  TransformerDecoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
+                     std::int64_t num_layers, bool final_norm);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  // x: (B, L, d_model), memory: (B, S, d_model); both, and the masks, must outlive backward.
+  Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMaskArgs& self_masks,
+                 const AttentionMaskArgs& memory_masks, const ForwardContext& ctx);
+  // Returns the gradients of x and of the memory (summed over the layers).
+  TransformerDecoderLayer::Grads backward(const Tensor& dy);
+
+ private:
+  std::vector<std::unique_ptr<TransformerDecoderLayer>> layers_;
+  std::unique_ptr<LayerNorm> norm_;
+  std::vector<Tensor> outputs_;
+};
+
 }  // namespace multihead

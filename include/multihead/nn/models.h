@@ -42,6 +42,9 @@ struct ModelConfig {
   Pooling pooling = Pooling::kMean;
   // Language model only.
   bool tie_embeddings = false;
+  // "pytorch": each module's own PyTorch initialisation; "xavier": then
+  // xavier_uniform on every matrix, as nn.Transformer does.
+  std::string init = "pytorch";
 
   void validate() const;
   // The layer config with the attention positions filled in.
@@ -83,6 +86,7 @@ class SequenceClassifier : public Module {
 
  private:
   ModelConfig cfg_;
+  ParamStore* store_;
   Embedding embedding_;
   AbsolutePositions positions_;
   TransformerEncoder encoder_;
