@@ -74,6 +74,13 @@ std::vector<double> ConfigReader::get_numbers(const std::string& key, std::size_
   return out;
 }
 
+json ConfigReader::get_object(const std::string& key) {
+  if (!has(key)) return json::object();
+  const json& v = value(key);
+  check<ConfigError>(v.is_object(), "{}: '{}' must be an object", source_, key);
+  return v;
+}
+
 void ConfigReader::finish() const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it)
     check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'", source_, it.key());

@@ -104,9 +104,16 @@ void TransformerEncoderLayer::clear_cache() {
 }
 
 Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMaskArgs& m, const ForwardContext& ctx) {
-  const MultiheadAttentionCall call = attention_call(cfg_, m, ctx, attn_site_);
+  MultiheadAttentionCall call = attention_call(cfg_, m, ctx, attn_site_);
+  call.need_weights = capture_;
+  call.average_attn_weights = false;
+  auto attend = [&](const Tensor& in) {
+    MultiheadAttentionOutput o = self_attn_.forward_self(in, m.key_padding_mask, m.attn_mask, call);
+    if (capture_) weights_ = std::move(o.weights);
+    return std::move(o.output);
+  };
   if (!cfg_.norm_first) {
-    Tensor sa = self_attn_.forward_self(x, m.key_padding_mask, m.attn_mask, call).output;
+    Tensor sa = attend(x);
     dropout1_.forward_inplace(sa, ctx);
     add_inplace(sa, x);
     h1_ = std::move(sa);
@@ -118,7 +125,7 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMaskArgs
     return norm2_.forward(h2_);
   }
   n1_ = norm1_.forward(x);
-  Tensor sa = self_attn_.forward_self(n1_, m.key_padding_mask, m.attn_mask, call).output;
+  Tensor sa = attend(n1_);
   dropout1_.forward_inplace(sa, ctx);
   add_inplace(sa, x);
   h1_ = std::move(sa);

@@ -16,5 +16,7 @@ struct Command {
 Command add_apply(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_demo(CLI::App& app);
+Command add_eval(CLI::App& app);
+Command add_train(CLI::App& app);
 
 }  // namespace multihead::cli

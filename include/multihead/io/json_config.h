@@ -26,6 +26,8 @@ class ConfigReader {
   std::int64_t get_int_or_null(const std::string& key, std::int64_t fallback);
   double get_number(const std::string& key, std::optional<double> fallback = std::nullopt);
   bool get_bool(const std::string& key, std::optional<bool> fallback = std::nullopt);
+  // A nested object (an empty one when the key is absent).
+  nlohmann::json get_object(const std::string& key);
   // An array of exactly n numbers.
   std::vector<double> get_numbers(const std::string& key, std::size_t n, std::vector<double> fallback);
   // Throws ConfigError on the first key that was never read.

@@ -24,6 +24,10 @@ class TransformerEncoder : public Module {
   Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
   Tensor backward(const Tensor& dy);
   std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
+  TransformerEncoderLayer& layer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
+  void set_capture_weights(bool on) {
+    for (auto& l : layers_) l->set_capture_weights(on);
+  }
 
  private:
   std::vector<std::unique_ptr<TransformerEncoderLayer>> layers_;

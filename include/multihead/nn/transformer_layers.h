@@ -72,9 +72,15 @@ class TransformerEncoderLayer : public Module {
   Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
   Tensor backward(const Tensor& dy);
   const TransformerLayerConfig& config() const { return cfg_; }
+  // Keep the per-head self-attention weights (B, H, L, L) of each forward,
+  // for inspection; they come from the fused kernel's saved log-sum-exp.
+  void set_capture_weights(bool on) { capture_ = on; }
+  const Tensor& attention_weights() const { return weights_; }
 
  private:
   TransformerLayerConfig cfg_;
+  bool capture_ = false;
+  Tensor weights_;
   MultiheadAttention self_attn_;
   FeedForward ff_;
   LayerNorm norm1_, norm2_;

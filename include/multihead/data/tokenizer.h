@@ -1,0 +1,40 @@
+// Tokenizers: text to token ids and back. Ids 0..3 are the same special
+// tokens in every tokenizer: <pad> 0, <unk> 1, <cls> 2 (also begin of
+// sequence), <eos> 3.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace multihead {
+
+inline constexpr std::int64_t kPadId = 0, kUnkId = 1, kClsId = 2, kEosId = 3;
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
+  virtual std::string piece(std::int64_t id) const = 0;  // a printable label, for heatmaps
+  virtual std::int64_t vocab_size() const = 0;
+  virtual std::string kind() const = 0;
+  // Writes the tokenizer into folder `dir` (tokenizer.json, and
+  // tokenizer.model for SentencePiece); load() reads it back.
+  virtual void save(const std::string& dir) const = 0;
+  static std::unique_ptr<Tokenizer> load(const std::string& dir);
+};
+
+struct TokenizerConfig {
+  std::string kind = "sentencepiece";  // sentencepiece | char | word
+  std::string model_type = "bpe";      // sentencepiece: bpe | unigram
+  std::int64_t vocab_size = 8000;      // a cap for char and word
+  bool lowercase = true;               // word only
+};
+
+// Trains on `texts` (the training split only).
+std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts);
+
+}  // namespace multihead

@@ -1,0 +1,32 @@
+// The directory a run writes: config.json, metrics.jsonl (one JSON object a
+// line, appended as the run goes), checkpoints/, tokenizer/, plots/ and
+// report.md. Every file but the metrics log is written atomically.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace multihead {
+
+class RunDir {
+ public:
+  // Creates the folders; removes temporaries an interrupted run left behind.
+  explicit RunDir(std::string path);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const;  // path/name
+  void write_json(const std::string& name, const nlohmann::json& j) const;
+  void write_text(const std::string& name, const std::string& text) const;
+  void append_metrics(const nlohmann::json& record);
+
+ private:
+  std::string path_;
+  std::FILE* metrics_ = nullptr;
+};
+
+}  // namespace multihead

@@ -1,0 +1,31 @@
+// Progress of long work. On a terminal: one line redrawn in place, with a
+// bar, the step, the epoch, the loss, the throughput and the ETA. Otherwise
+// (a pipe, a log file, CI): a plain log line every `log_every` steps.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace multihead {
+
+class Progress {
+ public:
+  // quiet: print nothing (library use, tests).
+  Progress(std::int64_t total_steps, std::FILE* out, bool quiet = false, std::int64_t log_every = 50);
+  void set_total(std::int64_t total_steps) { total_ = total_steps; }
+  void update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit = "tok/s");
+  // A line of its own (clears the bar first on a terminal).
+  void log(const std::string& line);
+  void finish();
+
+ private:
+  std::int64_t total_;
+  std::FILE* out_;
+  bool quiet_, tty_, bar_shown_ = false;
+  std::int64_t log_every_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace multihead

@@ -1,0 +1,59 @@
+// Text classification from data to report: load and split a dataset, train
+// a tokenizer on the training split, train an encoder classifier, evaluate,
+// and write the run directory (config, metrics, checkpoints, tokenizer,
+// report with plots and attention heatmaps).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/data/tokenizer.h"
+#include "multihead/io/run_dir.h"
+#include "multihead/train/progress.h"
+#include "multihead/train/train_config.h"
+
+namespace multihead {
+
+struct TextClassificationJob {
+  // Data: "spamassassin" (data_path: the corpus's data folder), "aclimdb"
+  // (data_path: the aclImdb folder; its test split is the test set), "csv" or
+  // "tsv" (data_path: the file, with text_column and label_column).
+  std::string source = "spamassassin";
+  std::string data_path;
+  bool strip_headers = true;
+  std::string text_column = "text", label_column = "label";
+  double validation_fraction = 0.1, test_fraction = 0.2;
+  TokenizerConfig tokenizer;
+  ModelConfig model;
+  TrainConfig train;
+  std::int64_t epochs = 3;
+  std::int64_t max_len = 256;  // tokens per example, [CLS] included
+  std::int64_t eval_batch = 64;
+  int threads = 0;
+  std::string report_title = "Text classification";
+};
+
+nlohmann::json to_json(const TextClassificationJob& job);
+// Reads a job (the format to_json writes); unknown keys are errors.
+TextClassificationJob text_classification_job_from_json(const nlohmann::json& j, const std::string& source);
+
+struct ClassificationMetrics {
+  double loss = 0, accuracy = 0;
+  std::int64_t examples = 0;
+};
+
+struct TextClassificationResult {
+  ClassificationMetrics validation, test;
+  std::int64_t steps = 0;
+  double train_seconds = 0;
+  double tokens_per_s = 0;
+};
+
+TextClassificationResult run_text_classification(const TextClassificationJob& job, RunDir& run, Progress& progress);
+
+// Evaluates the model saved in a run directory on its test split.
+ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads);
+
+}  // namespace multihead

@@ -1,0 +1,255 @@
+#include "multihead/data/text_datasets.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/core/error.h"
+#include "multihead/core/rng.h"
+#include "multihead/io/atomic_file.h"
+
+namespace multihead {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Length of the UTF-8 sequence starting at s[i], or 0 if it is not valid there.
+std::size_t utf8_sequence(const std::string& s, std::size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+}  // namespace
+
+void check_utf8(const std::string& s, const std::string& where) {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i);
+    check<IoError>(n > 0, "{}: invalid UTF-8 at byte {}", where, i);
+    i += n;
+  }
+}
+
+std::string sanitize_utf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+TextDataset load_aclimdb(const std::string& root, const std::string& split) {
+  check<IoError>(split == "train" || split == "test", "aclImdb split must be train or test, got '{}'", split);
+  TextDataset ds;
+  ds.label_names = {"neg", "pos"};
+  for (int label = 0; label < 2; ++label) {
+    const fs::path dir = fs::path(root) / split / ds.label_names[static_cast<std::size_t>(label)];
+    check<IoError>(fs::is_directory(dir), "{}: not a directory (expected the aclImdb layout {}/{{pos,neg}})",
+                   dir.string(), split);
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      // <id>_<rating>.txt: the rating says which side of the split it is on.
+      const std::string stem = f.stem().string();
+      const auto us = stem.find('_');
+      check<IoError>(us != std::string::npos && us > 0 && us + 1 < stem.size(),
+                     "{}: file name is not <id>_<rating>.txt", f.string());
+      int rating = 0;
+      try {
+        rating = std::stoi(stem.substr(us + 1));
+      } catch (const std::exception&) {
+        throw IoError(f.string() + ": rating in the file name is not a number");
+      }
+      check<IoError>(rating >= 1 && rating <= 10, "{}: rating {} is outside 1..10", f.string(), rating);
+      std::string text = read_file(f.string());
+      check_utf8(text, f.string());
+      ds.examples.push_back({std::move(text), label});
+    }
+  }
+  check<IoError>(!ds.examples.empty(), "{}/{}: no reviews found", root, split);
+  return ds;
+}
+
+namespace {
+
+// RFC 4180 records; line numbers are 1-based, of the record's first line.
+struct Record {
+  std::vector<std::string> fields;
+  std::int64_t line = 0;
+};
+
+std::vector<Record> parse_delimited(const std::string& text, char delim, const std::string& path) {
+  std::vector<Record> records;
+  Record cur;
+  std::string field;
+  bool quoted = false, field_started = false;
+  std::int64_t line = 1;
+  cur.line = 1;
+  auto end_field = [&] {
+    cur.fields.push_back(std::move(field));
+    field.clear();
+    field_started = false;
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        if (c == '\n') ++line;
+        field += c;
+      }
+      continue;
+    }
+    if (c == '"' && !field_started) {
+      quoted = true;
+      field_started = true;
+    } else if (c == delim) {
+      end_field();
+    } else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      end_field();
+      if (!(cur.fields.size() == 1 && cur.fields[0].empty())) records.push_back(std::move(cur));
+      cur = Record{};
+      cur.line = ++line;
+    } else {
+      field += c;
+      field_started = true;
+    }
+  }
+  check<IoError>(!quoted, "{}: line {}: unterminated quoted field", path, cur.line);
+  if (field_started || !cur.fields.empty()) {
+    end_field();
+    records.push_back(std::move(cur));
+  }
+  return records;
+}
+
+}  // namespace
+
+TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
+                           const std::string& label_column) {
+  const std::string text = read_file(path);
+  check_utf8(text, path);
+  std::vector<Record> records = parse_delimited(text, delimiter, path);
+  check<IoError>(!records.empty(), "{}: empty file (expected a header row)", path);
+  const auto& header = records.front().fields;
+  auto column = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    check<IoError>(it != header.end(), "{}: line 1: no column named '{}'", path, name);
+    return static_cast<std::size_t>(it - header.begin());
+  };
+  const std::size_t tc = column(text_column), lc = column(label_column);
+  std::vector<std::string> labels;
+  TextDataset ds;
+  for (std::size_t r = 1; r < records.size(); ++r) {
+    const Record& rec = records[r];
+    check<IoError>(rec.fields.size() == header.size(), "{}: line {}: {} fields, the header has {}", path, rec.line,
+                   rec.fields.size(), header.size());
+    check<IoError>(!rec.fields[lc].empty(), "{}: line {}: empty label", path, rec.line);
+    ds.examples.push_back({rec.fields[tc], 0});
+    labels.push_back(rec.fields[lc]);
+  }
+  check<IoError>(!ds.examples.empty(), "{}: no data rows after the header", path);
+  // Integer labels are used as they are; other labels are numbered in order of appearance.
+  bool all_int = true;
+  for (const auto& l : labels)
+    all_int = all_int && !l.empty() && std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+              l.size() < 10;
+  if (all_int) {
+    std::int64_t mx = 0;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      ds.examples[i].label = std::stoll(labels[i]);
+      mx = std::max(mx, ds.examples[i].label);
+    }
+    for (std::int64_t i = 0; i <= mx; ++i) ds.label_names.push_back(std::to_string(i));
+  } else {
+    std::map<std::string, std::int64_t> ids;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      auto [it, fresh] = ids.emplace(labels[i], static_cast<std::int64_t>(ds.label_names.size()));
+      if (fresh) ds.label_names.push_back(labels[i]);
+      ds.examples[i].label = it->second;
+    }
+  }
+  return ds;
+}
+
+std::string strip_mail_headers(const std::string& message) {
+  for (const char* sep : {"\n\n", "\r\n\r\n"}) {
+    const auto pos = message.find(sep);
+    if (pos != std::string::npos) return message.substr(pos + std::string(sep).size());
+  }
+  return message;
+}
+
+TextDataset load_spamassassin(const std::string& data_dir, bool strip_headers) {
+  static const std::pair<const char*, int> kGroups[] = {
+      {"easy-ham-1", 0}, {"easy-ham-2", 0}, {"hard-ham-1", 0}, {"spam-1", 1}, {"spam-2", 1}};
+  TextDataset ds;
+  ds.label_names = {"ham", "spam"};
+  for (const auto& [group, label] : kGroups) {
+    const fs::path dir = fs::path(data_dir) / group;
+    check<IoError>(fs::is_directory(dir), "{}: not a directory (run scripts/setup.sh --data to fetch the corpus)",
+                   dir.string());
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(read_file(f.string()));
+      } catch (const nlohmann::json::exception& e) {
+        throw IoError(fmt::format("{}: not valid JSON ({})", f.string(), e.what()));
+      }
+      check<IoError>(j.is_object() && j.contains("text") && j["text"].is_string(),
+                     "{}: record has no string field \"text\"", f.string());
+      std::string text = j["text"].get<std::string>();
+      // Mail comes in many charsets; bytes that are not UTF-8 become U+FFFD.
+      ds.examples.push_back({sanitize_utf8(strip_headers ? strip_mail_headers(text) : text), label});
+    }
+  }
+  check<IoError>(!ds.examples.empty(), "{}: no messages found", data_dir);
+  return ds;
+}
+
+SplitIndices split_indices(std::int64_t n, double validation_fraction, double test_fraction, std::uint64_t seed) {
+  check<ConfigError>(validation_fraction >= 0 && test_fraction >= 0 && validation_fraction + test_fraction < 1,
+                     "validation and test fractions must be >= 0 and leave a training split");
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
+  Rng rng(seed, 0x5b117);
+  for (std::int64_t i = n - 1; i > 0; --i)  // Fisher-Yates
+    std::swap(idx[static_cast<std::size_t>(i)], idx[rng.next_u32() % static_cast<std::uint32_t>(i + 1)]);
+  const std::int64_t n_test = static_cast<std::int64_t>(test_fraction * static_cast<double>(n));
+  const std::int64_t n_val = static_cast<std::int64_t>(validation_fraction * static_cast<double>(n));
+  SplitIndices s;
+  s.test.assign(idx.begin(), idx.begin() + n_test);
+  s.validation.assign(idx.begin() + n_test, idx.begin() + n_test + n_val);
+  s.train.assign(idx.begin() + n_test + n_val, idx.end());
+  return s;
+}
+
+}  // namespace multihead

@@ -1,0 +1,202 @@
+#include "multihead/io/plots.h"
+
+#include <cairo.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+
+#include "multihead/core/error.h"
+#include "multihead/io/atomic_file.h"
+
+namespace multihead {
+namespace {
+
+// Colours of the series, in order (a colour-blind-safe palette).
+constexpr double kPalette[][3] = {{0.0, 0.45, 0.70}, {0.90, 0.62, 0.0}, {0.0, 0.62, 0.45},
+                                  {0.80, 0.47, 0.65}, {0.34, 0.71, 0.91}, {0.84, 0.37, 0.0}};
+
+cairo_status_t append_png(void* closure, const unsigned char* data, unsigned int length) {
+  static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
+  return CAIRO_STATUS_SUCCESS;
+}
+
+// Renders into memory, then writes the file atomically.
+void save(cairo_surface_t* surface, const std::string& path) {
+  std::string bytes;
+  const cairo_status_t st = cairo_surface_write_to_png_stream(surface, append_png, &bytes);
+  cairo_surface_destroy(surface);
+  check<IoError>(st == CAIRO_STATUS_SUCCESS, "cannot encode PNG '{}': {}", path, cairo_status_to_string(st));
+  write_file_atomic(path, bytes);
+}
+
+void text_at(cairo_t* cr, double x, double y, const std::string& s, double size, double align_x = 0.0,
+             double angle = 0.0) {
+  cairo_save(cr);
+  cairo_set_font_size(cr, size);
+  cairo_text_extents_t ext;
+  cairo_text_extents(cr, s.c_str(), &ext);
+  cairo_translate(cr, x, y);
+  cairo_rotate(cr, angle);
+  cairo_move_to(cr, -ext.x_advance * align_x, ext.height / 2);
+  cairo_show_text(cr, s.c_str());
+  cairo_restore(cr);
+}
+
+std::string tick_label(double v) {
+  char buf[32];
+  const double a = std::fabs(v);
+  if (a != 0 && (a >= 1e5 || a < 1e-3)) std::snprintf(buf, sizeof buf, "%.1e", v);
+  else if (a >= 100) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+// Shortens a label to n characters (whole UTF-8 sequences) for axis text.
+std::string shorten(const std::string& s, std::size_t n) {
+  std::string out;
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < s.size() && chars < n; ++chars) {
+    std::size_t len = 1;
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0xF0) len = 4;
+    else if (c >= 0xE0) len = 3;
+    else if (c >= 0xC0) len = 2;
+    out.append(s, i, len);
+    i += len;
+  }
+  return out;
+}
+
+}  // namespace
+
+void line_plot_png(const std::string& path, const std::string& title, const std::string& x_label,
+                   const std::string& y_label, const std::vector<Series>& series) {
+  const int W = 800, H = 480;
+  const double left = 80, right = 20, top = 50, bottom = 60;
+  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+  cairo_t* cr = cairo_create(surface);
+  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const auto& s : series)
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+    }
+  if (!(x0 < x1)) x1 = x0 + 1, x0 = std::isfinite(x0) ? x0 : 0, x1 = std::isfinite(x1) ? x1 : 1;
+  if (!(y0 < y1)) y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
+  const double pad = 0.05 * (y1 - y0);
+  y0 -= pad, y1 += pad;
+  const double pw = W - left - right, ph = H - top - bottom;
+  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * pw; };
+  auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
+
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  text_at(cr, W / 2.0, 22, title, 17, 0.5);
+  text_at(cr, left + pw / 2, H - 18, x_label, 13, 0.5);
+  text_at(cr, 22, top + ph / 2, y_label, 13, 0.5, -M_PI / 2);
+  // Grid and ticks.
+  cairo_set_line_width(cr, 1);
+  for (int t = 0; t <= 5; ++t) {
+    const double yv = y0 + (y1 - y0) * t / 5.0, xv = x0 + (x1 - x0) * t / 5.0;
+    cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
+    cairo_move_to(cr, left, py(yv));
+    cairo_line_to(cr, left + pw, py(yv));
+    cairo_move_to(cr, px(xv), top);
+    cairo_line_to(cr, px(xv), top + ph);
+    cairo_stroke(cr);
+    cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+    text_at(cr, left - 6, py(yv), tick_label(yv), 11, 1.0);
+    // Whole numbers on a long x axis (steps, epochs).
+    text_at(cr, px(xv), top + ph + 14, x1 - x0 >= 10 ? tick_label(std::round(xv)) : tick_label(xv), 11, 0.5);
+  }
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  cairo_rectangle(cr, left, top, pw, ph);
+  cairo_stroke(cr);
+  // Series and legend.
+  cairo_set_line_width(cr, 2);
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const auto& c = kPalette[k % std::size(kPalette)];
+    cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+    const auto& s = series[k];
+    bool started = false;
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      if (!started) cairo_move_to(cr, px(s.x[i]), py(s.y[i]));
+      else cairo_line_to(cr, px(s.x[i]), py(s.y[i]));
+      started = true;
+    }
+    if (s.x.size() == 1) cairo_arc(cr, px(s.x[0]), py(s.y[0]), 3, 0, 2 * M_PI);
+    cairo_stroke(cr);
+    const double ly = top + 16 + 18.0 * static_cast<double>(k);
+    cairo_move_to(cr, left + pw - 150, ly);
+    cairo_line_to(cr, left + pw - 125, ly);
+    cairo_stroke(cr);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    text_at(cr, left + pw - 118, ly, s.name, 12);
+  }
+  cairo_destroy(cr);
+  save(surface, path);
+}
+
+void heatmap_png(const std::string& path, const std::string& title, const std::vector<float>& weights,
+                 std::int64_t rows, std::int64_t cols, const std::vector<std::string>& row_labels,
+                 const std::vector<std::string>& col_labels) {
+  check<ShapeError>(static_cast<std::int64_t>(weights.size()) == rows * cols && rows > 0 && cols > 0,
+                    "heatmap of {} x {} needs {} weights, got {}", rows, cols, rows * cols, weights.size());
+  const double cell = std::clamp(640.0 / static_cast<double>(std::max(rows, cols)), 4.0, 28.0);
+  const bool labels = cell >= 10;
+  const double label_w = labels ? 110 : 20, top = 50 + (labels ? 90 : 0);
+  const int W = static_cast<int>(label_w + cell * static_cast<double>(cols) + 90);
+  const int H = static_cast<int>(top + cell * static_cast<double>(rows) + 20);
+  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
+  cairo_t* cr = cairo_create(surface);
+  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  text_at(cr, W / 2.0, 20, title, 15, 0.5);
+  // White (0) to dark blue (1), on a square-root scale so that small weights show.
+  auto colour = [](float w) {
+    const double t = std::sqrt(std::clamp(static_cast<double>(w), 0.0, 1.0));
+    return std::array<double, 3>{1 - 0.95 * t, 1 - 0.75 * t, 1 - 0.35 * t};
+  };
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const auto rgb = colour(weights[static_cast<std::size_t>(r * cols + c)]);
+      cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
+      cairo_rectangle(cr, label_w + cell * static_cast<double>(c), top + cell * static_cast<double>(r), cell, cell);
+      cairo_fill(cr);
+    }
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  if (labels) {
+    const double fs = std::min(11.0, cell * 0.75);
+    for (std::int64_t r = 0; r < rows && r < static_cast<std::int64_t>(row_labels.size()); ++r)
+      text_at(cr, label_w - 4, top + cell * (static_cast<double>(r) + 0.5), shorten(row_labels[static_cast<std::size_t>(r)], 14), fs, 1.0);
+    for (std::int64_t c = 0; c < cols && c < static_cast<std::int64_t>(col_labels.size()); ++c)
+      text_at(cr, label_w + cell * (static_cast<double>(c) + 0.5), top - 4, shorten(col_labels[static_cast<std::size_t>(c)], 14), fs, 0.0,
+              -M_PI / 2);
+  }
+  // Colour bar.
+  const double bx = label_w + cell * static_cast<double>(cols) + 20, bh = std::max(60.0, cell * static_cast<double>(rows));
+  for (int i = 0; i < 100; ++i) {
+    const auto rgb = colour(1.0f - static_cast<float>(i) / 99.0f);
+    cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
+    cairo_rectangle(cr, bx, top + bh * i / 100.0, 14, bh / 100.0 + 1);
+    cairo_fill(cr);
+  }
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  text_at(cr, bx + 18, top + 4, "1", 10);
+  text_at(cr, bx + 18, top + bh - 4, "0", 10);
+  cairo_destroy(cr);
+  save(surface, path);
+}
+
+}  // namespace multihead

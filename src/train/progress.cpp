@@ -1,0 +1,61 @@
+#include "multihead/train/progress.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace multihead {
+namespace {
+
+std::string clock_text(double seconds) {
+  const long s = static_cast<long>(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+                   : fmt::format("{:02}:{:02}", s / 60, s % 60);
+}
+
+}  // namespace
+
+Progress::Progress(std::int64_t total_steps, std::FILE* out, bool quiet, std::int64_t log_every)
+    : total_(total_steps),
+      out_(out),
+      quiet_(quiet),
+      tty_(out != nullptr && ::isatty(::fileno(out)) != 0),
+      log_every_(log_every),
+      start_(std::chrono::steady_clock::now()) {}
+
+void Progress::update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit) {
+  if (quiet_) return;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : 0.0;
+  if (tty_) {
+    constexpr int kWidth = 28;
+    const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
+    std::string bar(static_cast<std::size_t>(filled), '#');
+    bar.resize(kWidth, '.');
+    fmt::print(out_, "\r[{}] step {}/{} epoch {} loss {:.4f} {:.0f} {} ETA {}   ", bar, step, total_, epoch, loss,
+               items_per_s, unit, clock_text(eta));
+    std::fflush(out_);
+    bar_shown_ = true;
+  } else if (step == 1 || step % log_every_ == 0 || step == total_) {
+    fmt::print(out_, "step {}/{} epoch {} loss {:.4f} {:.0f} {} elapsed {} eta {}\n", step, total_, epoch, loss,
+               items_per_s, unit, clock_text(elapsed), clock_text(eta));
+    std::fflush(out_);
+  }
+}
+
+void Progress::log(const std::string& line) {
+  if (quiet_) return;
+  if (bar_shown_) fmt::print(out_, "\r\x1b[2K");
+  bar_shown_ = false;
+  fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+}
+
+void Progress::finish() {
+  if (quiet_) return;
+  if (bar_shown_) fmt::print(out_, "\n");
+  bar_shown_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace multihead
