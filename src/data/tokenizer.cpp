@@ -3,6 +3,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -221,6 +224,29 @@ class LineIterator : public sentencepiece::SentenceIterator {
   std::string line_;
 };
 
+// SentencePiece's trainer logs its arguments to stderr whatever its log
+// level; a library must not print, so stderr is closed while it runs (its
+// errors still come back as a status, which we turn into an exception).
+class QuietStderr {
+ public:
+  QuietStderr() : saved_(::dup(2)) {
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved_ >= 0 && null >= 0) ::dup2(null, 2);
+    if (null >= 0) ::close(null);
+  }
+  ~QuietStderr() {
+    if (saved_ >= 0) {
+      ::dup2(saved_, 2);
+      ::close(saved_);
+    }
+  }
+  QuietStderr(const QuietStderr&) = delete;
+  QuietStderr& operator=(const QuietStderr&) = delete;
+
+ private:
+  int saved_;
+};
+
 std::vector<std::string> most_frequent(const std::map<std::string, std::int64_t>& counts, std::int64_t cap) {
   std::vector<std::pair<std::string, std::int64_t>> v(counts.begin(), counts.end());
   // Most frequent first; ties in byte order, so the vocabulary is the same everywhere.
@@ -264,7 +290,11 @@ std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std
       cfg.model_type, cfg.vocab_size);
   LineIterator lines(texts);
   std::string proto;
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
+  sentencepiece::util::Status status;
+  {
+    QuietStderr quiet;
+    status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
+  }
   check<Error>(status.ok(), "SentencePiece training failed: {}", status.ToString());
   return std::make_unique<SentencePieceTokenizer>(std::move(proto));
 }

@@ -165,6 +165,76 @@ TEST_F(Cli, BenchRejectsBadInput) {
   EXPECT_EQ(count_lines(r.err), 1);
 }
 
+// A tiny two-class task the test writes itself: the class is in the words.
+void write_tiny_csv(const fs::path& path) {
+  std::ofstream f(path);
+  f << "text,label\n";
+  const char* pos[] = {"good great fine", "great good day", "fine good nice", "nice great good"};
+  const char* neg[] = {"bad awful poor", "poor bad day", "awful poor bad", "bad poor nasty"};
+  for (int r = 0; r < 12; ++r) f << pos[r % 4] << ",pos\n" << neg[r % 4] << ",neg\n";
+}
+
+TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
+  write_tiny_csv(dir / "tiny.csv");
+  const fs::path out = dir / "run";
+  CliRun r = run("train --source csv --data " + (dir / "tiny.csv").string() + " --tokenizer word --vocab-size 64 " +
+                 "--epochs 3 --d-model 16 --num-heads 2 --num-layers 1 --batch 4 --max-len 8 --threads 1 --out " +
+                 out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("test accuracy: "), std::string::npos);
+  // Not a terminal: plain log lines, no carriage returns.
+  EXPECT_NE(r.err.find("step 1/"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+  for (const char* f : {"config.json", "metrics.jsonl", "results.json", "report.md", "tokenizer/tokenizer.json",
+                        "checkpoints/last.safetensors", "plots/loss.png", "plots/accuracy.png",
+                        "plots/attention_layer0_head1.png"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  // Every picture the report shows exists.
+  std::ifstream report(out / "report.md");
+  std::string line;
+  int images = 0;
+  while (std::getline(report, line)) {
+    const auto open = line.find("](");
+    if (line.rfind("![", 0) != 0 || open == std::string::npos) continue;
+    ++images;
+    EXPECT_TRUE(fs::exists(out / line.substr(open + 2, line.size() - open - 3))) << line;
+  }
+  EXPECT_EQ(images, 4);
+  // metrics.jsonl: one JSON object a line.
+  std::ifstream metrics(out / "metrics.jsonl");
+  int records = 0;
+  while (std::getline(metrics, line)) {
+    EXPECT_TRUE(nlohmann::json::parse(line).is_object());
+    ++records;
+  }
+  EXPECT_GT(records, 3);
+  CliRun e = run("eval --run " + out.string() + " --threads 1");
+  ASSERT_EQ(e.code, 0) << e.err;
+  // eval reproduces the test accuracy train printed.
+  const std::string acc = r.out.substr(r.out.find("test accuracy: "), 22);
+  EXPECT_EQ(e.out.substr(0, 22), acc);
+}
+
+TEST_F(Cli, TrainRejectsBadInput) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam)\n"},
+      {"train --source csv --data " + (dir / "missing.csv").string(),
+       "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
+      {"train --positions absolute", "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "
+                                     "alibi, got \"absolute\"\n"},
+      {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
+      {"eval --run " + (dir / "nothing").string(),
+       "multihead: error: cannot open '" + (dir / "nothing/config.json").string() + "': No such file or directory\n"},
+  };
+  for (const auto& [args, msg] : cases) {
+    CliRun r = run(args + " --out " + (dir / "never").string());
+    if (args.rfind("eval", 0) == 0) r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err, msg) << args;
+  }
+  EXPECT_FALSE(fs::exists(dir / "never"));
+}
+
 TEST_F(Cli, DemoRunsAndDrawsWeights) {
   CliRun r = run("demo --seq-len 6 --embed-dim 16 --num-heads 2 --pad 2 --causal");
   EXPECT_EQ(r.code, 0) << r.err;

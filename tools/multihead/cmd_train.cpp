@@ -30,14 +30,14 @@ TextClassificationJob spam_preset() {
   j.model.layer.dim_feedforward = 256;
   j.model.layer.dropout = 0.1;
   j.model.positions = PositionKind::kSinusoidal;
-  j.max_len = 256;
-  j.model.max_len = 256;
+  j.max_len = 384;
+  j.model.max_len = 384;
   j.train.schedule.base_lr = 1e-3;
   j.train.schedule.warmup_steps = 30;
   j.train.schedule.decay = Decay::kCosine;
   j.train.clip_grad_norm = 1.0;
   j.train.batch = 32;
-  j.epochs = 3;
+  j.epochs = 6;
   return j;
 }
 
@@ -85,9 +85,24 @@ void run_train(const TrainOpts& o) {
   if (job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
     throw IoError(fmt::format("{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first",
                               job.data_path));
-  RunDir run(o.out);
-  Progress progress(0, stderr, o.quiet);
-  TextClassificationResult r = run_text_classification(job, run, progress);
+  // A run that fails before its first checkpoint leaves nothing behind; one
+  // that fails later keeps its checkpoints, which are worth resuming from.
+  namespace fs = std::filesystem;
+  const bool existed = fs::exists(o.out);
+  std::unique_ptr<RunDir> run_ptr;
+  TextClassificationResult r;
+  try {
+    run_ptr = std::make_unique<RunDir>(o.out);
+    Progress progress(0, stderr, o.quiet);
+    r = run_text_classification(job, *run_ptr, progress);
+  } catch (...) {
+    std::error_code ec;
+    const bool no_checkpoint = fs::is_empty(fs::path(o.out) / "checkpoints", ec) || ec;
+    run_ptr.reset();
+    if (!existed && no_checkpoint) fs::remove_all(o.out, ec);
+    throw;
+  }
+  RunDir& run = *run_ptr;
   fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * r.test.accuracy, r.test.examples,
              r.test.loss);
   fmt::print("training: {} steps in {:.1f} s ({:.0f} tokens/s)\n", r.steps, r.train_seconds, r.tokens_per_s);

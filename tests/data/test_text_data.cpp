@@ -1,0 +1,161 @@
+// Loaders, tokenizers and batching, on small data the tests write themselves.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "multihead/data/batching.h"
+#include "multihead/data/text_datasets.h"
+#include "multihead/data/tokenizer.h"
+
+namespace multihead {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("multihead_data_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  void write(const fs::path& p, const std::string& s) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << s;
+  }
+  template <typename F>
+  std::string error_of(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  fs::path dir;
+};
+
+TEST_F(TempDir, AclImdbLayout) {
+  write(dir / "train/pos/1_9.txt", "great film");
+  write(dir / "train/pos/0_10.txt", "loved it");
+  write(dir / "train/neg/2_1.txt", "awful");
+  TextDataset ds = load_aclimdb(dir.string(), "train");
+  ASSERT_EQ(ds.examples.size(), 3u);
+  EXPECT_EQ(ds.examples[0].text, "awful");  // neg first, files in sorted order
+  EXPECT_EQ(ds.examples[0].label, 0);
+  EXPECT_EQ(ds.examples[1].text, "loved it");
+  EXPECT_EQ(ds.label_names, (std::vector<std::string>{"neg", "pos"}));
+  write(dir / "train/pos/3_x.txt", "bad name");
+  EXPECT_EQ(error_of([&] { load_aclimdb(dir.string(), "train"); }),
+            (dir / "train/pos/3_x.txt").string() + ": rating in the file name is not a number");
+  EXPECT_EQ(error_of([&] { load_aclimdb(dir.string(), "test"); }),
+            (dir / "test/neg").string() + ": not a directory (expected the aclImdb layout test/{pos,neg})");
+}
+
+TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
+  write(dir / "a.csv", "id,text,label\n1,\"hello, world\",spam\n2,\"multi\nline \"\"quoted\"\"\",ham\n3,plain,spam\n");
+  TextDataset ds = load_delimited((dir / "a.csv").string(), ',', "text", "label");
+  ASSERT_EQ(ds.examples.size(), 3u);
+  EXPECT_EQ(ds.examples[0].text, "hello, world");
+  EXPECT_EQ(ds.examples[1].text, "multi\nline \"quoted\"");
+  EXPECT_EQ(ds.label_names, (std::vector<std::string>{"spam", "ham"}));
+  EXPECT_EQ(ds.examples[1].label, 1);
+  write(dir / "b.tsv", "text\tlabel\nx\t1\ny\t0\n");
+  TextDataset t = load_delimited((dir / "b.tsv").string(), '\t', "text", "label");
+  EXPECT_EQ(t.examples[0].label, 1);  // integer labels are kept
+  const std::string bad = (dir / "c.csv").string();
+  write(bad, "text,label\nok,1\ntoo,many,fields\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": line 3: 3 fields, the header has 2");
+  write(bad, "text,label\n\"open,1\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": line 2: unterminated quoted field");
+  write(bad, "text,label\nok,1\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "body", "label"); }), bad + ": line 1: no column named 'body'");
+  write(bad, "text,label\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": no data rows after the header");
+  write(bad, std::string("text,label\n\xff\xfe,1\n"));
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": invalid UTF-8 at byte 11");
+}
+
+TEST_F(TempDir, SpamAssassinPackageLayout) {
+  for (const char* g : {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"})
+    fs::create_directories(dir / g);
+  write(dir / "easy-ham-1/00001.json", R"({"id":"00001","group":"easy-ham-1","text":"From: a\nSubject: hi\n\nlunch at noon?"})");
+  write(dir / "spam-1/00002.json", R"({"id":"00002","group":"spam-1","text":"Subject: WIN\n\nclick \u00e9 now"})");
+  TextDataset ds = load_spamassassin(dir.string());
+  ASSERT_EQ(ds.examples.size(), 2u);
+  EXPECT_EQ(ds.examples[0].text, "lunch at noon?");
+  EXPECT_EQ(ds.examples[1].label, 1);
+  EXPECT_EQ(ds.examples[1].text, "click \xc3\xa9 now");
+  EXPECT_EQ(load_spamassassin(dir.string(), false).examples[0].text, "From: a\nSubject: hi\n\nlunch at noon?");
+  write(dir / "spam-2/x.json", "{broken");
+  EXPECT_NE(error_of([&] { load_spamassassin(dir.string()); }).find((dir / "spam-2/x.json").string() + ": not valid JSON"),
+            std::string::npos);
+  EXPECT_EQ(sanitize_utf8(std::string("a\xff" "b")), "a\xef\xbf\xbd" "b");
+}
+
+TEST(Splits, DeterministicDisjointAndComplete) {
+  SplitIndices a = split_indices(100, 0.1, 0.2, 7), b = split_indices(100, 0.1, 0.2, 7);
+  EXPECT_EQ(a.train, b.train);
+  EXPECT_EQ(a.test.size(), 20u);
+  EXPECT_EQ(a.validation.size(), 10u);
+  std::vector<int> seen(100, 0);
+  for (const auto* part : {&a.train, &a.validation, &a.test})
+    for (auto i : *part) ++seen[static_cast<std::size_t>(i)];
+  for (int s : seen) EXPECT_EQ(s, 1);
+  EXPECT_NE(split_indices(100, 0.1, 0.2, 8).test, a.test);
+}
+
+TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
+  const std::vector<std::string> texts = {"the cat sat on the mat", "the dog sat", "caf\xc3\xa9 au lait"};
+  for (const char* kind : {"char", "word", "sentencepiece"}) {
+    TokenizerConfig cfg;
+    cfg.kind = kind;
+    cfg.vocab_size = std::string(kind) == "sentencepiece" ? 40 : 1000;
+    auto tok = train_tokenizer(cfg, texts);
+    auto ids = tok->encode("the cat sat");
+    ASSERT_FALSE(ids.empty()) << kind;
+    for (auto id : ids) EXPECT_TRUE(id >= 0 && id < tok->vocab_size()) << kind;
+    EXPECT_EQ(tok->decode(ids), "the cat sat") << kind;
+    const fs::path d = dir / kind;
+    fs::create_directories(d);
+    tok->save(d.string());
+    auto back = Tokenizer::load(d.string());
+    EXPECT_EQ(back->encode("the cat sat"), ids) << kind;
+    EXPECT_EQ(back->kind(), kind);
+    EXPECT_EQ(tok->piece(kPadId), "<pad>") << kind;
+  }
+  TokenizerConfig capped;
+  capped.kind = "word";
+  capped.vocab_size = 6;  // 4 specials + the 2 most frequent words ("the", "sat")
+  auto w = train_tokenizer(capped, texts);
+  EXPECT_EQ(w->vocab_size(), 6);
+  EXPECT_EQ(w->encode("the mat"), (std::vector<std::int64_t>{4, kUnkId}));
+  write(dir / "bad/tokenizer.json", R"({"type": "bpe2"})");
+  EXPECT_EQ(error_of([&] { Tokenizer::load((dir / "bad").string()); }),
+            (dir / "bad/tokenizer.json").string() + ": unknown tokenizer type \"bpe2\"");
+}
+
+TEST(Batching, PadsToTheLongestWithClsAndMask) {
+  std::vector<std::int64_t> a = {10, 11, 12}, b = {20}, c(50, 7);
+  TokenBatch t = make_token_batch({&a, &b}, {1, 0}, 10, true);
+  ASSERT_EQ(t.ids.shape(), (Shape{2, 4}));
+  const auto* ids = t.ids.data<std::int64_t>();
+  const auto* pad = t.padding.data<std::uint8_t>();
+  EXPECT_EQ(std::vector<std::int64_t>(ids, ids + 8), (std::vector<std::int64_t>{kClsId, 10, 11, 12, kClsId, 20, 0, 0}));
+  EXPECT_EQ(std::vector<int>(pad, pad + 8), (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(t.tokens, 6);
+  TokenBatch cut = make_token_batch({&c}, {0}, 16, true);
+  EXPECT_EQ(cut.ids.dim(1), 16);
+  auto batches = epoch_batches({0, 1, 2, 3, 4}, 2, 1, 0, true);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].size(), 1u);
+  EXPECT_EQ(epoch_batches({0, 1, 2, 3, 4}, 2, 1, 0, true), batches);
+  EXPECT_NE(epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 0, true), epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 1, true));
+}
+
+}  // namespace
+}  // namespace multihead
