@@ -39,6 +39,16 @@ Tensor TransformerEncoder::forward(const Tensor& x, const AttentionMaskArgs& mas
   return outputs_.back().clone();
 }
 
+Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity) {
+  caches.resize(layers_.size());
+  Tensor h = layers_[0]->forward_cached(x, caches[0], capacity);
+  for (std::size_t i = 1; i < layers_.size(); ++i) h = layers_[i]->forward_cached(h, caches[i], capacity);
+  if (!norm_) return h;
+  Tensor out = norm_->forward(h);
+  norm_->clear_cache();
+  return out;
+}
+
 Tensor TransformerEncoder::backward(const Tensor& dy) {
   check(input_ != nullptr, "TransformerEncoder::backward called without a preceding forward");
   Tensor g = norm_ ? norm_->backward(dy) : dy.clone();

@@ -81,11 +81,12 @@ void AbsolutePositions::extend(std::int64_t max_len) {
     }
 }
 
-void AbsolutePositions::forward_inplace(Tensor& x) const {
+void AbsolutePositions::forward_inplace(Tensor& x, std::int64_t offset) const {
   if (kind_ != PositionKind::kSinusoidal && kind_ != PositionKind::kLearned) return;
   const std::int64_t B = x.dim(0), L = x.dim(1);
-  check<ShapeError>(L <= max_len_, "sequence length {} exceeds the positional table (max_len {})", L, max_len_);
-  const float* t = kind_ == PositionKind::kSinusoidal ? table_.f32() : store_->data(learned_->weight());
+  check<ShapeError>(offset + L <= max_len_, "sequence length {} exceeds the positional table (max_len {})",
+                    offset + L, max_len_);
+  const float* t = (kind_ == PositionKind::kSinusoidal ? table_.f32() : store_->data(learned_->weight())) + offset * d_;
   float* px = x.f32();
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t i = 0; i < L * d_; ++i) px[b * L * d_ + i] += t[i];
@@ -224,11 +225,26 @@ Tensor LanguageModel::forward(const Tensor& ids, const ForwardContext& ctx) {
   AttentionMaskArgs masks;
   masks.causal = CausalAlign::kTopLeft;
   h_ = encoder_.forward(x_, masks, ctx);
-  if (lm_head_) return lm_head_->forward(h_);
-  const std::int64_t N = h_.numel() / cfg_.layer.d_model;
-  Tensor logits = Tensor::empty({ids.dim(0), ids.dim(1), cfg_.vocab_size});
-  linear_forward(logits.f32(), cfg_.vocab_size, h_.f32(), cfg_.layer.d_model, store_->data(embedding_.weight()),
-                 static_cast<const float*>(nullptr), N, cfg_.layer.d_model, cfg_.vocab_size);
+  return logits_of(h_, ids.dim(0), ids.dim(1));
+}
+
+Tensor LanguageModel::logits_of(const Tensor& h, std::int64_t B, std::int64_t T) {
+  if (lm_head_) return lm_head_->forward(h);
+  Tensor logits = Tensor::empty({B, T, cfg_.vocab_size});
+  linear_forward(logits.f32(), cfg_.vocab_size, h.f32(), cfg_.layer.d_model, store_->data(embedding_.weight()),
+                 static_cast<const float*>(nullptr), B * T, cfg_.layer.d_model, cfg_.vocab_size);
+  return logits;
+}
+
+Tensor LanguageModel::forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity) {
+  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, T)", shape_str(ids.shape()));
+  const std::int64_t past = caches.empty() ? 0 : caches[0].length;
+  Tensor x = embedding_.forward(ids);
+  embedding_.clear_cache();
+  positions_.forward_inplace(x, past);
+  Tensor h = encoder_.forward_cached(x, caches, capacity);
+  Tensor logits = logits_of(h, ids.dim(0), ids.dim(1));
+  if (lm_head_) lm_head_->clear_cache();
   return logits;
 }
 

@@ -273,6 +273,56 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   return out;
 }
 
+Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity) {
+  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim();
+  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
+  check<ConfigError>(cfg_.packed_in_proj() && !cfg_.add_bias_kv && !cfg_.add_zero_attn,
+                     "cached decoding supports plain self-attention only");
+  const std::int64_t B = x.dim(0), T = x.dim(1), past = cache.length;
+  if (!cache.k.defined()) {
+    cache.k = Tensor::empty({B, capacity, E});
+    cache.v = Tensor::empty({B, capacity, E});
+  }
+  const std::int64_t cap = cache.k.dim(1);
+  check<ShapeError>(cache.k.dim(0) == B, "cache holds batch {}, input has batch {}", cache.k.dim(0), B);
+  check<ShapeError>(past + T <= cap, "cache of {} positions cannot take {} more after {}", cap, T, past);
+
+  Tensor qkv = Tensor::empty({B, T, 3 * E});
+  linear_forward(qkv.f32(), 3 * E, x.f32(), E, store_->data(in_proj_weight_),
+                 cfg_.bias ? store_->data(in_proj_bias_) : nullptr, B * T, E, 3 * E);
+  if (cfg_.positions == AttentionPositions::kRope) {
+    rope_rotate(HeadsView<float>{qkv.f32(), T * 3 * E, 3 * E, D}, B, T, H, D, past, cfg_.rope_theta, false);
+    rope_rotate(HeadsView<float>{qkv.f32() + E, T * 3 * E, 3 * E, D}, B, T, H, D, past, cfg_.rope_theta, false);
+  }
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t) {
+      const float* row = qkv.f32() + (b * T + t) * 3 * E;
+      std::memcpy(cache.k.f32() + (b * cap + past + t) * E, row + E, sizeof(float) * E);
+      std::memcpy(cache.v.f32() + (b * cap + past + t) * E, row + 2 * E, sizeof(float) * E);
+    }
+  cache.length = past + T;
+
+  // New query t sits at position past + t: bottom-right causal alignment.
+  const AttentionDims d{B, H, T, cache.length, D, D};
+  AttentionMasks<float> masks;
+  masks.causal = CausalAlign::kBottomRight;
+  masks.query_offset = past;
+  if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
+  if (cfg_.positions == AttentionPositions::kRelative) {
+    masks.relative.rel_k = store_->data(relative_key_);
+    masks.relative.rel_v = relative_value_ != kNone ? store_->data(relative_value_) : nullptr;
+    masks.relative.clip = cfg_.relative_clip;
+  }
+  Tensor attn = Tensor::empty({B, T, E}), lse = Tensor::empty({B, H, T});
+  attention_fused_forward({attn.f32(), T * E, E, D}, lse.f32(), {qkv.f32(), T * 3 * E, 3 * E, D},
+                          {cache.k.f32(), cap * E, E, D}, {cache.v.f32(), cap * E, E, D}, masks, d,
+                          1.0f / std::sqrt(static_cast<float>(D)), {});
+  Tensor out = Tensor::empty({B, T, E});
+  linear_forward(out.f32(), E, attn.f32(), E, store_->data(out_proj_weight_),
+                 cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * T, E, E);
+  return out;
+}
+
 MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
   Cache& c = cache_;
   check(c.valid, "MultiheadAttention::backward called without a preceding forward");

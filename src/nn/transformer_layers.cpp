@@ -136,6 +136,28 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMaskArgs
   return out;
 }
 
+Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity) {
+  const ForwardContext eval;
+  if (!cfg_.norm_first) {
+    Tensor h1 = self_attn_.forward_cached(x, cache, capacity);
+    add_inplace(h1, x);
+    Tensor y1 = norm1_.forward(h1);
+    Tensor h2 = ff_.forward(y1, eval);
+    add_inplace(h2, y1);
+    Tensor out = norm2_.forward(h2);
+    clear_cache();
+    return out;
+  }
+  Tensor n1 = norm1_.forward(x);
+  Tensor h1 = self_attn_.forward_cached(n1, cache, capacity);
+  add_inplace(h1, x);
+  Tensor n2 = norm2_.forward(h1);
+  Tensor out = ff_.forward(n2, eval);
+  add_inplace(out, h1);
+  clear_cache();
+  return out;
+}
+
 Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
   Tensor scratch;
   if (!cfg_.norm_first) {

@@ -23,6 +23,8 @@ class TransformerEncoder : public Module {
   // x: (B, L, d_model); x and the masks must outlive backward.
   Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
   Tensor backward(const Tensor& dy);
+  // Incremental decoding: caches[i] belongs to layer i.
+  Tensor forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity);
   std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
   TransformerEncoderLayer& layer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
   void set_capture_weights(bool on) {

@@ -57,8 +57,9 @@ class AbsolutePositions {
   AbsolutePositions(ParamStore& store, const std::string& prefix, PositionKind kind, std::int64_t max_len,
                     std::int64_t d_model);
   void init(Rng& rng);
-  // x (B, L, d) += table[:L]; L > max_len is an error naming both.
-  void forward_inplace(Tensor& x) const;
+  // x (B, L, d) += table[offset : offset + L]; running past max_len is an
+  // error naming both.
+  void forward_inplace(Tensor& x, std::int64_t offset = 0) const;
   void backward(const Tensor& dy);  // learned table's gradient
   // Sinusoidal only: recompute the table for a longer max_len.
   void extend(std::int64_t max_len);
@@ -105,8 +106,15 @@ class LanguageModel : public Module {
   Tensor forward(const Tensor& ids, const ForwardContext& ctx);
   void backward(const Tensor& dlogits);
   TransformerEncoder& encoder() { return encoder_; }
+  const ModelConfig& config() const { return cfg_; }
+
+  // Incremental decoding with a KV cache per layer: logits (B, T, vocab) of
+  // T new tokens (B, T) following the cached ones. Equal to the matching rows
+  // of forward() over the whole sequence.
+  Tensor forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity);
 
  private:
+  Tensor logits_of(const Tensor& h, std::int64_t B, std::int64_t T);
   ModelConfig cfg_;
   ParamStore* store_;
   Embedding embedding_;

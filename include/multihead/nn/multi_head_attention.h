@@ -81,6 +81,13 @@ struct MultiheadAttentionGrads {
   Tensor value;  // (B, S, vdim); undefined for self-attention
 };
 
+// Keys and values of the positions decoded so far, for incremental
+// self-attention (generation): each step projects only its new tokens.
+struct KvCache {
+  Tensor k, v;             // (B, capacity, E), projected (and, with RoPE, rotated)
+  std::int64_t length = 0;  // positions filled
+};
+
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(ParamStore& store, const std::string& prefix, const MultiheadAttentionConfig& cfg);
@@ -107,6 +114,12 @@ class MultiheadAttention : public Module {
 
   // grad_output: (B, L, E). Adds into the parameter gradients.
   MultiheadAttentionGrads backward(const Tensor& grad_output);
+
+  // Causal self-attention of T new positions (B, T, E) over the cache plus
+  // themselves, in eval mode; appends their keys and values to the cache
+  // (allocated with `capacity` positions on first use). Gives the same
+  // output as the rows of an uncached causal forward over the whole sequence.
+  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity);
 
  private:
   struct Cache {

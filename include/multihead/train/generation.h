@@ -1,0 +1,29 @@
+// Sampling from a language model: incremental decoding with a KV cache and
+// temperature, top-k and top-p (nucleus) sampling.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "multihead/core/rng.h"
+#include "multihead/nn/models.h"
+
+namespace multihead {
+
+struct SamplingConfig {
+  double temperature = 1.0;  // 0: greedy (argmax)
+  std::int64_t top_k = 0;    // 0: no limit
+  double top_p = 1.0;        // 1: no limit
+  std::uint64_t seed = 0;
+};
+
+// One token from logits (V): softmax(logits / temperature), restricted to the
+// top_k most likely tokens and then to the smallest set whose mass reaches
+// top_p, renormalised.
+std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingConfig& cfg, Rng& rng);
+
+// The prompt (at least one token) followed by `count` sampled tokens.
+std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt, std::int64_t count,
+                                   const SamplingConfig& cfg);
+
+}  // namespace multihead

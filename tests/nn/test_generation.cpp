@@ -1,0 +1,78 @@
+// Incremental decoding and sampling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "multihead/train/generation.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+class KvCacheEquivalence : public ::testing::TestWithParam<const char*> {};
+
+// The logits of token-by-token decoding with a KV cache equal the rows of
+// one uncached causal forward over the same sequence.
+TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
+  ModelConfig mc;
+  mc.vocab_size = 23;
+  mc.num_layers = 2;
+  mc.layer.d_model = 16;
+  mc.layer.nhead = 4;
+  mc.layer.dim_feedforward = 24;
+  mc.layer.norm_first = std::string(GetParam()) == "rope";  // pre-LN too
+  mc.max_len = 32;
+  mc.relative_clip = 3;
+  mc.positions = parse_position_kind(GetParam());
+  ParamStore store;
+  LanguageModel lm(store, mc);
+  store.finalize();
+  Rng rng(3);
+  lm.init(rng);
+  std::vector<std::int64_t> seq = {2, 5, 7, 11, 3, 9, 9, 1, 20, 4, 6, 13};
+  const std::int64_t T = static_cast<std::int64_t>(seq.size());
+  Tensor ids = Tensor::from_i64({1, T}, seq);
+  Tensor full = lm.forward(ids, ForwardContext{});
+  lm.clear_cache();
+  std::vector<KvCache> caches;
+  // A prompt of 5 tokens, then one at a time.
+  std::vector<Tensor> parts;
+  parts.push_back(lm.forward_cached(Tensor::from_i64({1, 5}, std::vector<std::int64_t>(seq.begin(), seq.begin() + 5)),
+                                    caches, T));
+  for (std::int64_t t = 5; t < T; ++t)
+    parts.push_back(lm.forward_cached(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}), caches, T));
+  std::vector<float> cached;
+  for (const auto& p : parts) cached.insert(cached.end(), p.f32(), p.f32() + p.numel());
+  EXPECT_TRUE(test::all_close_v(cached, full.span_f32(), 1e-5, 1e-4)) << GetParam();
+  EXPECT_EQ(caches[0].length, T);
+}
+
+INSTANTIATE_TEST_SUITE_P(Positions, KvCacheEquivalence,
+                         ::testing::Values("sinusoidal", "learned", "relative", "rope", "alibi", "none"));
+
+TEST(Sampling, GreedyTopKTopPAndTemperature) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, -1.0f};
+  Rng rng(1);
+  SamplingConfig greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(sample_token(logits.data(), 4, greedy, rng), 1);
+  SamplingConfig top1;
+  top1.top_k = 1;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits.data(), 4, top1, rng), 1);
+  // top_p = 0.5: token 1 alone holds about 0.66 of the mass.
+  SamplingConfig nucleus;
+  nucleus.top_p = 0.5;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits.data(), 4, nucleus, rng), 1);
+  // Plain sampling follows the softmax: token 2 about 24% of the time.
+  SamplingConfig plain;
+  int count2 = 0;
+  for (int i = 0; i < 4000; ++i) count2 += sample_token(logits.data(), 4, plain, rng) == 2;
+  const double p2 = std::exp(2.0) / (std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + std::exp(-1.0));
+  EXPECT_NEAR(count2 / 4000.0, p2, 0.025);
+  SamplingConfig bad;
+  bad.top_p = 0;
+  EXPECT_THROW(sample_token(logits.data(), 4, bad, rng), ConfigError);
+}
+
+}  // namespace
+}  // namespace multihead
