@@ -235,6 +235,27 @@ TextDataset load_spamassassin(const std::string& data_dir, bool strip_headers) {
   return ds;
 }
 
+std::string load_text_corpus(const std::string& path) {
+  std::vector<fs::path> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    check<IoError>(!files.empty(), "{}: no .txt files in the folder", path);
+  } else {
+    files.push_back(path);
+  }
+  std::string text;
+  for (const auto& f : files) {
+    std::string part = read_file(f.string());
+    check_utf8(part, f.string());
+    if (!text.empty()) text += "\n\n";
+    text += part;
+  }
+  check<IoError>(!text.empty(), "{}: empty text", path);
+  return text;
+}
+
 SplitIndices split_indices(std::int64_t n, double validation_fraction, double test_fraction, std::uint64_t seed) {
   check<ConfigError>(validation_fraction >= 0 && test_fraction >= 0 && validation_fraction + test_fraction < 1,
                      "validation and test fractions must be >= 0 and leave a training split");

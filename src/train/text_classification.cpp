@@ -19,53 +19,24 @@ namespace multihead {
 using json = nlohmann::json;
 
 nlohmann::json to_json(const TextClassificationJob& j) {
-  const ModelConfig& m = j.model;
-  const TrainConfig& t = j.train;
-  return json{
-      {"task", "text_classification"},
-      {"data",
-       {{"source", j.source},
-        {"path", j.data_path},
-        {"strip_headers", j.strip_headers},
-        {"text_column", j.text_column},
-        {"label_column", j.label_column},
-        {"validation_fraction", j.validation_fraction},
-        {"test_fraction", j.test_fraction}}},
-      {"tokenizer",
-       {{"kind", j.tokenizer.kind}, {"model_type", j.tokenizer.model_type}, {"vocab_size", j.tokenizer.vocab_size}}},
-      {"model",
-       {{"d_model", m.layer.d_model},
-        {"nhead", m.layer.nhead},
-        {"num_layers", m.num_layers},
-        {"dim_feedforward", m.layer.dim_feedforward},
-        {"dropout", m.layer.dropout},
-        {"activation", m.layer.activation == Activation::kGelu ? "gelu" : "relu"},
-        {"norm_first", m.layer.norm_first},
-        {"positions", std::string(position_kind_name(m.positions))},
-        {"max_len", m.max_len},
-        {"relative_clip", m.relative_clip},
-        {"pooling", m.pooling == Pooling::kCls ? "cls" : "mean"},
-        {"init", m.init}}},
-      {"train",
-       {{"optimizer", t.optimizer},
-        {"lr", t.schedule.base_lr},
-        {"min_lr", t.schedule.min_lr},
-        {"warmup_steps", t.schedule.warmup_steps},
-        {"schedule", t.schedule.decay == Decay::kCosine       ? "cosine"
-                     : t.schedule.decay == Decay::kLinear     ? "linear"
-                     : t.schedule.decay == Decay::kInverseSqrt ? "inverse_sqrt"
-                                                               : "constant"},
-        {"weight_decay", t.adamw.weight_decay},
-        {"momentum", t.sgd.momentum},
-        {"clip_grad_norm", t.clip_grad_norm},
-        {"grad_accumulation", t.grad_accumulation},
-        {"batch", t.batch},
-        {"seed", t.seed},
-        {"checkpoint_layers", t.checkpoint_layers},
-        {"epochs", j.epochs}}},
-      {"max_len", j.max_len},
-      {"threads", j.threads},
-      {"title", j.report_title}};
+  json train = train_config_json(j.train);
+  train["epochs"] = j.epochs;
+  return json{{"task", "text_classification"},
+              {"data",
+               {{"source", j.source},
+                {"path", j.data_path},
+                {"strip_headers", j.strip_headers},
+                {"text_column", j.text_column},
+                {"label_column", j.label_column},
+                {"validation_fraction", j.validation_fraction},
+                {"test_fraction", j.test_fraction}}},
+              {"tokenizer",
+               {{"kind", j.tokenizer.kind}, {"model_type", j.tokenizer.model_type}, {"vocab_size", j.tokenizer.vocab_size}}},
+              {"model", model_config_json(j.model)},
+              {"train", train},
+              {"max_len", j.max_len},
+              {"threads", j.threads},
+              {"title", j.report_title}};
 }
 
 TextClassificationJob text_classification_job_from_json(const json& root, const std::string& src) {

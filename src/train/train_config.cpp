@@ -60,6 +60,51 @@ TrainConfig read_train_config(ConfigReader& r) {
   return t;
 }
 
+nlohmann::json model_config_json(const ModelConfig& m) {
+  return {{"d_model", m.layer.d_model},
+          {"nhead", m.layer.nhead},
+          {"num_layers", m.num_layers},
+          {"dim_feedforward", m.layer.dim_feedforward},
+          {"dropout", m.layer.dropout},
+          {"activation", m.layer.activation == Activation::kGelu ? "gelu" : "relu"},
+          {"layer_norm_eps", m.layer.layer_norm_eps},
+          {"norm_first", m.layer.norm_first},
+          {"final_norm", m.final_norm},
+          {"positions", std::string(position_kind_name(m.positions))},
+          {"max_len", m.max_len},
+          {"relative_clip", m.relative_clip},
+          {"relative_values", m.relative_values},
+          {"rope_theta", m.rope_theta},
+          {"pooling", m.pooling == Pooling::kCls ? "cls" : "mean"},
+          {"tie_embeddings", m.tie_embeddings},
+          {"init", m.init}};
+}
+
+nlohmann::json train_config_json(const TrainConfig& t) {
+  const char* decay = t.schedule.decay == Decay::kCosine        ? "cosine"
+                      : t.schedule.decay == Decay::kLinear      ? "linear"
+                      : t.schedule.decay == Decay::kInverseSqrt ? "inverse_sqrt"
+                                                                : "constant";
+  return {{"optimizer", t.optimizer},
+          {"lr", t.schedule.base_lr},
+          {"min_lr", t.schedule.min_lr},
+          {"warmup_steps", t.schedule.warmup_steps},
+          {"schedule", decay},
+          {"betas", {t.adamw.beta1, t.adamw.beta2}},
+          {"eps", t.adamw.eps},
+          {"weight_decay", t.optimizer == "sgd" ? t.sgd.weight_decay : t.adamw.weight_decay},
+          {"momentum", t.sgd.momentum},
+          {"nesterov", t.sgd.nesterov},
+          {"clip_grad_norm", t.clip_grad_norm},
+          {"grad_accumulation", t.grad_accumulation},
+          {"steps", t.steps},
+          {"total_steps", t.schedule.total_steps},
+          {"batch", t.batch},
+          {"seq_len", t.seq_len},
+          {"seed", t.seed},
+          {"checkpoint_layers", t.checkpoint_layers}};
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {
   if (cfg.optimizer == "sgd") return std::make_unique<Sgd>(store, cfg.sgd);
   return std::make_unique<AdamW>(store, cfg.adamw);

@@ -215,9 +215,31 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_EQ(e.out.substr(0, 22), acc);
 }
 
+TEST_F(Cli, LanguageModelTrainsAndGenerates) {
+  {
+    std::ofstream f(dir / "tiny.txt");
+    for (int i = 0; i < 60; ++i) f << "the whale swam on. the sea was calm.\n";
+  }
+  const fs::path out = dir / "lm";
+  CliRun r = run("train --preset moby-dick --data " + (dir / "tiny.txt").string() + " --steps 30 --d-model 16 " +
+                 "--num-heads 2 --num-layers 1 --batch 4 --max-len 16 --threads 1 --quiet --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("validation loss: "), std::string::npos);
+  for (const char* f : {"config.json", "report.md", "plots/loss.png", "plots/attention_layer0_head1.png",
+                        "checkpoints/last.safetensors", "tokenizer/tokenizer.json"})
+    EXPECT_TRUE(fs::exists(out / f)) << f;
+  CliRun g = run("generate --run " + out.string() + " --prompt 'the wh' --tokens 12 --temperature 0 --threads 1");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("the wh", 0), 0u) << g.out;
+  EXPECT_EQ(g.out.size(), std::string("the wh").size() + 12 + 1);  // one character a token, and a newline
+  CliRun bad = run("generate --run " + out.string() + " --top-p 0");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err, "multihead: error: top_p must be in (0, 1], got 0\n");
+}
+
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
-      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam)\n"},
+      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam, moby-dick)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute", "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "

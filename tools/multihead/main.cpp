@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   CLI::App app{"multihead: Transformer multi-head attention on the CPU"};
   app.set_version_flag("--version", std::string("multihead ") + MULTIHEAD_VERSION);
   app.require_subcommand(1);
-  std::vector<multihead::cli::Command> commands = {multihead::cli::add_train(app), multihead::cli::add_eval(app),
+  std::vector<multihead::cli::Command> commands = {multihead::cli::add_train(app), multihead::cli::add_eval(app), multihead::cli::add_generate(app),
                                                      multihead::cli::add_apply(app), multihead::cli::add_bench(app),
                                                      multihead::cli::add_demo(app)};
   try {

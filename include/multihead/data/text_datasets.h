@@ -41,6 +41,10 @@ TextDataset load_spamassassin(const std::string& data_dir, bool strip_headers = 
 // Removes RFC 822 headers: everything before the first empty line.
 std::string strip_mail_headers(const std::string& message);
 
+// Plain text for language modelling: a file, or every .txt file of a folder
+// in sorted order, joined by blank lines. Must be valid UTF-8.
+std::string load_text_corpus(const std::string& path);
+
 // A deterministic split: a seeded shuffle of the indices, then the first
 // train fraction, then validation, then test.
 struct SplitIndices {

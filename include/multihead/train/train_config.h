@@ -32,6 +32,11 @@ struct TrainConfig {
 ModelConfig read_model_config(ConfigReader& r);
 TrainConfig read_train_config(ConfigReader& r);
 
+// The keys read_model_config / read_train_config read, with their values
+// (vocab_size and num_classes are left to the job: they come from the data).
+nlohmann::json model_config_json(const ModelConfig& m);
+nlohmann::json train_config_json(const TrainConfig& t);
+
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
 
 }  // namespace multihead

@@ -1,0 +1,51 @@
+// Language modelling from text to report: a tokenizer trained on the
+// training part of a corpus, a causal Transformer trained on random windows,
+// validation loss, and samples in the report.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/data/tokenizer.h"
+#include "multihead/io/run_dir.h"
+#include "multihead/train/generation.h"
+#include "multihead/train/progress.h"
+#include "multihead/train/train_config.h"
+
+namespace multihead {
+
+struct LanguageModelJob {
+  std::string text_path;              // a file or a folder of .txt files
+  double validation_fraction = 0.1;   // the end of the text
+  TokenizerConfig tokenizer;          // char by default
+  ModelConfig model;
+  TrainConfig train;                  // train.steps windows of train.batch x seq_len tokens
+  std::int64_t seq_len = 128;
+  std::int64_t eval_every = 250;
+  std::int64_t eval_windows = 64;
+  std::string prompt = "Call me";
+  std::int64_t sample_tokens = 400;
+  SamplingConfig sampling{0.8, 0, 0.95, 1};
+  int threads = 0;
+  std::string report_title = "Language model";
+  LanguageModelJob();
+};
+
+nlohmann::json to_json(const LanguageModelJob& job);
+LanguageModelJob language_model_job_from_json(const nlohmann::json& j, const std::string& source);
+
+struct LanguageModelResult {
+  double validation_loss = 0;  // nats per token
+  std::int64_t steps = 0;
+  double train_seconds = 0, tokens_per_s = 0;
+  std::string sample;
+};
+
+LanguageModelResult run_language_modeling(const LanguageModelJob& job, RunDir& run, Progress& progress);
+
+// Loads the model of a run directory and continues `prompt`.
+std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
+                              const SamplingConfig& sampling, int threads);
+
+}  // namespace multihead
