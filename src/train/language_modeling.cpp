@@ -65,7 +65,7 @@ LanguageModelJob language_model_job_from_json(const json& root, const std::strin
   job.tokenizer.vocab_size = t.get_int("vocab_size", job.tokenizer.vocab_size);
   t.finish();
   json model = r.get_object("model");
-  model["vocab_size"] = job.tokenizer.vocab_size;
+  if (!model.contains("vocab_size")) model["vocab_size"] = job.tokenizer.vocab_size;
   ConfigReader m(model, src + ": model");
   job.model = read_model_config(m);
   m.finish();

@@ -65,7 +65,7 @@ TextClassificationJob text_classification_job_from_json(const json& root, const 
   job.tokenizer.vocab_size = tr.get_int("vocab_size", job.tokenizer.vocab_size);
   tr.finish();
   json model = r.get_object("model");
-  model["vocab_size"] = job.tokenizer.vocab_size;  // replaced by the trained tokenizer's size
+  if (!model.contains("vocab_size")) model["vocab_size"] = job.tokenizer.vocab_size;  // the trained tokenizer's size wins
   ConfigReader mr(model, src + ": model");
   job.model = read_model_config(mr);
   mr.finish();

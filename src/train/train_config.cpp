@@ -61,7 +61,9 @@ TrainConfig read_train_config(ConfigReader& r) {
 }
 
 nlohmann::json model_config_json(const ModelConfig& m) {
-  return {{"d_model", m.layer.d_model},
+  return {{"vocab_size", m.vocab_size},
+          {"num_classes", m.num_classes},
+          {"d_model", m.layer.d_model},
           {"nhead", m.layer.nhead},
           {"num_layers", m.num_layers},
           {"dim_feedforward", m.layer.dim_feedforward},

@@ -208,6 +208,11 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
     ++records;
   }
   EXPECT_GT(records, 3);
+  CliRun in = run("inspect --run " + out.string() + " --text 'good great day' --threads 1");
+  ASSERT_EQ(in.code, 0) << in.err;
+  EXPECT_NE(in.out.find("tokens: <cls> | good | great | day"), std::string::npos) << in.out;
+  EXPECT_NE(in.out.find("predicted class: "), std::string::npos);
+  EXPECT_TRUE(fs::exists(out / "inspect" / "layer0_head1.png"));
   CliRun e = run("eval --run " + out.string() + " --threads 1");
   ASSERT_EQ(e.code, 0) << e.err;
   // eval reproduces the test accuracy train printed.
@@ -232,6 +237,9 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_EQ(g.out.rfind("the wh", 0), 0u) << g.out;
   EXPECT_EQ(g.out.size(), std::string("the wh").size() + 12 + 1);  // one character a token, and a newline
+  CliRun in = run("inspect --run " + out.string() + " --text 'the whale' --out " + (dir / "maps").string());
+  ASSERT_EQ(in.code, 0) << in.err;
+  EXPECT_TRUE(fs::exists(dir / "maps" / "layer0_head0.png"));
   CliRun bad = run("generate --run " + out.string() + " --top-p 0");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err, "multihead: error: top_p must be in (0, 1], got 0\n");
