@@ -265,3 +265,97 @@ void LanguageModel::backward(const Tensor& dlogits) {
 }
 
 }  // namespace multihead
+
+namespace multihead {
+
+void VisionConfig::validate() const {
+  layer.validate();
+  check<ConfigError>(image_size > 0 && patch > 0 && image_size % patch == 0,
+                     "image_size ({}) must be a positive multiple of patch ({})", image_size, patch);
+  check<ConfigError>(channels > 0 && num_layers > 0 && num_classes > 0,
+                     "channels, num_layers and num_classes must be positive");
+}
+
+namespace {
+const VisionConfig& validated(const VisionConfig& c) {
+  c.validate();
+  return c;
+}
+}  // namespace
+
+VisionTransformer::VisionTransformer(ParamStore& store, const VisionConfig& cfg)
+    : cfg_(validated(cfg)),
+      store_(&store),
+      patch_embedding_(store, "patch_embedding.", cfg.channels * cfg.patch * cfg.patch, cfg.layer.d_model),
+      cls_token_(store.add("cls_token", {1, 1, cfg.layer.d_model})),
+      pos_embedding_(store.add("pos_embedding", {1, cfg.patches() + 1, cfg.layer.d_model})),
+      encoder_(store, "encoder.", cfg.layer, cfg.num_layers, true),
+      classifier_(store, "classifier.", cfg.layer.d_model, cfg.num_classes) {}
+
+void VisionTransformer::init(Rng& rng) {
+  patch_embedding_.init(rng);
+  for (float& v : store_->data_span(cls_token_)) v = 0.02f * rng.normal();
+  for (float& v : store_->data_span(pos_embedding_)) v = 0.02f * rng.normal();
+  encoder_.init(rng);
+  classifier_.init(rng);
+}
+
+void VisionTransformer::clear_cache() {
+  patch_embedding_.clear_cache();
+  encoder_.clear_cache();
+  classifier_.clear_cache();
+  patches_ = Tensor(), x_ = Tensor(), h_ = Tensor(), cls_out_ = Tensor();
+}
+
+Tensor VisionTransformer::forward(const Tensor& images, const ForwardContext& ctx) {
+  const std::int64_t C = cfg_.channels, S = cfg_.image_size, P = cfg_.patch, G = S / P, N = cfg_.patches();
+  const std::int64_t d = cfg_.layer.d_model;
+  expect_shape(images, {images.dim(0), C, S, S}, "images");
+  const std::int64_t B = images.dim(0);
+  // (B, C, S, S) -> (B, N, C*P*P): patch (gy, gx) holds channel-major pixel rows.
+  patches_ = Tensor::empty({B, N, C * P * P});
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t gy = 0; gy < G; ++gy)
+      for (std::int64_t gx = 0; gx < G; ++gx) {
+        float* dst = patches_.f32() + ((b * N) + gy * G + gx) * C * P * P;
+        for (std::int64_t c = 0; c < C; ++c)
+          for (std::int64_t y = 0; y < P; ++y)
+            for (std::int64_t x = 0; x < P; ++x)
+              *dst++ = images.f32()[((b * C + c) * S + gy * P + y) * S + gx * P + x];
+      }
+  Tensor emb = patch_embedding_.forward(patches_);  // (B, N, d)
+  x_ = Tensor::empty({B, N + 1, d});
+  const float* cls = store_->data(cls_token_);
+  const float* pos = store_->data(pos_embedding_);
+  for (std::int64_t b = 0; b < B; ++b) {
+    float* xb = x_.f32() + b * (N + 1) * d;
+    for (std::int64_t e = 0; e < d; ++e) xb[e] = cls[e] + pos[e];
+    for (std::int64_t i = 0; i < N * d; ++i) xb[d + i] = emb.f32()[b * N * d + i] + pos[d + i];
+  }
+  h_ = encoder_.forward(x_, {}, ctx);
+  cls_out_ = Tensor::empty({B, d});
+  for (std::int64_t b = 0; b < B; ++b)
+    std::memcpy(cls_out_.f32() + b * d, h_.f32() + b * (N + 1) * d, sizeof(float) * static_cast<std::size_t>(d));
+  return classifier_.forward(cls_out_);
+}
+
+void VisionTransformer::backward(const Tensor& dlogits) {
+  const std::int64_t N = cfg_.patches(), d = cfg_.layer.d_model, B = h_.dim(0);
+  Tensor dcls = classifier_.backward(dlogits);
+  Tensor dh({B, N + 1, d});
+  for (std::int64_t b = 0; b < B; ++b)
+    std::memcpy(dh.f32() + b * (N + 1) * d, dcls.f32() + b * d, sizeof(float) * static_cast<std::size_t>(d));
+  Tensor dx = encoder_.backward(dh);
+  float* gcls = store_->grad(cls_token_);
+  float* gpos = store_->grad(pos_embedding_);
+  Tensor demb = Tensor::empty({B, N, d});
+  for (std::int64_t b = 0; b < B; ++b) {
+    const float* g = dx.f32() + b * (N + 1) * d;
+    for (std::int64_t e = 0; e < d; ++e) gcls[e] += g[e];
+    for (std::int64_t i = 0; i < (N + 1) * d; ++i) gpos[i] += g[i];
+    std::memcpy(demb.f32() + b * N * d, g + d, sizeof(float) * static_cast<std::size_t>(N * d));
+  }
+  patch_embedding_.backward(demb);
+}
+
+}  // namespace multihead

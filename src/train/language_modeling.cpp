@@ -172,8 +172,12 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
     for (std::int64_t b = 0; b < job.train.batch; ++b)
       starts.push_back(static_cast<std::int64_t>((static_cast<std::uint64_t>(data_rng.next_u32()) << 16 ^ data_rng.next_u32()) %
                                                  static_cast<std::uint64_t>(span)));
-    Windows w = windows(train_ids, starts, L);
-    StepStats st = trainer.step([&](std::int64_t, const ForwardContext& ctx, double scale) {
+    StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
+      const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
+      const std::vector<std::int64_t> mine(starts.begin() + static_cast<std::ptrdiff_t>(starts.size() * static_cast<std::size_t>(micro) / parts),
+                                           starts.begin() + static_cast<std::ptrdiff_t>(starts.size() * static_cast<std::size_t>(micro + 1) / parts));
+      if (mine.empty()) return 0.0;
+      Windows w = windows(train_ids, mine, L);
       Tensor logits = model.forward(w.ids, ctx);
       Tensor dlogits = Tensor::empty(logits.shape());
       auto ce = cross_entropy(dlogits.f32(), logits.f32(), w.targets.data<std::int64_t>(), w.targets.numel(),
@@ -240,21 +244,46 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   return result;
 }
 
+namespace {
+
+struct LoadedLm {
+  LanguageModelJob job;
+  std::unique_ptr<Tokenizer> tok;
+  ParamStore store;
+  std::unique_ptr<LanguageModel> model;
+};
+
+std::unique_ptr<LoadedLm> load_lm_run(const std::string& run_dir) {
+  auto r = std::make_unique<LoadedLm>();
+  const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
+  r->job = language_model_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  r->tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
+  r->job.model.vocab_size = r->tok->vocab_size();
+  r->model = std::make_unique<LanguageModel>(r->store, r->job.model);
+  r->store.finalize();
+  const std::string ckpt = (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
+  load_state_dict(r->store, SafetensorsFile::read(ckpt).all_tensors(), ckpt, true);
+  return r;
+}
+
+}  // namespace
+
+double evaluate_language_model_run(const std::string& run_dir, int threads) {
+  set_num_threads(threads);
+  auto r = load_lm_run(run_dir);
+  const std::string text = load_text_corpus(r->job.text_path);
+  const std::size_t cut = static_cast<std::size_t>(static_cast<double>(text.size()) * (1 - r->job.validation_fraction));
+  const std::size_t split = text.rfind('\n', cut) == std::string::npos ? cut : text.rfind('\n', cut);
+  return validation_loss(*r->model, r->tok->encode(text.substr(split)), r->job.seq_len, r->job.eval_windows);
+}
+
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
                               const SamplingConfig& sampling, int threads) {
-  const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
-  LanguageModelJob job = language_model_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
   set_num_threads(threads);
-  std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  job.model.vocab_size = tok->vocab_size();
-  ParamStore store;
-  LanguageModel model(store, job.model);
-  store.finalize();
-  const std::string ckpt = (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
-  load_state_dict(store, SafetensorsFile::read(ckpt).all_tensors(), ckpt, true);
-  std::vector<std::int64_t> ids = tok->encode(prompt);
+  auto r = load_lm_run(run_dir);
+  std::vector<std::int64_t> ids = r->tok->encode(prompt);
   check<ConfigError>(!ids.empty(), "the prompt is empty");
-  return tok->decode(generate(model, ids, tokens, sampling));
+  return r->tok->decode(generate(*r->model, ids, tokens, sampling));
 }
 
 }  // namespace multihead

@@ -229,15 +229,20 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   TextClassificationResult result;
   for (std::int64_t epoch = 0; epoch < job.epochs; ++epoch) {
     for (const auto& b : epoch_batches(data.train, job.train.batch, job.train.seed, epoch, true)) {
-      std::vector<const std::vector<std::int64_t>*> seqs;
-      std::vector<std::int64_t> labels;
-      for (std::int64_t i : b) {
-        seqs.push_back(&encoded[static_cast<std::size_t>(i)]);
-        labels.push_back(data.dataset.examples[static_cast<std::size_t>(i)].label);
-      }
-      TokenBatch tb = make_token_batch(seqs, labels, job.max_len, true);
-      tokens += tb.tokens;
-      StepStats st = trainer.step([&](std::int64_t, const ForwardContext& ctx, double scale) {
+      StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
+        // Micro-batch `micro` of grad_accumulation: a contiguous share of the batch.
+        const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
+        const std::size_t lo = b.size() * static_cast<std::size_t>(micro) / parts;
+        const std::size_t hi = b.size() * static_cast<std::size_t>(micro + 1) / parts;
+        std::vector<const std::vector<std::int64_t>*> seqs;
+        std::vector<std::int64_t> labels;
+        for (std::size_t k = lo; k < hi; ++k) {
+          seqs.push_back(&encoded[static_cast<std::size_t>(b[k])]);
+          labels.push_back(data.dataset.examples[static_cast<std::size_t>(b[k])].label);
+        }
+        if (seqs.empty()) return 0.0;
+        TokenBatch tb = make_token_batch(seqs, labels, job.max_len, true);
+        tokens += tb.tokens;
         Tensor logits = model.forward(tb.ids, &tb.padding, ctx);
         Tensor dlogits = Tensor::empty(logits.shape());
         auto ce = cross_entropy(dlogits.f32(), logits.f32(), tb.labels.data<std::int64_t>(), logits.dim(0),

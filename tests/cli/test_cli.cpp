@@ -240,14 +240,36 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   CliRun in = run("inspect --run " + out.string() + " --text 'the whale' --out " + (dir / "maps").string());
   ASSERT_EQ(in.code, 0) << in.err;
   EXPECT_TRUE(fs::exists(dir / "maps" / "layer0_head0.png"));
+  CliRun ev = run("eval --run " + out.string() + " --threads 1");
+  ASSERT_EQ(ev.code, 0) << ev.err;
+  // eval recomputes the validation loss train reported last.
+  EXPECT_EQ(ev.out.substr(0, 24), r.out.substr(r.out.find("validation loss: "), 24));
   CliRun bad = run("generate --run " + out.string() + " --top-p 0");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err, "multihead: error: top_p must be in (0, 1], got 0\n");
 }
 
+TEST_F(Cli, ProgressIsABarOnATerminal) {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "util-linux script is not installed";
+  write_tiny_csv(dir / "tiny.csv");
+  // script(1) gives the command a pseudo-terminal; its output comes back on stdout.
+  const std::string cmd = std::string(MULTIHEAD_CLI) + " train --source csv --data " + (dir / "tiny.csv").string() +
+                          " --tokenizer word --epochs 1 --d-model 8 --num-heads 2 --num-layers 1 --batch 8 --threads 1 "
+                          "--out " + (dir / "tty").string();
+  CliRun r = {0, "", ""};
+  FILE* p = ::popen(("script -qec '" + cmd + "' /dev/null").c_str(), "r");
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  ASSERT_EQ(WEXITSTATUS(::pclose(p)), 0) << r.out;
+  EXPECT_NE(r.out.find("\r["), std::string::npos) << r.out;  // redrawn in place
+  EXPECT_NE(r.out.find("ETA"), std::string::npos);
+  EXPECT_NE(r.out.find("tok/s"), std::string::npos);
+}
+
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
-      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam, moby-dick)\n"},
+      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute", "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "

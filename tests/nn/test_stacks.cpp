@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "multihead/nn/encoder.h"
+#include "multihead/nn/models.h"
 #include "multihead/nn/init.h"
 #include "test_util.h"
 
@@ -77,6 +78,48 @@ TEST(Init, XavierUniformOnEveryMatrix) {
   EXPECT_GT(max_abs(store.data_span(0)), 0.95f * bound);
   EXPECT_EQ(max_abs(store.data_span(1)), 0.0f);  // vectors are left alone
   EXPECT_LE(max_abs(store.data_span(2)), std::sqrt(6.0f / 32));
+}
+
+}  // namespace
+}  // namespace multihead
+
+namespace multihead {
+namespace {
+
+TEST(VisionTransformer, GradientsMatchFiniteDifferences) {
+  VisionConfig c;
+  c.image_size = 8;
+  c.patch = 4;
+  c.num_layers = 1;
+  c.layer = small_layer();
+  c.num_classes = 3;
+  ParamStore store;
+  VisionTransformer vit(store, c);
+  store.finalize();
+  Rng rng(5);
+  vit.init(rng);
+  EXPECT_TRUE(store.find("cls_token").has_value());
+  EXPECT_EQ(store.entry(*store.find("pos_embedding")).shape, (Shape{1, 5, 8}));
+  Tensor img = random_tensor({2, 1, 8, 8}, rng), g = random_tensor({2, 3}, rng);
+  auto loss = [&] {
+    Tensor out = vit.forward(img, ForwardContext{});
+    double s = 0;
+    for (std::int64_t i = 0; i < out.numel(); ++i) s += double(out.f32()[i]) * g.f32()[i];
+    return s;
+  };
+  loss();
+  vit.backward(g);
+  auto params = store.all_data();
+  auto grads = store.all_grads();
+  for (std::size_t i = 0; i < params.size(); i += 7) {
+    const float keep = params[i];
+    params[i] = keep + 1e-2f;
+    const double up = loss();
+    params[i] = keep - 1e-2f;
+    const double down = loss();
+    params[i] = keep;
+    EXPECT_NEAR(grads[i], (up - down) / 2e-2, 3e-3 + 1e-2 * std::fabs(grads[i])) << store.numel() << " " << i;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
+#include "multihead/train/image_classification.h"
 #include "multihead/train/language_modeling.h"
 #include "multihead/train/text_classification.h"
 
@@ -67,19 +68,57 @@ LanguageModelJob moby_dick_preset() {
   return j;
 }
 
+// A Vision Transformer on Fashion-MNIST: 7 x 7 patches of 4 x 4 pixels.
+ImageClassificationJob fashion_preset() {
+  ImageClassificationJob j;
+  j.model.num_layers = 4;
+  j.model.layer.d_model = 96;
+  j.model.layer.nhead = 4;
+  j.model.layer.dim_feedforward = 192;
+  j.model.layer.dropout = 0.0;
+  j.model.layer.norm_first = true;
+  j.train.batch = 128;
+  j.train.schedule.base_lr = 2e-3;
+  j.train.schedule.warmup_steps = 100;
+  j.train.schedule.decay = Decay::kCosine;
+  j.train.adamw.weight_decay = 0.05;
+  j.train.clip_grad_norm = 1.0;
+  j.epochs = 12;
+  return j;
+}
+
 struct TrainOpts {
   std::string preset = "spam", config, out, data;
   std::int64_t epochs = 0, steps = 0, d_model = 0, num_heads = 0, num_layers = 0, batch = 0, max_len = 0,
                vocab_size = 0;
-  double lr = 0;
-  std::string positions, tokenizer, source;
+  double lr = 0, clip = -1, weight_decay = -1, dropout = -1;
+  std::int64_t warmup = -1, grad_accumulation = 0;
+  std::string positions, tokenizer, source, optimizer, schedule;
   std::int64_t seed = -1;
   int threads = 0;
   bool quiet = false, checkpoint_layers = false;
 };
 
+// Optimisation flags, for every kind of job.
+void apply_optimisation(const TrainOpts& o, TrainConfig& t, TransformerLayerConfig& layer) {
+  if (!o.optimizer.empty()) {
+    check<ConfigError>(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer must be adamw or sgd, got '{}'",
+                       o.optimizer);
+    t.optimizer = o.optimizer;
+  }
+  if (!o.schedule.empty()) t.schedule.decay = parse_decay(o.schedule);
+  if (o.warmup >= 0) t.schedule.warmup_steps = o.warmup;
+  if (o.clip >= 0) t.clip_grad_norm = o.clip;
+  if (o.weight_decay >= 0) t.adamw.weight_decay = t.sgd.weight_decay = o.weight_decay;
+  if (o.grad_accumulation > 0) t.grad_accumulation = o.grad_accumulation;
+  if (o.dropout >= 0) layer.dropout = o.dropout;
+  check<ConfigError>(t.batch % t.grad_accumulation == 0 || t.grad_accumulation == 1,
+                     "--batch ({}) must be a multiple of --grad-accumulation ({})", t.batch, t.grad_accumulation);
+}
+
 // Flags override the config or preset, in the parts every job shares.
 void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerConfig& tok, int& threads) {
+  apply_optimisation(o, t, m.layer);
   if (o.d_model) m.layer.d_model = o.d_model;
   if (o.num_heads) m.layer.nhead = o.num_heads;
   if (o.num_layers) m.num_layers = o.num_layers;
@@ -97,27 +136,51 @@ void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerC
 
 // Either job, resolved from the preset or config, then the flags.
 struct ResolvedJob {
-  bool language_model = false;
+  bool language_model = false, image = false;
   TextClassificationJob classification;
   LanguageModelJob lm;
+  ImageClassificationJob vision;
 };
 
 ResolvedJob resolve(const TrainOpts& o) {
   ResolvedJob r;
   if (!o.config.empty()) {
     const nlohmann::json j = ConfigReader::parse(read_file(o.config), o.config);
-    r.language_model = j.is_object() && j.value("task", "") == "language_modeling";
+    const std::string task = j.is_object() ? j.value("task", "") : "";
+    r.language_model = task == "language_modeling";
+    r.image = task == "image_classification";
     if (r.language_model) r.lm = language_model_job_from_json(j, o.config);
+    else if (r.image) r.vision = image_classification_job_from_json(j, o.config);
     else r.classification = text_classification_job_from_json(j, o.config);
   } else if (o.preset == "spam") {
     r.classification = spam_preset();
   } else if (o.preset == "moby-dick") {
     r.language_model = true;
     r.lm = moby_dick_preset();
+  } else if (o.preset == "fashion-mnist") {
+    r.image = true;
+    r.vision = fashion_preset();
   } else {
-    throw ConfigError(fmt::format("unknown preset '{}' (known: spam, moby-dick)", o.preset));
+    throw ConfigError(fmt::format("unknown preset '{}' (known: spam, moby-dick, fashion-mnist)", o.preset));
   }
-  if (r.language_model) {
+  if (r.image) {
+    ImageClassificationJob& j = r.vision;
+    if (!o.data.empty()) j.data_dir = o.data;
+    if (o.epochs) j.epochs = o.epochs;
+    if (o.d_model) j.model.layer.d_model = o.d_model;
+    if (o.num_heads) j.model.layer.nhead = o.num_heads;
+    if (o.num_layers) j.model.num_layers = o.num_layers;
+    if (o.batch) j.train.batch = o.batch;
+    if (o.lr > 0) j.train.schedule.base_lr = o.lr;
+    if (o.seed >= 0) j.train.seed = static_cast<std::uint64_t>(o.seed);
+    if (o.threads) j.threads = o.threads;
+    apply_optimisation(o, j.train, j.model.layer);
+    check<ConfigError>(o.steps == 0 && o.source.empty() && o.positions.empty() && o.tokenizer.empty() &&
+                           o.max_len == 0 && o.vocab_size == 0,
+                       "--steps, --source, --positions, --tokenizer, --max-len and --vocab-size do not apply to "
+                       "image jobs");
+    j.model.validate();
+  } else if (r.language_model) {
     LanguageModelJob& j = r.lm;
     if (!o.data.empty()) j.text_path = o.data;
     if (o.steps) j.train.steps = o.steps;
@@ -141,7 +204,7 @@ void run_train(const TrainOpts& opts) {
   TrainOpts o = opts;
   if (o.out.empty()) o.out = o.config.empty() ? "runs/" + o.preset : "runs/job";
   const TextClassificationJob& job = resolved.classification;
-  if (!resolved.language_model && job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
+  if (!resolved.language_model && !resolved.image && job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
     throw IoError(fmt::format("{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first",
                               job.data_path));
   if (resolved.language_model && !std::filesystem::exists(resolved.lm.text_path))
@@ -153,10 +216,12 @@ void run_train(const TrainOpts& opts) {
   std::unique_ptr<RunDir> run_ptr;
   TextClassificationResult r;
   LanguageModelResult lr;
+  ImageClassificationResult ir;
   try {
     run_ptr = std::make_unique<RunDir>(o.out);
     Progress progress(0, stderr, o.quiet);
     if (resolved.language_model) lr = run_language_modeling(resolved.lm, *run_ptr, progress);
+    else if (resolved.image) ir = run_image_classification(resolved.vision, *run_ptr, progress);
     else r = run_text_classification(job, *run_ptr, progress);
   } catch (...) {
     std::error_code ec;
@@ -166,6 +231,12 @@ void run_train(const TrainOpts& opts) {
     throw;
   }
   RunDir& run = *run_ptr;
+  if (resolved.image) {
+    fmt::print("test accuracy: {:.2f}%, test loss {:.4f}\n", 100 * ir.test_accuracy, ir.test_loss);
+    fmt::print("training: {} steps in {:.1f} s\n", ir.steps, ir.train_seconds);
+    fmt::print("report: {}\n", run.file("report.md"));
+    return;
+  }
   if (resolved.language_model) {
     fmt::print("validation loss: {:.4f} nats/token\n", lr.validation_loss);
     fmt::print("training: {} steps in {:.1f} s ({:.0f} tokens/s)\n", lr.steps, lr.train_seconds, lr.tokens_per_s);
@@ -185,7 +256,8 @@ Command add_train(CLI::App& app) {
   auto o = std::make_shared<TrainOpts>();
   CLI::App* sub = app.add_subcommand("train", "Train a text classifier and write a run directory with its report");
   sub->add_option("--preset", o->preset,
-                  "Built-in job: spam (SpamAssassin ham against spam) or moby-dick (character language model)")
+                  "Built-in job: spam (SpamAssassin ham against spam), moby-dick (character language model) or "
+                  "fashion-mnist (Vision Transformer)")
       ->capture_default_str();
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it");
   sub->add_option("--out", o->out, "Run directory (default runs/<preset>)");
@@ -201,6 +273,13 @@ Command add_train(CLI::App& app) {
   sub->add_option("--vocab-size", o->vocab_size, "Tokenizer vocabulary");
   sub->add_option("--tokenizer", o->tokenizer, "sentencepiece, char or word");
   sub->add_option("--lr", o->lr, "Peak learning rate");
+  sub->add_option("--optimizer", o->optimizer, "adamw or sgd");
+  sub->add_option("--schedule", o->schedule, "After warmup: constant, cosine, linear or inverse_sqrt");
+  sub->add_option("--warmup-steps", o->warmup, "Linear warmup steps");
+  sub->add_option("--clip-grad-norm", o->clip, "Clip the global gradient norm (0: off)");
+  sub->add_option("--weight-decay", o->weight_decay, "Weight decay");
+  sub->add_option("--dropout", o->dropout, "Dropout in every layer");
+  sub->add_option("--grad-accumulation", o->grad_accumulation, "Micro-batches per step");
   sub->add_option("--positions", o->positions, "none, sinusoidal, learned, relative, rope or alibi");
   sub->add_option("--seed", o->seed, "Seed of the splits, initialisation, shuffling and dropout");
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
@@ -237,13 +316,23 @@ Command add_eval(CLI::App& app) {
     int threads = 0;
   };
   auto o = std::make_shared<EvalOpts>();
-  CLI::App* sub = app.add_subcommand("eval", "Evaluate a trained run on its test split");
+  CLI::App* sub = app.add_subcommand(
+      "eval", "Evaluate a trained run: test accuracy of a classifier, validation loss of a language model");
   sub->add_option("--run", o->run, "Run directory written by multihead train")->required();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   return {sub, [o] {
-            ClassificationMetrics m = evaluate_text_classification_run(o->run, o->threads);
-            fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * m.accuracy, m.examples,
-                       m.loss);
+            const std::string cfg_path = o->run + "/config.json";
+            const nlohmann::json cfg = ConfigReader::parse(read_file(cfg_path), cfg_path);
+            const std::string task = cfg.is_object() ? cfg.value("task", "") : "";
+            if (task == "language_modeling") {
+              fmt::print("validation loss: {:.4f} nats/token\n", evaluate_language_model_run(o->run, o->threads));
+            } else if (task == "image_classification") {
+              fmt::print("test accuracy: {:.2f}%\n", 100 * evaluate_image_run(o->run, o->threads));
+            } else {
+              ClassificationMetrics m = evaluate_text_classification_run(o->run, o->threads);
+              fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * m.accuracy, m.examples,
+                         m.loss);
+            }
           }};
 }
 

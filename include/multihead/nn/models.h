@@ -125,3 +125,43 @@ class LanguageModel : public Module {
 };
 
 }  // namespace multihead
+
+namespace multihead {
+
+// A Vision Transformer (Dosovitskiy et al. 2021) for square images: the
+// image is cut into patch x patch squares, each a token through a linear
+// "patch_embedding"; a learned "cls_token" goes first; learned
+// "pos_embedding" (1, 1 + patches, d); the encoder; the [CLS] output through
+// "classifier".
+struct VisionConfig {
+  std::int64_t image_size = 28, patch = 4, channels = 1;
+  std::int64_t num_layers = 4;
+  TransformerLayerConfig layer;
+  std::int64_t num_classes = 10;
+
+  std::int64_t patches() const { return (image_size / patch) * (image_size / patch); }
+  void validate() const;
+};
+
+class VisionTransformer : public Module {
+ public:
+  VisionTransformer(ParamStore& store, const VisionConfig& cfg);
+  void init(Rng& rng) override;
+  void clear_cache() override;
+  // images: (B, channels, size, size) F32. Returns logits (B, num_classes).
+  Tensor forward(const Tensor& images, const ForwardContext& ctx);
+  void backward(const Tensor& dlogits);
+  TransformerEncoder& encoder() { return encoder_; }
+  const VisionConfig& config() const { return cfg_; }
+
+ private:
+  VisionConfig cfg_;
+  ParamStore* store_;
+  Linear patch_embedding_;
+  ParamStore::Handle cls_token_, pos_embedding_;
+  TransformerEncoder encoder_;
+  Linear classifier_;
+  Tensor patches_, x_, h_, cls_out_;
+};
+
+}  // namespace multihead

@@ -44,6 +44,9 @@ struct LanguageModelResult {
 
 LanguageModelResult run_language_modeling(const LanguageModelJob& job, RunDir& run, Progress& progress);
 
+// The validation loss (nats per token) of the model saved in a run directory.
+double evaluate_language_model_run(const std::string& run_dir, int threads);
+
 // Loads the model of a run directory and continues `prompt`.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
                               const SamplingConfig& sampling, int threads);
