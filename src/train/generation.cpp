@@ -36,21 +36,34 @@ std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingCon
   return order[static_cast<std::size_t>(keep - 1)];
 }
 
-std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt, std::int64_t count,
-                                   const SamplingConfig& cfg) {
-  check<ConfigError>(!prompt.empty(), "generation needs a prompt of at least one token");
+std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt_in,
+                                   std::int64_t count, const SamplingConfig& cfg, std::int64_t context) {
+  check<ConfigError>(!prompt_in.empty(), "generation needs a prompt of at least one token");
   check<ConfigError>(count >= 0, "token count must be >= 0, got {}", count);
-  const std::int64_t capacity = static_cast<std::int64_t>(prompt.size()) + count;
+  check<ConfigError>(context == 0 || context >= 2, "context must be 0 (unbounded) or at least 2, got {}", context);
+  // A prompt longer than the context keeps its end.
+  const std::vector<std::int64_t> prompt =
+      context > 0 && static_cast<std::int64_t>(prompt_in.size()) > context
+          ? std::vector<std::int64_t>(prompt_in.end() - context, prompt_in.end())
+          : prompt_in;
+  const std::int64_t capacity = context > 0 ? context : static_cast<std::int64_t>(prompt.size()) + count;
   if (model.config().positions == PositionKind::kSinusoidal || model.config().positions == PositionKind::kLearned)
     check<ConfigError>(capacity <= model.config().max_len,
                        "prompt and continuation ({} tokens) exceed the model's max_len ({})", capacity,
                        model.config().max_len);
   Rng rng(cfg.seed, 0x9e4e7a7e);
   std::vector<KvCache> caches;
-  std::vector<std::int64_t> out = prompt;
+  std::vector<std::int64_t> out = prompt_in;
   Tensor ids = Tensor::from_i64({1, static_cast<std::int64_t>(prompt.size())}, prompt);
   const std::int64_t V = model.config().vocab_size;
   for (std::int64_t step = 0; step < count; ++step) {
+    if (context > 0 && !caches.empty() && caches[0].length + ids.dim(1) > context) {
+      // Restart from the recent half of the window (the new token included).
+      const std::int64_t keep = context / 2;
+      std::vector<std::int64_t> tail(out.end() - keep, out.end());
+      caches.clear();
+      ids = Tensor::from_i64({1, keep}, tail);
+    }
     Tensor logits = model.forward_cached(ids, caches, capacity);
     const float* last = logits.f32() + (logits.dim(1) - 1) * V;
     const std::int64_t next = sample_token(last, V, cfg, rng);

@@ -28,8 +28,7 @@ LanguageModelJob::LanguageModelJob() {
 json to_json(const LanguageModelJob& j) {
   return json{{"task", "language_modeling"},
               {"data", {{"path", j.text_path}, {"validation_fraction", j.validation_fraction}}},
-              {"tokenizer",
-               {{"kind", j.tokenizer.kind}, {"model_type", j.tokenizer.model_type}, {"vocab_size", j.tokenizer.vocab_size}}},
+              {"tokenizer", tokenizer_config_json(j.tokenizer)},
               {"model", model_config_json(j.model)},
               {"train", train_config_json(j.train)},
               {"eval_every", j.eval_every},
@@ -58,17 +57,8 @@ LanguageModelJob language_model_job_from_json(const json& root, const std::strin
   job.text_path = d.get_string("path", std::string());
   job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
   d.finish();
-  const json tok = r.get_object("tokenizer");
-  ConfigReader t(tok, src + ": tokenizer");
-  job.tokenizer.kind = t.get_string("kind", job.tokenizer.kind);
-  job.tokenizer.model_type = t.get_string("model_type", job.tokenizer.model_type);
-  job.tokenizer.vocab_size = t.get_int("vocab_size", job.tokenizer.vocab_size);
-  t.finish();
-  json model = r.get_object("model");
-  if (!model.contains("vocab_size")) model["vocab_size"] = job.tokenizer.vocab_size;
-  ConfigReader m(model, src + ": model");
-  job.model = read_model_config(m);
-  m.finish();
+  job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
+  job.model = read_model_section(r, src, job.tokenizer.vocab_size);
   const json train = r.get_object("train");
   ConfigReader tr(train, src + ": train");
   job.train = read_train_config(tr);
@@ -205,7 +195,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   result.steps = trainer.steps_done();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.tokens_per_s = static_cast<double>(result.steps * job.train.batch * L) / result.train_seconds;
-  result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling));
+  result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
   run.write_json("results.json", {{"validation_loss", result.validation_loss}, {"steps", result.steps},
                                   {"train_seconds", result.train_seconds}, {"tokens_per_s", result.tokens_per_s},
                                   {"sample", result.sample}});
@@ -283,7 +273,7 @@ std::string generate_from_run(const std::string& run_dir, const std::string& pro
   auto r = load_lm_run(run_dir);
   std::vector<std::int64_t> ids = r->tok->encode(prompt);
   check<ConfigError>(!ids.empty(), "the prompt is empty");
-  return r->tok->decode(generate(*r->model, ids, tokens, sampling));
+  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.seq_len));
 }
 
 }  // namespace multihead

@@ -30,8 +30,7 @@ nlohmann::json to_json(const TextClassificationJob& j) {
                 {"label_column", j.label_column},
                 {"validation_fraction", j.validation_fraction},
                 {"test_fraction", j.test_fraction}}},
-              {"tokenizer",
-               {{"kind", j.tokenizer.kind}, {"model_type", j.tokenizer.model_type}, {"vocab_size", j.tokenizer.vocab_size}}},
+              {"tokenizer", tokenizer_config_json(j.tokenizer)},
               {"model", model_config_json(j.model)},
               {"train", train},
               {"max_len", j.max_len},
@@ -58,17 +57,8 @@ TextClassificationJob text_classification_job_from_json(const json& root, const 
   job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
   job.test_fraction = d.get_number("test_fraction", job.test_fraction);
   d.finish();
-  const json tok = r.get_object("tokenizer");
-  ConfigReader tr(tok, src + ": tokenizer");
-  job.tokenizer.kind = tr.get_string("kind", job.tokenizer.kind);
-  job.tokenizer.model_type = tr.get_string("model_type", job.tokenizer.model_type);
-  job.tokenizer.vocab_size = tr.get_int("vocab_size", job.tokenizer.vocab_size);
-  tr.finish();
-  json model = r.get_object("model");
-  if (!model.contains("vocab_size")) model["vocab_size"] = job.tokenizer.vocab_size;  // the trained tokenizer's size wins
-  ConfigReader mr(model, src + ": model");
-  job.model = read_model_config(mr);
-  mr.finish();
+  job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
+  job.model = read_model_section(r, src, job.tokenizer.vocab_size);
   const json train = r.get_object("train");
   ConfigReader trr(train, src + ": train");
   job.epochs = trr.get_int("epochs", job.epochs);

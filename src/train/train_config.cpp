@@ -60,6 +60,29 @@ TrainConfig read_train_config(ConfigReader& r) {
   return t;
 }
 
+TokenizerConfig read_tokenizer_section(ConfigReader& job, const std::string& source, TokenizerConfig t) {
+  const nlohmann::json section = job.get_object("tokenizer");
+  ConfigReader r(section, source + ": tokenizer");
+  t.kind = r.get_string("kind", t.kind);
+  t.model_type = r.get_string("model_type", t.model_type);
+  t.vocab_size = r.get_int("vocab_size", t.vocab_size);
+  r.finish();
+  return t;
+}
+
+ModelConfig read_model_section(ConfigReader& job, const std::string& source, std::int64_t vocab_size) {
+  nlohmann::json section = job.get_object("model");
+  if (!section.contains("vocab_size")) section["vocab_size"] = vocab_size;
+  ConfigReader r(section, source + ": model");
+  ModelConfig m = read_model_config(r);
+  r.finish();
+  return m;
+}
+
+nlohmann::json tokenizer_config_json(const TokenizerConfig& t) {
+  return {{"kind", t.kind}, {"model_type", t.model_type}, {"vocab_size", t.vocab_size}};
+}
+
 nlohmann::json model_config_json(const ModelConfig& m) {
   return {{"vocab_size", m.vocab_size},
           {"num_classes", m.num_classes},

@@ -50,6 +50,29 @@ TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
 INSTANTIATE_TEST_SUITE_P(Positions, KvCacheEquivalence,
                          ::testing::Values("sinusoidal", "learned", "relative", "rope", "alibi", "none"));
 
+TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {
+  ModelConfig mc;
+  mc.vocab_size = 11;
+  mc.num_layers = 1;
+  mc.layer.d_model = 8;
+  mc.layer.nhead = 2;
+  mc.layer.dim_feedforward = 8;
+  mc.max_len = 8;  // absolute positions: a window past 8 would be an error
+  mc.positions = PositionKind::kLearned;
+  ParamStore store;
+  LanguageModel lm(store, mc);
+  store.finalize();
+  Rng rng(1);
+  lm.init(rng);
+  SamplingConfig greedy;
+  greedy.temperature = 0;
+  auto out = generate(lm, {2, 5, 6}, 30, greedy, 8);
+  EXPECT_EQ(out.size(), 33u);
+  EXPECT_THROW(generate(lm, {2, 5, 6}, 30, greedy, 0), ConfigError);  // unbounded: past max_len
+  // Within the window, bounded and unbounded decoding agree.
+  EXPECT_EQ(generate(lm, {2, 5, 6}, 5, greedy, 8), generate(lm, {2, 5, 6}, 5, greedy, 0));
+}
+
 TEST(Sampling, GreedyTopKTopPAndTemperature) {
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, -1.0f};
   Rng rng(1);

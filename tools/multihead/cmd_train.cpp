@@ -58,7 +58,7 @@ LanguageModelJob moby_dick_preset() {
   j.model.tie_embeddings = true;
   j.train.seq_len = 128;
   j.train.batch = 32;
-  j.train.steps = 1500;
+  j.train.steps = 2500;
   j.train.schedule.base_lr = 2e-3;
   j.train.schedule.warmup_steps = 100;
   j.train.schedule.decay = Decay::kCosine;

@@ -23,7 +23,10 @@ struct SamplingConfig {
 std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingConfig& cfg, Rng& rng);
 
 // The prompt (at least one token) followed by `count` sampled tokens.
+// context > 0 bounds what the model sees to the window it was trained on:
+// when the cache would outgrow it, decoding restarts from the last
+// context / 2 tokens, so no position beyond training is ever used.
 std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt, std::int64_t count,
-                                   const SamplingConfig& cfg);
+                                   const SamplingConfig& cfg, std::int64_t context = 0);
 
 }  // namespace multihead

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
 #include "multihead/train/optimizer.h"
@@ -31,6 +32,12 @@ struct TrainConfig {
 // everything it expects.
 ModelConfig read_model_config(ConfigReader& r);
 TrainConfig read_train_config(ConfigReader& r);
+
+// The "tokenizer" and "model" sections of a job config: the tokenizer's
+// vocabulary size stands in for the model's until a tokenizer is trained.
+TokenizerConfig read_tokenizer_section(ConfigReader& job, const std::string& source, TokenizerConfig defaults);
+ModelConfig read_model_section(ConfigReader& job, const std::string& source, std::int64_t vocab_size);
+nlohmann::json tokenizer_config_json(const TokenizerConfig& t);
 
 // The keys read_model_config / read_train_config read, with their values
 // (vocab_size and num_classes are left to the job: they come from the data).
