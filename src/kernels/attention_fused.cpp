@@ -49,6 +49,22 @@ struct MaskGeometry {
       if (all_masked_cols && j0 > i0 + nr - 1 + offset) p.skip = true;
       if (j0 + nc - 1 > i0 + offset) p.elementwise = true;
     }
+    if ((m.has_window() || m.sparse_block > 0) && in_masked_cols) {
+      // Skip a tile no query of which reaches any of its keys; a tile the
+      // pattern does not fully cover is masked element by element.
+      const std::int64_t p0 = i0 + cols - d.L, p1 = i0 + nr - 1 + cols - d.L;
+      const std::int64_t j1 = std::min(j0 + nc, cols) - 1;
+      bool none = false;
+      if (m.window_right >= 0 && j0 > p1 + m.window_right) none = true;
+      if (m.window_left >= 0 && j1 < p0 - m.window_left) none = true;
+      if (m.sparse_block > 0 && j0 >= m.global_tokens && p0 >= m.global_tokens) {
+        const std::int64_t qb0 = p0 / m.sparse_block, qb1 = p1 / m.sparse_block;
+        const std::int64_t kb0 = j0 / m.sparse_block, kb1 = j1 / m.sparse_block;
+        if (kb0 > qb1 + m.sparse_neighbours || kb1 < qb0 - m.sparse_neighbours) none = true;
+      }
+      if (none && all_masked_cols) p.skip = true;
+      p.elementwise = true;
+    }
     if (m.key_padding_bool && all_masked_cols) {  // a block of keys that are all padding
       const std::uint8_t* kp = m.key_padding_bool + b * cols + j0;
       if (std::all_of(kp, kp + nc, [](std::uint8_t x) { return x != 0; })) p.skip = true;
@@ -97,6 +113,9 @@ struct MaskGeometry {
       if (m.causal != CausalAlign::kNone) {
         for (std::int64_t c = std::max<std::int64_t>(0, i + offset + 1 - j0); c < jm; ++c) row[c] = -kInf;
       }
+      if (m.has_window() || m.sparse_block > 0)
+        for (std::int64_t c = 0; c < jm; ++c)
+          if (m.sparse_blocked(i, j0 + c, d.L, cols)) row[c] = -kInf;
     }
   }
 };

@@ -205,6 +205,13 @@ LanguageModel::LanguageModel(ParamStore& store, const ModelConfig& cfg)
 
 void LanguageModel::init(Rng& rng) {
   embedding_.init(rng);
+  if (cfg_.tie_embeddings) {
+    // The embedding doubles as the output layer: N(0, 1) rows would give
+    // logits of size sqrt(d_model) and a first loss in the hundreds, so the
+    // rows start at N(0, 1/d_model), unit-norm on average.
+    const float s = 1.0f / std::sqrt(static_cast<float>(cfg_.layer.d_model));
+    for (float& v : store_->data_span(embedding_.weight())) v *= s;
+  }
   positions_.init(rng);
   encoder_.init(rng);
   if (lm_head_) lm_head_->init(rng);

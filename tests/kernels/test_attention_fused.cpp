@@ -28,6 +28,7 @@ struct Spec {
   std::int64_t rel_clip = -1;  // >= 0: Shaw relative positions
   bool rel_values = false;
   std::int64_t query_offset = 0;
+  std::int64_t window_left = -1, window_right = -1, sparse_block = 0, sparse_neighbours = 0, global_tokens = 0;
   float dropout = 0.0f;
   AttentionTiles tiles{};
 };
@@ -87,6 +88,11 @@ Data make(const Spec& s) {
   }
   x.drop = AttentionDropout{s.dropout, 99, 3};
   x.masks.query_offset = s.query_offset;
+  x.masks.window_left = s.window_left;
+  x.masks.window_right = s.window_right;
+  x.masks.sparse_block = s.sparse_block;
+  x.masks.sparse_neighbours = s.sparse_neighbours;
+  x.masks.global_tokens = s.global_tokens;
   if (s.alibi) {
     x.slopes = alibi_slopes(d.H);
     x.masks.alibi_slopes = x.slopes.data();
@@ -234,12 +240,66 @@ std::vector<Spec> specs() {
     s.causal = CausalAlign::kBottomRight;
     s.extra_cols = 1;
   });
+  add("sliding_window", {2, 2, 70, 70, 8, 8}, [](Spec& s) {
+    s.window_left = 9;
+    s.window_right = 3;
+  });
+  add("sliding_window_left_only_L_lt_S", {1, 2, 30, 90, 8, 8}, [](Spec& s) { s.window_left = 20; });
+  add("sliding_window_causal_L_gt_S", {1, 2, 60, 40, 8, 8}, [](Spec& s) {
+    s.window_left = 5;
+    s.window_right = 0;
+    s.causal = CausalAlign::kBottomRight;
+  });
+  add("block_sparse", {2, 2, 100, 100, 8, 8}, [](Spec& s) {
+    s.sparse_block = 16;
+    s.sparse_neighbours = 1;
+  });
+  add("block_sparse_globals_padding", {2, 2, 77, 77, 8, 8}, [](Spec& s) {
+    s.sparse_block = 10;
+    s.global_tokens = 3;
+    s.kpm_bool = true;
+  });
   add("value_dim_differs", {2, 2, 30, 50, 12, 5}, [](Spec& s) { s.kpm_bool = true; });
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FusedVsReference, ::testing::ValuesIn(specs()),
                          [](const ::testing::TestParamInfo<Spec>& p) { return p.param.name; });
+
+// Sliding windows and block-sparse patterns equal full attention under the
+// equivalent explicit mask, written out here from the definitions.
+TEST(FusedAttention, SparsePatternsEqualFullAttentionWithTheEquivalentMask) {
+  struct Pattern {
+    std::int64_t L, S, left, right, block, neighbours, globals;
+  };
+  for (const Pattern& pt : {Pattern{50, 50, 7, 2, 0, 0, 0}, Pattern{20, 60, -1, 0, 0, 0, 0},
+                            Pattern{64, 64, -1, -1, 16, 1, 0}, Pattern{45, 45, -1, -1, 8, 0, 4}}) {
+    Spec plain{"p", {1, 2, pt.L, pt.S, 8, 8}};
+    Data x = make(plain);
+    std::vector<std::uint8_t> mask(static_cast<std::size_t>(pt.L * pt.S));
+    for (std::int64_t i = 0; i < pt.L; ++i)
+      for (std::int64_t j = 0; j < pt.S; ++j) {
+        const std::int64_t p = i + pt.S - pt.L;  // bottom-right aligned position of query i
+        bool blocked = (pt.left >= 0 && j < p - pt.left) || (pt.right >= 0 && j > p + pt.right);
+        if (pt.block > 0 && j >= pt.globals && p >= pt.globals)
+          blocked = blocked || std::abs(j / pt.block - p / pt.block) > pt.neighbours;
+        mask[static_cast<std::size_t>(i * pt.S + j)] = blocked;
+      }
+    const AttentionDims& d = plain.d;
+    auto cv = [&](const std::vector<float>& v, std::int64_t len) { return view<const float>(v.data(), d, len, 8); };
+    AttentionMasks<float> explicit_mask;
+    explicit_mask.attn_bool = mask.data();
+    AttentionMasks<float> pattern;
+    pattern.window_left = pt.left, pattern.window_right = pt.right;
+    pattern.sparse_block = pt.block, pattern.sparse_neighbours = pt.neighbours, pattern.global_tokens = pt.globals;
+    std::vector<float> o1(x.g.size()), o2(x.g.size()), l1(static_cast<std::size_t>(2 * pt.L)), l2 = l1;
+    attention_fused_forward(view(o1.data(), d, pt.L, 8), l1.data(), cv(x.q, pt.L), cv(x.k, pt.S), cv(x.v, pt.S),
+                            explicit_mask, d, 0.35f, {}, AttentionTiles{16, 16});
+    attention_fused_forward(view(o2.data(), d, pt.L, 8), l2.data(), cv(x.q, pt.L), cv(x.k, pt.S), cv(x.v, pt.S),
+                            pattern, d, 0.35f, {}, AttentionTiles{16, 16});
+    EXPECT_TRUE(all_close_v(o2, o1, 1e-6, 1e-5)) << pt.L << " " << pt.S << " " << pt.block;
+  }
+}
 
 TEST(FusedAttention, FullyMaskedRowsGiveZerosAndInfiniteLse) {
   Spec s{"x", {2, 1, 5, 6, 4, 4}};

@@ -77,6 +77,29 @@ struct AttentionMasks {
   const T* alibi_slopes = nullptr;  // (H)
   std::int64_t query_offset = 0;    // position of query 0, counted in keys
   RelativePositions<T> relative;     // applies to the keys under the masks
+  // Sparse patterns, on positions aligned bottom-right as FlashAttention's
+  // window: query i sits at position p_i = i + masked_cols - L.
+  //   sliding window: query i sees keys p_i - window_left .. p_i + window_right
+  //                   inclusive; -1 means unlimited on that side.
+  //   block-sparse:   with blocks of sparse_block positions, query i sees the
+  //                   keys of its own block and of sparse_neighbours blocks on
+  //                   each side; the first global_tokens positions see and are
+  //                   seen by everything. 0 turns it off.
+  std::int64_t window_left = -1, window_right = -1;
+  std::int64_t sparse_block = 0, sparse_neighbours = 0, global_tokens = 0;
+
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  // Whether key j is outside the sparse pattern of query i (cols: masked_cols resolved).
+  bool sparse_blocked(std::int64_t i, std::int64_t j, std::int64_t L, std::int64_t cols) const {
+    const std::int64_t p = i + cols - L;
+    if (window_left >= 0 && j < p - window_left) return true;
+    if (window_right >= 0 && j > p + window_right) return true;
+    if (sparse_block > 0 && j >= global_tokens && p >= global_tokens) {
+      const std::int64_t qb = p < 0 ? -1 : p / sparse_block, kb = j / sparse_block;
+      if (kb < qb - sparse_neighbours || kb > qb + sparse_neighbours) return true;
+    }
+    return false;
+  }
 
   // Additive bias for score (b, h, i, j); -inf when the key is masked out.
   T bias(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
@@ -86,6 +109,7 @@ struct AttentionMasks {
     if (causal == CausalAlign::kTopLeft && j > i) return kMasked;
     if (causal == CausalAlign::kBottomRight && j > i + cols - d.L) return kMasked;
     if (key_padding_bool && key_padding_bool[b * cols + j]) return kMasked;
+    if (sparse_blocked(i, j, d.L, cols)) return kMasked;
     std::int64_t a = ((attn_per_head ? (b * d.H + h) * d.L : 0) + i) * cols + j;
     if (attn_bool && attn_bool[a]) return kMasked;
     T add = T(0);
