@@ -9,6 +9,7 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/linear_attention.h"
 
 namespace multihead {
 namespace {
@@ -42,6 +43,11 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   MultiheadAttentionConfig mc;
   mc.embed_dim = cfg.embed_dim;
   mc.num_heads = cfg.num_heads;
+  mc.variant = cfg.variant;
+  mc.window_left = mc.window_right = cfg.window;
+  mc.sparse_block = cfg.block_size;
+  mc.sparse_neighbours = 1;
+  mc.num_kv_heads = cfg.num_kv_heads;
   ParamStore store;
   MultiheadAttention mha(store, "", mc);
   store.finalize();
@@ -83,32 +89,55 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   // counts twice forward, as for any matmul; the fused backward's extra
   // recomputation of Q K^T is work we do, not work credited.
   const double proj = 2.0 * B * L * E * 4 * E;
-  const double attn = 4.0 * B * H * L * L * D * (cfg.causal ? 0.5 : 1.0);
+  // Attention FLOPs: 4*B*H*L*S*D for full attention (halved when causal);
+  // for the sparse variants, the same over the keys each query attends to on
+  // average; for linear attention 4*B*H*L*D*D (the state products).
+  double keys = cfg.causal ? 0.5 * static_cast<double>(L) : static_cast<double>(L);
+  if (cfg.variant == AttentionVariant::kSlidingWindow)
+    keys = std::min<double>(keys, static_cast<double>(cfg.causal ? cfg.window + 1 : 2 * cfg.window + 1));
+  if (cfg.variant == AttentionVariant::kBlockSparse)
+    keys = std::min<double>(keys, static_cast<double>(3 * cfg.block_size) * (cfg.causal ? 0.5 : 1.0));
+  if (cfg.variant == AttentionVariant::kLinear) keys = static_cast<double>(D);
+  const double attn = 4.0 * B * H * L * keys * D;
   const double mult = cfg.backward ? 3.0 : 1.0;
   r.flops = mult * (proj + attn);
   r.attention_flops = mult * attn;
   r.gflops = r.flops / (r.ms * 1e6);
-  r.flop_formula = fmt::format("{}(2*B*L*E*4E + 4*B*H*L*S*D{})", cfg.backward ? "3 * " : "",
-                               cfg.causal ? " / 2" : "");
+  r.flop_formula = fmt::format("{}(2*B*L*E*4E + 4*B*H*L*keys*D), keys = {:.0f} per query", cfg.backward ? "3 * " : "",
+                               keys);
 
-  // The attention kernel alone, on the same q, k, v layout as inside the layer.
-  Tensor qkv({B, L, 3 * E}), o({B, L, E}), dq({B, L, 3 * E});
+  // The attention kernel alone, on the same q, k, v layout as inside the layer
+  // (grouped key/value heads as the layer stores them; their gradients per
+  // query head, before the layer sums them).
+  const std::int64_t KE = mc.kv_dim(), PW = E + 2 * KE, G = mc.group();
+  Tensor qkv({B, L, PW}), o({B, L, E}), dq({B, L, 3 * E});
   for (float& v : qkv.span_f32()) v = rng.normal();
   Tensor lse({B, H, L});
   Tensor probs = cfg.impl == AttentionImpl::kReference ? Tensor({B, H, L, L}) : Tensor();
   AttentionDims d{B, H, L, L, D, D};
   AttentionMasks<float> masks;
   masks.causal = call.causal;
+  if (cfg.variant == AttentionVariant::kSlidingWindow) masks.window_left = masks.window_right = cfg.window;
+  AttentionTiles tiles = cfg.tiles;
+  if (cfg.variant == AttentionVariant::kBlockSparse) {
+    masks.sparse_block = cfg.block_size, masks.sparse_neighbours = 1;
+    tiles.q_block = tiles.k_block = cfg.block_size;  // as the layer does
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const HeadsView<const float> qv{qkv.f32(), L * 3 * E, 3 * E, D}, kv{qkv.f32() + E, L * 3 * E, 3 * E, D},
-      vv{qkv.f32() + 2 * E, L * 3 * E, 3 * E, D}, ov{o.f32(), L * E, E, D}, gv{grad.f32(), L * E, E, D};
+  const HeadsView<const float> qv{qkv.f32(), L * PW, PW, D}, kv{qkv.f32() + E, L * PW, PW, D, G},
+      vv{qkv.f32() + E + KE, L * PW, PW, D, G}, ov{o.f32(), L * E, E, D}, gv{grad.f32(), L * E, E, D};
   const HeadsView<float> ow{o.f32(), L * E, E, D}, dqw{dq.f32(), L * 3 * E, 3 * E, D},
       dkw{dq.f32() + E, L * 3 * E, 3 * E, D}, dvw{dq.f32() + 2 * E, L * 3 * E, 3 * E, D};
+  LinearAttentionArgs<float> la;
+  la.causal = cfg.causal;
   auto kernel_iter = [&] {
-    if (cfg.impl == AttentionImpl::kFused) {
-      attention_fused_forward(ow, lse.f32(), qv, kv, vv, masks, d, scale, {}, cfg.tiles);
+    if (cfg.variant == AttentionVariant::kLinear) {
+      linear_attention_forward<float>(ow, qv, kv, vv, d, la);
+      if (cfg.backward) linear_attention_backward<float>(dqw, dkw, dvw, gv, qv, kv, vv, d, la);
+    } else if (cfg.impl == AttentionImpl::kFused) {
+      attention_fused_forward(ow, lse.f32(), qv, kv, vv, masks, d, scale, {}, tiles);
       if (cfg.backward)
-        attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, masks, d, scale, {}, cfg.tiles);
+        attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, masks, d, scale, {}, tiles);
     } else {
       attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, masks, d, scale, {});
       if (cfg.backward) attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, masks, d, scale, {});

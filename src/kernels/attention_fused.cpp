@@ -63,7 +63,16 @@ struct MaskGeometry {
         if (kb0 > qb1 + m.sparse_neighbours || kb1 < qb0 - m.sparse_neighbours) none = true;
       }
       if (none && all_masked_cols) p.skip = true;
-      p.elementwise = true;
+      // Element-wise masking only where the pattern cuts through the tile.
+      bool inside = all_masked_cols;
+      if (m.window_left >= 0 && j0 < p1 - m.window_left) inside = false;
+      if (m.window_right >= 0 && j1 > p0 + m.window_right) inside = false;
+      if (m.sparse_block > 0 && !(j1 < m.global_tokens || p1 < m.global_tokens)) {
+        const std::int64_t qb0 = std::max<std::int64_t>(p0, 0) / m.sparse_block, qb1 = p1 / m.sparse_block;
+        const std::int64_t kb0 = j0 / m.sparse_block, kb1 = j1 / m.sparse_block;
+        if (kb0 < qb1 - m.sparse_neighbours || kb1 > qb0 + m.sparse_neighbours || p0 < 0) inside = false;
+      }
+      if (!inside) p.elementwise = true;
     }
     if (m.key_padding_bool && all_masked_cols) {  // a block of keys that are all padding
       const std::uint8_t* kp = m.key_padding_bool + b * cols + j0;

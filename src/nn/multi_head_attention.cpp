@@ -24,26 +24,56 @@ void MultiheadAttentionConfig::validate() const {
   check<ConfigError>(positions != AttentionPositions::kRelative || relative_clip >= 0,
                      "relative_clip must be >= 0, got {}", relative_clip);
   check<ConfigError>(rope_theta > 0, "rope_theta must be positive, got {}", rope_theta);
+  check<ConfigError>(num_kv_heads >= 0 && num_heads % kv_heads() == 0,
+                     "num_kv_heads ({}) must divide num_heads ({})", num_kv_heads, num_heads);
+  check<ConfigError>(variant != AttentionVariant::kSlidingWindow || window_left >= -1 && window_right >= -1,
+                     "window sizes must be >= -1 (unlimited), got {} and {}", window_left, window_right);
+  check<ConfigError>(variant != AttentionVariant::kBlockSparse ||
+                         (sparse_block > 0 && sparse_neighbours >= 0 && global_tokens >= 0),
+                     "block_sparse needs a positive block, and neighbours and global tokens >= 0");
+  check<ConfigError>(variant != AttentionVariant::kLinear || (positions != AttentionPositions::kRelative &&
+                                                             positions != AttentionPositions::kAlibi),
+                     "linear attention has no scores for relative or ALiBi positions to act on");
+}
+
+AttentionVariant parse_attention_variant(std::string_view name) {
+  if (name == "full") return AttentionVariant::kFull;
+  if (name == "sliding_window") return AttentionVariant::kSlidingWindow;
+  if (name == "block_sparse") return AttentionVariant::kBlockSparse;
+  if (name == "linear") return AttentionVariant::kLinear;
+  throw ConfigError(fmt::format(
+      "attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"{}\"", name));
+}
+
+std::string_view attention_variant_name(AttentionVariant v) {
+  switch (v) {
+    case AttentionVariant::kFull: return "full";
+    case AttentionVariant::kSlidingWindow: return "sliding_window";
+    case AttentionVariant::kBlockSparse: return "block_sparse";
+    case AttentionVariant::kLinear: return "linear";
+  }
+  return "?";
 }
 
 MultiheadAttention::MultiheadAttention(ParamStore& store, const std::string& prefix,
                                        const MultiheadAttentionConfig& cfg)
     : cfg_(cfg), store_(&store) {
   cfg_.validate();
-  const std::int64_t E = cfg_.embed_dim;
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim();
+  // With grouped-query attention the key and value rows are KE wide, not E.
   if (cfg_.packed_in_proj()) {
-    in_proj_weight_ = store.add(prefix + "in_proj_weight", {3 * E, E});
+    in_proj_weight_ = store.add(prefix + "in_proj_weight", {E + 2 * KE, E});
   } else {
     q_proj_weight_ = store.add(prefix + "q_proj_weight", {E, E});
-    k_proj_weight_ = store.add(prefix + "k_proj_weight", {E, cfg_.key_dim()});
-    v_proj_weight_ = store.add(prefix + "v_proj_weight", {E, cfg_.value_dim()});
+    k_proj_weight_ = store.add(prefix + "k_proj_weight", {KE, cfg_.key_dim()});
+    v_proj_weight_ = store.add(prefix + "v_proj_weight", {KE, cfg_.value_dim()});
   }
-  if (cfg_.bias) in_proj_bias_ = store.add(prefix + "in_proj_bias", {3 * E});
+  if (cfg_.bias) in_proj_bias_ = store.add(prefix + "in_proj_bias", {E + 2 * KE});
   out_proj_weight_ = store.add(prefix + "out_proj.weight", {E, E});
   if (cfg_.bias) out_proj_bias_ = store.add(prefix + "out_proj.bias", {E});
   if (cfg_.add_bias_kv) {
-    bias_k_ = store.add(prefix + "bias_k", {1, 1, E});
-    bias_v_ = store.add(prefix + "bias_v", {1, 1, E});
+    bias_k_ = store.add(prefix + "bias_k", {1, 1, KE});
+    bias_v_ = store.add(prefix + "bias_v", {1, 1, KE});
   }
   if (cfg_.positions == AttentionPositions::kRelative) {
     const std::int64_t nb = 2 * cfg_.relative_clip + 1;
@@ -54,14 +84,14 @@ MultiheadAttention::MultiheadAttention(ParamStore& store, const std::string& pre
 }
 
 void MultiheadAttention::init(Rng& rng) {
-  const std::int64_t E = cfg_.embed_dim;
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim();
   if (cfg_.packed_in_proj()) {
     // PyTorch initialises the (3E, E) matrix as one: fan_in E, fan_out 3E.
-    xavier_uniform(store_->data_span(in_proj_weight_), E, 3 * E, rng);
+    xavier_uniform(store_->data_span(in_proj_weight_), E, E + 2 * KE, rng);
   } else {
     xavier_uniform(store_->data_span(q_proj_weight_), E, E, rng);
-    xavier_uniform(store_->data_span(k_proj_weight_), cfg_.key_dim(), E, rng);
-    xavier_uniform(store_->data_span(v_proj_weight_), cfg_.value_dim(), E, rng);
+    xavier_uniform(store_->data_span(k_proj_weight_), cfg_.key_dim(), KE, rng);
+    xavier_uniform(store_->data_span(v_proj_weight_), cfg_.value_dim(), KE, rng);
   }
   linear_default_uniform(store_->data_span(out_proj_weight_), E, rng);
   if (cfg_.bias) {
@@ -70,8 +100,8 @@ void MultiheadAttention::init(Rng& rng) {
   }
   if (cfg_.add_bias_kv) {
     // A (1, 1, E) tensor has fan_in = fan_out = E for torch.nn.init.
-    xavier_normal(store_->data_span(bias_k_), E, E, rng);
-    xavier_normal(store_->data_span(bias_v_), E, E, rng);
+    xavier_normal(store_->data_span(bias_k_), KE, KE, rng);
+    xavier_normal(store_->data_span(bias_v_), KE, KE, rng);
   }
   if (relative_key_ != kNone) {
     const std::int64_t nb = 2 * cfg_.relative_clip + 1, D = cfg_.head_dim();
@@ -83,7 +113,19 @@ void MultiheadAttention::init(Rng& rng) {
 void MultiheadAttention::rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const {
   const auto& d = cache_.dims;
   rope_rotate(q, d.B, d.L, d.H, d.D, cache_.query_offset, cfg_.rope_theta, inverse);
-  rope_rotate(k, d.B, S, d.H, d.D, 0, cfg_.rope_theta, inverse);
+  rope_rotate(k, d.B, S, cfg_.kv_heads(), d.D, 0, cfg_.rope_theta, inverse);
+}
+
+void MultiheadAttention::add_pattern(AttentionMasks<float>& m) const {
+  if (cfg_.variant == AttentionVariant::kSlidingWindow) {
+    m.window_left = cfg_.window_left;
+    m.window_right = cfg_.window_right;
+  }
+  if (cfg_.variant == AttentionVariant::kBlockSparse) {
+    m.sparse_block = cfg_.sparse_block;
+    m.sparse_neighbours = cfg_.sparse_neighbours;
+    m.global_tokens = cfg_.global_tokens;
+  }
 }
 
 void MultiheadAttention::clear_cache() { cache_ = Cache{}; }
@@ -111,33 +153,34 @@ void append_position(float* dst, const float* src, std::int64_t ld_src, const fl
 
 }  // namespace
 
+// Self-attention keeps q, k, v side by side in one (B, L, E + 2 KE) buffer.
 HeadsView<const float> MultiheadAttention::q_view() const {
   const auto& d = cache_.dims;
-  const std::int64_t E = cfg_.embed_dim;
-  if (cache_.self) return {cache_.qkv.f32(), d.L * 3 * E, 3 * E, d.D};
+  const std::int64_t E = cfg_.embed_dim, PW = E + 2 * cfg_.kv_dim();
+  if (cache_.self) return {cache_.qkv.f32(), d.L * PW, PW, d.D};
   return {cache_.q.f32(), d.L * E, E, d.D};
 }
 
 HeadsView<const float> MultiheadAttention::k_view() const {
   const auto& d = cache_.dims;
-  const std::int64_t E = cfg_.embed_dim;
-  if (cache_.k_ext.defined()) return {cache_.k_ext.f32(), d.S * E, E, d.D};
-  if (cache_.self) return {cache_.qkv.f32() + E, d.L * 3 * E, 3 * E, d.D};
-  return {cache_.k.f32(), d.S * E, E, d.D};
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, g = cfg_.group();
+  if (cache_.k_ext.defined()) return {cache_.k_ext.f32(), d.S * KE, KE, d.D, g};
+  if (cache_.self) return {cache_.qkv.f32() + E, d.L * PW, PW, d.D, g};
+  return {cache_.k.f32(), d.S * KE, KE, d.D, g};
 }
 
 HeadsView<const float> MultiheadAttention::v_view() const {
   const auto& d = cache_.dims;
-  const std::int64_t E = cfg_.embed_dim;
-  if (cache_.v_ext.defined()) return {cache_.v_ext.f32(), d.S * E, E, d.Dv};
-  if (cache_.self) return {cache_.qkv.f32() + 2 * E, d.L * 3 * E, 3 * E, d.Dv};
-  return {cache_.v.f32(), d.S * E, E, d.Dv};
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, g = cfg_.group();
+  if (cache_.v_ext.defined()) return {cache_.v_ext.f32(), d.S * KE, KE, d.Dv, g};
+  if (cache_.self) return {cache_.qkv.f32() + E + KE, d.L * PW, PW, d.Dv, g};
+  return {cache_.v.f32(), d.S * KE, KE, d.Dv, g};
 }
 
 MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                                      const Tensor* key_padding_mask, const Tensor* attn_mask,
                                                      const MultiheadAttentionCall& call) {
-  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads;
+  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, KE = cfg_.kv_dim(), PW = E + 2 * KE;
   check<ShapeError>(query.ndim() == 3 && query.dim(2) == E, "query has shape {}, expected (B, L, {})",
                     shape_str(query.shape()), E);
   const std::int64_t B = query.dim(0), L = query.dim(1);
@@ -178,23 +221,26 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   if (call.training && cfg_.dropout > 0.0)
     c.dropout = AttentionDropout{static_cast<float>(cfg_.dropout), call.dropout_seed, call.dropout_stream};
 
-  // In-projections. Self-attention: one (B*L, E) x (E, 3E) GEMM into the
-  // packed (B, L, 3E) buffer; the heads are read from it in place.
+  // In-projections. Self-attention: one (B*L, E) x (E, E + 2 KE) GEMM into
+  // the packed (B, L, E + 2 KE) buffer; the heads are read from it in place.
   const float* b_in = cfg_.bias ? store_->data(in_proj_bias_) : nullptr;
-  auto bias_part = [&](int i) { return b_in ? b_in + i * E : nullptr; };
+  // Rows of q, k, v in the packed weight and bias: 0, E and E + KE.
+  const std::int64_t row0[3] = {0, E, E + KE};
+  auto bias_part = [&](int i) { return b_in ? b_in + row0[i] : nullptr; };
   if (c.self) {
-    c.qkv = Tensor::empty({B, L, 3 * E});
-    linear_forward(c.qkv.f32(), 3 * E, query.f32(), E, store_->data(in_proj_weight_), b_in, B * L, E, 3 * E);
+    c.qkv = Tensor::empty({B, L, PW});
+    linear_forward(c.qkv.f32(), PW, query.f32(), E, store_->data(in_proj_weight_), b_in, B * L, E, PW);
   } else {
     const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
     const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
-    const float* wv = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + 2 * E * E : store_->data(v_proj_weight_);
+    const float* wv =
+        cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_);
     c.q = Tensor::empty({B, L, E});
-    c.k = Tensor::empty({B, S, E});
-    c.v = Tensor::empty({B, S, E});
+    c.k = Tensor::empty({B, S, KE});
+    c.v = Tensor::empty({B, S, KE});
     linear_forward(c.q.f32(), E, query.f32(), E, wq, bias_part(0), B * L, E, E);
-    linear_forward(c.k.f32(), E, key.f32(), cfg_.key_dim(), wk, bias_part(1), B * S, cfg_.key_dim(), E);
-    linear_forward(c.v.f32(), E, value.f32(), cfg_.value_dim(), wv, bias_part(2), B * S, cfg_.value_dim(), E);
+    linear_forward(c.k.f32(), KE, key.f32(), cfg_.key_dim(), wk, bias_part(1), B * S, cfg_.key_dim(), KE);
+    linear_forward(c.v.f32(), KE, value.f32(), cfg_.value_dim(), wv, bias_part(2), B * S, cfg_.value_dim(), KE);
   }
 
   // Rotary positions turn the projected queries and keys in place, before
@@ -203,8 +249,8 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   if (cfg_.positions == AttentionPositions::kRope) {
     float* qp = c.self ? c.qkv.f32() : c.q.f32();
     float* kp = c.self ? c.qkv.f32() + E : c.k.f32();
-    const std::int64_t ld = c.self ? 3 * E : E;
-    rotate({qp, L * ld, ld, c.dims.D}, {kp, S * ld, ld, c.dims.D}, S, false);
+    const std::int64_t ldq = c.self ? PW : E, ldk = c.self ? PW : KE;
+    rotate({qp, L * ldq, ldq, c.dims.D}, {kp, S * ldk, ldk, c.dims.D}, S, false);
   }
   masks.query_offset = call.query_offset;
   if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
@@ -218,24 +264,26 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     masks.relative.clip = cfg_.relative_clip;
   }
 
+  add_pattern(masks);
+
   // Extra key/value positions, in PyTorch's order: bias_k/bias_v, then zeros.
   if (extra > 0) {
     const float* k_src = c.self ? c.qkv.f32() + E : c.k.f32();
-    const float* v_src = c.self ? c.qkv.f32() + 2 * E : c.v.f32();
-    std::int64_t ld = c.self ? 3 * E : E;
+    const float* v_src = c.self ? c.qkv.f32() + E + KE : c.v.f32();
+    std::int64_t ld = c.self ? PW : KE;
     std::int64_t s_cur = S;
     if (cfg_.add_bias_kv) {
-      Tensor k1 = Tensor::empty({B, s_cur + 1, E}), v1 = Tensor::empty({B, s_cur + 1, E});
-      append_position(k1.f32(), k_src, ld, store_->data(bias_k_), B, s_cur, E);
-      append_position(v1.f32(), v_src, ld, store_->data(bias_v_), B, s_cur, E);
+      Tensor k1 = Tensor::empty({B, s_cur + 1, KE}), v1 = Tensor::empty({B, s_cur + 1, KE});
+      append_position(k1.f32(), k_src, ld, store_->data(bias_k_), B, s_cur, KE);
+      append_position(v1.f32(), v_src, ld, store_->data(bias_v_), B, s_cur, KE);
       c.k_ext = std::move(k1);
       c.v_ext = std::move(v1);
-      k_src = c.k_ext.f32(), v_src = c.v_ext.f32(), ld = E, ++s_cur;
+      k_src = c.k_ext.f32(), v_src = c.v_ext.f32(), ld = KE, ++s_cur;
     }
     if (cfg_.add_zero_attn) {
-      Tensor k1 = Tensor::empty({B, s_cur + 1, E}), v1 = Tensor::empty({B, s_cur + 1, E});
-      append_position(k1.f32(), k_src, ld, nullptr, B, s_cur, E);
-      append_position(v1.f32(), v_src, ld, nullptr, B, s_cur, E);
+      Tensor k1 = Tensor::empty({B, s_cur + 1, KE}), v1 = Tensor::empty({B, s_cur + 1, KE});
+      append_position(k1.f32(), k_src, ld, nullptr, B, s_cur, KE);
+      append_position(v1.f32(), v_src, ld, nullptr, B, s_cur, KE);
       c.k_ext = std::move(k1);
       c.v_ext = std::move(v1);
     }
@@ -245,10 +293,25 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   c.masks = masks;
   c.impl = call.impl;
   c.tiles = call.tiles;
+  // Block-sparse tiles on the block grid: every tile is then wholly inside
+  // or wholly outside the pattern, and no score needs masking one by one.
+  if (cfg_.variant == AttentionVariant::kBlockSparse && c.tiles.q_block == AttentionTiles{}.q_block &&
+      c.tiles.k_block == AttentionTiles{}.k_block && S == L)
+    c.tiles.q_block = c.tiles.k_block = cfg_.sparse_block;
   c.attn = Tensor::empty({B, L, E});
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const HeadsView<float> attn_view{c.attn.f32(), L * E, E, d.Dv};
-  if (c.impl == AttentionImpl::kFused) {
+  if (cfg_.variant == AttentionVariant::kLinear) {
+    check<ConfigError>(!call.need_weights, "linear attention has no attention weights; call with need_weights off");
+    check<ConfigError>(!masks.attn_bool && !masks.attn_add && !masks.key_padding_add && extra == 0,
+                       "linear attention takes a bool key_padding_mask and the causal flag only");
+    LinearAttentionArgs<float> la;
+    la.key_padding = masks.key_padding_bool;
+    la.causal = masks.causal != CausalAlign::kNone;
+    check<ConfigError>(masks.causal != CausalAlign::kTopLeft || L == S,
+                       "linear attention aligns causal masks bottom-right; top-left needs L == S");
+    linear_attention_forward<float>(attn_view, q_view(), k_view(), v_view(), d, la);
+  } else if (c.impl == AttentionImpl::kFused) {
     c.lse = Tensor::empty({B, H, L});
     attention_fused_forward(attn_view, c.lse.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout,
                             c.tiles);
@@ -274,60 +337,100 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
 }
 
 Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity) {
-  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim();
+  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
+  const std::int64_t PW = E + 2 * KE, KH = cfg_.kv_heads(), group = cfg_.group();
   check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
   check<ConfigError>(cfg_.packed_in_proj() && !cfg_.add_bias_kv && !cfg_.add_zero_attn,
                      "cached decoding supports plain self-attention only");
   const std::int64_t B = x.dim(0), T = x.dim(1), past = cache.length;
-  if (!cache.k.defined()) {
-    cache.k = Tensor::empty({B, capacity, E});
-    cache.v = Tensor::empty({B, capacity, E});
-  }
-  const std::int64_t cap = cache.k.dim(1);
-  check<ShapeError>(cache.k.dim(0) == B, "cache holds batch {}, input has batch {}", cache.k.dim(0), B);
-  check<ShapeError>(past + T <= cap, "cache of {} positions cannot take {} more after {}", cap, T, past);
 
-  Tensor qkv = Tensor::empty({B, T, 3 * E});
-  linear_forward(qkv.f32(), 3 * E, x.f32(), E, store_->data(in_proj_weight_),
-                 cfg_.bias ? store_->data(in_proj_bias_) : nullptr, B * T, E, 3 * E);
+  Tensor qkv = Tensor::empty({B, T, PW});
+  linear_forward(qkv.f32(), PW, x.f32(), E, store_->data(in_proj_weight_),
+                 cfg_.bias ? store_->data(in_proj_bias_) : nullptr, B * T, E, PW);
   if (cfg_.positions == AttentionPositions::kRope) {
-    rope_rotate(HeadsView<float>{qkv.f32(), T * 3 * E, 3 * E, D}, B, T, H, D, past, cfg_.rope_theta, false);
-    rope_rotate(HeadsView<float>{qkv.f32() + E, T * 3 * E, 3 * E, D}, B, T, H, D, past, cfg_.rope_theta, false);
+    rope_rotate(HeadsView<float>{qkv.f32(), T * PW, PW, D}, B, T, H, D, past, cfg_.rope_theta, false);
+    rope_rotate(HeadsView<float>{qkv.f32() + E, T * PW, PW, D}, B, T, KH, D, past, cfg_.rope_theta, false);
   }
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t t = 0; t < T; ++t) {
-      const float* row = qkv.f32() + (b * T + t) * 3 * E;
-      std::memcpy(cache.k.f32() + (b * cap + past + t) * E, row + E, sizeof(float) * E);
-      std::memcpy(cache.v.f32() + (b * cap + past + t) * E, row + 2 * E, sizeof(float) * E);
+  Tensor attn = Tensor::empty({B, T, E});
+  if (cfg_.variant == AttentionVariant::kLinear) {
+    // The recurrent form: a (D, D) state per (batch, head) instead of keys and values.
+    if (cache.linear.empty()) cache.linear.resize(static_cast<std::size_t>(B * H));
+    check<ShapeError>(static_cast<std::int64_t>(cache.linear.size()) == B * H, "cache holds another batch size");
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t h = 0; h < H; ++h) {
+          const float* row = qkv.f32() + (b * T + t) * PW;
+          linear_attention_step<float>(cache.linear[static_cast<std::size_t>(b * H + h)],
+                                       attn.f32() + (b * T + t) * E + h * D, row + h * D, row + E + (h / group) * D,
+                                       row + E + KE + (h / group) * D, D, D, 1e-6f);
+        }
+    cache.length = past + T;
+  } else {
+    if (!cache.k.defined()) {
+      cache.k = Tensor::empty({B, capacity, KE});
+      cache.v = Tensor::empty({B, capacity, KE});
     }
-  cache.length = past + T;
-
-  // New query t sits at position past + t: bottom-right causal alignment.
-  const AttentionDims d{B, H, T, cache.length, D, D};
-  AttentionMasks<float> masks;
-  masks.causal = CausalAlign::kBottomRight;
-  masks.query_offset = past;
-  if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
-  if (cfg_.positions == AttentionPositions::kRelative) {
-    masks.relative.rel_k = store_->data(relative_key_);
-    masks.relative.rel_v = relative_value_ != kNone ? store_->data(relative_value_) : nullptr;
-    masks.relative.clip = cfg_.relative_clip;
+    const std::int64_t cap = cache.k.dim(1);
+    check<ShapeError>(cache.k.dim(0) == B, "cache holds batch {}, input has batch {}", cache.k.dim(0), B);
+    check<ShapeError>(past + T <= cap, "cache of {} positions cannot take {} more after {}", cap, T, past);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* row = qkv.f32() + (b * T + t) * PW;
+        std::memcpy(cache.k.f32() + (b * cap + past + t) * KE, row + E, sizeof(float) * KE);
+        std::memcpy(cache.v.f32() + (b * cap + past + t) * KE, row + E + KE, sizeof(float) * KE);
+      }
+    cache.length = past + T;
+    // New query t sits at position past + t: bottom-right causal alignment.
+    const AttentionDims d{B, H, T, cache.length, D, D};
+    AttentionMasks<float> masks;
+    masks.causal = CausalAlign::kBottomRight;
+    masks.query_offset = past;
+    add_pattern(masks);
+    if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
+    if (cfg_.positions == AttentionPositions::kRelative) {
+      masks.relative.rel_k = store_->data(relative_key_);
+      masks.relative.rel_v = relative_value_ != kNone ? store_->data(relative_value_) : nullptr;
+      masks.relative.clip = cfg_.relative_clip;
+    }
+    Tensor lse = Tensor::empty({B, H, T});
+    attention_fused_forward({attn.f32(), T * E, E, D}, lse.f32(), {qkv.f32(), T * PW, PW, D},
+                            {cache.k.f32(), cap * KE, KE, D, group}, {cache.v.f32(), cap * KE, KE, D, group}, masks, d,
+                            1.0f / std::sqrt(static_cast<float>(D)), {});
   }
-  Tensor attn = Tensor::empty({B, T, E}), lse = Tensor::empty({B, H, T});
-  attention_fused_forward({attn.f32(), T * E, E, D}, lse.f32(), {qkv.f32(), T * 3 * E, 3 * E, D},
-                          {cache.k.f32(), cap * E, E, D}, {cache.v.f32(), cap * E, E, D}, masks, d,
-                          1.0f / std::sqrt(static_cast<float>(D)), {});
   Tensor out = Tensor::empty({B, T, E});
   linear_forward(out.f32(), E, attn.f32(), E, store_->data(out_proj_weight_),
                  cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * T, E, E);
   return out;
 }
 
+namespace {
+
+// Gradients of grouped key/value heads: the kernels write one gradient per
+// query head into full (B, S, H*D); each stored head gets its group's sum.
+void sum_groups(HeadsView<float> dst, const Tensor& full, std::int64_t B, std::int64_t S, std::int64_t kv_heads,
+                std::int64_t group, std::int64_t D) {
+  const std::int64_t E = kv_heads * group * D;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t s = 0; s < S; ++s) {
+      const float* src = full.f32() + (b * S + s) * E;
+      float* out = dst.ptr + b * dst.batch_stride + s * dst.row_stride;
+      for (std::int64_t kh = 0; kh < kv_heads; ++kh)
+        for (std::int64_t e = 0; e < D; ++e) {
+          float acc = 0.0f;
+          for (std::int64_t g = 0; g < group; ++g) acc += src[(kh * group + g) * D + e];
+          out[kh * D + e] = acc;
+        }
+    }
+}
+
+}  // namespace
+
 MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
   Cache& c = cache_;
   check(c.valid, "MultiheadAttention::backward called without a preceding forward");
   const AttentionDims& d = c.dims;
-  const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in;
+  const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in, KE = cfg_.kv_dim(), PW = E + 2 * KE;
+  const std::int64_t group = cfg_.group();
   expect_shape(grad_output, {B, L, E}, "grad_output");
 
   // Through out_proj: d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
@@ -336,62 +439,79 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
                   cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E, c.attn.f32(), E,
                   store_->data(out_proj_weight_), B * L, E, E);
 
-  // Gradients of the projected q, k, v: packed (B, L, 3E) for self-attention.
+  // Gradients of the projected q, k, v: packed (B, L, E + 2 KE) for self-attention.
   const bool extended = c.k_ext.defined();
-  Tensor dqkv, dq, dk, dv, dk_ext, dv_ext;
+  Tensor dqkv, dq, dk, dv, dk_ext, dv_ext, dk_full, dv_full;
   HeadsView<float> dq_view, dk_view, dv_view;
   if (c.self) {
-    dqkv = Tensor::empty({B, L, 3 * E});
-    dq_view = {dqkv.f32(), L * 3 * E, 3 * E, d.D};
-    dk_view = {dqkv.f32() + E, L * 3 * E, 3 * E, d.D};
-    dv_view = {dqkv.f32() + 2 * E, L * 3 * E, 3 * E, d.Dv};
+    dqkv = Tensor::empty({B, L, PW});
+    dq_view = {dqkv.f32(), L * PW, PW, d.D};
+    dk_view = {dqkv.f32() + E, L * PW, PW, d.D};
+    dv_view = {dqkv.f32() + E + KE, L * PW, PW, d.Dv};
   } else {
     dq = Tensor::empty({B, L, E});
-    dk = Tensor::empty({B, S, E});
-    dv = Tensor::empty({B, S, E});
+    dk = Tensor::empty({B, S, KE});
+    dv = Tensor::empty({B, S, KE});
     dq_view = {dq.f32(), L * E, E, d.D};
-    dk_view = {dk.f32(), S * E, E, d.D};
-    dv_view = {dv.f32(), S * E, E, d.Dv};
+    dk_view = {dk.f32(), S * KE, KE, d.D};
+    dv_view = {dv.f32(), S * KE, KE, d.Dv};
   }
   HeadsView<float> dk_target = dk_view, dv_target = dv_view;
   if (extended) {
-    dk_ext = Tensor::empty({B, d.S, E});
-    dv_ext = Tensor::empty({B, d.S, E});
-    dk_view = {dk_ext.f32(), d.S * E, E, d.D};
-    dv_view = {dv_ext.f32(), d.S * E, E, d.Dv};
+    dk_ext = Tensor::empty({B, d.S, KE});
+    dv_ext = Tensor::empty({B, d.S, KE});
+    dk_view = {dk_ext.f32(), d.S * KE, KE, d.D};
+    dv_view = {dv_ext.f32(), d.S * KE, KE, d.Dv};
+  }
+  // Grouped heads: per-query-head gradients first, summed afterwards.
+  HeadsView<float> dk_kernel = dk_view, dv_kernel = dv_view;
+  if (group > 1) {
+    dk_full = Tensor::empty({B, d.S, E});
+    dv_full = Tensor::empty({B, d.S, E});
+    dk_kernel = {dk_full.f32(), d.S * E, E, d.D};
+    dv_kernel = {dv_full.f32(), d.S * E, E, d.Dv};
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   const HeadsView<const float> dout_view{d_attn.f32(), L * E, E, d.Dv};
-  if (c.impl == AttentionImpl::kFused)
-    attention_fused_backward(dq_view, dk_view, dv_view, c.lse.f32(), {c.attn.f32(), L * E, E, d.Dv}, dout_view,
+  if (cfg_.variant == AttentionVariant::kLinear) {
+    LinearAttentionArgs<float> la;
+    la.key_padding = c.masks.key_padding_bool;
+    la.causal = c.masks.causal != CausalAlign::kNone;
+    linear_attention_backward<float>(dq_view, dk_kernel, dv_kernel, dout_view, q_view(), k_view(), v_view(), d, la);
+  } else if (c.impl == AttentionImpl::kFused) {
+    attention_fused_backward(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.f32(), L * E, E, d.Dv}, dout_view,
                              q_view(), k_view(), v_view(), c.masks, d, scale, c.dropout, c.tiles);
-  else
-    attention_ref_backward<float>(dq_view, dk_view, dv_view, c.probs.f32(), dout_view, q_view(), k_view(), v_view(),
-                                  c.masks, d,
-                                  scale, c.dropout);
+  } else {
+    attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view(), k_view(),
+                                  v_view(), c.masks, d, scale, c.dropout);
+  }
+  if (group > 1) {
+    sum_groups(dk_view, dk_full, B, d.S, cfg_.kv_heads(), group, d.D);
+    sum_groups(dv_view, dv_full, B, d.S, cfg_.kv_heads(), group, d.Dv);
+  }
   if (extended) {
     // The first S positions belong to the projected key/value; position S is
     // bias_k/bias_v when add_bias_kv; the zero position has no parameter.
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t s = 0; s < S; ++s) {
         std::memcpy(dk_target.ptr + b * dk_target.batch_stride + s * dk_target.row_stride,
-                    dk_ext.f32() + (b * d.S + s) * E, sizeof(float) * E);
+                    dk_ext.f32() + (b * d.S + s) * KE, sizeof(float) * KE);
         std::memcpy(dv_target.ptr + b * dv_target.batch_stride + s * dv_target.row_stride,
-                    dv_ext.f32() + (b * d.S + s) * E, sizeof(float) * E);
+                    dv_ext.f32() + (b * d.S + s) * KE, sizeof(float) * KE);
       }
       if (cfg_.add_bias_kv) {
         float* gk = store_->grad(bias_k_);
         float* gv = store_->grad(bias_v_);
-        const float* sk = dk_ext.f32() + (b * d.S + S) * E;
-        const float* sv = dv_ext.f32() + (b * d.S + S) * E;
-        for (std::int64_t e = 0; e < E; ++e) gk[e] += sk[e], gv[e] += sv[e];
+        const float* sk = dk_ext.f32() + (b * d.S + S) * KE;
+        const float* sv = dv_ext.f32() + (b * d.S + S) * KE;
+        for (std::int64_t e = 0; e < KE; ++e) gk[e] += sk[e], gv[e] += sv[e];
       }
     }
   }
 
   // Through the rotation: its gradient is the inverse rotation.
   if (cfg_.positions == AttentionPositions::kRope) {
-    HeadsView<float> dq_h = c.self ? HeadsView<float>{dqkv.f32(), L * 3 * E, 3 * E, d.D}
+    HeadsView<float> dq_h = c.self ? HeadsView<float>{dqkv.f32(), L * PW, PW, d.D}
                                    : HeadsView<float>{dq.f32(), L * E, E, d.D};
     rotate(dq_h, dk_target, S, true);
   }
@@ -399,27 +519,29 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   // Through the in-projections.
   MultiheadAttentionGrads g;
   float* gb_in = cfg_.bias ? store_->grad(in_proj_bias_) : nullptr;
-  auto gbias_part = [&](int i) { return gb_in ? gb_in + i * E : nullptr; };
+  const std::int64_t row0[3] = {0, E, E + KE};
+  auto gbias_part = [&](int i) { return gb_in ? gb_in + row0[i] : nullptr; };
   if (c.self) {
     g.query = Tensor::empty({B, L, E});
-    linear_backward(g.query.f32(), E, false, store_->grad(in_proj_weight_), gb_in, dqkv.f32(), 3 * E,
-                    c.query->f32(), E, store_->data(in_proj_weight_), B * L, E, 3 * E);
+    linear_backward(g.query.f32(), E, false, store_->grad(in_proj_weight_), gb_in, dqkv.f32(), PW, c.query->f32(), E,
+                    store_->data(in_proj_weight_), B * L, E, PW);
     return g;
   }
   const bool packed = cfg_.packed_in_proj();
   const std::int64_t kd = cfg_.key_dim(), vd = cfg_.value_dim();
   float* w[3] = {packed ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_),
                  packed ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_),
-                 packed ? store_->data(in_proj_weight_) + 2 * E * E : store_->data(v_proj_weight_)};
+                 packed ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_)};
   float* gw[3] = {packed ? store_->grad(in_proj_weight_) : store_->grad(q_proj_weight_),
                   packed ? store_->grad(in_proj_weight_) + E * E : store_->grad(k_proj_weight_),
-                  packed ? store_->grad(in_proj_weight_) + 2 * E * E : store_->grad(v_proj_weight_)};
+                  packed ? store_->grad(in_proj_weight_) + (E + KE) * E : store_->grad(v_proj_weight_)};
   g.query = Tensor::empty({B, L, E});
   g.key = Tensor::empty({B, S, kd});
   g.value = Tensor::empty({B, S, vd});
   linear_backward(g.query.f32(), E, false, gw[0], gbias_part(0), dq.f32(), E, c.query->f32(), E, w[0], B * L, E, E);
-  linear_backward(g.key.f32(), kd, false, gw[1], gbias_part(1), dk.f32(), E, c.key->f32(), kd, w[1], B * S, kd, E);
-  linear_backward(g.value.f32(), vd, false, gw[2], gbias_part(2), dv.f32(), E, c.value->f32(), vd, w[2], B * S, vd, E);
+  linear_backward(g.key.f32(), kd, false, gw[1], gbias_part(1), dk.f32(), KE, c.key->f32(), kd, w[1], B * S, kd, KE);
+  linear_backward(g.value.f32(), vd, false, gw[2], gbias_part(2), dv.f32(), KE, c.value->f32(), vd, w[2], B * S, vd,
+                  KE);
   return g;
 }
 

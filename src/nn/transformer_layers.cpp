@@ -11,6 +11,13 @@ MultiheadAttentionConfig TransformerLayerConfig::attention() const {
   c.rope_theta = rope_theta;
   c.relative_clip = relative_clip;
   c.relative_values = relative_values;
+  c.variant = variant;
+  c.window_left = window_left;
+  c.window_right = window_right;
+  c.sparse_block = sparse_block;
+  c.sparse_neighbours = sparse_neighbours;
+  c.global_tokens = global_tokens;
+  c.num_kv_heads = num_kv_heads;
   return c;
 }
 
@@ -183,6 +190,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(ParamStore& store, const std::s
       multihead_attn_(store, prefix + "multihead_attn.", [&] {
         MultiheadAttentionConfig c = cfg.attention();
         c.positions = AttentionPositions::kNone;  // positions order self-attention, not the memory
+        c.variant = AttentionVariant::kFull;      // and so do the sparse patterns
         return c;
       }()),
       ff_(store, prefix, cfg),

@@ -23,6 +23,13 @@ ModelConfig read_model_config(ConfigReader& r) {
   m.pooling = parse_pooling(r.get_string("pooling", std::string("mean")));
   m.tie_embeddings = r.get_bool("tie_embeddings", false);
   m.init = r.get_string("init", std::string("pytorch"));
+  m.layer.variant = parse_attention_variant(r.get_string("attention", std::string("full")));
+  m.layer.window_left = r.get_int("window_left", m.layer.window_left);
+  m.layer.window_right = r.get_int("window_right", m.layer.window_right);
+  m.layer.sparse_block = r.get_int("sparse_block", m.layer.sparse_block);
+  m.layer.sparse_neighbours = r.get_int("sparse_neighbours", m.layer.sparse_neighbours);
+  m.layer.global_tokens = r.get_int("global_tokens", m.layer.global_tokens);
+  m.layer.num_kv_heads = r.get_int("num_kv_heads", 0);
   m.validate();
   return m;
 }
@@ -102,7 +109,14 @@ nlohmann::json model_config_json(const ModelConfig& m) {
           {"rope_theta", m.rope_theta},
           {"pooling", m.pooling == Pooling::kCls ? "cls" : "mean"},
           {"tie_embeddings", m.tie_embeddings},
-          {"init", m.init}};
+          {"init", m.init},
+          {"attention", std::string(attention_variant_name(m.layer.variant))},
+          {"window_left", m.layer.window_left},
+          {"window_right", m.layer.window_right},
+          {"sparse_block", m.layer.sparse_block},
+          {"sparse_neighbours", m.layer.sparse_neighbours},
+          {"global_tokens", m.layer.global_tokens},
+          {"num_kv_heads", m.layer.num_kv_heads}};
 }
 
 nlohmann::json train_config_json(const TrainConfig& t) {

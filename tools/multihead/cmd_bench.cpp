@@ -15,6 +15,7 @@ struct BenchOpts {
   AttentionBenchConfig attn;
   std::string impl = "fused";
   std::string tile_gemm = "micro";
+  std::string attention = "full";
   bool json = false;
   std::int64_t m = 4096, n = 1536, k = 512;
   TrainBenchConfig train;
@@ -27,11 +28,12 @@ void run_attention(BenchOpts& o) {
   check<ConfigError>(o.tile_gemm == "micro" || o.tile_gemm == "blas", "--tile-gemm must be micro or blas, got '{}'",
                      o.tile_gemm);
   o.attn.tiles.gemm = o.tile_gemm == "micro" ? TileGemm::kMicroKernel : TileGemm::kBlas;
+  o.attn.variant = parse_attention_variant(o.attention);
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
-  fmt::print("MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} kernel{}, {} threads\n", c.batch,
-             c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
-             c.causal ? " causal" : "", o.impl,
+  fmt::print("MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} attention, {} kernel{}, {} threads\n",
+             c.batch, c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
+             c.causal ? " causal" : "", o.attention, o.impl,
              c.impl == AttentionImpl::kFused
                  ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
                  : "",
@@ -107,6 +109,11 @@ Command add_bench(CLI::App& app) {
   attn->add_option("--k-block", c.tiles.k_block, "Fused kernel: key rows per tile")->capture_default_str();
   attn->add_option("--tile-gemm", o->tile_gemm, "Fused kernel: tile products by micro-kernel or blas")
       ->capture_default_str();
+  attn->add_option("--attention", o->attention, "full, sliding_window, block_sparse or linear")->capture_default_str();
+  attn->add_option("--window", c.window, "Sliding window: keys on each side")->capture_default_str();
+  attn->add_option("--block-size", c.block_size, "Block-sparse: block size (one neighbour each side)")
+      ->capture_default_str();
+  attn->add_option("--num-kv-heads", c.num_kv_heads, "Grouped-query attention: key/value heads (0: all)");
   CLI::App* gemm = sub->add_subcommand("gemm", "OpenBLAS sgemm through the library's wrapper (the roofline)");
   gemm->add_option("--m", o->m, "Rows of A and C")->capture_default_str();
   gemm->add_option("--n", o->n, "Columns of B and C")->capture_default_str();

@@ -93,7 +93,8 @@ struct TrainOpts {
                vocab_size = 0;
   double lr = 0, clip = -1, weight_decay = -1, dropout = -1;
   std::int64_t warmup = -1, grad_accumulation = 0;
-  std::string positions, tokenizer, source, optimizer, schedule;
+  std::string positions, tokenizer, source, optimizer, schedule, attention;
+  std::int64_t num_kv_heads = 0, window = -2, block_size = 0;
   std::int64_t seed = -1;
   int threads = 0;
   bool quiet = false, checkpoint_layers = false;
@@ -126,6 +127,10 @@ void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerC
   if (o.vocab_size) tok.vocab_size = o.vocab_size;
   if (o.lr > 0) t.schedule.base_lr = o.lr;
   if (!o.positions.empty()) m.positions = parse_position_kind(o.positions);
+  if (!o.attention.empty()) m.layer.variant = parse_attention_variant(o.attention);
+  if (o.num_kv_heads) m.layer.num_kv_heads = o.num_kv_heads;
+  if (o.window >= -1) m.layer.window_left = m.layer.window_right = o.window;
+  if (o.block_size) m.layer.sparse_block = o.block_size;
   if (!o.tokenizer.empty()) tok.kind = o.tokenizer;
   if (o.seed >= 0) t.seed = static_cast<std::uint64_t>(o.seed);
   if (o.threads) threads = o.threads;
@@ -281,6 +286,10 @@ Command add_train(CLI::App& app) {
   sub->add_option("--dropout", o->dropout, "Dropout in every layer");
   sub->add_option("--grad-accumulation", o->grad_accumulation, "Micro-batches per step");
   sub->add_option("--positions", o->positions, "none, sinusoidal, learned, relative, rope or alibi");
+  sub->add_option("--attention", o->attention, "full, sliding_window, block_sparse or linear");
+  sub->add_option("--num-kv-heads", o->num_kv_heads, "Key/value heads (grouped-query attention; 1: multi-query)");
+  sub->add_option("--window", o->window, "Sliding window: keys on each side of a query (-1: unlimited)");
+  sub->add_option("--block-size", o->block_size, "Block-sparse: positions per block");
   sub->add_option("--seed", o->seed, "Seed of the splits, initialisation, shuffling and dropout");
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_flag("--checkpoint-layers", o->checkpoint_layers, "Gradient checkpointing per layer");

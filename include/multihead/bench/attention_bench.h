@@ -21,6 +21,10 @@ struct AttentionBenchConfig {
   int iters = 10;
   AttentionImpl impl = AttentionImpl::kFused;
   AttentionTiles tiles;
+  AttentionVariant variant = AttentionVariant::kFull;
+  std::int64_t window = 256;      // sliding window: keys on each side
+  std::int64_t block_size = 64;   // block-sparse: positions per block, one neighbour on each side
+  std::int64_t num_kv_heads = 0;  // 0: num_heads
 };
 
 struct AttentionBenchResult {

@@ -16,7 +16,7 @@ struct AttentionDims {
   std::int64_t Dv = 1;  // value head dim
 };
 
-// Element (b, pos, h, d) lives at ptr[b*batch_stride + pos*row_stride + h*head_stride + d].
+// Element (b, pos, h, d) lives at ptr[b*batch_stride + pos*row_stride + (h/group)*head_stride + d].
 // With (B, L, H*D) activations: row_stride = H*D (or 3E inside a packed QKV
 // buffer), head_stride = D. Heads are split and merged by these strides alone,
 // never by copies.
@@ -26,8 +26,11 @@ struct HeadsView {
   std::int64_t batch_stride = 0;
   std::int64_t row_stride = 0;
   std::int64_t head_stride = 0;
+  // Grouped-query attention: `group` query heads share one key/value head,
+  // so head h reads stored head h / group. 1 for plain multi-head attention.
+  std::int64_t group = 1;
 
-  T* at(std::int64_t b, std::int64_t h) const { return ptr + b * batch_stride + h * head_stride; }
+  T* at(std::int64_t b, std::int64_t h) const { return ptr + b * batch_stride + (h / group) * head_stride; }
 };
 
 // Which keys a causal query may see.

@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
+#include "multihead/kernels/linear_attention.h"
 #include "multihead/nn/module.h"
 
 namespace multihead {
@@ -28,6 +30,20 @@ namespace multihead {
 //             optionally, values (Shaw et al. 2018), in parameters
 //             "relative_key" and "relative_value" of shape (2 * clip + 1, head_dim).
 enum class AttentionPositions : std::uint8_t { kNone, kRope, kAlibi, kRelative };
+
+// Which keys each query attends to, and how:
+//   full:           every key (as nn.MultiheadAttention);
+//   sliding_window: keys within window_left before and window_right after
+//                   the query's position (-1: unlimited), FlashAttention's
+//                   convention, bottom-right aligned when L != S;
+//   block_sparse:   the keys of its own block of sparse_block positions and
+//                   of sparse_neighbours blocks on each side, plus the first
+//                   global_tokens positions, which see and are seen by all;
+//   linear:         linear attention, phi(x) = elu(x) + 1 (no weights, no
+//                   attention dropout; key padding and causal masks only).
+enum class AttentionVariant : std::uint8_t { kFull, kSlidingWindow, kBlockSparse, kLinear };
+AttentionVariant parse_attention_variant(std::string_view name);
+std::string_view attention_variant_name(AttentionVariant v);
 
 // Constructor arguments, named as in PyTorch (positions are multihead's own).
 struct MultiheadAttentionConfig {
@@ -43,10 +59,19 @@ struct MultiheadAttentionConfig {
   double rope_theta = 10000.0;
   std::int64_t relative_clip = 16;
   bool relative_values = true;
+  AttentionVariant variant = AttentionVariant::kFull;
+  std::int64_t window_left = 64, window_right = 64;
+  std::int64_t sparse_block = 64, sparse_neighbours = 1, global_tokens = 0;
+  // Grouped-query attention: key/value heads, each shared by
+  // num_heads / num_kv_heads query heads (1: multi-query). 0: num_heads.
+  std::int64_t num_kv_heads = 0;
 
   std::int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
   std::int64_t value_dim() const { return vdim > 0 ? vdim : embed_dim; }
   std::int64_t head_dim() const { return embed_dim / num_heads; }
+  std::int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  std::int64_t kv_dim() const { return kv_heads() * head_dim(); }  // width of projected keys and values
+  std::int64_t group() const { return num_heads / kv_heads(); }
   // PyTorch's _qkv_same_embed_dim: one (3E, E) in_proj_weight instead of three.
   bool packed_in_proj() const { return key_dim() == embed_dim && value_dim() == embed_dim; }
   // Throws ConfigError naming the offending sizes.
@@ -84,8 +109,9 @@ struct MultiheadAttentionGrads {
 // Keys and values of the positions decoded so far, for incremental
 // self-attention (generation): each step projects only its new tokens.
 struct KvCache {
-  Tensor k, v;             // (B, capacity, E), projected (and, with RoPE, rotated)
+  Tensor k, v;             // (B, capacity, kv_dim): only the key/value heads
   std::int64_t length = 0;  // positions filled
+  std::vector<LinearAttentionState<float>> linear;  // linear attention: a constant-size state per (b, head)
 };
 
 class MultiheadAttention : public Module {
@@ -144,7 +170,9 @@ class MultiheadAttention : public Module {
   };
 
   // Rotates the projected queries and keys (RoPE), or their gradients back.
-  void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;
+  void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;  // k: kv heads
+  // Applies the variant's pattern to the masks.
+  void add_pattern(AttentionMasks<float>& masks) const;
   // Head views of the projected, possibly extended, q/k/v in the cache.
   HeadsView<const float> q_view() const;
   HeadsView<const float> k_view() const;
