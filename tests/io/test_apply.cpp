@@ -55,6 +55,24 @@ TEST_F(ApplyErrors, BadConfigs) {
             "batch_first must be true: multihead is batch-first (B, L, E)");
 }
 
+TEST_F(ApplyErrors, VariantsFromTheConfig) {
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"attention":"sparse"})", weights,
+                     inputs),
+            "attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"sparse\"");
+  // The same weights run under every variant that keeps their shapes.
+  for (const char* extra : {R"("attention":"sliding_window","window_left":1,"window_right":1)",
+                            R"("attention":"block_sparse","sparse_block":2,"global_tokens":1)",
+                            R"("attention":"linear","need_weights":false)"}) {
+    TensorMap out = apply_module(std::string(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,)") + extra + "}",
+                                 "m.json", weights, inputs);
+    EXPECT_EQ(out.at("output").shape(), (Shape{2, 5, 16})) << extra;
+    EXPECT_TRUE(out.count("grad.in_proj_weight")) << extra;
+  }
+  // Grouped-query weights have narrower key and value rows.
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"num_kv_heads":2})", weights, inputs),
+            "weights: 'in_proj_weight' has shape (48, 16), expected (32, 16)");
+}
+
 TEST_F(ApplyErrors, BadWeights) {
   TensorMap w = golden.weights();
   w.erase("in_proj_bias");
