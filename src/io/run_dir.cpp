@@ -19,8 +19,9 @@ RunDir::RunDir(std::string path) : path_(std::move(path)) {
   for (const char* sub : {"", "checkpoints", "tokenizer", "plots"})
     for (const auto& e : fs::directory_iterator(fs::path(path_) / sub))
       if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos) fs::remove(e.path(), ec);
-  metrics_ = std::fopen(file("metrics.jsonl").c_str(), "a");
-  check<IoError>(metrics_ != nullptr, "cannot open '{}' for appending", file("metrics.jsonl"));
+  // A new run starts a new log (a run directory reused by a later run is overwritten, not mixed).
+  metrics_ = std::fopen(file("metrics.jsonl").c_str(), "w");
+  check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));
 }
 
 RunDir::~RunDir() {

@@ -1,5 +1,5 @@
 // The directory a run writes: config.json, metrics.jsonl (one JSON object a
-// line, appended as the run goes), checkpoints/, tokenizer/, plots/ and
+// line, appended as the run goes, started afresh by each run), checkpoints/, tokenizer/, plots/ and
 // report.md. Every file but the metrics log is written atomically.
 #pragma once
 
