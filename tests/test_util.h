@@ -94,6 +94,30 @@ inline std::vector<double> numeric_grad(const std::function<double()>& f, std::v
   return g;
 }
 
+// Module-level gradient checks run in float (the modules are float): central
+// differences with a large step, so the tolerance is loose. The exact checks,
+// in double, are the kernels' (tests/kernels). Checks every stride-th value.
+inline void expect_float_gradients(const std::function<double()>& loss, std::span<float> values,
+                                   std::span<const float> grads, std::size_t stride, const char* what,
+                                   float eps = 1e-2f, double atol = 2e-3, double rtol = 1e-2) {
+  for (std::size_t i = 0; i < values.size(); i += stride) {
+    const float keep = values[i];
+    values[i] = keep + eps;
+    const double up = loss();
+    values[i] = keep - eps;
+    const double down = loss();
+    values[i] = keep;
+    EXPECT_NEAR(grads[i], (up - down) / (2 * eps), atol + rtol * std::fabs(grads[i])) << what << " " << i;
+  }
+}
+
+// sum(out * g) in double: the scalar the gradient checks differentiate.
+inline double dot_loss(const Tensor& out, const Tensor& g) {
+  double s = 0;
+  for (std::int64_t i = 0; i < out.numel(); ++i) s += double(out.f32()[i]) * g.f32()[i];
+  return s;
+}
+
 // Tolerances for a double-precision finite-difference check: truncation error
 // O(eps^2) and rounding O(1e-16 / eps) are both far below these.
 inline constexpr double kFdAtol = 1e-7;

@@ -27,6 +27,17 @@ bool padded(const LinearAttentionArgs<T>& a, const AttentionDims& d, std::int64_
   return a.key_padding && a.key_padding[b * d.S + j];
 }
 
+// S += phi(k) v^T, z += phi(k): one key joins the sums.
+template <typename T>
+void add_key(std::vector<T>& S, std::vector<T>& z, const T* k, const T* v, std::int64_t D, std::int64_t Dv) {
+  for (std::int64_t e = 0; e < D; ++e) {
+    const T f = phi(k[e]);
+    z[static_cast<std::size_t>(e)] += f;
+    T* srow = S.data() + e * Dv;
+    for (std::int64_t c = 0; c < Dv; ++c) srow[c] += f * v[c];
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -40,17 +51,8 @@ void linear_attention_forward(HeadsView<T> out, HeadsView<const T> q, HeadsView<
     std::vector<T> fq(static_cast<std::size_t>(d.D)), fk(static_cast<std::size_t>(d.D));
     std::int64_t next = 0;  // keys added so far
     for (std::int64_t i = 0; i < d.L; ++i) {
-      for (; next <= last_key(d, a.causal, i); ++next) {
-        if (padded(a, d, b, next)) continue;
-        const T* kj = k.at(b, h) + next * k.row_stride;
-        const T* vj = v.at(b, h) + next * v.row_stride;
-        for (std::int64_t e = 0; e < d.D; ++e) {
-          const T f = phi(kj[e]);
-          z[static_cast<std::size_t>(e)] += f;
-          T* srow = S.data() + e * d.Dv;
-          for (std::int64_t c = 0; c < d.Dv; ++c) srow[c] += f * vj[c];
-        }
-      }
+      for (; next <= last_key(d, a.causal, i); ++next)
+        if (!padded(a, d, b, next)) add_key(S, z, k.at(b, h) + next * k.row_stride, v.at(b, h) + next * v.row_stride, d.D, d.Dv);
       const T* qi = q.at(b, h) + i * q.row_stride;
       T den = a.eps;
       for (std::int64_t e = 0; e < d.D; ++e) den += (fq[static_cast<std::size_t>(e)] = phi(qi[e])) * z[static_cast<std::size_t>(e)];
@@ -86,16 +88,8 @@ void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv
     // Forward sweep: the sums as each query saw them give dq.
     std::int64_t next = 0;
     for (std::int64_t i = 0; i < d.L; ++i) {
-      for (; next <= last_key(d, a.causal, i); ++next) {
-        if (padded(a, d, b, next)) continue;
-        const T* kj = k.at(b, h) + next * k.row_stride;
-        const T* vj = v.at(b, h) + next * v.row_stride;
-        for (std::int64_t e = 0; e < d.D; ++e) {
-          const T f = phi(kj[e]);
-          z[static_cast<std::size_t>(e)] += f;
-          for (std::int64_t c = 0; c < d.Dv; ++c) S[static_cast<std::size_t>(e * d.Dv + c)] += f * vj[c];
-        }
-      }
+      for (; next <= last_key(d, a.causal, i); ++next)
+        if (!padded(a, d, b, next)) add_key(S, z, k.at(b, h) + next * k.row_stride, v.at(b, h) + next * v.row_stride, d.D, d.Dv);
       const T* qi = q.at(b, h) + i * q.row_stride;
       const T* gi = dout.at(b, h) + i * dout.row_stride;
       T den = a.eps;
@@ -159,11 +153,7 @@ void linear_attention_step(LinearAttentionState<T>& st, T* out, const T* q, cons
   st.s.resize(static_cast<std::size_t>(D * Dv), T(0));
   st.z.resize(static_cast<std::size_t>(D), T(0));
   T den = eps;
-  for (std::int64_t e = 0; e < D; ++e) {
-    const T f = phi(k[e]);
-    st.z[static_cast<std::size_t>(e)] += f;
-    for (std::int64_t c = 0; c < Dv; ++c) st.s[static_cast<std::size_t>(e * Dv + c)] += f * v[c];
-  }
+  add_key(st.s, st.z, k, v, D, Dv);
   for (std::int64_t c = 0; c < Dv; ++c) out[c] = T(0);
   for (std::int64_t e = 0; e < D; ++e) den += phi(q[e]) * st.z[static_cast<std::size_t>(e)];
   for (std::int64_t e = 0; e < D; ++e) {

@@ -80,35 +80,11 @@ TEST_P(MhaPositions, GradientsMatchFiniteDifferences) {
   Tensor x = random_tensor({2, 5, 8}, rng), g = random_tensor({2, 5, 8}, rng);
   MultiheadAttentionCall call;
   call.causal = CausalAlign::kTopLeft;
-  auto loss = [&] {
-    auto o = mha.forward_self(x, nullptr, nullptr, call);
-    double s = 0;
-    for (std::int64_t i = 0; i < o.output.numel(); ++i) s += double(o.output.f32()[i]) * g.f32()[i];
-    return s;
-  };
+  auto loss = [&] { return test::dot_loss(mha.forward_self(x, nullptr, nullptr, call).output, g); };
   loss();
   Tensor gx = mha.backward(g).query;
-  auto params = store.all_data();
-  auto pgrad = store.all_grads();
-  const float eps = 1e-2f;
-  for (std::size_t i = 0; i < params.size(); i += 3) {
-    const float keep = params[i];
-    params[i] = keep + eps;
-    const double up = loss();
-    params[i] = keep - eps;
-    const double down = loss();
-    params[i] = keep;
-    EXPECT_NEAR(pgrad[i], (up - down) / (2 * eps), 2e-3 + 1e-2 * std::fabs(pgrad[i])) << "parameter " << i;
-  }
-  for (std::int64_t i = 0; i < x.numel(); i += 3) {
-    const float keep = x.f32()[i];
-    x.f32()[i] = keep + eps;
-    const double up = loss();
-    x.f32()[i] = keep - eps;
-    const double down = loss();
-    x.f32()[i] = keep;
-    EXPECT_NEAR(gx.f32()[i], (up - down) / (2 * eps), 2e-3 + 1e-2 * std::fabs(gx.f32()[i])) << "input " << i;
-  }
+  test::expect_float_gradients(loss, store.all_data(), store.all_grads(), 3, "parameter");
+  test::expect_float_gradients(loss, x.span_f32(), gx.span_f32(), 3, "input");
   if (GetParam().positions == AttentionPositions::kRelative) {
     EXPECT_TRUE(store.find("relative_key").has_value());
     EXPECT_EQ(store.find("relative_value").has_value(), GetParam().relative_values);

@@ -101,25 +101,10 @@ TEST(VisionTransformer, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(store.find("cls_token").has_value());
   EXPECT_EQ(store.entry(*store.find("pos_embedding")).shape, (Shape{1, 5, 8}));
   Tensor img = random_tensor({2, 1, 8, 8}, rng), g = random_tensor({2, 3}, rng);
-  auto loss = [&] {
-    Tensor out = vit.forward(img, ForwardContext{});
-    double s = 0;
-    for (std::int64_t i = 0; i < out.numel(); ++i) s += double(out.f32()[i]) * g.f32()[i];
-    return s;
-  };
+  auto loss = [&] { return test::dot_loss(vit.forward(img, ForwardContext{}), g); };
   loss();
   vit.backward(g);
-  auto params = store.all_data();
-  auto grads = store.all_grads();
-  for (std::size_t i = 0; i < params.size(); i += 7) {
-    const float keep = params[i];
-    params[i] = keep + 1e-2f;
-    const double up = loss();
-    params[i] = keep - 1e-2f;
-    const double down = loss();
-    params[i] = keep;
-    EXPECT_NEAR(grads[i], (up - down) / 2e-2, 3e-3 + 1e-2 * std::fabs(grads[i])) << store.numel() << " " << i;
-  }
+  test::expect_float_gradients(loss, store.all_data(), store.all_grads(), 7, "parameter", 1e-2f, 3e-3);
 }
 
 }  // namespace
