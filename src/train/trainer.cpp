@@ -1,13 +1,16 @@
 #include "multihead/train/trainer.h"
 
 #include <cmath>
+#include <limits>
 
 #include "multihead/io/state_dict.h"
 
 namespace multihead {
 
 Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
-    : store_(&store), cfg_(cfg), opt_(make_optimizer(cfg, store)) {}
+    : store_(&store), cfg_(cfg), opt_(make_optimizer(cfg, store)) {
+  if (cfg.loss_scaling) scaler_ = std::make_unique<GradScaler>(cfg.scaler);
+}
 
 StepStats Trainer::step(const MicroStep& fn) {
   StepStats s;
@@ -17,18 +20,31 @@ StepStats Trainer::step(const MicroStep& fn) {
   ctx.training = true;
   ctx.seed = cfg_.seed;
   const std::int64_t micro = cfg_.grad_accumulation;
+  s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   for (std::int64_t m = 0; m < micro; ++m) {
     // Distinct dropout masks per micro-batch: the step counter advances by
     // micro-batch, so (step, micro) never repeats across the run.
     ctx.step = static_cast<std::uint64_t>(step_ * micro + m);
-    s.loss += fn(m, ctx, 1.0 / static_cast<double>(micro));
+    s.loss += fn(m, ctx, s.loss_scale / static_cast<double>(micro));
   }
   s.loss /= static_cast<double>(micro);
+  s.lr = cfg_.schedule.lr_at(step_);
+  if (scaler_) {
+    // Unscale first, so clipping and the optimizer see true gradients; an
+    // overflow skips the update and backs the scale off.
+    const bool finite = scaler_->unscale(store_->all_grads()) && std::isfinite(s.loss);
+    scaler_->update(!finite);
+    if (!finite) {
+      s.skipped = true;
+      s.grad_norm = std::numeric_limits<double>::infinity();
+      ++step_;
+      return s;
+    }
+  }
   s.grad_norm = cfg_.clip_grad_norm > 0 ? clip_grad_norm(store_->all_grads(), cfg_.clip_grad_norm)
                                         : global_grad_norm(store_->all_grads());
   check<Error>(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
                "training diverged at step {}: loss {}, gradient norm {}", step_, s.loss, s.grad_norm);
-  s.lr = cfg_.schedule.lr_at(step_);
   opt_->step(*store_, s.lr);
   ++step_;
   return s;
@@ -41,6 +57,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::map<std::strin
   meta["format"] = "multihead-checkpoint-1";
   meta["step"] = std::to_string(step_);
   meta["rng.seed"] = std::to_string(cfg_.seed);
+  if (scaler_) scaler_->save_state(meta);
   write_safetensors(path, tensors, meta);
 }
 
@@ -68,7 +85,13 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
   // leaves this trainer untouched.
   std::unique_ptr<Optimizer> opt = make_optimizer(cfg_, *store_);
   opt->load_state(*store_, tensors, meta);
+  std::unique_ptr<GradScaler> scaler;
+  if (scaler_) {
+    scaler = std::make_unique<GradScaler>(cfg_.scaler);
+    scaler->load_state(meta);
+  }
   load_state_dict(*store_, params, path);
+  scaler_ = std::move(scaler);
   opt_ = std::move(opt);
   step_ = step;
   return meta;

@@ -290,3 +290,72 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
 
 }  // namespace
 }  // namespace multihead
+
+namespace multihead {
+namespace {
+
+// One parameter, and a "model" whose gradient we choose: the loss scaler's
+// behaviour with injected overflows.
+struct ScaledRun {
+  ParamStore store;
+  std::unique_ptr<Trainer> trainer;
+  ScaledRun(std::int64_t interval, double clip = 0) {
+    store.add("w", {2});
+    store.finalize();
+    store.all_data()[0] = store.all_data()[1] = 1.0f;
+    TrainConfig t;
+    t.optimizer = "sgd";
+    t.schedule.base_lr = 0.1;
+    t.loss_scaling = true;
+    t.scaler.growth_interval = interval;
+    t.clip_grad_norm = clip;
+    trainer = std::make_unique<Trainer>(store, t);
+  }
+  // A step whose true gradient is g (or an overflow when g is inf).
+  StepStats step(float g) {
+    return trainer->step([&](std::int64_t, const ForwardContext&, double scale) {
+      for (float& x : store.all_grads()) x += static_cast<float>(g * scale);
+      return 1.0;
+    });
+  }
+};
+
+TEST(LossScaling, OverflowSkipsTheStepAndBacksOff) {
+  ScaledRun r(3);
+  StepStats s = r.step(std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(s.skipped);
+  EXPECT_EQ(s.loss_scale, 65536.0);
+  EXPECT_EQ(r.store.all_data()[0], 1.0f);  // no update
+  EXPECT_EQ(r.step(0.5f).loss_scale, 32768.0);  // backed off by half
+  EXPECT_NEAR(r.store.all_data()[0], 1.0 - 0.1 * 0.5, 1e-6);  // gradients were unscaled before the step
+  r.step(0.5f);
+  StepStats grown = r.step(0.5f);  // the third clean step in a row
+  EXPECT_EQ(grown.loss_scale, 32768.0);
+  EXPECT_EQ(r.step(0.5f).loss_scale, 65536.0);  // then the scale grows
+  // An overflow of the scaled gradient itself (finite true gradient): 3e38 * 65536.
+  EXPECT_TRUE(r.step(3e38f).skipped);
+}
+
+TEST(LossScaling, GradientsAreUnscaledBeforeClipping) {
+  ScaledRun r(2000, 1.0);
+  StepStats s = r.step(0.3f);  // norm 0.3 * sqrt(2) < 1: no clipping
+  EXPECT_NEAR(s.grad_norm, 0.3 * std::sqrt(2.0), 1e-6);
+  EXPECT_NEAR(r.store.all_data()[0], 1.0 - 0.1 * 0.3, 1e-6);
+}
+
+TEST(LossScaling, StateTravelsInCheckpoints) {
+  const std::string path = (std::filesystem::temp_directory_path() / ("scaler_" + std::to_string(::getpid()))).string();
+  ScaledRun a(3);
+  a.step(std::numeric_limits<float>::infinity());
+  a.step(0.5f);
+  a.trainer->save_checkpoint(path);
+  ScaledRun b(3);
+  b.trainer->load_checkpoint(path);
+  EXPECT_EQ(b.step(0.5f).loss_scale, 32768.0);
+  EXPECT_EQ(b.step(0.5f).loss_scale, 65536.0 / 2);
+  EXPECT_EQ(b.step(0.5f).loss_scale, 65536.0);  // growth after 3 clean steps, counted across the checkpoint
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace multihead

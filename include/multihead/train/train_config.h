@@ -9,6 +9,7 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
+#include "multihead/train/grad_scaler.h"
 #include "multihead/train/optimizer.h"
 #include "multihead/train/schedule.h"
 
@@ -26,6 +27,9 @@ struct TrainConfig {
   std::int64_t seq_len = 128;
   std::uint64_t seed = 0;
   bool checkpoint_layers = false;  // gradient checkpointing
+  // Dynamic loss scaling (for fp16): see grad_scaler.h.
+  bool loss_scaling = false;
+  GradScalerConfig scaler;
 };
 
 // Reads and type-checks the keys; the caller calls r.finish() after reading

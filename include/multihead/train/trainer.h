@@ -21,13 +21,16 @@ struct StepStats {
   double loss = 0;        // mean over the micro-batches
   double grad_norm = 0;   // global L2 norm before clipping
   double lr = 0;
+  bool skipped = false;  // loss scaling found an inf or NaN: no update was made
+  double loss_scale = 1;
 };
 
 class Trainer {
  public:
   // fn(micro, ctx, grad_scale) runs forward and backward of micro-batch
   // `micro`, adding grad_scale * d(loss)/d(params) into the gradients, and
-  // returns the micro-batch's loss.
+  // returns the micro-batch's (unscaled) loss. grad_scale includes the loss
+  // scale when loss scaling is on; the trainer unscales before clipping.
   using MicroStep = std::function<double(std::int64_t micro, const ForwardContext& ctx, double grad_scale)>;
 
   Trainer(ParamStore& store, const TrainConfig& cfg);
@@ -47,6 +50,7 @@ class Trainer {
   ParamStore* store_;
   TrainConfig cfg_;
   std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<GradScaler> scaler_;  // when loss scaling is on
   std::int64_t step_ = 0;
 };
 
