@@ -180,6 +180,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
                            job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
                            job.model.layer.d_model, job.model.layer.nhead, store.numel()));
   std::vector<double> sx, sl, ex, el, ea;
+  MemoryCurve memory;
   const auto t0 = std::chrono::steady_clock::now();
   ImageClassificationResult result;
   for (std::int64_t epoch = 0; epoch < job.epochs; ++epoch) {
@@ -202,9 +203,11 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       sx.push_back(static_cast<double>(st.step + 1));
       sl.push_back(st.loss);
-      run.append_metrics({{"step", st.step + 1}, {"epoch", epoch}, {"loss", st.loss}, {"lr", st.lr}});
+      memory.add(st);
+      run.append_metrics({{"step", st.step + 1}, {"epoch", epoch}, {"loss", st.loss}, {"lr", st.lr},
+                          {"memory", MemoryCurve::json(st)}});
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>((st.step + 1) * job.train.batch) / secs,
-                      "img/s");
+                      "img/s", MemoryCurve::text(st));
     }
     auto [vl, va] = evaluate(model, train, val);
     ex.push_back(static_cast<double>(trainer.steps_done()));
@@ -241,7 +244,9 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   md += fmt::format("| model | ViT: {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters |\n\n",
                     job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
                     job.model.layer.d_model, job.model.layer.nhead, store.numel());
-  md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n## Attention\n\n";
+  memory.plot(run.file("plots/memory.png"));
+  md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n";
+  md += "## Memory\n\n![memory](plots/memory.png)\n\n## Attention\n\n";
   md += fmt::format("Last layer, first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n",
                     test.labels[0]);
   for (std::int64_t h = 0; h < w.dim(1); ++h) {

@@ -152,6 +152,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
                            store.numel()));
 
   std::vector<double> step_x, step_loss, eval_x, eval_loss;
+  MemoryCurve memory;
   const auto t0 = std::chrono::steady_clock::now();
   LanguageModelResult result;
   const std::int64_t span = static_cast<std::int64_t>(train_ids.size()) - L - 1;
@@ -180,8 +181,10 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
     const double tps = static_cast<double>((s + 1) * job.train.batch * L) / secs;
     step_x.push_back(static_cast<double>(s + 1));
     step_loss.push_back(st.loss);
-    run.append_metrics({{"step", s + 1}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps}});
-    progress.update(s + 1, 1, st.loss, tps);
+    memory.add(st);
+    run.append_metrics({{"step", s + 1}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps},
+                        {"memory", MemoryCurve::json(st)}});
+    progress.update(s + 1, 1, st.loss, tps, "tok/s", MemoryCurve::text(st));
     if ((s + 1) % job.eval_every == 0 || s + 1 == job.train.steps) {
       result.validation_loss = validation_loss(model, val_ids, L, job.eval_windows);
       eval_x.push_back(static_cast<double>(s + 1));
@@ -219,7 +222,8 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   md += fmt::format("| model | {} layers, d_model {}, {} heads, {} positions, {} parameters |\n| data | {} |\n\n",
                     job.model.num_layers, job.model.layer.d_model, job.model.layer.nhead,
                     position_kind_name(job.model.positions), store.numel(), job.text_path);
-  md += "## Loss\n\n![loss](plots/loss.png)\n\n";
+  memory.plot(run.file("plots/memory.png"));
+  md += "## Loss\n\n![loss](plots/loss.png)\n\n## Memory\n\n![memory](plots/memory.png)\n\n";
   md += fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n## Attention\n\n",
                     job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);
   for (std::int64_t h = 0; h < wts.dim(1); ++h) {

@@ -23,7 +23,8 @@ Progress::Progress(std::int64_t total_steps, std::FILE* out, bool quiet, std::in
       log_every_(log_every),
       start_(std::chrono::steady_clock::now()) {}
 
-void Progress::update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit) {
+void Progress::update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit,
+                      const std::string& extra) {
   if (quiet_) return;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : 0.0;
@@ -37,8 +38,8 @@ void Progress::update(std::int64_t step, std::int64_t epoch, double loss, double
     std::fflush(out_);
     bar_shown_ = true;
   } else if (step == 1 || step % log_every_ == 0 || step == total_) {
-    fmt::print(out_, "step {}/{} epoch {} loss {:.4f} {:.0f} {} elapsed {} eta {}\n", step, total_, epoch, loss,
-               items_per_s, unit, clock_text(elapsed), clock_text(eta));
+    fmt::print(out_, "step {}/{} epoch {} loss {:.4f} {:.0f} {} elapsed {} eta {}{}{}\n", step, total_, epoch, loss,
+               items_per_s, unit, clock_text(elapsed), clock_text(eta), extra.empty() ? "" : "; ", extra);
     std::fflush(out_);
   }
 }

@@ -214,6 +214,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
                            store.numel()));
 
   std::vector<double> step_x, step_loss, epoch_x, val_loss, val_acc;
+  MemoryCurve memory;
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
   TextClassificationResult result;
@@ -244,9 +245,12 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       step_x.push_back(static_cast<double>(st.step + 1));
       step_loss.push_back(st.loss);
+      memory.add(st);
       run.append_metrics({{"step", st.step + 1}, {"epoch", epoch}, {"loss", st.loss}, {"lr", st.lr},
-                          {"grad_norm", st.grad_norm}, {"tokens_per_s", tokens / secs}});
-      progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs);
+                          {"grad_norm", st.grad_norm}, {"tokens_per_s", tokens / secs},
+                          {"memory", MemoryCurve::json(st)}});
+      progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs, "tok/s",
+                      MemoryCurve::text(st));
     }
     ClassificationMetrics v = evaluate(model, encoded, data.dataset, data.validation, job.eval_batch, job.max_len);
     epoch_x.push_back(static_cast<double>(trainer.steps_done()));
@@ -276,6 +280,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
                 {{"train (per step)", step_x, step_loss}, {"validation (per epoch)", epoch_x, val_loss}});
   line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
                 {{"validation", epoch_x, val_acc}});
+  memory.plot(run.file("plots/memory.png"));
   const std::int64_t ex = data.test.front();
   const std::vector<std::string> heatmaps =
       write_heatmaps(model, *tok, encoded[static_cast<std::size_t>(ex)], data.dataset.examples[static_cast<std::size_t>(ex)].label,
@@ -293,6 +298,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
                     job.source, job.data_path, data.train.size(), data.validation.size(), data.test.size(),
                     tok->kind(), tok->vocab_size());
   md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n";
+  md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";
   md += "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
         "are queries, columns keys).\n\n";
   for (const auto& f : heatmaps) md += fmt::format("![{}]({})\n", f, f);

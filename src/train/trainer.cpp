@@ -3,9 +3,45 @@
 #include <cmath>
 #include <limits>
 
+#include "multihead/core/allocator.h"
+#include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
 
 namespace multihead {
+
+namespace {
+double mib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+}  // namespace
+
+void MemoryCurve::add(const StepStats& s) {
+  step_.push_back(static_cast<double>(s.step + 1));
+  params_.push_back(mib(s.param_bytes));
+  grads_.push_back(mib(s.grad_bytes));
+  opt_.push_back(mib(s.optimizer_bytes));
+  act_.push_back(mib(s.activation_peak_bytes));
+  peak_.push_back(mib(s.peak_bytes));
+}
+
+std::string MemoryCurve::text(const StepStats& s) {
+  return fmt::format("peak {:.0f} MiB: parameters {:.0f}, gradients {:.0f}, optimizer {:.0f}, activations {:.0f}",
+                     mib(s.peak_bytes), mib(s.param_bytes), mib(s.grad_bytes), mib(s.optimizer_bytes),
+                     mib(s.activation_peak_bytes));
+}
+
+nlohmann::json MemoryCurve::json(const StepStats& s) {
+  return {{"peak_bytes", s.peak_bytes},          {"current_bytes", s.current_bytes},
+          {"parameter_bytes", s.param_bytes},    {"gradient_bytes", s.grad_bytes},
+          {"optimizer_bytes", s.optimizer_bytes}, {"activation_peak_bytes", s.activation_peak_bytes}};
+}
+
+void MemoryCurve::plot(const std::string& path) const {
+  line_plot_png(path, "Memory per step (allocator peak)", "step", "MiB",
+                {{"peak", step_, peak_},
+                 {"activations", step_, act_},
+                 {"optimizer", step_, opt_},
+                 {"gradients", step_, grads_},
+                 {"parameters", step_, params_}});
+}
 
 Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
     : store_(&store), cfg_(cfg), opt_(make_optimizer(cfg, store)) {
@@ -15,6 +51,16 @@ Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
 StepStats Trainer::step(const MicroStep& fn) {
   StepStats s;
   s.step = step_;
+  reset_peak_memory();
+  // The memory report, filled in on each way out of the step.
+  auto report_memory = [&] {
+    const MemoryStats m = memory_stats();
+    s.param_bytes = s.grad_bytes = store_->numel() * static_cast<std::int64_t>(sizeof(float));
+    s.optimizer_bytes = opt_->state_bytes();
+    s.peak_bytes = m.peak_bytes;
+    s.current_bytes = m.current_bytes;
+    s.activation_peak_bytes = m.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
+  };
   store_->zero_grad();
   ForwardContext ctx;
   ctx.training = true;
@@ -38,6 +84,7 @@ StepStats Trainer::step(const MicroStep& fn) {
       s.skipped = true;
       s.grad_norm = std::numeric_limits<double>::infinity();
       ++step_;
+      report_memory();
       return s;
     }
   }
@@ -47,6 +94,7 @@ StepStats Trainer::step(const MicroStep& fn) {
                "training diverged at step {}: loss {}, gradient norm {}", step_, s.loss, s.grad_norm);
   opt_->step(*store_, s.lr);
   ++step_;
+  report_memory();
   return s;
 }
 

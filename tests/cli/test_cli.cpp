@@ -199,7 +199,9 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
     ++images;
     EXPECT_TRUE(fs::exists(out / line.substr(open + 2, line.size() - open - 3))) << line;
   }
-  EXPECT_EQ(images, 4);
+  EXPECT_EQ(images, 5);
+  EXPECT_NE(r.err.find("peak "), std::string::npos);  // memory on the log lines
+  EXPECT_NE(r.err.find("activations "), std::string::npos);
   // metrics.jsonl: one JSON object a line.
   std::ifstream metrics(out / "metrics.jsonl");
   int records = 0;

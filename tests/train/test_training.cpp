@@ -359,3 +359,21 @@ TEST(LossScaling, StateTravelsInCheckpoints) {
 
 }  // namespace
 }  // namespace multihead
+
+namespace multihead {
+namespace {
+
+TEST(Training, ReportsMemoryByPart) {
+  TrainRun r(tiny_train());
+  StepStats s = r.step();
+  const std::int64_t n = r.store.numel() * 4;
+  EXPECT_EQ(s.param_bytes, n);
+  EXPECT_EQ(s.grad_bytes, n);
+  EXPECT_EQ(s.optimizer_bytes, 2 * n);  // AdamW: two moments
+  EXPECT_GT(s.activation_peak_bytes, 0);
+  EXPECT_EQ(s.peak_bytes, s.param_bytes + s.grad_bytes + s.optimizer_bytes + s.activation_peak_bytes);
+  EXPECT_NE(MemoryCurve::text(s).find("activations"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace multihead

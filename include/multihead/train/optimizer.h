@@ -19,6 +19,7 @@ class Optimizer {
   // One update with learning rate lr, from the gradients in the store.
   virtual void step(ParamStore& store, double lr) = 0;
   std::int64_t steps() const { return steps_; }
+  virtual std::int64_t state_bytes() const = 0;
   // State as tensors named "optimizer.<slot>.<parameter name>", plus the
   // step count in metadata; load_state restores exactly what save wrote.
   virtual void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const = 0;
@@ -40,6 +41,7 @@ class AdamW : public Optimizer {
   void step(ParamStore& store, double lr) override;
   void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
   void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
+  std::int64_t state_bytes() const override { return static_cast<std::int64_t>(m_.nbytes() + v_.nbytes()); }
 
  private:
   AdamWConfig cfg_;
@@ -59,6 +61,7 @@ class Sgd : public Optimizer {
   void step(ParamStore& store, double lr) override;
   void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
   void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
+  std::int64_t state_bytes() const override { return static_cast<std::int64_t>(buf_.nbytes()); }
 
  private:
   SgdConfig cfg_;

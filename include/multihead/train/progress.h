@@ -15,7 +15,9 @@ class Progress {
   // quiet: print nothing (library use, tests).
   Progress(std::int64_t total_steps, std::FILE* out, bool quiet = false, std::int64_t log_every = 50);
   void set_total(std::int64_t total_steps) { total_ = total_steps; }
-  void update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit = "tok/s");
+  // extra: appended to log lines (not to the terminal bar), e.g. memory.
+  void update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit = "tok/s",
+              const std::string& extra = "");
   // A line of its own (clears the bar first on a terminal).
   void log(const std::string& line);
   void finish();

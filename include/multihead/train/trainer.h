@@ -12,6 +12,10 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "multihead/train/train_config.h"
 
 namespace multihead {
@@ -23,6 +27,25 @@ struct StepStats {
   double lr = 0;
   bool skipped = false;  // loss scaling found an inf or NaN: no update was made
   double loss_scale = 1;
+  // Memory, in bytes: the fixed parts, and the allocator's peak during the
+  // step with activations = peak - (parameters + gradients + optimizer),
+  // workspaces and batches included.
+  std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  std::int64_t peak_bytes = 0, activation_peak_bytes = 0, current_bytes = 0;
+};
+
+// The memory of training steps, for logs, metrics and the report's plot.
+class MemoryCurve {
+ public:
+  void add(const StepStats& s);
+  // "peak 123 MiB: parameters 10, gradients 10, optimizer 20, activations 83"
+  static std::string text(const StepStats& s);
+  static nlohmann::json json(const StepStats& s);
+  // PNG of the parts and the peak against the step.
+  void plot(const std::string& path) const;
+
+ private:
+  std::vector<double> step_, params_, grads_, opt_, act_, peak_;
 };
 
 class Trainer {
