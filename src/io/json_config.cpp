@@ -74,6 +74,19 @@ std::vector<double> ConfigReader::get_numbers(const std::string& key, std::size_
   return out;
 }
 
+std::vector<std::int64_t> ConfigReader::get_positive_ints(const std::string& key, std::vector<std::int64_t> fallback) {
+  if (!has(key)) return fallback;
+  const json& v = value(key);
+  check<ConfigError>(v.is_array() && !v.empty(), "{}: '{}' must be a list of positive integers", source_, key);
+  std::vector<std::int64_t> out;
+  for (const json& x : v) {
+    check<ConfigError>(x.is_number_integer() && x.get<std::int64_t>() > 0, "{}: '{}' must be a list of positive integers",
+                       source_, key);
+    out.push_back(x.get<std::int64_t>());
+  }
+  return out;
+}
+
 json ConfigReader::get_object(const std::string& key) {
   if (!has(key)) return json::object();
   const json& v = value(key);

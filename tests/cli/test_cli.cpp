@@ -251,6 +251,19 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   EXPECT_EQ(bad.err, "multihead: error: top_p must be in (0, 1], got 0\n");
 }
 
+TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
+  const fs::path out = dir / "seq";
+  CliRun r = run("train --preset reverse --steps 30 --d-model 16 --num-heads 2 --num-layers 1 --batch 8 "
+                 "--positions alibi --threads 1 --quiet --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* len : {"length 16: ", "length 32: ", "length 64: "})
+    EXPECT_NE(r.out.find(len), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out / "plots" / "accuracy_by_length.png"));
+  auto res = nlohmann::json::parse(std::ifstream(out / "results.json"));
+  EXPECT_EQ(res["by_length"].size(), 3u);
+  for (const auto& a : res["by_length"]) EXPECT_GE(a["token_accuracy"].get<double>(), 0.0);
+}
+
 TEST_F(Cli, ProgressIsABarOnATerminal) {
   if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "util-linux script is not installed";
   write_tiny_csv(dir / "tiny.csv");
@@ -271,7 +284,7 @@ TEST_F(Cli, ProgressIsABarOnATerminal) {
 
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
-      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist)\n"},
+      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute", "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "

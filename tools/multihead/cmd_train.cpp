@@ -10,6 +10,7 @@
 #include "multihead/io/json_config.h"
 #include "multihead/train/image_classification.h"
 #include "multihead/train/language_modeling.h"
+#include "multihead/train/sequence_task.h"
 #include "multihead/train/text_classification.h"
 
 namespace multihead::cli {
@@ -141,7 +142,8 @@ void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerC
 
 // Either job, resolved from the preset or config, then the flags.
 struct ResolvedJob {
-  bool language_model = false, image = false;
+  bool language_model = false, image = false, sequence = false;
+  SequenceTaskJob seq;
   TextClassificationJob classification;
   LanguageModelJob lm;
   ImageClassificationJob vision;
@@ -154,7 +156,9 @@ ResolvedJob resolve(const TrainOpts& o) {
     const std::string task = j.is_object() ? j.value("task", "") : "";
     r.language_model = task == "language_modeling";
     r.image = task == "image_classification";
-    if (r.language_model) r.lm = language_model_job_from_json(j, o.config);
+    r.sequence = task == "sequence_task";
+    if (r.sequence) r.seq = sequence_task_job_from_json(j, o.config);
+    else if (r.language_model) r.lm = language_model_job_from_json(j, o.config);
     else if (r.image) r.vision = image_classification_job_from_json(j, o.config);
     else r.classification = text_classification_job_from_json(j, o.config);
   } else if (o.preset == "spam") {
@@ -162,11 +166,23 @@ ResolvedJob resolve(const TrainOpts& o) {
   } else if (o.preset == "moby-dick") {
     r.language_model = true;
     r.lm = moby_dick_preset();
+  } else if (o.preset == "reverse") {
+    r.sequence = true;  // reverse sequences: trained on lengths 1..16, tested up to 64
   } else if (o.preset == "fashion-mnist") {
     r.image = true;
     r.vision = fashion_preset();
   } else {
-    throw ConfigError(fmt::format("unknown preset '{}' (known: spam, moby-dick, fashion-mnist)", o.preset));
+    throw ConfigError(fmt::format("unknown preset '{}' (known: spam, moby-dick, fashion-mnist, reverse)", o.preset));
+  }
+  if (r.sequence) {
+    SequenceTaskJob& j = r.seq;
+    if (o.steps) j.train.steps = o.steps;
+    TokenizerConfig unused;
+    check<ConfigError>(o.epochs == 0 && o.source.empty() && o.data.empty() && o.tokenizer.empty(),
+                       "--epochs, --source, --data and --tokenizer do not apply to synthetic sequence tasks");
+    apply_common(o, j.model, j.train, unused, j.threads);
+    j.model.vocab_size = j.task.vocab_size();
+    return r;
   }
   if (r.image) {
     ImageClassificationJob& j = r.vision;
@@ -209,7 +225,7 @@ void run_train(const TrainOpts& opts) {
   TrainOpts o = opts;
   if (o.out.empty()) o.out = o.config.empty() ? "runs/" + o.preset : "runs/job";
   const TextClassificationJob& job = resolved.classification;
-  if (!resolved.language_model && !resolved.image && job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
+  if (!resolved.language_model && !resolved.image && !resolved.sequence && job.source == "spamassassin" && !std::filesystem::is_directory(job.data_path))
     throw IoError(fmt::format("{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first",
                               job.data_path));
   if (resolved.language_model && !std::filesystem::exists(resolved.lm.text_path))
@@ -222,10 +238,12 @@ void run_train(const TrainOpts& opts) {
   TextClassificationResult r;
   LanguageModelResult lr;
   ImageClassificationResult ir;
+  SequenceTaskResult sr;
   try {
     run_ptr = std::make_unique<RunDir>(o.out);
     Progress progress(0, stderr, o.quiet);
-    if (resolved.language_model) lr = run_language_modeling(resolved.lm, *run_ptr, progress);
+    if (resolved.sequence) sr = run_sequence_task(resolved.seq, *run_ptr, progress);
+    else if (resolved.language_model) lr = run_language_modeling(resolved.lm, *run_ptr, progress);
     else if (resolved.image) ir = run_image_classification(resolved.vision, *run_ptr, progress);
     else r = run_text_classification(job, *run_ptr, progress);
   } catch (...) {
@@ -236,6 +254,14 @@ void run_train(const TrainOpts& opts) {
     throw;
   }
   RunDir& run = *run_ptr;
+  if (resolved.sequence) {
+    for (const auto& a : sr.by_length)
+      fmt::print("length {}: sequence accuracy {:.2f}%, token accuracy {:.2f}%\n", a.length, 100 * a.sequence_accuracy,
+                 100 * a.token_accuracy);
+    fmt::print("training: {} steps in {:.1f} s ({:.1f} ms a step)\n", sr.steps, sr.train_seconds, sr.ms_per_step);
+    fmt::print("report: {}\n", run.file("report.md"));
+    return;
+  }
   if (resolved.image) {
     fmt::print("test accuracy: {:.2f}%, test loss {:.4f}\n", 100 * ir.test_accuracy, ir.test_loss);
     fmt::print("training: {} steps in {:.1f} s\n", ir.steps, ir.train_seconds);
@@ -262,7 +288,7 @@ Command add_train(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("train", "Train a text classifier and write a run directory with its report");
   sub->add_option("--preset", o->preset,
                   "Built-in job: spam (SpamAssassin ham against spam), moby-dick (character language model) or "
-                  "fashion-mnist (Vision Transformer)")
+                  "fashion-mnist (Vision Transformer) or reverse (length extrapolation)")
       ->capture_default_str();
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it");
   sub->add_option("--out", o->out, "Run directory (default runs/<preset>)");

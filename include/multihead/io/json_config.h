@@ -28,6 +28,8 @@ class ConfigReader {
   bool get_bool(const std::string& key, std::optional<bool> fallback = std::nullopt);
   // A nested object (an empty one when the key is absent).
   nlohmann::json get_object(const std::string& key);
+  // A non-empty array of positive integers.
+  std::vector<std::int64_t> get_positive_ints(const std::string& key, std::vector<std::int64_t> fallback);
   // An array of exactly n numbers.
   std::vector<double> get_numbers(const std::string& key, std::size_t n, std::vector<double> fallback);
   // Throws ConfigError on the first key that was never read.
