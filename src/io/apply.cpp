@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 
+#include "multihead/io/attention_config.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/nn/multi_head_attention.h"
@@ -45,18 +46,6 @@ void add_param_grads(TensorMap& result, ParamStore& store) {
   }
 }
 
-// The attention variant keys, the same in every module config.
-template <typename Config>
-void read_variant(ConfigReader& r, Config& c) {
-  c.variant = parse_attention_variant(r.get_string("attention", std::string("full")));
-  c.window_left = r.get_int("window_left", c.window_left);
-  c.window_right = r.get_int("window_right", c.window_right);
-  c.sparse_block = r.get_int("sparse_block", c.sparse_block);
-  c.sparse_neighbours = r.get_int("sparse_neighbours", c.sparse_neighbours);
-  c.global_tokens = r.get_int("global_tokens", c.global_tokens);
-  c.num_kv_heads = r.get_int("num_kv_heads", 0);
-}
-
 CausalAlign read_causal(ConfigReader& r, const char* flag) {
   const bool is_causal = r.get_bool(flag, false);
   const std::string align = r.get_string("causal_alignment", std::string("top_left"));
@@ -82,7 +71,7 @@ TransformerLayerConfig read_layer_config(ConfigReader& r) {
   c.activation = parse_activation(r.get_string("activation", std::string("relu")));
   c.layer_norm_eps = r.get_number("layer_norm_eps", 1e-5);
   c.norm_first = r.get_bool("norm_first", false);
-  read_variant(r, c);
+  read_attention_pattern(r, c.pattern);
   check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
   return c;
 }
@@ -153,7 +142,7 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
   cfg.add_zero_attn = r.get_bool("add_zero_attn", false);
   cfg.kdim = r.get_int_or_null("kdim", 0);
   cfg.vdim = r.get_int_or_null("vdim", 0);
-  read_variant(r, cfg);
+  read_attention_pattern(r, cfg);
   check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
   MultiheadAttentionCall call;
   call.need_weights = r.get_bool("need_weights", true);

@@ -11,13 +11,7 @@ MultiheadAttentionConfig TransformerLayerConfig::attention() const {
   c.rope_theta = rope_theta;
   c.relative_clip = relative_clip;
   c.relative_values = relative_values;
-  c.variant = variant;
-  c.window_left = window_left;
-  c.window_right = window_right;
-  c.sparse_block = sparse_block;
-  c.sparse_neighbours = sparse_neighbours;
-  c.global_tokens = global_tokens;
-  c.num_kv_heads = num_kv_heads;
+  static_cast<AttentionPattern&>(c) = pattern;
   return c;
 }
 

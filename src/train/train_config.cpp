@@ -1,5 +1,7 @@
 #include "multihead/train/train_config.h"
 
+#include "multihead/io/attention_config.h"
+
 namespace multihead {
 
 ModelConfig read_model_config(ConfigReader& r) {
@@ -23,13 +25,7 @@ ModelConfig read_model_config(ConfigReader& r) {
   m.pooling = parse_pooling(r.get_string("pooling", std::string("mean")));
   m.tie_embeddings = r.get_bool("tie_embeddings", false);
   m.init = r.get_string("init", std::string("pytorch"));
-  m.layer.variant = parse_attention_variant(r.get_string("attention", std::string("full")));
-  m.layer.window_left = r.get_int("window_left", m.layer.window_left);
-  m.layer.window_right = r.get_int("window_right", m.layer.window_right);
-  m.layer.sparse_block = r.get_int("sparse_block", m.layer.sparse_block);
-  m.layer.sparse_neighbours = r.get_int("sparse_neighbours", m.layer.sparse_neighbours);
-  m.layer.global_tokens = r.get_int("global_tokens", m.layer.global_tokens);
-  m.layer.num_kv_heads = r.get_int("num_kv_heads", 0);
+  read_attention_pattern(r, m.layer.pattern);
   m.validate();
   return m;
 }
@@ -91,7 +87,7 @@ nlohmann::json tokenizer_config_json(const TokenizerConfig& t) {
 }
 
 nlohmann::json model_config_json(const ModelConfig& m) {
-  return {{"vocab_size", m.vocab_size},
+  nlohmann::json j = {{"vocab_size", m.vocab_size},
           {"num_classes", m.num_classes},
           {"d_model", m.layer.d_model},
           {"nhead", m.layer.nhead},
@@ -109,14 +105,9 @@ nlohmann::json model_config_json(const ModelConfig& m) {
           {"rope_theta", m.rope_theta},
           {"pooling", m.pooling == Pooling::kCls ? "cls" : "mean"},
           {"tie_embeddings", m.tie_embeddings},
-          {"init", m.init},
-          {"attention", std::string(attention_variant_name(m.layer.variant))},
-          {"window_left", m.layer.window_left},
-          {"window_right", m.layer.window_right},
-          {"sparse_block", m.layer.sparse_block},
-          {"sparse_neighbours", m.layer.sparse_neighbours},
-          {"global_tokens", m.layer.global_tokens},
-          {"num_kv_heads", m.layer.num_kv_heads}};
+          {"init", m.init}};
+  write_attention_pattern(m.layer.pattern, j);
+  return j;
 }
 
 nlohmann::json train_config_json(const TrainConfig& t) {

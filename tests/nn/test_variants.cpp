@@ -96,8 +96,8 @@ TEST_P(Variants, CachedDecodingEqualsUncached) {
   const VariantCase& vc = GetParam();
   ModelConfig mc;
   mc.vocab_size = 17, mc.num_layers = 2, mc.layer.d_model = 16, mc.layer.nhead = 4, mc.layer.dim_feedforward = 16;
-  mc.layer.variant = vc.variant, mc.layer.num_kv_heads = vc.kv_heads;
-  mc.layer.window_left = 3, mc.layer.sparse_block = 4, mc.layer.global_tokens = 1;
+  mc.layer.pattern.variant = vc.variant, mc.layer.pattern.num_kv_heads = vc.kv_heads;
+  mc.layer.pattern.window_left = 3, mc.layer.pattern.sparse_block = 4, mc.layer.pattern.global_tokens = 1;
   mc.positions = PositionKind::kRope;
   ParamStore store;
   LanguageModel lm(store, mc);

@@ -128,10 +128,11 @@ void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerC
   if (o.vocab_size) tok.vocab_size = o.vocab_size;
   if (o.lr > 0) t.schedule.base_lr = o.lr;
   if (!o.positions.empty()) m.positions = parse_position_kind(o.positions);
-  if (!o.attention.empty()) m.layer.variant = parse_attention_variant(o.attention);
-  if (o.num_kv_heads) m.layer.num_kv_heads = o.num_kv_heads;
-  if (o.window >= -1) m.layer.window_left = m.layer.window_right = o.window;
-  if (o.block_size) m.layer.sparse_block = o.block_size;
+  AttentionPattern& p = m.layer.pattern;
+  if (!o.attention.empty()) p.variant = parse_attention_variant(o.attention);
+  if (o.num_kv_heads) p.num_kv_heads = o.num_kv_heads;
+  if (o.window >= -1) p.window_left = p.window_right = o.window;
+  if (o.block_size) p.sparse_block = o.block_size;
   if (!o.tokenizer.empty()) tok.kind = o.tokenizer;
   if (o.seed >= 0) t.seed = static_cast<std::uint64_t>(o.seed);
   if (o.threads) threads = o.threads;

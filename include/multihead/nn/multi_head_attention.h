@@ -45,8 +45,19 @@ enum class AttentionVariant : std::uint8_t { kFull, kSlidingWindow, kBlockSparse
 AttentionVariant parse_attention_variant(std::string_view name);
 std::string_view attention_variant_name(AttentionVariant v);
 
-// Constructor arguments, named as in PyTorch (positions are multihead's own).
-struct MultiheadAttentionConfig {
+// The variant and its parameters, shared by every config that carries an
+// attention (module, layer, model).
+struct AttentionPattern {
+  AttentionVariant variant = AttentionVariant::kFull;
+  std::int64_t window_left = 64, window_right = 64;
+  std::int64_t sparse_block = 64, sparse_neighbours = 1, global_tokens = 0;
+  // Grouped-query attention: key/value heads, each shared by
+  // num_heads / num_kv_heads query heads (1: multi-query). 0: num_heads.
+  std::int64_t num_kv_heads = 0;
+};
+
+// Constructor arguments, named as in PyTorch (positions and the pattern are multihead's own).
+struct MultiheadAttentionConfig : AttentionPattern {
   std::int64_t embed_dim = 0;
   std::int64_t num_heads = 1;
   double dropout = 0.0;  // on the attention weights
@@ -59,12 +70,6 @@ struct MultiheadAttentionConfig {
   double rope_theta = 10000.0;
   std::int64_t relative_clip = 16;
   bool relative_values = true;
-  AttentionVariant variant = AttentionVariant::kFull;
-  std::int64_t window_left = 64, window_right = 64;
-  std::int64_t sparse_block = 64, sparse_neighbours = 1, global_tokens = 0;
-  // Grouped-query attention: key/value heads, each shared by
-  // num_heads / num_kv_heads query heads (1: multi-query). 0: num_heads.
-  std::int64_t num_kv_heads = 0;
 
   std::int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
   std::int64_t value_dim() const { return vdim > 0 ? vdim : embed_dim; }

@@ -34,11 +34,7 @@ struct TransformerLayerConfig {
   double rope_theta = 10000.0;
   std::int64_t relative_clip = 16;
   bool relative_values = true;
-  // The self-attention variant and its parameters; see multi_head_attention.h.
-  AttentionVariant variant = AttentionVariant::kFull;
-  std::int64_t window_left = 64, window_right = 64;
-  std::int64_t sparse_block = 64, sparse_neighbours = 1, global_tokens = 0;
-  std::int64_t num_kv_heads = 0;
+  AttentionPattern pattern;  // of self-attention; see multi_head_attention.h
 
   MultiheadAttentionConfig attention() const;
   void validate() const;
