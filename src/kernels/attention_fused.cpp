@@ -456,6 +456,8 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
         for (std::int64_t r = 0; r < nr; ++r) std::fill_n(weights + (b * d.L + i0 + r) * d.S, d.S, 0.0f);
       for (std::int64_t h = 0; h < d.H; ++h) {
         const float* lse_bh = lse + (b * d.H + h) * d.L;
+        // Relative-position terms depend only on the query rows, so one pass serves every key tile.
+        if (rel.active()) relative_scores(qa, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, rel, scale);
         for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
           const std::int64_t nc = std::min(Bc, d.S - j0);
           const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
@@ -468,7 +470,6 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
           const float* kj = k.at(b, h) + j0 * k.row_stride;
           tm.pack_t(kt, Bc, kj, k.row_stride, nc, d.D);
           tm.q_kt(p, Bc, q.at(b, h) + i0 * q.row_stride, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
-          if (rel.active()) relative_scores(qa, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, rel, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
           for (std::int64_t r = 0; r < nr; ++r) {
             float* row = p + r * Bc;
