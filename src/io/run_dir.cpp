@@ -28,6 +28,10 @@ RunDir::~RunDir() {
   if (metrics_) std::fclose(metrics_);
 }
 
+std::string last_checkpoint_path(const std::string& run_dir) {
+  return (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
+}
+
 std::string RunDir::file(const std::string& name) const { return (fs::path(path_) / name).string(); }
 
 void RunDir::write_json(const std::string& name, const nlohmann::json& j) const {

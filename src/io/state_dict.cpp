@@ -35,4 +35,8 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
   }
 }
 
+void load_state_dict_file(ParamStore& store, const std::string& path, bool allow_extra) {
+  load_state_dict(store, SafetensorsFile::read(path).all_tensors(), path, allow_extra);
+}
+
 }  // namespace multihead

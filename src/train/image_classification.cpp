@@ -141,8 +141,7 @@ double evaluate_image_run(const std::string& run_dir, int threads) {
   ParamStore store;
   VisionTransformer model(store, job.model);
   store.finalize();
-  const std::string ckpt = (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
-  load_state_dict(store, SafetensorsFile::read(ckpt).all_tensors(), ckpt, true);
+  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
@@ -215,7 +214,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
     ea.push_back(va);
     result.validation_accuracy = va;
     run.append_metrics({{"step", trainer.steps_done()}, {"epoch", epoch}, {"validation_loss", vl}, {"validation_accuracy", va}});
-    trainer.save_checkpoint(run.file("checkpoints/last.safetensors"), {{"data.epoch", std::to_string(epoch + 1)}});
+    trainer.save_checkpoint(last_checkpoint_path(run.path()), {{"data.epoch", std::to_string(epoch + 1)}});
     progress.log(fmt::format("epoch {}: validation loss {:.4f}, accuracy {:.2f}%", epoch + 1, vl, 100 * va));
   }
   progress.finish();

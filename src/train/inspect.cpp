@@ -8,6 +8,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/plots.h"
+#include "multihead/io/run_dir.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/train/language_modeling.h"
 #include "multihead/train/text_classification.h"
@@ -43,7 +44,7 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
   const nlohmann::json cfg = ConfigReader::parse(read_file(cfg_path), cfg_path);
   set_num_threads(threads);
   std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  const std::string ckpt = (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
+  const std::string ckpt = last_checkpoint_path(run_dir);
   const TensorMap weights = SafetensorsFile::read(ckpt).all_tensors();
   std::vector<std::int64_t> ids = tok->encode(text);
   check<ConfigError>(!ids.empty(), "the input text has no tokens");

@@ -190,7 +190,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
       eval_x.push_back(static_cast<double>(s + 1));
       eval_loss.push_back(result.validation_loss);
       run.append_metrics({{"step", s + 1}, {"validation_loss", result.validation_loss}});
-      trainer.save_checkpoint(run.file("checkpoints/last.safetensors"), {{"data.step", std::to_string(s + 1)}});
+      trainer.save_checkpoint(last_checkpoint_path(run.path()), {{"data.step", std::to_string(s + 1)}});
       progress.log(fmt::format("step {}: validation loss {:.4f} nats/token", s + 1, result.validation_loss));
     }
   }
@@ -255,8 +255,7 @@ std::unique_ptr<LoadedLm> load_lm_run(const std::string& run_dir) {
   r->job.model.vocab_size = r->tok->vocab_size();
   r->model = std::make_unique<LanguageModel>(r->store, r->job.model);
   r->store.finalize();
-  const std::string ckpt = (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
-  load_state_dict(r->store, SafetensorsFile::read(ckpt).all_tensors(), ckpt, true);
+  load_state_dict_file(r->store, last_checkpoint_path(run_dir), true);
   return r;
 }
 

@@ -148,7 +148,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   r.steps = trainer.steps_done();
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps, 1));
-  trainer.save_checkpoint(run.file("checkpoints/last.safetensors"));
+  trainer.save_checkpoint(last_checkpoint_path(run.path()));
   std::vector<double> lx, la;
   for (auto L : job.test_lengths) {
     r.by_length.push_back(evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed));

@@ -259,7 +259,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
     result.validation = v;
     run.append_metrics({{"step", trainer.steps_done()}, {"epoch", epoch}, {"validation_loss", v.loss},
                         {"validation_accuracy", v.accuracy}});
-    trainer.save_checkpoint(run.file("checkpoints/last.safetensors"),
+    trainer.save_checkpoint(last_checkpoint_path(run.path()),
                             {{"data.epoch", std::to_string(epoch + 1)}, {"data.batch", "0"}});
     progress.log(fmt::format("epoch {}: validation loss {:.4f}, accuracy {:.2f}%", epoch + 1, v.loss,
                              100 * v.accuracy));
@@ -319,8 +319,7 @@ ClassificationMetrics evaluate_text_classification_run(const std::string& run_di
   ParamStore store;
   SequenceClassifier model(store, job.model);
   store.finalize();
-  const std::string ckpt = (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
-  load_state_dict(store, SafetensorsFile::read(ckpt).all_tensors(), ckpt, true);
+  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
   return evaluate(model, encode_all(*tok, data.dataset), data.dataset, data.test, job.eval_batch, job.max_len);
 }
 

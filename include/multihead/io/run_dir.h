@@ -10,6 +10,9 @@
 
 namespace multihead {
 
+// The checkpoint a run leaves for evaluation and inspection: run_dir/checkpoints/last.safetensors.
+std::string last_checkpoint_path(const std::string& run_dir);
+
 class RunDir {
  public:
   // Creates the folders; removes temporaries an interrupted run left behind.

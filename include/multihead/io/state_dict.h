@@ -16,4 +16,7 @@ TensorMap state_dict(const ParamStore& store);
 void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::string& what = "weights",
                      bool allow_extra = false);
 
+// load_state_dict from the tensors of one safetensors file, named by its path in messages.
+void load_state_dict_file(ParamStore& store, const std::string& path, bool allow_extra = false);
+
 }  // namespace multihead
