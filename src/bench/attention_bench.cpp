@@ -9,6 +9,7 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/half.h"
 #include "multihead/kernels/linear_attention.h"
 
 namespace multihead {
@@ -63,6 +64,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   call.causal = cfg.causal ? CausalAlign::kTopLeft : CausalAlign::kNone;
   call.impl = cfg.impl;
   call.tiles = cfg.tiles;
+  call.precision = cfg.precision;
   auto layer_iter = [&] {
     MultiheadAttentionOutput out = mha.forward_self(x, nullptr, nullptr, call);
     if (cfg.backward) mha.backward(grad);
@@ -130,14 +132,30 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
       dkw{dq.f32() + E, L * 3 * E, 3 * E, D}, dvw{dq.f32() + 2 * E, L * 3 * E, 3 * E, D};
   LinearAttentionArgs<float> la;
   la.causal = cfg.causal;
+  // With 16-bit storage the fused kernel reads Q, K, V and O in 16 bits, as in the layer.
+  const DType st = cfg.impl == AttentionImpl::kFused && cfg.variant != AttentionVariant::kLinear
+                       ? storage_dtype(cfg.precision)
+                       : DType::kF32;
+  Tensor qkv16 = st == DType::kF32 ? Tensor() : narrow_tensor(qkv, st);
+  Tensor o16 = st == DType::kF32 ? Tensor() : narrow_tensor(o, st);
   auto kernel_iter = [&] {
     if (cfg.variant == AttentionVariant::kLinear) {
       linear_attention_forward<float>(ow, qv, kv, vv, d, la);
       if (cfg.backward) linear_attention_backward<float>(dqw, dkw, dvw, gv, qv, kv, vv, d, la);
-    } else if (cfg.impl == AttentionImpl::kFused) {
+    } else if (cfg.impl == AttentionImpl::kFused && st == DType::kF32) {
       attention_fused_forward(ow, lse.f32(), qv, kv, vv, masks, d, scale, {}, tiles);
       if (cfg.backward)
         attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, masks, d, scale, {}, tiles);
+    } else if (cfg.impl == AttentionImpl::kFused) {
+      visit_float_storage(st, [&](auto tag) {
+        using T = decltype(tag);
+        const T* p = qkv16.data<T>();
+        const HeadsView<const T> q16{p, L * PW, PW, D}, k16{p + E, L * PW, PW, D, G}, v16{p + E + KE, L * PW, PW, D, G};
+        attention_fused_forward<T>({o16.data<T>(), L * E, E, D}, lse.f32(), q16, k16, v16, masks, d, scale, {}, tiles);
+        if (cfg.backward)
+          attention_fused_backward<T>(dqw, dkw, dvw, lse.f32(), {o16.data<T>(), L * E, E, D}, gv, q16, k16, v16,
+                                      masks, d, scale, {}, tiles);
+      });
     } else {
       attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, masks, d, scale, {});
       if (cfg.backward) attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, masks, d, scale, {});

@@ -27,6 +27,8 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   tc.clip_grad_norm = 1.0;
   tc.batch = c.batch;
   tc.seq_len = c.seq_len;
+  tc.precision = c.precision;
+  tc.loss_scaling = c.precision == Precision::kF16;
   check<ConfigError>(c.batch > 0 && c.seq_len > 0, "batch and seq-len must be positive");
 
   ParamStore store;

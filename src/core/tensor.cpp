@@ -13,6 +13,8 @@ std::string_view dtype_name(DType dt) noexcept {
     case DType::kF32: return "F32";
     case DType::kBool: return "BOOL";
     case DType::kI64: return "I64";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
   }
   return "?";
 }
@@ -22,6 +24,8 @@ std::size_t dtype_size(DType dt) noexcept {
     case DType::kF32: return 4;
     case DType::kBool: return 1;
     case DType::kI64: return 8;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
   }
   return 0;
 }

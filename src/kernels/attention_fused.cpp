@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/half.h"
 #include "simd_rows.h"
 #include "tile_gemm.h"
 
@@ -208,6 +210,25 @@ void small_atb(float* C, const float* A, std::int64_t lda, const float* B, std::
     }
 }
 
+// Q, K, V and O may be stored in 16 bits; the kernels widen what a tile
+// needs into per-thread fp32 buffers and compute in fp32.
+template <typename T>
+constexpr bool kHalfStorage = !std::is_same_v<std::remove_const_t<T>, float>;
+
+// n rows of w values, row stride lds, as fp32: float storage is read where it
+// lies, 16-bit storage is widened into buf (stride w). ld receives the stride.
+template <typename T>
+const float* rows_f32(const T* src, std::int64_t lds, std::int64_t n, std::int64_t w, float* buf, std::int64_t& ld) {
+  if constexpr (!kHalfStorage<T>) {
+    ld = lds;
+    return src;
+  } else {
+    for (std::int64_t r = 0; r < n; ++r) widen(buf + r * w, src + r * lds, w);
+    ld = w;
+    return buf;
+  }
+}
+
 void check_tiles(const AttentionTiles& t) {
   check<ConfigError>(t.q_block > 0 && t.k_block > 0, "attention tile sizes must be positive, got {} x {}", t.q_block,
                      t.k_block);
@@ -215,8 +236,9 @@ void check_tiles(const AttentionTiles& t) {
 
 }  // namespace
 
-void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const float> q, HeadsView<const float> k,
-                             HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& d,
+template <typename T>
+void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
+                             HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
@@ -228,15 +250,26 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: scores (Br, Bc), output accumulator (Br, Dv), m and l (Br);
   // relative positions: key scores qa (Br, nb) and value-bucket weights wv (Br, nb).
-  const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br + 2 * Br * nb;
+  // 16-bit storage: the query block (Br, D), a key tile (Bc, D), a value
+  // tile (Bc, Dv) and an output row (Dv), widened.
+  const std::int64_t conv = kHalfStorage<T> ? Br * d.D + Bc * (d.D + d.Dv) + d.Dv : 0;
+  const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br + 2 * Br * nb + conv;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  auto conv_buffers = [&](int thread) { return workspace.f32() + (thread + 1) * per_thread - conv; };
   // K^T (B*H, D, S) for the micro-kernel, packed once and shared by every
   // query block of a head.
   Tensor kt_all = tm.blas ? Tensor() : Tensor::empty({d.B * d.H, d.D, d.S});
   if (!tm.blas) {
 #pragma omp parallel for schedule(static)
-    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh)
-      tm.pack_t(kt_all.f32() + bh * d.D * d.S, d.S, k.at(bh / d.H, bh % d.H), k.row_stride, d.S, d.D);
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      float* kbuf = conv_buffers(omp_get_thread_num()) + Br * d.D;  // (Bc, D)
+      for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
+        const std::int64_t nc = std::min(Bc, d.S - j0);
+        std::int64_t ldk = 0;
+        const float* kj = rows_f32(k.at(bh / d.H, bh % d.H) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+        tm.pack_t(kt_all.f32() + bh * d.D * d.S + j0, d.S, kj, ldk, nc, d.D);
+      }
+    }
   }
 
 #pragma omp parallel
@@ -247,16 +280,21 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
     float* l = m + Br;                                               // (Br)
     float* qa = l + Br;                                              // (Br, nb)
     float* wv = qa + Br * nb;                                        // (Br, nb)
+    float* qbuf = conv_buffers(omp_get_thread_num());                // 16-bit storage: (Br, D)
+    float* kbuf = qbuf + Br * d.D;                                   // (Bc, D)
+    float* vbuf = kbuf + Bc * d.D;                                   // (Bc, Dv)
+    float* orow = vbuf + Bc * d.Dv;                                  // (Dv)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
       const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
       const std::int64_t i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
-      const float* qi = q.at(b, h) + i0 * q.row_stride;
+      std::int64_t ldq = 0;
+      const float* qi = rows_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
       std::fill(m, m + nr, -kInf);
       std::fill(l, l + nr, 0.0f);
       std::fill(acc, acc + nr * d.Dv, 0.0f);
       if (rel.active()) {
-        relative_scores(qa, qi, q.row_stride, nr, d.D, rel, scale);
+        relative_scores(qa, qi, ldq, nr, d.D, rel, scale);
         std::fill(wv, wv + nr * nb, 0.0f);
       }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
@@ -264,7 +302,9 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
         const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
         if (plan.skip) continue;
         const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
-        tm.q_kt(s, Bc, qi, q.row_stride, k.at(b, h) + j0 * k.row_stride, k.row_stride, kt, d.S, nr, nc, d.D, scale);
+        std::int64_t ldk = 0, ldv = 0;  // the micro-kernel reads K^T from kt instead of K's rows
+        const float* kj = tm.blas ? rows_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk) : nullptr;
+        tm.q_kt(s, Bc, qi, ldq, kj, ldk, kt, d.S, nr, nc, d.D, scale);
         if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc, qa);
         for (std::int64_t r = 0; r < nr; ++r) {
           float* row = s + r * Bc;
@@ -284,11 +324,14 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
           if (rel.rel_v)
             bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);
         }
-        tm.ab(acc, d.Dv, s, Bc, v.at(b, h) + j0 * v.row_stride, v.row_stride, nr, d.Dv, nc, 1.0f, true);
+        const float* vj = rows_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
+        tm.ab(acc, d.Dv, s, Bc, vj, ldv, nr, d.Dv, nc, 1.0f, true);
       }
       float* lse_bh = lse + bh * d.L + i0;
       for (std::int64_t r = 0; r < nr; ++r) {
-        float* o = out.at(b, h) + (i0 + r) * out.row_stride;
+        T* dst = out.at(b, h) + (i0 + r) * out.row_stride;
+        float* o = orow;
+        if constexpr (!kHalfStorage<T>) o = dst;
         if (l[r] > 0.0f) {
           const float inv = 1.0f / l[r];
           if (rel.rel_v) small_ab(acc + r * d.Dv, wv + r * nb, rel.rel_v, 1, d.Dv, nb, 1.0f, d.Dv, nb);
@@ -298,14 +341,16 @@ void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const f
           std::fill(o, o + d.Dv, 0.0f);
           lse_bh[r] = kInf;  // backward then recomputes exp(S - inf) = 0
         }
+        if constexpr (kHalfStorage<T>) narrow(dst, o, d.Dv);
       }
     }
   }
 }
 
+template <typename T>
 void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-                              HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q,
-                              HeadsView<const float> k, HeadsView<const float> v, const AttentionMasks<float>& masks,
+                              HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q,
+                              HeadsView<const T> k, HeadsView<const T> v, const AttentionMasks<float>& masks,
                               const AttentionDims& d, float scale, const AttentionDropout& dropout,
                               const AttentionTiles& tiles) {
   check_tiles(tiles);
@@ -317,7 +362,11 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
   // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T (D, Bc) and V^T (Dv, Bc);
   // relative positions: qa, da = dO rel_v^T and bucket sums g (Br, nb) each.
-  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv) + 3 * Br * nb;
+  // 16-bit storage: a query block (Br, D), a key and a value tile (Bc, D),
+  // (Bc, Dv) and an output row (Dv), widened.
+  const std::int64_t conv = kHalfStorage<T> ? Br * d.D + Bc * (d.D + d.Dv) + d.Dv : 0;
+  const std::int64_t per_thread =
+      3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv) + 3 * Br * nb + conv;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Relative-position gradients per (batch, head), summed in a fixed order
   // afterwards, so the result does not depend on which thread ran which head.
@@ -337,6 +386,10 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
     float* qa = vt + d.Dv * Bc;                                        // (Br, nb)
     float* da = qa + Br * nb;                                          // (Br, nb)
     float* gb = da + Br * nb;                                          // (Br, nb)
+    float* qbuf = gb + Br * nb;                                        // 16-bit storage: (Br, D)
+    float* kbuf = qbuf + Br * d.D;                                     // (Bc, D)
+    float* vbuf = kbuf + Bc * d.D;                                     // (Bc, Dv)
+    float* orow = vbuf + Bc * d.Dv;                                    // (Dv)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       const std::int64_t b = bh / d.H, h = bh % d.H;
@@ -346,27 +399,30 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
       // dS = P * (dP - delta) with delta_i = sum_j P_ij dP_ij = dO_i . O_i
       // (also under dropout, since O already holds the dropped weights).
       for (std::int64_t i = 0; i < d.L; ++i) {
-        delta[i] = simd::dot(dout.at(b, h) + i * dout.row_stride, out.at(b, h) + i * out.row_stride, d.Dv);
+        std::int64_t ldo = 0;
+        const float* o = rows_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
+        delta[i] = simd::dot(dout.at(b, h) + i * dout.row_stride, o, d.Dv);
         std::fill_n(dq.at(b, h) + i * dq.row_stride, d.D, 0.0f);
       }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc = std::min(Bc, d.S - j0);
-        const float* kj = k.at(b, h) + j0 * k.row_stride;
-        const float* vj = v.at(b, h) + j0 * v.row_stride;
+        std::int64_t ldk = 0, ldv = 0, ldq = 0;
+        const float* kj = rows_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+        const float* vj = rows_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
         std::fill_n(dk_acc, nc * d.D, 0.0f);
         std::fill_n(dv_acc, nc * d.Dv, 0.0f);
-        tm.pack_t(kt, Bc, kj, k.row_stride, nc, d.D);
-        tm.pack_t(vt, Bc, vj, v.row_stride, nc, d.Dv);
+        tm.pack_t(kt, Bc, kj, ldk, nc, d.D);
+        tm.pack_t(vt, Bc, vj, ldv, nc, d.Dv);
         for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
           const std::int64_t nr = std::min(Br, d.L - i0);
           const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
           if (plan.skip) continue;
-          const float* qi = q.at(b, h) + i0 * q.row_stride;
+          const float* qi = rows_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
           const float* doi = dout.at(b, h) + i0 * dout.row_stride;
           // P = exp(scale * Q K^T + mask - lse)
-          tm.q_kt(p, Bc, qi, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
+          tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
           const std::int64_t jm = std::min(j0 + nc, geo.cols) - j0;  // tile columns under the masks
-          if (rel.active()) relative_scores(qa, qi, q.row_stride, nr, d.D, rel, scale);
+          if (rel.active()) relative_scores(qa, qi, ldq, nr, d.D, rel, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
           for (std::int64_t r = 0; r < nr; ++r) simd::exp_shift_sum(p + r * Bc, nc, lse_bh[i0 + r]);
           const float* pv = p;  // the weights that multiplied V
@@ -380,7 +436,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           // dV_j += dropout(P)^T dO_i
           tm.at_b(dv_acc, d.Dv, pv, Bc, doi, dout.row_stride, nc, d.Dv, nr, 1.0f, true);
           // dP = dO_i V_j^T, through the dropout mask, then dS in place.
-          tm.q_kt(dp, Bc, doi, dout.row_stride, vj, v.row_stride, vt, Bc, nr, nc, d.Dv, 1.0f);
+          tm.q_kt(dp, Bc, doi, dout.row_stride, vj, ldv, vt, Bc, nr, nc, d.Dv, 1.0f);
           if (rel.rel_v && jm > 0) {
             // out_i also held sum_j pv_ij rel_v[c]: dP gains dO_i . rel_v[c],
             // and rel_v's gradient gains the bucket sums of pv times dO_i.
@@ -405,11 +461,11 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             for (std::int64_t r = 0; r < nr; ++r)
               bucket_sums(gb + r * nb, dp + r * Bc, jm, j0, masks.query_offset + i0 + r, rel);
             small_ab(dq.at(b, h) + i0 * dq.row_stride, gb, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
-            small_atb(drk, gb, nb, qi, q.row_stride, nr, nb, d.D, scale);
+            small_atb(drk, gb, nb, qi, ldq, nr, nb, d.D, scale);
           }
           // dQ_i += scale * dS K_j;  dK_j += scale * dS^T Q_i
-          tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kj, k.row_stride, nr, d.D, nc, scale, true);
-          tm.at_b(dk_acc, d.D, dp, Bc, qi, q.row_stride, nc, d.D, nr, scale, true);
+          tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kj, ldk, nr, d.D, nc, scale, true);
+          tm.at_b(dk_acc, d.D, dp, Bc, qi, ldq, nc, d.D, nr, scale, true);
         }
         for (std::int64_t c = 0; c < nc; ++c) {
           std::copy_n(dk_acc + c * d.D, d.D, dk.at(b, h) + (j0 + c) * dk.row_stride);
@@ -429,8 +485,9 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   }
 }
 
-void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
-                             HeadsView<const float> k, const AttentionMasks<float>& masks, const AttentionDims& d,
+template <typename T>
+void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
+                             HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& d,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
@@ -439,7 +496,8 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   const TileMath tm{tiles.gemm == TileGemm::kBlas};
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
-  const std::int64_t per_thread = Br * Bc + d.D * Bc + Br * nb;  // P (Br, Bc), K^T (D, Bc), qa (Br, nb)
+  // P (Br, Bc), K^T (D, Bc), qa (Br, nb); 16-bit storage: a query block (Br, D) and a key tile (Bc, D), widened.
+  const std::int64_t per_thread = Br * Bc + d.D * Bc + Br * nb + (kHalfStorage<T> ? (Br + Bc) * d.D : 0);
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   const float inv_h = 1.0f / static_cast<float>(d.H);
 
@@ -449,6 +507,8 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
     float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
     float* kt = p + Br * Bc;                                           // (D, Bc)
     float* qa = kt + d.D * Bc;                                         // (Br, nb)
+    float* qbuf = qa + Br * nb;                                        // (Br, D)
+    float* kbuf = qbuf + Br * d.D;                                     // (Bc, D)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < d.B * nqb; ++t) {
       const std::int64_t b = t / nqb, i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
@@ -456,8 +516,10 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
         for (std::int64_t r = 0; r < nr; ++r) std::fill_n(weights + (b * d.L + i0 + r) * d.S, d.S, 0.0f);
       for (std::int64_t h = 0; h < d.H; ++h) {
         const float* lse_bh = lse + (b * d.H + h) * d.L;
+        std::int64_t ldq = 0, ldk = 0;
+        const float* qi = rows_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
         // Relative-position terms depend only on the query rows, so one pass serves every key tile.
-        if (rel.active()) relative_scores(qa, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, rel, scale);
+        if (rel.active()) relative_scores(qa, qi, ldq, nr, d.D, rel, scale);
         for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
           const std::int64_t nc = std::min(Bc, d.S - j0);
           const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
@@ -467,9 +529,9 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
             if (plan.skip && !average_heads) std::fill_n(w, nc, 0.0f);
           }
           if (plan.skip) continue;
-          const float* kj = k.at(b, h) + j0 * k.row_stride;
-          tm.pack_t(kt, Bc, kj, k.row_stride, nc, d.D);
-          tm.q_kt(p, Bc, q.at(b, h) + i0 * q.row_stride, q.row_stride, kj, k.row_stride, kt, Bc, nr, nc, d.D, scale);
+          const float* kj = rows_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+          tm.pack_t(kt, Bc, kj, ldk, nc, d.D);
+          tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
           for (std::int64_t r = 0; r < nr; ++r) {
             float* row = p + r * Bc;
@@ -487,5 +549,22 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
     }
   }
 }
+
+#define MULTIHEAD_INSTANTIATE(T)                                                                                   \
+  template void attention_fused_forward<T>(HeadsView<T>, float*, HeadsView<const T>, HeadsView<const T>,               \
+                                           HeadsView<const T>, const AttentionMasks<float>&, const AttentionDims&,     \
+                                           float, const AttentionDropout&, const AttentionTiles&);                     \
+  template void attention_fused_backward<T>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,        \
+                                            HeadsView<const T>, HeadsView<const float>, HeadsView<const T>,            \
+                                            HeadsView<const T>, HeadsView<const T>, const AttentionMasks<float>&,      \
+                                            const AttentionDims&, float, const AttentionDropout&,                      \
+                                            const AttentionTiles&);                                                    \
+  template void attention_fused_weights<T>(float*, bool, const float*, HeadsView<const T>, HeadsView<const T>,         \
+                                           const AttentionMasks<float>&, const AttentionDims&, float,                  \
+                                           const AttentionDropout&, const AttentionTiles&);
+MULTIHEAD_INSTANTIATE(float)
+MULTIHEAD_INSTANTIATE(BF16)
+MULTIHEAD_INSTANTIATE(F16)
+#undef MULTIHEAD_INSTANTIATE
 
 }  // namespace multihead

@@ -2,8 +2,11 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "multihead/core/error.h"
 
 namespace multihead {
 
@@ -114,6 +117,67 @@ void convert_f16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) no
   for (; i + N <= n; i += N)
     hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(src + i))), df, dst + i);
   for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+
+namespace {
+
+// Converts in parallel blocks: large activations are converted by all cores.
+constexpr std::int64_t kConvertBlock = 1 << 14;
+
+template <typename F>
+void blocked(std::int64_t n, F&& f) {
+  const std::int64_t blocks = (n + kConvertBlock - 1) / kConvertBlock;
+#pragma omp parallel for schedule(static) if (blocks > 4)
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    const std::int64_t i0 = i * kConvertBlock;
+    f(i0, std::min(kConvertBlock, n - i0));
+  }
+}
+
+}  // namespace
+
+Tensor narrow_tensor(const Tensor& x, DType to) {
+  const float* src = x.f32();
+  Tensor out = Tensor::empty(x.shape(), to);
+  if (to == DType::kF32) {
+    blocked(x.numel(), [&](std::int64_t i, std::int64_t n) { widen(out.f32() + i, src + i, n); });
+  } else if (to == DType::kBF16) {
+    blocked(x.numel(), [&](std::int64_t i, std::int64_t n) { narrow(out.data<BF16>() + i, src + i, n); });
+  } else if (to == DType::kF16) {
+    blocked(x.numel(), [&](std::int64_t i, std::int64_t n) { narrow(out.data<F16>() + i, src + i, n); });
+  } else {
+    throw Error(fmt::format("cannot store activations as {}", dtype_name(to)));
+  }
+  return out;
+}
+
+Tensor widen_tensor(const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape());
+  float* dst = out.f32();
+  if (x.dtype() == DType::kBF16) {
+    blocked(x.numel(), [&](std::int64_t i, std::int64_t n) { widen(dst + i, x.data<BF16>() + i, n); });
+  } else if (x.dtype() == DType::kF16) {
+    blocked(x.numel(), [&](std::int64_t i, std::int64_t n) { widen(dst + i, x.data<F16>() + i, n); });
+  } else {
+    blocked(x.numel(), [&](std::int64_t i, std::int64_t n) { widen(dst + i, x.f32() + i, n); });
+  }
+  return out;
+}
+
+void round_to_storage(Tensor& x, DType to) {
+  if (to == DType::kF32) return;
+  check<Error>(to == DType::kBF16 || to == DType::kF16, "cannot store activations as {}", dtype_name(to));
+  float* p = x.f32();
+  blocked(x.numel(), [&](std::int64_t i, std::int64_t n) {
+    std::uint16_t tmp[kConvertBlock];
+    if (to == DType::kBF16) {
+      convert_f32_to_bf16(tmp, p + i, n);
+      convert_bf16_to_f32(p + i, tmp, n);
+    } else {
+      convert_f32_to_f16(tmp, p + i, n);
+      convert_f16_to_f32(p + i, tmp, n);
+    }
+  });
 }
 
 }  // namespace multihead

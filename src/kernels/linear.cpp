@@ -1,6 +1,11 @@
 #include "multihead/kernels/linear.h"
 
+#include <algorithm>
+#include <type_traits>
+
+#include "multihead/core/tensor.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/half.h"
 
 namespace multihead {
 
@@ -27,6 +32,61 @@ void linear_backward(T* dx, std::int64_t lddx, bool accumulate_dx, T* dW, T* db,
     for (std::int64_t n = 0; n < N; ++n)
       for (std::int64_t o = 0; o < out; ++o) db[o] += dy[n * lddy + o];
 }
+
+namespace {
+
+// Rows per widened block of a 16-bit x: about 1 MiB of fp32, and at least
+// 256 rows so each block's GEMM stays efficient.
+std::int64_t stored_block_rows(std::int64_t in) { return std::max<std::int64_t>(256, (std::int64_t{1} << 18) / in); }
+
+// Calls f(x0, ld, r0, n) per block of rows, x0 pointing at fp32 rows.
+template <typename X, typename F>
+void for_widened_blocks(const X* x, std::int64_t ldx, std::int64_t N, std::int64_t in, F&& f) {
+  if constexpr (std::is_same_v<X, float>) {
+    f(x, ldx, std::int64_t{0}, N);
+  } else {
+    const std::int64_t rows = stored_block_rows(in);
+    Tensor buf = Tensor::empty({std::min(rows, N), in});
+    for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
+      const std::int64_t n = std::min(rows, N - r0);
+      for (std::int64_t r = 0; r < n; ++r) widen(buf.f32() + r * in, x + (r0 + r) * ldx, in);
+      f(static_cast<const float*>(buf.f32()), in, r0, n);
+    }
+  }
+}
+
+}  // namespace
+
+template <typename X>
+void linear_forward_stored(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const float* W, const float* b,
+                           std::int64_t N, std::int64_t in, std::int64_t out) {
+  for_widened_blocks(x, ldx, N, in, [&](const float* xb, std::int64_t ld, std::int64_t r0, std::int64_t n) {
+    linear_forward(y + r0 * ldy, ldy, xb, ld, W, b, n, in, out);
+  });
+}
+
+template <typename X>
+void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
+                            std::int64_t lddy, const X* x, std::int64_t ldx, const float* W, std::int64_t N,
+                            std::int64_t in, std::int64_t out) {
+  // dx and db do not read x: one call for all rows; dW block by block.
+  linear_backward<float>(dx, lddx, accumulate_dx, nullptr, db, dy, lddy, nullptr, ldx, W, N, in, out);
+  if (dW == nullptr) return;
+  for_widened_blocks(x, ldx, N, in, [&](const float* xb, std::int64_t ld, std::int64_t r0, std::int64_t n) {
+    linear_backward<float>(nullptr, lddx, false, dW, nullptr, dy + r0 * lddy, lddy, xb, ld, W, n, in, out);
+  });
+}
+
+#define MULTIHEAD_INSTANTIATE(X)                                                                                  \
+  template void linear_forward_stored<X>(float*, std::int64_t, const X*, std::int64_t, const float*, const float*, \
+                                         std::int64_t, std::int64_t, std::int64_t);                                \
+  template void linear_backward_stored<X>(float*, std::int64_t, bool, float*, float*, const float*, std::int64_t,  \
+                                          const X*, std::int64_t, const float*, std::int64_t, std::int64_t,        \
+                                          std::int64_t);
+MULTIHEAD_INSTANTIATE(float)
+MULTIHEAD_INSTANTIATE(BF16)
+MULTIHEAD_INSTANTIATE(F16)
+#undef MULTIHEAD_INSTANTIATE
 
 template void linear_forward<float>(float*, std::int64_t, const float*, std::int64_t, const float*, const float*,
                                     std::int64_t, std::int64_t, std::int64_t);

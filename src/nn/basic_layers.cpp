@@ -37,20 +37,25 @@ void Linear::init(Rng& rng) {
   if (bias_) linear_default_uniform(store_->data_span(b_), in_, rng);
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x, Precision p) {
   const std::int64_t N = rows_of(x, in_, "Linear");
   Tensor y = Tensor::empty(with_last(x.shape(), out_));
   linear_forward(y.f32(), out_, x.f32(), in_, store_->data(w_), bias_ ? store_->data(b_) : nullptr, N, in_, out_);
-  x_ = &x;
+  x_.save(x, storage_dtype(p));
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy) {
-  check(x_ != nullptr, "Linear::backward called without a preceding forward");
+  check(x_.defined(), "Linear::backward called without a preceding forward");
   const std::int64_t N = rows_of(dy, out_, "Linear gradient");
   Tensor dx = Tensor::empty(with_last(dy.shape(), in_));
-  linear_backward(dx.f32(), in_, false, store_->grad(w_), bias_ ? store_->grad(b_) : nullptr, dy.f32(), out_,
-                  x_->f32(), in_, store_->data(w_), N, in_, out_);
+  const Tensor& x = x_.stored();
+  visit_float_storage(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    linear_backward_stored<T>(dx.f32(), in_, false, store_->grad(w_), bias_ ? store_->grad(b_) : nullptr, dy.f32(),
+                              out_, x.template data<T>(), in_, store_->data(w_), N, in_, out_);
+  });
+  clear_cache();  // backward consumes what forward saved
   return dx;
 }
 
@@ -68,27 +73,29 @@ void LayerNorm::init(Rng&) {
 }
 
 void LayerNorm::clear_cache() {
-  x_ = nullptr;
+  x_.clear();
   mean_ = Tensor();
   rstd_ = Tensor();
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
+Tensor LayerNorm::forward(const Tensor& x, Precision p) {
   const std::int64_t N = rows_of(x, d_, "LayerNorm");
   Tensor y = Tensor::empty(x.shape());
   mean_ = Tensor::empty({N});
   rstd_ = Tensor::empty({N});
   layer_norm_forward(y.f32(), mean_.f32(), rstd_.f32(), x.f32(), store_->data(w_), store_->data(b_), N, d_, eps_);
-  x_ = &x;
+  x_.save(x, storage_dtype(p));
   return y;
 }
 
 Tensor LayerNorm::backward(const Tensor& dy) {
-  check(x_ != nullptr, "LayerNorm::backward called without a preceding forward");
+  check(x_.defined(), "LayerNorm::backward called without a preceding forward");
   const std::int64_t N = rows_of(dy, d_, "LayerNorm gradient");
   Tensor dx = Tensor::empty(dy.shape());
-  layer_norm_backward(dx.f32(), store_->grad(w_), store_->grad(b_), dy.f32(), x_->f32(), mean_.f32(), rstd_.f32(),
-                      store_->data(w_), N, d_);
+  Tensor scratch;
+  layer_norm_backward(dx.f32(), store_->grad(w_), store_->grad(b_), dy.f32(), x_.f32(scratch).f32(), mean_.f32(),
+                      rstd_.f32(), store_->data(w_), N, d_);
+  clear_cache();  // backward consumes what forward saved
   return dx;
 }
 
@@ -97,8 +104,12 @@ Dropout::Dropout(ParamStore& store, double p) : p_(p), site_(store.new_random_si
 }
 
 void Dropout::forward_inplace(Tensor& x, const ForwardContext& ctx) {
+  if (begin(ctx).active()) dropout_inplace(x.f32(), x.numel(), 0, last_);
+}
+
+const DropoutSpec& Dropout::begin(const ForwardContext& ctx) {
   last_ = DropoutSpec{ctx.training ? static_cast<float>(p_) : 0.0f, ctx.seed, ctx.stream(site_)};
-  if (last_.active()) dropout_inplace(x.f32(), x.numel(), 0, last_);
+  return last_;
 }
 
 void Dropout::backward_inplace(Tensor& dy) const {

@@ -1,6 +1,32 @@
 #include "multihead/nn/encoder.h"
 
+#include "multihead/kernels/half.h"
+
 namespace multihead {
+namespace {
+
+// Passes a layer's output on as the next layer's input. In fp32 every output
+// stays in `outputs` (the next layer's backward reads its input through a
+// pointer); in 16 bits the output is rounded to the stored precision and only
+// the latest is kept, since each layer saved its own 16-bit copy.
+const Tensor* pass_on(Tensor out, DType st, std::vector<Tensor>& outputs, Tensor& latest) {
+  if (st == DType::kF32) {
+    outputs.push_back(std::move(out));
+    return &outputs.back();
+  }
+  round_to_storage(out, st);
+  latest = std::move(out);
+  return &latest;
+}
+
+// The stack's result from its last layer's output: through the final norm,
+// or a copy of it in fp32 (its next reader's backward still needs it).
+Tensor stack_result(LayerNorm* norm, Tensor& latest, const Tensor& last, Precision p) {
+  if (norm) return norm->forward(last, p);
+  return &last == &latest ? std::move(latest) : last.clone();
+}
+
+}  // namespace
 
 TransformerEncoder::TransformerEncoder(ParamStore& store, const std::string& prefix,
                                        const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm) {
@@ -20,23 +46,28 @@ void TransformerEncoder::clear_cache() {
   for (auto& l : layers_) l->clear_cache();
   if (norm_) norm_->clear_cache();
   outputs_.clear();
-  input_ = nullptr;
+  inputs_.clear();
+  forwarded_ = false;
 }
 
 Tensor TransformerEncoder::forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx) {
   masks_ = masks;
   ctx_ = ctx;
-  input_ = &x;
+  const DType st = storage_dtype(ctx.precision);
   outputs_.clear();
   outputs_.reserve(layers_.size());  // no reallocation: layers hold pointers to these
+  inputs_.clear();
+  inputs_.resize(checkpoint_ ? layers_.size() : 0);
+  Tensor h;  // 16-bit: the running activation (each layer keeps its own copies)
   const Tensor* in = &x;
-  for (auto& layer : layers_) {
-    outputs_.push_back(layer->forward(*in, masks, ctx));
-    if (checkpoint_) layer->clear_cache();
-    in = &outputs_.back();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (checkpoint_) inputs_[i].save(*in, st);
+    Tensor out = layers_[i]->forward(*in, masks, ctx);
+    if (checkpoint_) layers_[i]->clear_cache();
+    in = pass_on(std::move(out), st, outputs_, h);
   }
-  if (norm_) return norm_->forward(outputs_.back());
-  return outputs_.back().clone();
+  forwarded_ = true;
+  return stack_result(norm_.get(), h, *in, ctx.precision);
 }
 
 Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity) {
@@ -50,11 +81,11 @@ Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>&
 }
 
 Tensor TransformerEncoder::backward(const Tensor& dy) {
-  check(input_ != nullptr, "TransformerEncoder::backward called without a preceding forward");
+  check(forwarded_, "TransformerEncoder::backward called without a preceding forward");
   Tensor g = norm_ ? norm_->backward(dy) : dy.clone();
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    const Tensor& in = i == 0 ? *input_ : outputs_[i - 1];
-    if (checkpoint_) layers_[i]->forward(in, masks_, ctx_);  // recompute the activations, same dropout masks
+    Tensor scratch;  // a 16-bit input widened; the layer keeps its own copies
+    if (checkpoint_) layers_[i]->forward(inputs_[i].f32(scratch), masks_, ctx_);  // recompute, same dropout masks
     g = layers_[i]->backward(g);
     if (checkpoint_) layers_[i]->clear_cache();
   }
@@ -79,23 +110,24 @@ void TransformerDecoder::clear_cache() {
   for (auto& l : layers_) l->clear_cache();
   if (norm_) norm_->clear_cache();
   outputs_.clear();
+  forwarded_ = false;
 }
 
 Tensor TransformerDecoder::forward(const Tensor& x, const Tensor& memory, const AttentionMaskArgs& self_masks,
                                    const AttentionMaskArgs& memory_masks, const ForwardContext& ctx) {
+  const DType st = storage_dtype(ctx.precision);
   outputs_.clear();
   outputs_.reserve(layers_.size());
+  Tensor h;
   const Tensor* in = &x;
-  for (auto& layer : layers_) {
-    outputs_.push_back(layer->forward(*in, memory, self_masks, memory_masks, ctx));
-    in = &outputs_.back();
-  }
-  if (norm_) return norm_->forward(outputs_.back());
-  return outputs_.back().clone();
+  for (auto& layer : layers_)
+    in = pass_on(layer->forward(*in, memory, self_masks, memory_masks, ctx), st, outputs_, h);
+  forwarded_ = true;
+  return stack_result(norm_.get(), h, *in, ctx.precision);
 }
 
 TransformerDecoderLayer::Grads TransformerDecoder::backward(const Tensor& dy) {
-  check(!outputs_.empty(), "TransformerDecoder::backward called without a preceding forward");
+  check(forwarded_, "TransformerDecoder::backward called without a preceding forward");
   TransformerDecoderLayer::Grads total;
   total.x = norm_ ? norm_->backward(dy) : dy.clone();
   for (std::size_t i = layers_.size(); i-- > 0;) {

@@ -146,6 +146,7 @@ Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, con
   AttentionMaskArgs masks;
   masks.key_padding_mask = padding;
   h_ = encoder_.forward(x_, masks, ctx);
+  if (ctx.precision != Precision::kF32) x_ = Tensor();  // the first layer keeps its own 16-bit copy
   // Pooling: mean over the tokens that are not padding, or token 0.
   pooled_ = Tensor({B, d});
   counts_.assign(static_cast<std::size_t>(B), 0.0f);
@@ -232,6 +233,7 @@ Tensor LanguageModel::forward(const Tensor& ids, const ForwardContext& ctx) {
   AttentionMaskArgs masks;
   masks.causal = CausalAlign::kTopLeft;
   h_ = encoder_.forward(x_, masks, ctx);
+  if (ctx.precision != Precision::kF32) x_ = Tensor();  // the first layer keeps its own 16-bit copy
   return logits_of(h_, ids.dim(0), ids.dim(1));
 }
 
@@ -340,6 +342,7 @@ Tensor VisionTransformer::forward(const Tensor& images, const ForwardContext& ct
     for (std::int64_t i = 0; i < N * d; ++i) xb[d + i] = emb.f32()[b * N * d + i] + pos[d + i];
   }
   h_ = encoder_.forward(x_, {}, ctx);
+  if (ctx.precision != Precision::kF32) x_ = Tensor();  // the first layer keeps its own 16-bit copy
   cls_out_ = Tensor::empty({B, d});
   for (std::int64_t b = 0; b < B; ++b)
     std::memcpy(cls_out_.f32() + b * d, h_.f32() + b * (N + 1) * d, sizeof(float) * static_cast<std::size_t>(d));

@@ -6,6 +6,7 @@
 
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
 #include "multihead/nn/init.h"
@@ -141,40 +142,44 @@ bool mask_is_bool(const Tensor& m, std::string_view what) {
 
 // Appends bias (or zeros when bias is null) as one more position:
 // dst (B, S+1, E) = cat(src (B, S, E), bias (E)). src has row stride ld_src.
-void append_position(float* dst, const float* src, std::int64_t ld_src, const float* bias, std::int64_t B,
-                     std::int64_t S, std::int64_t E) {
+template <typename T>
+void append_position(T* dst, const T* src, std::int64_t ld_src, const float* bias, std::int64_t B, std::int64_t S,
+                     std::int64_t E) {
   for (std::int64_t b = 0; b < B; ++b) {
-    float* d = dst + b * (S + 1) * E;
-    for (std::int64_t s = 0; s < S; ++s) std::memcpy(d + s * E, src + (b * S + s) * ld_src, sizeof(float) * E);
-    if (bias) std::memcpy(d + S * E, bias, sizeof(float) * E);
-    else std::memset(d + S * E, 0, sizeof(float) * E);
+    T* d = dst + b * (S + 1) * E;
+    for (std::int64_t s = 0; s < S; ++s) std::memcpy(d + s * E, src + (b * S + s) * ld_src, sizeof(T) * E);
+    if (bias) narrow(d + S * E, bias, E);
+    else std::memset(d + S * E, 0, sizeof(T) * E);
   }
 }
 
 }  // namespace
 
 // Self-attention keeps q, k, v side by side in one (B, L, E + 2 KE) buffer.
-HeadsView<const float> MultiheadAttention::q_view() const {
+template <typename T>
+HeadsView<const T> MultiheadAttention::q_view() const {
   const auto& d = cache_.dims;
   const std::int64_t E = cfg_.embed_dim, PW = E + 2 * cfg_.kv_dim();
-  if (cache_.self) return {cache_.qkv.f32(), d.L * PW, PW, d.D};
-  return {cache_.q.f32(), d.L * E, E, d.D};
+  if (cache_.self) return {cache_.qkv.data<T>(), d.L * PW, PW, d.D};
+  return {cache_.q.data<T>(), d.L * E, E, d.D};
 }
 
-HeadsView<const float> MultiheadAttention::k_view() const {
+template <typename T>
+HeadsView<const T> MultiheadAttention::k_view() const {
   const auto& d = cache_.dims;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, g = cfg_.group();
-  if (cache_.k_ext.defined()) return {cache_.k_ext.f32(), d.S * KE, KE, d.D, g};
-  if (cache_.self) return {cache_.qkv.f32() + E, d.L * PW, PW, d.D, g};
-  return {cache_.k.f32(), d.S * KE, KE, d.D, g};
+  if (cache_.k_ext.defined()) return {cache_.k_ext.data<T>(), d.S * KE, KE, d.D, g};
+  if (cache_.self) return {cache_.qkv.data<T>() + E, d.L * PW, PW, d.D, g};
+  return {cache_.k.data<T>(), d.S * KE, KE, d.D, g};
 }
 
-HeadsView<const float> MultiheadAttention::v_view() const {
+template <typename T>
+HeadsView<const T> MultiheadAttention::v_view() const {
   const auto& d = cache_.dims;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, g = cfg_.group();
-  if (cache_.v_ext.defined()) return {cache_.v_ext.f32(), d.S * KE, KE, d.Dv, g};
-  if (cache_.self) return {cache_.qkv.f32() + E + KE, d.L * PW, PW, d.Dv, g};
-  return {cache_.v.f32(), d.S * KE, KE, d.Dv, g};
+  if (cache_.v_ext.defined()) return {cache_.v_ext.data<T>(), d.S * KE, KE, d.Dv, g};
+  if (cache_.self) return {cache_.qkv.data<T>() + E + KE, d.L * PW, PW, d.Dv, g};
+  return {cache_.v.data<T>(), d.S * KE, KE, d.Dv, g};
 }
 
 MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
@@ -211,10 +216,16 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
 
   cache_ = Cache{};
   Cache& c = cache_;
-  c.query = &query;
-  c.key = &key;
-  c.value = &value;
   c.self = &query == &key && &key == &value && cfg_.packed_in_proj();
+  c.store = call.precision != Precision::kF32 && call.impl == AttentionImpl::kFused &&
+                    cfg_.variant != AttentionVariant::kLinear
+                ? storage_dtype(call.precision)
+                : DType::kF32;
+  c.query.save(query, c.store);
+  if (!c.self) {
+    c.key.save(key, c.store);
+    if (&value != &key) c.value.save(value, c.store);
+  }
   c.S_in = S;
   const std::int64_t extra = (cfg_.add_bias_kv ? 1 : 0) + (cfg_.add_zero_attn ? 1 : 0);
   c.dims = AttentionDims{B, H, L, S + extra, cfg_.head_dim(), cfg_.head_dim()};
@@ -266,27 +277,37 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
 
   add_pattern(masks);
 
+  // 16-bit storage from here on: the projections are narrowed once, and the
+  // kernels read them in 16 bits.
+  if (c.store != DType::kF32) {
+    if (c.self) c.qkv = narrow_tensor(c.qkv, c.store);
+    else c.q = narrow_tensor(c.q, c.store), c.k = narrow_tensor(c.k, c.store), c.v = narrow_tensor(c.v, c.store);
+  }
+
   // Extra key/value positions, in PyTorch's order: bias_k/bias_v, then zeros.
   if (extra > 0) {
-    const float* k_src = c.self ? c.qkv.f32() + E : c.k.f32();
-    const float* v_src = c.self ? c.qkv.f32() + E + KE : c.v.f32();
-    std::int64_t ld = c.self ? PW : KE;
-    std::int64_t s_cur = S;
-    if (cfg_.add_bias_kv) {
-      Tensor k1 = Tensor::empty({B, s_cur + 1, KE}), v1 = Tensor::empty({B, s_cur + 1, KE});
-      append_position(k1.f32(), k_src, ld, store_->data(bias_k_), B, s_cur, KE);
-      append_position(v1.f32(), v_src, ld, store_->data(bias_v_), B, s_cur, KE);
-      c.k_ext = std::move(k1);
-      c.v_ext = std::move(v1);
-      k_src = c.k_ext.f32(), v_src = c.v_ext.f32(), ld = KE, ++s_cur;
-    }
-    if (cfg_.add_zero_attn) {
-      Tensor k1 = Tensor::empty({B, s_cur + 1, KE}), v1 = Tensor::empty({B, s_cur + 1, KE});
-      append_position(k1.f32(), k_src, ld, nullptr, B, s_cur, KE);
-      append_position(v1.f32(), v_src, ld, nullptr, B, s_cur, KE);
-      c.k_ext = std::move(k1);
-      c.v_ext = std::move(v1);
-    }
+    visit_float_storage(c.store, [&](auto tag) {
+      using T = decltype(tag);
+      const T* k_src = c.self ? c.qkv.data<T>() + E : c.k.data<T>();
+      const T* v_src = c.self ? c.qkv.data<T>() + E + KE : c.v.data<T>();
+      std::int64_t ld = c.self ? PW : KE;
+      std::int64_t s_cur = S;
+      if (cfg_.add_bias_kv) {
+        Tensor k1 = Tensor::empty({B, s_cur + 1, KE}, c.store), v1 = Tensor::empty({B, s_cur + 1, KE}, c.store);
+        append_position(k1.data<T>(), k_src, ld, store_->data(bias_k_), B, s_cur, KE);
+        append_position(v1.data<T>(), v_src, ld, store_->data(bias_v_), B, s_cur, KE);
+        c.k_ext = std::move(k1);
+        c.v_ext = std::move(v1);
+        k_src = c.k_ext.data<T>(), v_src = c.v_ext.data<T>(), ld = KE, ++s_cur;
+      }
+      if (cfg_.add_zero_attn) {
+        Tensor k1 = Tensor::empty({B, s_cur + 1, KE}, c.store), v1 = Tensor::empty({B, s_cur + 1, KE}, c.store);
+        append_position(k1.data<T>(), k_src, ld, nullptr, B, s_cur, KE);
+        append_position(v1.data<T>(), v_src, ld, nullptr, B, s_cur, KE);
+        c.k_ext = std::move(k1);
+        c.v_ext = std::move(v1);
+      }
+    });
   }
 
   const AttentionDims& d = c.dims;
@@ -298,9 +319,8 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   if (cfg_.variant == AttentionVariant::kBlockSparse && c.tiles.q_block == AttentionTiles{}.q_block &&
       c.tiles.k_block == AttentionTiles{}.k_block && S == L)
     c.tiles.q_block = c.tiles.k_block = cfg_.sparse_block;
-  c.attn = Tensor::empty({B, L, E});
+  c.attn = Tensor::empty({B, L, E}, c.store);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const HeadsView<float> attn_view{c.attn.f32(), L * E, E, d.Dv};
   if (cfg_.variant == AttentionVariant::kLinear) {
     check<ConfigError>(!call.need_weights, "linear attention has no attention weights; call with need_weights off");
     check<ConfigError>(!masks.attn_bool && !masks.attn_add && !masks.key_padding_add && extra == 0,
@@ -310,25 +330,36 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     la.causal = masks.causal != CausalAlign::kNone;
     check<ConfigError>(masks.causal != CausalAlign::kTopLeft || L == S,
                        "linear attention aligns causal masks bottom-right; top-left needs L == S");
-    linear_attention_forward<float>(attn_view, q_view(), k_view(), v_view(), d, la);
+    linear_attention_forward<float>({c.attn.f32(), L * E, E, d.Dv}, q_view<float>(), k_view<float>(),
+                                    v_view<float>(), d, la);
   } else if (c.impl == AttentionImpl::kFused) {
     c.lse = Tensor::empty({B, H, L});
-    attention_fused_forward(attn_view, c.lse.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout,
-                            c.tiles);
+    visit_float_storage(c.store, [&](auto tag) {
+      using T = decltype(tag);
+      attention_fused_forward<T>({c.attn.data<T>(), L * E, E, d.Dv}, c.lse.f32(), q_view<T>(), k_view<T>(),
+                                 v_view<T>(), masks, d, scale, c.dropout, c.tiles);
+    });
   } else {
     c.probs = Tensor::empty({B, H, L, d.S});
-    attention_ref_forward<float>(attn_view, c.probs.f32(), q_view(), k_view(), v_view(), masks, d, scale, c.dropout);
+    attention_ref_forward<float>({c.attn.f32(), L * E, E, d.Dv}, c.probs.f32(), q_view<float>(), k_view<float>(),
+                                 v_view<float>(), masks, d, scale, c.dropout);
   }
 
   MultiheadAttentionOutput out;
   out.output = Tensor::empty({B, L, E});
-  linear_forward(out.output.f32(), E, c.attn.f32(), E, store_->data(out_proj_weight_),
-                 cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
+  visit_float_storage(c.store, [&](auto tag) {
+    using T = decltype(tag);
+    linear_forward_stored<T>(out.output.f32(), E, c.attn.data<T>(), E, store_->data(out_proj_weight_),
+                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
+  });
   if (call.need_weights) {
     out.weights = call.average_attn_weights ? Tensor::empty({B, L, d.S}) : Tensor::empty({B, H, L, d.S});
     if (c.impl == AttentionImpl::kFused)
-      attention_fused_weights(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view(), k_view(), masks, d,
-                              scale, c.dropout, c.tiles);
+      visit_float_storage(c.store, [&](auto tag) {
+        using T = decltype(tag);
+        attention_fused_weights<T>(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view<T>(),
+                                   k_view<T>(), masks, d, scale, c.dropout, c.tiles);
+      });
     else
       attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
   }
@@ -361,6 +392,7 @@ void sum_groups(HeadsView<float> dst, const Tensor& full, std::int64_t B, std::i
 MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
   Cache& c = cache_;
   check(c.valid, "MultiheadAttention::backward called without a preceding forward");
+  c.valid = false;  // backward consumes the cache
   const AttentionDims& d = c.dims;
   const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in, KE = cfg_.kv_dim(), PW = E + 2 * KE;
   const std::int64_t group = cfg_.group();
@@ -368,9 +400,12 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
 
   // Through out_proj: d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
   Tensor d_attn = Tensor::empty({B, L, E});
-  linear_backward(d_attn.f32(), E, false, store_->grad(out_proj_weight_),
-                  cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E, c.attn.f32(), E,
-                  store_->data(out_proj_weight_), B * L, E, E);
+  visit_float_storage(c.store, [&](auto tag) {
+    using T = decltype(tag);
+    linear_backward_stored<T>(d_attn.f32(), E, false, store_->grad(out_proj_weight_),
+                              cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E,
+                              c.attn.data<T>(), E, store_->data(out_proj_weight_), B * L, E, E);
+  });
 
   // Gradients of the projected q, k, v: packed (B, L, E + 2 KE) for self-attention.
   const bool extended = c.k_ext.defined();
@@ -410,17 +445,26 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
     LinearAttentionArgs<float> la;
     la.key_padding = c.masks.key_padding_bool;
     la.causal = c.masks.causal != CausalAlign::kNone;
-    linear_attention_backward<float>(dq_view, dk_kernel, dv_kernel, dout_view, q_view(), k_view(), v_view(), d, la);
+    linear_attention_backward<float>(dq_view, dk_kernel, dv_kernel, dout_view, q_view<float>(), k_view<float>(),
+                                     v_view<float>(), d, la);
   } else if (c.impl == AttentionImpl::kFused) {
-    attention_fused_backward(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.f32(), L * E, E, d.Dv}, dout_view,
-                             q_view(), k_view(), v_view(), c.masks, d, scale, c.dropout, c.tiles);
+    visit_float_storage(c.store, [&](auto tag) {
+      using T = decltype(tag);
+      attention_fused_backward<T>(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.data<T>(), L * E, E, d.Dv},
+                                  dout_view, q_view<T>(), k_view<T>(), v_view<T>(), c.masks, d, scale, c.dropout,
+                                  c.tiles);
+    });
   } else {
-    attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view(), k_view(),
-                                  v_view(), c.masks, d, scale, c.dropout);
+    attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view<float>(),
+                                  k_view<float>(), v_view<float>(), c.masks, d, scale, c.dropout);
   }
+  // Backward runs once per forward: what only the kernel read can go now.
+  d_attn = Tensor();
+  c.attn = Tensor(), c.probs = Tensor();
   if (group > 1) {
     sum_groups(dk_view, dk_full, B, d.S, cfg_.kv_heads(), group, d.D);
     sum_groups(dv_view, dv_full, B, d.S, cfg_.kv_heads(), group, d.Dv);
+    dk_full = Tensor(), dv_full = Tensor();
   }
   if (extended) {
     // The first S positions belong to the projected key/value; position S is
@@ -454,12 +498,23 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   float* gb_in = cfg_.bias ? store_->grad(in_proj_bias_) : nullptr;
   const std::int64_t row0[3] = {0, E, E + KE};
   auto gbias_part = [&](int i) { return gb_in ? gb_in + row0[i] : nullptr; };
+  c.qkv = Tensor(), c.q = Tensor(), c.k = Tensor(), c.v = Tensor(), c.k_ext = Tensor(), c.v_ext = Tensor();
+  // dx = dY W, dW += dY^T x, with x as saved (fp32 or 16-bit).
+  auto in_proj_backward = [&](Tensor& dx, const SavedTensor& x, const float* dy, std::int64_t lddy, const float* w,
+                              float* gw, float* gb, std::int64_t N, std::int64_t in, std::int64_t out) {
+    const Tensor& xs = x.stored();
+    visit_float_storage(xs.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      linear_backward_stored<T>(dx.f32(), in, false, gw, gb, dy, lddy, xs.template data<T>(), in, w, N, in, out);
+    });
+  };
   if (c.self) {
     g.query = Tensor::empty({B, L, E});
-    linear_backward(g.query.f32(), E, false, store_->grad(in_proj_weight_), gb_in, dqkv.f32(), PW, c.query->f32(), E,
-                    store_->data(in_proj_weight_), B * L, E, PW);
+    in_proj_backward(g.query, c.query, dqkv.f32(), PW, store_->data(in_proj_weight_), store_->grad(in_proj_weight_),
+                     gb_in, B * L, E, PW);
     return g;
   }
+  const SavedTensor& value = c.value.defined() ? c.value : c.key;
   const bool packed = cfg_.packed_in_proj();
   const std::int64_t kd = cfg_.key_dim(), vd = cfg_.value_dim();
   float* w[3] = {packed ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_),
@@ -471,10 +526,9 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   g.query = Tensor::empty({B, L, E});
   g.key = Tensor::empty({B, S, kd});
   g.value = Tensor::empty({B, S, vd});
-  linear_backward(g.query.f32(), E, false, gw[0], gbias_part(0), dq.f32(), E, c.query->f32(), E, w[0], B * L, E, E);
-  linear_backward(g.key.f32(), kd, false, gw[1], gbias_part(1), dk.f32(), KE, c.key->f32(), kd, w[1], B * S, kd, KE);
-  linear_backward(g.value.f32(), vd, false, gw[2], gbias_part(2), dv.f32(), KE, c.value->f32(), vd, w[2], B * S, vd,
-                  KE);
+  in_proj_backward(g.query, c.query, dq.f32(), E, w[0], gw[0], gbias_part(0), B * L, E, E);
+  in_proj_backward(g.key, c.key, dk.f32(), KE, w[1], gw[1], gbias_part(1), B * S, kd, KE);
+  in_proj_backward(g.value, value, dv.f32(), KE, w[2], gw[2], gbias_part(2), B * S, vd, KE);
   return g;
 }
 

@@ -68,7 +68,7 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
       masks.relative.clip = cfg_.relative_clip;
     }
     Tensor lse = Tensor::empty({B, H, T});
-    attention_fused_forward({attn.f32(), T * E, E, D}, lse.f32(), {qkv.f32(), T * PW, PW, D},
+    attention_fused_forward<float>({attn.f32(), T * E, E, D}, lse.f32(), {qkv.f32(), T * PW, PW, D},
                             {cache.k.f32(), cap * KE, KE, D, group}, {cache.v.f32(), cap * KE, KE, D, group}, masks, d,
                             1.0f / std::sqrt(static_cast<float>(D)), {});
   }

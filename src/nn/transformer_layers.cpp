@@ -1,5 +1,10 @@
 #include "multihead/nn/transformer_layers.h"
 
+#include <algorithm>
+
+#include "multihead/kernels/half.h"
+#include "multihead/kernels/linear.h"
+
 namespace multihead {
 
 MultiheadAttentionConfig TransformerLayerConfig::attention() const {
@@ -35,6 +40,7 @@ MultiheadAttentionCall attention_call(const TransformerLayerConfig& cfg, const A
   c.dropout_seed = ctx.seed;
   c.dropout_stream = ctx.stream(site);
   c.impl = cfg.attention_impl;
+  c.precision = ctx.precision;
   return c;
 }
 
@@ -46,7 +52,8 @@ const TransformerLayerConfig& validated(const TransformerLayerConfig& cfg) {
 }  // namespace
 
 FeedForward::FeedForward(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg)
-    : act_(cfg.activation),
+    : store_(&store),
+      act_(cfg.activation),
       linear1_(store, prefix + "linear1.", cfg.d_model, cfg.dim_feedforward),
       linear2_(store, prefix + "linear2.", cfg.dim_feedforward, cfg.d_model),
       dropout_(store, cfg.dropout) {}
@@ -57,25 +64,101 @@ void FeedForward::init(Rng& rng) {
 }
 
 void FeedForward::clear_cache() {
-  linear1_.clear_cache();
-  linear2_.clear_cache();
+  x_.clear();
   pre_ = Tensor();
   hid_ = Tensor();
 }
 
+namespace {
+
+// Rows per block: about 4 MiB of fp32 hidden activations, enough rows that
+// each block's GEMMs still run at full speed.
+std::int64_t ff_block_rows(std::int64_t F) { return std::max<std::int64_t>(64, (std::int64_t{1} << 20) / F); }
+
+// Rows [r0, r0 + n) of a (N, w) stored tensor as fp32: in place for F32,
+// else widened into buf.
+template <typename T>
+const float* block_f32(const Tensor& t, std::int64_t r0, std::int64_t n, std::int64_t w, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return t.f32() + r0 * w;
+  } else {
+    widen(buf, t.data<T>() + r0 * w, n * w);
+    return buf;
+  }
+}
+
+// Narrows fp32 rows into their place in a stored tensor, then rounds them in
+// place to the stored values, so forward goes on with exactly what backward
+// will read. Nothing to do for F32, whose rows were written in place.
+template <typename T>
+void store_block(Tensor& t, std::int64_t r0, std::int64_t n, std::int64_t w, float* rows) {
+  if constexpr (!std::is_same_v<T, float>) {
+    T* dst = t.data<T>() + r0 * w;
+    narrow(dst, rows, n * w);
+    widen(rows, dst, n * w);
+  }
+}
+
+}  // namespace
+
 Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
-  pre_ = linear1_.forward(x);
-  hid_ = Tensor::empty(pre_.shape());
-  activation_forward(act_, hid_.f32(), pre_.f32(), pre_.numel());
-  dropout_.forward_inplace(hid_, ctx);
-  return linear2_.forward(hid_);
+  const std::int64_t d = linear1_.in(), F = linear1_.out();
+  check<ShapeError>(x.ndim() >= 1 && x.dim(-1) == d, "feed-forward input has shape {}, expected (..., {})",
+                    shape_str(x.shape()), d);
+  const std::int64_t N = x.numel() / d, rows = ff_block_rows(F);
+  const DType st = storage_dtype(ctx.precision);
+  const DropoutSpec& drop = dropout_.begin(ctx);
+  x_.save(x, st);
+  pre_ = Tensor::empty({N, F}, st);
+  hid_ = Tensor::empty({N, F}, st);
+  Tensor y = Tensor::empty(x.shape());
+  const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
+  visit_float_storage(st, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr bool kHalf = !std::is_same_v<T, float>;
+    Tensor buf = kHalf ? Tensor::empty({2, std::min(rows, N), F}) : Tensor();  // pre, hid blocks
+    for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
+      const std::int64_t n = std::min(rows, N - r0);
+      float* pre = kHalf ? buf.f32() : pre_.f32() + r0 * F;             // (n, F)
+      float* hid = kHalf ? buf.f32() + n * F : hid_.f32() + r0 * F;     // (n, F)
+      linear_forward(pre, F, x.f32() + r0 * d, d, w1, linear1_.bias_data(), n, d, F);
+      store_block<T>(pre_, r0, n, F, pre);
+      activation_forward(act_, hid, pre, n * F);
+      if (drop.active()) dropout_inplace(hid, n * F, static_cast<std::uint64_t>(r0 * F), drop);
+      store_block<T>(hid_, r0, n, F, hid);
+      linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
+    }
+  });
+  return y;
 }
 
 Tensor FeedForward::backward(const Tensor& dy) {
-  Tensor dh = linear2_.backward(dy);
-  dropout_.backward_inplace(dh);
-  activation_backward(act_, dh.f32(), dh.f32(), pre_.f32(), dh.numel());
-  return linear1_.backward(dh);
+  check(x_.defined(), "FeedForward::backward called without a preceding forward");
+  const std::int64_t d = linear1_.in(), F = linear1_.out(), N = pre_.dim(0), rows = ff_block_rows(F);
+  expect_shape(dy, x_.stored().shape(), "feed-forward gradient");
+  const DropoutSpec& drop = dropout_.spec();
+  Tensor dx = Tensor::empty(dy.shape());
+  const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
+  float *gw1 = store_->grad(linear1_.weight()), *gw2 = store_->grad(linear2_.weight());
+  visit_float_storage(pre_.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr bool kHalf = !std::is_same_v<T, float>;
+    const std::int64_t nb = std::min(rows, N);
+    Tensor dh = Tensor::empty({nb, F});                                      // gradient of hid, then of pre
+    Tensor buf = kHalf ? Tensor::empty({2 * nb * F + nb * d}) : Tensor();  // hid, pre, x blocks
+    for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
+      const std::int64_t n = std::min(rows, N - r0);
+      const float* hid = block_f32<T>(hid_, r0, n, F, kHalf ? buf.f32() : nullptr);
+      linear_backward(dh.f32(), F, false, gw2, linear2_.bias_grad(), dy.f32() + r0 * d, d, hid, F, w2, n, F, d);
+      if (drop.active()) dropout_inplace(dh.f32(), n * F, static_cast<std::uint64_t>(r0 * F), drop);
+      const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() + nb * F : nullptr);
+      activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
+      const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + 2 * nb * F : nullptr);
+      linear_backward(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F, xr, d, w1, n, d, F);
+    }
+  });
+  clear_cache();  // backward consumes what forward saved
+  return dx;
 }
 
 TransformerEncoderLayer::TransformerEncoderLayer(ParamStore& store, const std::string& prefix,
@@ -118,24 +201,34 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMaskArgs
     dropout1_.forward_inplace(sa, ctx);
     add_inplace(sa, x);
     h1_ = std::move(sa);
-    y1_ = norm1_.forward(h1_);
+    y1_ = norm1_.forward(h1_, ctx.precision);
     Tensor ff = ff_.forward(y1_, ctx);
     dropout2_.forward_inplace(ff, ctx);
     add_inplace(ff, y1_);
     h2_ = std::move(ff);
-    return norm2_.forward(h2_);
+    Tensor out = norm2_.forward(h2_, ctx.precision);
+    release_saved(ctx);
+    return out;
   }
-  n1_ = norm1_.forward(x);
+  n1_ = norm1_.forward(x, ctx.precision);
   Tensor sa = attend(n1_);
   dropout1_.forward_inplace(sa, ctx);
   add_inplace(sa, x);
   h1_ = std::move(sa);
-  n2_ = norm2_.forward(h1_);
+  n2_ = norm2_.forward(h1_, ctx.precision);
   Tensor out = ff_.forward(n2_, ctx);
   dropout2_.forward_inplace(out, ctx);
   add_inplace(out, h1_);
+  release_saved(ctx);
   return out;
 }
+
+// In bf16 / fp16 every sub-module keeps its own 16-bit copy of what it reads
+// in backward, so the layer's fp32 activations can go now.
+void TransformerEncoderLayer::release_saved(const ForwardContext& ctx) {
+  if (ctx.precision != Precision::kF32) n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor();
+}
+
 
 Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity) {
   const ForwardContext eval;
@@ -159,21 +252,29 @@ Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, 
   return out;
 }
 
+// Backward consumes the saved activations: each sub-module frees its own as
+// it finishes, and gradients are dropped as soon as they are summed, so the
+// peak stays near what forward kept.
 Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
   Tensor scratch;
+  Tensor dx;
   if (!cfg_.norm_first) {
     Tensor dh2 = norm2_.backward(dy);
     Tensor dy1 = ff_.backward(dropout2_.backward(dh2, scratch));
     add_inplace(dy1, dh2);
+    dh2 = Tensor(), scratch = Tensor();
     Tensor dh1 = norm1_.backward(dy1);
-    Tensor dx = self_attn_.backward(dropout1_.backward(dh1, scratch)).query;
+    dy1 = Tensor();
+    dx = self_attn_.backward(dropout1_.backward(dh1, scratch)).query;
     add_inplace(dx, dh1);
-    return dx;
+  } else {
+    Tensor dh1 = norm2_.backward(ff_.backward(dropout2_.backward(dy, scratch)));
+    add_inplace(dh1, dy);
+    scratch = Tensor();
+    dx = norm1_.backward(self_attn_.backward(dropout1_.backward(dh1, scratch)).query);
+    add_inplace(dx, dh1);
   }
-  Tensor dh1 = norm2_.backward(ff_.backward(dropout2_.backward(dy, scratch)));
-  add_inplace(dh1, dy);
-  Tensor dx = norm1_.backward(self_attn_.backward(dropout1_.backward(dh1, scratch)).query);
-  add_inplace(dx, dh1);
+  clear_cache();
   return dx;
 }
 
@@ -226,34 +327,44 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, c
     dropout1_.forward_inplace(sa, ctx);
     add_inplace(sa, x);
     h1_ = std::move(sa);
-    y1_ = norm1_.forward(h1_);
+    y1_ = norm1_.forward(h1_, ctx.precision);
     Tensor ca = multihead_attn_.forward(y1_, memory, memory, mm.key_padding_mask, mm.attn_mask, cross_call).output;
     dropout2_.forward_inplace(ca, ctx);
     add_inplace(ca, y1_);
     h2_ = std::move(ca);
-    y2_ = norm2_.forward(h2_);
+    y2_ = norm2_.forward(h2_, ctx.precision);
     Tensor ff = ff_.forward(y2_, ctx);
     dropout3_.forward_inplace(ff, ctx);
     add_inplace(ff, y2_);
     h3_ = std::move(ff);
-    return norm3_.forward(h3_);
+    Tensor out = norm3_.forward(h3_, ctx.precision);
+    release_saved(ctx);
+    return out;
   }
-  n1_ = norm1_.forward(x);
+  n1_ = norm1_.forward(x, ctx.precision);
   Tensor sa = self_attn_.forward_self(n1_, sm.key_padding_mask, sm.attn_mask, self_call).output;
   dropout1_.forward_inplace(sa, ctx);
   add_inplace(sa, x);
   h1_ = std::move(sa);
-  n2_ = norm2_.forward(h1_);
+  n2_ = norm2_.forward(h1_, ctx.precision);
   Tensor ca = multihead_attn_.forward(n2_, memory, memory, mm.key_padding_mask, mm.attn_mask, cross_call).output;
   dropout2_.forward_inplace(ca, ctx);
   add_inplace(ca, h1_);
   h2_ = std::move(ca);
-  n3_ = norm3_.forward(h2_);
+  n3_ = norm3_.forward(h2_, ctx.precision);
   Tensor out = ff_.forward(n3_, ctx);
   dropout3_.forward_inplace(out, ctx);
   add_inplace(out, h2_);
+  release_saved(ctx);
   return out;
 }
+
+void TransformerDecoderLayer::release_saved(const ForwardContext& ctx) {
+  if (ctx.precision != Precision::kF32)
+    n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor(), y2_ = Tensor(), n3_ = Tensor(),
+    h3_ = Tensor();
+}
+
 
 TransformerDecoderLayer::Grads TransformerDecoderLayer::backward(const Tensor& dy) {
   Tensor scratch;

@@ -113,14 +113,15 @@ Tensor gather(const Tensor& pixels, const std::vector<std::int64_t>& idx) {
   return out;
 }
 
-std::pair<double, double> evaluate(VisionTransformer& model, const Images& data, const std::vector<std::int64_t>& idx) {
+std::pair<double, double> evaluate(VisionTransformer& model, const Images& data, const std::vector<std::int64_t>& idx,
+                                   Precision precision) {
   double loss = 0;
   std::int64_t correct = 0;
   for (const auto& b : epoch_batches(idx, 256, 0, 0, false)) {
     Tensor x = gather(data.pixels, b);
     std::vector<std::int64_t> labels;
     for (auto i : b) labels.push_back(data.labels[static_cast<std::size_t>(i)]);
-    Tensor logits = model.forward(x, ForwardContext{});
+    Tensor logits = model.forward(x, eval_context(precision));
     const std::int64_t B = logits.dim(0), C = logits.dim(1);
     loss += cross_entropy<float>(nullptr, logits.f32(), labels.data(), B, C).loss * static_cast<double>(B);
     for (std::int64_t r = 0; r < B; ++r)
@@ -134,10 +135,11 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
 
 }  // namespace
 
-double evaluate_image_run(const std::string& run_dir, int threads) {
+double evaluate_image_run(const std::string& run_dir, int threads, std::optional<Precision> precision) {
   const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
   ImageClassificationJob job = image_classification_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
   set_num_threads(threads);
+  if (precision) job.train.precision = *precision;
   ParamStore store;
   VisionTransformer model(store, job.model);
   store.finalize();
@@ -145,7 +147,7 @@ double evaluate_image_run(const std::string& run_dir, int threads) {
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-  return evaluate(model, test, idx).second;
+  return evaluate(model, test, idx, job.train.precision).second;
 }
 
 ImageClassificationResult run_image_classification(const ImageClassificationJob& job_in, RunDir& run,
@@ -208,7 +210,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>((st.step + 1) * job.train.batch) / secs,
                       "img/s", MemoryCurve::text(st));
     }
-    auto [vl, va] = evaluate(model, train, val);
+    auto [vl, va] = evaluate(model, train, val, job.train.precision);
     ex.push_back(static_cast<double>(trainer.steps_done()));
     el.push_back(vl);
     ea.push_back(va);
@@ -220,7 +222,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   progress.finish();
   result.steps = trainer.steps_done();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx);
+  std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
   run.write_json("results.json", {{"test_accuracy", result.test_accuracy}, {"test_loss", result.test_loss},
                                   {"validation_accuracy", result.validation_accuracy},
                                   {"train_seconds", result.train_seconds}, {"steps", result.steps}});

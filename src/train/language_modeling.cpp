@@ -96,7 +96,8 @@ Windows windows(const std::vector<std::int64_t>& tokens, const std::vector<std::
   return w;
 }
 
-double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& val, std::int64_t L, std::int64_t n) {
+double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& val, std::int64_t L, std::int64_t n,
+                       Precision precision) {
   const std::int64_t span = static_cast<std::int64_t>(val.size()) - L - 1;
   check<IoError>(span > 0, "the validation text ({} tokens) is shorter than one window of {}", val.size(), L + 1);
   double total = 0;
@@ -105,7 +106,7 @@ double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& va
     std::vector<std::int64_t> starts;
     for (std::int64_t k = i; k < std::min(n, i + 16); ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
     Windows w = windows(val, starts, L);
-    Tensor logits = model.forward(w.ids, ForwardContext{});
+    Tensor logits = model.forward(w.ids, eval_context(precision));
     model.clear_cache();
     const std::int64_t rows = w.targets.numel();
     total += cross_entropy<float>(nullptr, logits.f32(), w.targets.data<std::int64_t>(), rows, logits.dim(2)).loss *
@@ -186,7 +187,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
                         {"memory", MemoryCurve::json(st)}});
     progress.update(s + 1, 1, st.loss, tps, "tok/s", MemoryCurve::text(st));
     if ((s + 1) % job.eval_every == 0 || s + 1 == job.train.steps) {
-      result.validation_loss = validation_loss(model, val_ids, L, job.eval_windows);
+      result.validation_loss = validation_loss(model, val_ids, L, job.eval_windows, job.train.precision);
       eval_x.push_back(static_cast<double>(s + 1));
       eval_loss.push_back(result.validation_loss);
       run.append_metrics({{"step", s + 1}, {"validation_loss", result.validation_loss}});
@@ -261,13 +262,15 @@ std::unique_ptr<LoadedLm> load_lm_run(const std::string& run_dir) {
 
 }  // namespace
 
-double evaluate_language_model_run(const std::string& run_dir, int threads) {
+double evaluate_language_model_run(const std::string& run_dir, int threads, std::optional<Precision> precision) {
   set_num_threads(threads);
   auto r = load_lm_run(run_dir);
+  if (precision) r->job.train.precision = *precision;
   const std::string text = load_text_corpus(r->job.text_path);
   const std::size_t cut = static_cast<std::size_t>(static_cast<double>(text.size()) * (1 - r->job.validation_fraction));
   const std::size_t split = text.rfind('\n', cut) == std::string::npos ? cut : text.rfind('\n', cut);
-  return validation_loss(*r->model, r->tok->encode(text.substr(split)), r->job.seq_len, r->job.eval_windows);
+  return validation_loss(*r->model, r->tok->encode(text.substr(split)), r->job.seq_len, r->job.eval_windows,
+                         r->job.train.precision);
 }
 
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,

@@ -75,14 +75,14 @@ SequenceTaskJob sequence_task_job_from_json(const json& root, const std::string&
 namespace {
 
 LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_task, std::int64_t length,
-                               std::int64_t batches, std::int64_t batch, std::uint64_t seed) {
+                               std::int64_t batches, std::int64_t batch, std::uint64_t seed, Precision precision) {
   SyntheticTask t = train_task;
   t.min_len = t.max_len = length;
   std::int64_t tokens = 0, right = 0, seqs = 0, seqs_right = 0;
   for (std::int64_t i = 0; i < batches; ++i) {
     // Test batches use their own seed stream, apart from training's.
     SyntheticBatch b = synthetic_batch(t, batch, seed ^ 0x7e57ull, static_cast<std::uint64_t>(i));
-    Tensor logits = model.forward(b.ids, ForwardContext{});
+    Tensor logits = model.forward(b.ids, eval_context(precision));
     model.clear_cache();
     const std::int64_t T = b.ids.dim(1), V = logits.dim(2);
     for (std::int64_t r = 0; r < batch; ++r) {
@@ -151,7 +151,8 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   trainer.save_checkpoint(last_checkpoint_path(run.path()));
   std::vector<double> lx, la;
   for (auto L : job.test_lengths) {
-    r.by_length.push_back(evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed));
+    r.by_length.push_back(evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
+                                                job.train.precision));
     lx.push_back(static_cast<double>(L));
     la.push_back(r.by_length.back().sequence_accuracy);
     run.append_metrics({{"test_length", L}, {"token_accuracy", r.by_length.back().token_accuracy},

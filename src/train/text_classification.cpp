@@ -106,9 +106,9 @@ PreparedData load_and_split(const TextClassificationJob& job) {
 
 ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& encoded,
                                const TextDataset& ds, const std::vector<std::int64_t>& idx, std::int64_t batch,
-                               std::int64_t max_len) {
+                               std::int64_t max_len, Precision precision) {
   ClassificationMetrics m;
-  ForwardContext ctx;  // eval mode: no dropout
+  const ForwardContext ctx = eval_context(precision);
   double loss_sum = 0;
   std::int64_t correct = 0;
   for (const auto& b : epoch_batches(idx, batch, 0, 0, false)) {
@@ -252,7 +252,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs, "tok/s",
                       MemoryCurve::text(st));
     }
-    ClassificationMetrics v = evaluate(model, encoded, data.dataset, data.validation, job.eval_batch, job.max_len);
+    ClassificationMetrics v = evaluate(model, encoded, data.dataset, data.validation, job.eval_batch, job.max_len, job.train.precision);
     epoch_x.push_back(static_cast<double>(trainer.steps_done()));
     val_loss.push_back(v.loss);
     val_acc.push_back(v.accuracy);
@@ -268,7 +268,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.steps = trainer.steps_done();
   result.tokens_per_s = static_cast<double>(tokens) / result.train_seconds;
-  result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len);
+  result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_json("results.json", {{"test_accuracy", result.test.accuracy}, {"test_loss", result.test.loss},
                                   {"validation_accuracy", result.validation.accuracy},
@@ -307,11 +307,13 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   return result;
 }
 
-ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads) {
+ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads,
+                                                      std::optional<Precision> precision) {
   namespace fs = std::filesystem;
   const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
   TextClassificationJob job = text_classification_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
   set_num_threads(threads);
+  if (precision) job.train.precision = *precision;
   PreparedData data = load_and_split(job);
   std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
   job.model.vocab_size = tok->vocab_size();
@@ -320,7 +322,7 @@ ClassificationMetrics evaluate_text_classification_run(const std::string& run_di
   SequenceClassifier model(store, job.model);
   store.finalize();
   load_state_dict_file(store, last_checkpoint_path(run_dir), true);
-  return evaluate(model, encode_all(*tok, data.dataset), data.dataset, data.test, job.eval_batch, job.max_len);
+  return evaluate(model, encode_all(*tok, data.dataset), data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
 }
 
 }  // namespace multihead

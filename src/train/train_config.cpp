@@ -55,6 +55,9 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.seq_len = r.get_int("seq_len", 128);
   t.seed = static_cast<std::uint64_t>(r.get_int("seed", 0));
   t.checkpoint_layers = r.get_bool("checkpoint_layers", false);
+  t.precision = parse_precision(r.get_string("precision", std::string("fp32")));
+  // fp16 needs loss scaling to keep small gradients from flushing to zero.
+  t.loss_scaling = r.get_bool("loss_scaling", t.precision == Precision::kF16);
   check<ConfigError>(t.schedule.base_lr > 0, "lr must be positive, got {}", t.schedule.base_lr);
   check<ConfigError>(t.schedule.warmup_steps >= 0, "warmup_steps must be >= 0, got {}", t.schedule.warmup_steps);
   check<ConfigError>(t.clip_grad_norm >= 0, "clip_grad_norm must be >= 0, got {}", t.clip_grad_norm);
@@ -132,7 +135,9 @@ nlohmann::json train_config_json(const TrainConfig& t) {
           {"batch", t.batch},
           {"seq_len", t.seq_len},
           {"seed", t.seed},
-          {"checkpoint_layers", t.checkpoint_layers}};
+          {"checkpoint_layers", t.checkpoint_layers},
+          {"precision", precision_name(t.precision)},
+          {"loss_scaling", t.loss_scaling}};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {

@@ -65,6 +65,7 @@ StepStats Trainer::step(const MicroStep& fn) {
   ForwardContext ctx;
   ctx.training = true;
   ctx.seed = cfg_.seed;
+  ctx.precision = cfg_.precision;
   const std::int64_t micro = cfg_.grad_accumulation;
   s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   for (std::int64_t m = 0; m < micro; ++m) {

@@ -16,6 +16,7 @@ struct BenchOpts {
   std::string impl = "fused";
   std::string tile_gemm = "micro";
   std::string attention = "full";
+  std::string precision = "fp32";
   bool json = false;
   std::int64_t m = 4096, n = 1536, k = 512;
   TrainBenchConfig train;
@@ -29,11 +30,12 @@ void run_attention(BenchOpts& o) {
                      o.tile_gemm);
   o.attn.tiles.gemm = o.tile_gemm == "micro" ? TileGemm::kMicroKernel : TileGemm::kBlas;
   o.attn.variant = parse_attention_variant(o.attention);
+  o.attn.precision = parse_precision(o.precision);
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
-  fmt::print("MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} attention, {} kernel{}, {} threads\n",
+  fmt::print("MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} attention, {}, {} kernel{}, {} threads\n",
              c.batch, c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
-             c.causal ? " causal" : "", o.attention, o.impl,
+             c.causal ? " causal" : "", o.attention, precision_name(c.precision), o.impl,
              c.impl == AttentionImpl::kFused
                  ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
                  : "",
@@ -67,14 +69,16 @@ void run_gemm(const BenchOpts& o) {
   if (o.json) fmt::print("{}\n", nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}}.dump());
 }
 
-void run_train(const BenchOpts& o) {
+void run_train(BenchOpts& o) {
+  o.train.precision = parse_precision(o.precision);
   const TrainBenchConfig& c = o.train;
   TrainBenchResult r = run_train_bench(c);
   fmt::print(
       "encoder classifier training: d_model={} heads={} layers={} ff={} vocab={} classes={}, batch {} x {} tokens, "
-      "dropout {}{}, {} parameters, {} threads\n",
+      "dropout {}{}, {} activations, {} parameters, {} threads\n",
       c.d_model, c.num_heads, c.num_layers, c.dim_feedforward, c.vocab_size, c.num_classes, c.batch, c.seq_len,
-      c.dropout, c.checkpoint_layers ? ", gradient checkpointing" : "", r.param_count, r.threads);
+      c.dropout, c.checkpoint_layers ? ", gradient checkpointing" : "", precision_name(c.precision), r.param_count,
+      r.threads);
   fmt::print("step: {:.1f} ms (median of {})   {:.0f} tokens/s\n", r.ms, c.iters, r.tokens_per_s);
   fmt::print("memory: peak {} bytes allocated ({} above weights, gradients and optimizer state)\n", r.peak_bytes,
              r.peak_activation_bytes);
@@ -139,6 +143,9 @@ Command add_bench(CLI::App& app) {
     s->add_flag("--json", o->json, "End with one JSON line of the results");
   }
   attn->add_option("--warmup", c.warmup, "Untimed iterations first")->capture_default_str();
+  for (CLI::App* s : {attn, train})
+    s->add_option("--precision", o->precision, "Activations and Q, K, V, O in fp32, bf16 or fp16")
+        ->capture_default_str();
   return {sub, [o, attn, train] {
             if (attn->parsed()) run_attention(*o);
             else if (train->parsed()) run_train(*o);

@@ -94,7 +94,7 @@ struct TrainOpts {
                vocab_size = 0;
   double lr = 0, clip = -1, weight_decay = -1, dropout = -1;
   std::int64_t warmup = -1, grad_accumulation = 0;
-  std::string positions, tokenizer, source, optimizer, schedule, attention;
+  std::string positions, tokenizer, source, optimizer, schedule, attention, precision;
   std::int64_t num_kv_heads = 0, window = -2, block_size = 0;
   std::int64_t seed = -1;
   int threads = 0;
@@ -137,6 +137,10 @@ void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerC
   if (o.seed >= 0) t.seed = static_cast<std::uint64_t>(o.seed);
   if (o.threads) threads = o.threads;
   if (o.checkpoint_layers) t.checkpoint_layers = true;
+  if (!o.precision.empty()) {
+    t.precision = parse_precision(o.precision);
+    t.loss_scaling = t.precision == Precision::kF16;
+  }
   m.vocab_size = tok.vocab_size;
   m.validate();
 }
@@ -320,6 +324,8 @@ Command add_train(CLI::App& app) {
   sub->add_option("--seed", o->seed, "Seed of the splits, initialisation, shuffling and dropout");
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_flag("--checkpoint-layers", o->checkpoint_layers, "Gradient checkpointing per layer");
+  sub->add_option("--precision", o->precision,
+                  "Activations kept in fp32, bf16 or fp16 (weights stay fp32; fp16 turns on loss scaling)");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};
 }
@@ -348,7 +354,7 @@ Command add_generate(CLI::App& app) {
 
 Command add_eval(CLI::App& app) {
   struct EvalOpts {
-    std::string run;
+    std::string run, precision;
     int threads = 0;
   };
   auto o = std::make_shared<EvalOpts>();
@@ -356,16 +362,19 @@ Command add_eval(CLI::App& app) {
       "eval", "Evaluate a trained run: test accuracy of a classifier, validation loss of a language model");
   sub->add_option("--run", o->run, "Run directory written by multihead train")->required();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
+  sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
   return {sub, [o] {
+            std::optional<Precision> precision;
+            if (!o->precision.empty()) precision = parse_precision(o->precision);
             const std::string cfg_path = o->run + "/config.json";
             const nlohmann::json cfg = ConfigReader::parse(read_file(cfg_path), cfg_path);
             const std::string task = cfg.is_object() ? cfg.value("task", "") : "";
             if (task == "language_modeling") {
-              fmt::print("validation loss: {:.4f} nats/token\n", evaluate_language_model_run(o->run, o->threads));
+              fmt::print("validation loss: {:.4f} nats/token\n", evaluate_language_model_run(o->run, o->threads, precision));
             } else if (task == "image_classification") {
-              fmt::print("test accuracy: {:.2f}%\n", 100 * evaluate_image_run(o->run, o->threads));
+              fmt::print("test accuracy: {:.2f}%\n", 100 * evaluate_image_run(o->run, o->threads, precision));
             } else {
-              ClassificationMetrics m = evaluate_text_classification_run(o->run, o->threads);
+              ClassificationMetrics m = evaluate_text_classification_run(o->run, o->threads, precision);
               fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * m.accuracy, m.examples,
                          m.loss);
             }

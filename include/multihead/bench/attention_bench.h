@@ -25,6 +25,7 @@ struct AttentionBenchConfig {
   std::int64_t window = 256;      // sliding window: keys on each side
   std::int64_t block_size = 64;   // block-sparse: positions per block, one neighbour on each side
   std::int64_t num_kv_heads = 0;  // 0: num_heads
+  Precision precision = Precision::kF32;  // of Q, K, V, O and the saved activations (fused kernel)
 };
 
 struct AttentionBenchResult {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "multihead/core/precision.h"
+
 namespace multihead {
 
 struct TrainBenchConfig {
@@ -11,6 +13,7 @@ struct TrainBenchConfig {
   std::int64_t dim_feedforward = 2048, vocab_size = 8000, num_classes = 2;  // 2048: PyTorch's default
   double dropout = 0.1;
   bool checkpoint_layers = false;
+  Precision precision = Precision::kF32;  // activations; fp16 adds loss scaling
   int threads = 0;
   int warmup = 1;
   int iters = 5;

@@ -14,7 +14,17 @@
 
 namespace multihead {
 
-enum class DType : std::uint8_t { kF32, kBool, kI64 };
+// kBF16 and kF16 are storage types: 16-bit floats that kernels widen to fp32
+// to compute (kernels/half.h converts).
+enum class DType : std::uint8_t { kF32, kBool, kI64, kBF16, kF16 };
+
+// The 16-bit float element types, as raw bit patterns.
+struct BF16 {
+  std::uint16_t bits;
+};
+struct F16 {
+  std::uint16_t bits;
+};
 
 std::string_view dtype_name(DType dt) noexcept;
 std::size_t dtype_size(DType dt) noexcept;
@@ -27,6 +37,10 @@ template <>
 constexpr DType dtype_of<std::uint8_t>() { return DType::kBool; }
 template <>
 constexpr DType dtype_of<std::int64_t>() { return DType::kI64; }
+template <>
+constexpr DType dtype_of<BF16>() { return DType::kBF16; }
+template <>
+constexpr DType dtype_of<F16>() { return DType::kF16; }
 
 using Shape = std::vector<std::int64_t>;
 

@@ -31,25 +31,32 @@ struct AttentionTiles {
   TileGemm gemm = TileGemm::kMicroKernel;
 };
 
+// Q, K, V and O are stored as T: float, or BF16 / F16 for mixed precision
+// (tiles are widened to fp32 as they are read, O rounded as it is written;
+// everything else, lse and the gradients included, is fp32).
+
 // out: (B, L, H, Dv) view, written; lse: (B, H, L), written.
 // q: (B, L, H, D), k: (B, S, H, D), v: (B, S, H, Dv) views.
-void attention_fused_forward(HeadsView<float> out, float* lse, HeadsView<const float> q, HeadsView<const float> k,
-                             HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& dims,
+template <typename T>
+void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
+                             HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& dims,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
 
 // dq (B, L, H, D), dk (B, S, H, D), dv (B, S, H, Dv): written, not accumulated.
 // out and lse are the forward's results; dout is the gradient of out.
+template <typename T>
 void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-                              HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q,
-                              HeadsView<const float> k, HeadsView<const float> v, const AttentionMasks<float>& masks,
+                              HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q,
+                              HeadsView<const T> k, HeadsView<const T> v, const AttentionMasks<float>& masks,
                               const AttentionDims& dims, float scale, const AttentionDropout& dropout,
                               const AttentionTiles& tiles = {});
 
 // The weights nn.MultiheadAttention returns, recomputed tile by tile from the
 // saved lse: (B, H, L, S) per head, or (B, L, S) averaged over heads; after
 // dropout when dropout is active.
-void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
-                             HeadsView<const float> k, const AttentionMasks<float>& masks, const AttentionDims& dims,
+template <typename T>
+void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
+                             HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& dims,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
 
 }  // namespace multihead

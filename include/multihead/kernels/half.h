@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+
+#include "multihead/core/tensor.h"
 
 namespace multihead {
 
@@ -18,5 +21,33 @@ void convert_f32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) n
 void convert_bf16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) noexcept;
 void convert_f32_to_f16(std::uint16_t* dst, const float* src, std::int64_t n) noexcept;
 void convert_f16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) noexcept;
+
+// By element type, for kernels templated on their storage (float, BF16, F16):
+// widen reads n stored values into fp32, narrow rounds n fp32 values into
+// storage. For float both are copies.
+inline void widen(float* dst, const float* src, std::int64_t n) noexcept {
+  if (dst != src) std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(n));
+}
+inline void widen(float* dst, const BF16* src, std::int64_t n) noexcept {
+  convert_bf16_to_f32(dst, reinterpret_cast<const std::uint16_t*>(src), n);
+}
+inline void widen(float* dst, const F16* src, std::int64_t n) noexcept {
+  convert_f16_to_f32(dst, reinterpret_cast<const std::uint16_t*>(src), n);
+}
+inline void narrow(float* dst, const float* src, std::int64_t n) noexcept { widen(dst, src, n); }
+inline void narrow(BF16* dst, const float* src, std::int64_t n) noexcept {
+  convert_f32_to_bf16(reinterpret_cast<std::uint16_t*>(dst), src, n);
+}
+inline void narrow(F16* dst, const float* src, std::int64_t n) noexcept {
+  convert_f32_to_f16(reinterpret_cast<std::uint16_t*>(dst), src, n);
+}
+
+// x (F32) converted to dtype `to` (F32, BF16 or F16): a new tensor; a clone when to is F32.
+Tensor narrow_tensor(const Tensor& x, DType to);
+// x (F32, BF16 or F16) as a new F32 tensor.
+Tensor widen_tensor(const Tensor& x);
+// Rounds x (F32) in place to the nearest values of dtype `to`, so that a
+// later narrow to it is exact. Nothing to do for F32.
+void round_to_storage(Tensor& x, DType to);
 
 }  // namespace multihead

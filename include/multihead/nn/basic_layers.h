@@ -8,6 +8,7 @@
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/nn/module.h"
+#include "multihead/nn/saved_tensor.h"
 
 namespace multihead {
 
@@ -17,17 +18,23 @@ class Linear : public Module {
   Linear(ParamStore& store, const std::string& prefix, std::int64_t in, std::int64_t out, bool bias = true);
   // nn.Linear's default: weight and bias uniform in +-1/sqrt(in).
   void init(Rng& rng) override;
-  void clear_cache() override { x_ = nullptr; }
-  Tensor forward(const Tensor& x);     // (..., in) -> (..., out); x must outlive backward
+  void clear_cache() override { x_.clear(); }
+  // (..., in) -> (..., out). In fp32 x must outlive backward; in bf16 / fp16
+  // a 16-bit copy is kept instead.
+  Tensor forward(const Tensor& x, Precision p = Precision::kF32);
   Tensor backward(const Tensor& dy);   // (..., out) -> (..., in)
   ParamStore::Handle weight() const { return w_; }
+  std::int64_t in() const { return in_; }
+  std::int64_t out() const { return out_; }
+  const float* bias_data() const { return bias_ ? store_->data(b_) : nullptr; }
+  float* bias_grad() const { return bias_ ? store_->grad(b_) : nullptr; }
 
  private:
   ParamStore* store_;
   std::int64_t in_, out_;
   ParamStore::Handle w_, b_;
   bool bias_;
-  const Tensor* x_ = nullptr;
+  SavedTensor x_;
 };
 
 // torch.nn.LayerNorm over the last dimension. "weight" (d) = 1, "bias" (d) = 0.
@@ -36,7 +43,7 @@ class LayerNorm : public Module {
   LayerNorm(ParamStore& store, const std::string& prefix, std::int64_t d, double eps = 1e-5);
   void init(Rng& rng) override;
   void clear_cache() override;
-  Tensor forward(const Tensor& x);  // x must outlive backward
+  Tensor forward(const Tensor& x, Precision p = Precision::kF32);  // as Linear::forward
   Tensor backward(const Tensor& dy);
 
  private:
@@ -44,7 +51,7 @@ class LayerNorm : public Module {
   std::int64_t d_;
   float eps_;
   ParamStore::Handle w_, b_;
-  const Tensor* x_ = nullptr;
+  SavedTensor x_;
   Tensor mean_, rstd_;  // (N)
 };
 
@@ -53,6 +60,10 @@ class Dropout {
  public:
   Dropout(ParamStore& store, double p);
   void forward_inplace(Tensor& x, const ForwardContext& ctx);
+  // Starts a forward whose caller applies the mask itself (by parts, with
+  // dropout_inplace's element offsets); backward_inplace then undoes it whole.
+  const DropoutSpec& begin(const ForwardContext& ctx);
+  const DropoutSpec& spec() const { return last_; }
   void backward_inplace(Tensor& dy) const;  // same mask as the last forward
   // The gradient through the last forward: g itself when nothing was dropped,
   // else a masked copy made in scratch.

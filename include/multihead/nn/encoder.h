@@ -3,6 +3,10 @@
 // checkpointing: a checkpointed layer frees its activations after forward
 // and recomputes them in backward. The recomputation draws the same dropout
 // masks (they are keyed by step and site), so gradients equal the plain run.
+//
+// In bf16 / fp16 the activations between layers are rounded to 16-bit values
+// and each layer keeps only 16-bit copies of what its backward reads; a
+// checkpointed layer's input is kept in 16 bits too.
 #pragma once
 
 #include <memory>
@@ -37,8 +41,9 @@ class TransformerEncoder : public Module {
   bool checkpoint_ = false;
   AttentionMaskArgs masks_;
   ForwardContext ctx_;
-  const Tensor* input_ = nullptr;
-  std::vector<Tensor> outputs_;  // outputs_[i]: output of layer i
+  bool forwarded_ = false;
+  std::vector<SavedTensor> inputs_;  // checkpointing: inputs_[i], the input of layer i
+  std::vector<Tensor> outputs_;      // fp32: outputs_[i], the output of layer i, read by layer i + 1's backward
 };
 
 // torch.nn.TransformerDecoder: decoder layers ("layers.{i}.") over a shared
@@ -58,7 +63,8 @@ class TransformerDecoder : public Module {
  private:
   std::vector<std::unique_ptr<TransformerDecoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
-  std::vector<Tensor> outputs_;
+  std::vector<Tensor> outputs_;  // fp32: as in TransformerEncoder
+  bool forwarded_ = false;
 };
 
 }  // namespace multihead

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "multihead/core/precision.h"
 #include "multihead/core/rng.h"
 #include "multihead/nn/param_store.h"
 
@@ -32,8 +33,16 @@ struct ForwardContext {
   bool training = false;
   std::uint64_t seed = 0;
   std::uint64_t step = 0;
+  Precision precision = Precision::kF32;  // of the activations kept for backward
 
   std::uint64_t stream(std::uint32_t site) const { return (step << 24) | site; }
 };
+
+// Evaluation: no dropout, activations in precision p.
+inline ForwardContext eval_context(Precision p) {
+  ForwardContext c;
+  c.precision = p;
+  return c;
+}
 
 }  // namespace multihead

@@ -14,11 +14,13 @@
 #include <string_view>
 #include <vector>
 
+#include "multihead/core/precision.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/linear_attention.h"
 #include "multihead/nn/module.h"
+#include "multihead/nn/saved_tensor.h"
 
 namespace multihead {
 
@@ -98,6 +100,10 @@ struct MultiheadAttentionCall {
   AttentionImpl impl = AttentionImpl::kFused;
   AttentionTiles tiles;  // fused kernel only
   std::int64_t query_offset = 0;  // position of query 0 among the keys (cached decoding)
+  // bf16 / fp16: the projected Q, K, V, the attention output O and the saved
+  // inputs are kept in 16 bits (fused kernel; linear attention and the
+  // reference kernel keep fp32).
+  Precision precision = Precision::kF32;
 };
 
 struct MultiheadAttentionOutput {
@@ -154,10 +160,9 @@ class MultiheadAttention : public Module {
 
  private:
   struct Cache {
-    const Tensor* query = nullptr;
-    const Tensor* key = nullptr;
-    const Tensor* value = nullptr;
+    SavedTensor query, key, value;  // the inputs; self-attention saves query only
     bool self = false;
+    DType store = DType::kF32;    // of qkv, q, k, v, k_ext, v_ext and attn
     AttentionDims dims;           // S here is S' = S + extra positions
     std::int64_t S_in = 0;        // key length as given
     AttentionDropout dropout;
@@ -178,10 +183,13 @@ class MultiheadAttention : public Module {
   void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;  // k: kv heads
   // Applies the variant's pattern to the masks.
   void add_pattern(AttentionMasks<float>& masks) const;
-  // Head views of the projected, possibly extended, q/k/v in the cache.
-  HeadsView<const float> q_view() const;
-  HeadsView<const float> k_view() const;
-  HeadsView<const float> v_view() const;
+  // Head views of the projected, possibly extended, q/k/v in the cache, stored as T.
+  template <typename T>
+  HeadsView<const T> q_view() const;
+  template <typename T>
+  HeadsView<const T> k_view() const;
+  template <typename T>
+  HeadsView<const T> v_view() const;
 
   MultiheadAttentionConfig cfg_;
   ParamStore* store_;

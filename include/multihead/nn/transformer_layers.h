@@ -47,21 +47,26 @@ struct AttentionMaskArgs {
   CausalAlign causal = CausalAlign::kNone;
 };
 
-// linear2(dropout(activation(linear1(x))))
+// linear2(dropout(activation(linear1(x)))), run by blocks of rows: the
+// rows are independent, so the fp32 intermediates (and their gradients in
+// backward) exist for one block at a time, and what is kept for backward is
+// written in the storage precision as each block finishes.
 class FeedForward {
  public:
   FeedForward(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
   void init(Rng& rng);
   void clear_cache();
-  Tensor forward(const Tensor& x, const ForwardContext& ctx);  // (..., d) -> (..., d)
+  Tensor forward(const Tensor& x, const ForwardContext& ctx);  // (..., d) -> (..., d); x as Linear::forward
   Tensor backward(const Tensor& dy);
 
  private:
+  ParamStore* store_;
   Activation act_;
-  Linear linear1_, linear2_;
+  Linear linear1_, linear2_;  // the parameters; the block calls the kernels itself
   Dropout dropout_;
-  Tensor pre_;  // linear1 output, before the activation
-  Tensor hid_;  // after activation and dropout: linear2's input
+  SavedTensor x_;  // (N, d)
+  Tensor pre_;     // (N, F) linear1 output, before the activation, as stored
+  Tensor hid_;     // (N, F) after activation and dropout: linear2's input, as stored
 };
 
 class TransformerEncoderLayer : public Module {
@@ -82,6 +87,8 @@ class TransformerEncoderLayer : public Module {
   const Tensor& attention_weights() const { return weights_; }
 
  private:
+  void release_saved(const ForwardContext& ctx);
+
   TransformerLayerConfig cfg_;
   bool capture_ = false;
   Tensor weights_;
@@ -108,6 +115,8 @@ class TransformerDecoderLayer : public Module {
   Grads backward(const Tensor& dy);
 
  private:
+  void release_saved(const ForwardContext& ctx);
+
   TransformerLayerConfig cfg_;
   MultiheadAttention self_attn_, multihead_attn_;
   FeedForward ff_;

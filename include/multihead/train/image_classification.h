@@ -2,6 +2,7 @@
 // from files to report.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,7 +36,8 @@ struct ImageClassificationResult {
 };
 
 // Test accuracy of the model saved in a run directory.
-double evaluate_image_run(const std::string& run_dir, int threads);
+// precision: that of the activations; by default the run's own.
+double evaluate_image_run(const std::string& run_dir, int threads, std::optional<Precision> precision = std::nullopt);
 
 ImageClassificationResult run_image_classification(const ImageClassificationJob& job, RunDir& run, Progress& progress);
 

@@ -3,6 +3,7 @@
 // validation loss, and samples in the report.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -45,7 +46,9 @@ struct LanguageModelResult {
 LanguageModelResult run_language_modeling(const LanguageModelJob& job, RunDir& run, Progress& progress);
 
 // The validation loss (nats per token) of the model saved in a run directory.
-double evaluate_language_model_run(const std::string& run_dir, int threads);
+// precision: that of the activations; by default the run's own.
+double evaluate_language_model_run(const std::string& run_dir, int threads,
+                                   std::optional<Precision> precision = std::nullopt);
 
 // Loads the model of a run directory and continues `prompt`.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -54,6 +55,8 @@ struct TextClassificationResult {
 TextClassificationResult run_text_classification(const TextClassificationJob& job, RunDir& run, Progress& progress);
 
 // Evaluates the model saved in a run directory on its test split.
-ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads);
+// precision: that of the activations; by default the run's own.
+ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads,
+                                                      std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead

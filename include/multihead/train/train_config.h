@@ -27,7 +27,9 @@ struct TrainConfig {
   std::int64_t seq_len = 128;
   std::uint64_t seed = 0;
   bool checkpoint_layers = false;  // gradient checkpointing
-  // Dynamic loss scaling (for fp16): see grad_scaler.h.
+  // Activation storage: fp32, bf16 or fp16 (core/precision.h).
+  Precision precision = Precision::kF32;
+  // Dynamic loss scaling (on by default with fp16): see grad_scaler.h.
   bool loss_scaling = false;
   GradScalerConfig scaler;
 };
