@@ -60,6 +60,9 @@ Tensor TransformerEncoder::forward(const Tensor& x, const AttentionMaskArgs& mas
   inputs_.resize(checkpoint_ ? layers_.size() : 0);
   Tensor h;  // 16-bit: the running activation (each layer keeps its own copies)
   const Tensor* in = &x;
+  // In 16 bits the input is rounded too: every layer then reads stored
+  // values, and a checkpointed layer recomputes from exactly its input.
+  if (st != DType::kF32) in = pass_on(x.clone(), st, outputs_, h);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (checkpoint_) inputs_[i].save(*in, st);
     Tensor out = layers_[i]->forward(*in, masks, ctx);
@@ -118,10 +121,17 @@ Tensor TransformerDecoder::forward(const Tensor& x, const Tensor& memory, const 
   const DType st = storage_dtype(ctx.precision);
   outputs_.clear();
   outputs_.reserve(layers_.size());
-  Tensor h;
+  Tensor h, mem;
   const Tensor* in = &x;
+  const Tensor* m = &memory;
+  if (st != DType::kF32) {  // rounded, as in TransformerEncoder::forward
+    in = pass_on(x.clone(), st, outputs_, h);
+    mem = memory.clone();
+    round_to_storage(mem, st);
+    m = &mem;
+  }
   for (auto& layer : layers_)
-    in = pass_on(layer->forward(*in, memory, self_masks, memory_masks, ctx), st, outputs_, h);
+    in = pass_on(layer->forward(*in, *m, self_masks, memory_masks, ctx), st, outputs_, h);
   forwarded_ = true;
   return stack_result(norm_.get(), h, *in, ctx.precision);
 }

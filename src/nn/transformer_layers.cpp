@@ -71,9 +71,9 @@ void FeedForward::clear_cache() {
 
 namespace {
 
-// Rows per block: about 4 MiB of fp32 hidden activations, enough rows that
-// each block's GEMMs still run at full speed.
-std::int64_t ff_block_rows(std::int64_t F) { return std::max<std::int64_t>(64, (std::int64_t{1} << 20) / F); }
+// Rows per block: about 1 MiB of fp32 hidden activations per buffer, and at
+// least 64 rows so that each block's GEMMs still run at full speed.
+std::int64_t ff_block_rows(std::int64_t F) { return std::max<std::int64_t>(64, (std::int64_t{1} << 18) / F); }
 
 // Rows [r0, r0 + n) of a (N, w) stored tensor as fp32: in place for F32,
 // else widened into buf.
@@ -145,15 +145,15 @@ Tensor FeedForward::backward(const Tensor& dy) {
     constexpr bool kHalf = !std::is_same_v<T, float>;
     const std::int64_t nb = std::min(rows, N);
     Tensor dh = Tensor::empty({nb, F});                                      // gradient of hid, then of pre
-    Tensor buf = kHalf ? Tensor::empty({2 * nb * F + nb * d}) : Tensor();  // hid, pre, x blocks
+    Tensor buf = kHalf ? Tensor::empty({nb * F + nb * d}) : Tensor();  // hid then pre, and x blocks
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
       const float* hid = block_f32<T>(hid_, r0, n, F, kHalf ? buf.f32() : nullptr);
       linear_backward(dh.f32(), F, false, gw2, linear2_.bias_grad(), dy.f32() + r0 * d, d, hid, F, w2, n, F, d);
       if (drop.active()) dropout_inplace(dh.f32(), n * F, static_cast<std::uint64_t>(r0 * F), drop);
-      const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() + nb * F : nullptr);
+      const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() : nullptr);  // hid is read by now
       activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
-      const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + 2 * nb * F : nullptr);
+      const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + nb * F : nullptr);
       linear_backward(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F, xr, d, w1, n, d, F);
     }
   });
