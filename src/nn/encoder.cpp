@@ -73,10 +73,17 @@ Tensor TransformerEncoder::forward(const Tensor& x, const AttentionMaskArgs& mas
   return stack_result(norm_.get(), h, *in, ctx.precision);
 }
 
-Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity) {
+Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity,
+                                          Precision p) {
   caches.resize(layers_.size());
-  Tensor h = layers_[0]->forward_cached(x, caches[0], capacity);
-  for (std::size_t i = 1; i < layers_.size(); ++i) h = layers_[i]->forward_cached(h, caches[i], capacity);
+  // Rounded between layers as in forward, so both give the same rows.
+  const DType st = storage_dtype(p);
+  Tensor h = x.clone();
+  round_to_storage(h, st);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i]->forward_cached(h, caches[i], capacity, p);
+    round_to_storage(h, st);
+  }
   if (!norm_) return h;
   Tensor out = norm_->forward(h);
   norm_->clear_cache();

@@ -245,13 +245,14 @@ Tensor LanguageModel::logits_of(const Tensor& h, std::int64_t B, std::int64_t T)
   return logits;
 }
 
-Tensor LanguageModel::forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity) {
+Tensor LanguageModel::forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity,
+                                     Precision p) {
   check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, T)", shape_str(ids.shape()));
   const std::int64_t past = caches.empty() ? 0 : caches[0].length;
   Tensor x = embedding_.forward(ids);
   embedding_.clear_cache();
   positions_.forward_inplace(x, past);
-  Tensor h = encoder_.forward_cached(x, caches, capacity);
+  Tensor h = encoder_.forward_cached(x, caches, capacity, p);
   Tensor logits = logits_of(h, ids.dim(0), ids.dim(1));
   if (lm_head_) lm_head_->clear_cache();
   return logits;

@@ -5,13 +5,14 @@
 #include <cstring>
 
 #include "multihead/kernels/attention_fused.h"
+#include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
 #include "multihead/nn/multi_head_attention.h"
 
 namespace multihead {
 
-Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity) {
+Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p) {
   const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
   const std::int64_t PW = E + 2 * KE, KH = cfg_.kv_heads(), group = cfg_.group();
   check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
@@ -26,7 +27,9 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
     rope_rotate(HeadsView<float>{qkv.f32(), T * PW, PW, D}, B, T, H, D, past, cfg_.rope_theta, false);
     rope_rotate(HeadsView<float>{qkv.f32() + E, T * PW, PW, D}, B, T, KH, D, past, cfg_.rope_theta, false);
   }
-  Tensor attn = Tensor::empty({B, T, E});
+  // Linear attention keeps its recurrent state in fp32.
+  const DType st = cfg_.variant == AttentionVariant::kLinear ? DType::kF32 : storage_dtype(p);
+  Tensor attn = Tensor::empty({B, T, E}, st);
   if (cfg_.variant == AttentionVariant::kLinear) {
     // The recurrent form: a (D, D) state per (batch, head) instead of keys and values.
     if (cache.linear.empty()) cache.linear.resize(static_cast<std::size_t>(B * H));
@@ -42,17 +45,24 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
     cache.length = past + T;
   } else {
     if (!cache.k.defined()) {
-      cache.k = Tensor::empty({B, capacity, KE});
-      cache.v = Tensor::empty({B, capacity, KE});
+      cache.k = Tensor::empty({B, capacity, KE}, st);
+      cache.v = Tensor::empty({B, capacity, KE}, st);
     }
     const std::int64_t cap = cache.k.dim(1);
     check<ShapeError>(cache.k.dim(0) == B, "cache holds batch {}, input has batch {}", cache.k.dim(0), B);
     check<ShapeError>(past + T <= cap, "cache of {} positions cannot take {} more after {}", cap, T, past);
+    check<ConfigError>(cache.k.dtype() == st, "cache holds {} keys, this call stores {}", dtype_name(cache.k.dtype()),
+                       dtype_name(st));
+    qkv = narrow_tensor(qkv, st);  // queries, keys and values as stored
+    const std::size_t row_bytes = dtype_size(st) * static_cast<std::size_t>(KE);
+    const char* src = static_cast<const char*>(qkv.raw());
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t t = 0; t < T; ++t) {
-        const float* row = qkv.f32() + (b * T + t) * PW;
-        std::memcpy(cache.k.f32() + (b * cap + past + t) * KE, row + E, sizeof(float) * KE);
-        std::memcpy(cache.v.f32() + (b * cap + past + t) * KE, row + E + KE, sizeof(float) * KE);
+        const char* row = src + (b * T + t) * PW * static_cast<std::int64_t>(dtype_size(st));
+        std::memcpy(static_cast<char*>(cache.k.raw()) + (b * cap + past + t) * static_cast<std::int64_t>(row_bytes),
+                    row + E * static_cast<std::int64_t>(dtype_size(st)), row_bytes);
+        std::memcpy(static_cast<char*>(cache.v.raw()) + (b * cap + past + t) * static_cast<std::int64_t>(row_bytes),
+                    row + (E + KE) * static_cast<std::int64_t>(dtype_size(st)), row_bytes);
       }
     cache.length = past + T;
     // New query t sits at position past + t: bottom-right causal alignment.
@@ -68,13 +78,20 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
       masks.relative.clip = cfg_.relative_clip;
     }
     Tensor lse = Tensor::empty({B, H, T});
-    attention_fused_forward<float>({attn.f32(), T * E, E, D}, lse.f32(), {qkv.f32(), T * PW, PW, D},
-                            {cache.k.f32(), cap * KE, KE, D, group}, {cache.v.f32(), cap * KE, KE, D, group}, masks, d,
-                            1.0f / std::sqrt(static_cast<float>(D)), {});
+    visit_float_storage(st, [&](auto tag) {
+      using S = decltype(tag);
+      attention_fused_forward<S>({attn.data<S>(), T * E, E, D}, lse.f32(), {qkv.data<S>(), T * PW, PW, D},
+                                 {cache.k.data<S>(), cap * KE, KE, D, group},
+                                 {cache.v.data<S>(), cap * KE, KE, D, group}, masks, d,
+                                 1.0f / std::sqrt(static_cast<float>(D)), {});
+    });
   }
   Tensor out = Tensor::empty({B, T, E});
-  linear_forward(out.f32(), E, attn.f32(), E, store_->data(out_proj_weight_),
-                 cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * T, E, E);
+  visit_float_storage(st, [&](auto tag) {
+    using S = decltype(tag);
+    linear_forward_stored<S>(out.f32(), E, attn.data<S>(), E, store_->data(out_proj_weight_),
+                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * T, E, E);
+  });
   return out;
 }
 

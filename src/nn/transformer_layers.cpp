@@ -230,10 +230,10 @@ void TransformerEncoderLayer::release_saved(const ForwardContext& ctx) {
 }
 
 
-Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity) {
-  const ForwardContext eval;
+Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p) {
+  const ForwardContext eval = eval_context(p);
   if (!cfg_.norm_first) {
-    Tensor h1 = self_attn_.forward_cached(x, cache, capacity);
+    Tensor h1 = self_attn_.forward_cached(x, cache, capacity, p);
     add_inplace(h1, x);
     Tensor y1 = norm1_.forward(h1);
     Tensor h2 = ff_.forward(y1, eval);
@@ -243,7 +243,7 @@ Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, 
     return out;
   }
   Tensor n1 = norm1_.forward(x);
-  Tensor h1 = self_attn_.forward_cached(n1, cache, capacity);
+  Tensor h1 = self_attn_.forward_cached(n1, cache, capacity, p);
   add_inplace(h1, x);
   Tensor n2 = norm2_.forward(h1);
   Tensor out = ff_.forward(n2, eval);

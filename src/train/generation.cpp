@@ -37,7 +37,8 @@ std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingCon
 }
 
 std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt_in,
-                                   std::int64_t count, const SamplingConfig& cfg, std::int64_t context) {
+                                   std::int64_t count, const SamplingConfig& cfg, std::int64_t context,
+                                   Precision precision) {
   check<ConfigError>(!prompt_in.empty(), "generation needs a prompt of at least one token");
   check<ConfigError>(count >= 0, "token count must be >= 0, got {}", count);
   check<ConfigError>(context == 0 || context >= 2, "context must be 0 (unbounded) or at least 2, got {}", context);
@@ -64,7 +65,7 @@ std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::
       caches.clear();
       ids = Tensor::from_i64({1, keep}, tail);
     }
-    Tensor logits = model.forward_cached(ids, caches, capacity);
+    Tensor logits = model.forward_cached(ids, caches, capacity, precision);
     const float* last = logits.f32() + (logits.dim(1) - 1) * V;
     const std::int64_t next = sample_token(last, V, cfg, rng);
     out.push_back(next);

@@ -274,12 +274,13 @@ double evaluate_language_model_run(const std::string& run_dir, int threads, std:
 }
 
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
-                              const SamplingConfig& sampling, int threads) {
+                              const SamplingConfig& sampling, int threads, std::optional<Precision> precision) {
   set_num_threads(threads);
   auto r = load_lm_run(run_dir);
+  if (precision) r->job.train.precision = *precision;
   std::vector<std::int64_t> ids = r->tok->encode(prompt);
   check<ConfigError>(!ids.empty(), "the prompt is empty");
-  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.seq_len));
+  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.seq_len, r->job.train.precision));
 }
 
 }  // namespace multihead

@@ -154,6 +154,8 @@ TEST_F(Cli, BenchRejectsBadInput) {
        "multihead: error: attention tile sizes must be positive, got 0 x 256\n"},
       {"bench attention --seq-len 0", "multihead: error: batch and seq-len must be positive\n"},
       {"bench gemm --m 0", "multihead: error: gemm sizes and iters must be positive\n"},
+      {"bench train --precision half",
+       "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
   };
   for (const auto& [args, msg] : cases) {
     CliRun r = run(args);
@@ -229,9 +231,11 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   }
   const fs::path out = dir / "lm";
   CliRun r = run("train --preset moby-dick --data " + (dir / "tiny.txt").string() + " --steps 30 --d-model 16 " +
-                 "--num-heads 2 --num-layers 1 --batch 4 --max-len 16 --threads 1 --quiet --out " + out.string());
+                 "--num-heads 2 --num-layers 1 --batch 4 --max-len 16 --threads 1 --quiet --precision bf16 --out " +
+                 out.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("validation loss: "), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(out / "config.json"))["train"]["precision"], "bf16");
   for (const char* f : {"config.json", "report.md", "plots/loss.png", "plots/attention_layer0_head1.png",
                         "checkpoints/last.safetensors", "tokenizer/tokenizer.json"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
@@ -246,6 +250,12 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   ASSERT_EQ(ev.code, 0) << ev.err;
   // eval recomputes the validation loss train reported last.
   EXPECT_EQ(ev.out.substr(0, 24), r.out.substr(r.out.find("validation loss: "), 24));
+  CliRun g16 = run("generate --run " + out.string() + " --prompt 'the wh' --tokens 12 --temperature 0 --precision fp16");
+  ASSERT_EQ(g16.code, 0) << g16.err;
+  EXPECT_EQ(g16.out.size(), g.out.size());
+  CliRun e32 = run("eval --run " + out.string() + " --threads 1 --precision fp32");
+  ASSERT_EQ(e32.code, 0) << e32.err;
+  EXPECT_NE(e32.out.find("validation loss: "), std::string::npos);
   CliRun bad = run("generate --run " + out.string() + " --top-p 0");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err, "multihead: error: top_p must be in (0, 1], got 0\n");
@@ -290,6 +300,7 @@ TEST_F(Cli, TrainRejectsBadInput) {
       {"train --positions absolute", "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "
                                      "alibi, got \"absolute\"\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
+      {"train --precision fp8", "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"\n"},
       {"eval --run " + (dir / "nothing").string(),
        "multihead: error: cannot open '" + (dir / "nothing/config.json").string() + "': No such file or directory\n"},
   };

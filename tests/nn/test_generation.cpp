@@ -9,21 +9,24 @@
 namespace multihead {
 namespace {
 
-class KvCacheEquivalence : public ::testing::TestWithParam<const char*> {};
+class KvCacheEquivalence : public ::testing::TestWithParam<std::tuple<const char*, Precision>> {};
 
 // The logits of token-by-token decoding with a KV cache equal the rows of
-// one uncached causal forward over the same sequence.
+// one uncached causal forward over the same sequence, in every precision (in
+// 16 bits, up to a rounding step the two orders of summation can land on
+// either side of).
 TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
+  const auto [positions, precision] = GetParam();
   ModelConfig mc;
   mc.vocab_size = 23;
   mc.num_layers = 2;
   mc.layer.d_model = 16;
   mc.layer.nhead = 4;
   mc.layer.dim_feedforward = 24;
-  mc.layer.norm_first = std::string(GetParam()) == "rope";  // pre-LN too
+  mc.layer.norm_first = std::string(positions) == "rope";  // pre-LN too
   mc.max_len = 32;
   mc.relative_clip = 3;
-  mc.positions = parse_position_kind(GetParam());
+  mc.positions = parse_position_kind(positions);
   ParamStore store;
   LanguageModel lm(store, mc);
   store.finalize();
@@ -32,23 +35,31 @@ TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
   std::vector<std::int64_t> seq = {2, 5, 7, 11, 3, 9, 9, 1, 20, 4, 6, 13};
   const std::int64_t T = static_cast<std::int64_t>(seq.size());
   Tensor ids = Tensor::from_i64({1, T}, seq);
-  Tensor full = lm.forward(ids, ForwardContext{});
+  Tensor full = lm.forward(ids, eval_context(precision));
   lm.clear_cache();
   std::vector<KvCache> caches;
   // A prompt of 5 tokens, then one at a time.
   std::vector<Tensor> parts;
   parts.push_back(lm.forward_cached(Tensor::from_i64({1, 5}, std::vector<std::int64_t>(seq.begin(), seq.begin() + 5)),
-                                    caches, T));
+                                    caches, T, precision));
   for (std::int64_t t = 5; t < T; ++t)
-    parts.push_back(lm.forward_cached(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}), caches, T));
+    parts.push_back(lm.forward_cached(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}), caches, T, precision));
   std::vector<float> cached;
   for (const auto& p : parts) cached.insert(cached.end(), p.f32(), p.f32() + p.numel());
-  EXPECT_TRUE(test::all_close_v(cached, full.span_f32(), 1e-5, 1e-4)) << GetParam();
+  const double tol = precision == Precision::kF32 ? 1e-5 : precision == Precision::kF16 ? 2e-3 : 2e-2;
+  EXPECT_TRUE(test::all_close_v(cached, full.span_f32(), tol, 10 * tol)) << positions;
   EXPECT_EQ(caches[0].length, T);
+  EXPECT_EQ(caches[0].k.dtype(), storage_dtype(precision));
 }
 
 INSTANTIATE_TEST_SUITE_P(Positions, KvCacheEquivalence,
-                         ::testing::Values("sinusoidal", "learned", "relative", "rope", "alibi", "none"));
+                         ::testing::Combine(::testing::Values("sinusoidal", "learned", "relative", "rope", "alibi",
+                                                              "none"),
+                                            ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kF16)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" +
+                                  std::string(precision_name(std::get<1>(info.param)));
+                         });
 
 TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {
   ModelConfig mc;

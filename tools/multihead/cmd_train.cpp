@@ -332,7 +332,7 @@ Command add_train(CLI::App& app) {
 
 Command add_generate(CLI::App& app) {
   struct GenOpts {
-    std::string run, prompt = "Call me";
+    std::string run, prompt = "Call me", precision;
     std::int64_t tokens = 200;
     SamplingConfig sampling;
     int threads = 0;
@@ -349,7 +349,13 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--top-p", o->sampling.top_p, "Nucleus: the smallest set with this mass")->capture_default_str();
   sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
-  return {sub, [o] { fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, o->threads)); }};
+  sub->add_option("--precision", o->precision,
+                  "Activations and key/value cache in fp32, bf16 or fp16 (default: the run's own)");
+  return {sub, [o] {
+            std::optional<Precision> precision;
+            if (!o->precision.empty()) precision = parse_precision(o->precision);
+            fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, o->threads, precision));
+          }};
 }
 
 Command add_eval(CLI::App& app) {

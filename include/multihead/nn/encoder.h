@@ -28,7 +28,8 @@ class TransformerEncoder : public Module {
   Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
   Tensor backward(const Tensor& dy);
   // Incremental decoding: caches[i] belongs to layer i.
-  Tensor forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity);
+  Tensor forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity,
+                        Precision p = Precision::kF32);
   std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
   TransformerEncoderLayer& layer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
   void set_capture_weights(bool on) {

@@ -111,7 +111,9 @@ class LanguageModel : public Module {
   // Incremental decoding with a KV cache per layer: logits (B, T, vocab) of
   // T new tokens (B, T) following the cached ones. Equal to the matching rows
   // of forward() over the whole sequence.
-  Tensor forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity);
+  // p: precision of the activations and of the key/value cache.
+  Tensor forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity,
+                        Precision p = Precision::kF32);
 
  private:
   Tensor logits_of(const Tensor& h, std::int64_t B, std::int64_t T);

@@ -120,7 +120,7 @@ struct MultiheadAttentionGrads {
 // Keys and values of the positions decoded so far, for incremental
 // self-attention (generation): each step projects only its new tokens.
 struct KvCache {
-  Tensor k, v;             // (B, capacity, kv_dim): only the key/value heads
+  Tensor k, v;             // (B, capacity, kv_dim): only the key/value heads; F32, BF16 or F16
   std::int64_t length = 0;  // positions filled
   std::vector<LinearAttentionState<float>> linear;  // linear attention: a constant-size state per (b, head)
 };
@@ -156,7 +156,9 @@ class MultiheadAttention : public Module {
   // themselves, in eval mode; appends their keys and values to the cache
   // (allocated with `capacity` positions on first use). Gives the same
   // output as the rows of an uncached causal forward over the whole sequence.
-  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity);
+  // In bf16 / fp16 the cache holds 16-bit keys and values (precision p is
+  // fixed when the cache is allocated).
+  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p = Precision::kF32);
 
  private:
   struct Cache {

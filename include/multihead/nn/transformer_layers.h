@@ -80,7 +80,7 @@ class TransformerEncoderLayer : public Module {
   const TransformerLayerConfig& config() const { return cfg_; }
   // Incremental decoding (eval mode, causal): the layer over T new positions,
   // attending to the cached ones too.
-  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity);
+  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p = Precision::kF32);
   // Keep the per-head self-attention weights (B, H, L, L) of each forward,
   // for inspection; they come from the fused kernel's saved log-sum-exp.
   void set_capture_weights(bool on) { capture_ = on; }

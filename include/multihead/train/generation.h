@@ -26,7 +26,9 @@ std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingCon
 // context > 0 bounds what the model sees to the window it was trained on:
 // when the cache would outgrow it, decoding restarts from the last
 // context / 2 tokens, so no position beyond training is ever used.
+// precision: of the activations and the key/value cache.
 std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt, std::int64_t count,
-                                   const SamplingConfig& cfg, std::int64_t context = 0);
+                                   const SamplingConfig& cfg, std::int64_t context = 0,
+                                   Precision precision = Precision::kF32);
 
 }  // namespace multihead

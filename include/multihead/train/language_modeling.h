@@ -50,8 +50,9 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job, RunDir& r
 double evaluate_language_model_run(const std::string& run_dir, int threads,
                                    std::optional<Precision> precision = std::nullopt);
 
-// Loads the model of a run directory and continues `prompt`.
+// Loads the model of a run directory and continues `prompt`; precision by default the run's own.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
-                              const SamplingConfig& sampling, int threads);
+                              const SamplingConfig& sampling, int threads,
+                              std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead
