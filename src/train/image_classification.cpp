@@ -205,8 +205,9 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
       sx.push_back(static_cast<double>(st.step + 1));
       sl.push_back(st.loss);
       memory.add(st);
-      run.append_metrics({{"step", st.step + 1}, {"epoch", epoch}, {"loss", st.loss}, {"lr", st.lr},
-                          {"memory", MemoryCurve::json(st)}});
+      nlohmann::json rec = step_json(st, job.train.loss_scaling);
+      rec["epoch"] = epoch;
+      run.append_metrics(rec);
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>((st.step + 1) * job.train.batch) / secs,
                       "img/s", MemoryCurve::text(st));
     }

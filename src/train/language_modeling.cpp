@@ -183,8 +183,9 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
     step_x.push_back(static_cast<double>(s + 1));
     step_loss.push_back(st.loss);
     memory.add(st);
-    run.append_metrics({{"step", s + 1}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm}, {"tokens_per_s", tps},
-                        {"memory", MemoryCurve::json(st)}});
+    nlohmann::json rec = step_json(st, job.train.loss_scaling);
+    rec["tokens_per_s"] = tps;
+    run.append_metrics(rec);
     progress.update(s + 1, 1, st.loss, tps, "tok/s", MemoryCurve::text(st));
     if ((s + 1) % job.eval_every == 0 || s + 1 == job.train.steps) {
       result.validation_loss = validation_loss(model, val_ids, L, job.eval_windows, job.train.precision);

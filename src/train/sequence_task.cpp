@@ -139,7 +139,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
     });
     xs.push_back(static_cast<double>(s + 1));
     losses.push_back(st.loss);
-    run.append_metrics({{"step", s + 1}, {"loss", st.loss}, {"lr", st.lr}, {"memory", MemoryCurve::json(st)}});
+    run.append_metrics(step_json(st, job.train.loss_scaling));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.update(s + 1, 1, st.loss, static_cast<double>(s + 1) / secs, "steps/s");
   }

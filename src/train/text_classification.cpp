@@ -246,9 +246,9 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
       step_x.push_back(static_cast<double>(st.step + 1));
       step_loss.push_back(st.loss);
       memory.add(st);
-      run.append_metrics({{"step", st.step + 1}, {"epoch", epoch}, {"loss", st.loss}, {"lr", st.lr},
-                          {"grad_norm", st.grad_norm}, {"tokens_per_s", tokens / secs},
-                          {"memory", MemoryCurve::json(st)}});
+      nlohmann::json rec = step_json(st, job.train.loss_scaling);
+      rec["epoch"] = epoch, rec["tokens_per_s"] = tokens / secs;
+      run.append_metrics(rec);
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs, "tok/s",
                       MemoryCurve::text(st));
     }

@@ -34,6 +34,13 @@ nlohmann::json MemoryCurve::json(const StepStats& s) {
           {"optimizer_bytes", s.optimizer_bytes}, {"activation_peak_bytes", s.activation_peak_bytes}};
 }
 
+nlohmann::json step_json(const StepStats& s, bool loss_scaling) {
+  nlohmann::json j = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
+                      {"memory", MemoryCurve::json(s)}};
+  if (loss_scaling) j["loss_scale"] = s.loss_scale, j["skipped"] = s.skipped;
+  return j;
+}
+
 void MemoryCurve::plot(const std::string& path) const {
   line_plot_png(path, "Memory per step (allocator peak)", "step", "MiB",
                 {{"peak", step_, peak_},

