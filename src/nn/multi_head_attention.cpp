@@ -131,7 +131,27 @@ void MultiheadAttention::add_pattern(AttentionMasks<float>& m) const {
 
 void MultiheadAttention::clear_cache() { cache_ = Cache{}; }
 
+void MultiheadAttention::set_head_mask(std::vector<std::uint8_t> masked) {
+  check<ShapeError>(masked.empty() || static_cast<std::int64_t>(masked.size()) == cfg_.num_heads,
+                    "head mask has {} entries for {} heads", masked.size(), cfg_.num_heads);
+  head_mask_ = std::move(masked);
+}
+
 namespace {
+
+// Zeroes the columns of masked heads in rows of width E (any float storage:
+// zero bits are +0 in each).
+void zero_heads(Tensor& t, const std::vector<std::uint8_t>& masked, std::int64_t head_dim) {
+  if (masked.empty()) return;
+  const std::int64_t E = t.dim(-1), rows = t.numel() / E;
+  const std::size_t es = dtype_size(t.dtype());
+  char* p = static_cast<char*>(t.raw());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::size_t h = 0; h < masked.size(); ++h)
+      if (masked[h])
+        std::memset(p + (r * E + static_cast<std::int64_t>(h) * head_dim) * static_cast<std::int64_t>(es), 0,
+                    es * static_cast<std::size_t>(head_dim));
+}
 
 // Checks a mask's dtype and returns whether it is bool.
 bool mask_is_bool(const Tensor& m, std::string_view what) {
@@ -345,6 +365,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
                                  v_view<float>(), masks, d, scale, c.dropout);
   }
 
+  zero_heads(c.attn, head_mask_, d.Dv);
   MultiheadAttentionOutput out;
   out.output = Tensor::empty({B, L, E});
   visit_float_storage(c.store, [&](auto tag) {
@@ -406,6 +427,7 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
                               cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E,
                               c.attn.data<T>(), E, store_->data(out_proj_weight_), B * L, E, E);
   });
+  zero_heads(d_attn, head_mask_, d.Dv);
 
   // Gradients of the projected q, k, v: packed (B, L, E + 2 KE) for self-attention.
   const bool extended = c.k_ext.defined();

@@ -247,6 +247,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
                     job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
                     job.model.layer.d_model, job.model.layer.nhead, store.numel());
   memory.plot(run.file("plots/memory.png"));
+  result.peak_activation_bytes = memory.max_activation_bytes();
   md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n";
   md += "## Memory\n\n![memory](plots/memory.png)\n\n## Attention\n\n";
   md += fmt::format("Last layer, first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n",

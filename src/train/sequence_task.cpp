@@ -125,6 +125,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
                            to_json(job)["data"]["kind"].get<std::string>(), job.task.symbols, job.task.min_len,
                            job.task.max_len, position_kind_name(job.model.positions), store.numel()));
   std::vector<double> xs, losses;
+  std::int64_t peak_activations = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t s = 0; s < job.train.steps; ++s) {
     SyntheticBatch b = synthetic_batch(job.task, job.train.batch, job.train.seed, static_cast<std::uint64_t>(s));
@@ -139,6 +140,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
     });
     xs.push_back(static_cast<double>(s + 1));
     losses.push_back(st.loss);
+    peak_activations = std::max(peak_activations, st.activation_peak_bytes);
     run.append_metrics(step_json(st, job.train.loss_scaling));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.update(s + 1, 1, st.loss, static_cast<double>(s + 1) / secs, "steps/s");
@@ -146,6 +148,8 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   progress.finish();
   SequenceTaskResult r;
   r.steps = trainer.steps_done();
+  r.losses = losses;
+  r.peak_activation_bytes = peak_activations;
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps, 1));
   trainer.save_checkpoint(last_checkpoint_path(run.path()));

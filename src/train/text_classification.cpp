@@ -104,19 +104,36 @@ PreparedData load_and_split(const TextClassificationJob& job) {
   return p;
 }
 
+// Accuracy over the examples idx of a dataset.
 ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& encoded,
                                const TextDataset& ds, const std::vector<std::int64_t>& idx, std::int64_t batch,
                                std::int64_t max_len, Precision precision) {
+  std::vector<std::vector<std::int64_t>> tokens;
+  std::vector<std::int64_t> labels;
+  for (std::int64_t i : idx) {
+    tokens.push_back(encoded[static_cast<std::size_t>(i)]);
+    labels.push_back(ds.examples[static_cast<std::size_t>(i)].label);
+  }
+  return evaluate_classifier(model, tokens, labels, batch, max_len, precision);
+}
+
+}  // namespace
+
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
+                                          const std::vector<std::int64_t>& all_labels, std::int64_t batch,
+                                          std::int64_t max_len, Precision precision) {
   ClassificationMetrics m;
   const ForwardContext ctx = eval_context(precision);
   double loss_sum = 0;
   std::int64_t correct = 0;
+  std::vector<std::int64_t> idx(tokens.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
   for (const auto& b : epoch_batches(idx, batch, 0, 0, false)) {
     std::vector<const std::vector<std::int64_t>*> seqs;
     std::vector<std::int64_t> labels;
     for (std::int64_t i : b) {
-      seqs.push_back(&encoded[static_cast<std::size_t>(i)]);
-      labels.push_back(ds.examples[static_cast<std::size_t>(i)].label);
+      seqs.push_back(&tokens[static_cast<std::size_t>(i)]);
+      labels.push_back(all_labels[static_cast<std::size_t>(i)]);
     }
     TokenBatch tb = make_token_batch(seqs, labels, max_len, true);
     Tensor logits = model.forward(tb.ids, &tb.padding, ctx);
@@ -133,6 +150,8 @@ ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std:
   m.accuracy = m.examples ? static_cast<double>(correct) / static_cast<double>(m.examples) : 0.0;
   return m;
 }
+
+namespace {
 
 std::vector<std::vector<std::int64_t>> encode_all(const Tokenizer& tok, const TextDataset& ds) {
   std::vector<std::vector<std::int64_t>> out(ds.examples.size());
@@ -281,6 +300,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
                 {{"validation", epoch_x, val_acc}});
   memory.plot(run.file("plots/memory.png"));
+  result.peak_activation_bytes = memory.max_activation_bytes();
   const std::int64_t ex = data.test.front();
   const std::vector<std::string> heatmaps =
       write_heatmaps(model, *tok, encoded[static_cast<std::size_t>(ex)], data.dataset.examples[static_cast<std::size_t>(ex)].label,
@@ -307,22 +327,32 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   return result;
 }
 
-ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads,
-                                                      std::optional<Precision> precision) {
+std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads) {
   namespace fs = std::filesystem;
   const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
-  TextClassificationJob job = text_classification_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  auto r = std::make_unique<LoadedTextClassifier>();
+  r->job = text_classification_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
   set_num_threads(threads);
-  if (precision) job.train.precision = *precision;
-  PreparedData data = load_and_split(job);
-  std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  job.model.vocab_size = tok->vocab_size();
-  job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
-  ParamStore store;
-  SequenceClassifier model(store, job.model);
-  store.finalize();
-  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
-  return evaluate(model, encode_all(*tok, data.dataset), data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
+  PreparedData data = load_and_split(r->job);
+  r->tokenizer = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
+  r->job.model.vocab_size = r->tokenizer->vocab_size();
+  r->job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
+  r->model = std::make_unique<SequenceClassifier>(r->store, r->job.model);
+  r->store.finalize();
+  load_state_dict_file(r->store, last_checkpoint_path(run_dir), true);
+  for (std::int64_t i : data.test) {
+    r->test_tokens.push_back(r->tokenizer->encode(data.dataset.examples[static_cast<std::size_t>(i)].text));
+    r->test_labels.push_back(data.dataset.examples[static_cast<std::size_t>(i)].label);
+  }
+  return r;
+}
+
+ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads,
+                                                      std::optional<Precision> precision) {
+  auto r = load_text_classification_run(run_dir, threads);
+  if (precision) r->job.train.precision = *precision;
+  return evaluate_classifier(*r->model, r->test_tokens, r->test_labels, r->job.eval_batch, r->job.max_len,
+                             r->job.train.precision);
 }
 
 }  // namespace multihead

@@ -20,6 +20,7 @@ void MemoryCurve::add(const StepStats& s) {
   opt_.push_back(mib(s.optimizer_bytes));
   act_.push_back(mib(s.activation_peak_bytes));
   peak_.push_back(mib(s.peak_bytes));
+  max_activation_bytes_ = std::max(max_activation_bytes_, s.activation_peak_bytes);
 }
 
 std::string MemoryCurve::text(const StepStats& s) {

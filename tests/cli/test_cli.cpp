@@ -313,6 +313,18 @@ TEST_F(Cli, TrainRejectsBadInput) {
   EXPECT_FALSE(fs::exists(dir / "never"));
 }
 
+TEST_F(Cli, ExperimentQuickWritesItsTable) {
+  CliRun r = run("experiment optimisation --quick --seeds 1 --threads 1 --quiet --out " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| clip_grad_norm | warmup steps |"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "optimisation" / "table.md"));
+  CliRun bad = run("experiment magic");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "multihead: error: unknown experiment 'magic' (known: heads, positions, variants, head-analysis, "
+            "optimisation)\n");
+}
+
 TEST_F(Cli, DemoRunsAndDrawsWeights) {
   CliRun r = run("demo --seq-len 6 --embed-dim 16 --num-heads 2 --pad 2 --causal");
   EXPECT_EQ(r.code, 0) << r.err;

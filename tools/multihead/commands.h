@@ -17,6 +17,7 @@ Command add_apply(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_demo(CLI::App& app);
 Command add_eval(CLI::App& app);
+Command add_experiment(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_train(CLI::App& app);

@@ -160,6 +160,10 @@ class MultiheadAttention : public Module {
   // fixed when the cache is allocated).
   Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p = Precision::kF32);
 
+  // Head ablation (Michel et al. 2019): heads h with masked[h] != 0 give a
+  // zero attention output before out_proj, and get zero gradients. Empty: none.
+  void set_head_mask(std::vector<std::uint8_t> masked);
+
  private:
   struct Cache {
     SavedTensor query, key, value;  // the inputs; self-attention saves query only
@@ -209,6 +213,7 @@ class MultiheadAttention : public Module {
   ParamStore::Handle relative_key_ = kNone;    // (2 * clip + 1, head_dim)
   ParamStore::Handle relative_value_ = kNone;  // (2 * clip + 1, head_dim)
   std::vector<float> alibi_slopes_;            // (H)
+  std::vector<std::uint8_t> head_mask_;        // (H) or empty
   Cache cache_;
 };
 

@@ -85,6 +85,7 @@ class TransformerEncoderLayer : public Module {
   // for inspection; they come from the fused kernel's saved log-sum-exp.
   void set_capture_weights(bool on) { capture_ = on; }
   const Tensor& attention_weights() const { return weights_; }
+  MultiheadAttention& self_attention() { return self_attn_; }
 
  private:
   void release_saved(const ForwardContext& ctx);

@@ -33,6 +33,7 @@ struct ImageClassificationResult {
   double validation_accuracy = 0, test_accuracy = 0, test_loss = 0;
   std::int64_t steps = 0;
   double train_seconds = 0;
+  std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
 // Test accuracy of the model saved in a run directory.

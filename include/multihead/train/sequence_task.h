@@ -39,6 +39,8 @@ struct SequenceTaskResult {
   std::vector<LengthAccuracy> by_length;
   std::int64_t steps = 0;
   double train_seconds = 0, ms_per_step = 0;
+  std::vector<double> losses;             // per step
+  std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
 SequenceTaskResult run_sequence_task(const SequenceTaskJob& job, RunDir& run, Progress& progress);

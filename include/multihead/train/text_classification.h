@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -50,9 +52,26 @@ struct TextClassificationResult {
   std::int64_t steps = 0;
   double train_seconds = 0;
   double tokens_per_s = 0;
+  std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
 TextClassificationResult run_text_classification(const TextClassificationJob& job, RunDir& run, Progress& progress);
+
+// A trained run loaded back: its job, tokenizer, model and tokenised test split.
+struct LoadedTextClassifier {
+  TextClassificationJob job;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ParamStore store;
+  std::unique_ptr<SequenceClassifier> model;
+  std::vector<std::vector<std::int64_t>> test_tokens;
+  std::vector<std::int64_t> test_labels;
+};
+std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads);
+
+// Accuracy and mean loss over tokenised examples, in batches (eval mode).
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
+                                          const std::vector<std::int64_t>& labels, std::int64_t batch,
+                                          std::int64_t max_len, Precision precision);
 
 // Evaluates the model saved in a run directory on its test split.
 // precision: that of the activations; by default the run's own.

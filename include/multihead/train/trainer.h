@@ -48,8 +48,10 @@ class MemoryCurve {
   static nlohmann::json json(const StepStats& s);
   // PNG of the parts and the peak against the step.
   void plot(const std::string& path) const;
+  std::int64_t max_activation_bytes() const { return max_activation_bytes_; }
 
  private:
+  std::int64_t max_activation_bytes_ = 0;
   std::vector<double> step_, params_, grads_, opt_, act_, peak_;
 };
 

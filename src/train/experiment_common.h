@@ -1,0 +1,68 @@
+// Shared by the experiments (internal): statistics over seeds, quiet runs,
+// the per-experiment folder.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "multihead/io/run_dir.h"
+#include "multihead/train/experiments.h"
+#include "multihead/train/progress.h"
+
+namespace multihead::experiment {
+
+// "mean ± std" of v scaled by `scale`, with `decimals` places; the sample
+// standard deviation (n - 1), left out for a single seed.
+inline std::string mean_std(const std::vector<double>& v, int decimals = 2, double scale = 1.0) {
+  if (v.empty()) return "-";
+  double m = 0;
+  for (double x : v) m += x;
+  m /= static_cast<double>(v.size());
+  if (v.size() == 1) return fmt::format("{:.{}f}", scale * m, decimals);
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  const double sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
+  return fmt::format("{:.{}f} ± {:.{}f}", scale * m, decimals, scale * sd, decimals);
+}
+
+inline double mean(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m += x;
+  return v.empty() ? 0.0 : m / static_cast<double>(v.size());
+}
+
+// Loss spikes: steps whose loss exceeds twice the median of the 20 before.
+std::int64_t count_spikes(const std::vector<double>& losses);
+
+// The folder of one experiment, its progress lines, and the run folders under it.
+struct Context {
+  const ExperimentOptions& opt;
+  std::string dir;
+  Progress log;
+  Context(const ExperimentOptions& o, const std::string& name);
+  std::string run_dir(const std::string& label, std::int64_t seed) const;
+  // Seeds 1..opt.seeds.
+  std::vector<std::uint64_t> seeds() const;
+};
+
+// Trains one job of the grid with `seed`, quietly, in its own run folder;
+// run is the job's runner (run_sequence_task, run_text_classification, ...).
+template <typename Job, typename Runner>
+auto run_job(const Context& c, Job job, const std::string& label, std::uint64_t seed, Runner&& run) {
+  job.train.seed = seed;
+  job.report_title = label;
+  RunDir dir(c.run_dir(label, static_cast<std::int64_t>(seed)));
+  Progress quiet(0, stderr, true);
+  return run(job, dir, quiet);
+}
+
+ExperimentReport positions_experiment(Context& c);
+ExperimentReport variants_experiment(Context& c);
+ExperimentReport optimisation_experiment(Context& c);
+ExperimentReport heads_experiment(Context& c);
+ExperimentReport head_analysis_experiment(Context& c);
+
+}  // namespace multihead::experiment

@@ -1,0 +1,129 @@
+// Every experiment in --quick mode writes its table with the expected rows
+// and columns, its results and its plots. Nothing is asserted about the
+// numbers: at these sizes they mean nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "multihead/core/error.h"
+#include "multihead/train/experiments.h"
+
+namespace multihead {
+namespace {
+
+namespace fs = std::filesystem;
+
+class QuickExperiment : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("multihead_experiments_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  ExperimentReport run(const std::string& name) {
+    ExperimentOptions o;
+    o.quick = true;
+    o.out = dir.string();
+    o.seeds = 2;
+    o.threads = 1;
+    o.quiet = true;
+    ExperimentReport r = run_experiment(name, o);
+    EXPECT_EQ(r.dir, (dir / name).string());
+    for (const char* f : {"table.md", "results.json"}) EXPECT_TRUE(fs::exists(dir / name / f)) << name << " " << f;
+    std::ifstream md(dir / name / "table.md");
+    const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+    for (const auto& t : r.tables) {
+      EXPECT_NE(text.find(t.markdown()), std::string::npos) << name << ": " << t.title;
+      for (const auto& row : t.rows) EXPECT_EQ(row.size(), t.columns.size()) << name << ": " << t.title;
+    }
+    EXPECT_EQ(r.results["seeds"], 2);
+    return r;
+  }
+  // Every cell of a column holds "mean ± std" (two seeds).
+  static void expect_mean_std(const ExperimentTable& t, std::size_t col) {
+    for (const auto& row : t.rows) EXPECT_NE(row[col].find(" ± "), std::string::npos) << t.title << ": " << row[col];
+  }
+  fs::path dir;
+};
+
+std::vector<std::string> first_column(const ExperimentTable& t) {
+  std::vector<std::string> v;
+  for (const auto& r : t.rows) v.push_back(r[0]);
+  return v;
+}
+
+TEST_F(QuickExperiment, Positions) {
+  ExperimentReport r = run("positions");
+  ASSERT_EQ(r.tables.size(), 1u);
+  const ExperimentTable& t = r.tables[0];
+  EXPECT_EQ(first_column(t), (std::vector<std::string>{"none", "sinusoidal", "learned", "relative", "rope", "alibi"}));
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"positions", "token accuracy at 8", "token accuracy at 16",
+                                                 "token accuracy at 32", "sequence accuracy at 8", "ms per step",
+                                                 "step time vs sinusoidal"}));
+  expect_mean_std(t, 1);
+  EXPECT_EQ(t.rows[1][6], "+0%");  // sinusoidal against itself
+  EXPECT_TRUE(fs::exists(dir / "positions" / "token_accuracy_by_length.png"));
+  EXPECT_EQ(r.results["runs"].size(), 12u);  // 6 kinds x 2 seeds
+}
+
+TEST_F(QuickExperiment, Variants) {
+  ExperimentReport r = run("variants");
+  const ExperimentTable& t = r.tables.at(0);
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"attention", "length", "token accuracy", "sequence accuracy",
+                                                 "ms per step", "peak activations MiB"}));
+  ASSERT_EQ(t.rows.size(), 8u);  // 4 variants x 2 lengths
+  EXPECT_EQ(t.rows[0][0], "full");
+  EXPECT_EQ(t.rows[7][0], "linear");
+  EXPECT_EQ(t.rows[7][1], "16");
+  expect_mean_std(t, 5);
+  EXPECT_TRUE(fs::exists(dir / "variants" / "ms_per_step.png"));
+}
+
+TEST_F(QuickExperiment, Optimisation) {
+  ExperimentReport r = run("optimisation");
+  const ExperimentTable& t = r.tables.at(0);
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"clip_grad_norm", "warmup steps", "final loss", "token accuracy",
+                                                 "sequence accuracy", "loss spikes"}));
+  EXPECT_EQ(first_column(t), (std::vector<std::string>{"0.1", "0.1", "1", "1", "none", "none"}));
+  EXPECT_EQ(t.rows[0][1], "2");
+  EXPECT_EQ(t.rows[1][1], "0");
+  expect_mean_std(t, 2);
+  EXPECT_TRUE(fs::exists(dir / "optimisation" / "loss.png"));
+}
+
+TEST_F(QuickExperiment, Heads) {
+  ExperimentReport r = run("heads");
+  ASSERT_EQ(r.tables.size(), 1u);  // --quick: the synthetic text task only
+  const ExperimentTable& t = r.tables[0];
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"heads", "head dim", "test accuracy", "training s",
+                                                 "peak activations MiB"}));
+  EXPECT_EQ(first_column(t), (std::vector<std::string>{"1", "2", "4", "8", "16"}));
+  EXPECT_EQ(t.rows[4][1], "1");  // d_model 16 over 16 heads
+  expect_mean_std(t, 2);
+}
+
+TEST_F(QuickExperiment, HeadAnalysis) {
+  ExperimentReport r = run("head-analysis");
+  ASSERT_EQ(r.tables.size(), 4u);
+  EXPECT_EQ(r.tables[0].rows.size(), 1u);  // the summary over seeds
+  EXPECT_EQ(r.tables[1].rows.size(), 4u);  // one layer of 4 heads, ablated one by one
+  EXPECT_EQ(r.tables[2].columns, (std::vector<std::string>{"layer", "JS distance"}));
+  EXPECT_EQ(first_column(r.tables[3]), (std::vector<std::string>{"4", "8", "16"}));
+  expect_mean_std(r.tables[3], 2);
+  EXPECT_TRUE(fs::exists(dir / "head-analysis" / "entropy_by_length.png"));
+}
+
+TEST(Experiments, UnknownNameIsAClearError) {
+  try {
+    run_experiment("magic", {});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "unknown experiment 'magic' (known: heads, positions, variants, head-analysis, optimisation)");
+  }
+}
+
+}  // namespace
+}  // namespace multihead

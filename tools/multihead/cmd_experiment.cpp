@@ -1,0 +1,35 @@
+// multihead experiment NAME [--quick]
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "multihead/train/experiments.h"
+
+namespace multihead::cli {
+
+Command add_experiment(CLI::App& app) {
+  struct Opts {
+    std::string name;
+    ExperimentOptions opt;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* sub = app.add_subcommand(
+      "experiment", "Measure a claim about attention: heads, positions, variants, head-analysis or optimisation");
+  sub->add_option("name", o->name, "heads, positions, variants, head-analysis or optimisation")->required();
+  sub->add_flag("--quick", o->opt.quick, "Tiny sizes, seconds long (checks the pipeline; the numbers mean nothing)");
+  sub->add_option("--out", o->opt.out, "Results folder; the experiment writes OUT/NAME/")->capture_default_str();
+  sub->add_option("--seeds", o->opt.seeds, "Seeds per setting")->capture_default_str();
+  sub->add_option("--threads", o->opt.threads, "Threads (0: all cores)");
+  sub->add_option("--spam", o->opt.spam_dir, "SpamAssassin data folder (default: where setup.sh --data puts it)");
+  sub->add_option("--imdb", o->opt.imdb_dir, "aclImdb folder: heads also runs on IMDb");
+  sub->add_option("--fashion", o->opt.fashion_dir, "Fashion-MNIST folder");
+  sub->add_flag("--quiet", o->opt.quiet, "No progress lines");
+  return {sub, [o] {
+            ExperimentReport r = run_experiment(o->name, o->opt);
+            for (const auto& t : r.tables) fmt::print("{}\n", t.markdown());
+            fmt::print("results: {}/table.md\n", r.dir);
+          }};
+}
+
+}  // namespace multihead::cli
