@@ -34,8 +34,7 @@ inline double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : m / static_cast<double>(v.size());
 }
 
-// Loss spikes: steps whose loss exceeds twice the median of the 20 before.
-std::int64_t count_spikes(const std::vector<double>& losses);
+inline std::int64_t count_spikes(const std::vector<double>& losses) { return count_loss_spikes(losses); }
 
 // The folder of one experiment, its progress lines, and the run folders under it.
 struct Context {

@@ -221,7 +221,8 @@ ExperimentReport optimisation_experiment(Context& c) {
   ExperimentReport r;
   r.tables = {t};
   r.results = {{"runs", runs},
-               {"spike_rule", "a step whose loss exceeds twice the median of the 20 steps before it"}};
+               {"spike_rule", fmt::format("a step whose loss exceeds twice the median of the 20 steps before it, "
+                                          "and that median by more than {} nats", kSpikeNats)}};
   return r;
 }
 

@@ -25,17 +25,22 @@ std::string ExperimentTable::markdown() const {
 
 namespace experiment {
 
-std::int64_t count_spikes(const std::vector<double>& losses) {
+}  // namespace experiment
+
+std::int64_t count_loss_spikes(const std::vector<double>& losses) {
   constexpr std::size_t kWindow = 20;
   std::int64_t spikes = 0;
   for (std::size_t i = kWindow; i < losses.size(); ++i) {
     std::vector<double> w(losses.begin() + static_cast<std::ptrdiff_t>(i - kWindow),
                           losses.begin() + static_cast<std::ptrdiff_t>(i));
     std::nth_element(w.begin(), w.begin() + kWindow / 2, w.end());
-    if (!(losses[i] <= 2.0 * w[kWindow / 2])) ++spikes;  // a NaN loss counts too
+    const double median = w[kWindow / 2];
+    if (!(losses[i] <= 2.0 * median || losses[i] <= median + kSpikeNats)) ++spikes;  // a NaN loss counts too
   }
   return spikes;
 }
+
+namespace experiment {
 
 Context::Context(const ExperimentOptions& o, const std::string& name)
     : opt(o), dir((std::filesystem::path(o.out) / name).string()), log(0, stderr, o.quiet, 1) {

@@ -3,6 +3,7 @@
 // numbers: at these sizes they mean nothing.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -113,6 +114,22 @@ TEST_F(QuickExperiment, HeadAnalysis) {
   EXPECT_EQ(first_column(r.tables[3]), (std::vector<std::string>{"4", "8", "16"}));
   expect_mean_std(r.tables[3], 2);
   EXPECT_TRUE(fs::exists(dir / "head-analysis" / "entropy_by_length.png"));
+}
+
+TEST(Experiments, LossSpikesAreLargeJumpsOverTheRecentMedian) {
+  std::vector<double> flat(40, 1.0);
+  EXPECT_EQ(count_loss_spikes(flat), 0);
+  std::vector<double> one = flat;
+  one[30] = 2.5;  // more than twice the median, and 1.5 nats above it
+  EXPECT_EQ(count_loss_spikes(one), 1);
+  one[31] = 1.9;  // below twice the median
+  EXPECT_EQ(count_loss_spikes(one), 1);
+  std::vector<double> tiny(40, 1e-4);
+  tiny[30] = 1e-2;  // a hundredfold, but noise near zero loss
+  EXPECT_EQ(count_loss_spikes(tiny), 0);
+  one[35] = std::nan("");
+  EXPECT_EQ(count_loss_spikes(one), 2);
+  EXPECT_EQ(count_loss_spikes(std::vector<double>(10, 5.0)), 0);  // shorter than the window
 }
 
 TEST(Experiments, UnknownNameIsAClearError) {

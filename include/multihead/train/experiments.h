@@ -42,6 +42,12 @@ struct ExperimentReport {
   nlohmann::json results;  // what results.json holds
 };
 
+// Loss spikes in a training curve: steps whose loss exceeds twice the median
+// of the 20 steps before it and that median by more than kSpikeNats (near
+// zero loss, noise alone doubles it). A NaN loss counts.
+inline constexpr double kSpikeNats = 0.1;
+std::int64_t count_loss_spikes(const std::vector<double>& losses);
+
 // heads, positions, variants, head-analysis, optimisation.
 const std::vector<std::string>& experiment_names();
 // Throws ConfigError for an unknown name.
