@@ -97,7 +97,14 @@ struct HeadsRow {
 };
 
 ExperimentTable heads_table(const std::string& title, const std::vector<std::int64_t>& heads, std::int64_t d_model,
-                            std::map<std::int64_t, HeadsRow>& rows) {
+                            std::map<std::int64_t, HeadsRow>& rows, std::vector<Series>& curves,
+                            const std::string& dataset) {
+  Series s{dataset, {}, {}};
+  for (auto h : heads) {
+    s.x.push_back(static_cast<double>(h));
+    s.y.push_back(mean(rows[h].acc));
+  }
+  curves.push_back(s);
   ExperimentTable t;
   t.title = title;
   t.columns = {"heads", "head dim", "test accuracy", "training s", "peak activations MiB"};
@@ -115,6 +122,7 @@ ExperimentReport heads_experiment(Context& c) {
   const std::vector<std::int64_t> heads = {1, 2, 4, 8, 16};
   ExperimentReport r;
   json runs = json::array();
+  std::vector<Series> curves;
   std::vector<std::string> datasets = {q ? "synthetic" : "spam"};
   if (!q && !c.opt.imdb_dir.empty()) datasets.push_back("imdb");
   for (const auto& ds : datasets) {
@@ -133,7 +141,8 @@ ExperimentReport heads_experiment(Context& c) {
         c.log.log(fmt::format("heads: {} h={} seed {}: test accuracy {:.2f}%, {:.1f} s", ds, h, seed,
                               100 * res.test.accuracy, res.train_seconds));
       }
-    r.tables.push_back(heads_table(fmt::format("{}: text classification, d_model {}", ds, d_model), heads, d_model, rows));
+    r.tables.push_back(
+        heads_table(fmt::format("{}: text classification, d_model {}", ds, d_model), heads, d_model, rows, curves, ds));
   }
   // Fashion-MNIST when its files are there (not in --quick).
   ImageClassificationJob image = fashion_preset();
@@ -160,8 +169,10 @@ ExperimentReport heads_experiment(Context& c) {
                               100 * res.test_accuracy));
       }
     r.tables.push_back(heads_table("fashion-mnist: Vision Transformer, 2 layers, d_model 64, 20 000 training images, 2 epochs",
-                                   heads, 64, rows));
+                                   heads, 64, rows, curves, "fashion-mnist"));
   }
+  line_plot_png((fs::path(c.dir) / "accuracy_by_heads.png").string(), "Test accuracy by number of heads", "heads",
+                "test accuracy", curves);
   r.results = {{"runs", runs}};
   return r;
 }

@@ -103,6 +103,7 @@ TEST_F(QuickExperiment, Heads) {
   EXPECT_EQ(first_column(t), (std::vector<std::string>{"1", "2", "4", "8", "16"}));
   EXPECT_EQ(t.rows[4][1], "1");  // d_model 16 over 16 heads
   expect_mean_std(t, 2);
+  EXPECT_TRUE(fs::exists(dir / "heads" / "accuracy_by_heads.png"));
 }
 
 TEST_F(QuickExperiment, HeadAnalysis) {
