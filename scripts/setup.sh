@@ -8,6 +8,8 @@
 #                               (Debian's dataset-fashion-mnist)
 #   scripts/setup.sh --torch    also PyTorch and NumPy, which only the fixture
 #                               generator and the side-by-side benchmarks use
+#   scripts/setup.sh --fuzz     also clang 14 with libFuzzer and its OpenMP,
+#                               for scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +27,9 @@ want_data=0
 for arg in "$@"; do
   case "$arg" in
     --torch) packages+=(python3-torch python3-numpy) ;;
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     --data) want_data=1; packages+=(dataset-fashion-mnist) ;;
-    *) echo "usage: scripts/setup.sh [--data] [--torch]" >&2; exit 2 ;;
+    *) echo "usage: scripts/setup.sh [--data] [--torch] [--fuzz]" >&2; exit 2 ;;
   esac
 done
 if [[ $want_data -eq 1 ]] && ! command -v npm >/dev/null; then packages+=(npm); fi

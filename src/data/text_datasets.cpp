@@ -151,7 +151,11 @@ std::vector<Record> parse_delimited(const std::string& text, char delim, const s
 
 TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
                            const std::string& label_column) {
-  const std::string text = read_file(path);
+  return parse_delimited_dataset(read_file(path), delimiter, text_column, label_column, path);
+}
+
+TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
+                                    const std::string& label_column, const std::string& path) {
   check_utf8(text, path);
   std::vector<Record> records = parse_delimited(text, delimiter, path);
   check<IoError>(!records.empty(), "{}: empty file (expected a header row)", path);

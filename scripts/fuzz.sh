@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang 14, ASan + UBSan) and fuzzes each for
+# SECONDS (default 300), two at a time, from the committed seed corpus.
+# New inputs go to build-fuzz/corpus/ (the committed corpus stays small);
+# crash reproducers land in tests/fuzz/crashes/ to be committed with the fix.
+# The last line of each target's log (build-fuzz/fuzz_<target>.log) gives its exec count.
+#
+#   scripts/setup.sh --fuzz && scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-300}
+targets=(safetensors safetensors_roundtrip idx delimited config tokenizer)
+CC=clang-14 CXX=clang++-14 cmake -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMULTIHEAD_FUZZ=ON >/dev/null
+cmake --build build-fuzz -j2 --target "${targets[@]/#/fuzz_}"
+mkdir -p tests/fuzz/crashes
+run() {
+  local t=$1
+  mkdir -p "build-fuzz/corpus/$t"
+  local rc=0
+  # One thread per target: two targets share the two cores.
+  OMP_NUM_THREADS=1 "build-fuzz/tests/fuzz/fuzz_$t" -max_total_time="$secs" -artifact_prefix="tests/fuzz/crashes/$t-" \
+    -print_final_stats=1 "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" >"build-fuzz/fuzz_$t.log" 2>&1 || rc=$?
+  echo "$t: $(grep -E '^stat::number_of_executed_units' "build-fuzz/fuzz_$t.log" | awk '{print $2}') executions in ${secs} s, exit $rc"
+}
+for ((i = 0; i < ${#targets[@]}; i += 2)); do
+  run "${targets[i]}" &
+  if ((i + 1 < ${#targets[@]})); then run "${targets[i + 1]}" & fi
+  wait
+done

@@ -1,0 +1,29 @@
+// What every fuzz target shares. A target defines LLVMFuzzerTestOneInput;
+// libFuzzer drives it (-DMULTIHEAD_FUZZ=ON, clang), and replay_main.cpp
+// replays the committed corpus through it in the ordinary test suite.
+// multihead's own errors are the expected answer to bad input; anything
+// else escaping (another exception, a crash, a sanitizer report) is a finding.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "multihead/core/error.h"
+
+namespace multihead::fuzz {
+
+inline std::string bytes_of(const std::uint8_t* data, std::size_t size) {
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// Runs f, accepting the library's typed errors.
+template <typename F>
+void expect_clean(F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace multihead::fuzz
