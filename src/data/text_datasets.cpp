@@ -188,6 +188,9 @@ TextDataset parse_delimited_dataset(const std::string& text, char delimiter, con
       ds.examples[i].label = std::stoll(labels[i]);
       mx = std::max(mx, ds.examples[i].label);
     }
+    // Labels are class indices: a huge one is a mistake, not a million classes.
+    check<IoError>(mx < kMaxIntegerLabel, "{}: integer label {} is out of range (at most {})", path, mx,
+                   kMaxIntegerLabel - 1);
     for (std::int64_t i = 0; i <= mx; ++i) ds.label_names.push_back(std::to_string(i));
   } else {
     std::map<std::string, std::int64_t> ids;

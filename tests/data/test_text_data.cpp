@@ -78,6 +78,10 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
   EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": no data rows after the header");
   write(bad, std::string("text,label\n\xff\xfe,1\n"));
   EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": invalid UTF-8 at byte 11");
+  // Found by fuzzing: an integer label of 100220022 asked for that many classes.
+  write(bad, "label\ttext\n0\tfirst\n100220022\tsecond\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, '\t', "text", "label"); }),
+            bad + ": integer label 100220022 is out of range (at most 9999)");
 }
 
 TEST_F(TempDir, SpamAssassinPackageLayout) {

@@ -29,6 +29,8 @@ TextDataset load_aclimdb(const std::string& root, const std::string& split);
 // of first appearance unless every label is an integer, which is then used as is.
 TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
                            const std::string& label_column);
+// Integer labels must be below this.
+inline constexpr std::int64_t kMaxIntegerLabel = 10000;
 // The same from the file's bytes; `source` names it in errors.
 TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, const std::string& text_column,
                                     const std::string& label_column, const std::string& source);
