@@ -215,20 +215,6 @@ void small_atb(float* C, const float* A, std::int64_t lda, const float* B, std::
 template <typename T>
 constexpr bool kHalfStorage = !std::is_same_v<std::remove_const_t<T>, float>;
 
-// n rows of w values, row stride lds, as fp32: float storage is read where it
-// lies, 16-bit storage is widened into buf (stride w). ld receives the stride.
-template <typename T>
-const float* rows_f32(const T* src, std::int64_t lds, std::int64_t n, std::int64_t w, float* buf, std::int64_t& ld) {
-  if constexpr (!kHalfStorage<T>) {
-    ld = lds;
-    return src;
-  } else {
-    for (std::int64_t r = 0; r < n; ++r) widen(buf + r * w, src + r * lds, w);
-    ld = w;
-    return buf;
-  }
-}
-
 void check_tiles(const AttentionTiles& t) {
   check<ConfigError>(t.q_block > 0 && t.k_block > 0, "attention tile sizes must be positive, got {} x {}", t.q_block,
                      t.k_block);
@@ -266,7 +252,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc = std::min(Bc, d.S - j0);
         std::int64_t ldk = 0;
-        const float* kj = rows_f32(k.at(bh / d.H, bh % d.H) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+        const float* kj = rows_as_f32(k.at(bh / d.H, bh % d.H) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
         tm.pack_t(kt_all.f32() + bh * d.D * d.S + j0, d.S, kj, ldk, nc, d.D);
       }
     }
@@ -289,7 +275,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
       const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
       const std::int64_t i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
       std::int64_t ldq = 0;
-      const float* qi = rows_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
+      const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
       std::fill(m, m + nr, -kInf);
       std::fill(l, l + nr, 0.0f);
       std::fill(acc, acc + nr * d.Dv, 0.0f);
@@ -303,7 +289,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         if (plan.skip) continue;
         const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
         std::int64_t ldk = 0, ldv = 0;  // the micro-kernel reads K^T from kt instead of K's rows
-        const float* kj = tm.blas ? rows_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk) : nullptr;
+        const float* kj = tm.blas ? rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk) : nullptr;
         tm.q_kt(s, Bc, qi, ldq, kj, ldk, kt, d.S, nr, nc, d.D, scale);
         if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc, qa);
         for (std::int64_t r = 0; r < nr; ++r) {
@@ -324,7 +310,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
           if (rel.rel_v)
             bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);
         }
-        const float* vj = rows_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
+        const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
         tm.ab(acc, d.Dv, s, Bc, vj, ldv, nr, d.Dv, nc, 1.0f, true);
       }
       float* lse_bh = lse + bh * d.L + i0;
@@ -400,15 +386,15 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
       // (also under dropout, since O already holds the dropped weights).
       for (std::int64_t i = 0; i < d.L; ++i) {
         std::int64_t ldo = 0;
-        const float* o = rows_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
+        const float* o = rows_as_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
         delta[i] = simd::dot(dout.at(b, h) + i * dout.row_stride, o, d.Dv);
         std::fill_n(dq.at(b, h) + i * dq.row_stride, d.D, 0.0f);
       }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc = std::min(Bc, d.S - j0);
         std::int64_t ldk = 0, ldv = 0, ldq = 0;
-        const float* kj = rows_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
-        const float* vj = rows_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
+        const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+        const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
         std::fill_n(dk_acc, nc * d.D, 0.0f);
         std::fill_n(dv_acc, nc * d.Dv, 0.0f);
         tm.pack_t(kt, Bc, kj, ldk, nc, d.D);
@@ -417,7 +403,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           const std::int64_t nr = std::min(Br, d.L - i0);
           const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
           if (plan.skip) continue;
-          const float* qi = rows_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
+          const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
           const float* doi = dout.at(b, h) + i0 * dout.row_stride;
           // P = exp(scale * Q K^T + mask - lse)
           tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
@@ -517,7 +503,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
       for (std::int64_t h = 0; h < d.H; ++h) {
         const float* lse_bh = lse + (b * d.H + h) * d.L;
         std::int64_t ldq = 0, ldk = 0;
-        const float* qi = rows_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
+        const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
         // Relative-position terms depend only on the query rows, so one pass serves every key tile.
         if (rel.active()) relative_scores(qa, qi, ldq, nr, d.D, rel, scale);
         for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
@@ -529,7 +515,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
             if (plan.skip && !average_heads) std::fill_n(w, nc, 0.0f);
           }
           if (plan.skip) continue;
-          const float* kj = rows_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+          const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
           tm.pack_t(kt, Bc, kj, ldk, nc, d.D);
           tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);

@@ -49,8 +49,9 @@ void for_widened_blocks(const X* x, std::int64_t ldx, std::int64_t N, std::int64
     Tensor buf = Tensor::empty({std::min(rows, N), in});
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
-      for (std::int64_t r = 0; r < n; ++r) widen(buf.f32() + r * in, x + (r0 + r) * ldx, in);
-      f(static_cast<const float*>(buf.f32()), in, r0, n);
+      std::int64_t ld = 0;
+      const float* xb = rows_as_f32(x + r0 * ldx, ldx, n, in, buf.f32(), ld);
+      f(xb, ld, r0, n);
     }
   }
 }

@@ -78,11 +78,17 @@ Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>&
   caches.resize(layers_.size());
   // Rounded between layers as in forward, so both give the same rows.
   const DType st = storage_dtype(p);
-  Tensor h = x.clone();
-  round_to_storage(h, st);
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i]->forward_cached(h, caches[i], capacity, p);
+  Tensor h;
+  const Tensor* in = &x;
+  if (st != DType::kF32) {  // no copy of the input in fp32
+    h = x.clone();
     round_to_storage(h, st);
+    in = &h;
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i]->forward_cached(*in, caches[i], capacity, p);
+    round_to_storage(h, st);
+    in = &h;
   }
   if (!norm_) return h;
   Tensor out = norm_->forward(h);

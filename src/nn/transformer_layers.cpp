@@ -79,12 +79,8 @@ std::int64_t ff_block_rows(std::int64_t F) { return std::max<std::int64_t>(64, (
 // else widened into buf.
 template <typename T>
 const float* block_f32(const Tensor& t, std::int64_t r0, std::int64_t n, std::int64_t w, float* buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    return t.f32() + r0 * w;
-  } else {
-    widen(buf, t.data<T>() + r0 * w, n * w);
-    return buf;
-  }
+  std::int64_t ld = 0;
+  return rows_as_f32(t.data<T>() + r0 * w, w, n, w, buf, ld);
 }
 
 // Narrows fp32 rows into their place in a stored tensor, then rounds them in

@@ -104,44 +104,28 @@ PreparedData load_and_split(const TextClassificationJob& job) {
   return p;
 }
 
-// Accuracy over the examples idx of a dataset.
-ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& encoded,
-                               const TextDataset& ds, const std::vector<std::int64_t>& idx, std::int64_t batch,
-                               std::int64_t max_len, Precision precision) {
-  std::vector<std::vector<std::int64_t>> tokens;
-  std::vector<std::int64_t> labels;
-  for (std::int64_t i : idx) {
-    tokens.push_back(encoded[static_cast<std::size_t>(i)]);
-    labels.push_back(ds.examples[static_cast<std::size_t>(i)].label);
-  }
-  return evaluate_classifier(model, tokens, labels, batch, max_len, precision);
-}
-
-}  // namespace
-
-ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
-                                          const std::vector<std::int64_t>& all_labels, std::int64_t batch,
-                                          std::int64_t max_len, Precision precision) {
+// Accuracy and mean loss over the sequences seqs[i] with labels[i], in batches.
+ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
+                                         const std::vector<const std::vector<std::int64_t>*>& seqs,
+                                         const std::vector<std::int64_t>& labels, std::int64_t batch,
+                                         std::int64_t max_len, Precision precision) {
   ClassificationMetrics m;
   const ForwardContext ctx = eval_context(precision);
   double loss_sum = 0;
   std::int64_t correct = 0;
-  std::vector<std::int64_t> idx(tokens.size());
-  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-  for (const auto& b : epoch_batches(idx, batch, 0, 0, false)) {
-    std::vector<const std::vector<std::int64_t>*> seqs;
-    std::vector<std::int64_t> labels;
-    for (std::int64_t i : b) {
-      seqs.push_back(&tokens[static_cast<std::size_t>(i)]);
-      labels.push_back(all_labels[static_cast<std::size_t>(i)]);
-    }
-    TokenBatch tb = make_token_batch(seqs, labels, max_len, true);
+  for (std::size_t b0 = 0; b0 < seqs.size(); b0 += static_cast<std::size_t>(batch)) {
+    const std::size_t b1 = std::min(seqs.size(), b0 + static_cast<std::size_t>(batch));
+    const std::vector<const std::vector<std::int64_t>*> part(seqs.begin() + static_cast<std::ptrdiff_t>(b0),
+                                                             seqs.begin() + static_cast<std::ptrdiff_t>(b1));
+    const std::vector<std::int64_t> part_labels(labels.begin() + static_cast<std::ptrdiff_t>(b0),
+                                                labels.begin() + static_cast<std::ptrdiff_t>(b1));
+    TokenBatch tb = make_token_batch(part, part_labels, max_len, true);
     Tensor logits = model.forward(tb.ids, &tb.padding, ctx);
     const std::int64_t B = logits.dim(0), C = logits.dim(1);
     loss_sum += cross_entropy<float>(nullptr, logits.f32(), tb.labels.data<std::int64_t>(), B, C).loss * B;
     for (std::int64_t r = 0; r < B; ++r) {
       const float* z = logits.f32() + r * C;
-      if (std::max_element(z, z + C) - z == labels[static_cast<std::size_t>(r)]) ++correct;
+      if (std::max_element(z, z + C) - z == part_labels[static_cast<std::size_t>(r)]) ++correct;
     }
     model.clear_cache();
     m.examples += B;
@@ -149,6 +133,29 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::
   m.loss = m.examples ? loss_sum / static_cast<double>(m.examples) : 0.0;
   m.accuracy = m.examples ? static_cast<double>(correct) / static_cast<double>(m.examples) : 0.0;
   return m;
+}
+
+// Accuracy over the examples idx of a dataset.
+ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& encoded,
+                               const TextDataset& ds, const std::vector<std::int64_t>& idx, std::int64_t batch,
+                               std::int64_t max_len, Precision precision) {
+  std::vector<const std::vector<std::int64_t>*> seqs;
+  std::vector<std::int64_t> labels;
+  for (std::int64_t i : idx) {
+    seqs.push_back(&encoded[static_cast<std::size_t>(i)]);
+    labels.push_back(ds.examples[static_cast<std::size_t>(i)].label);
+  }
+  return evaluate_sequences(model, seqs, labels, batch, max_len, precision);
+}
+
+}  // namespace
+
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
+                                          const std::vector<std::int64_t>& labels, std::int64_t batch,
+                                          std::int64_t max_len, Precision precision) {
+  std::vector<const std::vector<std::int64_t>*> seqs;
+  for (const auto& t : tokens) seqs.push_back(&t);
+  return evaluate_sequences(model, seqs, labels, batch, max_len, precision);
 }
 
 namespace {

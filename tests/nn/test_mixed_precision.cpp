@@ -246,7 +246,7 @@ TEST_P(HalfPrecision, CheckpointingGivesBitwiseTheSameGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, HalfPrecision, ::testing::Values(Precision::kBF16, Precision::kF16),
-                         [](const auto& info) { return std::string(precision_name(info.param)); });
+                         [](const auto& p) { return std::string(precision_name(p.param)); });
 
 // Allocator peak above the weights in one training step of a small classifier.
 std::int64_t activation_peak(Precision p) {

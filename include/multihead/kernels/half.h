@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "multihead/core/tensor.h"
 
@@ -40,6 +41,22 @@ inline void narrow(BF16* dst, const float* src, std::int64_t n) noexcept {
 }
 inline void narrow(F16* dst, const float* src, std::int64_t n) noexcept {
   convert_f32_to_f16(reinterpret_cast<std::uint16_t*>(dst), src, n);
+}
+
+// n rows of w values, row stride lds, stored as T, as fp32: float storage is
+// read where it lies (no copy); BF16 / F16 rows are widened into buf, packed
+// with stride w. ld receives the stride of what is returned.
+template <typename T>
+const float* rows_as_f32(const T* src, std::int64_t lds, std::int64_t n, std::int64_t w, float* buf,
+                         std::int64_t& ld) noexcept {
+  if constexpr (std::is_same_v<T, float>) {
+    ld = lds;
+    return src;
+  } else {
+    for (std::int64_t r = 0; r < n; ++r) widen(buf + r * w, src + r * lds, w);
+    ld = w;
+    return buf;
+  }
 }
 
 // x (F32) converted to dtype `to` (F32, BF16 or F16): a new tensor; a clone when to is F32.
