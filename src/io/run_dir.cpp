@@ -1,6 +1,7 @@
 #include "multihead/io/run_dir.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
@@ -9,7 +10,7 @@ namespace multihead {
 
 namespace fs = std::filesystem;
 
-RunDir::RunDir(std::string path) : path_(std::move(path)) {
+RunDir::RunDir(std::string path, bool resume) : path_(std::move(path)), resume_(resume) {
   std::error_code ec;
   for (const char* sub : {"", "checkpoints", "tokenizer", "plots"}) {
     fs::create_directories(fs::path(path_) / sub, ec);
@@ -19,9 +20,6 @@ RunDir::RunDir(std::string path) : path_(std::move(path)) {
   for (const char* sub : {"", "checkpoints", "tokenizer", "plots"})
     for (const auto& e : fs::directory_iterator(fs::path(path_) / sub))
       if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos) fs::remove(e.path(), ec);
-  // A new run starts a new log (a run directory reused by a later run is overwritten, not mixed).
-  metrics_ = std::fopen(file("metrics.jsonl").c_str(), "w");
-  check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));
 }
 
 RunDir::~RunDir() {
@@ -41,9 +39,40 @@ void RunDir::write_json(const std::string& name, const nlohmann::json& j) const 
 void RunDir::write_text(const std::string& name, const std::string& text) const { write_file_atomic(file(name), text); }
 
 void RunDir::append_metrics(const nlohmann::json& record) {
+  // A new run starts a new log (a run directory reused by a later run is
+  // overwritten, not mixed), unless keep_metrics_through opened it first.
+  if (!metrics_) {
+    metrics_ = std::fopen(file("metrics.jsonl").c_str(), "w");
+    check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));
+  }
   const std::string line = record.dump() + "\n";
   check<IoError>(std::fwrite(line.data(), 1, line.size(), metrics_) == line.size() && std::fflush(metrics_) == 0,
                  "cannot write '{}'", file("metrics.jsonl"));
+  ++records_;
+}
+
+std::vector<nlohmann::json> RunDir::keep_metrics(std::int64_t count) {
+  if (metrics_) std::fclose(metrics_), metrics_ = nullptr;
+  std::vector<nlohmann::json> kept;
+  std::string text;
+  {
+    std::ifstream in(file("metrics.jsonl"));
+    std::string line;
+    // Records are flushed as written, so a killed run keeps them all; fewer
+    // than `count` (a power cut) leaves a gap in the log, not a failed resume.
+    while (static_cast<std::int64_t>(kept.size()) < count && std::getline(in, line)) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      check<IoError>(!j.is_discarded() && j.is_object(), "{}: line {} is not a JSON object", file("metrics.jsonl"),
+                     kept.size() + 1);
+      text += line + "\n";
+      kept.push_back(std::move(j));
+    }
+  }
+  write_file_atomic(file("metrics.jsonl"), text);
+  metrics_ = std::fopen(file("metrics.jsonl").c_str(), "a");
+  check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));
+  records_ = static_cast<std::int64_t>(kept.size());
+  return kept;
 }
 
 }  // namespace multihead

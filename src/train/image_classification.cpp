@@ -12,7 +12,7 @@
 #include "multihead/io/state_dict.h"
 #include "multihead/io/plots.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/train/trainer.h"
+#include "multihead/train/resume.h"
 
 namespace multihead {
 
@@ -169,23 +169,30 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   const std::int64_t steps_per_epoch = (static_cast<std::int64_t>(tr.size()) + job.train.batch - 1) / job.train.batch;
   job.train.steps = steps_per_epoch * job.epochs;
   job.train.schedule.total_steps = job.train.steps;
-  run.write_json("config.json", to_json(job));
   ParamStore store;
   VisionTransformer model(store, job.model);
   store.finalize();
   Rng rng(job.train.seed);
   model.init(rng);
   Trainer trainer(store, job.train);
+  const std::vector<nlohmann::json> records = start_or_resume(run, to_json(job), trainer);
   progress.set_total(job.train.steps);
   progress.log(fmt::format("model: ViT, {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters",
                            job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
                            job.model.layer.d_model, job.model.layer.nhead, store.numel()));
-  std::vector<double> sx, sl, ex, el, ea;
-  MemoryCurve memory;
-  const auto t0 = std::chrono::steady_clock::now();
+  TrainingCurves curves;
   ImageClassificationResult result;
-  for (std::int64_t epoch = 0; epoch < job.epochs; ++epoch) {
-    for (const auto& b : epoch_batches(tr, job.train.batch, job.train.seed, epoch, true)) {
+  for (const auto& rec : records) curves.add_record(rec);
+  if (!curves.eval_accuracy.empty()) result.validation_accuracy = curves.eval_accuracy.back();
+  const auto t0 = std::chrono::steady_clock::now();
+  // Batches are a function of (seed, epoch): a resumed run starts where its checkpoint was.
+  const std::int64_t first = trainer.steps_done();
+  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  for (std::int64_t epoch = first / steps_per_epoch; epoch < job.epochs; ++epoch) {
+    const auto batches = epoch_batches(tr, job.train.batch, job.train.seed, epoch, true);
+    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch); bi < batches.size();
+         ++bi) {
+      const auto& b = batches[bi];
       StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
         const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
         const std::vector<std::int64_t> mine(b.begin() + static_cast<std::ptrdiff_t>(b.size() * static_cast<std::size_t>(micro) / parts),
@@ -202,39 +209,36 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
         return ce.loss;
       });
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      sx.push_back(static_cast<double>(st.step + 1));
-      sl.push_back(st.loss);
-      memory.add(st);
+      curves.add_step(st);
       nlohmann::json rec = step_json(st, job.train.loss_scaling);
       rec["epoch"] = epoch;
-      run.append_metrics(rec);
-      progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>((st.step + 1) * job.train.batch) / secs,
+      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size());
+      progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>((st.step + 1 - first) * job.train.batch) / secs,
                       "img/s", MemoryCurve::text(st));
     }
     auto [vl, va] = evaluate(model, train, val, job.train.precision);
-    ex.push_back(static_cast<double>(trainer.steps_done()));
-    el.push_back(vl);
-    ea.push_back(va);
+    curves.add_eval(trainer.steps_done(), vl, va);
     result.validation_accuracy = va;
     run.append_metrics({{"step", trainer.steps_done()}, {"epoch", epoch}, {"validation_loss", vl}, {"validation_accuracy", va}});
-    trainer.save_checkpoint(last_checkpoint_path(run.path()), {{"data.epoch", std::to_string(epoch + 1)}});
+    save_run_checkpoint(run, trainer, {{"data.epoch", std::to_string(epoch + 1)}});
     progress.log(fmt::format("epoch {}: validation loss {:.4f}, accuracy {:.2f}%", epoch + 1, vl, 100 * va));
   }
   progress.finish();
   result.steps = trainer.steps_done();
+  result.skipped_steps = trainer.skipped_steps();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
   run.write_json("results.json", {{"test_accuracy", result.test_accuracy}, {"test_loss", result.test_loss},
                                   {"validation_accuracy", result.validation_accuracy},
-                                  {"train_seconds", result.train_seconds}, {"steps", result.steps}});
+                                  {"train_seconds", result.train_seconds}, {"steps", result.steps}, {"skipped_steps", result.skipped_steps}});
   line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
-                {{"train (per step)", sx, sl}, {"validation (per epoch)", ex, el}});
-  line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy", {{"validation", ex, ea}});
+                {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
+  line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy", {{"validation", curves.eval_step, curves.eval_accuracy}});
   // Attention of the last layer for the first test image.
-  Tensor first = gather(test.pixels, {0});
+  Tensor first_image = gather(test.pixels, {0});
   const std::int64_t last = model.encoder().num_layers() - 1;
   model.encoder().layer(last).set_capture_weights(true);
-  model.forward(first, ForwardContext{});
+  model.forward(first_image, ForwardContext{});
   const Tensor& w = model.encoder().layer(last).attention_weights();
   const std::int64_t T = w.dim(2), G = job.model.image_size / job.model.patch;
   std::vector<std::string> labels = {"cls"};
@@ -246,8 +250,8 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   md += fmt::format("| model | ViT: {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters |\n\n",
                     job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
                     job.model.layer.d_model, job.model.layer.nhead, store.numel());
-  memory.plot(run.file("plots/memory.png"));
-  result.peak_activation_bytes = memory.max_activation_bytes();
+  curves.memory.plot(run.file("plots/memory.png"));
+  result.peak_activation_bytes = curves.memory.max_activation_bytes();
   md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n";
   md += "## Memory\n\n![memory](plots/memory.png)\n\n## Attention\n\n";
   md += fmt::format("Last layer, first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n",

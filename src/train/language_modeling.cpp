@@ -11,7 +11,7 @@
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/train/trainer.h"
+#include "multihead/train/resume.h"
 
 namespace multihead {
 
@@ -127,8 +127,14 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   // Cut at a line break, so no character is split.
   const std::size_t split = text.rfind('\n', cut) == std::string::npos ? cut : text.rfind('\n', cut);
   const std::string train_text = text.substr(0, split), val_text = text.substr(split);
-  std::unique_ptr<Tokenizer> tok = train_tokenizer(job.tokenizer, {train_text});
-  tok->save(run.file("tokenizer"));
+  // A resumed run keeps the tokenizer its checkpoint was trained with.
+  std::unique_ptr<Tokenizer> tok;
+  if (resumes_from_checkpoint(run)) {
+    tok = Tokenizer::load(run.file("tokenizer"));
+  } else {
+    tok = train_tokenizer(job.tokenizer, {train_text});
+    tok->save(run.file("tokenizer"));
+  }
   const std::vector<std::int64_t> train_ids = tok->encode(train_text), val_ids = tok->encode(val_text);
   progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
                            text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
@@ -138,7 +144,6 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   job.train.schedule.total_steps = job.train.steps;
   const std::int64_t L = job.seq_len;
   check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");
-  run.write_json("config.json", to_json(job));
 
   ParamStore store;
   LanguageModel model(store, job.model);
@@ -147,17 +152,21 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   model.init(init_rng);
   model.encoder().set_checkpointing(job.train.checkpoint_layers);
   Trainer trainer(store, job.train);
+  const std::vector<nlohmann::json> records = start_or_resume(run, to_json(job), trainer);
   progress.set_total(job.train.steps);
   progress.log(fmt::format("model: {} layers, d_model {}, {} heads, {} positions, {} parameters", job.model.num_layers,
                            job.model.layer.d_model, job.model.layer.nhead, position_kind_name(job.model.positions),
                            store.numel()));
 
-  std::vector<double> step_x, step_loss, eval_x, eval_loss;
-  MemoryCurve memory;
-  const auto t0 = std::chrono::steady_clock::now();
+  TrainingCurves curves;
   LanguageModelResult result;
+  for (const auto& rec : records) curves.add_record(rec);
+  if (!curves.eval_loss.empty()) result.validation_loss = curves.eval_loss.back();
+  const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t span = static_cast<std::int64_t>(train_ids.size()) - L - 1;
-  for (std::int64_t s = 0; s < job.train.steps; ++s) {
+  const std::int64_t first = trainer.steps_done();
+  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  for (std::int64_t s = first; s < job.train.steps; ++s) {
     // Window starts are a function of (seed, step): a resumed run reads the same data.
     Rng data_rng(job.train.seed, 0xda7a0000ull + static_cast<std::uint64_t>(s));
     std::vector<std::int64_t> starts;
@@ -179,33 +188,32 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
       return ce.loss;
     });
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tps = static_cast<double>((s + 1) * job.train.batch * L) / secs;
-    step_x.push_back(static_cast<double>(s + 1));
-    step_loss.push_back(st.loss);
-    memory.add(st);
+    const double tps = static_cast<double>((s + 1 - first) * job.train.batch * L) / secs;
+    curves.add_step(st);
     nlohmann::json rec = step_json(st, job.train.loss_scaling);
     rec["tokens_per_s"] = tps;
-    run.append_metrics(rec);
+    const bool evaluates = (s + 1) % job.eval_every == 0 || s + 1 == job.train.steps;
+    finish_step(run, progress, trainer, st, rec, !evaluates);
     progress.update(s + 1, 1, st.loss, tps, "tok/s", MemoryCurve::text(st));
-    if ((s + 1) % job.eval_every == 0 || s + 1 == job.train.steps) {
+    if (evaluates) {
       result.validation_loss = validation_loss(model, val_ids, L, job.eval_windows, job.train.precision);
-      eval_x.push_back(static_cast<double>(s + 1));
-      eval_loss.push_back(result.validation_loss);
+      curves.add_eval(s + 1, result.validation_loss);
       run.append_metrics({{"step", s + 1}, {"validation_loss", result.validation_loss}});
-      trainer.save_checkpoint(last_checkpoint_path(run.path()), {{"data.step", std::to_string(s + 1)}});
+      save_run_checkpoint(run, trainer, {{"data.step", std::to_string(s + 1)}});
       progress.log(fmt::format("step {}: validation loss {:.4f} nats/token", s + 1, result.validation_loss));
     }
   }
   progress.finish();
   result.steps = trainer.steps_done();
+  result.skipped_steps = trainer.skipped_steps();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.tokens_per_s = static_cast<double>(result.steps * job.train.batch * L) / result.train_seconds;
+  result.tokens_per_s = static_cast<double>((result.steps - first) * job.train.batch * L) / result.train_seconds;
   result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
-  run.write_json("results.json", {{"validation_loss", result.validation_loss}, {"steps", result.steps},
+  run.write_json("results.json", {{"validation_loss", result.validation_loss}, {"steps", result.steps}, {"skipped_steps", result.skipped_steps},
                                   {"train_seconds", result.train_seconds}, {"tokens_per_s", result.tokens_per_s},
                                   {"sample", result.sample}});
   line_plot_png(run.file("plots/loss.png"), "Loss (nats per token)", "step", "cross-entropy",
-                {{"train", step_x, step_loss}, {"validation", eval_x, eval_loss}});
+                {{"train", curves.step, curves.loss}, {"validation", curves.eval_step, curves.eval_loss}});
   // Attention of the last layer's heads over the start of the sample.
   std::vector<std::int64_t> ids = tok->encode(result.sample);
   ids.resize(std::min<std::size_t>(ids.size(), 40));
@@ -224,7 +232,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   md += fmt::format("| model | {} layers, d_model {}, {} heads, {} positions, {} parameters |\n| data | {} |\n\n",
                     job.model.num_layers, job.model.layer.d_model, job.model.layer.nhead,
                     position_kind_name(job.model.positions), store.numel(), job.text_path);
-  memory.plot(run.file("plots/memory.png"));
+  curves.memory.plot(run.file("plots/memory.png"));
   md += "## Loss\n\n![loss](plots/loss.png)\n\n## Memory\n\n![memory](plots/memory.png)\n\n";
   md += fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n## Attention\n\n",
                     job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);

@@ -7,7 +7,7 @@
 #include "multihead/io/json_config.h"
 #include "multihead/io/plots.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/train/trainer.h"
+#include "multihead/train/resume.h"
 
 namespace multihead {
 
@@ -113,21 +113,23 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   job.model.max_len = std::max(job.model.max_len, longest);
   job.train.schedule.total_steps = job.train.steps;
   job.model.validate();
-  run.write_json("config.json", to_json(job));
   ParamStore store;
   LanguageModel model(store, job.model);
   store.finalize();
   Rng rng(job.train.seed);
   model.init(rng);
   Trainer trainer(store, job.train);
+  const std::vector<json> records = start_or_resume(run, to_json(job), trainer);
   progress.set_total(job.train.steps);
   progress.log(fmt::format("task: {} of {} symbols, trained on lengths {}..{}; model: {} positions, {} parameters",
                            to_json(job)["data"]["kind"].get<std::string>(), job.task.symbols, job.task.min_len,
                            job.task.max_len, position_kind_name(job.model.positions), store.numel()));
-  std::vector<double> xs, losses;
-  std::int64_t peak_activations = 0;
+  TrainingCurves curves;
+  for (const json& rec : records) curves.add_record(rec);
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t s = 0; s < job.train.steps; ++s) {
+  const std::int64_t first = trainer.steps_done();
+  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  for (std::int64_t s = first; s < job.train.steps; ++s) {
     SyntheticBatch b = synthetic_batch(job.task, job.train.batch, job.train.seed, static_cast<std::uint64_t>(s));
     StepStats st = trainer.step([&](std::int64_t, const ForwardContext& ctx, double scale) {
       Tensor logits = model.forward(b.ids, ctx);
@@ -138,21 +140,20 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
       model.clear_cache();
       return ce.loss;
     });
-    xs.push_back(static_cast<double>(s + 1));
-    losses.push_back(st.loss);
-    peak_activations = std::max(peak_activations, st.activation_peak_bytes);
-    run.append_metrics(step_json(st, job.train.loss_scaling));
+    curves.add_step(st);
+    finish_step(run, progress, trainer, st, step_json(st, job.train.loss_scaling));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress.update(s + 1, 1, st.loss, static_cast<double>(s + 1) / secs, "steps/s");
+    progress.update(s + 1, 1, st.loss, static_cast<double>(s + 1 - first) / secs, "steps/s");
   }
   progress.finish();
   SequenceTaskResult r;
   r.steps = trainer.steps_done();
-  r.losses = losses;
-  r.peak_activation_bytes = peak_activations;
+  r.skipped_steps = trainer.skipped_steps();
+  r.losses = curves.loss;
+  r.peak_activation_bytes = curves.memory.max_activation_bytes();
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps, 1));
-  trainer.save_checkpoint(last_checkpoint_path(run.path()));
+  r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps - first, 1));
+  save_run_checkpoint(run, trainer);
   std::vector<double> lx, la;
   for (auto L : job.test_lengths) {
     r.by_length.push_back(evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
@@ -162,11 +163,11 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
     run.append_metrics({{"test_length", L}, {"token_accuracy", r.by_length.back().token_accuracy},
                         {"sequence_accuracy", r.by_length.back().sequence_accuracy}});
   }
-  json res = {{"steps", r.steps}, {"train_seconds", r.train_seconds}, {"ms_per_step", r.ms_per_step}, {"by_length", json::array()}};
+  json res = {{"steps", r.steps}, {"skipped_steps", r.skipped_steps}, {"train_seconds", r.train_seconds}, {"ms_per_step", r.ms_per_step}, {"by_length", json::array()}};
   for (const auto& a : r.by_length)
     res["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
   run.write_json("results.json", res);
-  line_plot_png(run.file("plots/loss.png"), "Training loss", "step", "cross-entropy", {{"train", xs, losses}});
+  line_plot_png(run.file("plots/loss.png"), "Training loss", "step", "cross-entropy", {{"train", curves.step, curves.loss}});
   line_plot_png(run.file("plots/accuracy_by_length.png"), "Sequence accuracy by length", "length", "accuracy",
                 {{"test", lx, la}});
   std::string md = fmt::format("# {}\n\n{} positions, trained on lengths {} to {} for {} steps ({:.1f} ms a step).\n\n",

@@ -12,7 +12,7 @@
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/train/trainer.h"
+#include "multihead/train/resume.h"
 
 namespace multihead {
 
@@ -212,8 +212,14 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
 
   std::vector<std::string> train_texts;
   for (std::int64_t i : data.train) train_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
-  std::unique_ptr<Tokenizer> tok = train_tokenizer(job.tokenizer, train_texts);
-  tok->save(run.file("tokenizer"));
+  // A resumed run keeps the tokenizer its checkpoint was trained with.
+  std::unique_ptr<Tokenizer> tok;
+  if (resumes_from_checkpoint(run)) {
+    tok = Tokenizer::load(run.file("tokenizer"));
+  } else {
+    tok = train_tokenizer(job.tokenizer, train_texts);
+    tok->save(run.file("tokenizer"));
+  }
   const std::vector<std::vector<std::int64_t>> encoded = encode_all(*tok, data.dataset);
   progress.log(fmt::format("tokenizer: {} with {} tokens", tok->kind(), tok->vocab_size()));
 
@@ -225,8 +231,6 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   job.train.steps = steps_per_epoch * job.epochs;
   job.train.schedule.total_steps = job.train.steps;
   progress.set_total(job.train.steps);
-  json config = to_json(job);
-  run.write_json("config.json", config);
 
   ParamStore store;
   SequenceClassifier model(store, job.model);
@@ -235,17 +239,26 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   model.init(init_rng);
   model.encoder().set_checkpointing(job.train.checkpoint_layers);
   Trainer trainer(store, job.train);
+  const std::vector<json> records = start_or_resume(run, to_json(job), trainer);
   progress.log(fmt::format("model: {} layers, d_model {}, {} heads, {} positions, {} parameters", job.model.num_layers,
                            job.model.layer.d_model, job.model.layer.nhead, position_kind_name(job.model.positions),
                            store.numel()));
 
-  std::vector<double> step_x, step_loss, epoch_x, val_loss, val_acc;
-  MemoryCurve memory;
+  TrainingCurves curves;
+  TextClassificationResult result;
+  for (const json& rec : records) curves.add_record(rec);
+  if (!curves.eval_loss.empty()) result.validation = {curves.eval_loss.back(), curves.eval_accuracy.back(), 0};
   const auto t0 = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
-  TextClassificationResult result;
-  for (std::int64_t epoch = 0; epoch < job.epochs; ++epoch) {
-    for (const auto& b : epoch_batches(data.train, job.train.batch, job.train.seed, epoch, true)) {
+  // Batches are a function of (seed, epoch): a resumed run starts in the
+  // epoch and at the batch its checkpoint reached.
+  const std::int64_t first = trainer.steps_done();
+  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  for (std::int64_t epoch = first / steps_per_epoch; epoch < job.epochs; ++epoch) {
+    const auto batches = epoch_batches(data.train, job.train.batch, job.train.seed, epoch, true);
+    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch); bi < batches.size();
+         ++bi) {
+      const auto& b = batches[bi];
       StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
         // Micro-batch `micro` of grad_accumulation: a contiguous share of the batch.
         const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
@@ -269,45 +282,41 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
         return ce.loss;
       });
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      step_x.push_back(static_cast<double>(st.step + 1));
-      step_loss.push_back(st.loss);
-      memory.add(st);
+      curves.add_step(st);
       nlohmann::json rec = step_json(st, job.train.loss_scaling);
       rec["epoch"] = epoch, rec["tokens_per_s"] = tokens / secs;
-      run.append_metrics(rec);
+      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size());
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs, "tok/s",
                       MemoryCurve::text(st));
     }
     ClassificationMetrics v = evaluate(model, encoded, data.dataset, data.validation, job.eval_batch, job.max_len, job.train.precision);
-    epoch_x.push_back(static_cast<double>(trainer.steps_done()));
-    val_loss.push_back(v.loss);
-    val_acc.push_back(v.accuracy);
+    curves.add_eval(trainer.steps_done(), v.loss, v.accuracy);
     result.validation = v;
     run.append_metrics({{"step", trainer.steps_done()}, {"epoch", epoch}, {"validation_loss", v.loss},
                         {"validation_accuracy", v.accuracy}});
-    trainer.save_checkpoint(last_checkpoint_path(run.path()),
-                            {{"data.epoch", std::to_string(epoch + 1)}, {"data.batch", "0"}});
+    save_run_checkpoint(run, trainer, {{"data.epoch", std::to_string(epoch + 1)}});
     progress.log(fmt::format("epoch {}: validation loss {:.4f}, accuracy {:.2f}%", epoch + 1, v.loss,
                              100 * v.accuracy));
   }
   progress.finish();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.steps = trainer.steps_done();
+  result.skipped_steps = trainer.skipped_steps();
   result.tokens_per_s = static_cast<double>(tokens) / result.train_seconds;
   result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_json("results.json", {{"test_accuracy", result.test.accuracy}, {"test_loss", result.test.loss},
                                   {"validation_accuracy", result.validation.accuracy},
-                                  {"train_seconds", result.train_seconds}, {"steps", result.steps},
+                                  {"train_seconds", result.train_seconds}, {"steps", result.steps}, {"skipped_steps", result.skipped_steps},
                                   {"tokens_per_s", result.tokens_per_s}});
 
   // Report: curves, then the attention of the first test example.
   line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
-                {{"train (per step)", step_x, step_loss}, {"validation (per epoch)", epoch_x, val_loss}});
+                {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
   line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
-                {{"validation", epoch_x, val_acc}});
-  memory.plot(run.file("plots/memory.png"));
-  result.peak_activation_bytes = memory.max_activation_bytes();
+                {{"validation", curves.eval_step, curves.eval_accuracy}});
+  curves.memory.plot(run.file("plots/memory.png"));
+  result.peak_activation_bytes = curves.memory.max_activation_bytes();
   const std::int64_t ex = data.test.front();
   const std::vector<std::string> heatmaps =
       write_heatmaps(model, *tok, encoded[static_cast<std::size_t>(ex)], data.dataset.examples[static_cast<std::size_t>(ex)].label,

@@ -4,6 +4,14 @@
 
 namespace multihead {
 
+NonFinite parse_nonfinite(const std::string& s) {
+  if (s == "stop") return NonFinite::kStop;
+  if (s == "skip") return NonFinite::kSkip;
+  throw ConfigError(fmt::format("on_nonfinite must be stop or skip, got '{}'", s));
+}
+
+const char* nonfinite_name(NonFinite n) { return n == NonFinite::kSkip ? "skip" : "stop"; }
+
 ModelConfig read_model_config(ConfigReader& r) {
   ModelConfig m;
   m.vocab_size = r.get_int("vocab_size");
@@ -58,6 +66,9 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.precision = parse_precision(r.get_string("precision", std::string("fp32")));
   // fp16 needs loss scaling to keep small gradients from flushing to zero.
   t.loss_scaling = r.get_bool("loss_scaling", t.precision == Precision::kF16);
+  t.on_nonfinite = parse_nonfinite(r.get_string("on_nonfinite", std::string("stop")));
+  t.checkpoint_every = r.get_int("checkpoint_every", 0);
+  check<ConfigError>(t.checkpoint_every >= 0, "checkpoint_every must be >= 0, got {}", t.checkpoint_every);
   check<ConfigError>(t.schedule.base_lr > 0, "lr must be positive, got {}", t.schedule.base_lr);
   check<ConfigError>(t.schedule.warmup_steps >= 0, "warmup_steps must be >= 0, got {}", t.schedule.warmup_steps);
   check<ConfigError>(t.clip_grad_norm >= 0, "clip_grad_norm must be >= 0, got {}", t.clip_grad_norm);
@@ -137,7 +148,9 @@ nlohmann::json train_config_json(const TrainConfig& t) {
           {"seed", t.seed},
           {"checkpoint_layers", t.checkpoint_layers},
           {"precision", precision_name(t.precision)},
-          {"loss_scaling", t.loss_scaling}};
+          {"loss_scaling", t.loss_scaling},
+          {"on_nonfinite", nonfinite_name(t.on_nonfinite)},
+          {"checkpoint_every", t.checkpoint_every}};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {

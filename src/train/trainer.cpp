@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "multihead/core/allocator.h"
+#include "multihead/core/process_memory.h"
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
 
@@ -32,14 +33,58 @@ std::string MemoryCurve::text(const StepStats& s) {
 nlohmann::json MemoryCurve::json(const StepStats& s) {
   return {{"peak_bytes", s.peak_bytes},          {"current_bytes", s.current_bytes},
           {"parameter_bytes", s.param_bytes},    {"gradient_bytes", s.grad_bytes},
-          {"optimizer_bytes", s.optimizer_bytes}, {"activation_peak_bytes", s.activation_peak_bytes}};
+          {"optimizer_bytes", s.optimizer_bytes}, {"activation_peak_bytes", s.activation_peak_bytes},
+          {"rss_bytes", s.rss_bytes}};
 }
 
 nlohmann::json step_json(const StepStats& s, bool loss_scaling) {
   nlohmann::json j = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                       {"memory", MemoryCurve::json(s)}};
-  if (loss_scaling) j["loss_scale"] = s.loss_scale, j["skipped"] = s.skipped;
+  if (loss_scaling) j["loss_scale"] = s.loss_scale;
+  if (loss_scaling || s.skipped) j["skipped"] = s.skipped;
   return j;
+}
+
+StepStats step_stats_from_json(const nlohmann::json& r) {
+  StepStats s;
+  s.step = r.value("step", std::int64_t{1}) - 1;
+  // NaN and Inf are written as null.
+  auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : std::nan(""); };
+  s.loss = num("loss");
+  s.grad_norm = num("grad_norm");
+  s.lr = num("lr");
+  s.skipped = r.value("skipped", false);
+  if (r.contains("loss_scale")) s.loss_scale = num("loss_scale");
+  if (r.contains("memory") && r["memory"].is_object()) {
+    const nlohmann::json& m = r["memory"];
+    s.peak_bytes = m.value("peak_bytes", std::int64_t{0});
+    s.current_bytes = m.value("current_bytes", std::int64_t{0});
+    s.param_bytes = m.value("parameter_bytes", std::int64_t{0});
+    s.grad_bytes = m.value("gradient_bytes", std::int64_t{0});
+    s.optimizer_bytes = m.value("optimizer_bytes", std::int64_t{0});
+    s.activation_peak_bytes = m.value("activation_peak_bytes", std::int64_t{0});
+    s.rss_bytes = m.value("rss_bytes", std::int64_t{-1});
+  }
+  return s;
+}
+
+void TrainingCurves::add_step(const StepStats& s) {
+  step.push_back(static_cast<double>(s.step + 1));
+  loss.push_back(s.loss);
+  memory.add(s);
+}
+
+void TrainingCurves::add_eval(std::int64_t at, double l, double accuracy) {
+  eval_step.push_back(static_cast<double>(at));
+  eval_loss.push_back(l);
+  eval_accuracy.push_back(accuracy);
+}
+
+void TrainingCurves::add_record(const nlohmann::json& r) {
+  if (r.contains("validation_loss"))
+    add_eval(r.value("step", std::int64_t{0}), r.value("validation_loss", 0.0), r.value("validation_accuracy", 0.0));
+  else if (r.contains("loss"))
+    add_step(step_stats_from_json(r));
 }
 
 void MemoryCurve::plot(const std::string& path) const {
@@ -67,6 +112,7 @@ StepStats Trainer::step(const MicroStep& fn) {
     s.optimizer_bytes = opt_->state_bytes();
     s.peak_bytes = m.peak_bytes;
     s.current_bytes = m.current_bytes;
+    s.rss_bytes = current_rss_bytes();
     s.activation_peak_bytes = m.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
   };
   store_->zero_grad();
@@ -84,23 +130,38 @@ StepStats Trainer::step(const MicroStep& fn) {
   }
   s.loss /= static_cast<double>(micro);
   s.lr = cfg_.schedule.lr_at(step_);
+  // A step that cannot be taken: an overflow under loss scaling (expected
+  // now and then: the scale backs off), or a non-finite loss or gradient
+  // with on_nonfinite = skip. Either way no update is made and the record
+  // says so; a run where nothing but such steps happen stops.
+  auto skip = [&] {
+    s.skipped = true;
+    s.grad_norm = std::numeric_limits<double>::infinity();
+    ++step_;
+    ++skipped_, ++skipped_in_a_row_;
+    check<Error>(skipped_in_a_row_ < kMaxSkippedInARow,
+                 "training stopped at step {}: the last {} steps all had a non-finite loss or gradient", step_,
+                 kMaxSkippedInARow);
+    report_memory();
+    return s;
+  };
   if (scaler_) {
     // Unscale first, so clipping and the optimizer see true gradients; an
     // overflow skips the update and backs the scale off.
     const bool finite = scaler_->unscale(store_->all_grads()) && std::isfinite(s.loss);
     scaler_->update(!finite);
-    if (!finite) {
-      s.skipped = true;
-      s.grad_norm = std::numeric_limits<double>::infinity();
-      ++step_;
-      report_memory();
-      return s;
-    }
+    if (!finite) return skip();
   }
   s.grad_norm = cfg_.clip_grad_norm > 0 ? clip_grad_norm(store_->all_grads(), cfg_.clip_grad_norm)
                                         : global_grad_norm(store_->all_grads());
-  check<Error>(std::isfinite(s.loss) && std::isfinite(s.grad_norm),
-               "training diverged at step {}: loss {}, gradient norm {}", step_, s.loss, s.grad_norm);
+  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+    check<Error>(cfg_.on_nonfinite == NonFinite::kSkip,
+                 "training stopped at step {}: loss {}, gradient norm {} (not finite; on_nonfinite skip would skip "
+                 "such steps)",
+                 step_ + 1, s.loss, s.grad_norm);
+    return skip();
+  }
+  skipped_in_a_row_ = 0;
   opt_->step(*store_, s.lr);
   ++step_;
   report_memory();
@@ -114,6 +175,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::map<std::strin
   meta["format"] = "multihead-checkpoint-1";
   meta["step"] = std::to_string(step_);
   meta["rng.seed"] = std::to_string(cfg_.seed);
+  meta["skipped_steps"] = std::to_string(skipped_);
   if (scaler_) scaler_->save_state(meta);
   write_safetensors(path, tensors, meta);
 }
@@ -124,9 +186,10 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
   auto fmt_it = meta.find("format");
   check<IoError>(fmt_it != meta.end() && fmt_it->second == "multihead-checkpoint-1",
                  "{}: not a multihead checkpoint", path);
-  std::int64_t step = 0;
+  std::int64_t step = 0, skipped = 0;
   try {
     step = std::stoll(meta.at("step"));
+    if (auto it = meta.find("skipped_steps"); it != meta.end()) skipped = std::stoll(it->second);
     check<IoError>(std::stoull(meta.at("rng.seed")) == cfg_.seed,
                    "{}: checkpoint was written with seed {}, this run uses {}", path, meta.at("rng.seed"), cfg_.seed);
   } catch (const std::out_of_range&) {
@@ -151,6 +214,8 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
   scaler_ = std::move(scaler);
   opt_ = std::move(opt);
   step_ = step;
+  skipped_ = skipped;
+  skipped_in_a_row_ = 0;
   return meta;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "multihead/core/allocator.h"
 #include "multihead/io/state_dict.h"
@@ -146,6 +147,93 @@ TEST(Training, ResumingFromACheckpointIsBitwiseIdentical) {
   EXPECT_THROW(wrong.trainer.load_checkpoint(ckpt), IoError);
   EXPECT_EQ(wrong.weights(), before);
   fs::remove_all(dir);
+}
+
+// A small ViT whose step `bad` sees a pixel of value `bad_value`: non-finite
+// inputs reach the loss, and the trainer must notice.
+struct ImageRun {
+  ParamStore store;
+  VisionTransformer vit;
+  Trainer trainer;
+  ImageRun(const TrainConfig& tc) : vit(store, config()), trainer(ready(), tc) {
+    Rng rng(5);
+    vit.init(rng);
+  }
+  static VisionConfig config() {
+    VisionConfig c;
+    c.image_size = 8;
+    c.patch = 4;
+    c.num_layers = 1;
+    c.layer.d_model = 8;
+    c.layer.nhead = 2;
+    c.layer.dim_feedforward = 16;
+    c.num_classes = 3;
+    return c;
+  }
+  ParamStore& ready() {
+    store.finalize();
+    return store;
+  }
+  StepStats step(float pixel) {
+    return trainer.step([&](std::int64_t, const ForwardContext& ctx, double scale) {
+      Rng rng(7, static_cast<std::uint64_t>(trainer.steps_done()));
+      Tensor img = Tensor::empty({4, 1, 8, 8});
+      for (std::int64_t i = 0; i < img.numel(); ++i) img.f32()[i] = rng.uniform();
+      img.f32()[37] = pixel;
+      const std::int64_t labels[4] = {0, 1, 2, 1};
+      Tensor logits = vit.forward(img, ctx);
+      Tensor dl = Tensor::empty(logits.shape());
+      auto ce = cross_entropy(dl.f32(), logits.f32(), labels, 4, 3, -100, 0.0, scale);
+      vit.backward(dl);
+      return ce.loss;
+    });
+  }
+  std::vector<float> weights() { return {store.all_data().begin(), store.all_data().end()}; }
+};
+
+TEST(Training, NonFiniteInputsStopTrainingOrSkipTheStepAsAsked) {
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    TrainConfig tc = tiny_train();
+    ImageRun stop(tc);
+    stop.step(0.5f), stop.step(0.5f);
+    const auto before = stop.weights();
+    try {
+      stop.step(bad);
+      ADD_FAILURE() << "a non-finite loss did not stop training";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("training stopped at step 3: loss"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(stop.weights(), before) << "the bad step must not update";
+
+    tc.on_nonfinite = NonFinite::kSkip;
+    ImageRun skip(tc);
+    skip.step(0.5f), skip.step(0.5f);
+    const auto kept = skip.weights();
+    StepStats st = skip.step(bad);
+    EXPECT_TRUE(st.skipped);
+    EXPECT_FALSE(std::isfinite(st.loss));
+    EXPECT_EQ(skip.weights(), kept);
+    EXPECT_EQ(step_json(st, false).at("skipped"), true);
+    EXPECT_EQ(skip.trainer.steps_done(), 3);
+    EXPECT_EQ(skip.trainer.skipped_steps(), 1);
+    st = skip.step(0.5f);  // and training goes on
+    EXPECT_FALSE(st.skipped);
+    EXPECT_NE(skip.weights(), kept);
+    EXPECT_FALSE(step_json(st, false).contains("skipped"));
+  }
+}
+
+TEST(Training, SkippingStopsWhenEveryStepIsBad) {
+  TrainConfig tc = tiny_train();
+  tc.on_nonfinite = NonFinite::kSkip;
+  ImageRun r(tc);
+  std::int64_t taken = 0;
+  try {
+    for (; taken < 100; ++taken) r.step(std::nanf(""));
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the last 25 steps all had a non-finite loss"), std::string::npos);
+  }
+  EXPECT_EQ(taken, 24);  // the 25th throws
 }
 
 TEST(Training, SameSeedSameThreadsSameWeights) {

@@ -21,9 +21,10 @@ struct TrainOpts {
   std::int64_t warmup = -1, grad_accumulation = 0;
   std::string positions, tokenizer, source, optimizer, schedule, attention, precision;
   std::int64_t num_kv_heads = 0, window = -2, block_size = 0;
-  std::int64_t seed = -1;
+  std::int64_t seed = -1, checkpoint_every = -1;
+  std::string on_nonfinite;
   int threads = 0;
-  bool quiet = false, checkpoint_layers = false;
+  bool quiet = false, checkpoint_layers = false, resume = false;
 };
 
 // Optimisation flags, for every kind of job.
@@ -39,6 +40,8 @@ void apply_optimisation(const TrainOpts& o, TrainConfig& t, TransformerLayerConf
   if (o.weight_decay >= 0) t.adamw.weight_decay = t.sgd.weight_decay = o.weight_decay;
   if (o.grad_accumulation > 0) t.grad_accumulation = o.grad_accumulation;
   if (o.dropout >= 0) layer.dropout = o.dropout;
+  if (o.checkpoint_every >= 0) t.checkpoint_every = o.checkpoint_every;
+  if (!o.on_nonfinite.empty()) t.on_nonfinite = parse_nonfinite(o.on_nonfinite);
   check<ConfigError>(t.batch % t.grad_accumulation == 0 || t.grad_accumulation == 1,
                      "--batch ({}) must be a multiple of --grad-accumulation ({})", t.batch, t.grad_accumulation);
 }
@@ -150,6 +153,11 @@ ResolvedJob resolve(const TrainOpts& o) {
   return r;
 }
 
+// " (3 skipped: ...)" after the step count when any step was skipped.
+std::string skipped_note(std::int64_t skipped) {
+  return skipped ? fmt::format(" ({} skipped: the loss or gradient was not finite)", skipped) : "";
+}
+
 void run_train(const TrainOpts& opts) {
   const ResolvedJob resolved = resolve(opts);
   TrainOpts o = opts;
@@ -170,7 +178,7 @@ void run_train(const TrainOpts& opts) {
   ImageClassificationResult ir;
   SequenceTaskResult sr;
   try {
-    run_ptr = std::make_unique<RunDir>(o.out);
+    run_ptr = std::make_unique<RunDir>(o.out, o.resume);
     Progress progress(0, stderr, o.quiet);
     if (resolved.sequence) sr = run_sequence_task(resolved.seq, *run_ptr, progress);
     else if (resolved.language_model) lr = run_language_modeling(resolved.lm, *run_ptr, progress);
@@ -188,26 +196,29 @@ void run_train(const TrainOpts& opts) {
     for (const auto& a : sr.by_length)
       fmt::print("length {}: sequence accuracy {:.2f}%, token accuracy {:.2f}%\n", a.length, 100 * a.sequence_accuracy,
                  100 * a.token_accuracy);
-    fmt::print("training: {} steps in {:.1f} s ({:.1f} ms a step)\n", sr.steps, sr.train_seconds, sr.ms_per_step);
+    fmt::print("training: {} steps{} in {:.1f} s ({:.1f} ms a step)\n", sr.steps, skipped_note(sr.skipped_steps),
+               sr.train_seconds, sr.ms_per_step);
     fmt::print("report: {}\n", run.file("report.md"));
     return;
   }
   if (resolved.image) {
     fmt::print("test accuracy: {:.2f}%, test loss {:.4f}\n", 100 * ir.test_accuracy, ir.test_loss);
-    fmt::print("training: {} steps in {:.1f} s\n", ir.steps, ir.train_seconds);
+    fmt::print("training: {} steps{} in {:.1f} s\n", ir.steps, skipped_note(ir.skipped_steps), ir.train_seconds);
     fmt::print("report: {}\n", run.file("report.md"));
     return;
   }
   if (resolved.language_model) {
     fmt::print("validation loss: {:.4f} nats/token\n", lr.validation_loss);
-    fmt::print("training: {} steps in {:.1f} s ({:.0f} tokens/s)\n", lr.steps, lr.train_seconds, lr.tokens_per_s);
+    fmt::print("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)\n", lr.steps, skipped_note(lr.skipped_steps),
+               lr.train_seconds, lr.tokens_per_s);
     fmt::print("sample:\n{}\n", lr.sample);
     fmt::print("report: {}\n", run.file("report.md"));
     return;
   }
   fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * r.test.accuracy, r.test.examples,
              r.test.loss);
-  fmt::print("training: {} steps in {:.1f} s ({:.0f} tokens/s)\n", r.steps, r.train_seconds, r.tokens_per_s);
+  fmt::print("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)\n", r.steps, skipped_note(r.skipped_steps),
+             r.train_seconds, r.tokens_per_s);
   fmt::print("report: {}\n", run.file("report.md"));
 }
 
@@ -251,6 +262,12 @@ Command add_train(CLI::App& app) {
   sub->add_flag("--checkpoint-layers", o->checkpoint_layers, "Gradient checkpointing per layer");
   sub->add_option("--precision", o->precision,
                   "Activations kept in fp32, bf16 or fp16 (weights stay fp32; fp16 turns on loss scaling)");
+  sub->add_option("--checkpoint-every", o->checkpoint_every,
+                  "Steps between checkpoints (0: after each epoch or evaluation and at the end)");
+  sub->add_flag("--resume", o->resume,
+                "Continue the run in --out from its last checkpoint (with the same settings), or start it");
+  sub->add_option("--on-nonfinite", o->on_nonfinite,
+                  "A NaN or Inf loss or gradient: stop (default) or skip the update");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};
 }

@@ -32,6 +32,7 @@ ImageClassificationJob image_classification_job_from_json(const nlohmann::json& 
 struct ImageClassificationResult {
   double validation_accuracy = 0, test_accuracy = 0, test_loss = 0;
   std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   double train_seconds = 0;
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };

@@ -39,6 +39,7 @@ LanguageModelJob language_model_job_from_json(const nlohmann::json& j, const std
 struct LanguageModelResult {
   double validation_loss = 0;  // nats per token
   std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   double train_seconds = 0, tokens_per_s = 0;
   std::string sample;
 };

@@ -38,6 +38,7 @@ struct LengthAccuracy {
 struct SequenceTaskResult {
   std::vector<LengthAccuracy> by_length;
   std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   double train_seconds = 0, ms_per_step = 0;
   std::vector<double> losses;             // per step
   std::int64_t peak_activation_bytes = 0;  // the largest of any step

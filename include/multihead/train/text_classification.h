@@ -50,6 +50,7 @@ struct ClassificationMetrics {
 struct TextClassificationResult {
   ClassificationMetrics validation, test;
   std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   double train_seconds = 0;
   double tokens_per_s = 0;
   std::int64_t peak_activation_bytes = 0;  // the largest of any step

@@ -15,6 +15,13 @@
 
 namespace multihead {
 
+// What a step whose loss or gradient is not finite (NaN or Inf, from the
+// inputs, the weights or an overflow) does: stop the run with an error, or
+// skip the update, recording the step as skipped.
+enum class NonFinite { kStop, kSkip };
+NonFinite parse_nonfinite(const std::string& s);
+const char* nonfinite_name(NonFinite n);
+
 struct TrainConfig {
   std::string optimizer = "adamw";  // adamw | sgd
   AdamWConfig adamw;
@@ -32,6 +39,10 @@ struct TrainConfig {
   // Dynamic loss scaling (on by default with fp16): see grad_scaler.h.
   bool loss_scaling = false;
   GradScalerConfig scaler;
+  NonFinite on_nonfinite = NonFinite::kStop;
+  // Steps between checkpoints; 0: only where the job checkpoints anyway
+  // (after each epoch or evaluation, and at the end).
+  std::int64_t checkpoint_every = 0;
 };
 
 // Reads and type-checks the keys; the caller calls r.finish() after reading

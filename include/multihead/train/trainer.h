@@ -25,18 +25,19 @@ struct StepStats {
   double loss = 0;        // mean over the micro-batches
   double grad_norm = 0;   // global L2 norm before clipping
   double lr = 0;
-  bool skipped = false;  // loss scaling found an inf or NaN: no update was made
+  bool skipped = false;  // an inf or NaN in the loss or gradients: no update was made
   double loss_scale = 1;
   // Memory, in bytes: the fixed parts, and the allocator's peak during the
   // step with activations = peak - (parameters + gradients + optimizer),
   // workspaces and batches included.
   std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   std::int64_t peak_bytes = 0, activation_peak_bytes = 0, current_bytes = 0;
+  std::int64_t rss_bytes = 0;  // the process's resident memory after the step (-1: unknown)
 };
 
 // The record every job writes to metrics.jsonl for a step: step (1-based),
-// loss, lr, grad_norm and memory; with loss scaling also loss_scale and
-// skipped. Jobs add their own keys (epoch, throughput).
+// loss, lr, grad_norm and memory; skipped when the step was; with loss
+// scaling also loss_scale. Jobs add their own keys (epoch, throughput).
 nlohmann::json step_json(const StepStats& s, bool loss_scaling);
 
 // The memory of training steps, for logs, metrics and the report's plot.
@@ -55,6 +56,22 @@ class MemoryCurve {
   std::vector<double> step_, params_, grads_, opt_, act_, peak_;
 };
 
+// The series a job plots: the loss and memory of each step, and the
+// validation loss and accuracy of each evaluation. A resumed run rebuilds
+// them from the metrics records it keeps.
+struct TrainingCurves {
+  std::vector<double> step, loss, eval_step, eval_loss, eval_accuracy;
+  MemoryCurve memory;
+  void add_step(const StepStats& s);
+  void add_eval(std::int64_t step, double loss, double accuracy = 0);
+  // A metrics.jsonl record: a step (it has "loss") or an evaluation
+  // ("validation_loss"); others are ignored.
+  void add_record(const nlohmann::json& record);
+};
+
+// The StepStats of a step record written by step_json.
+StepStats step_stats_from_json(const nlohmann::json& record);
+
 class Trainer {
  public:
   // fn(micro, ctx, grad_scale) runs forward and backward of micro-batch
@@ -67,6 +84,7 @@ class Trainer {
 
   StepStats step(const MicroStep& fn);
   std::int64_t steps_done() const { return step_; }
+  std::int64_t skipped_steps() const { return skipped_; }  // of steps_done(), those without an update
   const TrainConfig& config() const { return cfg_; }
 
   // A checkpoint holds the parameters under their state_dict names, the
@@ -82,6 +100,10 @@ class Trainer {
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<GradScaler> scaler_;  // when loss scaling is on
   std::int64_t step_ = 0;
+  std::int64_t skipped_ = 0, skipped_in_a_row_ = 0;
+  // Past this many skipped steps in a row the weights are beyond repair (or
+  // the loss scale has backed off by 2^25): the run stops.
+  static constexpr std::int64_t kMaxSkippedInARow = 25;
 };
 
 }  // namespace multihead

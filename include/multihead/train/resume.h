@@ -1,0 +1,42 @@
+// Checkpoints of a job's run directory, and picking a run up from its last
+// one. A checkpoint holds the weights, the optimizer, the step and how many
+// metrics records were written; the data position is a function of
+// (seed, step), so a resumed run goes on exactly as the uninterrupted one
+// would have, bit for bit.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/io/run_dir.h"
+#include "multihead/train/progress.h"
+#include "multihead/train/trainer.h"
+
+namespace multihead {
+
+// True when the run was asked to resume and has a checkpoint to resume from.
+bool resumes_from_checkpoint(const RunDir& run);
+
+// Starts a job's training. A fresh run writes config.json and returns no
+// records. A resumed one checks `config` against the run's config.json
+// (threads, checkpoint_every and on_nonfinite may differ; anything else is
+// a ConfigError naming the key), restores the trainer from the checkpoint,
+// trims metrics.jsonl to the records written before it, and returns those.
+std::vector<nlohmann::json> start_or_resume(RunDir& run, const nlohmann::json& config, Trainer& trainer);
+
+// Writes checkpoints/last.safetensors with the metrics count and `extra`.
+void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std::string, std::string>& extra = {});
+
+// After each step: appends its record to metrics.jsonl, logs a step skipped
+// for a non-finite loss (loss scaling's overflow skips are routine and only
+// recorded), and writes a checkpoint when train.checkpoint_every asks for
+// one. Jobs that checkpoint after an epoch's evaluation anyway pass
+// may_checkpoint = false for the epoch's last step, so that a resumed run
+// never skips that evaluation.
+void finish_step(RunDir& run, Progress& progress, const Trainer& trainer, const StepStats& st,
+                 const nlohmann::json& record, bool may_checkpoint = true);
+
+}  // namespace multihead

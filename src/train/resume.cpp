@@ -1,0 +1,79 @@
+#include "multihead/train/resume.h"
+
+#include <filesystem>
+
+#include "multihead/core/error.h"
+#include "multihead/io/atomic_file.h"
+
+namespace multihead {
+
+using json = nlohmann::json;
+
+namespace {
+
+// The parts of a job's config that may change between a run and its resume:
+// they change neither the data nor the arithmetic (a thread count changes
+// the summation order of some reductions, which the user is free to accept).
+json comparable(json config) {
+  config.erase("threads");
+  if (config.contains("train") && config["train"].is_object()) {
+    config["train"].erase("checkpoint_every");
+    config["train"].erase("on_nonfinite");
+  }
+  return config;
+}
+
+}  // namespace
+
+bool resumes_from_checkpoint(const RunDir& run) {
+  return run.resume_requested() && std::filesystem::exists(last_checkpoint_path(run.path()));
+}
+
+std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trainer) {
+  if (!resumes_from_checkpoint(run)) {
+    run.write_json("config.json", config);
+    return {};
+  }
+  const std::string path = run.file("config.json");
+  const json before = json::parse(read_file(path), nullptr, false);
+  check<IoError>(!before.is_discarded(), "{}: not JSON; cannot resume this run", path);
+  const json patch = json::diff(comparable(before), comparable(config));
+  if (!patch.empty()) {
+    const std::string key = patch[0]["path"].get<std::string>();
+    const json::json_pointer ptr(key);
+    const std::string was = before.contains(ptr) ? before[ptr].dump() : "absent";
+    const std::string now = config.contains(ptr) ? config[ptr].dump() : "absent";
+    throw ConfigError(fmt::format("cannot resume {}: its run had {} = {}, this one has {}; resume with the same "
+                                  "settings or choose another --out",
+                                  run.path(), key, was, now));
+  }
+  const auto meta = trainer.load_checkpoint(last_checkpoint_path(run.path()));
+  std::int64_t records = 0;
+  if (auto it = meta.find("metrics.records"); it != meta.end()) {
+    try {
+      records = std::stoll(it->second);
+    } catch (const std::exception&) {
+      throw IoError(fmt::format("{}: metrics.records is not a number", last_checkpoint_path(run.path())));
+    }
+  }
+  // config.json is rewritten, so threads and the like show this run's values.
+  run.write_json("config.json", config);
+  return run.keep_metrics(records);
+}
+
+void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> meta = extra;
+  meta["metrics.records"] = std::to_string(run.metrics_records());
+  trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
+}
+
+void finish_step(RunDir& run, Progress& progress, const Trainer& trainer, const StepStats& st, const json& record,
+                 bool may_checkpoint) {
+  run.append_metrics(record);
+  if (st.skipped && !trainer.config().loss_scaling)
+    progress.log(fmt::format("step {}: loss {}, gradient norm not finite; update skipped", st.step + 1, st.loss));
+  const std::int64_t every = trainer.config().checkpoint_every;
+  if (may_checkpoint && every > 0 && trainer.steps_done() % every == 0) save_run_checkpoint(run, trainer);
+}
+
+}  // namespace multihead

@@ -1,0 +1,55 @@
+// Runs the multihead binary as a user would, for the CLI tests: exit code,
+// stdout and stderr; and a fixture with a scratch folder.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace multihead::test {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+inline CliRun run(const std::string& args) {
+  fs::path err_file = fs::temp_directory_path() / ("multihead_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = std::string(MULTIHEAD_CLI) + " " + args + " 2>" + err_file.string();
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = ::pclose(p);
+  std::ifstream ef(err_file);
+  std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+  fs::remove(err_file);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, err};
+}
+
+inline int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("multihead_cli_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  fs::path dir;
+};
+
+}  // namespace multihead::test
