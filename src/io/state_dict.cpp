@@ -1,5 +1,7 @@
 #include "multihead/io/state_dict.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace multihead {
@@ -24,6 +26,11 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
     check<ShapeError>(t.dtype() == DType::kF32, "{}: '{}' must be F32, got {}", what, e.name, dtype_name(t.dtype()));
     check<ShapeError>(t.shape() == e.shape, "{}: '{}' has shape {}, expected {}", what, e.name, shape_str(t.shape()),
                       shape_str(e.shape));
+    // A NaN or Inf weight is a corrupt file, never a model worth running.
+    const float* v = t.f32();
+    const auto bad = std::find_if(v, v + t.numel(), [](float x) { return !std::isfinite(x); });
+    if (bad != v + t.numel())
+      throw IoError(fmt::format("{}: '{}' holds {} at element {}", what, e.name, *bad, bad - v));
   }
   if (!allow_extra)
     for (const auto& [name, t] : tensors)

@@ -156,6 +156,9 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   set_num_threads(job.threads);
   Images train = load_split(job.data_dir, "train", job.model.image_size);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
+  // At least one image to train on after the validation split takes up to half.
+  check<IoError>(train.labels.size() >= 2 && !test.labels.empty(), "{}: too few images ({} for training, {} for testing)",
+                 job.data_dir, train.labels.size(), test.labels.size());
   std::vector<std::int64_t> all(train.labels.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
   auto shuffled = epoch_batches(all, static_cast<std::int64_t>(all.size()), job.train.seed, -1, true).front();

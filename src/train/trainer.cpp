@@ -204,7 +204,11 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
   // The optimizer state loads into a fresh optimizer first, so a bad file
   // leaves this trainer untouched.
   std::unique_ptr<Optimizer> opt = make_optimizer(cfg_, *store_);
-  opt->load_state(*store_, tensors, meta);
+  try {
+    opt->load_state(*store_, tensors, meta);
+  } catch (const IoError& e) {
+    throw IoError(fmt::format("{}: {}", path, e.what()));
+  }
   std::unique_ptr<GradScaler> scaler;
   if (scaler_) {
     scaler = std::make_unique<GradScaler>(cfg_.scaler);

@@ -1,0 +1,193 @@
+// Bad datasets and checkpoints given to `multihead train` and `eval`: one
+// error line, exit code 2, and nothing written or lost.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/cli_run.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/io/safetensors.h"
+
+namespace multihead {
+namespace {
+
+namespace fs = std::filesystem;
+using test::CliRun;
+using test::run;
+
+class BadInput : public test::Cli {
+ protected:
+  void write(const fs::path& p, const std::string& bytes) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << bytes;
+  }
+  // Runs `args` into a fresh --out and expects exactly `error` (one line,
+  // exit 2) and no run directory left behind.
+  void expect_refused(const std::string& args, const std::string& error) {
+    const fs::path out = dir / "never";
+    CliRun r = run(args + " --threads 1 --quiet --out " + out.string());
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err, "multihead: error: " + error + "\n") << args;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+};
+
+// IDX bytes: unsigned bytes of the given shape, all `value`.
+std::string idx(const std::vector<std::uint32_t>& shape, std::uint8_t value) {
+  std::string b = {0, 0, 0x08, static_cast<char>(shape.size())};
+  std::size_t n = 1;
+  for (std::uint32_t d : shape) {
+    for (int s = 24; s >= 0; s -= 8) b += static_cast<char>((d >> s) & 0xff);
+    n *= d;
+  }
+  return b + std::string(n, static_cast<char>(value));
+}
+
+TEST_F(BadInput, EmptyAndTinyTextDatasets) {
+  const std::string csv = (dir / "d.csv").string(), tsv = (dir / "d.tsv").string();
+  write(csv, "text,label\n");
+  expect_refused("train --source csv --data " + csv, csv + ": no data rows after the header");
+  write(csv, "text,label\ngood,1\nbad,0\n");
+  expect_refused("train --source csv --data " + csv, csv + ": too few examples (2) for the requested splits");
+  write(tsv, "text\tlabel\n\xff\xfe\t1\n");
+  expect_refused("train --source tsv --data " + tsv, tsv + ": invalid UTF-8 at byte 11");
+  write(csv, "text,label\nfine,100000\n");
+  expect_refused("train --source csv --data " + csv, csv + ": integer label 100000 is out of range (at most 9999)");
+
+  const fs::path imdb = dir / "imdb";
+  fs::create_directories(imdb / "train" / "pos");
+  fs::create_directories(imdb / "train" / "neg");
+  expect_refused("train --source aclimdb --data " + imdb.string(), imdb.string() + "/train: no reviews found");
+  write(imdb / "train" / "pos" / "1_11.txt", "great");
+  expect_refused("train --source aclimdb --data " + imdb.string(),
+                 (imdb / "train" / "pos" / "1_11.txt").string() + ": rating 11 is outside 1..10");
+  fs::remove(imdb / "train" / "pos" / "1_11.txt");
+  write(imdb / "train" / "pos" / "1_9.txt", "gr\xc3");
+  expect_refused("train --source aclimdb --data " + imdb.string(),
+                 (imdb / "train" / "pos" / "1_9.txt").string() + ": invalid UTF-8 at byte 2");
+
+  const fs::path spam = dir / "spam";
+  fs::create_directories(spam);
+  expect_refused("train --source spamassassin --data " + spam.string(),
+                 (spam / "easy-ham-1").string() + ": not a directory (run scripts/setup.sh --data to fetch the corpus)");
+  for (const char* group : {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"})
+    fs::create_directories(spam / group);
+  expect_refused("train --source spamassassin --data " + spam.string(), spam.string() + ": no messages found");
+
+  const std::string text = (dir / "empty.txt").string();
+  write(text, "");
+  expect_refused("train --preset moby-dick --data " + text, text + ": empty text");
+  write(text, "the whale \xe2\x82");
+  expect_refused("train --preset moby-dick --data " + text, text + ": invalid UTF-8 at byte 10");
+}
+
+TEST_F(BadInput, ImageDatasetsWithBadLabelsOrNoImages) {
+  const fs::path data = dir / "fashion";
+  const std::string args = "train --preset fashion-mnist --epochs 1 --d-model 16 --num-heads 2 --num-layers 1 --data " +
+                           data.string();
+  write(data / "train-images-idx3-ubyte", idx({4, 28, 28}, 7));
+  write(data / "train-labels-idx1-ubyte", idx({4}, 12));
+  write(data / "t10k-images-idx3-ubyte", idx({2, 28, 28}, 7));
+  write(data / "t10k-labels-idx1-ubyte", idx({2}, 1));
+  expect_refused(args, (data / "train-labels-idx1-ubyte").string() + ": label 12 is out of range");
+  write(data / "train-labels-idx1-ubyte", idx({3}, 1));
+  expect_refused(args, (data / "train-labels-idx1-ubyte").string() + ": 3 labels for 4 images");
+  write(data / "train-images-idx3-ubyte", idx({0, 28, 28}, 7));
+  write(data / "train-labels-idx1-ubyte", idx({0}, 1));
+  expect_refused(args, data.string() + ": too few images (0 for training, 2 for testing)");
+  write(data / "train-images-idx3-ubyte", idx({4, 28, 28}, 7));
+  write(data / "train-labels-idx1-ubyte", idx({4}, 1));
+  write(data / "t10k-images-idx3-ubyte", idx({2, 27, 28}, 7));
+  expect_refused(args, (data / "t10k-images-idx3-ubyte").string() + ": expected (N, 28, 28) images");
+}
+
+// A finished language-model run, to break its checkpoint.
+class BadCheckpoint : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    std::string text;
+    for (int i = 0; i < 60; ++i) text += "the whale swam on. the sea was calm.\n";
+    write(dir / "tiny.txt", text);
+    job = "train --preset moby-dick --data " + (dir / "tiny.txt").string() +
+          " --steps 10 --d-model 16 --num-heads 2 --num-layers 1 --batch 4 --max-len 16 --threads 1 --quiet";
+    out = dir / "run";
+    CliRun r = run(job + " --out " + out.string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    ckpt = (out / "checkpoints" / "last.safetensors").string();
+    good = read_file(ckpt);
+    metrics = read_file((out / "metrics.jsonl").string());
+  }
+  // Replaces the checkpoint with `bytes`: a resume (and, unless
+  // `resume_only`, eval) must refuse it with `error` and leave the run
+  // directory as it was.
+  void expect_refused_checkpoint(const std::string& bytes, const std::string& error, bool resume_only = false) {
+    write_file_atomic(ckpt, bytes);
+    std::vector<std::string> commands = {job + " --resume --out " + out.string()};
+    if (!resume_only) commands.push_back("eval --run " + out.string());
+    for (const std::string& args : commands) {
+      CliRun r = run(args);
+      EXPECT_EQ(r.code, 2) << args;
+      EXPECT_EQ(r.err, "multihead: error: " + error + "\n") << args;
+      EXPECT_EQ(read_file(ckpt), bytes) << "the checkpoint was changed";
+      EXPECT_EQ(read_file((out / "metrics.jsonl").string()), metrics) << "the log was changed";
+    }
+  }
+  // The good checkpoint with its tensors and metadata edited.
+  std::string edited(const std::function<void(TensorMap&, std::map<std::string, std::string>&)>& edit) {
+    const SafetensorsFile f = SafetensorsFile::parse(good, ckpt);
+    TensorMap tensors = f.all_tensors();
+    std::map<std::string, std::string> meta = f.metadata();
+    edit(tensors, meta);
+    std::vector<std::pair<std::string, const Tensor*>> list;
+    for (const auto& [name, t] : tensors) list.emplace_back(name, &t);
+    return serialize_safetensors(list, meta);
+  }
+  std::string job;
+  fs::path out;
+  std::string ckpt, good, metrics;
+};
+
+TEST_F(BadCheckpoint, TruncatedCheckpointsAreRefused) {
+  expect_refused_checkpoint(good.substr(0, 5), ckpt + ": not a safetensors file (only 5 bytes)");
+  // Cut in the header and in the data: the reader's own message, as one line.
+  for (std::size_t size : {std::size_t{100}, good.size() / 2, good.size() - 1}) {
+    const std::string cut = good.substr(0, size);
+    std::string error;
+    try {
+      SafetensorsFile::parse(cut, ckpt);
+    } catch (const IoError& e) {
+      error = e.what();
+    }
+    ASSERT_FALSE(error.empty()) << size;
+    expect_refused_checkpoint(cut, error);
+  }
+}
+
+TEST_F(BadCheckpoint, HostileCheckpointsAreRefused) {
+  std::string huge = good;
+  huge.replace(0, 8, std::string(8, '\xff'));
+  expect_refused_checkpoint(huge, ckpt + ": header length 18446744073709551615 exceeds the 100 MB limit");
+  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t["encoder.layers.0.linear1.weight"] = Tensor::zeros({3, 3}); }),
+                            ckpt + ": 'encoder.layers.0.linear1.weight' has shape (3, 3), expected (768, 16)");
+  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t.erase("encoder.layers.0.linear1.bias"); }), ckpt + ": missing tensor 'encoder.layers.0.linear1.bias' of shape (768,)");
+  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t.erase("optimizer.exp_avg.encoder.layers.0.linear1.bias"); }),
+                            ckpt + ": checkpoint lacks optimizer state 'optimizer.exp_avg.encoder.layers.0.linear1.bias'",
+                            true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["step"] = "many"; }), ckpt + ": checkpoint step or seed is not a number", true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["rng.seed"] = "5"; }), ckpt + ": checkpoint was written with seed 5, this run uses 0", true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m.erase("format"); }), ckpt + ": not a multihead checkpoint", true);
+  expect_refused_checkpoint(edited([](TensorMap& t, auto&) {
+    Tensor& w = t["encoder.layers.0.linear1.weight"];
+    w.f32()[0] = std::nanf("");
+  }), ckpt + ": 'encoder.layers.0.linear1.weight' holds nan at element 0");
+}
+
+}  // namespace
+}  // namespace multihead
