@@ -5,6 +5,7 @@
 
 #include "multihead/core/threading.h"
 #include "multihead/data/batching.h"
+#include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/plots.h"
@@ -40,6 +41,7 @@ std::vector<std::string> heatmaps(TransformerEncoder& enc, const std::vector<std
 InspectResult inspect_run(const std::string& run_dir, const std::string& text, const std::string& out_dir,
                           std::int64_t max_tokens, int threads) {
   check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
+  check_utf8(text, "the text");
   const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
   const nlohmann::json cfg = ConfigReader::parse(read_file(cfg_path), cfg_path);
   set_num_threads(threads);

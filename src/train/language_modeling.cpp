@@ -284,6 +284,7 @@ double evaluate_language_model_run(const std::string& run_dir, int threads, std:
 
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
                               const SamplingConfig& sampling, int threads, std::optional<Precision> precision) {
+  check_utf8(prompt, "the prompt");
   set_num_threads(threads);
   auto r = load_lm_run(run_dir);
   if (precision) r->job.train.precision = *precision;

@@ -154,6 +154,20 @@ class BadCheckpoint : public BadInput {
   std::string ckpt, good, metrics;
 };
 
+TEST_F(BadCheckpoint, TextArgumentsMustBeUtf8) {
+  // The fixture's run serves as a language model to prompt and inspect; the
+  // shell's printf writes the bytes.
+  CliRun g = run("generate --run " + out.string() + " --prompt \"$(printf 'the \\377')\" --tokens 3");
+  EXPECT_EQ(g.code, 2);
+  EXPECT_EQ(g.err, "multihead: error: the prompt: invalid UTF-8 at byte 4\n");
+  EXPECT_TRUE(g.out.empty());
+  const fs::path maps = dir / "maps";
+  CliRun in = run("inspect --run " + out.string() + " --text \"$(printf 'wh\\303')\" --out " + maps.string());
+  EXPECT_EQ(in.code, 2);
+  EXPECT_EQ(in.err, "multihead: error: the text: invalid UTF-8 at byte 2\n");
+  EXPECT_FALSE(fs::exists(maps));
+}
+
 TEST_F(BadCheckpoint, TruncatedCheckpointsAreRefused) {
   expect_refused_checkpoint(good.substr(0, 5), ckpt + ": not a safetensors file (only 5 bytes)");
   // Cut in the header and in the data: the reader's own message, as one line.

@@ -1,6 +1,8 @@
 // apply_module's error paths: every one names what is wrong.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "golden_case.h"
 #include "multihead/io/apply.h"
 
@@ -86,6 +88,10 @@ TEST_F(ApplyErrors, BadWeights) {
   w = golden.weights();
   w["in_proj_bias"] = Tensor({48}, DType::kBool);
   EXPECT_EQ(error_of(json, w, inputs), "weights: 'in_proj_bias' must be F32, got BOOL");
+  w = golden.weights();
+  w["in_proj_bias"] = Tensor::zeros({48});
+  w["in_proj_bias"].f32()[3] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(error_of(json, w, inputs), "weights: 'in_proj_bias' holds inf at element 3");
 }
 
 TEST_F(ApplyErrors, BadInputs) {
