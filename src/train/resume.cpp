@@ -31,6 +31,10 @@ bool resumes_from_checkpoint(const RunDir& run) {
 
 std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trainer) {
   if (!resumes_from_checkpoint(run)) {
+    // A new run in a used directory replaces the run there: its checkpoint
+    // goes too, so that a later --resume cannot pick up another run's weights.
+    std::error_code ec;
+    std::filesystem::remove(last_checkpoint_path(run.path()), ec);
     run.write_json("config.json", config);
     return {};
   }

@@ -8,9 +8,10 @@
 #include <limits>
 
 #include "multihead/core/allocator.h"
+#include "multihead/io/atomic_file.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/train/trainer.h"
+#include "multihead/train/resume.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -234,6 +235,52 @@ TEST(Training, SkippingStopsWhenEveryStepIsBad) {
     EXPECT_NE(std::string(e.what()).find("the last 25 steps all had a non-finite loss"), std::string::npos);
   }
   EXPECT_EQ(taken, 24);  // the 25th throws
+}
+
+TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
+  const fs::path dir = fs::temp_directory_path() / ("multihead_start_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const nlohmann::json config = {{"task", "test"}, {"train", {{"lr", 0.1}, {"checkpoint_every", 5}}}, {"threads", 1}};
+  TrainConfig tc = tiny_train();
+  {
+    // A checkpoint left by a former run goes when a new run starts over it.
+    RunDir run(dir.string());
+    write_file_atomic(last_checkpoint_path(dir.string()), "a former run");
+    TrainRun r(tc);
+    EXPECT_TRUE(start_or_resume(run, config, r.trainer).empty());
+    EXPECT_FALSE(fs::exists(last_checkpoint_path(dir.string())));
+    for (int s = 0; s < 3; ++s) run.append_metrics(step_json(r.step(), false));
+    save_run_checkpoint(run, r.trainer);
+    run.append_metrics(step_json(r.step(), false));  // after the checkpoint: dropped on resume
+  }
+  {
+    // Resuming: the step and the three records before the checkpoint come back.
+    RunDir run(dir.string(), true);
+    TrainRun r(tc);
+    nlohmann::json other_threads = config;
+    other_threads["threads"] = 2;
+    other_threads["train"]["checkpoint_every"] = 9;
+    const auto records = start_or_resume(run, other_threads, r.trainer);
+    EXPECT_EQ(r.trainer.steps_done(), 3);
+    ASSERT_EQ(records.size(), 3u);
+    EXPECT_EQ(records.back()["step"], 3);
+    EXPECT_EQ(run.metrics_records(), 3);
+  }
+  {
+    RunDir run(dir.string(), true);
+    TrainRun r(tc);
+    nlohmann::json other = config;
+    other["train"]["lr"] = 0.2;
+    try {
+      start_or_resume(run, other, r.trainer);
+      ADD_FAILURE() << "another learning rate was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("its run had /train/lr = 0.1, this one has 0.2"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(r.trainer.steps_done(), 0);
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Training, SameSeedSameThreadsSameWeights) {
