@@ -272,6 +272,8 @@ TEST_F(Cli, TrainRejectsBadInput) {
                                      "alibi, got \"absolute\"\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
       {"train --precision fp8", "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"\n"},
+      {"train --checkpoint-every -5", "multihead: error: --checkpoint-every must be >= 0, got -5\n"},
+      {"train --on-nonfinite ignore", "multihead: error: on_nonfinite must be stop or skip, got 'ignore'\n"},
       {"eval --run " + (dir / "nothing").string(),
        "multihead: error: cannot open '" + (dir / "nothing/config.json").string() + "': No such file or directory\n"},
   };

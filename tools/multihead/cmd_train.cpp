@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -21,7 +22,8 @@ struct TrainOpts {
   std::int64_t warmup = -1, grad_accumulation = 0;
   std::string positions, tokenizer, source, optimizer, schedule, attention, precision;
   std::int64_t num_kv_heads = 0, window = -2, block_size = 0;
-  std::int64_t seed = -1, checkpoint_every = -1;
+  std::int64_t seed = -1;
+  std::optional<std::int64_t> checkpoint_every;
   std::string on_nonfinite;
   int threads = 0;
   bool quiet = false, checkpoint_layers = false, resume = false;
@@ -40,7 +42,10 @@ void apply_optimisation(const TrainOpts& o, TrainConfig& t, TransformerLayerConf
   if (o.weight_decay >= 0) t.adamw.weight_decay = t.sgd.weight_decay = o.weight_decay;
   if (o.grad_accumulation > 0) t.grad_accumulation = o.grad_accumulation;
   if (o.dropout >= 0) layer.dropout = o.dropout;
-  if (o.checkpoint_every >= 0) t.checkpoint_every = o.checkpoint_every;
+  if (o.checkpoint_every) {
+    check<ConfigError>(*o.checkpoint_every >= 0, "--checkpoint-every must be >= 0, got {}", *o.checkpoint_every);
+    t.checkpoint_every = *o.checkpoint_every;
+  }
   if (!o.on_nonfinite.empty()) t.on_nonfinite = parse_nonfinite(o.on_nonfinite);
   check<ConfigError>(t.batch % t.grad_accumulation == 0 || t.grad_accumulation == 1,
                      "--batch ({}) must be a multiple of --grad-accumulation ({})", t.batch, t.grad_accumulation);
