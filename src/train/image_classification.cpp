@@ -190,7 +190,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   const auto t0 = std::chrono::steady_clock::now();
   // Batches are a function of (seed, epoch): a resumed run starts where its checkpoint was.
   const std::int64_t first = trainer.steps_done();
-  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  progress.resume_at(first);
   for (std::int64_t epoch = first / steps_per_epoch; epoch < job.epochs; ++epoch) {
     const auto batches = epoch_batches(tr, job.train.batch, job.train.seed, epoch, true);
     for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch); bi < batches.size();

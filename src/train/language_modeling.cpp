@@ -165,7 +165,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t span = static_cast<std::int64_t>(train_ids.size()) - L - 1;
   const std::int64_t first = trainer.steps_done();
-  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  progress.resume_at(first);
   for (std::int64_t s = first; s < job.train.steps; ++s) {
     // Window starts are a function of (seed, step): a resumed run reads the same data.
     Rng data_rng(job.train.seed, 0xda7a0000ull + static_cast<std::uint64_t>(s));

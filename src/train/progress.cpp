@@ -27,7 +27,8 @@ void Progress::update(std::int64_t step, std::int64_t epoch, double loss, double
                       const std::string& extra) {
   if (quiet_) return;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : 0.0;
+  const double eta =
+      step > first_ ? elapsed / static_cast<double>(step - first_) * static_cast<double>(total_ - step) : 0.0;
   if (tty_) {
     constexpr int kWidth = 28;
     const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
@@ -42,6 +43,12 @@ void Progress::update(std::int64_t step, std::int64_t epoch, double loss, double
                items_per_s, unit, clock_text(elapsed), clock_text(eta), extra.empty() ? "" : "; ", extra);
     std::fflush(out_);
   }
+}
+
+void Progress::resume_at(std::int64_t step) {
+  first_ = step;
+  start_ = std::chrono::steady_clock::now();
+  if (step > 0) log(fmt::format("resumed at step {}", step));
 }
 
 void Progress::log(const std::string& line) {

@@ -128,7 +128,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   for (const json& rec : records) curves.add_record(rec);
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t first = trainer.steps_done();
-  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  progress.resume_at(first);
   for (std::int64_t s = first; s < job.train.steps; ++s) {
     SyntheticBatch b = synthetic_batch(job.task, job.train.batch, job.train.seed, static_cast<std::uint64_t>(s));
     StepStats st = trainer.step([&](std::int64_t, const ForwardContext& ctx, double scale) {

@@ -253,7 +253,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   // Batches are a function of (seed, epoch): a resumed run starts in the
   // epoch and at the batch its checkpoint reached.
   const std::int64_t first = trainer.steps_done();
-  if (first > 0) progress.log(fmt::format("resumed at step {}", first));
+  progress.resume_at(first);
   for (std::int64_t epoch = first / steps_per_epoch; epoch < job.epochs; ++epoch) {
     const auto batches = epoch_batches(data.train, job.train.batch, job.train.seed, epoch, true);
     for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch); bi < batches.size();

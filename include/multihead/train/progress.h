@@ -15,6 +15,9 @@ class Progress {
   // quiet: print nothing (library use, tests).
   Progress(std::int64_t total_steps, std::FILE* out, bool quiet = false, std::int64_t log_every = 50);
   void set_total(std::int64_t total_steps) { total_ = total_steps; }
+  // A resumed run starts at `step`: logs it (when > 0), and the ETA counts
+  // only the steps run since.
+  void resume_at(std::int64_t step);
   // extra: appended to log lines (not to the terminal bar), e.g. memory.
   void update(std::int64_t step, std::int64_t epoch, double loss, double items_per_s, const char* unit = "tok/s",
               const std::string& extra = "");
@@ -26,7 +29,7 @@ class Progress {
   std::int64_t total_;
   std::FILE* out_;
   bool quiet_, tty_, bar_shown_ = false;
-  std::int64_t log_every_;
+  std::int64_t log_every_, first_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
 
