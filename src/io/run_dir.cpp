@@ -19,7 +19,8 @@ RunDir::RunDir(std::string path, bool resume) : path_(std::move(path)), resume_(
   // Temporaries of atomic writes (".<name>.tmp.<pid>") are debris of a killed run.
   for (const char* sub : {"", "checkpoints", "tokenizer", "plots"})
     for (const auto& e : fs::directory_iterator(fs::path(path_) / sub))
-      if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos) fs::remove(e.path(), ec);
+      if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos)
+        fs::remove(e.path(), ec);
 }
 
 RunDir::~RunDir() {

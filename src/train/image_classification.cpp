@@ -157,8 +157,9 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   Images train = load_split(job.data_dir, "train", job.model.image_size);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   // At least one image to train on after the validation split takes up to half.
-  check<IoError>(train.labels.size() >= 2 && !test.labels.empty(), "{}: too few images ({} for training, {} for testing)",
-                 job.data_dir, train.labels.size(), test.labels.size());
+  check<IoError>(train.labels.size() >= 2 && !test.labels.empty(),
+                 "{}: too few images ({} for training, {} for testing)", job.data_dir, train.labels.size(),
+                 test.labels.size());
   std::vector<std::int64_t> all(train.labels.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
   auto shuffled = epoch_batches(all, static_cast<std::int64_t>(all.size()), job.train.seed, -1, true).front();
@@ -216,8 +217,9 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
       nlohmann::json rec = step_json(st, job.train.loss_scaling);
       rec["epoch"] = epoch;
       finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size());
-      progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>((st.step + 1 - first) * job.train.batch) / secs,
-                      "img/s", MemoryCurve::text(st));
+      progress.update(st.step + 1, epoch + 1, st.loss,
+                      static_cast<double>((st.step + 1 - first) * job.train.batch) / secs, "img/s",
+                      MemoryCurve::text(st));
     }
     auto [vl, va] = evaluate(model, train, val, job.train.precision);
     curves.add_eval(trainer.steps_done(), vl, va);
@@ -231,12 +233,17 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   result.skipped_steps = trainer.skipped_steps();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
-  run.write_json("results.json", {{"test_accuracy", result.test_accuracy}, {"test_loss", result.test_loss},
+  run.write_json("results.json", {{"test_accuracy", result.test_accuracy},
+                                  {"test_loss", result.test_loss},
                                   {"validation_accuracy", result.validation_accuracy},
-                                  {"train_seconds", result.train_seconds}, {"steps", result.steps}, {"skipped_steps", result.skipped_steps}});
-  line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
-                {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
-  line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy", {{"validation", curves.eval_step, curves.eval_accuracy}});
+                                  {"train_seconds", result.train_seconds},
+                                  {"steps", result.steps},
+                                  {"skipped_steps", result.skipped_steps}});
+  line_plot_png(
+      run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
+      {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
+  line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
+                {{"validation", curves.eval_step, curves.eval_accuracy}});
   // Attention of the last layer for the first test image.
   Tensor first_image = gather(test.pixels, {0});
   const std::int64_t last = model.encoder().num_layers() - 1;

@@ -47,9 +47,10 @@ std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trai
     const json::json_pointer ptr(key);
     const std::string was = before.contains(ptr) ? before[ptr].dump() : "absent";
     const std::string now = config.contains(ptr) ? config[ptr].dump() : "absent";
-    throw ConfigError(fmt::format("cannot resume {}: its run had {} = {}, this one has {}; resume with the same "
-                                  "settings or choose another --out",
-                                  run.path(), key, was, now));
+    throw ConfigError(
+        fmt::format("cannot resume {}: its run had {} = {}, this one has {}; resume with the same "
+                    "settings or choose another --out",
+                    run.path(), key, was, now));
   }
   const auto meta = trainer.load_checkpoint(last_checkpoint_path(run.path()));
   std::int64_t records = 0;

@@ -163,11 +163,16 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
     run.append_metrics({{"test_length", L}, {"token_accuracy", r.by_length.back().token_accuracy},
                         {"sequence_accuracy", r.by_length.back().sequence_accuracy}});
   }
-  json res = {{"steps", r.steps}, {"skipped_steps", r.skipped_steps}, {"train_seconds", r.train_seconds}, {"ms_per_step", r.ms_per_step}, {"by_length", json::array()}};
+  json res = {{"steps", r.steps},
+              {"skipped_steps", r.skipped_steps},
+              {"train_seconds", r.train_seconds},
+              {"ms_per_step", r.ms_per_step},
+              {"by_length", json::array()}};
   for (const auto& a : r.by_length)
     res["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
   run.write_json("results.json", res);
-  line_plot_png(run.file("plots/loss.png"), "Training loss", "step", "cross-entropy", {{"train", curves.step, curves.loss}});
+  line_plot_png(run.file("plots/loss.png"), "Training loss", "step", "cross-entropy",
+                {{"train", curves.step, curves.loss}});
   line_plot_png(run.file("plots/accuracy_by_length.png"), "Sequence accuracy by length", "length", "accuracy",
                 {{"test", lx, la}});
   std::string md = fmt::format("# {}\n\n{} positions, trained on lengths {} to {} for {} steps ({:.1f} ms a step).\n\n",

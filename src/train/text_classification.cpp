@@ -305,14 +305,18 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   result.tokens_per_s = static_cast<double>(tokens) / result.train_seconds;
   result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
-  run.write_json("results.json", {{"test_accuracy", result.test.accuracy}, {"test_loss", result.test.loss},
+  run.write_json("results.json", {{"test_accuracy", result.test.accuracy},
+                                  {"test_loss", result.test.loss},
                                   {"validation_accuracy", result.validation.accuracy},
-                                  {"train_seconds", result.train_seconds}, {"steps", result.steps}, {"skipped_steps", result.skipped_steps},
+                                  {"train_seconds", result.train_seconds},
+                                  {"steps", result.steps},
+                                  {"skipped_steps", result.skipped_steps},
                                   {"tokens_per_s", result.tokens_per_s}});
 
   // Report: curves, then the attention of the first test example.
-  line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
-                {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
+  line_plot_png(
+      run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
+      {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
   line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
                 {{"validation", curves.eval_step, curves.eval_accuracy}});
   curves.memory.plot(run.file("plots/memory.png"));

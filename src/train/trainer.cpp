@@ -31,9 +31,12 @@ std::string MemoryCurve::text(const StepStats& s) {
 }
 
 nlohmann::json MemoryCurve::json(const StepStats& s) {
-  return {{"peak_bytes", s.peak_bytes},          {"current_bytes", s.current_bytes},
-          {"parameter_bytes", s.param_bytes},    {"gradient_bytes", s.grad_bytes},
-          {"optimizer_bytes", s.optimizer_bytes}, {"activation_peak_bytes", s.activation_peak_bytes},
+  return {{"peak_bytes", s.peak_bytes},
+          {"current_bytes", s.current_bytes},
+          {"parameter_bytes", s.param_bytes},
+          {"gradient_bytes", s.grad_bytes},
+          {"optimizer_bytes", s.optimizer_bytes},
+          {"activation_peak_bytes", s.activation_peak_bytes},
           {"rss_bytes", s.rss_bytes}};
 }
 

@@ -74,8 +74,9 @@ TEST_F(BadInput, EmptyAndTinyTextDatasets) {
 
   const fs::path spam = dir / "spam";
   fs::create_directories(spam);
-  expect_refused("train --source spamassassin --data " + spam.string(),
-                 (spam / "easy-ham-1").string() + ": not a directory (run scripts/setup.sh --data to fetch the corpus)");
+  expect_refused(
+      "train --source spamassassin --data " + spam.string(),
+      (spam / "easy-ham-1").string() + ": not a directory (run scripts/setup.sh --data to fetch the corpus)");
   for (const char* group : {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"})
     fs::create_directories(spam / group);
   expect_refused("train --source spamassassin --data " + spam.string(), spam.string() + ": no messages found");
@@ -89,8 +90,8 @@ TEST_F(BadInput, EmptyAndTinyTextDatasets) {
 
 TEST_F(BadInput, ImageDatasetsWithBadLabelsOrNoImages) {
   const fs::path data = dir / "fashion";
-  const std::string args = "train --preset fashion-mnist --epochs 1 --d-model 16 --num-heads 2 --num-layers 1 --data " +
-                           data.string();
+  const std::string args =
+      "train --preset fashion-mnist --epochs 1 --d-model 16 --num-heads 2 --num-layers 1 --data " + data.string();
   write(data / "train-images-idx3-ubyte", idx({4, 28, 28}, 7));
   write(data / "train-labels-idx1-ubyte", idx({4}, 12));
   write(data / "t10k-images-idx3-ubyte", idx({2, 28, 28}, 7));
@@ -188,19 +189,26 @@ TEST_F(BadCheckpoint, HostileCheckpointsAreRefused) {
   std::string huge = good;
   huge.replace(0, 8, std::string(8, '\xff'));
   expect_refused_checkpoint(huge, ckpt + ": header length 18446744073709551615 exceeds the 100 MB limit");
-  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t["encoder.layers.0.linear1.weight"] = Tensor::zeros({3, 3}); }),
-                            ckpt + ": 'encoder.layers.0.linear1.weight' has shape (3, 3), expected (768, 16)");
-  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t.erase("encoder.layers.0.linear1.bias"); }), ckpt + ": missing tensor 'encoder.layers.0.linear1.bias' of shape (768,)");
-  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t.erase("optimizer.exp_avg.encoder.layers.0.linear1.bias"); }),
-                            ckpt + ": checkpoint lacks optimizer state 'optimizer.exp_avg.encoder.layers.0.linear1.bias'",
-                            true);
-  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["step"] = "many"; }), ckpt + ": checkpoint step or seed is not a number", true);
-  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["rng.seed"] = "5"; }), ckpt + ": checkpoint was written with seed 5, this run uses 0", true);
-  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m.erase("format"); }), ckpt + ": not a multihead checkpoint", true);
   expect_refused_checkpoint(edited([](TensorMap& t, auto&) {
-    Tensor& w = t["encoder.layers.0.linear1.weight"];
-    w.f32()[0] = std::nanf("");
-  }), ckpt + ": 'encoder.layers.0.linear1.weight' holds nan at element 0");
+                              t["encoder.layers.0.linear1.weight"] = Tensor::zeros({3, 3});
+                            }),
+                            ckpt + ": 'encoder.layers.0.linear1.weight' has shape (3, 3), expected (768, 16)");
+  expect_refused_checkpoint(edited([](TensorMap& t, auto&) { t.erase("encoder.layers.0.linear1.bias"); }),
+                            ckpt + ": missing tensor 'encoder.layers.0.linear1.bias' of shape (768,)");
+  expect_refused_checkpoint(
+      edited([](TensorMap& t, auto&) { t.erase("optimizer.exp_avg.encoder.layers.0.linear1.bias"); }),
+      ckpt + ": checkpoint lacks optimizer state 'optimizer.exp_avg.encoder.layers.0.linear1.bias'", true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["step"] = "many"; }),
+                            ckpt + ": checkpoint step or seed is not a number", true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["rng.seed"] = "5"; }),
+                            ckpt + ": checkpoint was written with seed 5, this run uses 0", true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m.erase("format"); }),
+                            ckpt + ": not a multihead checkpoint", true);
+  expect_refused_checkpoint(edited([](TensorMap& t, auto&) {
+                              Tensor& w = t["encoder.layers.0.linear1.weight"];
+                              w.f32()[0] = std::nanf("");
+                            }),
+                            ckpt + ": 'encoder.layers.0.linear1.weight' holds nan at element 0");
 }
 
 }  // namespace

@@ -265,11 +265,13 @@ TEST_F(Cli, ProgressIsABarOnATerminal) {
 
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
-      {"train --preset imdb", "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse)\n"},
+      {"train --preset imdb",
+       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
-      {"train --positions absolute", "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "
-                                     "alibi, got \"absolute\"\n"},
+      {"train --positions absolute",
+       "multihead: error: positions must be none, sinusoidal, learned, relative, rope or "
+       "alibi, got \"absolute\"\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
       {"train --precision fp8", "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"\n"},
       {"train --checkpoint-every -5", "multihead: error: --checkpoint-every must be >= 0, got -5\n"},

@@ -137,7 +137,9 @@ TEST_F(CrashSafety, KilledAtRandomPointsAndResumedReachesTheSameWeightsBitForBit
   EXPECT_EQ(step_losses(straight), step_losses(killed));
   EXPECT_EQ(step_losses(killed).size(), 1500u);
   // And the same test accuracies (timings aside).
-  auto accuracies = [](const fs::path& d) { return nlohmann::json::parse(read_file((d / "results.json").string()))["by_length"]; };
+  auto accuracies = [](const fs::path& d) {
+    return nlohmann::json::parse(read_file((d / "results.json").string()))["by_length"];
+  };
   EXPECT_EQ(accuracies(straight), accuracies(killed));
   // No temporaries of interrupted writes remain.
   for (const auto& e : fs::recursive_directory_iterator(killed))

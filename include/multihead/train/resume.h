@@ -21,9 +21,10 @@ namespace multihead {
 bool resumes_from_checkpoint(const RunDir& run);
 
 // Starts a job's training. A fresh run writes config.json, removes a
-// checkpoint a former run left in the directory, and returns no records. A resumed one checks `config` against the run's config.json
-// (threads, checkpoint_every and on_nonfinite may differ; anything else is
-// a ConfigError naming the key), restores the trainer from the checkpoint,
+// checkpoint a former run left in the directory, and returns no records.
+// A resumed one checks `config` against the run's config.json (threads,
+// checkpoint_every and on_nonfinite may differ; anything else is a
+// ConfigError naming the key), restores the trainer from the checkpoint,
 // trims metrics.jsonl to the records written before it, and returns those.
 std::vector<nlohmann::json> start_or_resume(RunDir& run, const nlohmann::json& config, Trainer& trainer);
 
