@@ -27,7 +27,7 @@ void MultiheadAttentionConfig::validate() const {
   check<ConfigError>(rope_theta > 0, "rope_theta must be positive, got {}", rope_theta);
   check<ConfigError>(num_kv_heads >= 0 && num_heads % kv_heads() == 0,
                      "num_kv_heads ({}) must divide num_heads ({})", num_kv_heads, num_heads);
-  check<ConfigError>(variant != AttentionVariant::kSlidingWindow || window_left >= -1 && window_right >= -1,
+  check<ConfigError>(variant != AttentionVariant::kSlidingWindow || (window_left >= -1 && window_right >= -1),
                      "window sizes must be >= -1 (unlimited), got {} and {}", window_left, window_right);
   check<ConfigError>(variant != AttentionVariant::kBlockSparse ||
                          (sparse_block > 0 && sparse_neighbours >= 0 && global_tokens >= 0),

@@ -31,7 +31,9 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   EXPECT_EQ(float_to_bf16(-0.0f), 0x8000);
   for (std::uint32_t b = 0; b < 65536; ++b) {  // every bf16 survives the round trip
     const float x = bf16_to_float(static_cast<std::uint16_t>(b));
-    if (!std::isnan(x)) EXPECT_EQ(float_to_bf16(x), b);
+    if (!std::isnan(x)) {
+      EXPECT_EQ(float_to_bf16(x), b);
+    }
   }
 }
 
@@ -50,7 +52,9 @@ TEST(Fp16, RoundsToNearestEvenOverflowsAndSubnormals) {
   EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
   for (std::uint32_t h = 0; h < 65536; ++h) {
     const float x = f16_to_float(static_cast<std::uint16_t>(h));
-    if (!std::isnan(x)) EXPECT_EQ(float_to_f16(x), h);
+    if (!std::isnan(x)) {
+      EXPECT_EQ(float_to_f16(x), h);
+    }
   }
 }
 

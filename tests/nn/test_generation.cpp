@@ -56,9 +56,9 @@ INSTANTIATE_TEST_SUITE_P(Positions, KvCacheEquivalence,
                          ::testing::Combine(::testing::Values("sinusoidal", "learned", "relative", "rope", "alibi",
                                                               "none"),
                                             ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kF16)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) + "_" +
-                                  std::string(precision_name(std::get<1>(info.param)));
+                         [](const auto& param_info) {
+                           return std::string(std::get<0>(param_info.param)) + "_" +
+                                  std::string(precision_name(std::get<1>(param_info.param)));
                          });
 
 TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {

@@ -116,8 +116,9 @@ TEST_P(Variants, CachedDecodingEqualsUncached) {
     cached.insert(cached.end(), step.f32(), step.f32() + step.numel());
   }
   EXPECT_TRUE(test::all_close_v(cached, full.span_f32(), 1e-5, 1e-4));
-  if (vc.variant != AttentionVariant::kLinear && vc.kv_heads > 0)
+  if (vc.variant != AttentionVariant::kLinear && vc.kv_heads > 0) {
     EXPECT_EQ(caches[0].k.dim(2), vc.kv_heads * 4);  // the cache holds only the key/value heads
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
