@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "multihead/core/threading.h"
+#include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/plots.h"
+#include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/train/resume.h"
 
@@ -103,6 +106,23 @@ LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_
 }
 
 }  // namespace
+
+std::vector<LengthAccuracy> evaluate_sequence_task_run(const std::string& run_dir, int threads,
+                                                       std::optional<Precision> precision) {
+  const std::string cfg_path = (std::filesystem::path(run_dir) / "config.json").string();
+  SequenceTaskJob job = sequence_task_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  set_num_threads(threads);
+  if (precision) job.train.precision = *precision;
+  ParamStore store;
+  LanguageModel model(store, job.model);
+  store.finalize();
+  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
+  std::vector<LengthAccuracy> out;
+  for (auto L : job.test_lengths)
+    out.push_back(evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
+                                  job.train.precision));
+  return out;
+}
 
 SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run, Progress& progress) {
   SequenceTaskJob job = job_in;

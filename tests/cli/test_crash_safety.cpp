@@ -188,6 +188,10 @@ TEST_F(CrashSafety, ResumingWithOtherSettingsIsRefused) {
   EXPECT_EQ(same.code, 0) << same.err;
   EXPECT_EQ(read_file((out / "checkpoints/last.safetensors").string()), before);
   EXPECT_EQ(step_losses(out).size(), 100u);
+  // eval reproduces the accuracies the run printed.
+  CliRun e = run("eval --run " + out.string() + " --threads 1");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.out, first.out.substr(0, first.out.find("training: ")));
 }
 
 TEST_F(CrashSafety, ANonFiniteLossStopsTrainingOrIsSkippedAsAsked) {

@@ -312,7 +312,9 @@ Command add_eval(CLI::App& app) {
   };
   auto o = std::make_shared<EvalOpts>();
   CLI::App* sub = app.add_subcommand(
-      "eval", "Evaluate a trained run: test accuracy of a classifier, validation loss of a language model");
+      "eval",
+      "Evaluate a trained run: test accuracy of a classifier, validation loss of a language model, accuracy by "
+      "length of a sequence task");
   sub->add_option("--run", o->run, "Run directory written by multihead train")->required();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
@@ -326,6 +328,10 @@ Command add_eval(CLI::App& app) {
               fmt::print("validation loss: {:.4f} nats/token\n", evaluate_language_model_run(o->run, o->threads, precision));
             } else if (task == "image_classification") {
               fmt::print("test accuracy: {:.2f}%\n", 100 * evaluate_image_run(o->run, o->threads, precision));
+            } else if (task == "sequence_task") {
+              for (const auto& a : evaluate_sequence_task_run(o->run, o->threads, precision))
+                fmt::print("length {}: sequence accuracy {:.2f}%, token accuracy {:.2f}%\n", a.length,
+                           100 * a.sequence_accuracy, 100 * a.token_accuracy);
             } else {
               ClassificationMetrics m = evaluate_text_classification_run(o->run, o->threads, precision);
               fmt::print("test accuracy: {:.2f}% ({} examples), test loss {:.4f}\n", 100 * m.accuracy, m.examples,

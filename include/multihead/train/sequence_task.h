@@ -3,6 +3,7 @@
 // the length-extrapolation benchmark of positional encodings.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,10 @@ struct SequenceTaskResult {
 };
 
 SequenceTaskResult run_sequence_task(const SequenceTaskJob& job, RunDir& run, Progress& progress);
+
+// The accuracies by test length of a finished run, from its config.json and
+// last checkpoint: what `multihead eval` prints.
+std::vector<LengthAccuracy> evaluate_sequence_task_run(const std::string& run_dir, int threads,
+                                                       std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead
