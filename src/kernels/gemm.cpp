@@ -1,6 +1,9 @@
 #include "multihead/kernels/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
 
 namespace multihead {
 namespace {
@@ -17,13 +20,35 @@ void scale_only(std::int64_t M, std::int64_t N, T beta, T* C, std::int64_t ldc) 
     for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
 }
 
+// Rows per thread below which one BLAS call keeps the work whole.
+constexpr std::int64_t kMinRowsPerThread = 256;
+
 template <typename T, typename Blas>
 void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A,
               std::int64_t lda, const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_only(M, N, beta, C, ldc);
-  blas(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), bi(M), bi(N), bi(K), alpha, A, bi(lda), B, bi(ldb), beta, C,
-       bi(ldc));
+  auto rows = [&](std::int64_t r0, std::int64_t m) {
+    // Row r0 of op(A): row r0 of A, or column r0 of A stored (K, M).
+    const T* a = ta == Trans::kNo ? A + r0 * lda : A + r0;
+    blas(CblasRowMajor, cblas_trans(ta), cblas_trans(tb), bi(m), bi(N), bi(K), alpha, a, bi(lda), B, bi(ldb), beta,
+         C + r0 * ldc, bi(ldc));
+  };
+  // Tall products run as one single-threaded BLAS call per thread on a
+  // share of the rows: OpenBLAS sees it is inside a parallel region and
+  // stays on one thread. Measured faster than OpenBLAS's own threading on
+  // the layer's projections (8.7 against 10.0 ms for 4096 x 512 by 512 x 512
+  // on 2 threads), which synchronises its threads inside the call.
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads < 2 || M < kMinRowsPerThread * threads) return rows(0, M);
+#pragma omp parallel num_threads(threads)
+  {
+    const std::int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+    // Shares in whole multiples of 16 rows, the last one taking the rest.
+    const std::int64_t share = (M / n + 15) / 16 * 16;
+    const std::int64_t r0 = std::min(M, t * share), r1 = t + 1 == n ? M : std::min(M, r0 + share);
+    if (r1 > r0) rows(r0, r1 - r0);
+  }
 }
 
 }  // namespace
