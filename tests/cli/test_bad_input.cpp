@@ -169,6 +169,19 @@ TEST_F(BadCheckpoint, TextArgumentsMustBeUtf8) {
   EXPECT_FALSE(fs::exists(maps));
 }
 
+TEST_F(BadCheckpoint, CorruptTokenizersAreRefused) {
+  const fs::path tok = out / "tokenizer" / "tokenizer.json";
+  for (const std::string& bytes : {std::string("\x01\x02garbage"), std::string("{\"type\": \"char\"}"),
+                                   std::string("{\"type\": \"bpe\"}")}) {
+    write_file_atomic(tok.string(), bytes);
+    CliRun g = run("generate --run " + out.string() + " --prompt the --tokens 3");
+    EXPECT_EQ(g.code, 2) << bytes;
+    EXPECT_EQ(test::count_lines(g.err), 1) << g.err;
+    EXPECT_EQ(g.err.rfind("multihead: error: " + tok.string() + ": ", 0), 0u) << g.err;
+    EXPECT_TRUE(g.out.empty());
+  }
+}
+
 TEST_F(BadCheckpoint, TruncatedCheckpointsAreRefused) {
   expect_refused_checkpoint(good.substr(0, 5), ckpt + ": not a safetensors file (only 5 bytes)");
   // Cut in the header and in the data: the reader's own message, as one line.
