@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 #include <new>
 
 namespace multihead {
@@ -18,13 +19,19 @@ std::atomic<std::int64_t> g_count{0};
 // Freed large blocks are kept for reuse. Without this, every training step or
 // benchmark iteration would return its activation buffers to the kernel and
 // take page faults (about 12 000 per step of an 8 x 512 x 512 layer) to get
-// them back. Blocks are matched by their size rounded to whole pages.
+// them back. A request takes the smallest cached block that holds it and is
+// at most twice its size (sizes rounded to whole pages): training and
+// evaluation batches of other lengths then share blocks instead of each
+// keeping their own.
 constexpr std::size_t kCacheMinBytes = 1 << 16;
 constexpr std::size_t kPage = 4096;
 std::mutex g_cache_mutex;
 std::multimap<std::size_t, void*>* g_cache = new std::multimap<std::size_t, void*>();  // never destroyed: frees may
                                                                                       // run during static teardown
 std::int64_t g_cached_bytes = 0;
+// Capacity of each large block in use, which can exceed what was asked for:
+// a freed block goes back to the cache under its capacity.
+std::unordered_map<void*, std::size_t>* g_capacity = new std::unordered_map<void*, std::size_t>();
 
 std::size_t rounded_size(std::size_t bytes) {
   if (bytes >= kCacheMinBytes) return (bytes + kPage - 1) / kPage * kPage;
@@ -46,15 +53,27 @@ void* tracked_alloc(std::size_t bytes) {
   void* p = nullptr;
   if (rounded >= kCacheMinBytes) {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
-    auto it = g_cache->find(rounded);
-    if (it != g_cache->end()) {
+    std::size_t capacity = rounded;
+    auto it = g_cache->lower_bound(rounded);
+    if (it != g_cache->end() && it->first / 2 <= rounded) {
       p = it->second;
+      capacity = it->first;
       g_cache->erase(it);
-      g_cached_bytes -= static_cast<std::int64_t>(rounded);
+      g_cached_bytes -= static_cast<std::int64_t>(capacity);
+    } else {
+      p = std::aligned_alloc(kTensorAlignment, rounded);
+      if (p == nullptr) throw std::bad_alloc();
     }
+    try {
+      (*g_capacity)[p] = capacity;
+    } catch (...) {
+      std::free(p);
+      throw;
+    }
+  } else {
+    p = std::aligned_alloc(kTensorAlignment, rounded);
+    if (p == nullptr) throw std::bad_alloc();
   }
-  if (p == nullptr) p = std::aligned_alloc(kTensorAlignment, rounded);
-  if (p == nullptr) throw std::bad_alloc();
   std::int64_t now = g_current.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed) +
                      static_cast<std::int64_t>(bytes);
   g_count.fetch_add(1, std::memory_order_relaxed);
@@ -67,8 +86,13 @@ void tracked_free(void* ptr, std::size_t bytes) noexcept {
   const std::size_t rounded = rounded_size(bytes);
   if (rounded >= kCacheMinBytes) {
     std::lock_guard<std::mutex> lock(g_cache_mutex);
-    g_cache->emplace(rounded, ptr);
-    g_cached_bytes += static_cast<std::int64_t>(rounded);
+    std::size_t capacity = rounded;
+    if (auto it = g_capacity->find(ptr); it != g_capacity->end()) {
+      capacity = it->second;
+      g_capacity->erase(it);
+    }
+    g_cache->emplace(capacity, ptr);
+    g_cached_bytes += static_cast<std::int64_t>(capacity);
   } else {
     std::free(ptr);
   }

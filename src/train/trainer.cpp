@@ -37,7 +37,8 @@ nlohmann::json MemoryCurve::json(const StepStats& s) {
           {"gradient_bytes", s.grad_bytes},
           {"optimizer_bytes", s.optimizer_bytes},
           {"activation_peak_bytes", s.activation_peak_bytes},
-          {"rss_bytes", s.rss_bytes}};
+          {"rss_bytes", s.rss_bytes},
+          {"cached_bytes", s.cached_bytes}};
 }
 
 nlohmann::json step_json(const StepStats& s, bool loss_scaling) {
@@ -67,6 +68,7 @@ StepStats step_stats_from_json(const nlohmann::json& r) {
     s.optimizer_bytes = m.value("optimizer_bytes", std::int64_t{0});
     s.activation_peak_bytes = m.value("activation_peak_bytes", std::int64_t{0});
     s.rss_bytes = m.value("rss_bytes", std::int64_t{-1});
+    s.cached_bytes = m.value("cached_bytes", std::int64_t{0});
   }
   return s;
 }
@@ -116,6 +118,7 @@ StepStats Trainer::step(const MicroStep& fn) {
     s.peak_bytes = m.peak_bytes;
     s.current_bytes = m.current_bytes;
     s.rss_bytes = current_rss_bytes();
+    s.cached_bytes = m.cached_bytes;
     s.activation_peak_bytes = m.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
   };
   store_->zero_grad();

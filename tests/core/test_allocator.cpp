@@ -36,6 +36,34 @@ TEST(Allocator, MovesDoNotDoubleCountOrFree) {
   EXPECT_EQ(memory_stats().current_bytes - base, 256);
 }
 
+TEST(Allocator, CachedBlocksServeRequestsDownToHalfTheirSize) {
+  release_cached_memory();
+  const std::size_t mib = 1 << 20;
+  void* big = tracked_alloc(mib);
+  tracked_free(big, mib);
+  EXPECT_EQ(memory_stats().cached_bytes, static_cast<std::int64_t>(mib));
+  void* half = tracked_alloc(mib / 2 + 100);  // at least half: the cached block serves it
+  EXPECT_EQ(half, big);
+  EXPECT_EQ(memory_stats().cached_bytes, 0);
+  tracked_free(half, mib / 2 + 100);
+  // Back in the cache under its whole capacity: a full-size request gets it.
+  EXPECT_EQ(memory_stats().cached_bytes, static_cast<std::int64_t>(mib));
+  void* again = tracked_alloc(mib);
+  EXPECT_EQ(again, big);
+  void* small = tracked_alloc(mib / 4);  // the cache is empty: a new block
+  EXPECT_NE(small, big);
+  tracked_free(again, mib);
+  tracked_free(small, mib / 4);
+  void* quarter = tracked_alloc(mib / 4);  // the quarter block, not the one four times its size
+  EXPECT_EQ(quarter, small);
+  void* third = tracked_alloc(mib / 3);  // less than half of the only cached block: a new one
+  EXPECT_NE(third, big);
+  tracked_free(quarter, mib / 4);
+  tracked_free(third, mib / 3);
+  release_cached_memory();
+  EXPECT_EQ(memory_stats().cached_bytes, 0);
+}
+
 TEST(Allocator, BuffersAreAligned) {
   Tensor a({3});
   Tensor b({5});

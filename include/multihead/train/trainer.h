@@ -33,6 +33,7 @@ struct StepStats {
   std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   std::int64_t peak_bytes = 0, activation_peak_bytes = 0, current_bytes = 0;
   std::int64_t rss_bytes = 0;  // the process's resident memory after the step (-1: unknown)
+  std::int64_t cached_bytes = 0;  // freed blocks the allocator holds for reuse (core/allocator.h)
 };
 
 // The record every job writes to metrics.jsonl for a step: step (1-based),
