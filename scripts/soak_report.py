@@ -38,15 +38,16 @@ def main(path):
     windows = [rest[i * n:(i + 1) * n] for i in range(5)] + [rest[5 * n:]]
 
     def top(rs, key):
-        return max(r["memory"][key] for r in rs)
+        return max(r["memory"].get(key, 0) for r in rs)
 
     print(f"{len(steps)} steps; warm-up: steps 1-{warm}, "
           f"peak {top(steps[:warm], 'peak_bytes') / MIB:.1f} MiB")
-    print("| steps | peak MiB | held after the step MiB | RSS MiB |")
-    print("|---|---|---|---|")
+    print("| steps | peak MiB | held after the step MiB | allocator cache MiB | RSS MiB |")
+    print("|---|---|---|---|---|")
     for w in windows:
         print(f"| {w[0]['step']}-{w[-1]['step']} | {top(w, 'peak_bytes') / MIB:.1f} | "
-              f"{top(w, 'current_bytes') / MIB:.1f} | {top(w, 'rss_bytes') / MIB:.1f} |")
+              f"{top(w, 'current_bytes') / MIB:.1f} | {top(w, 'cached_bytes') / MIB:.1f} | "
+              f"{top(w, 'rss_bytes') / MIB:.1f} |")
     first = windows[0]
     bound_peak = max(top(steps[:warm], "peak_bytes"), top(first, "peak_bytes"))
     failures = []
