@@ -5,6 +5,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
 
 namespace multihead {
 
@@ -31,6 +32,13 @@ std::string last_checkpoint_path(const std::string& run_dir) {
   return (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
 }
 
+RunConfig read_run_config(const std::string& run_dir) {
+  RunConfig c;
+  c.path = (fs::path(run_dir) / "config.json").string();
+  c.json = ConfigReader::parse(read_file(c.path), c.path);
+  return c;
+}
+
 std::string RunDir::file(const std::string& name) const { return (fs::path(path_) / name).string(); }
 
 void RunDir::write_json(const std::string& name, const nlohmann::json& j) const {
@@ -41,7 +49,7 @@ void RunDir::write_text(const std::string& name, const std::string& text) const 
 
 void RunDir::append_metrics(const nlohmann::json& record) {
   // A new run starts a new log (a run directory reused by a later run is
-  // overwritten, not mixed), unless keep_metrics_through opened it first.
+  // overwritten, not mixed), unless keep_metrics opened it first.
   if (!metrics_) {
     metrics_ = std::fopen(file("metrics.jsonl").c_str(), "w");
     check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));

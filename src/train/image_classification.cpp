@@ -136,8 +136,8 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
 }  // namespace
 
 double evaluate_image_run(const std::string& run_dir, int threads, std::optional<Precision> precision) {
-  const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
-  ImageClassificationJob job = image_classification_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  const RunConfig cfg = read_run_config(run_dir);
+  ImageClassificationJob job = image_classification_job_from_json(cfg.json, cfg.path);
   set_num_threads(threads);
   if (precision) job.train.precision = *precision;
   ParamStore store;

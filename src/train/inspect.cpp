@@ -42,8 +42,7 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
                           std::int64_t max_tokens, int threads) {
   check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
   check_utf8(text, "the text");
-  const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
-  const nlohmann::json cfg = ConfigReader::parse(read_file(cfg_path), cfg_path);
+  const RunConfig cfg = read_run_config(run_dir);
   set_num_threads(threads);
   std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
   const std::string ckpt = last_checkpoint_path(run_dir);
@@ -55,10 +54,10 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
   check<IoError>(!ec, "cannot create '{}': {}", out_dir, ec.message());
 
   InspectResult r;
-  const bool lm = cfg.is_object() && cfg.value("task", "") == "language_modeling";
+  const bool lm = cfg.json.is_object() && cfg.json.value("task", "") == "language_modeling";
   ParamStore store;
   if (lm) {
-    LanguageModelJob job = language_model_job_from_json(cfg, cfg_path);
+    LanguageModelJob job = language_model_job_from_json(cfg.json, cfg.path);
     LanguageModel model(store, job.model);
     store.finalize();
     load_state_dict(store, weights, ckpt, true);
@@ -69,7 +68,7 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
     r.files = heatmaps(model.encoder(), r.tokens, out_dir);
     return r;
   }
-  TextClassificationJob job = text_classification_job_from_json(cfg, cfg_path);
+  TextClassificationJob job = text_classification_job_from_json(cfg.json, cfg.path);
   SequenceClassifier model(store, job.model);
   store.finalize();
   load_state_dict(store, weights, ckpt, true);

@@ -127,14 +127,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   // Cut at a line break, so no character is split.
   const std::size_t split = text.rfind('\n', cut) == std::string::npos ? cut : text.rfind('\n', cut);
   const std::string train_text = text.substr(0, split), val_text = text.substr(split);
-  // A resumed run keeps the tokenizer its checkpoint was trained with.
-  std::unique_ptr<Tokenizer> tok;
-  if (resumes_from_checkpoint(run)) {
-    tok = Tokenizer::load(run.file("tokenizer"));
-  } else {
-    tok = train_tokenizer(job.tokenizer, {train_text});
-    tok->save(run.file("tokenizer"));
-  }
+  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, {train_text});
   const std::vector<std::int64_t> train_ids = tok->encode(train_text), val_ids = tok->encode(val_text);
   progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
                            text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
@@ -262,8 +255,8 @@ struct LoadedLm {
 
 std::unique_ptr<LoadedLm> load_lm_run(const std::string& run_dir) {
   auto r = std::make_unique<LoadedLm>();
-  const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
-  r->job = language_model_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  const RunConfig cfg = read_run_config(run_dir);
+  r->job = language_model_job_from_json(cfg.json, cfg.path);
   r->tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
   r->job.model.vocab_size = r->tok->vocab_size();
   r->model = std::make_unique<LanguageModel>(r->store, r->job.model);

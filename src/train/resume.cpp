@@ -23,10 +23,19 @@ json comparable(json config) {
   return config;
 }
 
-}  // namespace
-
+// True when the run was asked to resume and has a checkpoint to resume from.
 bool resumes_from_checkpoint(const RunDir& run) {
   return run.resume_requested() && std::filesystem::exists(last_checkpoint_path(run.path()));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
+                                         const std::vector<std::string>& texts) {
+  if (resumes_from_checkpoint(run)) return Tokenizer::load(run.file("tokenizer"));
+  std::unique_ptr<Tokenizer> tok = train_tokenizer(cfg, texts);
+  tok->save(run.file("tokenizer"));
+  return tok;
 }
 
 std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trainer) {

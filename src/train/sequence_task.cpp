@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 
 #include "multihead/core/threading.h"
-#include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
@@ -109,8 +107,8 @@ LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_
 
 std::vector<LengthAccuracy> evaluate_sequence_task_run(const std::string& run_dir, int threads,
                                                        std::optional<Precision> precision) {
-  const std::string cfg_path = (std::filesystem::path(run_dir) / "config.json").string();
-  SequenceTaskJob job = sequence_task_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  const RunConfig cfg = read_run_config(run_dir);
+  SequenceTaskJob job = sequence_task_job_from_json(cfg.json, cfg.path);
   set_num_threads(threads);
   if (precision) job.train.precision = *precision;
   ParamStore store;

@@ -212,14 +212,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
 
   std::vector<std::string> train_texts;
   for (std::int64_t i : data.train) train_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
-  // A resumed run keeps the tokenizer its checkpoint was trained with.
-  std::unique_ptr<Tokenizer> tok;
-  if (resumes_from_checkpoint(run)) {
-    tok = Tokenizer::load(run.file("tokenizer"));
-  } else {
-    tok = train_tokenizer(job.tokenizer, train_texts);
-    tok->save(run.file("tokenizer"));
-  }
+  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, train_texts);
   const std::vector<std::vector<std::int64_t>> encoded = encode_all(*tok, data.dataset);
   progress.log(fmt::format("tokenizer: {} with {} tokens", tok->kind(), tok->vocab_size()));
 
@@ -349,9 +342,9 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
 
 std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads) {
   namespace fs = std::filesystem;
-  const std::string cfg_path = (fs::path(run_dir) / "config.json").string();
+  const RunConfig cfg = read_run_config(run_dir);
   auto r = std::make_unique<LoadedTextClassifier>();
-  r->job = text_classification_job_from_json(ConfigReader::parse(read_file(cfg_path), cfg_path), cfg_path);
+  r->job = text_classification_job_from_json(cfg.json, cfg.path);
   set_num_threads(threads);
   PreparedData data = load_and_split(r->job);
   r->tokenizer = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());

@@ -15,6 +15,13 @@ namespace multihead {
 // The checkpoint a run leaves for evaluation and inspection: run_dir/checkpoints/last.safetensors.
 std::string last_checkpoint_path(const std::string& run_dir);
 
+// A finished run's config.json, parsed; `path` names it in the job readers' errors.
+struct RunConfig {
+  std::string path;
+  nlohmann::json json;
+};
+RunConfig read_run_config(const std::string& run_dir);
+
 class RunDir {
  public:
   // Creates the folders; removes temporaries an interrupted run left behind.

@@ -6,19 +6,23 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/data/tokenizer.h"
 #include "multihead/io/run_dir.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/trainer.h"
 
 namespace multihead {
 
-// True when the run was asked to resume and has a checkpoint to resume from.
-bool resumes_from_checkpoint(const RunDir& run);
+// The run's tokenizer: a resumed run loads the one its checkpoint was
+// trained with from tokenizer/; a fresh one trains it on `texts` and saves it there.
+std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
+                                         const std::vector<std::string>& texts);
 
 // Starts a job's training. A fresh run writes config.json, removes a
 // checkpoint a former run left in the directory, and returns no records.
