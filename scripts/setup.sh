@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev   # BLAS (sgemm) through CBLAS, OpenMP build
+  libdnnl-dev              # oneDNN: the default fp32 GEMM (sgemm), OpenMP build
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libhwy-dev               # Google Highway: portable SIMD and its vectorised exp

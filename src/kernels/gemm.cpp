@@ -2,11 +2,17 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <atomic>
+
+#include "multihead/core/error.h"
 
 namespace multihead {
 namespace {
+
+std::atomic<GemmBackend> g_backend{GemmBackend::kOneDnn};
 
 CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::kYes ? CblasTrans : CblasNoTrans; }
 
@@ -51,10 +57,37 @@ void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std
   }
 }
 
+// oneDNN threads the call itself through OpenMP, and runs it on one thread
+// when called inside a parallel region.
+void onednn_sgemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                  std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_only(M, N, beta, C, ldc);
+  const dnnl_status_t st = dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
+                                      lda, B, ldb, beta, C, ldc);
+  check<Error>(st == dnnl_success, "oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N,
+               K);
+}
+
 }  // namespace
+
+void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
+
+GemmBackend gemm_backend() { return g_backend.load(); }
+
+GemmBackend parse_gemm_backend(std::string_view name) {
+  if (name == "onednn") return GemmBackend::kOneDnn;
+  if (name == "openblas") return GemmBackend::kOpenBlas;
+  throw ConfigError(fmt::format("gemm backend must be onednn or openblas, got '{}'", name));
+}
+
+const char* gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::kOneDnn ? "onednn" : "openblas";
+}
 
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
           std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  if (gemm_backend() == GemmBackend::kOneDnn) return onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   gemm_any(cblas_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -92,7 +92,8 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
 }
 
 TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
-  for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights"}) {
+  for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights",
+                            " --gemm openblas"}) {
     CliRun r = run(std::string("bench attention --batch 2 --seq-len 9 --embed-dim 16 --num-heads 4 --iters 2 "
                                "--warmup 0 --threads 1 --json") +
                    extra);
@@ -104,6 +105,7 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
     EXPECT_GT(j["ms"].get<double>(), 0.0);
     EXPECT_GT(j["peak_bytes"].get<std::int64_t>(), 0);
     EXPECT_EQ(j["threads"].get<int>(), 1);
+    EXPECT_EQ(j["gemm"].get<std::string>(), std::string(extra).find("openblas") != std::string::npos ? "openblas" : "onednn");
     EXPECT_EQ(j["samples_ms"].size(), 2u);
   }
   CliRun t = run("bench train --d-model 16 --num-heads 2 --num-layers 1 --dim-feedforward 16 --seq-len 8 --batch 2 "
@@ -112,9 +114,13 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
   auto tj = nlohmann::json::parse(t.out.substr(t.out.rfind('\n', t.out.size() - 2) + 1));
   EXPECT_GT(tj["tokens_per_s"].get<double>(), 0.0);
   EXPECT_GT(tj["peak_bytes"].get<std::int64_t>(), 0);
-  CliRun g = run("bench gemm --m 16 --n 16 --k 16 --iters 2 --json");
-  ASSERT_EQ(g.code, 0) << g.err;
-  EXPECT_NE(g.out.find("\"gflops\""), std::string::npos);
+  for (const char* backend : {"onednn", "openblas"}) {
+    CliRun g = run(std::string("bench gemm --m 16 --n 16 --k 16 --iters 2 --json --gemm ") + backend);
+    ASSERT_EQ(g.code, 0) << g.err;
+    auto gj = nlohmann::json::parse(g.out.substr(g.out.rfind('\n', g.out.size() - 2) + 1));
+    EXPECT_GT(gj["gflops"].get<double>(), 0.0);
+    EXPECT_EQ(gj["gemm"].get<std::string>(), backend);
+  }
 }
 
 TEST_F(Cli, BenchRejectsBadInput) {
@@ -125,6 +131,7 @@ TEST_F(Cli, BenchRejectsBadInput) {
        "multihead: error: attention tile sizes must be positive, got 0 x 256\n"},
       {"bench attention --seq-len 0", "multihead: error: batch and seq-len must be positive\n"},
       {"bench gemm --m 0", "multihead: error: gemm sizes and iters must be positive\n"},
+      {"bench attention --gemm mkl", "multihead: error: gemm backend must be onednn or openblas, got 'mkl'\n"},
       {"bench train --precision half",
        "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
   };

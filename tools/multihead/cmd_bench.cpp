@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "multihead/bench/attention_bench.h"
 #include "multihead/bench/train_bench.h"
+#include "multihead/kernels/gemm.h"
 
 namespace multihead::cli {
 namespace {
@@ -17,6 +18,7 @@ struct BenchOpts {
   std::string tile_gemm = "micro";
   std::string attention = "full";
   std::string precision = "fp32";
+  std::string gemm = "onednn";
   bool json = false;
   std::int64_t m = 4096, n = 1536, k = 512;
   TrainBenchConfig train;
@@ -33,13 +35,15 @@ void run_attention(BenchOpts& o) {
   o.attn.precision = parse_precision(o.precision);
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
-  fmt::print("MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} attention, {}, {} kernel{}, {} threads\n",
+  fmt::print(
+      "MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} attention, {}, {} kernel{}, {} GEMM, {} "
+      "threads\n",
              c.batch, c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
              c.causal ? " causal" : "", o.attention, precision_name(c.precision), o.impl,
              c.impl == AttentionImpl::kFused
                  ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
                  : "",
-             r.threads);
+             o.gemm, r.threads);
   fmt::print("layer:     {:9.3f} ms (median of {})  {:7.1f} GFLOP/s   FLOPs = {}\n", r.ms, c.iters, r.gflops,
              r.flop_formula);
   fmt::print("attention: {:9.3f} ms                {:7.1f} GFLOP/s   (kernel alone, no projections)\n",
@@ -56,6 +60,7 @@ void run_attention(BenchOpts& o) {
                         {"peak_activation_bytes", r.peak_activation_bytes},
                         {"peak_rss_delta_bytes", r.peak_rss_delta_bytes},
                         {"threads", r.threads},
+                        {"gemm", o.gemm},
                         {"samples_ms", r.samples_ms},
                         {"flop_formula", r.flop_formula}};
     fmt::print("{}\n", j.dump());
@@ -64,9 +69,11 @@ void run_attention(BenchOpts& o) {
 
 void run_gemm(const BenchOpts& o) {
   GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters);
-  fmt::print("sgemm M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", o.m, o.n, o.k, r.ms, r.gflops,
-             r.threads);
-  if (o.json) fmt::print("{}\n", nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}}.dump());
+  fmt::print("sgemm ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", o.gemm, o.m, o.n, o.k, r.ms,
+             r.gflops, r.threads);
+  if (o.json)
+    fmt::print("{}\n",
+               nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}, {"gemm", o.gemm}}.dump());
 }
 
 void run_train(BenchOpts& o) {
@@ -75,10 +82,10 @@ void run_train(BenchOpts& o) {
   TrainBenchResult r = run_train_bench(c);
   fmt::print(
       "encoder classifier training: d_model={} heads={} layers={} ff={} vocab={} classes={}, batch {} x {} tokens, "
-      "dropout {}{}, {} activations, {} parameters, {} threads\n",
+      "dropout {}{}, {} activations, {} parameters, {} GEMM, {} threads\n",
       c.d_model, c.num_heads, c.num_layers, c.dim_feedforward, c.vocab_size, c.num_classes, c.batch, c.seq_len,
       c.dropout, c.checkpoint_layers ? ", gradient checkpointing" : "", precision_name(c.precision), r.param_count,
-      r.threads);
+      o.gemm, r.threads);
   fmt::print("step: {:.1f} ms (median of {})   {:.0f} tokens/s\n", r.ms, c.iters, r.tokens_per_s);
   fmt::print("memory: peak {} bytes allocated ({} above weights, gradients and optimizer state)\n", r.peak_bytes,
              r.peak_activation_bytes);
@@ -89,6 +96,7 @@ void run_train(BenchOpts& o) {
                                       {"peak_activation_bytes", r.peak_activation_bytes},
                                       {"param_count", r.param_count},
                                       {"threads", r.threads},
+                                      {"gemm", o.gemm},
                                       {"samples_ms", r.samples_ms}}
                            .dump());
 }
@@ -118,7 +126,7 @@ Command add_bench(CLI::App& app) {
   attn->add_option("--block-size", c.block_size, "Block-sparse: block size (one neighbour each side)")
       ->capture_default_str();
   attn->add_option("--num-kv-heads", c.num_kv_heads, "Grouped-query attention: key/value heads (0: all)");
-  CLI::App* gemm = sub->add_subcommand("gemm", "OpenBLAS sgemm through the library's wrapper (the roofline)");
+  CLI::App* gemm = sub->add_subcommand("gemm", "sgemm through the library's wrapper (the roofline)");
   gemm->add_option("--m", o->m, "Rows of A and C")->capture_default_str();
   gemm->add_option("--n", o->n, "Columns of B and C")->capture_default_str();
   gemm->add_option("--k", o->k, "Columns of A, rows of B")->capture_default_str();
@@ -146,7 +154,10 @@ Command add_bench(CLI::App& app) {
   for (CLI::App* s : {attn, train})
     s->add_option("--precision", o->precision, "Activations and Q, K, V, O in fp32, bf16 or fp16")
         ->capture_default_str();
+  for (CLI::App* s : {attn, gemm, train})
+    s->add_option("--gemm", o->gemm, "fp32 GEMM backend: onednn or openblas")->capture_default_str();
   return {sub, [o, attn, train] {
+            set_gemm_backend(parse_gemm_backend(o->gemm));
             if (attn->parsed()) run_attention(*o);
             else if (train->parsed()) run_train(*o);
             else run_gemm(*o);

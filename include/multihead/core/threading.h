@@ -1,6 +1,7 @@
 // One owner for the cores. Our kernels parallelise with OpenMP, and BLAS calls
-// made inside those regions run single-threaded (OpenBLAS's OpenMP build
-// checks omp_in_parallel); BLAS calls outside them use the same count.
+// made inside those regions run single-threaded (OpenBLAS's OpenMP build and
+// oneDNN both check omp_in_parallel); BLAS calls outside them use the same
+// count (oneDNN reads it from OpenMP at each call).
 #pragma once
 
 namespace multihead {
