@@ -84,6 +84,18 @@ struct MaskGeometry {
     return p;
   }
 
+  // The part of a tile that causality leaves visible: rows [r0, nr) see at
+  // least one of its keys, and no row sees past column nc. The rest of the
+  // tile is all -inf, so it is neither computed nor read. Keys past `cols`
+  // (bias_k / zero) are visible to every row, so a tile reaching them is whole.
+  struct Span {
+    std::int64_t r0, nc;
+  };
+  Span causal_span(std::int64_t i0, std::int64_t nr, std::int64_t j0, std::int64_t nc) const {
+    if (m.causal == CausalAlign::kNone || j0 + nc > cols) return {0, nc};
+    return {std::clamp<std::int64_t>(j0 - offset - i0, 0, nr), std::clamp<std::int64_t>(i0 + nr + offset - j0, 0, nc)};
+  }
+
   // Adds float masks and position terms, and sets masked scores to -inf, in
   // s (nr, nc), row stride lds. qa (nr, buckets): the relative-key scores of
   // the block's queries, when relative positions are on.
@@ -284,15 +296,15 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         std::fill(wv, wv + nr * nb, 0.0f);
       }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
-        const std::int64_t nc = std::min(Bc, d.S - j0);
-        const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
+        const TilePlan plan = geo.plan(b, i0, nr, j0, std::min(Bc, d.S - j0));
         if (plan.skip) continue;
+        const auto [r0, nc] = geo.causal_span(i0, nr, j0, std::min(Bc, d.S - j0));
         const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
         std::int64_t ldk = 0, ldv = 0;  // the micro-kernel reads K^T from kt instead of K's rows
         const float* kj = tm.blas ? rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk) : nullptr;
-        tm.q_kt(s, Bc, qi, ldq, kj, ldk, kt, d.S, nr, nc, d.D, scale);
-        if (plan.elementwise) geo.apply(s, Bc, b, h, i0, nr, j0, nc, qa);
-        for (std::int64_t r = 0; r < nr; ++r) {
+        tm.q_kt(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, kt, d.S, nr - r0, nc, d.D, scale);
+        if (plan.elementwise) geo.apply(s + r0 * Bc, Bc, b, h, i0 + r0, nr - r0, j0, nc, qa + r0 * nb);
+        for (std::int64_t r = r0; r < nr; ++r) {
           float* row = s + r * Bc;
           const float m_new = std::max(m[r], simd::row_max(row, nc));
           if (m_new == -kInf) {  // nothing visible yet in this row
@@ -311,7 +323,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
             bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);
         }
         const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
-        tm.ab(acc, d.Dv, s, Bc, vj, ldv, nr, d.Dv, nc, 1.0f, true);
+        tm.ab(acc + r0 * d.Dv, d.Dv, s + r0 * Bc, Bc, vj, ldv, nr - r0, d.Dv, nc, 1.0f, true);
       }
       float* lse_bh = lse + bh * d.L + i0;
       for (std::int64_t r = 0; r < nr; ++r) {
@@ -391,18 +403,21 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
         std::fill_n(dq.at(b, h) + i * dq.row_stride, d.D, 0.0f);
       }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
-        const std::int64_t nc = std::min(Bc, d.S - j0);
+        const std::int64_t nc_block = std::min(Bc, d.S - j0);
         std::int64_t ldk = 0, ldv = 0, ldq = 0;
-        const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
-        const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
-        std::fill_n(dk_acc, nc * d.D, 0.0f);
-        std::fill_n(dv_acc, nc * d.Dv, 0.0f);
-        tm.pack_t(kt, Bc, kj, ldk, nc, d.D);
-        tm.pack_t(vt, Bc, vj, ldv, nc, d.Dv);
-        for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
-          const std::int64_t nr = std::min(Br, d.L - i0);
-          const TilePlan plan = geo.plan(b, i0, nr, j0, nc);
+        const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc_block, d.D, kbuf, ldk);
+        const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc_block, d.Dv, vbuf, ldv);
+        std::fill_n(dk_acc, nc_block * d.D, 0.0f);
+        std::fill_n(dv_acc, nc_block * d.Dv, 0.0f);
+        tm.pack_t(kt, Bc, kj, ldk, nc_block, d.D);
+        tm.pack_t(vt, Bc, vj, ldv, nc_block, d.Dv);
+        for (std::int64_t i0_block = 0; i0_block < d.L; i0_block += Br) {
+          const std::int64_t nr_block = std::min(Br, d.L - i0_block);
+          const TilePlan plan = geo.plan(b, i0_block, nr_block, j0, nc_block);
           if (plan.skip) continue;
+          // Only the causally visible rows and columns of the tile: the rest has P = 0.
+          const auto [r0, nc] = geo.causal_span(i0_block, nr_block, j0, nc_block);
+          const std::int64_t i0 = i0_block + r0, nr = nr_block - r0;
           const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
           const float* doi = dout.at(b, h) + i0 * dout.row_stride;
           // P = exp(scale * Q K^T + mask - lse)
@@ -453,7 +468,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kj, ldk, nr, d.D, nc, scale, true);
           tm.at_b(dk_acc, d.D, dp, Bc, qi, ldq, nc, d.D, nr, scale, true);
         }
-        for (std::int64_t c = 0; c < nc; ++c) {
+        for (std::int64_t c = 0; c < nc_block; ++c) {
           std::copy_n(dk_acc + c * d.D, d.D, dk.at(b, h) + (j0 + c) * dk.row_stride);
           std::copy_n(dv_acc + c * d.Dv, d.Dv, dv.at(b, h) + (j0 + c) * dv.row_stride);
         }
