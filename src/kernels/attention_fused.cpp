@@ -181,7 +181,7 @@ struct TileMath {
   // dst (cols, rows) = src (rows, cols)^T with dst row stride ldd; for the micro-kernel only.
   void pack_t(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
               std::int64_t cols) const {
-    if (!blas) simd::transpose_tile(dst, ldd, src, lds, rows, cols);
+    if (!blas) transpose(dst, ldd, src, lds, rows, cols);
   }
 };
 

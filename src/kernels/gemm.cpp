@@ -96,4 +96,10 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, do
   gemm_any(cblas_dgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
+               std::int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  cblas_somatcopy(CblasRowMajor, CblasTrans, bi(rows), bi(cols), 1.0f, src, bi(lds), dst, bi(ldd));
+}
+
 }  // namespace multihead

@@ -109,20 +109,4 @@ inline void tile_gemm(float* C, std::int64_t ldc, const float* A, std::int64_t l
   }
 }
 
-// dst (cols, rows) = src (rows, cols)^T, row strides ldd and lds. Blocked so
-// that the 16 source and 16 destination lines of a block stay in L1; a plain
-// double loop writes with a large stride and costs several times more.
-inline void transpose_tile(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
-                           std::int64_t cols) {
-  constexpr std::int64_t kBlock = 16;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-    const std::int64_t r1 = r0 + kBlock < rows ? r0 + kBlock : rows;
-    for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const std::int64_t c1 = c0 + kBlock < cols ? c0 + kBlock : cols;
-      for (std::int64_t r = r0; r < r1; ++r)
-        for (std::int64_t c = c0; c < c1; ++c) dst[c * ldd + r] = src[r * lds + c];
-    }
-  }
-}
-
 }  // namespace multihead::simd

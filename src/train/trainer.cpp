@@ -12,6 +12,8 @@ namespace multihead {
 
 namespace {
 double mib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+// NaN's sign bit means nothing to a reader; fmt would print "-nan".
+double nan_unsigned(double x) { return std::isnan(x) ? std::fabs(x) : x; }
 }  // namespace
 
 void MemoryCurve::add(const StepStats& s) {
@@ -164,7 +166,7 @@ StepStats Trainer::step(const MicroStep& fn) {
     check<Error>(cfg_.on_nonfinite == NonFinite::kSkip,
                  "training stopped at step {}: loss {}, gradient norm {} (not finite; on_nonfinite skip would skip "
                  "such steps)",
-                 step_ + 1, s.loss, s.grad_norm);
+                 step_ + 1, nan_unsigned(s.loss), nan_unsigned(s.grad_norm));
     return skip();
   }
   skipped_in_a_row_ = 0;

@@ -203,6 +203,7 @@ TEST(Training, NonFiniteInputsStopTrainingOrSkipTheStepAsAsked) {
       ADD_FAILURE() << "a non-finite loss did not stop training";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("training stopped at step 3: loss"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("-nan"), std::string::npos) << "NaN is printed without a sign";
     }
     EXPECT_EQ(stop.weights(), before) << "the bad step must not update";
 
