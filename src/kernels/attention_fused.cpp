@@ -330,7 +330,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         T* dst = out.at(b, h) + (i0 + r) * out.row_stride;
         float* o = orow;
         if constexpr (!kHalfStorage<T>) o = dst;
-        if (l[r] > 0.0f) {
+        if (l[r] != 0.0f) {  // 0 only when every key was masked; NaN carries on
           const float inv = 1.0f / l[r];
           if (rel.rel_v) small_ab(acc + r * d.Dv, wv + r * nb, rel.rel_v, 1, d.Dv, nb, 1.0f, d.Dv, nb);
           for (std::int64_t e = 0; e < d.Dv; ++e) o[e] = acc[r * d.Dv + e] * inv;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <cstdint>
 #include <limits>
@@ -27,9 +26,38 @@ inline float row_max(const float* x, std::int64_t n) {
   return m;
 }
 
+// exp(x) for the softmax's arguments: a score less its row's maximum or
+// log-sum-exp, so at most a rounding error above 0, or -inf where masked.
+// The Cephes expf scheme: n = round(x log2 e), r = x - n ln 2 in two parts,
+// a polynomial for exp(r), times 2^n built in the exponent bits. Within
+// 1 ULP of exp computed in double for -87.33 <= x <= 88 on the arguments of
+// tests/kernels/test_simd_exp.cpp (Highway's Exp measured 1 ULP there too);
+// exactly 0 below ln(FLT_MIN) = -87.34, -inf included, where exp is
+// subnormal or smaller.
+// NaN stays NaN, as in PyTorch's softmax: Highway's Exp returns 0 for NaN,
+// which would silently drop a NaN score from its row.
+template <class D, class V>
+inline V exp_softmax(D d, V x) {
+  const hn::RebindToSigned<D> di;
+  const auto n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
+  auto r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);  // ln 2's high part: n times it is exact
+  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);     // and the rest
+  auto p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
+  p = hn::MulAdd(p, r, hn::Set(d, 4.1665795894e-2f));
+  p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
+  p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
+  p = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
+  // 2^n as a float: n + 127 in the exponent field, a normal number for
+  // -126 <= n <= 127. Multiplied rather than added into p's bits, so a NaN
+  // p stays NaN whatever n became.
+  const auto two_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.33654f)), hn::Mul(p, two_n));
+}
+
 // x[j] = exp(x[j] - shift) in place; returns the sum of the results.
-// Highway's Exp is accurate to about 1 ULP and returns 0 below -104, so
-// masked (-inf) scores become exactly 0.
+// Masked (-inf) scores become exactly 0.
 inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
   const DF d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
@@ -37,7 +65,7 @@ inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
   auto vsum = hn::Zero(d);
   std::int64_t j = 0;
   for (; j + N <= n; j += N) {
-    auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, x + j), vs));
+    auto e = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j), vs));
     hn::StoreU(e, d, x + j);
     vsum = hn::Add(vsum, e);
   }
@@ -45,7 +73,7 @@ inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
     // Tail through a full vector padded with -inf (exp gives 0 there).
     alignas(64) float buf[kMaxLanes];
     for (std::int64_t t = 0; t < N; ++t) buf[t] = j + t < n ? x[j + t] : -std::numeric_limits<float>::infinity();
-    auto e = hn::Exp(d, hn::Sub(hn::Load(d, buf), vs));
+    auto e = exp_softmax(d, hn::Sub(hn::Load(d, buf), vs));
     hn::Store(e, d, buf);
     for (std::int64_t t = 0; j + t < n; ++t) x[j + t] = buf[t];
     vsum = hn::Add(vsum, e);

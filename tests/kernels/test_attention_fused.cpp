@@ -314,6 +314,40 @@ TEST(FusedAttention, FullyMaskedRowsGiveZerosAndInfiniteLse) {
   for (std::int64_t i = 0; i < d.L; ++i) EXPECT_EQ(lse[static_cast<std::size_t>(i)], std::numeric_limits<float>::infinity());
 }
 
+// A NaN in one key reaches every query of its head that sees the key, as in
+// PyTorch's softmax; it must not be dropped as a zero weight. Where a mask
+// hides the key, the fused kernel skips the score or sets it to -inf, so
+// those queries stay finite; the reference
+// path adds the mask as PyTorch 1.13 does (NaN + -inf = NaN), so the NaN
+// spreads over the whole head there.
+TEST(FusedAttention, ANaNKeyReachesTheQueriesThatSeeIt) {
+  const AttentionDims d{1, 2, 20, 20, 8, 8};
+  for (CausalAlign causal : {CausalAlign::kNone, CausalAlign::kTopLeft})
+    for (AttentionTiles tiles : {AttentionTiles{}, AttentionTiles{8, 8}, AttentionTiles{8, 8, TileGemm::kBlas}}) {
+      Spec s{"nan", d};
+      s.causal = causal;
+      Data x = make(s);
+      x.k[static_cast<std::size_t>(5 * d.H * d.D + 2)] = std::nanf("");  // key 5, head 0, dimension 2
+      std::vector<float> ref(x.g.size()), probs(static_cast<std::size_t>(d.B * d.H * d.L * d.S));
+      std::vector<float> out(x.g.size(), 7.0f), lse(static_cast<std::size_t>(d.B * d.H * d.L));
+      const auto q = view<const float>(x.q.data(), d, d.L, d.D), k = view<const float>(x.k.data(), d, d.S, d.D),
+                 v = view<const float>(x.v.data(), d, d.S, d.Dv);
+      attention_ref_forward<float>(view(ref.data(), d, d.L, d.Dv), probs.data(), q, k, v, x.masks, d, 0.5f, x.drop);
+      attention_fused_forward(view(out.data(), d, d.L, d.Dv), lse.data(), q, k, v, x.masks, d, 0.5f, x.drop, tiles);
+      for (std::int64_t i = 0; i < d.L; ++i)
+        for (std::int64_t h = 0; h < d.H; ++h)
+          for (std::int64_t e = 0; e < d.Dv; ++e) {
+            const std::size_t at = static_cast<std::size_t>((i * d.H + h) * d.Dv + e);
+            const bool sees = h == 0 && (causal == CausalAlign::kNone || i >= 5);
+            ASSERT_EQ(std::isnan(out[at]), sees) << "fused, query " << i << " head " << h << " tiles " << tiles.q_block;
+            ASSERT_EQ(std::isnan(ref[at]), h == 0) << "reference, query " << i << " head " << h;
+            if (h == 1) {
+              EXPECT_NEAR(out[at], ref[at], 1e-5);
+            }
+          }
+    }
+}
+
 TEST(FusedAttention, BadTilesAreAnError) {
   AttentionDims d{1, 1, 2, 2, 1, 1};
   std::vector<float> a(4), lse(2);

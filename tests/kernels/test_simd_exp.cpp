@@ -1,0 +1,82 @@
+// The fused kernels' softmax exponentials (simd::exp_shift_sum, on Highway's
+// contrib Exp) against exp in double, ULP by ULP, over the arguments the
+// kernels give it; its edges (0, -inf, underflow, NaN); its tails and sums.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "simd_rows.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+// exp of every x through exp_shift_sum with no shift.
+std::vector<float> row_exp(std::vector<float> x) {
+  simd::exp_shift_sum(x.data(), static_cast<std::int64_t>(x.size()), 0.0f);
+  return x;
+}
+
+// Distance in units in the last place between two non-negative floats.
+std::int64_t ulps(float a, float b) {
+  return std::abs(static_cast<std::int64_t>(std::bit_cast<std::int32_t>(a)) - std::bit_cast<std::int32_t>(b));
+}
+
+std::int64_t max_ulps(const std::vector<float>& x, const std::vector<float>& y) {
+  std::int64_t worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x[i])));
+    worst = std::max(worst, ulps(y[i], want));
+  }
+  return worst;
+}
+
+TEST(SimdExp, WithinOneUlpOverTheSoftmaxDomain) {
+  // Every 97th float from -87.33 up to 0 (a softmax argument is a score less
+  // its row's maximum or log-sum-exp), then floats just above 0 (rounding
+  // can put an argument there), then uniform samples of [0, 88].
+  std::vector<float> x;
+  for (std::uint32_t b = std::bit_cast<std::uint32_t>(-87.33f); b > 0x80000000u; b -= 97) x.push_back(std::bit_cast<float>(b));
+  for (float v = 0x1p-30f; v <= 0x1p-10f; v *= 1.001f) x.push_back(v);
+  Rng rng(5);
+  for (int i = 0; i < 100000; ++i) x.push_back(88.0f * rng.uniform());
+  EXPECT_LE(max_ulps(x, row_exp(x)), 1) << "over " << x.size() << " arguments";
+}
+
+TEST(SimdExp, EdgesOfTheDomain) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {0.0f, -0.0f, -inf, -105.0f, -1e30f, -87.33f, 1e-7f, -1e-7f, std::nanf("")};
+  const std::vector<float> y = row_exp(x);
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[1], 1.0f);
+  for (int i : {2, 3, 4}) EXPECT_EQ(y[i], 0.0f) << x[i] << ": masked scores must give exactly 0";
+  EXPECT_GT(y[5], 0.0f);
+  for (int i : {5, 6, 7}) EXPECT_LE(ulps(y[i], static_cast<float>(std::exp(static_cast<double>(x[i])))), 1) << x[i];
+  EXPECT_TRUE(std::isnan(y[8])) << "a NaN score must stay NaN, got " << y[8];
+}
+
+TEST(SimdExp, ShiftSumCoversEveryTailLength) {
+  Rng rng(11);
+  for (std::int64_t n = 1; n <= 40; ++n) {
+    std::vector<float> row(n);
+    for (float& v : row) v = 6.0f * rng.normal();
+    row[n / 2] = -std::numeric_limits<float>::infinity();  // a masked score
+    const float shift = 3.0f;
+    double want_sum = 0.0;
+    std::vector<float> want(n);
+    for (std::int64_t j = 0; j < n; ++j) {
+      // The kernel subtracts in float; exp then sees the rounded difference.
+      want[j] = static_cast<float>(std::exp(static_cast<double>(row[j] - shift)));
+      want_sum += want[j];
+    }
+    const float sum = simd::exp_shift_sum(row.data(), n, shift);
+    EXPECT_EQ(row[n / 2], 0.0f) << "n=" << n;
+    for (std::int64_t j = 0; j < n; ++j) EXPECT_LE(ulps(row[j], want[j]), 2) << "n=" << n << " j=" << j;
+    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-30) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace multihead
