@@ -19,7 +19,7 @@ packages=(
   libdnnl-dev              # oneDNN: the default fp32 GEMM (sgemm), OpenMP build
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
-  libhwy-dev               # Google Highway: portable SIMD and its vectorised exp
+  libhwy-dev               # Google Highway: portable SIMD
   libsentencepiece-dev     # subword tokenizers
   libcairo2-dev fonts-dejavu-core  # PNG plots and heatmaps in run reports
   zlib1g-dev               # gzip-compressed IDX files

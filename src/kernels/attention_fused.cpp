@@ -296,9 +296,11 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         std::fill(wv, wv + nr * nb, 0.0f);
       }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
-        const TilePlan plan = geo.plan(b, i0, nr, j0, std::min(Bc, d.S - j0));
+        const std::int64_t nc_block = std::min(Bc, d.S - j0);
+        const TilePlan plan = geo.plan(b, i0, nr, j0, nc_block);
         if (plan.skip) continue;
-        const auto [r0, nc] = geo.causal_span(i0, nr, j0, std::min(Bc, d.S - j0));
+        // Only the causally visible rows and columns of the tile: the rest is -inf.
+        const auto [r0, nc] = geo.causal_span(i0, nr, j0, nc_block);
         const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
         std::int64_t ldk = 0, ldv = 0;  // the micro-kernel reads K^T from kt instead of K's rows
         const float* kj = tm.blas ? rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk) : nullptr;
