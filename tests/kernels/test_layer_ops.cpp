@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "multihead/core/threading.h"
 #include "multihead/kernels/activations.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/layer_norm.h"
@@ -98,6 +99,25 @@ TEST(Dropout, KeepsScalesAndIsReproducible) {
     else EXPECT_DOUBLE_EQ(v, 1.0 / (1.0 - static_cast<double>(0.25f)));
   }
   EXPECT_NEAR(zeros / 10000.0, 0.25, 0.02);
+}
+
+// Long spans are shared between threads; every element still follows its own
+// index in the stream, whatever the thread count and the span's start.
+TEST(Dropout, LongSpansGiveTheSameMaskOnAnyThreadCount) {
+  const std::int64_t n = 300007;
+  const std::uint64_t base = 12345;
+  const DropoutSpec spec{0.3f, 11, 5};
+  std::vector<float> one(n, 2.0f), two(n, 2.0f);
+  set_num_threads(1);
+  dropout_inplace(one.data(), n, base, spec);
+  set_num_threads(2);
+  dropout_inplace(two.data(), n, base, spec);
+  set_num_threads(0);
+  EXPECT_EQ(one, two);
+  const float kept = 2.0f / (1.0f - spec.p);
+  for (std::int64_t i = 0; i < n; i += 997)
+    ASSERT_EQ(one[i], uniform_at(spec.seed, spec.stream, base + static_cast<std::uint64_t>(i)) >= spec.p ? kept : 0.0f)
+        << i;
 }
 
 }  // namespace
