@@ -4,6 +4,7 @@
 
 #include <hwy/highway.h>
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -54,6 +55,21 @@ inline V exp_softmax(D d, V x) {
   // p stays NaN whatever n became.
   const auto two_n = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
   return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.33654f)), hn::Mul(p, two_n));
+}
+
+// dst[j] = elu(x[j]) + 1: x + 1 above 0, exp(x) otherwise (NaN stays NaN).
+// The feature map of linear attention.
+inline void elu_plus_one(float* dst, const float* x, std::int64_t n) {
+  const DF d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto v = hn::LoadU(d, x + j);
+    const auto pos = hn::Gt(v, hn::Zero(d));
+    const auto e = exp_softmax(d, hn::IfThenZeroElse(pos, v));
+    hn::StoreU(hn::IfThenElse(pos, hn::Add(v, hn::Set(d, 1.0f)), e), d, dst + j);
+  }
+  for (; j < n; ++j) dst[j] = x[j] > 0.0f ? x[j] + 1.0f : std::exp(x[j]);
 }
 
 // x[j] = exp(x[j] - shift) in place; returns the sum of the results.

@@ -16,6 +16,7 @@ struct Case {
   const char* name;
   AttentionDims d;
   bool causal, padding;
+  std::int64_t chunk = 64;  // queries per block; small values give several blocks
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -32,6 +33,7 @@ struct Problem {
     k = test::random_vector(d.B * d.S * d.H * d.D, rng);
     v = test::random_vector(d.B * d.S * d.H * d.Dv, rng);
     args.causal = c.causal;
+    args.chunk = c.chunk;
     if (c.padding) {
       pad.assign(static_cast<std::size_t>(d.B * d.S), 0);
       for (std::int64_t j = d.S - 2; j < d.S; ++j) pad[static_cast<std::size_t>(j)] = 1;  // batch 0's last two keys
@@ -104,8 +106,42 @@ INSTANTIATE_TEST_SUITE_P(Forms, LinearAttention,
                                            Case{"non_causal_padding", {2, 2, 4, 6, 3, 3}, false, true},
                                            Case{"causal", {2, 2, 6, 6, 3, 2}, true, false},
                                            Case{"causal_L_lt_S_padding", {2, 1, 3, 7, 2, 3}, true, true},
-                                           Case{"causal_L_gt_S", {1, 2, 7, 4, 3, 2}, true, false}),
+                                           Case{"causal_L_gt_S", {1, 2, 7, 4, 3, 2}, true, false},
+                                           Case{"non_causal_chunk2", {2, 2, 5, 7, 3, 2}, false, false, 2},
+                                           Case{"non_causal_padding_chunk3", {2, 2, 7, 6, 3, 3}, false, true, 3},
+                                           Case{"causal_chunk2", {2, 2, 7, 7, 3, 2}, true, false, 2},
+                                           Case{"causal_chunk3", {1, 2, 8, 8, 2, 2}, true, false, 3},
+                                           Case{"causal_L_lt_S_padding_chunk2", {2, 1, 5, 11, 2, 3}, true, true, 2},
+                                           Case{"causal_L_gt_S_chunk2", {1, 2, 9, 4, 3, 2}, true, false, 2},
+                                           Case{"causal_L_gt_S_chunk3", {1, 1, 10, 3, 2, 2}, true, true, 3}),
                          [](const ::testing::TestParamInfo<Case>& c) { return std::string(c.param.name); });
+
+// The float kernel (vectorised feature map, several blocks of the default
+// size) on a longer sequence, against the quadratic formula in double.
+TEST(LinearAttentionFloat, LongSequencesMatchTheQuadraticFormula) {
+  for (bool causal : {false, true})
+    for (std::int64_t S : {200, 230}) {
+      Problem p(Case{"float", {2, 2, 200, S, 16, 8}, causal, true});
+      const AttentionDims& d = p.d;
+      auto to_f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+      // The double problem on the float-rounded inputs, so only the kernel's rounding differs.
+      for (auto* x : {&p.q, &p.k, &p.v})
+        for (double& e : *x) e = static_cast<float>(e);
+      const std::vector<float> q = to_f(p.q), k = to_f(p.k), v = to_f(p.v);
+      std::vector<float> out(static_cast<std::size_t>(d.B * d.L * d.H * d.Dv));
+      LinearAttentionArgs<float> args;
+      args.causal = causal;
+      args.key_padding = p.args.key_padding;
+      auto cv = [&](const std::vector<float>& x, std::int64_t len, std::int64_t dim) {
+        return HeadsView<const float>{x.data(), len * d.H * dim, d.H * dim, dim};
+      };
+      linear_attention_forward<float>({out.data(), d.L * d.H * d.Dv, d.H * d.Dv, d.Dv}, cv(q, d.L, d.D),
+                                      cv(k, d.S, d.D), cv(v, d.S, d.Dv), d, args);
+      const std::vector<double> want = p.quadratic();
+      EXPECT_TRUE((test::all_close<float, double>(out, want, 1e-5, 1e-4))) << (causal ? "causal" : "non-causal")
+                                                                            << " S=" << S;
+    }
+}
 
 TEST(LinearAttentionRecurrent, StepsEqualTheCausalKernel) {
   Problem p(Case{"x", {1, 1, 9, 9, 4, 3}, true, false});

@@ -8,6 +8,12 @@
 // kept as prefix sums in the causal form, which is also the recurrent form
 // that generation steps through one token at a time. eps keeps the
 // denominator away from zero.
+//
+// The kernels work on blocks of `chunk` queries, so that everything is a
+// matrix product (gemm): a block's output is its queries against the state
+// of the keys every query of the block sees, plus a masked (chunk, chunk)
+// product with the keys only some of them see (causal); the state then
+// takes the next block's keys in one product.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,7 @@ struct LinearAttentionArgs {
   const std::uint8_t* key_padding = nullptr;  // (B, S), nonzero: ignore the key
   bool causal = false;
   T eps = T(1e-6);
+  std::int64_t chunk = 64;  // queries per block: the products' size
 };
 
 // out: (B, L, H, Dv) written; q (B, L, H, D), k (B, S, H, D), v (B, S, H, Dv).
