@@ -37,7 +37,9 @@ void linear_attention_forward(HeadsView<T> out, HeadsView<const T> q, HeadsView<
                               const AttentionDims& dims, const LinearAttentionArgs<T>& args);
 
 // Gradients written (not accumulated) into dq, dk, dv. Recomputes the sums
-// in O(L) memory: a forward sweep for dq, a backward sweep for dk and dv.
+// in O(L) memory: a forward sweep over the blocks gives dq and the gradient
+// of the keys each block sees in part; a backward sweep gives the rest of
+// dk and dv.
 template <typename T>
 void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
                                HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
