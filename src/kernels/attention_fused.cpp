@@ -185,6 +185,10 @@ struct TileMath {
   }
 };
 
+bool tiles_use_blas(const AttentionTiles& t, const AttentionDims& d) {
+  return t.gemm == TileGemm::kBlas || (t.gemm == TileGemm::kAuto && std::max(d.D, d.Dv) <= kBlasTileMaxDim);
+}
+
 // qa (nr, buckets) = scale * Q (nr, D) rel_k^T, Q with row stride ldq.
 void relative_scores(float* qa, const float* q, std::int64_t ldq, std::int64_t nr, std::int64_t D,
                      const RelativePositions<float>& rel, float scale) {
@@ -243,7 +247,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
-  const TileMath tm{tiles.gemm == TileGemm::kBlas};
+  const TileMath tm{tiles_use_blas(tiles, d)};
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: scores (Br, Bc), output accumulator (Br, Dv), m and l (Br);
@@ -356,7 +360,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
-  const TileMath tm{tiles.gemm == TileGemm::kBlas};
+  const TileMath tm{tiles_use_blas(tiles, d)};
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
@@ -496,7 +500,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
-  const TileMath tm{tiles.gemm == TileGemm::kBlas};
+  const TileMath tm{tiles_use_blas(tiles, d)};
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // P (Br, Bc), K^T (D, Bc), qa (Br, nb); 16-bit storage: a query block (Br, D) and a key tile (Bc, D), widened.

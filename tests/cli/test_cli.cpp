@@ -92,7 +92,7 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
 }
 
 TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
-  for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights",
+  for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights", " --tile-gemm micro",
                             " --gemm openblas"}) {
     CliRun r = run(std::string("bench attention --batch 2 --seq-len 9 --embed-dim 16 --num-heads 4 --iters 2 "
                                "--warmup 0 --threads 1 --json") +
@@ -132,6 +132,7 @@ TEST_F(Cli, BenchRejectsBadInput) {
       {"bench attention --seq-len 0", "multihead: error: batch and seq-len must be positive\n"},
       {"bench gemm --m 0", "multihead: error: gemm sizes and iters must be positive\n"},
       {"bench attention --gemm mkl", "multihead: error: gemm backend must be onednn or openblas, got 'mkl'\n"},
+      {"bench attention --tile-gemm fast", "multihead: error: --tile-gemm must be auto, micro or blas, got 'fast'\n"},
       {"bench train --precision half",
        "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
   };

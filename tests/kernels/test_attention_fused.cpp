@@ -165,7 +165,9 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
 
 std::vector<Spec> specs() {
   std::vector<Spec> v;
-  const AttentionTiles small{16, 32};
+  // Default tiles take BLAS for heads of at most 8 dimensions (kAuto); the
+  // small tiles pin the micro-kernel, so both paths meet every size and mask.
+  const AttentionTiles small{16, 32, TileGemm::kMicroKernel};
   // Sizes that are not multiples of the tile, with default and small tiles.
   for (std::int64_t L : {1, 7, 65, 257})
     for (std::int64_t D : {1, 3, 64, 128}) {
@@ -323,7 +325,8 @@ TEST(FusedAttention, FullyMaskedRowsGiveZerosAndInfiniteLse) {
 TEST(FusedAttention, ANaNKeyReachesTheQueriesThatSeeIt) {
   const AttentionDims d{1, 2, 20, 20, 8, 8};
   for (CausalAlign causal : {CausalAlign::kNone, CausalAlign::kTopLeft})
-    for (AttentionTiles tiles : {AttentionTiles{}, AttentionTiles{8, 8}, AttentionTiles{8, 8, TileGemm::kBlas}}) {
+    for (AttentionTiles tiles : {AttentionTiles{}, AttentionTiles{8, 8, TileGemm::kMicroKernel},
+                                 AttentionTiles{8, 8, TileGemm::kBlas}}) {
       Spec s{"nan", d};
       s.causal = causal;
       Data x = make(s);

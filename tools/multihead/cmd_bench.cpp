@@ -15,7 +15,7 @@ namespace {
 struct BenchOpts {
   AttentionBenchConfig attn;
   std::string impl = "fused";
-  std::string tile_gemm = "micro";
+  std::string tile_gemm = "auto";
   std::string attention = "full";
   std::string precision = "fp32";
   std::string gemm = "onednn";
@@ -28,9 +28,11 @@ void run_attention(BenchOpts& o) {
   check<ConfigError>(o.impl == "fused" || o.impl == "reference", "--impl must be fused or reference, got '{}'",
                      o.impl);
   o.attn.impl = o.impl == "fused" ? AttentionImpl::kFused : AttentionImpl::kReference;
-  check<ConfigError>(o.tile_gemm == "micro" || o.tile_gemm == "blas", "--tile-gemm must be micro or blas, got '{}'",
-                     o.tile_gemm);
-  o.attn.tiles.gemm = o.tile_gemm == "micro" ? TileGemm::kMicroKernel : TileGemm::kBlas;
+  check<ConfigError>(o.tile_gemm == "auto" || o.tile_gemm == "micro" || o.tile_gemm == "blas",
+                     "--tile-gemm must be auto, micro or blas, got '{}'", o.tile_gemm);
+  o.attn.tiles.gemm = o.tile_gemm == "auto"    ? TileGemm::kAuto
+                      : o.tile_gemm == "micro" ? TileGemm::kMicroKernel
+                                               : TileGemm::kBlas;
   o.attn.variant = parse_attention_variant(o.attention);
   o.attn.precision = parse_precision(o.precision);
   const AttentionBenchConfig& c = o.attn;
@@ -119,7 +121,7 @@ Command add_bench(CLI::App& app) {
   attn->add_option("--impl", o->impl, "Attention kernel: fused or reference")->capture_default_str();
   attn->add_option("--q-block", c.tiles.q_block, "Fused kernel: query rows per tile")->capture_default_str();
   attn->add_option("--k-block", c.tiles.k_block, "Fused kernel: key rows per tile")->capture_default_str();
-  attn->add_option("--tile-gemm", o->tile_gemm, "Fused kernel: tile products by micro-kernel or blas")
+  attn->add_option("--tile-gemm", o->tile_gemm, "Fused kernel: tile products by auto (blas for head_dim <= 8), micro or blas")
       ->capture_default_str();
   attn->add_option("--attention", o->attention, "full, sliding_window, block_sparse or linear")->capture_default_str();
   attn->add_option("--window", c.window, "Sliding window: keys on each side")->capture_default_str();

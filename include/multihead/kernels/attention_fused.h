@@ -21,14 +21,17 @@ namespace multihead {
 
 // How the products on tiles are computed: our register-blocked SIMD
 // micro-kernel, or single-threaded BLAS calls. Both are kept so the choice
-// stays measurable (docs/BENCHMARKS.md).
-enum class TileGemm : std::uint8_t { kMicroKernel, kBlas };
+// stays measurable (docs/BENCHMARKS.md). kAuto takes BLAS for heads of at
+// most kBlasTileMaxDim dimensions, where each score gets too few FMAs to
+// hide the micro-kernel's stores, and the micro-kernel otherwise.
+enum class TileGemm : std::uint8_t { kAuto, kMicroKernel, kBlas };
+inline constexpr std::int64_t kBlasTileMaxDim = 8;
 
 // Tile sizes, in rows. The defaults come from the sweep in docs/BENCHMARKS.md.
 struct AttentionTiles {
   std::int64_t q_block = 96;   // query rows per tile: a multiple of the micro-kernel's 6 rows
   std::int64_t k_block = 256;  // key rows per tile
-  TileGemm gemm = TileGemm::kMicroKernel;
+  TileGemm gemm = TileGemm::kAuto;
 };
 
 // Q, K, V and O are stored as T: float, or BF16 / F16 for mixed precision
