@@ -136,9 +136,24 @@ struct MaskGeometry {
       if (m.causal != CausalAlign::kNone) {
         for (std::int64_t c = std::max<std::int64_t>(0, i + offset + 1 - j0); c < jm; ++c) row[c] = -kInf;
       }
-      if (m.has_window() || m.sparse_block > 0)
-        for (std::int64_t c = 0; c < jm; ++c)
-          if (m.sparse_blocked(i, j0 + c, d.L, cols)) row[c] = -kInf;
+      if (m.has_window() || m.sparse_block > 0) {
+        // The keys outside the pattern form at most four runs (before and
+        // after the window, between the global tokens and the neighbouring
+        // blocks, after those blocks): masked run by run, as sparse_blocked
+        // defines them.
+        const std::int64_t p = i + cols - d.L, end = j0 + jm;
+        auto mask_keys = [&](std::int64_t from, std::int64_t to) {  // keys [from, to)
+          from = std::max(from, j0), to = std::min(to, end);
+          if (from < to) std::fill(row + (from - j0), row + (to - j0), -kInf);
+        };
+        if (m.window_left >= 0) mask_keys(j0, p - m.window_left);
+        if (m.window_right >= 0) mask_keys(p + m.window_right + 1, end);
+        if (m.sparse_block > 0 && p >= m.global_tokens) {
+          const std::int64_t qb = p / m.sparse_block;
+          mask_keys(m.global_tokens, (qb - m.sparse_neighbours) * m.sparse_block);
+          mask_keys(std::max(m.global_tokens, (qb + m.sparse_neighbours + 1) * m.sparse_block), end);
+        }
+      }
     }
   }
 };
