@@ -380,12 +380,14 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
   // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T (D, Bc) and V^T (Dv, Bc);
-  // relative positions: qa, da = dO rel_v^T and bucket sums g (Br, nb) each.
+  // relative positions: qa = scale Q rel_k^T and da = dO rel_v^T for the
+  // whole head (L, nb) each, computed once rather than per key tile, and
+  // bucket sums g (Br, nb).
   // 16-bit storage: a query block (Br, D), a key and a value tile (Bc, D),
   // (Bc, Dv) and an output row (Dv), widened.
   const std::int64_t conv = kHalfStorage<T> ? Br * d.D + Bc * (d.D + d.Dv) + d.Dv : 0;
   const std::int64_t per_thread =
-      3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv) + 3 * Br * nb + conv;
+      3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv) + 2 * d.L * nb + Br * nb + conv;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Relative-position gradients per (batch, head), summed in a fixed order
   // afterwards, so the result does not depend on which thread ran which head.
@@ -402,9 +404,9 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
     float* delta = dv_acc + Bc * d.Dv;                                 // (L)
     float* kt = delta + d.L;                                           // (D, Bc)
     float* vt = kt + d.D * Bc;                                         // (Dv, Bc)
-    float* qa = vt + d.Dv * Bc;                                        // (Br, nb)
-    float* da = qa + Br * nb;                                          // (Br, nb)
-    float* gb = da + Br * nb;                                          // (Br, nb)
+    float* qa = vt + d.Dv * Bc;                                        // (L, nb)
+    float* da = qa + d.L * nb;                                         // (L, nb)
+    float* gb = da + d.L * nb;                                         // (Br, nb)
     float* qbuf = gb + Br * nb;                                        // 16-bit storage: (Br, D)
     float* kbuf = qbuf + Br * d.D;                                     // (Bc, D)
     float* vbuf = kbuf + Bc * d.D;                                     // (Bc, Dv)
@@ -422,7 +424,17 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
         const float* o = rows_as_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
         delta[i] = simd::dot(dout.at(b, h) + i * dout.row_stride, o, d.Dv);
         std::fill_n(dq.at(b, h) + i * dq.row_stride, d.D, 0.0f);
+        if (rel.rel_v)
+          for (std::int64_t c = 0; c < nb; ++c)
+            da[i * nb + c] = simd::dot(dout.at(b, h) + i * dout.row_stride, rel.rel_v + c * d.Dv, d.Dv);
       }
+      if (rel.active())
+        for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
+          const std::int64_t nr = std::min(Br, d.L - i0);
+          std::int64_t ldq = 0;
+          const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
+          relative_scores(qa + i0 * nb, qi, ldq, nr, d.D, rel, scale);
+        }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc_block = std::min(Bc, d.S - j0);
         std::int64_t ldk = 0, ldv = 0, ldq = 0;
@@ -444,8 +456,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           // P = exp(scale * Q K^T + mask - lse)
           tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
           const std::int64_t jm = std::min(j0 + nc, geo.cols) - j0;  // tile columns under the masks
-          if (rel.active()) relative_scores(qa, qi, ldq, nr, d.D, rel, scale);
-          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
+          if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa + i0 * nb);
           for (std::int64_t r = 0; r < nr; ++r) simd::exp_shift_sum(p + r * Bc, nc, lse_bh[i0 + r]);
           const float* pv = p;  // the weights that multiplied V
           if (dropout.active()) {
@@ -464,10 +475,9 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             // and rel_v's gradient gains the bucket sums of pv times dO_i.
             std::fill(gb, gb + nr * nb, 0.0f);
             for (std::int64_t r = 0; r < nr; ++r) {
-              const float* go = doi + r * dout.row_stride;
-              for (std::int64_t c = 0; c < nb; ++c) da[r * nb + c] = simd::dot(go, rel.rel_v + c * d.Dv, d.Dv);
+              const float* dar = da + (i0 + r) * nb;
               const std::int64_t qpos = masks.query_offset + i0 + r;
-              for (std::int64_t c = 0; c < jm; ++c) dp[r * Bc + c] += da[r * nb + rel.bucket(qpos, j0 + c)];
+              for (std::int64_t c = 0; c < jm; ++c) dp[r * Bc + c] += dar[rel.bucket(qpos, j0 + c)];
               bucket_sums(gb + r * nb, pv + r * Bc, jm, j0, qpos, rel);
             }
             small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
