@@ -22,6 +22,35 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Relative-position buckets along a tile row: the columns c < n of keys
+// j0 + c seen from query position qpos. Keys more than clip before the query
+// share bucket 0, keys more than clip after it share bucket 2 clip, and the
+// 2 clip + 1 keys between have a bucket each. The runs [0, lo) and [hi, n)
+// are the shared ones.
+struct BucketRuns {
+  std::int64_t lo, hi;
+  BucketRuns(std::int64_t n, std::int64_t j0, std::int64_t qpos, std::int64_t clip)
+      : lo(std::clamp<std::int64_t>(qpos - clip - j0, 0, n)), hi(std::clamp<std::int64_t>(qpos + clip + 1 - j0, 0, n)) {}
+};
+
+// row[c] += t[bucket(qpos, j0 + c)] for c < n.
+void add_bucket_terms(float* row, std::int64_t n, std::int64_t j0, std::int64_t qpos, const float* t,
+                      const RelativePositions<float>& rel) {
+  const BucketRuns run(n, j0, qpos, rel.clip);
+  simd::add_scalar(row, run.lo, t[0]);
+  for (std::int64_t c = run.lo; c < run.hi; ++c) row[c] += t[rel.bucket(qpos, j0 + c)];
+  simd::add_scalar(row + run.hi, n - run.hi, t[2 * rel.clip]);
+}
+
+// w[bucket(qpos, j0 + c)] += x[c] for c < n.
+void bucket_sums(float* w, const float* x, std::int64_t n, std::int64_t j0, std::int64_t qpos,
+                 const RelativePositions<float>& rel) {
+  const BucketRuns run(n, j0, qpos, rel.clip);
+  w[0] += simd::row_sum(x, run.lo);
+  for (std::int64_t c = run.lo; c < run.hi; ++c) w[rel.bucket(qpos, j0 + c)] += x[c];
+  w[2 * rel.clip] += simd::row_sum(x + run.hi, n - run.hi);
+}
+
 // Which part of a (query block, key block) tile the masks touch.
 struct TilePlan {
   bool skip = false;         // every score is masked (causality or padding): nothing to compute
@@ -118,7 +147,7 @@ struct MaskGeometry {
       if (m.relative.active()) {
         const float* qar = qa + r * m.relative.buckets();
         const std::int64_t qpos = m.query_offset + i;
-        for (std::int64_t c = 0; c < jm; ++c) row[c] += qar[m.relative.bucket(qpos, j0 + c)];
+        add_bucket_terms(row, jm, j0, qpos, qar, m.relative);
       }
       if (m.alibi_slopes) {
         const float slope = m.alibi_slopes[h];
@@ -212,11 +241,6 @@ void relative_scores(float* qa, const float* q, std::int64_t ldq, std::int64_t n
       qa[r * rel.buckets() + c] = scale * simd::dot(q + r * ldq, rel.rel_k + c * D, D);
 }
 
-// w[bucket(qpos, j0 + c)] += x[c] for the tile columns c < jm under the masks.
-void bucket_sums(float* w, const float* x, std::int64_t jm, std::int64_t j0, std::int64_t qpos,
-                 const RelativePositions<float>& rel) {
-  for (std::int64_t c = 0; c < jm; ++c) w[rel.bucket(qpos, j0 + c)] += x[c];
-}
 
 // C (m, n) += alpha * A (m, k) B (k, n), all contiguous: the small products of
 // relative positions (k = buckets).
@@ -477,7 +501,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             for (std::int64_t r = 0; r < nr; ++r) {
               const float* dar = da + (i0 + r) * nb;
               const std::int64_t qpos = masks.query_offset + i0 + r;
-              for (std::int64_t c = 0; c < jm; ++c) dp[r * Bc + c] += dar[rel.bucket(qpos, j0 + c)];
+              add_bucket_terms(dp + r * Bc, jm, j0, qpos, dar, rel);
               bucket_sums(gb + r * nb, pv + r * Bc, jm, j0, qpos, rel);
             }
             small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);

@@ -107,6 +107,28 @@ inline void scale_row(float* x, std::int64_t n, float a) {
   for (; j < n; ++j) x[j] *= a;
 }
 
+// x[j] += a
+inline void add_scalar(float* x, std::int64_t n, float a) {
+  const DF d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto va = hn::Set(d, a);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::Add(hn::LoadU(d, x + j), va), d, x + j);
+  for (; j < n; ++j) x[j] += a;
+}
+
+// sum_j x[j]
+inline float row_sum(const float* x, std::int64_t n) {
+  const DF d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) acc = hn::Add(acc, hn::LoadU(d, x + j));
+  float s = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; j < n; ++j) s += x[j];
+  return s;
+}
+
 // sum_j x[j] * y[j]
 inline float dot(const float* x, const float* y, std::int64_t n) {
   const DF d;
