@@ -4,6 +4,7 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -97,24 +98,30 @@ inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
   return hn::GetLane(hn::SumOfLanes(d, vsum));
 }
 
-// x[j] *= a
-inline void scale_row(float* x, std::int64_t n, float a) {
+// x[j] = op(x[j], a) for op one of Highway's binary ops (Add, Mul, ...).
+template <class Op>
+inline void with_scalar(float* x, std::int64_t n, float a, Op op) {
   const DF d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   const auto va = hn::Set(d, a);
   std::int64_t j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), va), d, x + j);
-  for (; j < n; ++j) x[j] *= a;
+  for (; j + N <= n; j += N) hn::StoreU(op(hn::LoadU(d, x + j), va), d, x + j);
+  if (j < n) {  // the tail through a zero-padded vector
+    alignas(64) float buf[kMaxLanes] = {};
+    std::copy(x + j, x + n, buf);
+    hn::Store(op(hn::Load(d, buf), va), d, buf);
+    std::copy(buf, buf + (n - j), x + j);
+  }
+}
+
+// x[j] *= a
+inline void scale_row(float* x, std::int64_t n, float a) {
+  with_scalar(x, n, a, [](auto u, auto v) { return hn::Mul(u, v); });
 }
 
 // x[j] += a
 inline void add_scalar(float* x, std::int64_t n, float a) {
-  const DF d;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto va = hn::Set(d, a);
-  std::int64_t j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(hn::Add(hn::LoadU(d, x + j), va), d, x + j);
-  for (; j < n; ++j) x[j] += a;
+  with_scalar(x, n, a, [](auto u, auto v) { return hn::Add(u, v); });
 }
 
 // sum_j x[j]
