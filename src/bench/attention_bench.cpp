@@ -11,6 +11,7 @@
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear_attention.h"
+#include "multihead/kernels/positions.h"
 
 namespace multihead {
 namespace {
@@ -49,6 +50,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   mc.sparse_block = cfg.block_size;
   mc.sparse_neighbours = 1;
   mc.num_kv_heads = cfg.num_kv_heads;
+  mc.positions = cfg.positions;
+  mc.relative_clip = cfg.relative_clip;
   ParamStore store;
   MultiheadAttention mha(store, "", mc);
   store.finalize();
@@ -120,6 +123,18 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   AttentionMasks<float> masks;
   masks.causal = call.causal;
   if (cfg.variant == AttentionVariant::kSlidingWindow) masks.window_left = masks.window_right = cfg.window;
+  // Position terms the kernel itself adds (rotary positions turn q and k
+  // before it, in the layer).
+  const std::int64_t nb = 2 * cfg.relative_clip + 1;
+  Tensor rel = cfg.positions == AttentionPositions::kRelative ? Tensor({4, nb, D}) : Tensor();
+  if (rel.defined()) {
+    for (float& v : rel.span_f32()) v = 0.1f * rng.normal();
+    masks.relative.rel_k = rel.f32(), masks.relative.rel_v = rel.f32() + nb * D;
+    masks.relative.d_rel_k = rel.f32() + 2 * nb * D, masks.relative.d_rel_v = rel.f32() + 3 * nb * D;
+    masks.relative.clip = cfg.relative_clip;
+  }
+  const std::vector<float> slopes = alibi_slopes(H);
+  if (cfg.positions == AttentionPositions::kAlibi) masks.alibi_slopes = slopes.data();
   AttentionTiles tiles = cfg.tiles;
   if (cfg.variant == AttentionVariant::kBlockSparse) {
     masks.sparse_block = cfg.block_size, masks.sparse_neighbours = 1;

@@ -93,6 +93,7 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
 
 TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
   for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights", " --tile-gemm micro",
+                            " --positions relative --backward", " --positions alibi --causal",
                             " --gemm openblas"}) {
     CliRun r = run(std::string("bench attention --batch 2 --seq-len 9 --embed-dim 16 --num-heads 4 --iters 2 "
                                "--warmup 0 --threads 1 --json") +
@@ -133,6 +134,8 @@ TEST_F(Cli, BenchRejectsBadInput) {
       {"bench gemm --m 0", "multihead: error: gemm sizes and iters must be positive\n"},
       {"bench attention --gemm mkl", "multihead: error: gemm backend must be onednn or openblas, got 'mkl'\n"},
       {"bench attention --tile-gemm fast", "multihead: error: --tile-gemm must be auto, micro or blas, got 'fast'\n"},
+      {"bench attention --positions learned",
+       "multihead: error: --positions must be none, relative, alibi or rope, got 'learned'\n"},
       {"bench train --precision half",
        "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
   };

@@ -1,4 +1,6 @@
 // multihead bench attention | gemm
+#include <algorithm>
+#include <iterator>
 #include <memory>
 
 #include <fmt/format.h>
@@ -19,6 +21,7 @@ struct BenchOpts {
   std::string attention = "full";
   std::string precision = "fp32";
   std::string gemm = "onednn";
+  std::string positions = "none";
   bool json = false;
   std::int64_t m = 4096, n = 1536, k = 512;
   TrainBenchConfig train;
@@ -35,13 +38,24 @@ void run_attention(BenchOpts& o) {
                                                : TileGemm::kBlas;
   o.attn.variant = parse_attention_variant(o.attention);
   o.attn.precision = parse_precision(o.precision);
+  const std::pair<const char*, AttentionPositions> kPositions[] = {{"none", AttentionPositions::kNone},
+                                                                   {"relative", AttentionPositions::kRelative},
+                                                                   {"alibi", AttentionPositions::kAlibi},
+                                                                   {"rope", AttentionPositions::kRope}};
+  const auto* pos = std::find_if(std::begin(kPositions), std::end(kPositions),
+                                 [&](const auto& p) { return o.positions == p.first; });
+  check<ConfigError>(pos != std::end(kPositions), "--positions must be none, relative, alibi or rope, got '{}'",
+                     o.positions);
+  o.attn.positions = pos->second;
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
   fmt::print(
-      "MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {} attention, {}, {} kernel{}, {} GEMM, {} "
+      "MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {}, {}, {} kernel{}, {} GEMM, {} "
       "threads\n",
              c.batch, c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
-             c.causal ? " causal" : "", o.attention, precision_name(c.precision), o.impl,
+             c.causal ? " causal" : "",
+             o.attention + " attention" + (o.positions == "none" ? "" : ", " + o.positions + " positions"),
+             precision_name(c.precision), o.impl,
              c.impl == AttentionImpl::kFused
                  ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
                  : "",
@@ -128,6 +142,9 @@ Command add_bench(CLI::App& app) {
   attn->add_option("--block-size", c.block_size, "Block-sparse: block size (one neighbour each side)")
       ->capture_default_str();
   attn->add_option("--num-kv-heads", c.num_kv_heads, "Grouped-query attention: key/value heads (0: all)");
+  attn->add_option("--positions", o->positions, "Positions in the layer: none, relative (Shaw), alibi or rope")
+      ->capture_default_str();
+  attn->add_option("--relative-clip", c.relative_clip, "Relative positions: clip distance")->capture_default_str();
   CLI::App* gemm = sub->add_subcommand("gemm", "sgemm through the library's wrapper (the roofline)");
   gemm->add_option("--m", o->m, "Rows of A and C")->capture_default_str();
   gemm->add_option("--n", o->n, "Columns of B and C")->capture_default_str();
