@@ -73,6 +73,13 @@ std::string shorten(const std::string& s, std::size_t n) {
 
 }  // namespace
 
+double nice_tick_step(double range, int intervals) {
+  const double raw = range / intervals, mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0})
+    if (raw <= m * mag) return m * mag;
+  return 10.0 * mag;
+}
+
 void line_plot_png(const std::string& path, const std::string& title, const std::string& x_label,
                    const std::string& y_label, const std::vector<Series>& series) {
   const int W = 800, H = 480;
@@ -92,8 +99,14 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
     }
   if (!(x0 < x1)) x1 = x0 + 1, x0 = std::isfinite(x0) ? x0 : 0, x1 = std::isfinite(x1) ? x1 : 1;
   if (!(y0 < y1)) y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
-  const double pad = 0.05 * (y1 - y0);
+  // y: a little room around the data, then out to whole tick steps; a
+  // quantity that is never negative (a loss, bytes) keeps 0 as its floor.
+  const bool non_negative = y0 >= 0;
+  const double pad = 0.03 * (y1 - y0);
   y0 -= pad, y1 += pad;
+  if (non_negative) y0 = std::max(y0, 0.0);
+  const double ystep = nice_tick_step(y1 - y0, 5), xstep = nice_tick_step(x1 - x0, 8);
+  y0 = std::floor(y0 / ystep) * ystep, y1 = std::ceil(y1 / ystep) * ystep;
   const double pw = W - left - right, ph = H - top - bottom;
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
@@ -102,25 +115,31 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
   text_at(cr, W / 2.0, 22, title, 17, 0.5);
   text_at(cr, left + pw / 2, H - 18, x_label, 13, 0.5);
   text_at(cr, 22, top + ph / 2, y_label, 13, 0.5, -M_PI / 2);
-  // Grid and ticks.
+  // Grid and ticks at whole multiples of the steps (the x axis keeps the
+  // data's own ends: its first tick is the first multiple inside them).
   cairo_set_line_width(cr, 1);
-  for (int t = 0; t <= 5; ++t) {
-    const double yv = y0 + (y1 - y0) * t / 5.0, xv = x0 + (x1 - x0) * t / 5.0;
+  auto grid_line = [&](double ax, double ay, double bx, double by) {
     cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-    cairo_move_to(cr, left, py(yv));
-    cairo_line_to(cr, left + pw, py(yv));
-    cairo_move_to(cr, px(xv), top);
-    cairo_line_to(cr, px(xv), top + ph);
+    cairo_move_to(cr, ax, ay);
+    cairo_line_to(cr, bx, by);
     cairo_stroke(cr);
     cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
-    text_at(cr, left - 6, py(yv), tick_label(yv), 11, 1.0);
-    // Whole numbers on a long x axis (steps, epochs).
-    text_at(cr, px(xv), top + ph + 14, x1 - x0 >= 10 ? tick_label(std::round(xv)) : tick_label(xv), 11, 0.5);
+  };
+  for (double yv = y0; yv <= y1 + 1e-9 * ystep; yv += ystep) {
+    const double v = std::fabs(yv) < 1e-9 * ystep ? 0.0 : yv;  // no "-0" or 1e-17 from the sum
+    grid_line(left, py(v), left + pw, py(v));
+    text_at(cr, left - 6, py(v), tick_label(v), 11, 1.0);
+  }
+  for (double xv = std::ceil(x0 / xstep) * xstep; xv <= x1 + 1e-9 * xstep; xv += xstep) {
+    const double v = std::fabs(xv) < 1e-9 * xstep ? 0.0 : xv;
+    grid_line(px(v), top, px(v), top + ph);
+    text_at(cr, px(v), top + ph + 14, tick_label(v), 11, 0.5);
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
   cairo_rectangle(cr, left, top, pw, ph);
   cairo_stroke(cr);
-  // Series and legend.
+  // Series, then the legend over them: a white box in the top right corner,
+  // as wide as the longest name.
   cairo_set_line_width(cr, 2);
   for (std::size_t k = 0; k < series.size(); ++k) {
     const auto& c = kPalette[k % std::size(kPalette)];
@@ -135,12 +154,34 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
     }
     if (s.x.size() == 1) cairo_arc(cr, px(s.x[0]), py(s.y[0]), 3, 0, 2 * M_PI);
     cairo_stroke(cr);
-    const double ly = top + 16 + 18.0 * static_cast<double>(k);
-    cairo_move_to(cr, left + pw - 150, ly);
-    cairo_line_to(cr, left + pw - 125, ly);
+  }
+  if (!series.empty()) {
+    cairo_set_font_size(cr, 12);
+    double text_w = 0;
+    for (const auto& s : series) {
+      cairo_text_extents_t ext;
+      cairo_text_extents(cr, s.name.c_str(), &ext);
+      text_w = std::max(text_w, ext.x_advance);
+    }
+    const double row = 18, box_w = 8 + 25 + 7 + text_w + 8, box_h = row * static_cast<double>(series.size()) + 8;
+    const double bx = left + pw - box_w - 8, by = top + 8;
+    cairo_set_line_width(cr, 1);
+    cairo_rectangle(cr, bx, by, box_w, box_h);
+    cairo_set_source_rgba(cr, 1, 1, 1, 0.88);
+    cairo_fill_preserve(cr);
+    cairo_set_source_rgb(cr, 0.7, 0.7, 0.7);
     cairo_stroke(cr);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    text_at(cr, left + pw - 118, ly, s.name, 12);
+    cairo_set_line_width(cr, 2);
+    for (std::size_t k = 0; k < series.size(); ++k) {
+      const auto& c = kPalette[k % std::size(kPalette)];
+      const double ly = by + 4 + row / 2 + row * static_cast<double>(k);
+      cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+      cairo_move_to(cr, bx + 8, ly);
+      cairo_line_to(cr, bx + 33, ly);
+      cairo_stroke(cr);
+      cairo_set_source_rgb(cr, 0, 0, 0);
+      text_at(cr, bx + 40, ly, series[k].name, 12);
+    }
   }
   cairo_destroy(cr);
   save(surface, path);

@@ -3,6 +3,7 @@
 // atomically.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,15 @@ struct Series {
   std::vector<double> x, y;
 };
 
+// Axes end and tick at whole multiples of a round step (nice_tick_step); a
+// series that is never negative keeps 0 as the floor of its axis. The legend
+// sits in a box in the top right corner, over the lines.
 void line_plot_png(const std::string& path, const std::string& title, const std::string& x_label,
                    const std::string& y_label, const std::vector<Series>& series);
+
+// A round tick step for a range: 1, 2, 2.5 or 5 times a power of ten, the
+// smallest giving at most about `intervals` intervals.
+double nice_tick_step(double range, int intervals);
 
 // weights: rows x cols, row-major, values in [0, 1]; labels may be empty.
 void heatmap_png(const std::string& path, const std::string& title, const std::vector<float>& weights,
