@@ -79,8 +79,19 @@ inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
   const DF d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   const auto vs = hn::Set(d, shift);
-  auto vsum = hn::Zero(d);
+  auto vsum = hn::Zero(d), vsum2 = hn::Zero(d);
   std::int64_t j = 0;
+  // Two vectors a step: their exponentials are independent chains, which
+  // keeps both FMA pipes busy.
+  for (; j + 2 * N <= n; j += 2 * N) {
+    const auto e0 = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j), vs));
+    const auto e1 = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j + N), vs));
+    hn::StoreU(e0, d, x + j);
+    hn::StoreU(e1, d, x + j + N);
+    vsum = hn::Add(vsum, e0);
+    vsum2 = hn::Add(vsum2, e1);
+  }
+  vsum = hn::Add(vsum, vsum2);
   for (; j + N <= n; j += N) {
     auto e = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j), vs));
     hn::StoreU(e, d, x + j);
