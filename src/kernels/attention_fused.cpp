@@ -241,7 +241,6 @@ void relative_scores(float* qa, const float* q, std::int64_t ldq, std::int64_t n
       qa[r * rel.buckets() + c] = scale * simd::dot(q + r * ldq, rel.rel_k + c * D, D);
 }
 
-
 // C (m, n) += alpha * A (m, k) B (k, n), all contiguous: the small products of
 // relative positions (k = buckets).
 void small_ab(float* C, const float* A, const float* B, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,

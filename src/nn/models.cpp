@@ -34,12 +34,16 @@ Pooling parse_pooling(std::string_view name) {
   throw ConfigError(fmt::format("pooling must be mean or cls, got \"{}\"", name));
 }
 
+AttentionPositions attention_positions(PositionKind kind) {
+  return kind == PositionKind::kRelative ? AttentionPositions::kRelative
+         : kind == PositionKind::kRope   ? AttentionPositions::kRope
+         : kind == PositionKind::kAlibi  ? AttentionPositions::kAlibi
+                                         : AttentionPositions::kNone;
+}
+
 TransformerLayerConfig ModelConfig::layer_config() const {
   TransformerLayerConfig c = layer;
-  c.positions = positions == PositionKind::kRelative ? AttentionPositions::kRelative
-                : positions == PositionKind::kRope   ? AttentionPositions::kRope
-                : positions == PositionKind::kAlibi  ? AttentionPositions::kAlibi
-                                                     : AttentionPositions::kNone;
+  c.positions = attention_positions(positions);
   c.relative_clip = relative_clip;
   c.relative_values = relative_values;
   c.rope_theta = rope_theta;

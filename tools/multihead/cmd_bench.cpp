@@ -1,6 +1,4 @@
 // multihead bench attention | gemm
-#include <algorithm>
-#include <iterator>
 #include <memory>
 
 #include <fmt/format.h>
@@ -10,6 +8,7 @@
 #include "multihead/bench/attention_bench.h"
 #include "multihead/bench/train_bench.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/nn/models.h"
 
 namespace multihead::cli {
 namespace {
@@ -38,15 +37,16 @@ void run_attention(BenchOpts& o) {
                                                : TileGemm::kBlas;
   o.attn.variant = parse_attention_variant(o.attention);
   o.attn.precision = parse_precision(o.precision);
-  const std::pair<const char*, AttentionPositions> kPositions[] = {{"none", AttentionPositions::kNone},
-                                                                   {"relative", AttentionPositions::kRelative},
-                                                                   {"alibi", AttentionPositions::kAlibi},
-                                                                   {"rope", AttentionPositions::kRope}};
-  const auto* pos = std::find_if(std::begin(kPositions), std::end(kPositions),
-                                 [&](const auto& p) { return o.positions == p.first; });
-  check<ConfigError>(pos != std::end(kPositions), "--positions must be none, relative, alibi or rope, got '{}'",
-                     o.positions);
-  o.attn.positions = pos->second;
+  // The model's position names; the layer takes those that act inside
+  // attention (sinusoidal and learned positions belong to the embeddings).
+  PositionKind kind = PositionKind::kSinusoidal;
+  try {
+    kind = parse_position_kind(o.positions);
+  } catch (const ConfigError&) {
+  }
+  check<ConfigError>(kind != PositionKind::kSinusoidal && kind != PositionKind::kLearned,
+                     "--positions must be none, relative, alibi or rope, got '{}'", o.positions);
+  o.attn.positions = attention_positions(kind);
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
   fmt::print(

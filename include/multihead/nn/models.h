@@ -25,6 +25,9 @@ enum class Pooling : std::uint8_t { kMean, kCls };
 
 PositionKind parse_position_kind(std::string_view name);
 std::string_view position_kind_name(PositionKind kind);
+// What a kind does inside attention: relative, rope and alibi act there;
+// none, sinusoidal and learned do not (kNone: they are added to the embeddings).
+AttentionPositions attention_positions(PositionKind kind);
 Pooling parse_pooling(std::string_view name);
 
 struct ModelConfig {
