@@ -13,16 +13,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each package names the lookup in CMakeLists.txt (or tests/CMakeLists.txt)
+# it serves; the fresh-root test (scripts/fresh-machine-test.sh) fails when
+# one is missing.
 packages=(
-  build-essential cmake pkg-config
-  libopenblas-openmp-dev   # BLAS (sgemm) through CBLAS, OpenMP build
-  libdnnl-dev              # oneDNN: the default fp32 GEMM (sgemm), OpenMP build
-  libgtest-dev libgmock-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev
-  libhwy-dev               # Google Highway: portable SIMD
-  libsentencepiece-dev     # subword tokenizers
-  libcairo2-dev fonts-dejavu-core  # PNG plots and heatmaps in run reports
-  zlib1g-dev               # gzip-compressed IDX files
+  build-essential          # project(... CXX): g++, make; find_package(OpenMP): libgomp
+  cmake                    # the build itself
+  pkg-config               # find_package(PkgConfig), for the pkg_check_modules below
+  libopenblas-openmp-dev   # find_library(openblas), find_path(cblas.h): BLAS through CBLAS, OpenMP build
+  libdnnl-dev              # find_package(dnnl): oneDNN, the default fp32 GEMM, OpenMP build
+  ocl-icd-opencl-dev       # find_package(OpenCL), made by dnnl-config.cmake (Debian builds oneDNN's GPU runtime)
+  libfmt-dev               # find_package(fmt)
+  nlohmann-json3-dev       # find_package(nlohmann_json)
+  libcli11-dev             # find_package(CLI11)
+  libhwy-dev               # find_package(hwy): Google Highway, portable SIMD
+  zlib1g-dev               # find_package(ZLIB): gzip-compressed IDX files
+  libsentencepiece-dev     # pkg_check_modules(sentencepiece): subword tokenizers
+  libcairo2-dev            # pkg_check_modules(cairo): PNG plots and heatmaps in run reports
+  fonts-dejavu-core        # no lookup: the font cairo draws plot text with, at run time
+  libgtest-dev libgmock-dev  # find_package(GTest) in tests/
 )
 want_data=0
 for arg in "$@"; do

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The README, run as a newcomer would on a fresh Debian 12 machine.
+#
+#   scripts/fresh-machine-test.sh [--steps N] [--keep]
+#
+# A Debian 12 minbase root is made with debootstrap (once; the bare root is
+# cached) from the mirror in this machine's own apt sources. Each run copies
+# that bare root, puts `git archive HEAD` in it, and runs inside chroot, with
+# nothing installed but what the project's scripts install:
+#   1. the README's test command, in full;
+#   2. the README's main-job command up to its training, then that training
+#      cut to N steps (default 40), `eval` of the run and one `inspect`.
+# The commands are read out of README.md itself. The first that fails is
+# named, with the tail of its log, and the script exits 1.
+#
+# Needs root (debootstrap, chroot, mount). Cache: $MULTIHEAD_FRESH_CACHE,
+# default /var/cache/multihead-fresh-machine (the bare root, and the .deb
+# files downloaded by earlier runs, which save the download but not the
+# install). --keep leaves the work folder (root and logs) for a look.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+steps=40
+keep=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --steps) steps=${2:?--steps needs a number}; shift 2 ;;
+    --keep) keep=1; shift ;;
+    *) echo "usage: scripts/fresh-machine-test.sh [--steps N] [--keep]" >&2; exit 2 ;;
+  esac
+done
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "fresh-machine-test: --steps must be a positive integer" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "fresh-machine-test: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
+
+say() { echo "fresh-machine-test: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+cache=${MULTIHEAD_FRESH_CACHE:-/var/cache/multihead-fresh-machine}
+suite=bookworm
+
+# --- The README's two commands -------------------------------------------
+# The Quick start section's sh blocks: the one that runs ctest is the test
+# command, the one that ends in `build/multihead train` the main job.
+readme_blocks() {
+  awk '/^## Quick start/ {q = 1; next} /^## / {q = 0}
+       q && /^```sh/ {b = 1; next} q && b && /^```/ {b = 0; print ""; next}
+       q && b {printf "%s ", $0}' README.md
+}
+test_cmd=$(readme_blocks | grep -m1 'ctest' | sed 's/ *$//') || true
+main_cmd=$(readme_blocks | grep -m1 'build/multihead train' | sed 's/ *$//') || true
+[[ -n $test_cmd ]] || die "README.md's Quick start has no sh block that runs ctest"
+[[ -n $main_cmd ]] || die "README.md's Quick start has no sh block that runs build/multihead train"
+train_cmd="build/multihead train${main_cmd##*build/multihead train}"
+main_setup=${main_cmd% && build/multihead train*}
+[[ $main_setup != "$main_cmd" ]] || die "README.md's main-job command does not end in '&& build/multihead train'"
+
+# --- The mirror: this machine's own apt sources, never the repo's ---------
+# deb822 stanzas and one-line entries for the suite and its updates and
+# security suites, as "URI SUITE COMPONENTS" lines.
+host_sources() {
+  {
+    [[ -f /etc/apt/sources.list ]] && awk '$1 == "deb" {c = ""; for (i = 4; i <= NF; i++) c = c " " $i; print $2, $3 c}' /etc/apt/sources.list
+    for f in /etc/apt/sources.list.d/*.sources; do
+      [[ -f $f ]] || continue
+      awk 'function flush() { if (types ~ /(^| )deb( |$)/ && enabled != "no") { n = split(uris, u, " "); m = split(suites, s, " ");
+                                for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) print u[i], s[j], comps } types = uris = suites = comps = enabled = "" }
+           /^[ \t]*$/ { flush(); next }
+           /^Types:/ { sub(/^Types:[ \t]*/, ""); types = $0 }
+           /^URIs:/ { sub(/^URIs:[ \t]*/, ""); uris = $0 }
+           /^Suites:/ { sub(/^Suites:[ \t]*/, ""); suites = $0 }
+           /^Components:/ { sub(/^Components:[ \t]*/, ""); comps = $0 }
+           /^Enabled:/ { sub(/^Enabled:[ \t]*/, ""); enabled = $0 }
+           END { flush() }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.list; do
+      [[ -f $f ]] && awk '$1 == "deb" {c = ""; for (i = 4; i <= NF; i++) c = c " " $i; print $2, $3 c}' "$f"
+    done
+  } | awk -v s="$suite" '$2 == s || index($2, s "-") == 1'
+}
+sources=$(host_sources)
+mirror=$(awk -v s="$suite" '$2 == s {print $1; exit}' <<<"$sources")
+[[ -n $mirror ]] || die "no '$suite' entry in this machine's apt sources to take the mirror from"
+
+# --- Host tools -------------------------------------------------------------
+if ! command -v debootstrap >/dev/null; then
+  say "installing debootstrap on this machine"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+fi
+
+# --- The bare root, made once -----------------------------------------------
+bare=$cache/$suite-minbase
+mkdir -p "$cache/debs"
+if [[ ! -f $bare/.complete ]]; then
+  say "making a bare Debian $suite minbase root from $mirror (once; cached in $bare)"
+  rm -rf "$bare.tmp"
+  debootstrap --variant=minbase "$suite" "$bare.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
+    { tail -n 30 "$cache/debootstrap.log" >&2; rm -rf "$bare.tmp"; die "debootstrap failed"; }
+  rm -rf "$bare" && mv "$bare.tmp" "$bare" && touch "$bare/.complete"
+fi
+
+# --- A fresh copy of it, with the project and this machine's network -------
+work=$(mktemp -d /var/tmp/multihead-fresh.XXXXXX)
+root=$work/root
+logs=$work/logs
+mounted=()
+cleanup() {
+  local m
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true; done
+  # Never delete through a mount point that is still there.
+  if grep -q " $root" /proc/mounts; then
+    say "left $work in place: something is still mounted under it"
+  elif [[ $keep -eq 1 ]]; then
+    say "kept $work"
+  else
+    rm -rf "$work"
+  fi
+}
+trap cleanup EXIT
+cp -a "$bare" "$root"
+rm -f "$root/.complete"
+mkdir -p "$logs" "$root/root/multihead"
+git -C "$repo" archive HEAD | tar -x -C "$root/root/multihead"
+
+# The apt sources and the settings this machine reaches its mirror with
+# (proxies; no expiry check for a snapshot mirror), and its name servers and
+# certificate authorities (an intercepting proxy's among them). These are
+# this machine's network, not packages: nothing the build uses comes with them.
+: >"$root/etc/apt/sources.list"
+while read -r uri s comps; do echo "deb $uri $s $comps"; done <<<"$sources" >"$root/etc/apt/sources.list"
+apt-config dump | grep -E '^Acquire::(https?::Proxy|Check-Valid-Until|Check-Date)' >"$root/etc/apt/apt.conf.d/01host-network" || true
+cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/host-ca-certificates.crt"
+  node_ca=/etc/host-ca-certificates.crt
+fi
+if compgen -G "/usr/local/share/ca-certificates/*" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+fi
+# .deb files from earlier runs: they save the download, never the install.
+find "$cache/debs" -name '*.deb' -exec cp -t "$root/var/cache/apt/archives/" {} +
+
+# The check cannot pass on the host's packages: the root has none of them.
+for tool in cmake g++ npm; do
+  chroot "$root" /bin/sh -c "command -v $tool" >/dev/null 2>&1 && die "the bare root already has $tool: it is not fresh"
+done
+
+mount -t proc proc "$root/proc" && mounted+=("$root/proc")
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" && mounted+=("$root/dev/pts")
+mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm" && mounted+=("$root/dev/shm")
+
+# --- The README's commands, each logged, the first failure named ----------
+step=0
+run() {
+  local cmd=$1 log
+  step=$((step + 1))
+  log=$logs/$step.log
+  say "[$step] $cmd"
+  local start=$SECONDS
+  if ! chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      ${node_ca:+NODE_EXTRA_CA_CERTS=$node_ca} \
+      ${http_proxy:+http_proxy=$http_proxy} ${https_proxy:+https_proxy=$https_proxy} \
+      /bin/bash -c "cd /root/multihead && $cmd" >"$log" 2>&1; then
+    say "FAILED after $((SECONDS - start)) s: $cmd"
+    say "last lines of its log ($log):"
+    tail -n 40 "$log" >&2
+    keep=1
+    exit 1
+  fi
+  say "    ok in $((SECONDS - start)) s"
+}
+
+run "$test_cmd"
+run "$main_setup"
+run "$train_cmd --steps $steps --out runs/fresh-machine"
+run "test -s runs/fresh-machine/report.md && test -s runs/fresh-machine/results.json"
+run "build/multihead eval --run runs/fresh-machine"
+run "build/multihead inspect --run runs/fresh-machine --text 'Free money: click here to claim your prize' --out runs/fresh-machine/inspect"
+run "ls runs/fresh-machine/inspect/*.png >/dev/null"
+
+find "$root/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache/debs/" {} +
+say "passed: the README's test command and main job on a fresh Debian $suite root ($SECONDS s)"
