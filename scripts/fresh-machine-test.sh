@@ -60,9 +60,11 @@ main_setup=${main_cmd% && build/multihead train*}
 # security suites, as "URI SUITE COMPONENTS" lines.
 host_sources() {
   {
-    [[ -f /etc/apt/sources.list ]] && awk '$1 == "deb" {c = ""; for (i = 4; i <= NF; i++) c = c " " $i; print $2, $3 c}' /etc/apt/sources.list
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+      if [[ -f $f ]]; then awk '$1 == "deb" {c = ""; for (i = 4; i <= NF; i++) c = c " " $i; print $2, $3 c}' "$f"; fi
+    done
     for f in /etc/apt/sources.list.d/*.sources; do
-      [[ -f $f ]] || continue
+      if [[ ! -f $f ]]; then continue; fi
       awk 'function flush() { if (types ~ /(^| )deb( |$)/ && enabled != "no") { n = split(uris, u, " "); m = split(suites, s, " ");
                                 for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) print u[i], s[j], comps } types = uris = suites = comps = enabled = "" }
            /^[ \t]*$/ { flush(); next }
@@ -72,9 +74,6 @@ host_sources() {
            /^Components:/ { sub(/^Components:[ \t]*/, ""); comps = $0 }
            /^Enabled:/ { sub(/^Enabled:[ \t]*/, ""); enabled = $0 }
            END { flush() }' "$f"
-    done
-    for f in /etc/apt/sources.list.d/*.list; do
-      [[ -f $f ]] && awk '$1 == "deb" {c = ""; for (i = 4; i <= NF; i++) c = c " " $i; print $2, $3 c}' "$f"
     done
   } | awk -v s="$suite" '$2 == s || index($2, s "-") == 1'
 }
@@ -106,7 +105,7 @@ root=$work/root
 logs=$work/logs
 mounted=()
 cleanup() {
-  local m
+  local i
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true; done
   # Never delete through a mount point that is still there.
   if grep -q " $root" /proc/mounts; then
@@ -174,6 +173,7 @@ run() {
 }
 
 run "$test_cmd"
+say "    $(grep -E 'tests passed|tests failed' "$logs/1.log" | tail -n 1)"
 run "$main_setup"
 run "$train_cmd --steps $steps --out runs/fresh-machine"
 run "test -s runs/fresh-machine/report.md && test -s runs/fresh-machine/results.json"

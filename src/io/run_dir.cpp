@@ -3,9 +3,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
+#include "multihead/kernels/machine.h"
 
 namespace multihead {
 
@@ -46,6 +49,15 @@ void RunDir::write_json(const std::string& name, const nlohmann::json& j) const 
 }
 
 void RunDir::write_text(const std::string& name, const std::string& text) const { write_file_atomic(file(name), text); }
+
+void RunDir::write_results(nlohmann::json results) const {
+  results["machine"] = machine_info();
+  write_json("results.json", results);
+}
+
+void RunDir::write_report(const std::string& markdown) const {
+  write_text("report.md", fmt::format("{}\nMeasured on {}.\n", markdown, machine_summary(machine_info())));
+}
 
 void RunDir::append_metrics(const nlohmann::json& record) {
   // A new run starts a new log (a run directory reused by a later run is

@@ -5,6 +5,7 @@
 #include "experiment_common.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/kernels/machine.h"
 
 namespace multihead {
 
@@ -84,6 +85,9 @@ ExperimentReport run_experiment(const std::string& name, const ExperimentOptions
   r.results["experiment"] = name;
   r.results["quick"] = o.quick;
   r.results["seeds"] = o.seeds;
+  const MachineInfo machine = machine_info();
+  r.results["machine"] = machine;
+  md += fmt::format("Measured on {}.\n", machine_summary(machine));
   write_file_atomic((std::filesystem::path(c.dir) / "table.md").string(), md);
   write_file_atomic((std::filesystem::path(c.dir) / "results.json").string(), r.results.dump(2) + "\n");
   return r;

@@ -26,6 +26,7 @@ json to_json(const ImageClassificationJob& j) {
            {"norm_first", j.model.layer.norm_first}, {"num_classes", j.model.num_classes}};
   json train = train_config_json(j.train);
   train["epochs"] = j.epochs;
+  train["max_steps"] = j.max_steps;
   return json{{"task", "image_classification"},
               {"data", {{"path", j.data_dir}, {"validation_examples", j.validation_examples}, {"limit_train", j.limit_train}}},
               {"model", model},
@@ -62,6 +63,8 @@ ImageClassificationJob image_classification_job_from_json(const json& root, cons
   const json train = r.get_object("train");
   ConfigReader t(train, src + ": train");
   job.epochs = t.get_int("epochs", job.epochs);
+  job.max_steps = t.get_int("max_steps", 0);
+  check<ConfigError>(job.max_steps >= 0, "{}: max_steps must be >= 0 (0: no cap), got {}", src, job.max_steps);
   job.train = read_train_config(t);
   t.finish();
   r.finish();
@@ -171,7 +174,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   progress.log(fmt::format("data: {} training, {} validation, {} test images", tr.size(), val.size(), test_idx.size()));
 
   const std::int64_t steps_per_epoch = (static_cast<std::int64_t>(tr.size()) + job.train.batch - 1) / job.train.batch;
-  job.train.steps = steps_per_epoch * job.epochs;
+  job.train.steps = epoch_job_steps(steps_per_epoch, job.epochs, job.max_steps);
   job.train.schedule.total_steps = job.train.steps;
   ParamStore store;
   VisionTransformer model(store, job.model);
@@ -192,10 +195,11 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   // Batches are a function of (seed, epoch): a resumed run starts where its checkpoint was.
   const std::int64_t first = trainer.steps_done();
   progress.resume_at(first);
-  for (std::int64_t epoch = first / steps_per_epoch; epoch < job.epochs; ++epoch) {
+  // job.train.steps <= steps_per_epoch * epochs; less when max_steps cuts the last epoch short.
+  for (std::int64_t epoch = first / steps_per_epoch; epoch * steps_per_epoch < job.train.steps; ++epoch) {
     const auto batches = epoch_batches(tr, job.train.batch, job.train.seed, epoch, true);
-    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch); bi < batches.size();
-         ++bi) {
+    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch);
+         bi < batches.size() && trainer.steps_done() < job.train.steps; ++bi) {
       const auto& b = batches[bi];
       StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
         const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
@@ -216,7 +220,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
       curves.add_step(st);
       nlohmann::json rec = step_json(st, job.train.loss_scaling);
       rec["epoch"] = epoch;
-      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size());
+      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size() && trainer.steps_done() < job.train.steps);
       progress.update(st.step + 1, epoch + 1, st.loss,
                       static_cast<double>((st.step + 1 - first) * job.train.batch) / secs, "img/s",
                       MemoryCurve::text(st));
@@ -233,7 +237,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   result.skipped_steps = trainer.skipped_steps();
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
-  run.write_json("results.json", {{"test_accuracy", result.test_accuracy},
+  run.write_results({{"test_accuracy", result.test_accuracy},
                                   {"test_loss", result.test_loss},
                                   {"validation_accuracy", result.validation_accuracy},
                                   {"train_seconds", result.train_seconds},
@@ -273,7 +277,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
     md += fmt::format("![{}]({})\n", name, name);
   }
   model.clear_cache();
-  run.write_text("report.md", md);
+  run.write_report(md);
   return result;
 }
 

@@ -202,7 +202,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.tokens_per_s = static_cast<double>((result.steps - first) * job.train.batch * L) / result.train_seconds;
   result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
-  run.write_json("results.json", {{"validation_loss", result.validation_loss},
+  run.write_results({{"validation_loss", result.validation_loss},
                                   {"steps", result.steps},
                                   {"skipped_steps", result.skipped_steps},
                                   {"train_seconds", result.train_seconds},
@@ -240,7 +240,7 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
     md += fmt::format("![{}]({})\n", name, name);
   }
   model.clear_cache();
-  run.write_text("report.md", md);
+  run.write_report(md);
   return result;
 }
 

@@ -188,7 +188,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
               {"by_length", json::array()}};
   for (const auto& a : r.by_length)
     res["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
-  run.write_json("results.json", res);
+  run.write_results(res);
   line_plot_png(run.file("plots/loss.png"), "Training loss", "step", "cross-entropy",
                 {{"train", curves.step, curves.loss}});
   line_plot_png(run.file("plots/accuracy_by_length.png"), "Sequence accuracy by length", "length", "accuracy",
@@ -200,7 +200,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   for (const auto& a : r.by_length)
     md += fmt::format("| {} | {:.2f}% | {:.2f}% |\n", a.length, 100 * a.token_accuracy, 100 * a.sequence_accuracy);
   md += "\n![loss](plots/loss.png)\n\n![accuracy by length](plots/accuracy_by_length.png)\n";
-  run.write_text("report.md", md);
+  run.write_report(md);
   return r;
 }
 

@@ -21,6 +21,7 @@ using json = nlohmann::json;
 nlohmann::json to_json(const TextClassificationJob& j) {
   json train = train_config_json(j.train);
   train["epochs"] = j.epochs;
+  train["max_steps"] = j.max_steps;
   return json{{"task", "text_classification"},
               {"data",
                {{"source", j.source},
@@ -62,6 +63,8 @@ TextClassificationJob text_classification_job_from_json(const json& root, const 
   const json train = r.get_object("train");
   ConfigReader trr(train, src + ": train");
   job.epochs = trr.get_int("epochs", job.epochs);
+  job.max_steps = trr.get_int("max_steps", 0);
+  check<ConfigError>(job.max_steps >= 0, "{}: max_steps must be >= 0 (0: no cap), got {}", src, job.max_steps);
   job.train = read_train_config(trr);
   trr.finish();
   r.finish();
@@ -221,7 +224,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   job.model.max_len = std::max(job.model.max_len, job.max_len);
   const std::int64_t steps_per_epoch =
       (static_cast<std::int64_t>(data.train.size()) + job.train.batch - 1) / job.train.batch;
-  job.train.steps = steps_per_epoch * job.epochs;
+  job.train.steps = epoch_job_steps(steps_per_epoch, job.epochs, job.max_steps);
   job.train.schedule.total_steps = job.train.steps;
   progress.set_total(job.train.steps);
 
@@ -247,10 +250,11 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   // epoch and at the batch its checkpoint reached.
   const std::int64_t first = trainer.steps_done();
   progress.resume_at(first);
-  for (std::int64_t epoch = first / steps_per_epoch; epoch < job.epochs; ++epoch) {
+  // job.train.steps <= steps_per_epoch * epochs; less when max_steps cuts the last epoch short.
+  for (std::int64_t epoch = first / steps_per_epoch; epoch * steps_per_epoch < job.train.steps; ++epoch) {
     const auto batches = epoch_batches(data.train, job.train.batch, job.train.seed, epoch, true);
-    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch); bi < batches.size();
-         ++bi) {
+    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch);
+         bi < batches.size() && trainer.steps_done() < job.train.steps; ++bi) {
       const auto& b = batches[bi];
       StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
         // Micro-batch `micro` of grad_accumulation: a contiguous share of the batch.
@@ -278,7 +282,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
       curves.add_step(st);
       nlohmann::json rec = step_json(st, job.train.loss_scaling);
       rec["epoch"] = epoch, rec["tokens_per_s"] = tokens / secs;
-      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size());
+      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size() && trainer.steps_done() < job.train.steps);
       progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs, "tok/s",
                       MemoryCurve::text(st));
     }
@@ -298,7 +302,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   result.tokens_per_s = static_cast<double>(tokens) / result.train_seconds;
   result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
-  run.write_json("results.json", {{"test_accuracy", result.test.accuracy},
+  run.write_results({{"test_accuracy", result.test.accuracy},
                                   {"test_loss", result.test.loss},
                                   {"validation_accuracy", result.validation.accuracy},
                                   {"train_seconds", result.train_seconds},
@@ -336,7 +340,7 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
         "are queries, columns keys).\n\n";
   for (const auto& f : heatmaps) md += fmt::format("![{}]({})\n", f, f);
   md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";
-  run.write_text("report.md", md);
+  run.write_report(md);
   return result;
 }
 

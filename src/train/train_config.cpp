@@ -1,5 +1,7 @@
 #include "multihead/train/train_config.h"
 
+#include <algorithm>
+
 #include "multihead/io/attention_config.h"
 
 namespace multihead {
@@ -122,6 +124,11 @@ nlohmann::json model_config_json(const ModelConfig& m) {
           {"init", m.init}};
   write_attention_pattern(m.layer.pattern, j);
   return j;
+}
+
+std::int64_t epoch_job_steps(std::int64_t steps_per_epoch, std::int64_t epochs, std::int64_t max_steps) {
+  const std::int64_t all = steps_per_epoch * epochs;
+  return max_steps > 0 ? std::min(all, max_steps) : all;
 }
 
 nlohmann::json train_config_json(const TrainConfig& t) {

@@ -6,12 +6,14 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_run.h"
+#include "multihead/io/atomic_file.h"
 #include "golden_case.h"
 #include "test_util.h"
 
@@ -27,7 +29,15 @@ using test::run;
 TEST_F(Cli, VersionAndHelp) {
   CliRun v = run("--version");
   EXPECT_EQ(v.code, 0);
-  EXPECT_EQ(v.out, std::string("multihead ") + MULTIHEAD_VERSION + "\n");
+  // The version, then the machine: CPU, the kernels' SIMD level, the GEMM and its ISA, threads.
+  EXPECT_EQ(v.out.rfind(std::string("multihead ") + MULTIHEAD_VERSION + "\ncpu: ", 0), 0u) << v.out;
+  for (const char* line : {"\nkernels: ", "\ngemm: onednn, oneDNN ISA ", "\nthreads: "})
+    EXPECT_NE(v.out.find(line), std::string::npos) << line << " in " << v.out;
+  // oneDNN's dispatch follows ONEDNN_MAX_CPU_ISA, and --version says so.
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  CliRun avx2 = run("--version");
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  EXPECT_NE(avx2.out.find("oneDNN ISA avx2 "), std::string::npos) << avx2.out;
   CliRun h = run("apply --help");
   EXPECT_EQ(h.code, 0);
   EXPECT_NE(h.out.find("--weights"), std::string::npos);
@@ -108,6 +118,11 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
     EXPECT_EQ(j["threads"].get<int>(), 1);
     EXPECT_EQ(j["gemm"].get<std::string>(), std::string(extra).find("openblas") != std::string::npos ? "openblas" : "onednn");
     EXPECT_EQ(j["samples_ms"].size(), 2u);
+    // Every line names what it was measured on.
+    EXPECT_EQ(j["machine"]["threads"].get<int>(), 1);
+    EXPECT_EQ(j["machine"]["gemm_backend"], j["gemm"]);
+    EXPECT_FALSE(j["machine"]["kernel_simd"].get<std::string>().empty());
+    EXPECT_EQ(r.out.rfind("machine: ", 0), 0u) << r.out;
   }
   CliRun t = run("bench train --d-model 16 --num-heads 2 --num-layers 1 --dim-feedforward 16 --seq-len 8 --batch 2 "
                  "--vocab-size 50 --iters 2 --warmup 0 --threads 1 --json");
@@ -115,12 +130,14 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
   auto tj = nlohmann::json::parse(t.out.substr(t.out.rfind('\n', t.out.size() - 2) + 1));
   EXPECT_GT(tj["tokens_per_s"].get<double>(), 0.0);
   EXPECT_GT(tj["peak_bytes"].get<std::int64_t>(), 0);
+  EXPECT_EQ(tj["machine"]["threads"].get<int>(), 1);
   for (const char* backend : {"onednn", "openblas"}) {
     CliRun g = run(std::string("bench gemm --m 16 --n 16 --k 16 --iters 2 --json --gemm ") + backend);
     ASSERT_EQ(g.code, 0) << g.err;
     auto gj = nlohmann::json::parse(g.out.substr(g.out.rfind('\n', g.out.size() - 2) + 1));
     EXPECT_GT(gj["gflops"].get<double>(), 0.0);
     EXPECT_EQ(gj["gemm"].get<std::string>(), backend);
+    EXPECT_EQ(gj["machine"]["gemm_backend"].get<std::string>(), backend);
   }
 }
 
@@ -184,6 +201,12 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
     EXPECT_TRUE(fs::exists(out / line.substr(open + 2, line.size() - open - 3))) << line;
   }
   EXPECT_EQ(images, 5);
+  // The report and the results name the machine they were measured on.
+  EXPECT_NE(read_file((out / "report.md").string()).find("\nMeasured on "), std::string::npos);
+  EXPECT_NE(read_file((out / "report.md").string()).find(", 1 thread, kernels "), std::string::npos);
+  const auto results = nlohmann::json::parse(std::ifstream(out / "results.json"));
+  EXPECT_EQ(results["machine"]["threads"], 1);
+  EXPECT_FALSE(results["machine"]["cpu"].get<std::string>().empty());
   EXPECT_NE(r.err.find("peak "), std::string::npos);  // memory on the log lines
   EXPECT_NE(r.err.find("activations "), std::string::npos);
   // metrics.jsonl: one JSON object a line.
@@ -272,6 +295,34 @@ TEST_F(Cli, ProgressIsABarOnATerminal) {
   EXPECT_NE(r.out.find("\r["), std::string::npos) << r.out;  // redrawn in place
   EXPECT_NE(r.out.find("ETA"), std::string::npos);
   EXPECT_NE(r.out.find("tok/s"), std::string::npos);
+}
+
+TEST_F(Cli, StepsCutAnEpochJobShort) {
+  write_tiny_csv(dir / "tiny.csv");
+  const fs::path out = dir / "run";
+  // The training split makes 5 batches of 4, so 15 steps for 3 epochs; --steps 7 stops in the second.
+  CliRun r = run("train --source csv --data " + (dir / "tiny.csv").string() + " --tokenizer word --vocab-size 64 " +
+                 "--epochs 3 --steps 7 --d-model 16 --num-heads 2 --num-layers 1 --batch 4 --max-len 8 --threads 1 " +
+                 "--quiet --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto results = nlohmann::json::parse(std::ifstream(out / "results.json"));
+  EXPECT_EQ(results["steps"].get<int>(), 7);
+  const auto config = nlohmann::json::parse(std::ifstream(out / "config.json"));
+  EXPECT_EQ(config["train"]["max_steps"].get<int>(), 7);
+  EXPECT_EQ(config["train"]["total_steps"].get<int>(), 7);  // the schedule decays over the steps that run
+  // Both epochs that ran were evaluated, the cut one at its last step.
+  std::ifstream metrics(out / "metrics.jsonl");
+  std::vector<int> eval_steps;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto rec = nlohmann::json::parse(line);
+    if (rec.contains("validation_loss")) eval_steps.push_back(rec["step"].get<int>());
+  }
+  EXPECT_EQ(eval_steps, (std::vector<int>{5, 7}));
+  CliRun resumed = run("train --source csv --data " + (dir / "tiny.csv").string() + " --tokenizer word --vocab-size 64 " +
+                       "--epochs 3 --steps 7 --d-model 16 --num-heads 2 --num-layers 1 --batch 4 --max-len 8 " +
+                       "--threads 1 --quiet --resume --out " + out.string());
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(out / "results.json"))["steps"].get<int>(), 7);
 }
 
 TEST_F(Cli, TrainRejectsBadInput) {

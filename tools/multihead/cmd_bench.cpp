@@ -8,6 +8,7 @@
 #include "multihead/bench/attention_bench.h"
 #include "multihead/bench/train_bench.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/machine.h"
 #include "multihead/nn/models.h"
 
 namespace multihead::cli {
@@ -49,6 +50,8 @@ void run_attention(BenchOpts& o) {
   o.attn.positions = attention_positions(kind);
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
+  const MachineInfo machine = machine_info();
+  fmt::print("machine: {}\n", machine_summary(machine));
   fmt::print(
       "MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {}, {}, {} kernel{}, {} GEMM, {} "
       "threads\n",
@@ -78,24 +81,30 @@ void run_attention(BenchOpts& o) {
                         {"threads", r.threads},
                         {"gemm", o.gemm},
                         {"samples_ms", r.samples_ms},
-                        {"flop_formula", r.flop_formula}};
+                        {"flop_formula", r.flop_formula},
+                        {"machine", machine}};
     fmt::print("{}\n", j.dump());
   }
 }
 
 void run_gemm(const BenchOpts& o) {
   GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters);
+  const MachineInfo machine = machine_info();
+  fmt::print("machine: {}\n", machine_summary(machine));
   fmt::print("sgemm ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", o.gemm, o.m, o.n, o.k, r.ms,
              r.gflops, r.threads);
   if (o.json)
     fmt::print("{}\n",
-               nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}, {"gemm", o.gemm}}.dump());
+               nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}, {"gemm", o.gemm}, {"machine", machine}}
+                   .dump());
 }
 
 void run_train(BenchOpts& o) {
   o.train.precision = parse_precision(o.precision);
   const TrainBenchConfig& c = o.train;
   TrainBenchResult r = run_train_bench(c);
+  const MachineInfo machine = machine_info();
+  fmt::print("machine: {}\n", machine_summary(machine));
   fmt::print(
       "encoder classifier training: d_model={} heads={} layers={} ff={} vocab={} classes={}, batch {} x {} tokens, "
       "dropout {}{}, {} activations, {} parameters, {} GEMM, {} threads\n",
@@ -113,7 +122,8 @@ void run_train(BenchOpts& o) {
                                       {"param_count", r.param_count},
                                       {"threads", r.threads},
                                       {"gemm", o.gemm},
-                                      {"samples_ms", r.samples_ms}}
+                                      {"samples_ms", r.samples_ms},
+                                      {"machine", machine}}
                            .dump());
 }
 

@@ -134,10 +134,10 @@ ResolvedJob resolve(const TrainOpts& o) {
     if (o.seed >= 0) j.train.seed = static_cast<std::uint64_t>(o.seed);
     if (o.threads) j.threads = o.threads;
     apply_optimisation(o, j.train, j.model.layer);
-    check<ConfigError>(o.steps == 0 && o.source.empty() && o.positions.empty() && o.tokenizer.empty() &&
-                           o.max_len == 0 && o.vocab_size == 0,
-                       "--steps, --source, --positions, --tokenizer, --max-len and --vocab-size do not apply to "
-                       "image jobs");
+    if (o.steps) j.max_steps = o.steps;
+    check<ConfigError>(o.source.empty() && o.positions.empty() && o.tokenizer.empty() && o.max_len == 0 &&
+                           o.vocab_size == 0,
+                       "--source, --positions, --tokenizer, --max-len and --vocab-size do not apply to image jobs");
     j.model.validate();
   } else if (r.language_model) {
     LanguageModelJob& j = r.lm;
@@ -152,7 +152,7 @@ ResolvedJob resolve(const TrainOpts& o) {
     if (!o.source.empty()) j.source = o.source;
     if (o.epochs) j.epochs = o.epochs;
     if (o.max_len) j.max_len = o.max_len;
-    check<ConfigError>(o.steps == 0, "--steps applies to language-model jobs; use --epochs");
+    if (o.steps) j.max_steps = o.steps;
     apply_common(o, j.model, j.train, j.tokenizer, j.threads);
   }
   return r;
@@ -245,7 +245,7 @@ Command add_train(CLI::App& app) {
   sub->add_option("--source", o->source, "Data source: spamassassin, aclimdb, csv or tsv");
   sub->add_option("--data", o->data, "Data path (folder or file)");
   sub->add_option("--epochs", o->epochs, "Passes over the training split (classification)");
-  sub->add_option("--steps", o->steps, "Training steps (language models)");
+  sub->add_option("--steps", o->steps, "Training steps (for epoch jobs: a cap that cuts the last epoch short)");
   sub->add_option("--d-model", o->d_model, "Model width");
   sub->add_option("--num-heads", o->num_heads, "Attention heads");
   sub->add_option("--num-layers", o->num_layers, "Encoder layers");

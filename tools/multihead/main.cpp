@@ -8,10 +8,14 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "multihead/kernels/machine.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"multihead: Transformer multi-head attention on the CPU"};
-  app.set_version_flag("--version", std::string("multihead ") + MULTIHEAD_VERSION);
+  // The version, and what this build runs on: figures differ between CPUs.
+  app.set_version_flag("--version", [] {
+    return fmt::format("multihead {}\n{}", MULTIHEAD_VERSION, multihead::machine_details(multihead::machine_info()));
+  });
   app.require_subcommand(1);
   std::vector<multihead::cli::Command> commands = {multihead::cli::add_train(app), multihead::cli::add_eval(app), multihead::cli::add_generate(app),
                                                      multihead::cli::add_inspect(app),

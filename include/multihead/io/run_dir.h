@@ -36,6 +36,11 @@ class RunDir {
   std::string file(const std::string& name) const;  // path/name
   void write_json(const std::string& name, const nlohmann::json& j) const;
   void write_text(const std::string& name, const std::string& text) const;
+  // results.json: the job's results, and under "machine" what they were
+  // measured on (kernels/machine.h).
+  void write_results(nlohmann::json results) const;
+  // report.md: the job's report, closed by a line naming the machine.
+  void write_report(const std::string& markdown) const;
   void append_metrics(const nlohmann::json& record);
   bool resume_requested() const { return resume_; }
   // Records appended to the log so far (a checkpoint notes it).

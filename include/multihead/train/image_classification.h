@@ -22,6 +22,7 @@ struct ImageClassificationJob {
   VisionConfig model;
   TrainConfig train;
   std::int64_t epochs = 5;
+  std::int64_t max_steps = 0;  // 0: every epoch in full; else a cap (epoch_job_steps)
   int threads = 0;
   std::string report_title = "Fashion-MNIST: a Vision Transformer";
 };

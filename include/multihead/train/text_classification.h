@@ -32,6 +32,7 @@ struct TextClassificationJob {
   ModelConfig model;
   TrainConfig train;
   std::int64_t epochs = 3;
+  std::int64_t max_steps = 0;  // 0: every epoch in full; else a cap (epoch_job_steps)
   std::int64_t max_len = 256;  // tokens per example, [CLS] included
   std::int64_t eval_batch = 64;
   int threads = 0;

@@ -60,6 +60,9 @@ nlohmann::json tokenizer_config_json(const TokenizerConfig& t);
 // (vocab_size and num_classes are left to the job: they come from the data).
 nlohmann::json model_config_json(const ModelConfig& m);
 nlohmann::json train_config_json(const TrainConfig& t);
+// Steps of a job that trains in epochs: every epoch in full, or max_steps
+// when that is fewer (0: no cap; the last epoch trained is then cut short).
+std::int64_t epoch_job_steps(std::int64_t steps_per_epoch, std::int64_t epochs, std::int64_t max_steps);
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
 

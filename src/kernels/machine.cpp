@@ -1,0 +1,105 @@
+#include "multihead/kernels/machine.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <hwy/highway.h>
+#include <nlohmann/json.hpp>
+
+#include "multihead/core/threading.h"
+#include "multihead/kernels/gemm.h"
+
+namespace multihead {
+namespace {
+
+// The /proc/cpuinfo flags that decide which kernels can run, in order.
+constexpr const char* kSimdFlags[] = {"sse4_2", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                                      "amx_tile", "amx_bf16"};
+
+void read_cpuinfo(MachineInfo& m) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  bool have_name = false, have_flags = false;
+  while ((!have_name || !have_flags) && std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    if (key == "model name" && !have_name) {
+      m.cpu = value, have_name = true;
+    } else if (key == "flags" && !have_flags) {
+      std::istringstream words(value);
+      std::set<std::string> flags;
+      for (std::string w; words >> w;) flags.insert(w);
+      for (const char* f : kSimdFlags)
+        if (flags.count(f)) m.cpu_simd.emplace_back(f);
+      have_flags = true;
+    }
+  }
+  if (m.cpu.empty()) m.cpu = "unknown CPU";
+}
+
+// Highway's static target (the library is built for the CPU it runs on) in
+// the usual words.
+std::string simd_level(std::string_view target) {
+  if (target.rfind("AVX3", 0) == 0) return "AVX-512";
+  if (target == "AVX2") return "AVX2";
+  if (target == "SSE4" || target == "SSSE3") return "SSE4";
+  return std::string(target);
+}
+
+const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+MachineInfo machine_info() {
+  MachineInfo m;
+  read_cpuinfo(m);
+  m.kernel_target = hwy::TargetName(HWY_STATIC_TARGET);
+  m.kernel_simd = simd_level(m.kernel_target);
+  m.gemm_backend = gemm_backend_name(gemm_backend());
+  m.gemm_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+  m.threads = num_threads();
+  return m;
+}
+
+std::string machine_summary(const MachineInfo& m) {
+  return fmt::format("{}, {} thread{}, kernels {} ({}), GEMM {}{}", m.cpu, m.threads, m.threads == 1 ? "" : "s",
+                     m.kernel_simd, m.kernel_target, m.gemm_backend,
+                     m.gemm_backend == "onednn" ? " " + m.gemm_isa : std::string());
+}
+
+std::string machine_details(const MachineInfo& m) {
+  return fmt::format(
+      "cpu: {} ({})\nkernels: {} (Highway target {}, chosen at build time)\n"
+      "gemm: {}, oneDNN ISA {} (chosen at run time; ONEDNN_MAX_CPU_ISA lowers it)\nthreads: {}",
+      m.cpu, m.cpu_simd.empty() ? std::string("no AVX") : fmt::format("{}", fmt::join(m.cpu_simd, " ")),
+      m.kernel_simd, m.kernel_target, m.gemm_backend, m.gemm_isa, m.threads);
+}
+
+void to_json(nlohmann::json& j, const MachineInfo& m) {
+  j = {{"cpu", m.cpu},       {"cpu_simd", m.cpu_simd},         {"kernel_simd", m.kernel_simd},
+       {"kernel_target", m.kernel_target}, {"gemm_backend", m.gemm_backend}, {"gemm_isa", m.gemm_isa},
+       {"threads", m.threads}};
+}
+
+}  // namespace multihead
