@@ -8,7 +8,8 @@ ratios, with sgemm GFLOP/s on this machine as the roofline.
 
 multihead's fp32 GEMMs run on oneDNN's sgemm by default, which picks its
 kernels from the CPU (AVX-512 here); PyTorch 1.13's linear layers call
-OpenBLAS, whose kernels follow OPENBLAS_CORETYPE. `--gemm both` adds a row per
+OpenBLAS, whose kernels follow OPENBLAS_CORETYPE, which the PyTorch process
+gets set to the best its CPU supports (torch_peer.py). `--gemm both` adds a row per
 pass with multihead on OpenBLAS as well, so the table separates what the GEMM
 backend gives from what the rest of the layer gives (the PyTorch column is
 one measurement shared by both rows).
@@ -29,6 +30,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from torch_peer import print_header, torch_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BIN = os.path.join(HERE, "..", "build", "multihead")
@@ -95,16 +98,9 @@ def run_multihead(binary, B, L, E, H, T, backward, causal, iters, gemm):
 
 
 def run_torch(B, L, E, H, T, backward, causal, iters):
-    env = dict(os.environ, OMP_NUM_THREADS=str(T), OPENBLAS_NUM_THREADS=str(T))
     out = subprocess.run([sys.executable, "-c", TORCH_CHILD, json.dumps([B, L, E, H, T, backward, causal, iters])],
-                         check=True, capture_output=True, text=True, env=env).stdout
+                         check=True, capture_output=True, text=True, env=torch_env(T)).stdout
     return json.loads(out.strip().splitlines()[-1])
-
-
-def sgemm_rate(binary, T, gemm):
-    out = subprocess.run([binary, "bench", "gemm", "--threads", str(T), "--gemm", gemm, "--json"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["gflops"]
 
 
 def mib(b):
@@ -126,15 +122,11 @@ def main():
     T, E, H = args.threads, args.embed_dim, args.num_heads
     backends = ["onednn", "openblas"] if args.gemm == "both" else [args.gemm]
 
-    rates = {g: sgemm_rate(args.bin, T, g) for g in ("onednn", "openblas")}
-    for g, rate in rates.items():
-        print(f"sgemm (M=4096, N=1536, K=512) on {g}, {T} threads: {rate:.1f} GFLOP/s")
-    roof = max(rates.values())
-    print(f"environment: OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
-          f"the attention kernel's share is of the faster sgemm ({roof:.1f} GFLOP/s)\n")
+    roof, _ = print_header(args.bin, T, backends)
+    print(f"Shares of sgemm are of multihead's rate ({roof:.0f} GFLOP/s).\n")
     print("| shape (B x L), E, H | pass | multihead GEMM | multihead ms | PyTorch ms | speedup | multihead GFLOP/s "
-          "| attention kernel GFLOP/s (% of sgemm) | multihead peak (alloc / RSS) | PyTorch peak RSS | memory ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| % of sgemm | attention kernel GFLOP/s (% of sgemm) | multihead peak (alloc / RSS) | PyTorch peak RSS | memory ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     version = None
     for shape in args.shapes.split(","):
         B, L = (int(v) for v in shape.lower().split("x"))
@@ -148,6 +140,7 @@ def main():
                 ratio_mem = theirs["peak_rss_delta_bytes"] / max(1, ours["peak_rss_delta_bytes"])
                 print(f"| {B} x {L}, {E}, {H}{' causal' if args.causal else ''} | {'fwd+bwd' if backward else 'fwd'} "
                       f"| {g} | {ours['ms']:.1f} | {t_ms:.1f} | {t_ms / ours['ms']:.2f}x | {ours['gflops']:.0f} "
+                      f"| {100 * ours['gflops'] / roof:.0f}% "
                       f"| {ours['attention_gflops']:.0f} ({100 * ours['attention_gflops'] / roof:.0f}%) "
                       f"| {mib(ours['peak_activation_bytes'])} / {mib(ours['peak_rss_delta_bytes'])} "
                       f"| {mib(theirs['peak_rss_delta_bytes'])} | {ratio_mem:.1f}x less |", flush=True)

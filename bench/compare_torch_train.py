@@ -10,7 +10,8 @@ gradient clipping at 1.0; random tokens, every sequence full length.
     /usr/bin/python3 bench/compare_torch_train.py --threads 2
 
 Prints tokens per second (batch * seq_len / median step time) for both, and
-the ratio.
+the ratio. PyTorch runs on the OpenBLAS kernels best for the CPU
+(torch_peer.py), and both programs' sgemm rates are printed first.
 """
 import argparse
 import json
@@ -20,6 +21,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from torch_peer import print_header, torch_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,6 +97,7 @@ def main():
         print(json.dumps({"tokens_per_s": tps, "version": version}))
         return
     backends = ["onednn", "openblas"] if a.gemm == "both" else [a.gemm]
+    print_header(a.bin, a.threads, backends)
     runs = {}
     for g in backends:
         cmd = [a.bin, "bench", "train", "--d-model", str(a.d_model), "--num-heads", str(a.num_heads), "--num-layers",
@@ -102,9 +106,8 @@ def main():
                "--threads", str(a.threads), "--iters", str(a.iters), "--gemm", g, "--json"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         runs[g] = json.loads(out.strip().splitlines()[-1])
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     child = subprocess.run([sys.executable, __file__, "--torch-child"] + sys.argv[1:], check=True,
-                           capture_output=True, text=True, env=env)
+                           capture_output=True, text=True, env=torch_env(a.threads))
     theirs = json.loads(child.stdout.strip().splitlines()[-1])
     print(f"encoder classifier: d_model {a.d_model}, {a.num_heads} heads, {a.num_layers} layers, feed-forward "
           f"{a.dim_feedforward}, vocab {a.vocab_size}, batch {a.batch} x {a.seq_len}, dropout {a.dropout}, "

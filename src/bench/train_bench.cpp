@@ -1,14 +1,35 @@
 #include "multihead/bench/train_bench.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
+#include "multihead/bench/attention_bench.h"
 #include "multihead/core/allocator.h"
+#include "multihead/core/step_profile.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/train/trainer.h"
 
 namespace multihead {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+double train_step_flops(const TrainBenchConfig& c) {
+  const double tokens = static_cast<double>(c.batch * c.seq_len), d = static_cast<double>(c.d_model);
+  const double per_layer = 2 * tokens * d * (3 * d)                                    // in-projection
+                           + 2 * tokens * d * d                                        // out-projection
+                           + 2 * 2 * tokens * d * static_cast<double>(c.dim_feedforward)  // feed-forward
+                           + 2 * 2 * tokens * static_cast<double>(c.seq_len) * d;       // Q K^T and P V
+  const double head = 2 * static_cast<double>(c.batch) * d * static_cast<double>(c.num_classes);
+  return 3 * (static_cast<double>(c.num_layers) * per_layer + head);
+}
 
 TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   check<ConfigError>(c.iters > 0 && c.warmup >= 0, "iters must be positive and warmup non-negative");
@@ -62,15 +83,31 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   r.peak_bytes = memory_stats().peak_bytes;
   r.peak_activation_bytes = r.peak_bytes - base;
   for (int i = 0; i < c.warmup; ++i) trainer.step(micro);
+  std::array<std::vector<double>, kStepParts> parts_ms;
+  std::vector<double> other_ms;
+  enable_step_profile(true);
   for (int i = 0; i < c.iters; ++i) {
+    reset_step_profile();
     auto t0 = std::chrono::steady_clock::now();
     trainer.step(micro);
-    r.samples_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.samples_ms.push_back(ms);
+    const auto parts = step_profile_seconds();
+    double accounted = 0;
+    for (int p = 0; p < kStepParts; ++p) parts_ms[p].push_back(parts[p] * 1e3), accounted += parts[p] * 1e3;
+    other_ms.push_back(ms - accounted);
   }
-  std::vector<double> v = r.samples_ms;
-  std::sort(v.begin(), v.end());
-  r.ms = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  enable_step_profile(false);
+  r.ms = median(r.samples_ms);
   r.tokens_per_s = static_cast<double>(c.batch * c.seq_len) / (r.ms / 1e3);
+  r.gemm_ms = median(parts_ms[static_cast<int>(StepPart::kGemm)]);
+  r.attention_ms = median(parts_ms[static_cast<int>(StepPart::kAttention)]);
+  r.optimizer_ms = median(parts_ms[static_cast<int>(StepPart::kOptimizer)]);
+  r.other_ms = median(other_ms);
+  r.flops_per_step = train_step_flops(c);
+  r.gflops = r.flops_per_step / (r.ms / 1e3) / 1e9;
+  r.sgemm_gflops = run_gemm_bench(4096, 1536, 512, c.threads, 10).gflops;
+  r.sgemm_fraction = r.gflops / r.sgemm_gflops;
   return r;
 }
 

@@ -14,6 +14,8 @@
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/half.h"
+#include "multihead/kernels/transpose.h"
+#include "multihead/core/step_profile.h"
 #include "simd_rows.h"
 #include "tile_gemm.h"
 
@@ -280,6 +282,7 @@ template <typename T>
 void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
                              HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
@@ -395,6 +398,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
                               HeadsView<const T> k, HeadsView<const T> v, const AttentionMasks<float>& masks,
                               const AttentionDims& d, float scale, const AttentionDropout& dropout,
                               const AttentionTiles& tiles) {
+  const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;

@@ -6,6 +6,7 @@
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/softmax.h"
+#include "multihead/core/step_profile.h"
 
 namespace multihead {
 namespace {
@@ -41,6 +42,7 @@ template <typename T>
 void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
                            HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
                            const AttentionDropout& dropout) {
+  const StepProfileScope profile(StepPart::kAttention);
   std::vector<T> dropped;
   const RelativePositions<T>& rel = masks.relative;
   const std::int64_t cols = masks.masked_cols < 0 ? d.S : masks.masked_cols;
@@ -78,6 +80,7 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
                             HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
                             HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
                             const AttentionDropout& dropout) {
+  const StepProfileScope profile(StepPart::kAttention);
   std::vector<T> dp(static_cast<std::size_t>(d.L * d.S));
   std::vector<T> dropped;
   const RelativePositions<T>& rel = masks.relative;

@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "multihead/core/error.h"
+#include "multihead/core/step_profile.h"
 
 namespace multihead {
 namespace {
@@ -90,6 +91,7 @@ const char* gemm_backend_name(GemmBackend backend) {
 
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
           std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  const StepProfileScope profile(StepPart::kGemm);
   if (gemm_backend() == GemmBackend::kOneDnn) return onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   gemm_any(cblas_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -97,12 +99,6 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, fl
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const double* A,
           std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C, std::int64_t ldc) {
   gemm_any(cblas_dgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
-               std::int64_t cols) {
-  if (rows == 0 || cols == 0) return;
-  cblas_somatcopy(CblasRowMajor, CblasTrans, bi(rows), bi(cols), 1.0f, src, bi(lds), dst, bi(ldd));
 }
 
 }  // namespace multihead

@@ -7,6 +7,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/core/step_profile.h"
 #include "simd_rows.h"
 
 namespace multihead {
@@ -147,6 +148,7 @@ void check_args(const LinearAttentionArgs<T>& a) {
 template <typename T>
 void linear_attention_forward(HeadsView<T> out, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                               const AttentionDims& d, const LinearAttentionArgs<T>& a) {
+  const StepProfileScope profile(StepPart::kAttention);
   check_args(a);
   const Blocks bl{d, a.causal, a.chunk};
 #pragma omp parallel for schedule(dynamic, 1)
@@ -180,6 +182,7 @@ template <typename T>
 void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
                                HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                                const AttentionDims& d, const LinearAttentionArgs<T>& a) {
+  const StepProfileScope profile(StepPart::kAttention);
   check_args(a);
   const Blocks bl{d, a.causal, a.chunk};
   const std::int64_t C = a.chunk;

@@ -7,6 +7,7 @@
 #include "multihead/core/process_memory.h"
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
+#include "multihead/core/step_profile.h"
 
 namespace multihead {
 
@@ -160,8 +161,11 @@ StepStats Trainer::step(const MicroStep& fn) {
     scaler_->update(!finite);
     if (!finite) return skip();
   }
-  s.grad_norm = cfg_.clip_grad_norm > 0 ? clip_grad_norm(store_->all_grads(), cfg_.clip_grad_norm)
-                                        : global_grad_norm(store_->all_grads());
+  {
+    const StepProfileScope profile(StepPart::kOptimizer);
+    s.grad_norm = cfg_.clip_grad_norm > 0 ? clip_grad_norm(store_->all_grads(), cfg_.clip_grad_norm)
+                                          : global_grad_norm(store_->all_grads());
+  }
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     check<Error>(cfg_.on_nonfinite == NonFinite::kSkip,
                  "training stopped at step {}: loss {}, gradient norm {} (not finite; on_nonfinite skip would skip "
@@ -170,7 +174,10 @@ StepStats Trainer::step(const MicroStep& fn) {
     return skip();
   }
   skipped_in_a_row_ = 0;
-  opt_->step(*store_, s.lr);
+  {
+    const StepProfileScope profile(StepPart::kOptimizer);
+    opt_->step(*store_, s.lr);
+  }
   ++step_;
   report_memory();
   return s;

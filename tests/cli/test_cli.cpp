@@ -131,6 +131,13 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
   EXPECT_GT(tj["tokens_per_s"].get<double>(), 0.0);
   EXPECT_GT(tj["peak_bytes"].get<std::int64_t>(), 0);
   EXPECT_EQ(tj["machine"]["threads"].get<int>(), 1);
+  // Model FLOPs, the share of the machine's sgemm rate, and where the step's time went.
+  EXPECT_GT(tj["flops_per_step"].get<double>(), 0.0);
+  EXPECT_NEAR(tj["sgemm_fraction"].get<double>(), tj["gflops"].get<double>() / tj["sgemm_gflops"].get<double>(), 1e-9);
+  EXPECT_GT(tj["parts_ms"]["gemm"].get<double>(), 0.0);
+  EXPECT_GT(tj["parts_ms"]["attention"].get<double>(), 0.0);
+  EXPECT_GT(tj["parts_ms"]["optimizer"].get<double>(), 0.0);
+  EXPECT_GE(tj["parts_ms"]["other"].get<double>(), 0.0);
   for (const char* backend : {"onednn", "openblas"}) {
     CliRun g = run(std::string("bench gemm --m 16 --n 16 --k 16 --iters 2 --json --gemm ") + backend);
     ASSERT_EQ(g.code, 0) << g.err;

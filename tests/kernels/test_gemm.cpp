@@ -8,6 +8,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/transpose.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -123,6 +124,21 @@ TEST(GemmBackend, NamesRoundTripAndUnknownNamesAreRefused) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "gemm backend must be onednn or openblas, got 'mkl'");
   }
+}
+
+// The SIMD transpose works in 4 x 4 blocks: every size from 1 to 9 each way
+// meets every remainder, against the one-element-at-a-time twin.
+TEST(Transpose, MatchesItsReferenceTwinAtEveryRemainder) {
+  for (std::int64_t rows = 1; rows <= 9; ++rows)
+    for (std::int64_t cols = 1; cols <= 9; ++cols) {
+      Rng rng(static_cast<std::uint64_t>(rows * 10 + cols));
+      Operand src(rows, cols, rng);
+      const std::int64_t ldd = rows + 2;
+      std::vector<float> got(cols * ldd, -1.0f), want(cols * ldd, -1.0f);
+      transpose(got.data(), ldd, src.data.data(), src.ld, rows, cols);
+      transpose_ref(want.data(), ldd, src.data.data(), src.ld, rows, cols);
+      ASSERT_EQ(got, want) << rows << "x" << cols;
+    }
 }
 
 TEST(Transpose, OddSizesAndPaddedStrides) {

@@ -112,6 +112,10 @@ void run_train(BenchOpts& o) {
       c.dropout, c.checkpoint_layers ? ", gradient checkpointing" : "", precision_name(c.precision), r.param_count,
       o.gemm, r.threads);
   fmt::print("step: {:.1f} ms (median of {})   {:.0f} tokens/s\n", r.ms, c.iters, r.tokens_per_s);
+  fmt::print("model FLOPs: {:.1f} GFLOP a step, {:.0f} GFLOP/s = {:.0f}% of this machine's sgemm ({:.0f} GFLOP/s)\n",
+             r.flops_per_step / 1e9, r.gflops, 100 * r.sgemm_fraction, r.sgemm_gflops);
+  fmt::print("parts (median ms): GEMM {:.1f}, attention {:.1f}, optimizer {:.1f}, other {:.1f}\n", r.gemm_ms,
+             r.attention_ms, r.optimizer_ms, r.other_ms);
   fmt::print("memory: peak {} bytes allocated ({} above weights, gradients and optimizer state)\n", r.peak_bytes,
              r.peak_activation_bytes);
   if (o.json)
@@ -123,6 +127,15 @@ void run_train(BenchOpts& o) {
                                       {"threads", r.threads},
                                       {"gemm", o.gemm},
                                       {"samples_ms", r.samples_ms},
+                                      {"flops_per_step", r.flops_per_step},
+                                      {"gflops", r.gflops},
+                                      {"sgemm_gflops", r.sgemm_gflops},
+                                      {"sgemm_fraction", r.sgemm_fraction},
+                                      {"parts_ms",
+                                       {{"gemm", r.gemm_ms},
+                                        {"attention", r.attention_ms},
+                                        {"optimizer", r.optimizer_ms},
+                                        {"other", r.other_ms}}},
                                       {"machine", machine}}
                            .dump());
 }

@@ -27,7 +27,20 @@ struct TrainBenchResult {
   std::int64_t param_count = 0;
   int threads = 0;
   std::vector<double> samples_ms;
+  // Model FLOPs of a step: 3 x the forward's matrix products (the forward
+  // once, the backward twice: input and weight gradients), attention's
+  // Q K^T and P V included, as model-FLOPs utilisation counts them.
+  double flops_per_step = 0;
+  double gflops = 0;          // flops_per_step / step time
+  double sgemm_gflops = 0;    // this machine's fp32 sgemm rate, measured in the same run (bench gemm's product)
+  double sgemm_fraction = 0;  // gflops / sgemm_gflops
+  // Median time per step in each part (core/step_profile.h); "other" is the
+  // rest: norms, activations, dropout, the loss, copies.
+  double gemm_ms = 0, attention_ms = 0, optimizer_ms = 0, other_ms = 0;
 };
+
+// Model FLOPs of one training step of the benchmark's classifier (see TrainBenchResult).
+double train_step_flops(const TrainBenchConfig& cfg);
 
 TrainBenchResult run_train_bench(const TrainBenchConfig& cfg);
 

@@ -31,9 +31,4 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, fl
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const double* A,
           std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C, std::int64_t ldc);
 
-// dst (cols, rows) = src (rows, cols)^T, row strides ldd >= rows and
-// lds >= cols; single-threaded (OpenBLAS's somatcopy).
-void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
-               std::int64_t cols);
-
 }  // namespace multihead
