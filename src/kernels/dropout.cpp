@@ -1,6 +1,11 @@
 #include "multihead/kernels/dropout.h"
 
+#include <hwy/highway.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "multihead/core/rng.h"
 
@@ -8,23 +13,74 @@ namespace multihead {
 
 namespace {
 
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Elements a Philox batch serves: 8 per block.
+constexpr std::uint64_t kSpan = 8 * kPhiloxBatch;
+
+// The batch's 16-bit draws: element e of the span is half e mod 2 of word
+// e / 2 of the batch's output, which in memory (little-endian, as on every
+// target built for) is simply the e-th 16-bit value.
+void draws16(const DropoutSpec& spec, std::uint64_t first, std::uint16_t r[kSpan]) {
+  std::uint32_t words[4 * kPhiloxBatch];
+  philox4x32_batch(spec.seed, spec.stream, first / 8, words);
+  static_assert(sizeof(words) == kSpan * sizeof(std::uint16_t));
+  std::memcpy(r, words, sizeof(words));
+}
+
+// x[j] = r[j] >= threshold ? x[j] * ks : 0 for j < n, in float vectors.
+void apply_mask(float* x, const std::uint16_t* r, std::int64_t n, std::uint32_t threshold, float ks) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<std::int32_t, decltype(df)> di;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  const hn::Rebind<std::uint32_t, decltype(df)> du;
+  // r >= threshold as r > threshold - 1: draws are below 65536, so the
+  // signed 32-bit comparison is exact.
+  const auto below = hn::Set(di, static_cast<std::int32_t>(threshold) - 1);
+  const auto vk = hn::Set(df, ks);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto keep = hn::Gt(hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, r + j))), below);
+    hn::StoreU(hn::IfThenElseZero(hn::RebindMask(df, keep), hn::Mul(hn::LoadU(df, x + j), vk)), df, x + j);
+  }
+  for (; j < n; ++j) x[j] = r[j] >= threshold ? x[j] * ks : 0.0f;
+}
+
 // Elements [lo, hi) of x, whose element j has index base + j in the stream.
 template <typename T>
 void dropout_range(T* x, std::int64_t lo, std::int64_t hi, std::uint64_t base, const DropoutSpec& spec, T ks) {
-  // Element i uses lane i % 4 of Philox block i / 4; blocks come 16 at a time.
-  constexpr std::uint64_t kSpan = 4 * kPhiloxBatch;
-  std::uint32_t bits[kSpan];
+  const std::uint32_t threshold = dropout_threshold(spec.p);
+  alignas(64) std::uint16_t r[kSpan];
   std::uint64_t idx = base + static_cast<std::uint64_t>(lo);
   const std::uint64_t end = base + static_cast<std::uint64_t>(hi);
   while (idx < end) {
     const std::uint64_t first = idx / kSpan * kSpan;  // aligned to a batch of blocks
-    philox4x32_batch(spec.seed, spec.stream, first / 4, bits);
+    draws16(spec, first, r);
     const std::uint64_t stop = std::min(end, first + kSpan);
-    for (; idx < stop; ++idx) x[idx - base] *= u32_to_unit_float(bits[idx - first]) >= spec.p ? ks : T(0);
+    T* xs = x + (idx - base);
+    const std::uint16_t* rs = r + (idx - first);
+    const auto n = static_cast<std::int64_t>(stop - idx);
+    if constexpr (std::is_same_v<T, float>) {
+      apply_mask(xs, rs, n, threshold, ks);
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) xs[j] = rs[j] >= threshold ? xs[j] * ks : T(0);
+    }
+    idx = stop;
   }
 }
 
 }  // namespace
+
+std::uint32_t dropout_threshold(float p) {
+  return static_cast<std::uint32_t>(std::clamp(std::lround(static_cast<double>(p) * 65536.0), 0L, 65536L));
+}
+
+bool dropout_keep_at(const DropoutSpec& spec, std::uint64_t index) {
+  const auto block = philox4x32(spec.seed, spec.stream, index / 8);
+  const std::uint32_t word = block[(index / 2) % 4];
+  return ((word >> (16 * (index % 2))) & 0xFFFFu) >= dropout_threshold(spec.p);
+}
 
 template <typename T>
 void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec) {

@@ -9,6 +9,7 @@
 
 #include "multihead/core/rng.h"
 #include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/dropout.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -155,7 +156,7 @@ struct Problem {
             double p = s[j] / sum;
             if (spec.dropout > 0) {
               std::uint64_t idx = static_cast<std::uint64_t>(((b * d.H + h) * d.L + i) * d.S + j);
-              p = uniform_at(drop.seed, drop.stream, idx) >= spec.dropout ? p / (1.0 - spec.dropout) : 0.0;
+              p = dropout_keep_at({drop.p, drop.seed, drop.stream}, idx) ? p / (1.0 - spec.dropout) : 0.0;
             }
             for (std::int64_t e = 0; e < d.Dv; ++e)
               out[((b * d.L + i) * d.H + h) * d.Dv + e] += p * v[((b * d.S + j) * d.H + h) * d.Dv + e];
@@ -321,7 +322,7 @@ TEST(AttentionRefSemantics, WeightsAverageOverHeadsAndFollowDropout) {
       double m = 0;
       for (std::int64_t h = 0; h < d.H; ++h) {
         std::int64_t idx = (b * d.H + h) * d.L * d.S + e;
-        double want = uniform_at(p.drop.seed, p.drop.stream, static_cast<std::uint64_t>(idx)) >= s.dropout
+        double want = dropout_keep_at({p.drop.p, p.drop.seed, p.drop.stream}, static_cast<std::uint64_t>(idx))
                           ? probs[idx] / (1 - s.dropout)
                           : 0.0;
         EXPECT_DOUBLE_EQ(per_head[idx], want);

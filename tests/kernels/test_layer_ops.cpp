@@ -101,6 +101,31 @@ TEST(Dropout, KeepsScalesAndIsReproducible) {
   EXPECT_NEAR(zeros / 10000.0, 0.25, 0.02);
 }
 
+// The vectorised masks against their reference twin, element by element, at
+// starts and lengths that cut Philox blocks and batches anywhere, in float
+// and double; the threshold's edges.
+TEST(Dropout, MatchesTheReferenceMaskElementByElement) {
+  const DropoutSpec spec{0.1f, 3, 9};
+  for (std::uint64_t base : {0ull, 1ull, 7ull, 127ull, 1000003ull})
+    for (std::int64_t n : {1, 5, 17, 128, 300}) {
+      std::vector<float> f(static_cast<std::size_t>(n), 1.5f);
+      std::vector<double> d(static_cast<std::size_t>(n), 1.5);
+      dropout_inplace(f.data(), n, base, spec);
+      dropout_inplace(d.data(), n, base, spec);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const bool keep = dropout_keep_at(spec, base + static_cast<std::uint64_t>(i));
+        ASSERT_EQ(f[i], keep ? 1.5f * (1.0f / (1.0f - spec.p)) : 0.0f) << base << "+" << i;
+        ASSERT_EQ(d[i], keep ? 1.5 / (1.0 - static_cast<double>(spec.p)) : 0.0) << base << "+" << i;
+      }
+    }
+  EXPECT_EQ(dropout_threshold(0.0f), 0u);
+  EXPECT_EQ(dropout_threshold(0.1f), 6554u);  // 6553.6 rounded
+  EXPECT_EQ(dropout_threshold(1.0f), 65536u);
+  std::vector<float> all(50, 1.0f);
+  dropout_inplace(all.data(), 50, 0, DropoutSpec{1.0f, 1, 1});
+  for (float v : all) EXPECT_EQ(v, 0.0f);
+}
+
 // Long spans are shared between threads; every element still follows its own
 // index in the stream, whatever the thread count and the span's start.
 TEST(Dropout, LongSpansGiveTheSameMaskOnAnyThreadCount) {
@@ -116,7 +141,7 @@ TEST(Dropout, LongSpansGiveTheSameMaskOnAnyThreadCount) {
   EXPECT_EQ(one, two);
   const float kept = 2.0f / (1.0f - spec.p);
   for (std::int64_t i = 0; i < n; i += 997)
-    ASSERT_EQ(one[i], uniform_at(spec.seed, spec.stream, base + static_cast<std::uint64_t>(i)) >= spec.p ? kept : 0.0f)
+    ASSERT_EQ(one[i], dropout_keep_at(spec, base + static_cast<std::uint64_t>(i)) ? kept : 0.0f)
         << i;
 }
 

@@ -1,7 +1,10 @@
-// Inverted dropout from the counter-based generator: element i of a stream is
-// kept when uniform_at(seed, stream, i) >= p and then scaled by 1/(1-p). The
-// mask is a pure function of (seed, stream, i): backward and recomputation
-// under gradient checkpointing regenerate it instead of storing it.
+// Inverted dropout from the counter-based generator. Element i of a stream
+// draws 16 random bits, r(i) = bits [16 (i mod 2), 16 (i mod 2) + 16) of word
+// (i / 2) mod 4 of Philox block i / 8 (so one block serves 8 elements), and is
+// kept when r(i) >= round(65536 p), then scaled by 1/(1-p). The mask is a pure
+// function of (seed, stream, i): backward and recomputation under gradient
+// checkpointing regenerate it instead of storing it. The keep probability is
+// 1 - p to within 2^-17 (PyTorch's own draws are 24-bit floats).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,12 @@ struct DropoutSpec {
   std::uint64_t stream = 0;
   bool active() const { return p > 0.0f; }
 };
+
+// round(65536 p): r(i) below it drops element i (65536 drops everything).
+std::uint32_t dropout_threshold(float p);
+
+// The reference twin of the masks: whether element `index` of the stream is kept.
+bool dropout_keep_at(const DropoutSpec& spec, std::uint64_t index);
 
 // x[j] *= keep(base + j) / (1 - p), in place over n elements.
 template <typename T>
