@@ -192,7 +192,7 @@ Command add_bench(CLI::App& app) {
     s->add_option("--iters", c.iters, "Timed iterations")->capture_default_str();
     s->add_flag("--json", o->json, "End with one JSON line of the results");
   }
-  attn->add_option("--warmup", c.warmup, "Untimed iterations first")->capture_default_str();
+  attn->add_option("--warmup", c.warmup, "Untimed iterations first (and, unless 0, at least a second of them)")->capture_default_str();
   for (CLI::App* s : {attn, train})
     s->add_option("--precision", o->precision, "Activations and Q, K, V, O in fp32, bf16 or fp16")
         ->capture_default_str();
