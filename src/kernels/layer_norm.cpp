@@ -1,8 +1,88 @@
 #include "multihead/kernels/layer_norm.h"
 
+#include <hwy/highway.h>
+
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace multihead {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// float rows in vectors: a row's sums then add in every lane at once instead
+// of one long chain of dependent additions (the double path, for the
+// gradient checks, stays scalar).
+
+// Sum over i < d of f(vector at i) and of f_tail(i) for the scalar tail.
+template <typename V, typename S>
+float row_sum(std::int64_t d, V&& f, S&& f_tail) {
+  const hn::ScalableTag<float> df;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  auto acc = hn::Zero(df);
+  std::int64_t i = 0;
+  for (; i + N <= d; i += N) acc = hn::Add(acc, f(i));
+  float s = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < d; ++i) s += f_tail(i);
+  return s;
+}
+
+void forward_row(float* y, float& mean, float& rstd, const float* x, const float* gamma, const float* beta,
+                 std::int64_t d, float eps) {
+  const hn::ScalableTag<float> df;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  // Two passes (mean, then variance around it) for accuracy with large means.
+  const float m = row_sum(d, [&](std::int64_t i) { return hn::LoadU(df, x + i); }, [&](std::int64_t i) { return x[i]; }) /
+                  static_cast<float>(d);
+  const auto vm = hn::Set(df, m);
+  const float v = row_sum(
+                      d,
+                      [&](std::int64_t i) {
+                        const auto c = hn::Sub(hn::LoadU(df, x + i), vm);
+                        return hn::Mul(c, c);
+                      },
+                      [&](std::int64_t i) { return (x[i] - m) * (x[i] - m); }) /
+                  static_cast<float>(d);
+  const float rs = 1.0f / std::sqrt(v + eps);
+  mean = m, rstd = rs;
+  const auto vrs = hn::Set(df, rs);
+  std::int64_t i = 0;
+  for (; i + N <= d; i += N) {
+    auto xh = hn::Mul(hn::Sub(hn::LoadU(df, x + i), vm), vrs);
+    if (gamma) xh = hn::Mul(xh, hn::LoadU(df, gamma + i));
+    if (gamma && beta) xh = hn::Add(xh, hn::LoadU(df, beta + i));
+    hn::StoreU(xh, df, y + i);
+  }
+  for (; i < d; ++i) {
+    const float xh = (x[i] - m) * rs;
+    y[i] = gamma ? xh * gamma[i] + (beta ? beta[i] : 0.0f) : xh;
+  }
+}
+
+void backward_row(float* dx, const float* dy, const float* x, float m, float rs, const float* gamma, std::int64_t d) {
+  const hn::ScalableTag<float> df;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto vm = hn::Set(df, m), vrs = hn::Set(df, rs);
+  auto g_at = [&](std::int64_t i) {
+    const auto g = hn::LoadU(df, dy + i);
+    return gamma ? hn::Mul(g, hn::LoadU(df, gamma + i)) : g;
+  };
+  auto xh_at = [&](std::int64_t i) { return hn::Mul(hn::Sub(hn::LoadU(df, x + i), vm), vrs); };
+  auto g_tail = [&](std::int64_t i) { return gamma ? dy[i] * gamma[i] : dy[i]; };
+  const float sum_g = row_sum(d, g_at, g_tail);
+  const float sum_gx = row_sum(
+      d, [&](std::int64_t i) { return hn::Mul(g_at(i), xh_at(i)); },
+      [&](std::int64_t i) { return g_tail(i) * ((x[i] - m) * rs); });
+  const float inv_d = 1.0f / static_cast<float>(d);
+  const auto mg = hn::Set(df, sum_g * inv_d), mgx = hn::Set(df, sum_gx * inv_d);
+  std::int64_t i = 0;
+  for (; i + N <= d; i += N)
+    hn::StoreU(hn::Mul(vrs, hn::Sub(hn::Sub(g_at(i), mg), hn::Mul(xh_at(i), mgx))), df, dx + i);
+  for (; i < d; ++i) dx[i] = rs * (g_tail(i) - sum_g * inv_d - (x[i] - m) * rs * sum_gx * inv_d);
+}
+
+}  // namespace
 
 template <typename T>
 void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, std::int64_t N,
@@ -11,6 +91,10 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
   for (std::int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * d;
     T* yr = y + n * d;
+    if constexpr (std::is_same_v<T, float>) {
+      forward_row(yr, mean[n], rstd[n], xr, gamma, beta, d, eps);
+      continue;
+    }
     // Two passes (mean, then variance around it) for accuracy with large means.
     T m = T(0);
     for (std::int64_t i = 0; i < d; ++i) m += xr[i];
@@ -38,6 +122,10 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
     const T* xr = x + n * d;
     const T* dyr = dy + n * d;
     T* dxr = dx + n * d;
+    if constexpr (std::is_same_v<T, float>) {
+      backward_row(dxr, dyr, xr, mean[n], rstd[n], gamma, d);
+      continue;
+    }
     T sum_g = T(0), sum_gx = T(0);
     for (std::int64_t i = 0; i < d; ++i) {
       T g = gamma ? dyr[i] * gamma[i] : dyr[i];
@@ -52,19 +140,31 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
       dxr[i] = rstd[n] * (g - sum_g * inv_d - xh * sum_gx * inv_d);
     }
   }
-  // Parameter gradients reduce over rows: one pass per column block keeps the
-  // result independent of the thread count.
+  // Parameter gradients reduce over rows. Each column's sum runs over the rows
+  // in order, so the result does not depend on the thread count; columns go
+  // kCols at a time (a cache line of floats), so that every line of x and dy
+  // is read once. One column at a time read each line kCols times, from
+  // beyond the caches.
   if (dgamma || dbeta) {
+    constexpr std::int64_t kCols = 16;
 #pragma omp parallel for schedule(static) if (N * d > (1 << 16))
-    for (std::int64_t i = 0; i < d; ++i) {
-      T sg = T(0), sb = T(0);
+    for (std::int64_t i0 = 0; i0 < d; i0 += kCols) {
+      const std::int64_t w = std::min(kCols, d - i0);
+      T sg[kCols] = {}, sb[kCols] = {};
       for (std::int64_t n = 0; n < N; ++n) {
-        T xh = (x[n * d + i] - mean[n]) * rstd[n];
-        sg += dy[n * d + i] * xh;
-        sb += dy[n * d + i];
+        const T* xr = x + n * d + i0;
+        const T* dyr = dy + n * d + i0;
+        const T m = mean[n], r = rstd[n];
+        if (w == kCols) {
+          for (std::int64_t j = 0; j < kCols; ++j) sg[j] += dyr[j] * ((xr[j] - m) * r), sb[j] += dyr[j];
+        } else {
+          for (std::int64_t j = 0; j < w; ++j) sg[j] += dyr[j] * ((xr[j] - m) * r), sb[j] += dyr[j];
+        }
       }
-      if (dgamma) dgamma[i] += sg;
-      if (dbeta) dbeta[i] += sb;
+      for (std::int64_t j = 0; j < w; ++j) {
+        if (dgamma) dgamma[i0 + j] += sg[j];
+        if (dbeta) dbeta[i0 + j] += sb[j];
+      }
     }
   }
 }

@@ -59,6 +59,30 @@ TEST(LayerNorm, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(all_close_v(dbeta, numeric_grad(loss, beta), kFdAtol, kFdRtol));
 }
 
+// dgamma and dbeta go through the columns a cache line at a time, at full
+// blocks of 16 columns and remainders: each equals its column's sum over the
+// rows (computed here in double) to float rounding.
+TEST(LayerNorm, ParameterGradientsSumEveryColumnOverTheRows) {
+  Rng rng(4);
+  for (std::int64_t d : {6, 16, 37}) {
+    const std::int64_t N = 300;
+    std::vector<float> x(N * d), dy(N * d), mean(N), rstd(N), y(N * d), dx(N * d);
+    for (float& v : x) v = rng.normal();
+    for (float& v : dy) v = rng.normal();
+    layer_norm_forward<float>(y.data(), mean.data(), rstd.data(), x.data(), nullptr, nullptr, N, d, 1e-5f);
+    std::vector<float> dgamma(d, 0.5f), dbeta(d, -0.5f);
+    layer_norm_backward<float>(dx.data(), dgamma.data(), dbeta.data(), dy.data(), x.data(), mean.data(), rstd.data(),
+                               nullptr, N, d);
+    for (std::int64_t i = 0; i < d; ++i) {
+      double sg = 0.5, sb = -0.5;
+      for (std::int64_t n = 0; n < N; ++n)
+        sg += double(dy[n * d + i]) * ((double(x[n * d + i]) - mean[n]) * rstd[n]), sb += dy[n * d + i];
+      EXPECT_NEAR(dgamma[i], sg, 1e-4) << d << " " << i;
+      EXPECT_NEAR(dbeta[i], sb, 1e-4) << d << " " << i;
+    }
+  }
+}
+
 class Activations : public ::testing::TestWithParam<Activation> {};
 
 TEST_P(Activations, GradientsMatchFiniteDifferences) {
