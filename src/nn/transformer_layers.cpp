@@ -117,10 +117,10 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
       const std::int64_t n = std::min(rows, N - r0);
       float* pre = kHalf ? buf.f32() : pre_.f32() + r0 * F;             // (n, F)
       float* hid = kHalf ? buf.f32() + n * F : hid_.f32() + r0 * F;     // (n, F)
-      linear_forward(pre, F, x.f32() + r0 * d, d, w1, linear1_.bias_data(), n, d, F);
+      // The bias joins the activation and dropout in one pass over the block.
+      linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
+      bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, static_cast<std::uint64_t>(r0 * F));
       store_block<T>(pre_, r0, n, F, pre);
-      activation_forward(act_, hid, pre, n * F);
-      if (drop.active()) dropout_inplace(hid, n * F, static_cast<std::uint64_t>(r0 * F), drop);
       store_block<T>(hid_, r0, n, F, hid);
       linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
     }

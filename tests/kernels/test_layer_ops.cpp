@@ -83,6 +83,31 @@ TEST(LayerNorm, ParameterGradientsSumEveryColumnOverTheRows) {
   }
 }
 
+// The fused feed-forward pass equals its three steps done one after another,
+// bit for bit: with and without bias and dropout, small and threaded sizes.
+TEST(BiasActivationDropout, EqualsTheSeparateSteps) {
+  Rng rng(5);
+  for (Activation a : {Activation::kRelu, Activation::kGelu})
+    for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}})
+      for (float p : {0.0f, 0.2f})
+        for (bool with_bias : {false, true}) {
+          std::vector<float> pre(n * F), bias(F), want_pre, want_hid(n * F), hid(n * F);
+          for (float& v : pre) v = rng.normal();
+          for (float& v : bias) v = rng.normal();
+          const DropoutSpec drop{p, 3, 4};
+          const std::uint64_t base = 11;
+          want_pre = pre;
+          if (with_bias)
+            for (std::int64_t r = 0; r < n; ++r)
+              for (std::int64_t j = 0; j < F; ++j) want_pre[r * F + j] += bias[j];
+          activation_forward(a, want_hid.data(), want_pre.data(), n * F);
+          if (drop.active()) dropout_inplace(want_hid.data(), n * F, base, drop);
+          bias_activation_dropout(a, hid.data(), pre.data(), with_bias ? bias.data() : nullptr, n, F, drop, base);
+          ASSERT_EQ(pre, want_pre) << n << "x" << F;
+          ASSERT_EQ(hid, want_hid) << n << "x" << F << " p " << p;
+        }
+}
+
 class Activations : public ::testing::TestWithParam<Activation> {};
 
 TEST_P(Activations, GradientsMatchFiniteDifferences) {
