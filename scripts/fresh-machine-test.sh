@@ -16,7 +16,8 @@
 # Needs root (debootstrap, chroot, mount). Cache: $MULTIHEAD_FRESH_CACHE,
 # default /var/cache/multihead-fresh-machine (the bare root, and the .deb
 # files downloaded by earlier runs, which save the download but not the
-# install). --keep leaves the work folder (root and logs) for a look.
+# install). --keep leaves the work folder (root and logs) for a look; a
+# failing command's whole log is kept as last-failure.log in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -126,7 +127,6 @@ git -C "$repo" archive HEAD | tar -x -C "$root/root/multihead"
 # (proxies; no expiry check for a snapshot mirror), and its name servers and
 # certificate authorities (an intercepting proxy's among them). These are
 # this machine's network, not packages: nothing the build uses comes with them.
-: >"$root/etc/apt/sources.list"
 while read -r uri s comps; do echo "deb $uri $s $comps"; done <<<"$sources" >"$root/etc/apt/sources.list"
 apt-config dump | grep -E '^Acquire::(https?::Proxy|Check-Valid-Until|Check-Date)' >"$root/etc/apt/apt.conf.d/01host-network" || true
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
@@ -163,10 +163,10 @@ run() {
       ${node_ca:+NODE_EXTRA_CA_CERTS=$node_ca} \
       ${http_proxy:+http_proxy=$http_proxy} ${https_proxy:+https_proxy=$https_proxy} \
       /bin/bash -c "cd /root/multihead && $cmd" >"$log" 2>&1; then
+    cp "$log" "$cache/last-failure.log"
     say "FAILED after $((SECONDS - start)) s: $cmd"
-    say "last lines of its log ($log):"
+    say "last lines of its log (all of it: $cache/last-failure.log):"
     tail -n 40 "$log" >&2
-    keep=1
     exit 1
   fi
   say "    ok in $((SECONDS - start)) s"

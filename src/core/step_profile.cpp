@@ -32,12 +32,12 @@ std::array<double, kStepParts> step_profile_seconds() {
 
 StepProfileScope::StepProfileScope(StepPart part) {
   if (!g_enabled.load(std::memory_order_relaxed) || omp_in_parallel()) return;
-  nested_ = true;
+  counted_ = true;
   if (t_depth++ == 0) part_ = static_cast<int>(part), start_ns_ = now_ns();
 }
 
 StepProfileScope::~StepProfileScope() {
-  if (!nested_) return;
+  if (!counted_) return;
   if (part_ >= 0) g_ns[static_cast<std::size_t>(part_)] += now_ns() - start_ns_;
   --t_depth;
 }

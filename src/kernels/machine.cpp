@@ -92,13 +92,17 @@ std::string machine_details(const MachineInfo& m) {
   return fmt::format(
       "cpu: {} ({})\nkernels: {} (Highway target {}, chosen at build time)\n"
       "gemm: {}, oneDNN ISA {} (chosen at run time; ONEDNN_MAX_CPU_ISA lowers it)\nthreads: {}",
-      m.cpu, m.cpu_simd.empty() ? std::string("no AVX") : fmt::format("{}", fmt::join(m.cpu_simd, " ")),
+      m.cpu, m.cpu_simd.empty() ? std::string("no SIMD flags found") : fmt::format("{}", fmt::join(m.cpu_simd, " ")),
       m.kernel_simd, m.kernel_target, m.gemm_backend, m.gemm_isa, m.threads);
 }
 
 void to_json(nlohmann::json& j, const MachineInfo& m) {
-  j = {{"cpu", m.cpu},       {"cpu_simd", m.cpu_simd},         {"kernel_simd", m.kernel_simd},
-       {"kernel_target", m.kernel_target}, {"gemm_backend", m.gemm_backend}, {"gemm_isa", m.gemm_isa},
+  j = {{"cpu", m.cpu},
+       {"cpu_simd", m.cpu_simd},
+       {"kernel_simd", m.kernel_simd},
+       {"kernel_target", m.kernel_target},
+       {"gemm_backend", m.gemm_backend},
+       {"gemm_isa", m.gemm_isa},
        {"threads", m.threads}};
 }
 

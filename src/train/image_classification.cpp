@@ -238,11 +238,11 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
   run.write_results({{"test_accuracy", result.test_accuracy},
-                                  {"test_loss", result.test_loss},
-                                  {"validation_accuracy", result.validation_accuracy},
-                                  {"train_seconds", result.train_seconds},
-                                  {"steps", result.steps},
-                                  {"skipped_steps", result.skipped_steps}});
+                     {"test_loss", result.test_loss},
+                     {"validation_accuracy", result.validation_accuracy},
+                     {"train_seconds", result.train_seconds},
+                     {"steps", result.steps},
+                     {"skipped_steps", result.skipped_steps}});
   line_plot_png(
       run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
       {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
@@ -259,8 +259,9 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   for (std::int64_t p = 0; p + 1 < T; ++p) labels.push_back(fmt::format("{},{}", p / G, p % G));
   std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n| test accuracy | {:.2f}% ({} images) |\n", job.report_title,
                                100 * result.test_accuracy, test_idx.size());
+  const std::int64_t epochs_run = (result.steps + steps_per_epoch - 1) / steps_per_epoch;  // the last may be cut short
   md += fmt::format("| validation accuracy | {:.2f}% |\n| training | {} steps, {} epochs, {:.1f} s |\n",
-                    100 * result.validation_accuracy, result.steps, job.epochs, result.train_seconds);
+                    100 * result.validation_accuracy, result.steps, epochs_run, result.train_seconds);
   md += fmt::format("| model | ViT: {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters |\n\n",
                     job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
                     job.model.layer.d_model, job.model.layer.nhead, store.numel());

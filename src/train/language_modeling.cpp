@@ -203,11 +203,11 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   result.tokens_per_s = static_cast<double>((result.steps - first) * job.train.batch * L) / result.train_seconds;
   result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
   run.write_results({{"validation_loss", result.validation_loss},
-                                  {"steps", result.steps},
-                                  {"skipped_steps", result.skipped_steps},
-                                  {"train_seconds", result.train_seconds},
-                                  {"tokens_per_s", result.tokens_per_s},
-                                  {"sample", result.sample}});
+                     {"steps", result.steps},
+                     {"skipped_steps", result.skipped_steps},
+                     {"train_seconds", result.train_seconds},
+                     {"tokens_per_s", result.tokens_per_s},
+                     {"sample", result.sample}});
   line_plot_png(run.file("plots/loss.png"), "Loss (nats per token)", "step", "cross-entropy",
                 {{"train", curves.step, curves.loss}, {"validation", curves.eval_step, curves.eval_loss}});
   // Attention of the last layer's heads over the start of the sample.

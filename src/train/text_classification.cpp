@@ -303,12 +303,12 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},
-                                  {"test_loss", result.test.loss},
-                                  {"validation_accuracy", result.validation.accuracy},
-                                  {"train_seconds", result.train_seconds},
-                                  {"steps", result.steps},
-                                  {"skipped_steps", result.skipped_steps},
-                                  {"tokens_per_s", result.tokens_per_s}});
+                     {"test_loss", result.test.loss},
+                     {"validation_accuracy", result.validation.accuracy},
+                     {"train_seconds", result.train_seconds},
+                     {"steps", result.steps},
+                     {"skipped_steps", result.skipped_steps},
+                     {"tokens_per_s", result.tokens_per_s}});
 
   // Report: curves, then the attention of the first test example.
   line_plot_png(
@@ -325,8 +325,9 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   std::string md = fmt::format("# {}\n\n", job.report_title);
   md += fmt::format("| | |\n|---|---|\n| test accuracy | {:.2f}% ({} examples) |\n| test loss | {:.4f} |\n",
                     100 * result.test.accuracy, result.test.examples, result.test.loss);
+  const std::int64_t epochs_run = (result.steps + steps_per_epoch - 1) / steps_per_epoch;  // the last may be cut short
   md += fmt::format("| validation accuracy | {:.2f}% |\n| training | {} steps, {} epochs, {:.1f} s, {:.0f} tokens/s |\n",
-                    100 * result.validation.accuracy, result.steps, job.epochs, result.train_seconds,
+                    100 * result.validation.accuracy, result.steps, epochs_run, result.train_seconds,
                     result.tokens_per_s);
   md += fmt::format("| model | {} layers, d_model {}, {} heads, {} positions, {} parameters |\n", job.model.num_layers,
                     job.model.layer.d_model, job.model.layer.nhead, position_kind_name(job.model.positions),

@@ -26,7 +26,7 @@ class StepProfileScope {
   StepProfileScope& operator=(const StepProfileScope&) = delete;
 
  private:
-  bool nested_ = false;  // counted in the depth (profiling on, outside parallel regions)
+  bool counted_ = false;  // counted in the depth (profiling on, outside parallel regions)
   int part_ = -1;        // the part timed, when this is the outermost scope
   long long start_ns_ = 0;
 };
