@@ -1,6 +1,5 @@
 #include "multihead/bench/train_bench.h"
 
-#include <algorithm>
 #include <array>
 #include <chrono>
 
@@ -10,16 +9,11 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/train/trainer.h"
+#include "timing.h"
 
 namespace multihead {
-namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-}  // namespace
+using bench::median;
 
 double train_step_flops(const TrainBenchConfig& c) {
   const double tokens = static_cast<double>(c.batch * c.seq_len), d = static_cast<double>(c.d_model);

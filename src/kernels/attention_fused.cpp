@@ -10,12 +10,12 @@
 
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
+#include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/transpose.h"
-#include "multihead/core/step_profile.h"
 #include "simd_rows.h"
 #include "tile_gemm.h"
 

@@ -3,10 +3,10 @@
 #include <vector>
 
 #include "multihead/core/rng.h"
+#include "multihead/core/step_profile.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/softmax.h"
-#include "multihead/core/step_profile.h"
 
 namespace multihead {
 namespace {

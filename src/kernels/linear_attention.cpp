@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "multihead/core/error.h"
-#include "multihead/kernels/gemm.h"
 #include "multihead/core/step_profile.h"
+#include "multihead/kernels/gemm.h"
 #include "simd_rows.h"
 
 namespace multihead {

@@ -5,9 +5,9 @@
 
 #include "multihead/core/allocator.h"
 #include "multihead/core/process_memory.h"
+#include "multihead/core/step_profile.h"
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
-#include "multihead/core/step_profile.h"
 
 namespace multihead {
 

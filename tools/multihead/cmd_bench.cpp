@@ -27,6 +27,14 @@ struct BenchOpts {
   TrainBenchConfig train;
 };
 
+// Reads the machine after a benchmark has set threads and backend, and
+// prints it as the output's first line.
+MachineInfo print_machine() {
+  const MachineInfo machine = machine_info();
+  fmt::print("machine: {}\n", machine_summary(machine));
+  return machine;
+}
+
 void run_attention(BenchOpts& o) {
   check<ConfigError>(o.impl == "fused" || o.impl == "reference", "--impl must be fused or reference, got '{}'",
                      o.impl);
@@ -50,8 +58,7 @@ void run_attention(BenchOpts& o) {
   o.attn.positions = attention_positions(kind);
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
-  const MachineInfo machine = machine_info();
-  fmt::print("machine: {}\n", machine_summary(machine));
+  const MachineInfo machine = print_machine();
   fmt::print(
       "MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {}, {}, {} kernel{}, {} GEMM, {} "
       "threads\n",
@@ -89,8 +96,7 @@ void run_attention(BenchOpts& o) {
 
 void run_gemm(const BenchOpts& o) {
   GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters);
-  const MachineInfo machine = machine_info();
-  fmt::print("machine: {}\n", machine_summary(machine));
+  const MachineInfo machine = print_machine();
   fmt::print("sgemm ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", o.gemm, o.m, o.n, o.k, r.ms,
              r.gflops, r.threads);
   if (o.json)
@@ -103,8 +109,7 @@ void run_train(BenchOpts& o) {
   o.train.precision = parse_precision(o.precision);
   const TrainBenchConfig& c = o.train;
   TrainBenchResult r = run_train_bench(c);
-  const MachineInfo machine = machine_info();
-  fmt::print("machine: {}\n", machine_summary(machine));
+  const MachineInfo machine = print_machine();
   fmt::print(
       "encoder classifier training: d_model={} heads={} layers={} ff={} vocab={} classes={}, batch {} x {} tokens, "
       "dropout {}{}, {} activations, {} parameters, {} GEMM, {} threads\n",
