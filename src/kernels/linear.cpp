@@ -5,24 +5,36 @@
 
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 
 namespace multihead {
+namespace {
+
+// y (N, out) = b, each row: the GEMM then adds onto it (beta = 1). One pass
+// over y, shared between the threads when y is large (a 4096 x 1536 output
+// takes about a millisecond to write on one core).
+template <typename T>
+void seed_bias(T* y, std::int64_t ldy, const T* b, std::int64_t N, std::int64_t out) {
+#pragma omp parallel for schedule(static) if (N * out >= (std::int64_t{1} << 18))
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < out; ++o) y[n * ldy + o] = b[o];
+}
+
+// db (out) += the column sums of dy (N, out).
+template <typename T>
+void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std::int64_t out) {
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < out; ++o) db[o] += dy[n * lddy + o];
+}
+
+}  // namespace
 
 template <typename T>
 void linear_forward(T* y, std::int64_t ldy, const T* x, std::int64_t ldx, const T* W, const T* b, std::int64_t N,
                     std::int64_t in, std::int64_t out) {
-  // Seed y with the bias so the GEMM adds onto it (beta = 1): one pass over
-  // y, shared between the threads when y is large (a 4096 x 1536 output
-  // takes about a millisecond to write on one core).
-  T beta = T(0);
-  if (b != nullptr) {
-#pragma omp parallel for schedule(static) if (N * out >= (std::int64_t{1} << 18))
-    for (std::int64_t n = 0; n < N; ++n)
-      for (std::int64_t o = 0; o < out; ++o) y[n * ldy + o] = b[o];
-    beta = T(1);
-  }
-  gemm(Trans::kNo, Trans::kYes, N, out, in, T(1), x, ldx, W, in, beta, y, ldy);
+  if (b != nullptr) seed_bias(y, ldy, b, N, out);
+  gemm(Trans::kNo, Trans::kYes, N, out, in, T(1), x, ldx, W, in, b != nullptr ? T(1) : T(0), y, ldy);
 }
 
 template <typename T>
@@ -31,9 +43,37 @@ void linear_backward(T* dx, std::int64_t lddx, bool accumulate_dx, T* dW, T* db,
   if (dx != nullptr) gemm(Trans::kNo, Trans::kNo, N, in, out, T(1), dy, lddy, W, in, accumulate_dx ? T(1) : T(0), dx, lddx);
   // dW (out, in) += dy^T (out, N) x (N, in)
   if (dW != nullptr) gemm(Trans::kYes, Trans::kNo, out, in, N, T(1), dy, lddy, x, ldx, T(1), dW, in);
-  if (db != nullptr)
-    for (std::int64_t n = 0; n < N; ++n)
-      for (std::int64_t o = 0; o < out; ++o) db[o] += dy[n * lddy + o];
+  if (db != nullptr) add_column_sums(db, dy, lddy, N, out);
+}
+
+Tensor bf16_weights(const float* W, std::int64_t rows, std::int64_t cols) {
+  Tensor w = Tensor::empty({rows, cols}, DType::kBF16);
+  to_bf16(w.data<BF16>(), W, rows * cols);
+  return w;
+}
+
+void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t ldx, const BF16* W, const float* b,
+                         std::int64_t N, std::int64_t in, std::int64_t out) {
+  if (b != nullptr) seed_bias(y, ldy, b, N, out);
+  gemm_bf16(Trans::kNo, Trans::kYes, N, out, in, 1.0f, x, ldx, W, in, b != nullptr ? 1.0f : 0.0f, y, ldy);
+}
+
+void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
+                          std::int64_t lddy, const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N,
+                          std::int64_t in, std::int64_t out) {
+  if (db != nullptr) add_column_sums(db, dy, lddy, N, out);
+  if (dx == nullptr && dW == nullptr) return;
+  Tensor dyb = Tensor::empty({N, out}, DType::kBF16);  // dy rounded, packed
+  if (lddy == out) {
+    to_bf16(dyb.data<BF16>(), dy, N * out);
+  } else {
+    for (std::int64_t n = 0; n < N; ++n) narrow(dyb.data<BF16>() + n * out, dy + n * lddy, out);
+  }
+  // dx (N, in) = dy (N, out) W (out, in); dW (out, in) += dy^T x.
+  if (dx != nullptr)
+    gemm_bf16(Trans::kNo, Trans::kNo, N, in, out, 1.0f, dyb.data<BF16>(), out, W, in, accumulate_dx ? 1.0f : 0.0f,
+              dx, lddx);
+  if (dW != nullptr) gemm_bf16(Trans::kYes, Trans::kNo, out, in, N, 1.0f, dyb.data<BF16>(), out, x, ldx, 1.0f, dW, in);
 }
 
 namespace {
@@ -64,6 +104,12 @@ void for_widened_blocks(const X* x, std::int64_t ldx, std::int64_t N, std::int64
 template <typename X>
 void linear_forward_stored(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const float* W, const float* b,
                            std::int64_t N, std::int64_t in, std::int64_t out) {
+  if constexpr (std::is_same_v<X, BF16>) {
+    if (bf16_path() != Bf16Path::kWiden) {
+      const Tensor wb = bf16_weights(W, out, in);
+      return linear_forward_bf16(y, ldy, x, ldx, wb.data<BF16>(), b, N, in, out);
+    }
+  }
   for_widened_blocks(x, ldx, N, in, [&](const float* xb, std::int64_t ld, std::int64_t r0, std::int64_t n) {
     linear_forward(y + r0 * ldy, ldy, xb, ld, W, b, n, in, out);
   });
@@ -73,6 +119,12 @@ template <typename X>
 void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                             std::int64_t lddy, const X* x, std::int64_t ldx, const float* W, std::int64_t N,
                             std::int64_t in, std::int64_t out) {
+  if constexpr (std::is_same_v<X, BF16>) {
+    if (bf16_path() != Bf16Path::kWiden) {
+      const Tensor wb = bf16_weights(W, out, in);
+      return linear_backward_bf16(dx, lddx, accumulate_dx, dW, db, dy, lddy, x, ldx, wb.data<BF16>(), N, in, out);
+    }
+  }
   // dx and db do not read x: one call for all rows; dW block by block.
   linear_backward<float>(dx, lddx, accumulate_dx, nullptr, db, dy, lddy, nullptr, ldx, W, N, in, out);
   if (dW == nullptr) return;

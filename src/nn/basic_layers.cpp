@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/layer_norm.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/init.h"
@@ -40,8 +41,13 @@ void Linear::init(Rng& rng) {
 Tensor Linear::forward(const Tensor& x, Precision p) {
   const std::int64_t N = rows_of(x, in_, "Linear");
   Tensor y = Tensor::empty(with_last(x.shape(), out_));
-  linear_forward(y.f32(), out_, x.f32(), in_, store_->data(w_), bias_ ? store_->data(b_) : nullptr, N, in_, out_);
-  x_.save(x, storage_dtype(p));
+  const DType st = storage_dtype(p);
+  x_.save(x, st);
+  const float* b = bias_ ? store_->data(b_) : nullptr;
+  // In bf16 the product reads the rounded copy kept for backward.
+  if (computes_in_bf16(st))
+    linear_forward_stored<BF16>(y.f32(), out_, x_.stored().data<BF16>(), in_, store_->data(w_), b, N, in_, out_);
+  else linear_forward(y.f32(), out_, x.f32(), in_, store_->data(w_), b, N, in_, out_);
   return y;
 }
 

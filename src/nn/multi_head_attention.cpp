@@ -6,6 +6,7 @@
 
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
@@ -258,9 +259,16 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   // Rows of q, k, v in the packed weight and bias: 0, E and E + KE.
   const std::int64_t row0[3] = {0, E, E + KE};
   auto bias_part = [&](int i) { return b_in ? b_in + row0[i] : nullptr; };
+  // In bf16 the products read the rounded inputs kept for backward.
+  auto project = [&](float* y, std::int64_t ldy, const Tensor& x, const SavedTensor& saved, const float* w,
+                     const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
+    if (computes_in_bf16(c.store))
+      linear_forward_stored<BF16>(y, ldy, saved.stored().data<BF16>(), in, w, b, N, in, out);
+    else linear_forward(y, ldy, x.f32(), in, w, b, N, in, out);
+  };
   if (c.self) {
     c.qkv = Tensor::empty({B, L, PW});
-    linear_forward(c.qkv.f32(), PW, query.f32(), E, store_->data(in_proj_weight_), b_in, B * L, E, PW);
+    project(c.qkv.f32(), PW, query, c.query, store_->data(in_proj_weight_), b_in, B * L, E, PW);
   } else {
     const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
     const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
@@ -269,9 +277,10 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     c.q = Tensor::empty({B, L, E});
     c.k = Tensor::empty({B, S, KE});
     c.v = Tensor::empty({B, S, KE});
-    linear_forward(c.q.f32(), E, query.f32(), E, wq, bias_part(0), B * L, E, E);
-    linear_forward(c.k.f32(), KE, key.f32(), cfg_.key_dim(), wk, bias_part(1), B * S, cfg_.key_dim(), KE);
-    linear_forward(c.v.f32(), KE, value.f32(), cfg_.value_dim(), wv, bias_part(2), B * S, cfg_.value_dim(), KE);
+    const SavedTensor& saved_value = c.value.defined() ? c.value : c.key;
+    project(c.q.f32(), E, query, c.query, wq, bias_part(0), B * L, E, E);
+    project(c.k.f32(), KE, key, c.key, wk, bias_part(1), B * S, cfg_.key_dim(), KE);
+    project(c.v.f32(), KE, value, saved_value, wv, bias_part(2), B * S, cfg_.value_dim(), KE);
   }
 
   // Rotary positions turn the projected queries and keys in place, before

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 
@@ -83,6 +84,24 @@ const float* block_f32(const Tensor& t, std::int64_t r0, std::int64_t n, std::in
   return rows_as_f32(t.data<T>() + r0 * w, w, n, w, buf, ld);
 }
 
+// The feed-forward weights in bf16, when the activations are stored in bf16
+// and the CPU computes in it (bf16_path()): rounded once per pass, so each
+// block's products read them as they are. Inactive otherwise.
+class BF16Weights {
+ public:
+  BF16Weights(DType storage, const float* w1, const float* w2, std::int64_t d, std::int64_t F) {
+    if (!computes_in_bf16(storage)) return;
+    w1_ = bf16_weights(w1, F, d);  // (F, d)
+    w2_ = bf16_weights(w2, d, F);  // (d, F)
+  }
+  bool active() const { return w1_.defined(); }
+  const BF16* w1() const { return w1_.data<BF16>(); }
+  const BF16* w2() const { return w2_.data<BF16>(); }
+
+ private:
+  Tensor w1_, w2_;
+};
+
 // Narrows fp32 rows into their place in a stored tensor, then rounds them in
 // place to the stored values, so forward goes on with exactly what backward
 // will read. Nothing to do for F32, whose rows were written in place.
@@ -109,6 +128,7 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   hid_ = Tensor::empty({N, F}, st);
   Tensor y = Tensor::empty(x.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
+  const BF16Weights wb(st, w1, w2, d, F);
   visit_float_storage(st, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
@@ -118,11 +138,20 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
       float* pre = kHalf ? buf.f32() : pre_.f32() + r0 * F;             // (n, F)
       float* hid = kHalf ? buf.f32() + n * F : hid_.f32() + r0 * F;     // (n, F)
       // The bias joins the activation and dropout in one pass over the block.
-      linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
+      if (wb.active()) linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
+      else linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
       bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, static_cast<std::uint64_t>(r0 * F));
-      store_block<T>(pre_, r0, n, F, pre);
-      store_block<T>(hid_, r0, n, F, hid);
-      linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
+      if (wb.active()) {  // the next product reads hid_ itself: no fp32 copy of it is read again
+        narrow(pre_.data<BF16>() + r0 * F, pre, n * F);
+        narrow(hid_.data<BF16>() + r0 * F, hid, n * F);
+      } else {
+        store_block<T>(pre_, r0, n, F, pre);
+        store_block<T>(hid_, r0, n, F, hid);
+      }
+      if (wb.active())
+        linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
+                            d);
+      else linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
     }
   });
   return y;
@@ -136,6 +165,7 @@ Tensor FeedForward::backward(const Tensor& dy) {
   Tensor dx = Tensor::empty(dy.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
   float *gw1 = store_->grad(linear1_.weight()), *gw2 = store_->grad(linear2_.weight());
+  const BF16Weights wb(pre_.dtype(), w1, w2, d, F);
   visit_float_storage(pre_.dtype(), [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
@@ -144,13 +174,24 @@ Tensor FeedForward::backward(const Tensor& dy) {
     Tensor buf = kHalf ? Tensor::empty({nb * F + nb * d}) : Tensor();  // hid then pre, and x blocks
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
-      const float* hid = block_f32<T>(hid_, r0, n, F, kHalf ? buf.f32() : nullptr);
-      linear_backward(dh.f32(), F, false, gw2, linear2_.bias_grad(), dy.f32() + r0 * d, d, hid, F, w2, n, F, d);
+      const float* dyr = dy.f32() + r0 * d;
+      if (wb.active()) {
+        linear_backward_bf16(dh.f32(), F, false, gw2, linear2_.bias_grad(), dyr, d, hid_.data<BF16>() + r0 * F, F,
+                             wb.w2(), n, F, d);
+      } else {
+        const float* hid = block_f32<T>(hid_, r0, n, F, kHalf ? buf.f32() : nullptr);
+        linear_backward(dh.f32(), F, false, gw2, linear2_.bias_grad(), dyr, d, hid, F, w2, n, F, d);
+      }
       if (drop.active()) dropout_inplace(dh.f32(), n * F, static_cast<std::uint64_t>(r0 * F), drop);
       const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() : nullptr);  // hid is read by now
       activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
-      const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + nb * F : nullptr);
-      linear_backward(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F, xr, d, w1, n, d, F);
+      if (wb.active()) {
+        linear_backward_bf16(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F,
+                             x_.stored().data<BF16>() + r0 * d, d, wb.w1(), n, d, F);
+      } else {
+        const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + nb * F : nullptr);
+        linear_backward(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F, xr, d, w1, n, d, F);
+      }
     }
   });
   clear_cache();  // backward consumes what forward saved

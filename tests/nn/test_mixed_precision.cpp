@@ -7,6 +7,7 @@
 
 #include "multihead/core/allocator.h"
 #include "multihead/kernels/attention_fused.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/encoder.h"
@@ -118,6 +119,10 @@ TEST_P(HalfPrecision, StoredLinearKernelsEqualFp32OnTheStoredValues) {
   Tensor x = random_tensor({N, in}, rng), w = random_tensor({out, in}, rng), b = random_tensor({out}, rng);
   Tensor dy = random_tensor({N, out}, rng);
   Tensor xs = narrow_tensor(x, st), xw = widen_tensor(xs);
+  // Computing in bf16 also rounds W, and dy for the products of dx and dW.
+  const bool bf16 = computes_in_bf16(st);
+  const DType round_to = bf16 ? st : DType::kF32;
+  Tensor wr = widen_tensor(narrow_tensor(w, round_to)), dyr = widen_tensor(narrow_tensor(dy, round_to));
   Tensor y1({N, out}), y2({N, out}), dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in}), db1({out}),
       db2({out});
   visit_float_storage(st, [&](auto tag) {
@@ -126,9 +131,10 @@ TEST_P(HalfPrecision, StoredLinearKernelsEqualFp32OnTheStoredValues) {
     linear_backward_stored<T>(dx1.f32(), in, false, dw1.f32(), db1.f32(), dy.f32(), out, xs.data<T>(), in, w.f32(),
                               N, in, out);
   });
-  linear_forward<float>(y2.f32(), out, xw.f32(), in, w.f32(), b.f32(), N, in, out);
-  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), db2.f32(), dy.f32(), out, xw.f32(), in, w.f32(), N, in,
+  linear_forward<float>(y2.f32(), out, xw.f32(), in, wr.f32(), b.f32(), N, in, out);
+  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xw.f32(), in, wr.f32(), N, in,
                          out);
+  linear_backward<float>(nullptr, in, false, nullptr, db2.f32(), dy.f32(), out, xw.f32(), in, wr.f32(), N, in, out);
   EXPECT_TRUE(all_close(y1, y2));
   EXPECT_TRUE(all_close(dx1, dx2));
   EXPECT_TRUE(all_close(dw1, dw2, 1e-4, 1e-5));  // summed by blocks: another order

@@ -199,7 +199,8 @@ Command add_bench(CLI::App& app) {
   }
   attn->add_option("--warmup", c.warmup, "Untimed iterations first (and, unless 0, at least a second of them)")->capture_default_str();
   for (CLI::App* s : {attn, train})
-    s->add_option("--precision", o->precision, "Activations and Q, K, V, O in fp32, bf16 or fp16")
+    s->add_option("--precision", o->precision,
+                  fmt::format("Activations and Q, K, V, O in fp32, bf16 or fp16; {}", kPrecisionCompute))
         ->capture_default_str();
   for (CLI::App* s : {attn, gemm, train})
     s->add_option("--gemm", o->gemm, "fp32 GEMM backend: onednn or openblas")->capture_default_str();

@@ -270,7 +270,9 @@ Command add_train(CLI::App& app) {
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_flag("--checkpoint-layers", o->checkpoint_layers, "Gradient checkpointing per layer");
   sub->add_option("--precision", o->precision,
-                  "Activations kept in fp32, bf16 or fp16 (weights stay fp32; fp16 turns on loss scaling)");
+                  fmt::format("Activations kept in fp32, bf16 or fp16 (weights stay fp32; fp16 turns on loss "
+                              "scaling); {}",
+                              kPrecisionCompute));
   sub->add_option("--checkpoint-every", o->checkpoint_every,
                   "Steps between checkpoints (0: after each epoch or evaluation and at the end)");
   sub->add_flag("--resume", o->resume,
@@ -301,7 +303,8 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_option("--precision", o->precision,
-                  "Activations and key/value cache in fp32, bf16 or fp16 (default: the run's own)");
+                  fmt::format("Activations and key/value cache in fp32, bf16 or fp16 (default: the run's own); {}",
+                              kPrecisionCompute));
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
@@ -321,7 +324,7 @@ Command add_eval(CLI::App& app) {
       "length of a sequence task");
   sub->add_option("--run", o->run, "Run directory written by multihead train")->required();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
-  sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
+  sub->add_option("--precision", o->precision, fmt::format("Activations in fp32, bf16 or fp16 (default: the run's own); {}", kPrecisionCompute));
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);

@@ -1,7 +1,9 @@
 // The precision activations are stored in. Master weights, gradients and
 // optimizer state are always fp32, and kernels accumulate in fp32; bf16 and
-// fp16 change only what is kept between kernels (activations, the attention
-// inputs Q, K, V, O, and what forward saves for backward).
+// fp16 change what is kept between kernels (activations, the attention
+// inputs Q, K, V, O, and what forward saves for backward). bf16 also changes
+// what the matrix products read where the CPU has bf16 units
+// (kernels/gemm_bf16.h): bf16 operands, as autocast gives them.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,10 @@
 namespace multihead {
 
 enum class Precision : std::uint8_t { kF32, kBF16, kF16 };
+
+// What each precision computes in, for --help: the tail of every --precision flag.
+inline constexpr const char* kPrecisionCompute =
+    "bf16 also multiplies in bf16 where the CPU has bf16 units (AMX, AVX512-BF16); fp16 computes in fp32";
 
 // "fp32" | "bf16" | "fp16"; throws ConfigError otherwise.
 Precision parse_precision(std::string_view name);

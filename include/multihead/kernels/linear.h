@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "multihead/core/tensor.h"
+
 namespace multihead {
 
 // y: (N, out) row stride ldy; x: (N, in) row stride ldx; W: (out, in); b: (out) or null.
@@ -18,8 +20,10 @@ void linear_backward(T* dx, std::int64_t lddx, bool accumulate_dx, T* dW, T* db,
                      const T* x, std::int64_t ldx, const T* W, std::int64_t N, std::int64_t in, std::int64_t out);
 
 // The same with x stored as X: float, or BF16 / F16 for activations kept in
-// 16 bits. x is widened to fp32 a block of rows at a time inside the kernel,
-// never as a whole; y, dx, dW, db, dy and W are fp32.
+// 16 bits; y, dx, dW, db, dy and W are fp32. BF16 x computes in bf16 where
+// the CPU has bf16 units (bf16_path() != kWiden; W is rounded each call);
+// otherwise, and for F16, x is widened to fp32 a block of rows at a time
+// inside the kernel, never as a whole.
 template <typename X>
 void linear_forward_stored(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const float* W, const float* b,
                            std::int64_t N, std::int64_t in, std::int64_t out);
@@ -27,5 +31,18 @@ template <typename X>
 void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                             std::int64_t lddy, const X* x, std::int64_t ldx, const float* W, std::int64_t N,
                             std::int64_t in, std::int64_t out);
+
+// bf16 compute, for mixed precision on a CPU with bf16 matrix units
+// (kernels/gemm_bf16.h): x and W in bf16, every product accumulated in fp32;
+// y, dx, dW, db and dy are fp32. Backward rounds dy to bf16 for its two
+// products, as the gradient of an autocast bf16 matmul is.
+void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t ldx, const BF16* W, const float* b,
+                         std::int64_t N, std::int64_t in, std::int64_t out);
+void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
+                          std::int64_t lddy, const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N,
+                          std::int64_t in, std::int64_t out);
+
+// W (rows, cols) fp32 rounded to a new BF16 tensor, for the bf16 kernels.
+Tensor bf16_weights(const float* W, std::int64_t rows, std::int64_t cols);
 
 }  // namespace multihead

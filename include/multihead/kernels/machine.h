@@ -17,6 +17,7 @@ struct MachineInfo {
   std::string kernel_target;           // Highway's name for it, e.g. "AVX3_DL"
   std::string gemm_backend;            // "onednn" or "openblas"
   std::string gemm_isa;                // oneDNN's dispatch ceiling: "avx512_core_amx", "avx512_core_bf16", "avx2", ...
+  std::string bf16_path;               // where bf16 products run: "amx", "avx512_bf16" or "fp32 (widened)"
   int threads = 0;
 };
 
@@ -25,7 +26,7 @@ struct MachineInfo {
 MachineInfo machine_info();
 
 // One line: "AMD EPYC, 2 threads, kernels AVX-512 (AVX3_DL), GEMM onednn
-// avx512_core_bf16".
+// avx512_core_bf16, bf16 products avx512_bf16".
 std::string machine_summary(const MachineInfo& m);
 // Several lines, for --version.
 std::string machine_details(const MachineInfo& m);

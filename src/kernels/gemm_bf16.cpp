@@ -1,0 +1,196 @@
+#include "multihead/kernels/gemm_bf16.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "multihead/core/error.h"
+#include "multihead/core/step_profile.h"
+#include "multihead/kernels/half.h"
+
+namespace multihead {
+namespace {
+
+std::atomic<bool> g_force_widen{false};
+
+Bf16Path cpu_bf16_path() {
+  // Read once: oneDNN fixes its ISA when it first dispatches.
+  static const Bf16Path path = [] {
+    const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto has = [&](dnnl_cpu_isa_t level) { return (isa & level) == static_cast<unsigned>(level); };
+    if (has(dnnl_cpu_isa_avx512_core_amx)) return Bf16Path::kAmx;
+    if (has(dnnl_cpu_isa_avx512_core_bf16)) return Bf16Path::kAvx512Bf16;
+    return Bf16Path::kWiden;
+  }();
+  return path;
+}
+
+// One cached primitive per product shape. alpha and beta are part of the
+// shape: they become an output scale and a sum post-op.
+struct MatmulKey {
+  std::int64_t M, N, K, lda, ldb, ldc;
+  bool ta, tb;
+  float alpha, beta;
+  bool operator==(const MatmulKey&) const = default;
+};
+
+struct MatmulKeyHash {
+  std::size_t operator()(const MatmulKey& k) const noexcept {
+    std::size_t h = 0;
+    auto mix = [&](std::uint64_t v) { h ^= std::hash<std::uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    for (std::int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) mix(static_cast<std::uint64_t>(v));
+    std::uint32_t a, b;
+    std::memcpy(&a, &k.alpha, 4);
+    std::memcpy(&b, &k.beta, 4);
+    mix((std::uint64_t{a} << 32) | b);
+    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u));
+    return h;
+  }
+};
+
+struct Matmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c;
+  std::size_t scratchpad_bytes = 0;
+};
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// Strides of a row-major (rows, cols) operand or of its transpose stored
+// (cols, rows) with row stride ld.
+dnnl::memory::desc operand_desc(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool transposed,
+                                dnnl::memory::data_type dt) {
+  const dnnl::memory::dims strides = transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
+  return dnnl::memory::desc({rows, cols}, dt, strides);
+}
+
+std::shared_ptr<const Matmul> create_matmul(const MatmulKey& k) {
+  using dt = dnnl::memory::data_type;
+  auto m = std::make_shared<Matmul>();
+  m->a = operand_desc(k.M, k.K, k.lda, k.ta, dt::bf16);
+  m->b = operand_desc(k.K, k.N, k.ldb, k.tb, dt::bf16);
+  m->c = operand_desc(k.M, k.N, k.ldc, false, dt::f32);
+  dnnl::primitive_attr attr;
+  // The caller's threads may run products side by side: each call brings its
+  // own scratchpad rather than sharing the library's.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+  if (k.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(k.beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m->a, m->b, m->c), attr, cpu_engine());
+  m->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  m->primitive = dnnl::matmul(pd);
+  return m;
+}
+
+std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& k) {
+  static std::mutex mutex;
+  static std::unordered_map<MatmulKey, std::shared_ptr<const Matmul>, MatmulKeyHash> cache;
+  const std::lock_guard lock(mutex);
+  if (auto it = cache.find(k); it != cache.end()) return it->second;
+  // A model uses a few dozen shapes; a stream of new ones (varying sequence
+  // lengths) starts the cache over rather than growing it without bound.
+  if (cache.size() >= 1024) cache.clear();
+  try {
+    return cache.emplace(k, create_matmul(k)).first->second;
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN bf16 matmul unavailable for M={} N={} K={}: {}", k.M, k.N, k.K, e.what()));
+  }
+}
+
+void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C) {
+  const std::shared_ptr<const Matmul> m = cached_matmul(k);
+  thread_local dnnl::stream stream(cpu_engine());
+  thread_local std::vector<std::uint8_t> scratchpad;
+  if (scratchpad.size() < m->scratchpad_bytes) scratchpad.resize(m->scratchpad_bytes);
+  dnnl::engine& engine = cpu_engine();
+  // oneDNN takes non-const handles; it only reads the sources.
+  dnnl::memory a(m->a, engine, const_cast<BF16*>(A)), b(m->b, engine, const_cast<BF16*>(B)), c(m->c, engine, C);
+  dnnl::memory pad(dnnl::memory::desc({static_cast<dnnl::memory::dim>(m->scratchpad_bytes)},
+                                      dnnl::memory::data_type::u8, dnnl::memory::format_tag::x),
+                   engine, scratchpad.data());
+  m->primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+  stream.wait();
+}
+
+// A stored (rows, cols) block with row stride ld, widened into a packed buffer.
+std::vector<float> widened(const BF16* src, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  std::vector<float> out(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r) widen(out.data() + r * cols, src + r * ld, cols);
+  return out;
+}
+
+bool empty_product(std::int64_t M, std::int64_t N, std::int64_t K, float beta, float* C, std::int64_t ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+  return true;
+}
+
+}  // namespace
+
+Bf16Path bf16_path() { return g_force_widen.load() ? Bf16Path::kWiden : cpu_bf16_path(); }
+
+const char* bf16_path_name(Bf16Path p) {
+  switch (p) {
+    case Bf16Path::kAmx: return "amx";
+    case Bf16Path::kAvx512Bf16: return "avx512_bf16";
+    case Bf16Path::kWiden: break;
+  }
+  return "fp32 (widened)";
+}
+
+void set_bf16_widen(bool widen) { g_force_widen.store(widen); }
+
+void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,
+               std::int64_t lda, const BF16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  if (empty_product(M, N, K, beta, C, ldc)) return;
+  if (bf16_path() != Bf16Path::kWiden) {
+    const StepProfileScope profile(StepPart::kGemm);
+    return onednn_gemm_bf16({M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, alpha, beta}, A, B, C);
+  }
+  // Stored shapes: A is (M, K) or, transposed, (K, M); B is (K, N) or (N, K).
+  const bool tra = ta == Trans::kYes, trb = tb == Trans::kYes;
+  const std::vector<float> a = widened(A, tra ? K : M, tra ? M : K, lda);
+  const std::vector<float> b = widened(B, trb ? N : K, trb ? K : N, ldb);
+  gemm(ta, tb, M, N, K, alpha, a.data(), tra ? M : K, b.data(), trb ? K : N, beta, C, ldc);
+}
+
+void gemm_bf16_ref(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,
+                   std::int64_t lda, const BF16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  auto a = [&](std::int64_t i, std::int64_t k) {
+    return static_cast<double>(bf16_to_float((ta == Trans::kYes ? A[k * lda + i] : A[i * lda + k]).bits));
+  };
+  auto b = [&](std::int64_t k, std::int64_t j) {
+    return static_cast<double>(bf16_to_float((tb == Trans::kYes ? B[j * ldb + k] : B[k * ldb + j]).bits));
+  };
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) acc += a(i, k) * b(k, j);
+      const double prev = beta == 0.0f ? 0.0 : static_cast<double>(beta) * C[i * ldc + j];
+      C[i * ldc + j] = static_cast<float>(alpha * acc + prev);
+    }
+}
+
+void to_bf16(BF16* dst, const float* src, std::int64_t n) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  if (n < 4 * kChunk) return narrow(dst, src, n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; i += kChunk) narrow(dst + i, src + i, std::min(kChunk, n - i));
+}
+
+}  // namespace multihead

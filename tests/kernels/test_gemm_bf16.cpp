@@ -1,0 +1,155 @@
+// bf16 products (fp32 accumulation) against their reference twin in double,
+// on the CPU's path (oneDNN's bf16 matmul where it has bf16 units) and on
+// the widening path, which every CPU runs: every transpose, padded strides,
+// alpha and beta, empty products, calls from parallel regions, and the
+// cached primitives reused. ctest runs this file once more with
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE, where the CPU's path must be kWiden.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "multihead/core/rng.h"
+#include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/half.h"
+#include "multihead/kernels/linear.h"
+#include "multihead/kernels/machine.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+// A (rows, cols) bf16 operand with row stride cols + 3; the padding holds NaN.
+struct Operand {
+  std::int64_t rows, cols, ld;
+  std::vector<BF16> data;
+  Operand(std::int64_t r, std::int64_t c, Rng& rng) : rows(r), cols(c), ld(c + 3), data(r * (c + 3)) {
+    for (BF16& x : data) x.bits = float_to_bf16(NAN);
+    for (std::int64_t i = 0; i < r; ++i)
+      for (std::int64_t j = 0; j < c; ++j) data[i * ld + j].bits = float_to_bf16(rng.normal());
+  }
+};
+
+struct Case {
+  std::int64_t M, N, K;
+  Trans ta, tb;
+  float alpha, beta;
+};
+
+std::string describe(const Case& g) {
+  return fmt::format("M={} N={} K={} ta={} tb={} alpha={} beta={} path {}", g.M, g.N, g.K, g.ta == Trans::kYes,
+                     g.tb == Trans::kYes, g.alpha, g.beta, bf16_path_name(bf16_path()));
+}
+
+void check_case(const Case& g, bool in_parallel_region = false) {
+  Rng rng(static_cast<std::uint64_t>(g.M * 131 + g.N * 17 + g.K));
+  const bool ta = g.ta == Trans::kYes, tb = g.tb == Trans::kYes;
+  Operand A(ta ? g.K : g.M, ta ? g.M : g.K, rng), B(tb ? g.N : g.K, tb ? g.K : g.N, rng);
+  const std::int64_t ldc = g.N + 2;
+  std::vector<float> C(g.M * ldc, 7.0f), expected;
+  for (std::int64_t i = 0; i < g.M; ++i)
+    for (std::int64_t j = 0; j < g.N; ++j) C[i * ldc + j] = g.beta == 0.0f ? NAN : rng.normal();  // beta 0 ignores C
+  expected = C;
+  gemm_bf16_ref(g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data.data(), A.ld, B.data.data(), B.ld, g.beta,
+                expected.data(), ldc);
+  // In a parallel region each of two threads computes its own copy of C.
+  std::vector<std::vector<float>> results(in_parallel_region ? 2 : 1, C);
+  auto call = [&](std::vector<float>& c) {
+    gemm_bf16(g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data.data(), A.ld, B.data.data(), B.ld, g.beta, c.data(), ldc);
+  };
+  if (in_parallel_region) {
+#pragma omp parallel num_threads(2)
+    call(results[static_cast<std::size_t>(omp_get_thread_num())]);
+  } else {
+    call(results[0]);
+  }
+  for (const std::vector<float>& c : results) {
+    for (std::int64_t i = 0; i < g.M; ++i)
+      for (std::int64_t pad = g.N; pad < ldc; ++pad) ASSERT_EQ(c[i * ldc + pad], 7.0f) << describe(g);
+    // bf16 products are exact in fp32; only the order of the fp32 sums
+    // differs from the reference, an error that grows like sqrt(K).
+    const double atol = 1e-5 * (1.0 + std::sqrt(static_cast<double>(g.K))) * (1.0 + std::abs(g.alpha));
+    EXPECT_TRUE(test::all_close(std::span<const float>(c), std::span<const float>(expected), atol, 1e-5))
+        << describe(g);
+  }
+}
+
+// Runs the test body on the CPU's path and on the widening path.
+class Bf16Paths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { set_bf16_widen(GetParam()); }
+  void TearDown() override { set_bf16_widen(false); }
+};
+
+TEST_P(Bf16Paths, MatchesTheReferenceForEveryTransposeAndOddSizes) {
+  const Trans no = Trans::kNo, yes = Trans::kYes;
+  for (Trans ta : {no, yes})
+    for (Trans tb : {no, yes})
+      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {7, 5, 3}, {13, 65, 31}, {64, 17, 129}, {300, 40, 96}})
+        check_case({M, N, K, ta, tb, 1.0f, 0.0f});
+}
+
+TEST_P(Bf16Paths, AppliesAlphaAndBeta) {
+  for (auto [alpha, beta] : {std::pair{0.5f, 1.0f}, {-2.0f, 0.25f}, {1.0f, -1.0f}})
+    check_case({9, 23, 11, Trans::kNo, Trans::kYes, alpha, beta});
+}
+
+TEST_P(Bf16Paths, EmptyProducts) {
+  check_case({5, 6, 0, Trans::kNo, Trans::kNo, 1.0f, 0.0f});
+  check_case({5, 6, 0, Trans::kYes, Trans::kNo, 1.0f, 0.5f});
+  check_case({0, 6, 4, Trans::kNo, Trans::kNo, 1.0f, 0.0f});
+}
+
+// The same shape twice reuses the cached primitive, from several threads at once.
+TEST_P(Bf16Paths, CachedPrimitivesInsideAParallelRegion) {
+  check_case({96, 72, 40, Trans::kNo, Trans::kYes, 1.0f, 1.0f});
+  check_case({96, 72, 40, Trans::kNo, Trans::kYes, 1.0f, 1.0f}, true);
+}
+
+// The bf16 linear kernels equal the fp32 ones on the rounded values: x and
+// W as stored, dy rounded to bf16 for the two products of backward.
+TEST_P(Bf16Paths, LinearKernelsEqualFp32OnTheRoundedValues) {
+  Rng rng(6);
+  const std::int64_t N = 300, in = 24, out = 10;
+  Tensor x = test::random_tensor({N, in}, rng), w = test::random_tensor({out, in}, rng);
+  Tensor b = test::random_tensor({out}, rng), dy = test::random_tensor({N, out}, rng);
+  Tensor xb = narrow_tensor(x, DType::kBF16), wb = bf16_weights(w.f32(), out, in);
+  Tensor xr = widen_tensor(xb), wr = widen_tensor(wb), dyr = widen_tensor(narrow_tensor(dy, DType::kBF16));
+  Tensor y1({N, out}), y2({N, out}), dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in}), db1({out}),
+      db2({out});
+  linear_forward_bf16(y1.f32(), out, xb.data<BF16>(), in, wb.data<BF16>(), b.f32(), N, in, out);
+  linear_backward_bf16(dx1.f32(), in, false, dw1.f32(), db1.f32(), dy.f32(), out, xb.data<BF16>(), in,
+                       wb.data<BF16>(), N, in, out);
+  linear_forward<float>(y2.f32(), out, xr.f32(), in, wr.f32(), b.f32(), N, in, out);
+  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xr.f32(), in, wr.f32(), N, in,
+                         out);
+  linear_backward<float>(nullptr, in, false, nullptr, db2.f32(), dy.f32(), out, xr.f32(), in, wr.f32(), N, in, out);
+  EXPECT_TRUE(test::all_close(y1, y2));
+  EXPECT_TRUE(test::all_close(dx1, dx2));
+  EXPECT_TRUE(test::all_close(dw1, dw2, 1e-4, 1e-5));  // sums of 300 rows in another order
+  EXPECT_TRUE(test::all_close(db1, db2, 0, 0));        // the bias gradient sums fp32 dy, unrounded
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuAndWiden, Bf16Paths, ::testing::Values(false, true),
+                         [](const auto& p) { return std::string(p.param ? "widen" : "cpu"); });
+
+// The path follows oneDNN's ISA: bf16 units where the CPU (and
+// ONEDNN_MAX_CPU_ISA) allow them, widening otherwise; machine_info says which.
+TEST(Bf16Path, FollowsOneDnnsIsa) {
+  const MachineInfo m = machine_info();
+  const Bf16Path p = bf16_path();
+  EXPECT_EQ(m.bf16_path, bf16_path_name(p));
+  if (m.gemm_isa == "avx512_core_amx") EXPECT_EQ(p, Bf16Path::kAmx);
+  else if (m.gemm_isa == "avx512_core_bf16") EXPECT_EQ(p, Bf16Path::kAvx512Bf16);
+  else EXPECT_EQ(p, Bf16Path::kWiden) << m.gemm_isa;
+  set_bf16_widen(true);
+  EXPECT_EQ(bf16_path(), Bf16Path::kWiden);
+  set_bf16_widen(false);
+  EXPECT_EQ(bf16_path(), p);
+}
+
+}  // namespace
+}  // namespace multihead
