@@ -118,10 +118,13 @@ void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C
   dnnl::engine& engine = cpu_engine();
   // oneDNN takes non-const handles; it only reads the sources.
   dnnl::memory a(m->a, engine, const_cast<BF16*>(A)), b(m->b, engine, const_cast<BF16*>(B)), c(m->c, engine, C);
-  dnnl::memory pad(dnnl::memory::desc({static_cast<dnnl::memory::dim>(m->scratchpad_bytes)},
-                                      dnnl::memory::data_type::u8, dnnl::memory::format_tag::x),
-                   engine, scratchpad.data());
-  m->primitive.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+  if (m->scratchpad_bytes > 0)
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(m->scratchpad_bytes)},
+                                                 dnnl::memory::data_type::u8, dnnl::memory::format_tag::x),
+                              engine, scratchpad.data()));
+  m->primitive.execute(stream, args);
   stream.wait();
 }
 
