@@ -141,17 +141,16 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
       if (wb.active()) linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
       else linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
       bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, static_cast<std::uint64_t>(r0 * F));
-      if (wb.active()) {  // the next product reads hid_ itself: no fp32 copy of it is read again
+      if (wb.active()) {  // the next product reads hid_ itself: the fp32 rows are not read again
         narrow(pre_.data<BF16>() + r0 * F, pre, n * F);
         narrow(hid_.data<BF16>() + r0 * F, hid, n * F);
+        linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
+                            d);
       } else {
         store_block<T>(pre_, r0, n, F, pre);
         store_block<T>(hid_, r0, n, F, hid);
+        linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
       }
-      if (wb.active())
-        linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
-                            d);
-      else linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
     }
   });
   return y;
