@@ -128,13 +128,6 @@ void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C
   stream.wait();
 }
 
-// A stored (rows, cols) block with row stride ld, widened into a packed buffer.
-std::vector<float> widened(const BF16* src, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-  std::vector<float> out(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t r = 0; r < rows; ++r) widen(out.data() + r * cols, src + r * ld, cols);
-  return out;
-}
-
 bool empty_product(std::int64_t M, std::int64_t N, std::int64_t K, float beta, float* C, std::int64_t ldc) {
   if (M == 0 || N == 0) return true;
   if (K != 0) return false;
@@ -167,9 +160,11 @@ void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t 
   }
   // Stored shapes: A is (M, K) or, transposed, (K, M); B is (K, N) or (N, K).
   const bool tra = ta == Trans::kYes, trb = tb == Trans::kYes;
-  const std::vector<float> a = widened(A, tra ? K : M, tra ? M : K, lda);
-  const std::vector<float> b = widened(B, trb ? N : K, trb ? K : N, ldb);
-  gemm(ta, tb, M, N, K, alpha, a.data(), tra ? M : K, b.data(), trb ? K : N, beta, C, ldc);
+  std::vector<float> a_buf(static_cast<std::size_t>(M * K)), b_buf(static_cast<std::size_t>(K * N));
+  std::int64_t lda32 = 0, ldb32 = 0;
+  const float* a = rows_as_f32(A, lda, tra ? K : M, tra ? M : K, a_buf.data(), lda32);
+  const float* b = rows_as_f32(B, ldb, trb ? N : K, trb ? K : N, b_buf.data(), ldb32);
+  gemm(ta, tb, M, N, K, alpha, a, lda32, b, ldb32, beta, C, ldc);
 }
 
 void gemm_bf16_ref(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,

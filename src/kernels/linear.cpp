@@ -105,7 +105,7 @@ template <typename X>
 void linear_forward_stored(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const float* W, const float* b,
                            std::int64_t N, std::int64_t in, std::int64_t out) {
   if constexpr (std::is_same_v<X, BF16>) {
-    if (bf16_path() != Bf16Path::kWiden) {
+    if (computes_in_bf16(DType::kBF16)) {
       const Tensor wb = bf16_weights(W, out, in);
       return linear_forward_bf16(y, ldy, x, ldx, wb.data<BF16>(), b, N, in, out);
     }
@@ -120,7 +120,7 @@ void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, fl
                             std::int64_t lddy, const X* x, std::int64_t ldx, const float* W, std::int64_t N,
                             std::int64_t in, std::int64_t out) {
   if constexpr (std::is_same_v<X, BF16>) {
-    if (bf16_path() != Bf16Path::kWiden) {
+    if (computes_in_bf16(DType::kBF16)) {
       const Tensor wb = bf16_weights(W, out, in);
       return linear_backward_bf16(dx, lddx, accumulate_dx, dW, db, dy, lddy, x, ldx, wb.data<BF16>(), N, in, out);
     }
