@@ -170,6 +170,20 @@ inline void softmax_grad_row(float* dp, const float* p, std::int64_t n, float de
   for (; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 
+// ds[j] = pd[j] * dp[j] - p[j] * delta, in place over dp: the softmax's
+// gradient under dropout, with pd the dropped weights (p times the mask) and
+// dp the gradient of the dropped weights. Where p is 0 both terms are, so
+// the mask itself is not needed.
+inline void dropout_softmax_grad_row(float* dp, const float* p, const float* pd, std::int64_t n, float delta) {
+  const DF d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto vd = hn::Set(d, delta);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N)
+    hn::StoreU(hn::MulSub(hn::LoadU(d, pd + j), hn::LoadU(d, dp + j), hn::Mul(hn::LoadU(d, p + j), vd)), d, dp + j);
+  for (; j < n; ++j) dp[j] = pd[j] * dp[j] - p[j] * delta;
+}
+
 // x[j] *= m[j]
 inline void mul_rows(float* x, const float* m, std::int64_t n) {
   const DF d;

@@ -46,9 +46,15 @@ bool all_finite(std::span<const float> v) {
 class HalfPrecision : public ::testing::TestWithParam<Precision> {};
 
 // The fused kernels reading BF16/F16 equal the fp32 kernels reading the same
-// values widened: storage changes what is read, not how it is computed.
+// values widened: storage changes what is read, not how it is computed. For
+// bf16 that is the widening path; the kernel that multiplies in bf16 is
+// tested against the reference in tests/kernels/test_attention_bf16.cpp.
 TEST_P(HalfPrecision, FusedKernelsEqualTheirFp32TwinOnTheStoredValues) {
   const DType st = storage_dtype(GetParam());
+  set_bf16_widen(true);
+  struct Restore {
+    ~Restore() { set_bf16_widen(false); }
+  } restore;
   const AttentionDims d{2, 3, 37, 41, 16, 16};
   Rng rng(5);
   Tensor q = random_tensor({d.B, d.L, d.H * d.D}, rng), k = random_tensor({d.B, d.S, d.H * d.D}, rng);

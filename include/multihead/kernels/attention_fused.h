@@ -36,7 +36,10 @@ struct AttentionTiles {
 
 // Q, K, V and O are stored as T: float, or BF16 / F16 for mixed precision
 // (tiles are widened to fp32 as they are read, O rounded as it is written;
-// everything else, lse and the gradients included, is fp32).
+// everything else, lse and the gradients included, is fp32). BF16 on a CPU
+// with bf16 matrix units (computes_in_bf16) multiplies in bf16 instead:
+// forward and backward go to attention_bf16.h. The weights are always
+// recomputed in fp32.
 
 // out: (B, L, H, Dv) view, written; lse: (B, H, L), written.
 // q: (B, L, H, D), k: (B, S, H, D), v: (B, S, H, Dv) views.

@@ -1,0 +1,40 @@
+// Fused attention that multiplies in bf16, for CPUs with bf16 matrix units
+// (AMX tiles, AVX512-BF16 dot products), forward and backward.
+//
+// Each task takes a block of queries against every key it can see: the
+// visible key tiles form a few runs (one for full attention, one for a
+// causal block, two or three for sparse patterns), and each run is one
+// oneDNN bf16 matmul with fp32 accumulation (gemm_bf16). Between the
+// products the softmax runs in fp32 on whole rows, so no running maximum or
+// rescaling is needed; memory stays linear in the sequence length (a few
+// (q_block, S) rows per thread). What is rounded to bf16, as FlashAttention
+// does: Q, K, V (stored so), the weights P for P V, and in backward dO for
+// dO V^T and P^T dO, and dS for dS K and dS^T Q. Scores, the softmax, lse,
+// delta and every gradient stay fp32.
+//
+// Same arguments, layouts and semantics as attention_fused_forward /
+// attention_fused_backward (masks, positions, sparse patterns, dropout,
+// fully masked rows); attention_fused_*<BF16> call these when
+// computes_in_bf16(DType::kBF16). tiles.q_block is the query block,
+// tiles.k_block the key granularity at which masks skip keys.
+#pragma once
+
+#include "multihead/kernels/attention_fused.h"
+#include "multihead/kernels/attention_types.h"
+#include "multihead/core/tensor.h"
+
+namespace multihead {
+
+// out: (B, L, H, Dv) view, written; lse: (B, H, L), written.
+void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
+                            HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& dims,
+                            float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
+
+// dq, dk, dv: written, not accumulated.
+void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+                             HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q,
+                             HeadsView<const BF16> k, HeadsView<const BF16> v, const AttentionMasks<float>& masks,
+                             const AttentionDims& dims, float scale, const AttentionDropout& dropout,
+                             const AttentionTiles& tiles = {});
+
+}  // namespace multihead

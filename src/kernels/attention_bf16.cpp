@@ -1,0 +1,362 @@
+#include "multihead/kernels/attention_bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "multihead/core/step_profile.h"
+#include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/half.h"
+#include "attention_tiles.h"
+#include "simd_rows.h"
+
+namespace multihead {
+namespace {
+
+using namespace attention_tiles;
+
+// Causal blocks end mid-tile: the run is cut at the last key any of the
+// block's queries sees, rounded up to this many keys so that few distinct
+// product shapes (each a cached oneDNN primitive) arise.
+constexpr std::int64_t kKeyAlign = 32;
+
+struct KeyTile {  // a key tile some query of the block sees
+  std::int64_t j0, nc;
+  bool elementwise;  // masks apply score by score
+  std::size_t run;   // the run it belongs to
+};
+// Consecutive visible keys [j0, j0 + n): one product. Its scores for the
+// block's nr queries are a dense (nr, n) matrix at offset `at` of the
+// block's buffers, as oneDNN's fast (brgemm) matmuls want dense operands.
+struct KeyRun {
+  std::int64_t j0, n, at;
+  float* row(float* base, std::int64_t r) const { return base + at + r * n; }
+  BF16* row(BF16* base, std::int64_t r) const { return base + at + r * n; }
+};
+
+// The keys query rows [i0, i0 + nr) of batch b see, tile by tile and as runs.
+struct KeyPlan {
+  std::vector<KeyTile> tiles;
+  std::vector<KeyRun> runs;
+
+  void make(const MaskGeometry& geo, std::int64_t S, std::int64_t Bc, std::int64_t b, std::int64_t i0,
+            std::int64_t nr) {
+    tiles.clear();
+    runs.clear();
+    for (std::int64_t j0 = 0; j0 < S; j0 += Bc) {
+      const std::int64_t nc_block = std::min(Bc, S - j0);
+      const TilePlan plan = geo.plan(b, i0, nr, j0, nc_block);
+      if (plan.skip) continue;
+      const std::int64_t seen = geo.causal_span(i0, nr, j0, nc_block).nc;
+      if (seen == 0) continue;
+      const std::int64_t nc = std::min(nc_block, ceil_div(seen, kKeyAlign) * kKeyAlign);
+      if (runs.empty() || runs.back().j0 + runs.back().n != j0)
+        runs.push_back({j0, 0, runs.empty() ? 0 : runs.back().at + nr * runs.back().n});
+      runs.back().n += nc;
+      tiles.push_back({j0, nc, plan.elementwise, runs.size() - 1});
+    }
+  }
+  // The masks on the scores in buf, tile by tile where they apply elementwise.
+  void apply_masks(const MaskGeometry& geo, float* buf, std::int64_t b, std::int64_t h, std::int64_t i0,
+                   std::int64_t nr, const float* qa) const {
+    for (const KeyTile& t : tiles) {
+      if (!t.elementwise) continue;
+      const KeyRun& run = runs[t.run];
+      geo.apply(buf + run.at + (t.j0 - run.j0), run.n, b, h, i0, nr, t.j0, t.nc, qa);
+    }
+  }
+};
+
+// Keys of a run under the masks: relative positions index only those.
+std::int64_t masked_keys(const MaskGeometry& geo, std::int64_t j0, std::int64_t n) {
+  return std::clamp<std::int64_t>(geo.cols - j0, 0, n);
+}
+
+// rows (n, w) of src, row stride ld, copied densely into dst (n, w).
+template <typename T>
+void pack_rows(T* dst, const T* src, std::int64_t ld, std::int64_t n, std::int64_t w) {
+  for (std::int64_t r = 0; r < n; ++r) std::copy_n(src + r * ld, w, dst + r * w);
+}
+
+// Per-thread buffers, carved from one workspace tensor so that they count
+// in the memory report. Sizes in floats; bf16 buffers take half a float each.
+class Carver {
+ public:
+  explicit Carver(float* base) : at_(base) {}
+  float* f32(std::int64_t n) { return take(n); }
+  BF16* bf16(std::int64_t n) { return reinterpret_cast<BF16*>(take(bf16_floats(n))); }
+  static std::int64_t bf16_floats(std::int64_t n) { return (n + 1) / 2; }
+  static std::int64_t padded(std::int64_t n) { return (n + 15) / 16 * 16; }
+
+ private:
+  float* take(std::int64_t n) {
+    float* p = at_;
+    at_ += padded(n);  // 64-byte steps keep every buffer aligned as the first
+    return p;
+  }
+  float* at_;
+};
+
+}  // namespace
+
+void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
+                            HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d,
+                            float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  const StepProfileScope profile(StepPart::kAttention);
+  check_tiles(tiles);
+  const MaskGeometry geo(masks, d);
+  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const std::int64_t nqb = ceil_div(d.L, Br);
+  const std::int64_t tasks = d.B * d.H * nqb;
+  const RelativePositions<float>& rel = masks.relative;
+  const std::int64_t nb = rel.active() ? rel.buckets() : 0;
+  using C = Carver;
+  // Per thread: scores (Br, S) fp32 and the weights rounded (Br, S) bf16, in
+  // runs; the query block packed (Br, D) bf16; the output accumulator
+  // (Br, Dv), m and l (Br); relative positions: the query block widened
+  // (Br, D), key scores qa and value-bucket weights wv (Br, nb); an output row (Dv).
+  const std::int64_t per_thread = C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
+                                  C::padded(C::bf16_floats(Br * d.D)) + C::padded(Br * d.Dv) + 2 * C::padded(Br) +
+                                  C::padded(Br * d.D) + 2 * C::padded(Br * nb) + C::padded(d.Dv);
+  Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  // Every head's K (S, D) and V (S, Dv), packed densely once for all its query blocks.
+  Tensor k_packed = Tensor::empty({d.B * d.H, d.S, d.D}, DType::kBF16);
+  Tensor v_packed = Tensor::empty({d.B * d.H, d.S, d.Dv}, DType::kBF16);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    pack_rows(k_packed.data<BF16>() + bh * d.S * d.D, k.at(bh / d.H, bh % d.H), k.row_stride, d.S, d.D);
+    pack_rows(v_packed.data<BF16>() + bh * d.S * d.Dv, v.at(bh / d.H, bh % d.H), v.row_stride, d.S, d.Dv);
+  }
+
+#pragma omp parallel
+  {
+    Carver carve(workspace.f32() + omp_get_thread_num() * per_thread);
+    float* s = carve.f32(Br * d.S);
+    BF16* pb = carve.bf16(Br * d.S);
+    BF16* qd = carve.bf16(Br * d.D);
+    float* acc = carve.f32(Br * d.Dv);
+    float* m = carve.f32(Br);
+    float* l = carve.f32(Br);
+    float* qbuf = carve.f32(Br * d.D);
+    float* qa = carve.f32(Br * nb);
+    float* wv = carve.f32(Br * nb);
+    float* orow = carve.f32(d.Dv);
+    KeyPlan keys;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+      const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
+      const std::int64_t i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
+      const BF16* kh = k_packed.data<BF16>() + bh * d.S * d.D;
+      const BF16* vh = v_packed.data<BF16>() + bh * d.S * d.Dv;
+      pack_rows(qd, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D);
+      if (rel.active()) {
+        std::int64_t ldq = 0;
+        const float* q32 = rows_as_f32(qd, d.D, nr, d.D, qbuf, ldq);
+        relative_scores(qa, q32, ldq, nr, d.D, rel, scale);
+        std::fill(wv, wv + nr * nb, 0.0f);
+      }
+      keys.make(geo, d.S, Bc, b, i0, nr);
+      // S = scale Q K^T on every visible key, then the masks.
+      for (const KeyRun& run : keys.runs)
+        gemm_bf16(Trans::kNo, Trans::kYes, nr, run.n, d.D, scale, qd, d.D, kh + run.j0 * d.D, d.D, 0.0f,
+                  s + run.at, run.n);
+      keys.apply_masks(geo, s, b, h, i0, nr, qa);
+      // The softmax on whole rows, in fp32: P = exp(S - max), l = sum P.
+      for (std::int64_t r = 0; r < nr; ++r) {
+        float mr = -kInf;
+        for (const KeyRun& run : keys.runs) mr = std::max(mr, simd::row_max(run.row(s, r), run.n));
+        m[r] = mr;
+        l[r] = 0.0f;
+        for (const KeyRun& run : keys.runs) {
+          float* x = run.row(s, r);
+          if (mr == -kInf) {  // every key masked: weights 0
+            std::fill_n(x, run.n, 0.0f);
+            continue;
+          }
+          l[r] += simd::exp_shift_sum(x, run.n, mr);
+          if (dropout.active()) apply_dropout_row(x, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
+          if (rel.rel_v)
+            bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
+          narrow(run.row(pb, r), x, run.n);  // while the row is in L1
+        }
+      }
+      // O = P V, with P rounded to bf16.
+      if (keys.runs.empty()) std::fill(acc, acc + nr * d.Dv, 0.0f);
+      for (std::size_t u = 0; u < keys.runs.size(); ++u) {
+        const KeyRun& run = keys.runs[u];
+        gemm_bf16(Trans::kNo, Trans::kNo, nr, d.Dv, run.n, 1.0f, pb + run.at, run.n, vh + run.j0 * d.Dv, d.Dv,
+                  u == 0 ? 0.0f : 1.0f, acc, d.Dv);
+      }
+      float* lse_bh = lse + bh * d.L + i0;
+      for (std::int64_t r = 0; r < nr; ++r) {
+        lse_bh[r] = finish_row(orow, acc + r * d.Dv, wv + r * nb, m[r], l[r], rel, nb, d.Dv);
+        narrow(out.at(b, h) + (i0 + r) * out.row_stride, orow, d.Dv);
+      }
+    }
+  }
+}
+
+void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+                             HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q,
+                             HeadsView<const BF16> k, HeadsView<const BF16> v, const AttentionMasks<float>& masks,
+                             const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                             const AttentionTiles& tiles) {
+  const StepProfileScope profile(StepPart::kAttention);
+  check_tiles(tiles);
+  const MaskGeometry geo(masks, d);
+  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const RelativePositions<float>& rel = masks.relative;
+  const std::int64_t nb = rel.active() ? rel.buckets() : 0;
+  using C = Carver;
+  // Per thread, in runs: P, dropout(P) when dropout is on, and dP then dS,
+  // (Br, S) fp32 each; dropout(P), then dS, rounded (Br, S) bf16. The head's
+  // K (S, D) and V (S, Dv) packed bf16, and its dK, dV accumulators (S, D),
+  // (S, Dv) fp32; the query block packed (Br, D) bf16 and dO rounded
+  // (Br, Dv) bf16; the block's dQ (Br, D); delta (L); an output and a dO row (Dv);
+  // relative positions: the query block widened (Br, D), qa = scale Q rel_k^T
+  // and da = dO rel_v^T for the head (L, nb) each, bucket sums (Br, nb).
+  const std::int64_t per_thread =
+      (dropout.active() ? 3 : 2) * C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
+      C::padded(C::bf16_floats(d.S * d.D)) + C::padded(C::bf16_floats(d.S * d.Dv)) + C::padded(d.S * d.D) +
+      C::padded(d.S * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(Br * d.Dv)) +
+      C::padded(Br * d.D) + C::padded(d.L) + 2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
+      C::padded(Br * nb);
+  Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
+  // Relative-position gradients per (batch, head), summed in a fixed order afterwards.
+  const std::int64_t rel_grad = nb * (d.D + d.Dv);
+  Tensor rel_grads = Tensor::zeros({rel.active() ? d.B * d.H * rel_grad : 0});
+
+#pragma omp parallel
+  {
+    Carver carve(workspace.f32() + omp_get_thread_num() * per_thread);
+    float* p = carve.f32(Br * d.S);
+    float* pd = dropout.active() ? carve.f32(Br * d.S) : p;  // dropout(P): the weights that multiplied V
+    float* dp = carve.f32(Br * d.S);
+    BF16* b16 = carve.bf16(Br * d.S);  // dropout(P), then dS, rounded
+    BF16* kh = carve.bf16(d.S * d.D);
+    BF16* vh = carve.bf16(d.S * d.Dv);
+    float* dk_acc = carve.f32(d.S * d.D);
+    float* dv_acc = carve.f32(d.S * d.Dv);
+    BF16* qd = carve.bf16(Br * d.D);
+    BF16* dob = carve.bf16(Br * d.Dv);
+    float* dq_acc = carve.f32(Br * d.D);
+    float* delta = carve.f32(d.L);
+    float* orow = carve.f32(d.Dv);
+    float* grow = carve.f32(d.Dv);
+    float* qbuf = carve.f32(Br * d.D);
+    float* qa = carve.f32(d.L * nb);
+    float* da = carve.f32(d.L * nb);
+    float* gb = carve.f32(Br * nb);
+    KeyPlan keys;
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const std::int64_t b = bh / d.H, h = bh % d.H;
+      float* drk = rel.active() ? rel_grads.f32() + bh * rel_grad : nullptr;  // (nb, D)
+      float* drv = rel.active() ? drk + nb * d.D : nullptr;                   // (nb, Dv)
+      const float* lse_bh = lse + bh * d.L;
+      pack_rows(kh, k.at(b, h), k.row_stride, d.S, d.D);
+      pack_rows(vh, v.at(b, h), v.row_stride, d.S, d.Dv);
+      std::fill_n(dk_acc, d.S * d.D, 0.0f);
+      std::fill_n(dv_acc, d.S * d.Dv, 0.0f);
+      // delta_i = dO_i . O_i, with dO_i rounded as the products see it: a
+      // query that sees one key then gets dS = 0 exactly, as in fp32.
+      for (std::int64_t i = 0; i < d.L; ++i) {
+        std::int64_t ldo = 0;
+        const float* o = rows_as_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
+        narrow(dob, dout.at(b, h) + i * dout.row_stride, d.Dv);
+        widen(grow, dob, d.Dv);
+        delta[i] = simd::dot(grow, o, d.Dv);
+        if (rel.rel_v)
+          for (std::int64_t c = 0; c < nb; ++c)
+            da[i * nb + c] = simd::dot(dout.at(b, h) + i * dout.row_stride, rel.rel_v + c * d.Dv, d.Dv);
+      }
+      for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
+        const std::int64_t nr = std::min(Br, d.L - i0);
+        const float* doi = dout.at(b, h) + i0 * dout.row_stride;
+        float* dqi = dq.at(b, h) + i0 * dq.row_stride;
+        keys.make(geo, d.S, Bc, b, i0, nr);
+        if (keys.runs.empty()) {  // no key visible: no gradient
+          for (std::int64_t r = 0; r < nr; ++r) std::fill_n(dqi + r * dq.row_stride, d.D, 0.0f);
+          continue;
+        }
+        pack_rows(qd, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D);
+        for (std::int64_t r = 0; r < nr; ++r) narrow(dob + r * d.Dv, doi + r * dout.row_stride, d.Dv);
+        std::fill_n(dq_acc, nr * d.D, 0.0f);
+        std::int64_t ldq32 = 0;
+        const float* q32 = rel.active() ? rows_as_f32(qd, d.D, nr, d.D, qbuf, ldq32) : nullptr;
+        if (rel.active()) relative_scores(qa + i0 * nb, q32, ldq32, nr, d.D, rel, scale);
+        // Scores scale Q K^T on the visible keys, then the masks.
+        for (const KeyRun& run : keys.runs)
+          gemm_bf16(Trans::kNo, Trans::kYes, nr, run.n, d.D, scale, qd, d.D, kh + run.j0 * d.D, d.D, 0.0f,
+                    p + run.at, run.n);
+        keys.apply_masks(geo, p, b, h, i0, nr, qa + i0 * nb);
+        // Row by row, while a row is in L1: P = exp(S - lse), dropout(P)
+        // (pd), rel_v's bucket sums of pd, and pd rounded for the products.
+        if (rel.rel_v) std::fill(gb, gb + nr * nb, 0.0f);
+        for (std::int64_t r = 0; r < nr; ++r)
+          for (const KeyRun& run : keys.runs) {
+            float* x = run.row(p, r);
+            simd::exp_shift_sum(x, run.n, lse_bh[i0 + r]);
+            if (dropout.active()) {
+              float* y = run.row(pd, r);
+              std::copy_n(x, run.n, y);
+              apply_dropout_row(y, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
+              x = y;
+            }
+            // out_i also held sum_j pd_ij rel_v[c]: rel_v's gradient gains the
+            // bucket sums of pd times dO_i.
+            if (rel.rel_v)
+              bucket_sums(gb + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
+            narrow(run.row(b16, r), x, run.n);
+          }
+        if (rel.rel_v) small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
+        // dV += dropout(P)^T dO and dP = dO V^T (the gradient of pd), in bf16.
+        for (const KeyRun& run : keys.runs) {
+          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16 + run.at, run.n, dob, d.Dv, 1.0f,
+                    dv_acc + run.j0 * d.Dv, d.Dv);
+          gemm_bf16(Trans::kNo, Trans::kYes, nr, run.n, d.Dv, 1.0f, dob, d.Dv, vh + run.j0 * d.Dv, d.Dv, 0.0f,
+                    dp + run.at, run.n);
+        }
+        // Row by row: dP gains dO_i . rel_v[c]; dS = pd * dP - P * delta
+        // (= P * (dP - delta) without dropout); rel_k's bucket sums of dS;
+        // dS rounded for the products.
+        if (rel.active()) std::fill(gb, gb + nr * nb, 0.0f);
+        for (std::int64_t r = 0; r < nr; ++r)
+          for (const KeyRun& run : keys.runs) {
+            float* x = run.row(dp, r);
+            const std::int64_t qpos = masks.query_offset + i0 + r, jm = masked_keys(geo, run.j0, run.n);
+            if (rel.rel_v) add_bucket_terms(x, jm, run.j0, qpos, da + (i0 + r) * nb, rel);
+            if (dropout.active())
+              simd::dropout_softmax_grad_row(x, run.row(p, r), run.row(pd, r), run.n, delta[i0 + r]);
+            else
+              simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
+            if (rel.active()) bucket_sums(gb + r * nb, x, jm, run.j0, qpos, rel);
+            narrow(run.row(b16, r), x, run.n);
+          }
+        if (rel.active()) {
+          // score_ij also held scale * q_i . rel_k[c]: with g the bucket sums
+          // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
+          small_ab(dq_acc, gb, rel.rel_k, nr, d.D, nb, scale, d.D, nb);
+          small_atb(drk, gb, nb, q32, ldq32, nr, nb, d.D, scale);
+        }
+        // dQ += scale dS K and dK += scale dS^T Q, in bf16.
+        for (const KeyRun& run : keys.runs) {
+          gemm_bf16(Trans::kNo, Trans::kNo, nr, d.D, run.n, scale, b16 + run.at, run.n, kh + run.j0 * d.D, d.D, 1.0f,
+                    dq_acc, d.D);
+          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16 + run.at, run.n, qd, d.D, 1.0f,
+                    dk_acc + run.j0 * d.D, d.D);
+        }
+        for (std::int64_t r = 0; r < nr; ++r) std::copy_n(dq_acc + r * d.D, d.D, dqi + r * dq.row_stride);
+      }
+      for (std::int64_t j = 0; j < d.S; ++j) {
+        std::copy_n(dk_acc + j * d.D, d.D, dk.at(b, h) + j * dk.row_stride);
+        std::copy_n(dv_acc + j * d.Dv, d.Dv, dv.at(b, h) + j * dv.row_stride);
+      }
+    }
+  }
+  if (rel.active()) add_relative_grads(rel, rel_grads.f32(), d.B * d.H, d.D, d.Dv);
+}
+
+}  // namespace multihead

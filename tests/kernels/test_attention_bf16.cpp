@@ -1,0 +1,241 @@
+// The bf16 attention kernel against the fp32 reference on the same
+// bf16-rounded Q, K and V, for every case of the fused kernel's suite
+// (sizes, masks, positions, sparse patterns, dropout, fully masked rows),
+// on the CPU's bf16 path and on the widening path every CPU runs.
+//
+// Tolerances follow from bf16's unit roundoff u = 2^-8: the kernel rounds
+// the weights P (and, in backward, dO and dS) to bf16, each a relative error
+// of at most u on terms that are then summed, and stores O in bf16. So an
+// output or gradient may be off by a few u times the size of its terms,
+// bounded here by the largest value of the tensor: |got - ref| <= c u max|ref|,
+// with c = 3 for the output (the rounding of P and of O) and 6 for the
+// gradients (two operands rounded per product, and dS built from a rounded
+// dP). lse must equal the fp32 kernel's, infinities included; fully masked
+// rows give exact zeros (their own test).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <tuple>
+
+#include "multihead/kernels/attention_bf16.h"
+#include "multihead/kernels/attention_fused.h"
+#include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/half.h"
+#include "attention_cases.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+using test::Data;
+using test::make;
+using test::Spec;
+using test::view;
+
+constexpr double kUnitRoundoff = 1.0 / 256.0;
+
+// Rounds x to bf16 in place and returns the bf16 copy.
+std::vector<BF16> round_bf16(std::vector<float>& x) {
+  std::vector<BF16> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    out[i].bits = float_to_bf16(x[i]);
+    x[i] = bf16_to_float(out[i].bits);
+  }
+  return out;
+}
+
+std::vector<float> widened(const std::vector<BF16>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = bf16_to_float(x[i].bits);
+  return out;
+}
+
+::testing::AssertionResult within_bf16(const std::vector<float>& got, const std::vector<float>& ref, double c) {
+  if (got.size() != ref.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << ref.size();
+  double scale = 0;
+  for (float r : ref)
+    if (std::isfinite(r)) scale = std::max(scale, static_cast<double>(std::fabs(r)));
+  const double tol = c * kUnitRoundoff * scale + 1e-6;
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(e <= worst)) worst = e, at = i;  // NaN counts as the worst
+  }
+  if (!(worst <= tol))
+    return ::testing::AssertionFailure() << "element " << at << ": " << got[at] << " vs " << ref[at] << ", error "
+                                         << worst << " > " << tol << " (" << c << " u max|ref|, max|ref| " << scale
+                                         << ")";
+  return ::testing::AssertionSuccess() << "max error " << worst / (kUnitRoundoff * scale + 1e-30) << " u max|ref|";
+}
+
+class Bf16AttentionVsReference : public ::testing::TestWithParam<std::tuple<Spec, bool>> {
+ protected:
+  void SetUp() override { set_bf16_widen(std::get<1>(GetParam())); }
+  void TearDown() override { set_bf16_widen(false); }
+};
+
+TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
+  const Spec& s = std::get<0>(GetParam());
+  if (!std::get<1>(GetParam()) && bf16_path() == Bf16Path::kWiden)
+    GTEST_SKIP() << "this CPU has no bf16 units: its path is the widening one, tested beside";
+  const AttentionDims& d = s.d;
+  Data x = make(s);
+  const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  auto cv = [&](const std::vector<float>& v, std::int64_t len, std::int64_t dim) {
+    return view<const float>(v.data(), d, len, dim);
+  };
+  auto cv16 = [&](const std::vector<BF16>& v, std::int64_t len, std::int64_t dim) {
+    return view<const BF16>(v.data(), d, len, dim);
+  };
+
+  const test::Reference ref = test::reference(s, x, scale);
+  std::vector<float> out_f(x.g.size()), lse_f(static_cast<std::size_t>(d.B * d.H * d.L));
+  attention_fused_forward<float>(view(out_f.data(), d, d.L, d.Dv), lse_f.data(), cv(x.q, d.L, d.D),
+                                 cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.masks, d, scale, x.drop, s.tiles);
+  std::vector<BF16> out16(x.g.size(), BF16{float_to_bf16(7.0f)});
+  std::vector<float> lse(lse_f.size(), 7.0f);
+  attention_bf16_forward(view(out16.data(), d, d.L, d.Dv), lse.data(), cv16(q16, d.L, d.D), cv16(k16, d.S, d.D),
+                         cv16(v16, d.S, d.Dv), x.masks, d, scale, x.drop, s.tiles);
+  EXPECT_TRUE(within_bf16(widened(out16), ref.out, 3)) << "output";
+  for (std::size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lse_f[i])) EXPECT_EQ(lse[i], lse_f[i]) << "lse " << i;
+    else EXPECT_NEAR(lse[i], lse_f[i], 1e-5 * (1 + std::fabs(lse_f[i]))) << "lse " << i;
+  }
+
+  std::vector<float> drk(x.rel_k.size()), drv(x.rel_v.size());
+  AttentionMasks<float> masks_b = x.masks;
+  masks_b.relative.d_rel_k = drk.data(), masks_b.relative.d_rel_v = drv.data();
+  std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
+  attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
+                          lse.data(), cv16(out16, d.L, d.Dv), cv(x.g, d.L, d.Dv), cv16(q16, d.L, d.D),
+                          cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), masks_b, d, scale, x.drop, s.tiles);
+  EXPECT_TRUE(within_bf16(dq, ref.dq, 6)) << "dq";
+  EXPECT_TRUE(within_bf16(dk, ref.dk, 6)) << "dk";
+  EXPECT_TRUE(within_bf16(dv, ref.dv, 6)) << "dv";
+  EXPECT_TRUE(within_bf16(drk, ref.drk, 6)) << "d_rel_k";
+  EXPECT_TRUE(within_bf16(drv, ref.drv, 6)) << "d_rel_v";
+}
+
+// The fused kernel's cases, less those that only pick its fp32 tile products
+// (BLAS or micro-kernel): the bf16 kernel has one way to multiply.
+std::vector<Spec> bf16_specs() {
+  std::vector<Spec> out;
+  for (const Spec& s : test::specs())
+    if (s.name.find("blas_tiles") == std::string::npos) out.push_back(s);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Bf16AttentionVsReference,
+                         ::testing::Combine(::testing::ValuesIn(bf16_specs()), ::testing::Values(false, true)),
+                         [](const auto& p) {
+                           return std::get<0>(p.param).name + (std::get<1>(p.param) ? "_widen" : "_cpu");
+                         });
+
+// Fully masked queries (no key at all, or a row of -inf) get O = 0 and
+// lse = +inf, and pass no gradient: exactly, as in fp32.
+TEST(Bf16Attention, FullyMaskedRowsGiveExactZeros) {
+  for (bool widen : {false, true}) {
+    set_bf16_widen(widen);
+    Spec s{"x", {2, 2, 6, 9, 8, 8}};
+    s.fully_masked = s.kpm_bool = s.attn_float = true;  // batch 0 has no keys; query 0 masked, query L-1 all -inf
+    Data x = make(s);
+    const AttentionDims& d = s.d;
+    const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
+    std::vector<BF16> out(x.g.size(), BF16{float_to_bf16(7.0f)});
+    std::vector<float> lse(static_cast<std::size_t>(d.B * d.H * d.L), 7.0f);
+    attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
+                           view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
+                           x.masks, d, 0.5f, {});
+    std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
+    attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
+                            lse.data(), view<const BF16>(out.data(), d, d.L, d.Dv),
+                            view<const float>(x.g.data(), d, d.L, d.Dv), view<const BF16>(q16.data(), d, d.L, d.D),
+                            view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
+                            x.masks, d, 0.5f, {});
+    const std::vector<float> o = widened(out);
+    const std::int64_t row = d.H * d.D;  // D == Dv
+    for (std::int64_t b = 0; b < d.B; ++b)
+      for (std::int64_t i = 0; i < d.L; ++i) {
+        const bool masked = b == 0 || i == 0 || i == d.L - 1;
+        for (std::int64_t h = 0; h < d.H; ++h) {
+          EXPECT_EQ(std::isinf(lse[static_cast<std::size_t>((b * d.H + h) * d.L + i)]), masked) << b << " " << i;
+          if (!masked) continue;
+          for (std::int64_t e = 0; e < d.D; ++e) {
+            const std::size_t at = static_cast<std::size_t>((b * d.L + i) * row + h * d.D + e);
+            EXPECT_EQ(o[at], 0.0f);
+            EXPECT_EQ(dq[at], 0.0f);
+          }
+        }
+      }
+    for (std::int64_t e = 0; e < d.S * row; ++e) {  // batch 0: no query sees a key
+      EXPECT_EQ(dk[static_cast<std::size_t>(e)], 0.0f);
+      EXPECT_EQ(dv[static_cast<std::size_t>(e)], 0.0f);
+    }
+  }
+  set_bf16_widen(false);
+}
+
+// A NaN in one key reaches every query that sees it (as in PyTorch's
+// softmax) and no other: masked keys are skipped or set to -inf.
+TEST(Bf16Attention, ANaNKeyReachesTheQueriesThatSeeIt) {
+  const AttentionDims d{1, 2, 20, 20, 8, 8};
+  for (bool widen : {false, true})
+    for (CausalAlign causal : {CausalAlign::kNone, CausalAlign::kTopLeft}) {
+      set_bf16_widen(widen);
+      Spec s{"nan", d};
+      s.causal = causal;
+      Data x = make(s);
+      x.k[static_cast<std::size_t>(5 * d.H * d.D + 2)] = std::nanf("");  // key 5, head 0, dimension 2
+      const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
+      std::vector<BF16> out(x.g.size());
+      std::vector<float> lse(static_cast<std::size_t>(d.H * d.L));
+      attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
+                             view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
+                             x.masks, d, 0.5f, {}, AttentionTiles{8, 8});
+      const std::vector<float> o = widened(out);
+      for (std::int64_t i = 0; i < d.L; ++i)
+        for (std::int64_t h = 0; h < d.H; ++h)
+          for (std::int64_t e = 0; e < d.Dv; ++e) {
+            const bool sees = h == 0 && (causal == CausalAlign::kNone || i >= 5);
+            ASSERT_EQ(std::isnan(o[static_cast<std::size_t>((i * d.H + h) * d.Dv + e)]), sees)
+                << "query " << i << " head " << h << (widen ? " widened" : "");
+          }
+    }
+  set_bf16_widen(false);
+}
+
+// attention_fused_*<BF16> take the bf16 kernel exactly when the CPU
+// multiplies in bf16: same results as calling it directly.
+TEST(Bf16Attention, FusedEntryPointsDispatchByPath) {
+  Spec s{"dispatch", {1, 2, 40, 40, 16, 16}};
+  s.causal = CausalAlign::kTopLeft;
+  Data x = make(s);
+  const AttentionDims& d = s.d;
+  const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
+  auto cv16 = [&](const std::vector<BF16>& v) { return view<const BF16>(v.data(), d, d.L, d.D); };
+  for (bool widen : {false, true}) {
+    set_bf16_widen(widen);
+    std::vector<BF16> direct(x.g.size()), fused(x.g.size());
+    std::vector<float> l1(static_cast<std::size_t>(d.H * d.L)), l2 = l1;
+    attention_bf16_forward(view(direct.data(), d, d.L, d.Dv), l1.data(), cv16(q16), cv16(k16), cv16(v16), x.masks, d,
+                           0.25f, {});
+    attention_fused_forward<BF16>(view(fused.data(), d, d.L, d.Dv), l2.data(), cv16(q16), cv16(k16), cv16(v16),
+                                  x.masks, d, 0.25f, {});
+    if (computes_in_bf16(DType::kBF16)) {
+      EXPECT_EQ(widened(direct), widened(fused)) << "the CPU's bf16 path goes to the bf16 kernel";
+    } else {  // the fp32 tiles on the widened values, O rounded at the end
+      std::vector<float> o32(x.g.size());
+      attention_fused_forward<float>(view(o32.data(), d, d.L, d.Dv), l1.data(), view<const float>(x.q.data(), d, d.L, d.D),
+                                     view<const float>(x.k.data(), d, d.L, d.D),
+                                     view<const float>(x.v.data(), d, d.L, d.D), x.masks, d, 0.25f, {});
+      EXPECT_EQ(widened(round_bf16(o32)), widened(fused)) << "the widening path keeps the fp32 tiles";
+    }
+  }
+  set_bf16_widen(false);
+}
+
+}  // namespace
+}  // namespace multihead
