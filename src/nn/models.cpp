@@ -228,6 +228,7 @@ void LanguageModel::clear_cache() {
   encoder_.clear_cache();
   if (lm_head_) lm_head_->clear_cache();
   x_ = Tensor(), h_ = Tensor();
+  h_saved_.clear();
 }
 
 Tensor LanguageModel::forward(const Tensor& ids, const ForwardContext& ctx) {
@@ -237,15 +238,22 @@ Tensor LanguageModel::forward(const Tensor& ids, const ForwardContext& ctx) {
   AttentionMaskArgs masks;
   masks.causal = CausalAlign::kTopLeft;
   h_ = encoder_.forward(x_, masks, ctx);
-  if (ctx.precision != Precision::kF32) x_ = Tensor();  // the first layer keeps its own 16-bit copy
-  return logits_of(h_, ids.dim(0), ids.dim(1));
+  Tensor logits = logits_of(h_, ctx.precision, h_saved_);
+  // In 16 bits the first layer and the output layer keep their own copies.
+  if (ctx.precision != Precision::kF32) x_ = Tensor(), h_ = Tensor();
+  return logits;
 }
 
-Tensor LanguageModel::logits_of(const Tensor& h, std::int64_t B, std::int64_t T) {
-  if (lm_head_) return lm_head_->forward(h);
-  Tensor logits = Tensor::empty({B, T, cfg_.vocab_size});
-  linear_forward(logits.f32(), cfg_.vocab_size, h.f32(), cfg_.layer.d_model, store_->data(embedding_.weight()),
-                 static_cast<const float*>(nullptr), B * T, cfg_.layer.d_model, cfg_.vocab_size);
+Tensor LanguageModel::logits_of(const Tensor& h, Precision p, SavedTensor& saved) {
+  if (lm_head_) return lm_head_->forward(h, p);
+  const std::int64_t d = cfg_.layer.d_model, N = h.numel() / d;
+  Tensor logits = Tensor::empty(Shape{h.dim(0), h.dim(1), cfg_.vocab_size});
+  saved.save(h, storage_dtype(p));
+  visit_float_storage(saved.stored().dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    linear_forward_stored<T>(logits.f32(), cfg_.vocab_size, saved.stored().template data<T>(), d,
+                             store_->data(embedding_.weight()), nullptr, N, d, cfg_.vocab_size);
+  });
   return logits;
 }
 
@@ -257,7 +265,8 @@ Tensor LanguageModel::forward_cached(const Tensor& ids, std::vector<KvCache>& ca
   embedding_.clear_cache();
   positions_.forward_inplace(x, past);
   Tensor h = encoder_.forward_cached(x, caches, capacity, p);
-  Tensor logits = logits_of(h, ids.dim(0), ids.dim(1));
+  SavedTensor unused;  // no backward
+  Tensor logits = logits_of(h, p, unused);
   if (lm_head_) lm_head_->clear_cache();
   return logits;
 }
@@ -267,11 +276,17 @@ void LanguageModel::backward(const Tensor& dlogits) {
   if (lm_head_) {
     dh = lm_head_->backward(dlogits);
   } else {
-    const std::int64_t d = cfg_.layer.d_model, N = h_.numel() / d;
-    dh = Tensor::empty(h_.shape());
-    linear_backward(dh.f32(), d, false, store_->grad(embedding_.weight()), static_cast<float*>(nullptr),
-                    dlogits.f32(), cfg_.vocab_size, h_.f32(), d, store_->data(embedding_.weight()), N, d,
-                    cfg_.vocab_size);
+    check(h_saved_.defined(), "LanguageModel::backward called without a preceding forward");
+    const Tensor& h = h_saved_.stored();
+    const std::int64_t d = cfg_.layer.d_model, N = h.numel() / d;
+    dh = Tensor::empty(h.shape());
+    visit_float_storage(h.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      linear_backward_stored<T>(dh.f32(), d, false, store_->grad(embedding_.weight()), nullptr, dlogits.f32(),
+                                cfg_.vocab_size, h.template data<T>(), d, store_->data(embedding_.weight()), N, d,
+                                cfg_.vocab_size);
+    });
+    h_saved_.clear();
   }
   Tensor dx = encoder_.backward(dh);
   positions_.backward(dx);

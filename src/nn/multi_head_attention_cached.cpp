@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "multihead/kernels/attention_fused.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
@@ -20,15 +21,19 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
                      "cached decoding supports plain self-attention only");
   const std::int64_t B = x.dim(0), T = x.dim(1), past = cache.length;
 
+  // Linear attention keeps its recurrent state in fp32.
+  const DType st = cfg_.variant == AttentionVariant::kLinear ? DType::kF32 : storage_dtype(p);
   Tensor qkv = Tensor::empty({B, T, PW});
-  linear_forward(qkv.f32(), PW, x.f32(), E, store_->data(in_proj_weight_),
-                 cfg_.bias ? store_->data(in_proj_bias_) : nullptr, B * T, E, PW);
+  const float* b_in = cfg_.bias ? store_->data(in_proj_bias_) : nullptr;
+  // As forward(): in bf16 the projection multiplies the rounded input.
+  if (computes_in_bf16(st))
+    linear_forward_stored<BF16>(qkv.f32(), PW, narrow_tensor(x, st).data<BF16>(), E, store_->data(in_proj_weight_),
+                                b_in, B * T, E, PW);
+  else linear_forward(qkv.f32(), PW, x.f32(), E, store_->data(in_proj_weight_), b_in, B * T, E, PW);
   if (cfg_.positions == AttentionPositions::kRope) {
     rope_rotate(HeadsView<float>{qkv.f32(), T * PW, PW, D}, B, T, H, D, past, cfg_.rope_theta, false);
     rope_rotate(HeadsView<float>{qkv.f32() + E, T * PW, PW, D}, B, T, KH, D, past, cfg_.rope_theta, false);
   }
-  // Linear attention keeps its recurrent state in fp32.
-  const DType st = cfg_.variant == AttentionVariant::kLinear ? DType::kF32 : storage_dtype(p);
   Tensor attn = Tensor::empty({B, T, E}, st);
   if (cfg_.variant == AttentionVariant::kLinear) {
     // The recurrent form: a (D, D) state per (batch, head) instead of keys and values.

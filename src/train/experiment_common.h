@@ -11,6 +11,7 @@
 #include "multihead/io/run_dir.h"
 #include "multihead/train/experiments.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/text_classification.h"
 
 namespace multihead::experiment {
 
@@ -32,6 +33,14 @@ inline double mean(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m += x;
   return v.empty() ? 0.0 : m / static_cast<double>(v.size());
+}
+
+// Percentages (fractions times 100) and MiB (from bytes), as mean ± std.
+inline std::string pct(const std::vector<double>& v, int decimals = 2) { return mean_std(v, decimals, 100.0) + "%"; }
+inline std::string mib(const std::vector<double>& bytes) {
+  std::vector<double> m;
+  for (double b : bytes) m.push_back(b / (1024.0 * 1024.0));
+  return mean_std(m, 1);
 }
 
 inline std::int64_t count_spikes(const std::vector<double>& losses) { return count_loss_spikes(losses); }
@@ -58,10 +67,15 @@ auto run_job(const Context& c, Job job, const std::string& label, std::uint64_t 
   return run(job, dir, quiet);
 }
 
+// --quick's text classifier: a tiny model on synthetic data (two classes
+// told apart by their words), written into the experiment's folder.
+TextClassificationJob quick_text_job(const Context& c);
+
 ExperimentReport positions_experiment(Context& c);
 ExperimentReport variants_experiment(Context& c);
 ExperimentReport optimisation_experiment(Context& c);
 ExperimentReport heads_experiment(Context& c);
 ExperimentReport head_analysis_experiment(Context& c);
+ExperimentReport precision_experiment(Context& c);
 
 }  // namespace multihead::experiment

@@ -18,51 +18,17 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-// --quick's text data: two classes told apart by their words, among shared
-// filler words, of lengths 4 to 40 words.
-std::string write_synthetic_csv(const Context& c) {
-  const std::string path = (fs::path(c.dir) / "synthetic.csv").string();
-  const char* pos[] = {"good", "great", "fine", "nice", "calm"};
-  const char* neg[] = {"bad", "awful", "poor", "nasty", "grim"};
-  const char* filler[] = {"the", "a", "day", "was", "it", "and", "so", "then"};
-  Rng rng(7);
-  std::ofstream f(path);
-  f << "text,label\n";
-  for (int i = 0; i < 240; ++i) {
-    const bool p = i % 2 == 0;
-    const int words = 4 + static_cast<int>(rng.next_u32() % 37);
-    for (int w = 0; w < words; ++w) {
-      if (w) f << ' ';
-      const std::uint32_t r = rng.next_u32();
-      f << (r % 3 == 0 ? (p ? pos : neg)[r / 3 % 5] : filler[r / 3 % 8]);
-    }
-    f << ',' << (p ? "pos" : "neg") << '\n';
-  }
-  check<IoError>(static_cast<bool>(f), "cannot write '{}'", path);
-  return path;
-}
-
 // The text classifier every heads experiment trains: the spam preset made
 // small, or a tiny model on the synthetic words (--quick).
 TextClassificationJob text_job(const Context& c, const std::string& dataset, std::int64_t heads) {
+  if (c.opt.quick) {
+    TextClassificationJob j = quick_text_job(c);
+    j.model.layer.nhead = heads;
+    return j;
+  }
   TextClassificationJob j = spam_preset();
   j.threads = c.opt.threads;
   j.model.layer.nhead = heads;
-  if (c.opt.quick) {
-    j.source = "csv";
-    j.data_path = write_synthetic_csv(c);
-    j.tokenizer.kind = "word";
-    j.tokenizer.vocab_size = 64;
-    j.model.num_layers = 1;
-    j.model.layer.d_model = 16;
-    j.model.layer.dim_feedforward = 32;
-    j.max_len = j.model.max_len = 48;
-    j.train.batch = 16;
-    j.train.schedule.warmup_steps = 2;
-    j.epochs = 2;
-    j.eval_batch = 64;
-    return j;
-  }
   j.model.layer.d_model = 64;
   j.model.layer.dim_feedforward = 128;
   j.max_len = j.model.max_len = 256;
@@ -82,14 +48,6 @@ TextClassificationResult run_text(const Context& c, const TextClassificationJob&
                                   std::uint64_t seed) {
   return run_job(c, job, label, seed, run_text_classification);
 }
-
-std::string mib(const std::vector<double>& bytes) {
-  std::vector<double> m;
-  for (double b : bytes) m.push_back(b / (1024.0 * 1024.0));
-  return mean_std(m, 1);
-}
-
-std::string pct(const std::vector<double>& v) { return mean_std(v, 2, 100.0) + "%"; }
 
 // One row of the heads table from per-seed numbers.
 struct HeadsRow {

@@ -37,8 +37,6 @@ SequenceTaskResult run_quietly(const Context& c, const SequenceTaskJob& job, con
   return run_job(c, job, label, seed, run_sequence_task);
 }
 
-std::string pct(const std::vector<double>& v) { return mean_std(v, 1, 100.0) + "%"; }
-
 }  // namespace
 
 // Claims: sinusoidal positions train fastest but extrapolate badly; learned
@@ -88,11 +86,11 @@ ExperimentReport positions_experiment(Context& c) {
     std::vector<std::string> row = {kind};
     Series s{kind, {}, {}};
     for (std::size_t i = 0; i < lengths.size(); ++i) {
-      row.push_back(pct(tok[kind][i]));
+      row.push_back(pct(tok[kind][i], 1));
       s.x.push_back(static_cast<double>(lengths[i]));
       s.y.push_back(mean(tok[kind][i]));
     }
-    row.push_back(pct(seq[kind]));
+    row.push_back(pct(seq[kind], 1));
     row.push_back(mean_std(ms[kind], 1));
     row.push_back(fmt::format("{:+.0f}%", 100 * (mean(ms[kind]) / sin_ms - 1)));
     t.rows.push_back(row);
@@ -146,7 +144,7 @@ ExperimentReport variants_experiment(Context& c) {
       }
       c.log.log(fmt::format("variants: {} at {}: token accuracy {:.1f}%, {:.1f} ms/step", v, L, 100 * mean(tok),
                             mean(ms)));
-      t.rows.push_back({v, std::to_string(L), pct(tok), pct(seq), mean_std(ms, 1), mean_std(mem, 1)});
+      t.rows.push_back({v, std::to_string(L), pct(tok, 1), pct(seq, 1), mean_std(ms, 1), mean_std(mem, 1)});
       time_curves[v].name = acc_curves[v].name = v;
       time_curves[v].x.push_back(static_cast<double>(L));
       time_curves[v].y.push_back(mean(ms));
@@ -214,7 +212,7 @@ ExperimentReport optimisation_experiment(Context& c) {
       c.log.log(fmt::format("optimisation: {}: final loss {:.4f}, {:.1f} spikes", label, mean(final_loss),
                             mean(spikes)));
       t.rows.push_back({clip > 0 ? fmt::format("{}", clip) : "none", std::to_string(warmup), mean_std(final_loss, 4),
-                        pct(tok), pct(seq), mean_std(spikes, 1)});
+                        pct(tok, 1), pct(seq, 1), mean_std(spikes, 1)});
       curves.push_back(curve);
     }
   }

@@ -1,11 +1,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+
+#include <fmt/ranges.h>
 
 #include "experiment_common.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
+#include "multihead/core/rng.h"
+#include "multihead/train/presets.h"
 
 namespace multihead {
 
@@ -25,6 +30,51 @@ std::string ExperimentTable::markdown() const {
 }
 
 namespace experiment {
+namespace {
+
+// --quick's text data: two classes told apart by their words, among shared
+// filler words, of lengths 4 to 40 words.
+std::string write_synthetic_csv(const Context& c) {
+  const std::string path = (std::filesystem::path(c.dir) / "synthetic.csv").string();
+  const char* pos[] = {"good", "great", "fine", "nice", "calm"};
+  const char* neg[] = {"bad", "awful", "poor", "nasty", "grim"};
+  const char* filler[] = {"the", "a", "day", "was", "it", "and", "so", "then"};
+  Rng rng(7);
+  std::ofstream f(path);
+  f << "text,label\n";
+  for (int i = 0; i < 240; ++i) {
+    const bool p = i % 2 == 0;
+    const int words = 4 + static_cast<int>(rng.next_u32() % 37);
+    for (int w = 0; w < words; ++w) {
+      if (w) f << ' ';
+      const std::uint32_t r = rng.next_u32();
+      f << (r % 3 == 0 ? (p ? pos : neg)[r / 3 % 5] : filler[r / 3 % 8]);
+    }
+    f << ',' << (p ? "pos" : "neg") << '\n';
+  }
+  check<IoError>(static_cast<bool>(f), "cannot write '{}'", path);
+  return path;
+}
+
+}  // namespace
+
+TextClassificationJob quick_text_job(const Context& c) {
+  TextClassificationJob j = spam_preset();
+  j.threads = c.opt.threads;
+  j.source = "csv";
+  j.data_path = write_synthetic_csv(c);
+  j.tokenizer.kind = "word";
+  j.tokenizer.vocab_size = 64;
+  j.model.num_layers = 1;
+  j.model.layer.d_model = 16;
+  j.model.layer.dim_feedforward = 32;
+  j.max_len = j.model.max_len = 48;
+  j.train.batch = 16;
+  j.train.schedule.warmup_steps = 2;
+  j.epochs = 2;
+  j.eval_batch = 64;
+  return j;
+}
 
 }  // namespace experiment
 
@@ -61,20 +111,21 @@ std::vector<std::uint64_t> Context::seeds() const {
 }  // namespace experiment
 
 const std::vector<std::string>& experiment_names() {
-  static const std::vector<std::string> names = {"heads", "positions", "variants", "head-analysis", "optimisation"};
+  static const std::vector<std::string> names = {"heads",        "positions", "variants", "head-analysis",
+                                                 "optimisation", "precision"};
   return names;
 }
 
 ExperimentReport run_experiment(const std::string& name, const ExperimentOptions& o) {
   check<ConfigError>(std::ranges::find(experiment_names(), name) != experiment_names().end(),
-                     "unknown experiment '{}' (known: heads, positions, variants, head-analysis, optimisation)",
-                     name);
+                     "unknown experiment '{}' (known: {})", name, fmt::join(experiment_names(), ", "));
   check<ConfigError>(o.seeds >= 1, "seeds must be at least 1, got {}", o.seeds);
   experiment::Context c(o, name);
   ExperimentReport r = name == "heads"           ? experiment::heads_experiment(c)
                        : name == "positions"     ? experiment::positions_experiment(c)
                        : name == "variants"      ? experiment::variants_experiment(c)
                        : name == "head-analysis" ? experiment::head_analysis_experiment(c)
+                       : name == "precision"     ? experiment::precision_experiment(c)
                                                  : experiment::optimisation_experiment(c);
   r.name = name;
   r.dir = c.dir;

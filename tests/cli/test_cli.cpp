@@ -366,7 +366,7 @@ TEST_F(Cli, ExperimentQuickWritesItsTable) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err,
             "multihead: error: unknown experiment 'magic' (known: heads, positions, variants, head-analysis, "
-            "optimisation)\n");
+            "optimisation, precision)\n");
 }
 
 TEST_F(Cli, DemoRunsAndDrawsWeights) {

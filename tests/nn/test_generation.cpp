@@ -27,6 +27,7 @@ TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
   mc.max_len = 32;
   mc.relative_clip = 3;
   mc.positions = parse_position_kind(positions);
+  mc.tie_embeddings = std::string(positions) == "alibi" || std::string(positions) == "none";  // both output layers
   ParamStore store;
   LanguageModel lm(store, mc);
   store.finalize();

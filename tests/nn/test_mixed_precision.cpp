@@ -248,6 +248,43 @@ TEST_P(HalfPrecision, EncoderWithLargeInputsGivesNoNaN) {
   expect_close_runs(a, run_encoder(Precision::kF32, true, false, 1000.0f), tol_of(GetParam()));
 }
 
+// A causal language model, output layer tied to the embedding or not: the
+// logits and every parameter gradient of one training step.
+Result run_lm(Precision p, bool tied) {
+  ModelConfig mc;
+  mc.vocab_size = 37;
+  mc.num_layers = 2;
+  mc.layer.d_model = 32;
+  mc.layer.nhead = 4;
+  mc.layer.dim_feedforward = 48;
+  mc.max_len = 32;
+  mc.tie_embeddings = tied;
+  ParamStore store;
+  LanguageModel lm(store, mc);
+  store.finalize();
+  Rng rng(8);
+  lm.init(rng);
+  Tensor ids({3, 19}, DType::kI64);
+  for (std::int64_t i = 0; i < ids.numel(); ++i) ids.data<std::int64_t>()[i] = rng.next_u32() % 37;
+  ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = 2;
+  ctx.precision = p;
+  Result r;
+  r.out = lm.forward(ids, ctx);
+  lm.backward(random_tensor(r.out.shape(), rng));
+  r.dx = Tensor::zeros({1});  // the input is token ids: no input gradient
+  r.grads.assign(store.all_grads().begin(), store.all_grads().end());
+  return r;
+}
+
+TEST_P(HalfPrecision, LanguageModelMatchesFp32TiedAndUntied) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied output layer" : "lm_head");
+    expect_close_runs(run_lm(GetParam(), tied), run_lm(Precision::kF32, tied), tol_of(GetParam()));
+  }
+}
+
 // Layer outputs are rounded to 16-bit values before the next layer reads
 // them, so recomputing a layer from its stored input repeats forward exactly.
 TEST_P(HalfPrecision, CheckpointingGivesBitwiseTheSameGradients) {

@@ -117,6 +117,19 @@ TEST_F(QuickExperiment, HeadAnalysis) {
   EXPECT_TRUE(fs::exists(dir / "head-analysis" / "entropy_by_length.png"));
 }
 
+TEST_F(QuickExperiment, Precision) {
+  ExperimentReport r = run("precision");
+  ASSERT_EQ(r.tables.size(), 1u);  // --quick: the synthetic text task only
+  const ExperimentTable& t = r.tables[0];
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"precision", "test accuracy", "training s", "ms per step",
+                                                 "speed vs fp32", "peak activations MiB"}));
+  EXPECT_EQ(first_column(t), (std::vector<std::string>{"fp32", "bf16", "fp16"}));
+  EXPECT_EQ(t.rows[0][4], "1.00x");  // fp32 against itself
+  expect_mean_std(t, 1);
+  EXPECT_EQ(r.results["runs"].size(), 6u);  // 3 precisions x 2 seeds
+  for (const auto& run : r.results["runs"]) EXPECT_GT(run["steps"].get<std::int64_t>(), 0);
+}
+
 TEST(Experiments, LossSpikesAreLargeJumpsOverTheRecentMedian) {
   std::vector<double> flat(40, 1.0);
   EXPECT_EQ(count_loss_spikes(flat), 0);
@@ -139,7 +152,8 @@ TEST(Experiments, UnknownNameIsAClearError) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "unknown experiment 'magic' (known: heads, positions, variants, head-analysis, optimisation)");
+                 "unknown experiment 'magic' (known: heads, positions, variants, head-analysis, optimisation, "
+                 "precision)");
   }
 }
 

@@ -119,7 +119,9 @@ class LanguageModel : public Module {
                         Precision p = Precision::kF32);
 
  private:
-  Tensor logits_of(const Tensor& h, std::int64_t B, std::int64_t T);
+  // Logits (B, T, vocab) of the final hidden states h (B, T, d_model), in
+  // precision p; the tied output layer keeps h for backward in `saved`.
+  Tensor logits_of(const Tensor& h, Precision p, SavedTensor& saved);
   ModelConfig cfg_;
   ParamStore* store_;
   Embedding embedding_;
@@ -127,6 +129,7 @@ class LanguageModel : public Module {
   TransformerEncoder encoder_;
   std::unique_ptr<Linear> lm_head_;  // null when tied
   Tensor x_, h_;
+  SavedTensor h_saved_;  // tied output layer: h_ as its product reads it
 };
 
 }  // namespace multihead
