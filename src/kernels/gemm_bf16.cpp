@@ -110,21 +110,52 @@ std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& k) {
   }
 }
 
+// A primitive bound to its memory objects, for one thread: a call only
+// points them at the operands. Attention runs thousands of small products a
+// step, where creating the memory objects and the argument map each call
+// would cost about as much as the product.
+struct BoundMatmul {
+  std::shared_ptr<const Matmul> matmul;
+  dnnl::memory a, b, c, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+BoundMatmul bind(const MatmulKey& k) {
+  BoundMatmul bm;
+  bm.matmul = cached_matmul(k);
+  dnnl::engine& engine = cpu_engine();
+  bm.a = dnnl::memory(bm.matmul->a, engine, nullptr);
+  bm.b = dnnl::memory(bm.matmul->b, engine, nullptr);
+  bm.c = dnnl::memory(bm.matmul->c, engine, nullptr);
+  bm.args = {{DNNL_ARG_SRC, bm.a}, {DNNL_ARG_WEIGHTS, bm.b}, {DNNL_ARG_DST, bm.c}};
+  if (bm.matmul->scratchpad_bytes > 0) {
+    bm.scratchpad = dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(bm.matmul->scratchpad_bytes)},
+                                                    dnnl::memory::data_type::u8, dnnl::memory::format_tag::x),
+                                 engine, nullptr);
+    bm.args.emplace(DNNL_ARG_SCRATCHPAD, bm.scratchpad);
+  }
+  return bm;
+}
+
 void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C) {
-  const std::shared_ptr<const Matmul> m = cached_matmul(k);
+  thread_local std::unordered_map<MatmulKey, BoundMatmul, MatmulKeyHash> bound;
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<std::uint8_t> scratchpad;
-  if (scratchpad.size() < m->scratchpad_bytes) scratchpad.resize(m->scratchpad_bytes);
-  dnnl::engine& engine = cpu_engine();
+  auto it = bound.find(k);
+  if (it == bound.end()) {
+    if (bound.size() >= 1024) bound.clear();  // as the shared cache: a stream of new shapes starts over
+    it = bound.emplace(k, bind(k)).first;
+  }
+  BoundMatmul& bm = it->second;
   // oneDNN takes non-const handles; it only reads the sources.
-  dnnl::memory a(m->a, engine, const_cast<BF16*>(A)), b(m->b, engine, const_cast<BF16*>(B)), c(m->c, engine, C);
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-  if (m->scratchpad_bytes > 0)
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(m->scratchpad_bytes)},
-                                                 dnnl::memory::data_type::u8, dnnl::memory::format_tag::x),
-                              engine, scratchpad.data()));
-  m->primitive.execute(stream, args);
+  bm.a.set_data_handle(const_cast<BF16*>(A));
+  bm.b.set_data_handle(const_cast<BF16*>(B));
+  bm.c.set_data_handle(C);
+  if (bm.matmul->scratchpad_bytes > 0) {
+    if (scratchpad.size() < bm.matmul->scratchpad_bytes) scratchpad.resize(bm.matmul->scratchpad_bytes);
+    bm.scratchpad.set_data_handle(scratchpad.data());
+  }
+  bm.matmul->primitive.execute(stream, bm.args);
   stream.wait();
 }
 
