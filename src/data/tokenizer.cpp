@@ -261,25 +261,39 @@ std::vector<std::string> most_frequent(const std::map<std::string, std::int64_t>
 
 }  // namespace
 
+TokenizerKind parse_tokenizer_kind(const std::string& s) {
+  if (s == "sentencepiece") return TokenizerKind::kSentencePiece;
+  if (s == "char") return TokenizerKind::kChar;
+  if (s == "word") return TokenizerKind::kWord;
+  throw ConfigError(fmt::format("tokenizer must be sentencepiece, char or word, got \"{}\"", s));
+}
+
+const char* tokenizer_kind_name(TokenizerKind k) {
+  switch (k) {
+    case TokenizerKind::kChar: return "char";
+    case TokenizerKind::kWord: return "word";
+    case TokenizerKind::kSentencePiece: break;
+  }
+  return "sentencepiece";
+}
+
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts) {
   check<ConfigError>(cfg.vocab_size > kNumSpecials, "vocab_size must exceed the {} special tokens, got {}",
                      kNumSpecials, cfg.vocab_size);
   check<IoError>(!texts.empty(), "cannot train a tokenizer on no text");
   const std::int64_t cap = cfg.vocab_size - kNumSpecials;
-  if (cfg.kind == "char") {
+  if (cfg.kind == TokenizerKind::kChar) {
     std::map<std::string, std::int64_t> counts;
     for (const auto& t : texts)
       for (char32_t cp : code_points(t)) ++counts[utf8(cp)];
     return std::make_unique<CharTokenizer>(most_frequent(counts, cap));
   }
-  if (cfg.kind == "word") {
+  if (cfg.kind == TokenizerKind::kWord) {
     std::map<std::string, std::int64_t> counts;
     for (const auto& t : texts)
       for (const auto& w : split_words(cfg.lowercase ? lower_ascii(t) : t)) ++counts[w];
     return std::make_unique<WordTokenizer>(most_frequent(counts, cap), cfg.lowercase);
   }
-  check<ConfigError>(cfg.kind == "sentencepiece", "tokenizer must be sentencepiece, char or word, got \"{}\"",
-                     cfg.kind);
   check<ConfigError>(cfg.model_type == "bpe" || cfg.model_type == "unigram",
                      "SentencePiece model_type must be bpe or unigram, got \"{}\"", cfg.model_type);
   const std::string args = fmt::format(

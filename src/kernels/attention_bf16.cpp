@@ -253,8 +253,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       const std::int64_t b = bh / d.H, h = bh % d.H;
-      float* drk = rel.active() ? rel_grads.f32() + bh * rel_grad : nullptr;  // (nb, D)
-      float* drv = rel.active() ? drk + nb * d.D : nullptr;                   // (nb, Dv)
+      const RelativeGradSlot slot(rel_grads.f32(), rel, bh, d.D, d.Dv);
+      float *drk = slot.k, *drv = slot.v;  // (nb, D), (nb, Dv)
       const float* lse_bh = lse + bh * d.L;
       pack_rows(kh, k.at(b, h), k.row_stride, d.S, d.D);
       pack_rows(vh, v.at(b, h), v.row_stride, d.S, d.Dv);

@@ -1,18 +1,23 @@
 // What the fused attention kernels share: how masks, sparse patterns and
-// relative positions fall on a (query block, key block) tile, and the small
-// products of relative positions. Internal header of src/kernels.
+// relative positions fall on a (query block, key block) tile, the small
+// products of relative positions, and the fp32 kernels' tile products.
+// Internal header of src/kernels.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "multihead/core/error.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/dropout.h"
+#include "multihead/kernels/gemm.h"
+#include "multihead/kernels/transpose.h"
 #include "simd_rows.h"
+#include "tile_gemm.h"
 
 namespace multihead::attention_tiles {
 
@@ -242,6 +247,19 @@ inline float finish_row(float* o, float* acc, const float* wv, float m, float l,
   return m + std::log(l);
 }
 
+// Where (batch, head) bh keeps its relative-position gradients in g
+// (BH, nb, D + Dv): rel_k's (nb, D), then rel_v's (nb, Dv). Null pointers
+// without relative positions.
+struct RelativeGradSlot {
+  float* k = nullptr;
+  float* v = nullptr;
+  RelativeGradSlot(float* g, const RelativePositions<float>& rel, std::int64_t bh, std::int64_t D, std::int64_t Dv) {
+    if (!rel.active()) return;
+    k = g + bh * rel.buckets() * (D + Dv);
+    v = k + rel.buckets() * D;
+  }
+};
+
 // Adds the relative-position gradients of every (batch, head), g (BH, nb,
 // D + Dv), into rel's d_rel_k and d_rel_v, in a fixed order so that the sum
 // does not depend on which thread ran which head.
@@ -255,6 +273,46 @@ inline void add_relative_grads(const RelativePositions<float>& rel, const float*
       for (std::int64_t e = 0; e < nb * Dv; ++e) rel.d_rel_v[e] += g[nb * D + e];
   }
 }
+
+// The products on tiles, through the micro-kernel or BLAS. Names give the
+// shapes: a "T" operand is used transposed.
+struct TileMath {
+  bool blas;
+
+  // S (nr, nc), ld lds = alpha * Q (nr, D) K^T, with K (nc, D) row stride ldk.
+  // The micro-kernel reads K^T from kt (D, nc), row stride ldkt, packed by pack_t.
+  void q_kt(float* S, std::int64_t lds, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
+            const float* kt, std::int64_t ldkt, std::int64_t nr, std::int64_t nc, std::int64_t D, float alpha) const {
+    if (blas) gemm(Trans::kNo, Trans::kYes, nr, nc, D, alpha, Q, ldq, K, ldk, 0.0f, S, lds);
+    else simd::tile_gemm<false>(S, lds, Q, ldq, kt, ldkt, nr, nc, D, alpha, false);
+  }
+  // C (m, n) (+)= alpha * A (m, k) B (k, n)
+  void ab(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+          std::int64_t m, std::int64_t n, std::int64_t k, float alpha, bool accumulate) const {
+    if (blas) gemm(Trans::kNo, Trans::kNo, m, n, k, alpha, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+    else simd::tile_gemm<false>(C, ldc, A, lda, B, ldb, m, n, k, alpha, accumulate);
+  }
+  // C (m, n) (+)= alpha * A^T B with A stored (k, m), B (k, n)
+  void at_b(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+            std::int64_t m, std::int64_t n, std::int64_t k, float alpha, bool accumulate) const {
+    if (blas) gemm(Trans::kYes, Trans::kNo, m, n, k, alpha, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+    else simd::tile_gemm<true>(C, ldc, A, lda, B, ldb, m, n, k, alpha, accumulate);
+  }
+  // dst (cols, rows) = src (rows, cols)^T with dst row stride ldd; for the micro-kernel only.
+  void pack_t(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
+              std::int64_t cols) const {
+    if (!blas) transpose(dst, ldd, src, lds, rows, cols);
+  }
+};
+
+inline bool tiles_use_blas(const AttentionTiles& t, const AttentionDims& d) {
+  return t.gemm == TileGemm::kBlas || (t.gemm == TileGemm::kAuto && std::max(d.D, d.Dv) <= kBlasTileMaxDim);
+}
+
+// Q, K, V and O may be stored in 16 bits; the kernels widen what a tile
+// needs into per-thread fp32 buffers and compute in fp32.
+template <typename T>
+constexpr bool kHalfStorage = !std::is_same_v<std::remove_const_t<T>, float>;
 
 inline void check_tiles(const AttentionTiles& t) {
   check<ConfigError>(t.q_block > 0 && t.k_block > 0, "attention tile sizes must be positive, got {} x {}", t.q_block,

@@ -184,13 +184,4 @@ inline void dropout_softmax_grad_row(float* dp, const float* p, const float* pd,
   for (; j < n; ++j) dp[j] = pd[j] * dp[j] - p[j] * delta;
 }
 
-// x[j] *= m[j]
-inline void mul_rows(float* x, const float* m, std::int64_t n) {
-  const DF d;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
-  std::int64_t j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, x + j), hn::LoadU(d, m + j)), d, x + j);
-  for (; j < n; ++j) x[j] *= m[j];
-}
-
 }  // namespace multihead::simd

@@ -203,23 +203,13 @@ HeadsView<const T> MultiheadAttention::v_view() const {
   return {cache_.v.data<T>(), d.S * KE, KE, d.Dv, g};
 }
 
-MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                                     const Tensor* key_padding_mask, const Tensor* attn_mask,
-                                                     const MultiheadAttentionCall& call) {
-  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, KE = cfg_.kv_dim(), PW = E + 2 * KE;
-  check<ShapeError>(query.ndim() == 3 && query.dim(2) == E, "query has shape {}, expected (B, L, {})",
-                    shape_str(query.shape()), E);
-  const std::int64_t B = query.dim(0), L = query.dim(1);
-  check<ShapeError>(key.ndim() == 3 && key.dim(0) == B && key.dim(2) == cfg_.key_dim(),
-                    "key has shape {}, expected ({}, S, {})", shape_str(key.shape()), B, cfg_.key_dim());
-  const std::int64_t S = key.dim(1);
-  check<ShapeError>(value.ndim() == 3 && value.dim(0) == B && value.dim(1) == S && value.dim(2) == cfg_.value_dim(),
-                    "value has shape {}, expected ({}, {}, {})", shape_str(value.shape()), B, S, cfg_.value_dim());
-  query.f32(), key.f32(), value.f32();  // dtype checks
-
+AttentionMasks<float> MultiheadAttention::input_masks(const Tensor* key_padding_mask, const Tensor* attn_mask,
+                                                      CausalAlign causal, std::int64_t B, std::int64_t L,
+                                                      std::int64_t S) const {
+  const std::int64_t H = cfg_.num_heads;
   AttentionMasks<float> masks;
   masks.masked_cols = S;
-  masks.causal = call.causal;
+  masks.causal = causal;
   if (key_padding_mask) {
     expect_shape(*key_padding_mask, {B, S}, "key_padding_mask");
     if (mask_is_bool(*key_padding_mask, "key_padding_mask")) masks.key_padding_bool = key_padding_mask->data<std::uint8_t>();
@@ -234,7 +224,12 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     if (mask_is_bool(*attn_mask, "attn_mask")) masks.attn_bool = attn_mask->data<std::uint8_t>();
     else masks.attn_add = attn_mask->f32();
   }
+  return masks;
+}
 
+void MultiheadAttention::start_cache(const Tensor& query, const Tensor& key, const Tensor& value,
+                                     const MultiheadAttentionCall& call) {
+  const std::int64_t B = query.dim(0), L = query.dim(1), S = key.dim(1);
   cache_ = Cache{};
   Cache& c = cache_;
   c.self = &query == &key && &key == &value && cfg_.packed_in_proj();
@@ -249,12 +244,25 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   }
   c.S_in = S;
   const std::int64_t extra = (cfg_.add_bias_kv ? 1 : 0) + (cfg_.add_zero_attn ? 1 : 0);
-  c.dims = AttentionDims{B, H, L, S + extra, cfg_.head_dim(), cfg_.head_dim()};
+  c.dims = AttentionDims{B, cfg_.num_heads, L, S + extra, cfg_.head_dim(), cfg_.head_dim()};
   if (call.training && cfg_.dropout > 0.0)
     c.dropout = AttentionDropout{static_cast<float>(cfg_.dropout), call.dropout_seed, call.dropout_stream};
+  c.query_offset = call.query_offset;
+  c.impl = call.impl;
+  c.tiles = call.tiles;
+  // Block-sparse tiles on the block grid: every tile is then wholly inside
+  // or wholly outside the pattern, and no score needs masking one by one.
+  if (cfg_.variant == AttentionVariant::kBlockSparse && c.tiles.q_block == AttentionTiles{}.q_block &&
+      c.tiles.k_block == AttentionTiles{}.k_block && S == L)
+    c.tiles.q_block = c.tiles.k_block = cfg_.sparse_block;
+}
 
-  // In-projections. Self-attention: one (B*L, E) x (E, E + 2 KE) GEMM into
-  // the packed (B, L, E + 2 KE) buffer; the heads are read from it in place.
+void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, const Tensor& value) {
+  Cache& c = cache_;
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE;
+  const std::int64_t B = c.dims.B, L = c.dims.L, S = c.S_in;
+  // Self-attention: one (B*L, E) x (E, E + 2 KE) GEMM into the packed
+  // (B, L, E + 2 KE) buffer; the heads are read from it in place.
   const float* b_in = cfg_.bias ? store_->data(in_proj_bias_) : nullptr;
   // Rows of q, k, v in the packed weight and bias: 0, E and E + KE.
   const std::int64_t row0[3] = {0, E, E + KE};
@@ -269,30 +277,32 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   if (c.self) {
     c.qkv = Tensor::empty({B, L, PW});
     project(c.qkv.f32(), PW, query, c.query, store_->data(in_proj_weight_), b_in, B * L, E, PW);
-  } else {
-    const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
-    const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
-    const float* wv =
-        cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_);
-    c.q = Tensor::empty({B, L, E});
-    c.k = Tensor::empty({B, S, KE});
-    c.v = Tensor::empty({B, S, KE});
-    const SavedTensor& saved_value = c.value.defined() ? c.value : c.key;
-    project(c.q.f32(), E, query, c.query, wq, bias_part(0), B * L, E, E);
-    project(c.k.f32(), KE, key, c.key, wk, bias_part(1), B * S, cfg_.key_dim(), KE);
-    project(c.v.f32(), KE, value, saved_value, wv, bias_part(2), B * S, cfg_.value_dim(), KE);
+    return;
   }
+  const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
+  const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
+  const float* wv = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_);
+  c.q = Tensor::empty({B, L, E});
+  c.k = Tensor::empty({B, S, KE});
+  c.v = Tensor::empty({B, S, KE});
+  const SavedTensor& saved_value = c.value.defined() ? c.value : c.key;
+  project(c.q.f32(), E, query, c.query, wq, bias_part(0), B * L, E, E);
+  project(c.k.f32(), KE, key, c.key, wk, bias_part(1), B * S, cfg_.key_dim(), KE);
+  project(c.v.f32(), KE, value, saved_value, wv, bias_part(2), B * S, cfg_.value_dim(), KE);
+}
 
+void MultiheadAttention::add_positions(AttentionMasks<float>& masks) {
+  Cache& c = cache_;
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, L = c.dims.L, S = c.S_in;
   // Rotary positions turn the projected queries and keys in place, before
   // the extra positions are appended (bias_k has no position).
-  c.query_offset = call.query_offset;
   if (cfg_.positions == AttentionPositions::kRope) {
     float* qp = c.self ? c.qkv.f32() : c.q.f32();
     float* kp = c.self ? c.qkv.f32() + E : c.k.f32();
     const std::int64_t ldq = c.self ? PW : E, ldk = c.self ? PW : KE;
     rotate({qp, L * ldq, ldq, c.dims.D}, {kp, S * ldk, ldk, c.dims.D}, S, false);
   }
-  masks.query_offset = call.query_offset;
+  masks.query_offset = c.query_offset;
   if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
   if (cfg_.positions == AttentionPositions::kRelative) {
     masks.relative.rel_k = store_->data(relative_key_);
@@ -303,56 +313,54 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     }
     masks.relative.clip = cfg_.relative_clip;
   }
-
   add_pattern(masks);
+}
 
+void MultiheadAttention::store_projections() {
+  Cache& c = cache_;
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, B = c.dims.B, S = c.S_in;
   // 16-bit storage from here on: the projections are narrowed once, and the
   // kernels read them in 16 bits.
   if (c.store != DType::kF32) {
     if (c.self) c.qkv = narrow_tensor(c.qkv, c.store);
     else c.q = narrow_tensor(c.q, c.store), c.k = narrow_tensor(c.k, c.store), c.v = narrow_tensor(c.v, c.store);
   }
-
   // Extra key/value positions, in PyTorch's order: bias_k/bias_v, then zeros.
-  if (extra > 0) {
-    visit_float_storage(c.store, [&](auto tag) {
-      using T = decltype(tag);
-      const T* k_src = c.self ? c.qkv.data<T>() + E : c.k.data<T>();
-      const T* v_src = c.self ? c.qkv.data<T>() + E + KE : c.v.data<T>();
-      std::int64_t ld = c.self ? PW : KE;
-      std::int64_t s_cur = S;
-      if (cfg_.add_bias_kv) {
-        Tensor k1 = Tensor::empty({B, s_cur + 1, KE}, c.store), v1 = Tensor::empty({B, s_cur + 1, KE}, c.store);
-        append_position(k1.data<T>(), k_src, ld, store_->data(bias_k_), B, s_cur, KE);
-        append_position(v1.data<T>(), v_src, ld, store_->data(bias_v_), B, s_cur, KE);
-        c.k_ext = std::move(k1);
-        c.v_ext = std::move(v1);
-        k_src = c.k_ext.data<T>(), v_src = c.v_ext.data<T>(), ld = KE, ++s_cur;
-      }
-      if (cfg_.add_zero_attn) {
-        Tensor k1 = Tensor::empty({B, s_cur + 1, KE}, c.store), v1 = Tensor::empty({B, s_cur + 1, KE}, c.store);
-        append_position(k1.data<T>(), k_src, ld, nullptr, B, s_cur, KE);
-        append_position(v1.data<T>(), v_src, ld, nullptr, B, s_cur, KE);
-        c.k_ext = std::move(k1);
-        c.v_ext = std::move(v1);
-      }
-    });
-  }
+  if (!cfg_.add_bias_kv && !cfg_.add_zero_attn) return;
+  visit_float_storage(c.store, [&](auto tag) {
+    using T = decltype(tag);
+    const T* k_src = c.self ? c.qkv.data<T>() + E : c.k.data<T>();
+    const T* v_src = c.self ? c.qkv.data<T>() + E + KE : c.v.data<T>();
+    std::int64_t ld = c.self ? PW : KE;
+    std::int64_t s_cur = S;
+    if (cfg_.add_bias_kv) {
+      Tensor k1 = Tensor::empty({B, s_cur + 1, KE}, c.store), v1 = Tensor::empty({B, s_cur + 1, KE}, c.store);
+      append_position(k1.data<T>(), k_src, ld, store_->data(bias_k_), B, s_cur, KE);
+      append_position(v1.data<T>(), v_src, ld, store_->data(bias_v_), B, s_cur, KE);
+      c.k_ext = std::move(k1);
+      c.v_ext = std::move(v1);
+      k_src = c.k_ext.data<T>(), v_src = c.v_ext.data<T>(), ld = KE, ++s_cur;
+    }
+    if (cfg_.add_zero_attn) {
+      Tensor k1 = Tensor::empty({B, s_cur + 1, KE}, c.store), v1 = Tensor::empty({B, s_cur + 1, KE}, c.store);
+      append_position(k1.data<T>(), k_src, ld, nullptr, B, s_cur, KE);
+      append_position(v1.data<T>(), v_src, ld, nullptr, B, s_cur, KE);
+      c.k_ext = std::move(k1);
+      c.v_ext = std::move(v1);
+    }
+  });
+}
 
+void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_weights) {
+  Cache& c = cache_;
   const AttentionDims& d = c.dims;
+  const std::int64_t E = cfg_.embed_dim, B = d.B, H = d.H, L = d.L, S = c.S_in;
   c.masks = masks;
-  c.impl = call.impl;
-  c.tiles = call.tiles;
-  // Block-sparse tiles on the block grid: every tile is then wholly inside
-  // or wholly outside the pattern, and no score needs masking one by one.
-  if (cfg_.variant == AttentionVariant::kBlockSparse && c.tiles.q_block == AttentionTiles{}.q_block &&
-      c.tiles.k_block == AttentionTiles{}.k_block && S == L)
-    c.tiles.q_block = c.tiles.k_block = cfg_.sparse_block;
   c.attn = Tensor::empty({B, L, E}, c.store);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   if (cfg_.variant == AttentionVariant::kLinear) {
-    check<ConfigError>(!call.need_weights, "linear attention has no attention weights; call with need_weights off");
-    check<ConfigError>(!masks.attn_bool && !masks.attn_add && !masks.key_padding_add && extra == 0,
+    check<ConfigError>(!need_weights, "linear attention has no attention weights; call with need_weights off");
+    check<ConfigError>(!masks.attn_bool && !masks.attn_add && !masks.key_padding_add && d.S == S,
                        "linear attention takes a bool key_padding_mask and the causal flag only");
     LinearAttentionArgs<float> la;
     la.key_padding = masks.key_padding_bool;
@@ -373,8 +381,13 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     attention_ref_forward<float>({c.attn.f32(), L * E, E, d.Dv}, c.probs.f32(), q_view<float>(), k_view<float>(),
                                  v_view<float>(), masks, d, scale, c.dropout);
   }
-
   zero_heads(c.attn, head_mask_, d.Dv);
+}
+
+MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall& call) const {
+  const Cache& c = cache_;
+  const AttentionDims& d = c.dims;
+  const std::int64_t E = cfg_.embed_dim, B = d.B, H = d.H, L = d.L;
   MultiheadAttentionOutput out;
   out.output = Tensor::empty({B, L, E});
   visit_float_storage(c.store, [&](auto tag) {
@@ -383,17 +396,43 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
                              cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
   });
   if (call.need_weights) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
     out.weights = call.average_attn_weights ? Tensor::empty({B, L, d.S}) : Tensor::empty({B, H, L, d.S});
     if (c.impl == AttentionImpl::kFused)
       visit_float_storage(c.store, [&](auto tag) {
         using T = decltype(tag);
         attention_fused_weights<T>(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view<T>(),
-                                   k_view<T>(), masks, d, scale, c.dropout, c.tiles);
+                                   k_view<T>(), c.masks, d, scale, c.dropout, c.tiles);
       });
     else
       attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
   }
-  c.valid = true;
+  return out;
+}
+
+MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                     const Tensor* key_padding_mask, const Tensor* attn_mask,
+                                                     const MultiheadAttentionCall& call) {
+  const std::int64_t E = cfg_.embed_dim;
+  check<ShapeError>(query.ndim() == 3 && query.dim(2) == E, "query has shape {}, expected (B, L, {})",
+                    shape_str(query.shape()), E);
+  const std::int64_t B = query.dim(0), L = query.dim(1);
+  check<ShapeError>(key.ndim() == 3 && key.dim(0) == B && key.dim(2) == cfg_.key_dim(),
+                    "key has shape {}, expected ({}, S, {})", shape_str(key.shape()), B, cfg_.key_dim());
+  const std::int64_t S = key.dim(1);
+  check<ShapeError>(value.ndim() == 3 && value.dim(0) == B && value.dim(1) == S && value.dim(2) == cfg_.value_dim(),
+                    "value has shape {}, expected ({}, {}, {})", shape_str(value.shape()), B, S, cfg_.value_dim());
+  for (const auto& [t, name] : {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}})
+    check<ShapeError>(t->dtype() == DType::kF32, "{} has dtype {}, expected {}", name, dtype_name(t->dtype()),
+                      dtype_name(DType::kF32));
+  AttentionMasks<float> masks = input_masks(key_padding_mask, attn_mask, call.causal, B, L, S);
+  start_cache(query, key, value, call);
+  project_inputs(query, key, value);
+  add_positions(masks);
+  store_projections();
+  attend(masks, call.need_weights);
+  MultiheadAttentionOutput out = output(call);
+  cache_.valid = true;
   return out;
 }
 
@@ -419,43 +458,45 @@ void sum_groups(HeadsView<float> dst, const Tensor& full, std::int64_t B, std::i
 
 }  // namespace
 
-MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
-  Cache& c = cache_;
-  check(c.valid, "MultiheadAttention::backward called without a preceding forward");
-  c.valid = false;  // backward consumes the cache
-  const AttentionDims& d = c.dims;
-  const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in, KE = cfg_.kv_dim(), PW = E + 2 * KE;
-  const std::int64_t group = cfg_.group();
-  expect_shape(grad_output, {B, L, E}, "grad_output");
-
-  // Through out_proj: d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
-  Tensor d_attn = Tensor::empty({B, L, E});
+Tensor MultiheadAttention::out_proj_backward(const Tensor& grad_output) {
+  const Cache& c = cache_;
+  const std::int64_t E = cfg_.embed_dim, N = c.dims.B * c.dims.L;
+  // d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
+  Tensor d_attn = Tensor::empty({c.dims.B, c.dims.L, E});
   visit_float_storage(c.store, [&](auto tag) {
     using T = decltype(tag);
     linear_backward_stored<T>(d_attn.f32(), E, false, store_->grad(out_proj_weight_),
                               cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E,
-                              c.attn.data<T>(), E, store_->data(out_proj_weight_), B * L, E, E);
+                              c.attn.data<T>(), E, store_->data(out_proj_weight_), N, E, E);
   });
-  zero_heads(d_attn, head_mask_, d.Dv);
+  zero_heads(d_attn, head_mask_, c.dims.Dv);
+  return d_attn;
+}
 
-  // Gradients of the projected q, k, v: packed (B, L, E + 2 KE) for self-attention.
-  const bool extended = c.k_ext.defined();
-  Tensor dqkv, dq, dk, dv, dk_ext, dv_ext, dk_full, dv_full;
+MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d_attn) {
+  Cache& c = cache_;
+  const AttentionDims& d = c.dims;
+  const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in, KE = cfg_.kv_dim(), PW = E + 2 * KE;
+  const std::int64_t group = cfg_.group();
+  ProjectionGrads g;
   HeadsView<float> dq_view, dk_view, dv_view;
   if (c.self) {
-    dqkv = Tensor::empty({B, L, PW});
-    dq_view = {dqkv.f32(), L * PW, PW, d.D};
-    dk_view = {dqkv.f32() + E, L * PW, PW, d.D};
-    dv_view = {dqkv.f32() + E + KE, L * PW, PW, d.Dv};
+    g.qkv = Tensor::empty({B, L, PW});
+    dq_view = {g.qkv.f32(), L * PW, PW, d.D};
+    dk_view = {g.qkv.f32() + E, L * PW, PW, d.D};
+    dv_view = {g.qkv.f32() + E + KE, L * PW, PW, d.Dv};
   } else {
-    dq = Tensor::empty({B, L, E});
-    dk = Tensor::empty({B, S, KE});
-    dv = Tensor::empty({B, S, KE});
-    dq_view = {dq.f32(), L * E, E, d.D};
-    dk_view = {dk.f32(), S * KE, KE, d.D};
-    dv_view = {dv.f32(), S * KE, KE, d.Dv};
+    g.q = Tensor::empty({B, L, E});
+    g.k = Tensor::empty({B, S, KE});
+    g.v = Tensor::empty({B, S, KE});
+    dq_view = {g.q.f32(), L * E, E, d.D};
+    dk_view = {g.k.f32(), S * KE, KE, d.D};
+    dv_view = {g.v.f32(), S * KE, KE, d.Dv};
   }
-  HeadsView<float> dk_target = dk_view, dv_target = dv_view;
+  // With extra positions the kernel writes (B, S', KE) gradients, split afterwards.
+  const bool extended = c.k_ext.defined();
+  const HeadsView<float> dk_target = dk_view, dv_target = dv_view;
+  Tensor dk_ext, dv_ext;
   if (extended) {
     dk_ext = Tensor::empty({B, d.S, KE});
     dv_ext = Tensor::empty({B, d.S, KE});
@@ -464,6 +505,7 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   }
   // Grouped heads: per-query-head gradients first, summed afterwards.
   HeadsView<float> dk_kernel = dk_view, dv_kernel = dv_view;
+  Tensor dk_full, dv_full;
   if (group > 1) {
     dk_full = Tensor::empty({B, d.S, E});
     dv_full = Tensor::empty({B, d.S, E});
@@ -516,23 +558,27 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
       }
     }
   }
-
   // Through the rotation: its gradient is the inverse rotation.
   if (cfg_.positions == AttentionPositions::kRope) {
-    HeadsView<float> dq_h = c.self ? HeadsView<float>{dqkv.f32(), L * PW, PW, d.D}
-                                   : HeadsView<float>{dq.f32(), L * E, E, d.D};
+    const HeadsView<float> dq_h =
+        c.self ? HeadsView<float>{g.qkv.f32(), L * PW, PW, d.D} : HeadsView<float>{g.q.f32(), L * E, E, d.D};
     rotate(dq_h, dk_target, S, true);
   }
+  return g;
+}
 
-  // Through the in-projections.
+MultiheadAttentionGrads MultiheadAttention::in_proj_backward(const ProjectionGrads& dp) {
+  Cache& c = cache_;
+  const std::int64_t E = cfg_.embed_dim, B = c.dims.B, L = c.dims.L, S = c.S_in, KE = cfg_.kv_dim();
+  const std::int64_t PW = E + 2 * KE;
   MultiheadAttentionGrads g;
   float* gb_in = cfg_.bias ? store_->grad(in_proj_bias_) : nullptr;
   const std::int64_t row0[3] = {0, E, E + KE};
   auto gbias_part = [&](int i) { return gb_in ? gb_in + row0[i] : nullptr; };
   c.qkv = Tensor(), c.q = Tensor(), c.k = Tensor(), c.v = Tensor(), c.k_ext = Tensor(), c.v_ext = Tensor();
   // dx = dY W, dW += dY^T x, with x as saved (fp32 or 16-bit).
-  auto in_proj_backward = [&](Tensor& dx, const SavedTensor& x, const float* dy, std::int64_t lddy, const float* w,
-                              float* gw, float* gb, std::int64_t N, std::int64_t in, std::int64_t out) {
+  auto project_back = [&](Tensor& dx, const SavedTensor& x, const float* dy, std::int64_t lddy, const float* w,
+                          float* gw, float* gb, std::int64_t N, std::int64_t in, std::int64_t out) {
     const Tensor& xs = x.stored();
     visit_float_storage(xs.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -541,8 +587,8 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   };
   if (c.self) {
     g.query = Tensor::empty({B, L, E});
-    in_proj_backward(g.query, c.query, dqkv.f32(), PW, store_->data(in_proj_weight_), store_->grad(in_proj_weight_),
-                     gb_in, B * L, E, PW);
+    project_back(g.query, c.query, dp.qkv.f32(), PW, store_->data(in_proj_weight_), store_->grad(in_proj_weight_),
+                 gb_in, B * L, E, PW);
     return g;
   }
   const SavedTensor& value = c.value.defined() ? c.value : c.key;
@@ -557,10 +603,19 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   g.query = Tensor::empty({B, L, E});
   g.key = Tensor::empty({B, S, kd});
   g.value = Tensor::empty({B, S, vd});
-  in_proj_backward(g.query, c.query, dq.f32(), E, w[0], gw[0], gbias_part(0), B * L, E, E);
-  in_proj_backward(g.key, c.key, dk.f32(), KE, w[1], gw[1], gbias_part(1), B * S, kd, KE);
-  in_proj_backward(g.value, value, dv.f32(), KE, w[2], gw[2], gbias_part(2), B * S, vd, KE);
+  project_back(g.query, c.query, dp.q.f32(), E, w[0], gw[0], gbias_part(0), B * L, E, E);
+  project_back(g.key, c.key, dp.k.f32(), KE, w[1], gw[1], gbias_part(1), B * S, kd, KE);
+  project_back(g.value, value, dp.v.f32(), KE, w[2], gw[2], gbias_part(2), B * S, vd, KE);
   return g;
+}
+
+MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
+  Cache& c = cache_;
+  check(c.valid, "MultiheadAttention::backward called without a preceding forward");
+  c.valid = false;  // backward consumes the cache
+  expect_shape(grad_output, {c.dims.B, c.dims.L, cfg_.embed_dim}, "grad_output");
+  const ProjectionGrads dp = attend_backward(out_proj_backward(grad_output));
+  return in_proj_backward(dp);
 }
 
 }  // namespace multihead

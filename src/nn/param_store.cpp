@@ -42,9 +42,6 @@ const float* ParamStore::grad(Handle h) const {
 std::span<float> ParamStore::data_span(Handle h) {
   return {data(h), static_cast<std::size_t>(entries_.at(h).numel)};
 }
-std::span<float> ParamStore::grad_span(Handle h) {
-  return {grad(h), static_cast<std::size_t>(entries_.at(h).numel)};
-}
 
 std::optional<ParamStore::Handle> ParamStore::find(std::string_view name) const {
   for (std::size_t i = 0; i < entries_.size(); ++i)

@@ -43,8 +43,6 @@ inline std::string mib(const std::vector<double>& bytes) {
   return mean_std(m, 1);
 }
 
-inline std::int64_t count_spikes(const std::vector<double>& losses) { return count_loss_spikes(losses); }
-
 // The folder of one experiment, its progress lines, and the run folders under it.
 struct Context {
   const ExperimentOptions& opt;

@@ -199,7 +199,7 @@ ExperimentReport optimisation_experiment(Context& c) {
         final_loss.push_back(mean(last));
         tok.push_back(r.by_length[0].token_accuracy);
         seq.push_back(r.by_length[0].sequence_accuracy);
-        spikes.push_back(static_cast<double>(count_spikes(r.losses)));
+        spikes.push_back(static_cast<double>(count_loss_spikes(r.losses)));
         runs.push_back({{"clip_grad_norm", clip}, {"warmup_steps", warmup}, {"seed", seed}, {"final_loss", final_loss.back()},
                         {"token_accuracy", tok.back()}, {"sequence_accuracy", seq.back()}, {"loss_spikes", spikes.back()},
                         {"losses", r.losses}});

@@ -63,7 +63,7 @@ TextClassificationJob quick_text_job(const Context& c) {
   j.threads = c.opt.threads;
   j.source = "csv";
   j.data_path = write_synthetic_csv(c);
-  j.tokenizer.kind = "word";
+  j.tokenizer.kind = TokenizerKind::kWord;
   j.tokenizer.vocab_size = 64;
   j.model.num_layers = 1;
   j.model.layer.d_model = 16;

@@ -181,6 +181,7 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   store.finalize();
   Rng rng(job.train.seed);
   model.init(rng);
+  model.encoder().set_checkpointing(job.train.checkpoint_layers);
   Trainer trainer(store, job.train);
   const std::vector<nlohmann::json> records = start_or_resume(run, to_json(job), trainer);
   progress.set_total(job.train.steps);

@@ -43,6 +43,11 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
   check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
   check_utf8(text, "the text");
   const RunConfig cfg = read_run_config(run_dir);
+  // A text classifier's config may leave its task out (the default).
+  const std::string task = cfg.json.is_object() ? cfg.json.value("task", "text_classification") : "";
+  check<ConfigError>(task == "text_classification" || task == "language_modeling",
+                     "{}: inspect reads text classification and language model runs, this run's task is '{}'",
+                     cfg.path, task);
   set_num_threads(threads);
   std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
   const std::string ckpt = last_checkpoint_path(run_dir);
@@ -54,7 +59,7 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
   check<IoError>(!ec, "cannot create '{}': {}", out_dir, ec.message());
 
   InspectResult r;
-  const bool lm = cfg.json.is_object() && cfg.json.value("task", "") == "language_modeling";
+  const bool lm = task == "language_modeling";
   ParamStore store;
   if (lm) {
     LanguageModelJob job = language_model_job_from_json(cfg.json, cfg.path);

@@ -19,7 +19,7 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 LanguageModelJob::LanguageModelJob() {
-  tokenizer.kind = "char";
+  tokenizer.kind = TokenizerKind::kChar;
   tokenizer.vocab_size = 256;
   model.positions = PositionKind::kRope;
   model.max_len = 4096;
@@ -73,7 +73,6 @@ LanguageModelJob language_model_job_from_json(const json& root, const std::strin
   job.sampling.seed = static_cast<std::uint64_t>(s.get_int("seed", 1));
   s.finish();
   r.finish();
-  job.seq_len = job.train.seq_len;
   return job;
 }
 
@@ -132,10 +131,9 @@ LanguageModelResult run_language_modeling(const LanguageModelJob& job_in, RunDir
   progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
                            text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
   job.model.vocab_size = tok->vocab_size();
-  job.seq_len = job.train.seq_len;
-  job.model.max_len = std::max(job.model.max_len, job.seq_len + job.sample_tokens + 64);
+  job.model.max_len = std::max(job.model.max_len, job.train.seq_len + job.sample_tokens + 64);
   job.train.schedule.total_steps = job.train.steps;
-  const std::int64_t L = job.seq_len;
+  const std::int64_t L = job.train.seq_len;
   check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");
 
   ParamStore store;
@@ -274,7 +272,7 @@ double evaluate_language_model_run(const std::string& run_dir, int threads, std:
   const std::string text = load_text_corpus(r->job.text_path);
   const std::size_t cut = static_cast<std::size_t>(static_cast<double>(text.size()) * (1 - r->job.validation_fraction));
   const std::size_t split = text.rfind('\n', cut) == std::string::npos ? cut : text.rfind('\n', cut);
-  return validation_loss(*r->model, r->tok->encode(text.substr(split)), r->job.seq_len, r->job.eval_windows,
+  return validation_loss(*r->model, r->tok->encode(text.substr(split)), r->job.train.seq_len, r->job.eval_windows,
                          r->job.train.precision);
 }
 
@@ -286,7 +284,7 @@ std::string generate_from_run(const std::string& run_dir, const std::string& pro
   if (precision) r->job.train.precision = *precision;
   std::vector<std::int64_t> ids = r->tok->encode(prompt);
   check<ConfigError>(!ids.empty(), "the prompt is empty");
-  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.seq_len, r->job.train.precision));
+  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.train.seq_len, r->job.train.precision));
 }
 
 }  // namespace multihead

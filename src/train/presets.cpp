@@ -8,7 +8,7 @@ TextClassificationJob spam_preset() {
   j.source = "spamassassin";
   j.data_path = kSpamDataDir;
   j.report_title = "SpamAssassin: ham against spam";
-  j.tokenizer.kind = "sentencepiece";
+  j.tokenizer.kind = TokenizerKind::kSentencePiece;
   j.tokenizer.vocab_size = 4000;
   j.model.num_layers = 2;
   j.model.layer.d_model = 128;

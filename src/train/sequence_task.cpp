@@ -136,6 +136,7 @@ SequenceTaskResult run_sequence_task(const SequenceTaskJob& job_in, RunDir& run,
   store.finalize();
   Rng rng(job.train.seed);
   model.init(rng);
+  model.encoder().set_checkpointing(job.train.checkpoint_layers);
   Trainer trainer(store, job.train);
   const std::vector<json> records = start_or_resume(run, to_json(job), trainer);
   progress.set_total(job.train.steps);

@@ -14,6 +14,14 @@ NonFinite parse_nonfinite(const std::string& s) {
 
 const char* nonfinite_name(NonFinite n) { return n == NonFinite::kSkip ? "skip" : "stop"; }
 
+OptimizerKind parse_optimizer(const std::string& s) {
+  if (s == "adamw") return OptimizerKind::kAdamW;
+  if (s == "sgd") return OptimizerKind::kSgd;
+  throw ConfigError(fmt::format("optimizer must be adamw or sgd, got \"{}\"", s));
+}
+
+const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adamw"; }
+
 ModelConfig read_model_config(ConfigReader& r) {
   ModelConfig m;
   m.vocab_size = r.get_int("vocab_size");
@@ -42,9 +50,7 @@ ModelConfig read_model_config(ConfigReader& r) {
 
 TrainConfig read_train_config(ConfigReader& r) {
   TrainConfig t;
-  t.optimizer = r.get_string("optimizer", std::string("adamw"));
-  check<ConfigError>(t.optimizer == "adamw" || t.optimizer == "sgd", "optimizer must be adamw or sgd, got \"{}\"",
-                     t.optimizer);
+  t.optimizer = parse_optimizer(r.get_string("optimizer", std::string("adamw")));
   t.schedule.base_lr = r.get_number("lr", 1e-3);
   t.schedule.min_lr = r.get_number("min_lr", 0.0);
   t.schedule.warmup_steps = r.get_int("warmup_steps", 0);
@@ -53,7 +59,7 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.adamw.beta1 = betas[0];
   t.adamw.beta2 = betas[1];
   t.adamw.eps = r.get_number("eps", 1e-8);
-  t.adamw.weight_decay = r.get_number("weight_decay", t.optimizer == "adamw" ? 0.01 : 0.0);
+  t.adamw.weight_decay = r.get_number("weight_decay", t.optimizer == OptimizerKind::kAdamW ? 0.01 : 0.0);
   t.sgd.weight_decay = t.adamw.weight_decay;
   t.sgd.momentum = r.get_number("momentum", 0.0);
   t.sgd.nesterov = r.get_bool("nesterov", false);
@@ -82,7 +88,7 @@ TrainConfig read_train_config(ConfigReader& r) {
 TokenizerConfig read_tokenizer_section(ConfigReader& job, const std::string& source, TokenizerConfig t) {
   const nlohmann::json section = job.get_object("tokenizer");
   ConfigReader r(section, source + ": tokenizer");
-  t.kind = r.get_string("kind", t.kind);
+  t.kind = parse_tokenizer_kind(r.get_string("kind", tokenizer_kind_name(t.kind)));
   t.model_type = r.get_string("model_type", t.model_type);
   t.vocab_size = r.get_int("vocab_size", t.vocab_size);
   r.finish();
@@ -99,7 +105,7 @@ ModelConfig read_model_section(ConfigReader& job, const std::string& source, std
 }
 
 nlohmann::json tokenizer_config_json(const TokenizerConfig& t) {
-  return {{"kind", t.kind}, {"model_type", t.model_type}, {"vocab_size", t.vocab_size}};
+  return {{"kind", tokenizer_kind_name(t.kind)}, {"model_type", t.model_type}, {"vocab_size", t.vocab_size}};
 }
 
 nlohmann::json model_config_json(const ModelConfig& m) {
@@ -136,14 +142,14 @@ nlohmann::json train_config_json(const TrainConfig& t) {
                       : t.schedule.decay == Decay::kLinear      ? "linear"
                       : t.schedule.decay == Decay::kInverseSqrt ? "inverse_sqrt"
                                                                 : "constant";
-  return {{"optimizer", t.optimizer},
+  return {{"optimizer", optimizer_name(t.optimizer)},
           {"lr", t.schedule.base_lr},
           {"min_lr", t.schedule.min_lr},
           {"warmup_steps", t.schedule.warmup_steps},
           {"schedule", decay},
           {"betas", {t.adamw.beta1, t.adamw.beta2}},
           {"eps", t.adamw.eps},
-          {"weight_decay", t.optimizer == "sgd" ? t.sgd.weight_decay : t.adamw.weight_decay},
+          {"weight_decay", t.optimizer == OptimizerKind::kSgd ? t.sgd.weight_decay : t.adamw.weight_decay},
           {"momentum", t.sgd.momentum},
           {"nesterov", t.sgd.nesterov},
           {"clip_grad_norm", t.clip_grad_norm},
@@ -161,7 +167,7 @@ nlohmann::json train_config_json(const TrainConfig& t) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {
-  if (cfg.optimizer == "sgd") return std::make_unique<Sgd>(store, cfg.sgd);
+  if (cfg.optimizer == OptimizerKind::kSgd) return std::make_unique<Sgd>(store, cfg.sgd);
   return std::make_unique<AdamW>(store, cfg.adamw);
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace multihead::test {
 
@@ -37,6 +38,17 @@ inline CliRun run(const std::string& args) {
   std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
   fs::remove(err_file);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, err};
+}
+
+// IDX bytes: unsigned bytes of the given shape, all `value`.
+inline std::string idx(const std::vector<std::uint32_t>& shape, std::uint8_t value) {
+  std::string b = {0, 0, 0x08, static_cast<char>(shape.size())};
+  std::size_t n = 1;
+  for (std::uint32_t d : shape) {
+    for (int s = 24; s >= 0; s -= 8) b += static_cast<char>((d >> s) & 0xff);
+    n *= d;
+  }
+  return b + std::string(n, static_cast<char>(value));
 }
 
 inline int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }

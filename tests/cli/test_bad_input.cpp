@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::CliRun;
+using test::idx;
 using test::run;
 
 class BadInput : public test::Cli {
@@ -37,17 +38,6 @@ class BadInput : public test::Cli {
     EXPECT_FALSE(fs::exists(out)) << args;
   }
 };
-
-// IDX bytes: unsigned bytes of the given shape, all `value`.
-std::string idx(const std::vector<std::uint32_t>& shape, std::uint8_t value) {
-  std::string b = {0, 0, 0x08, static_cast<char>(shape.size())};
-  std::size_t n = 1;
-  for (std::uint32_t d : shape) {
-    for (int s = 24; s >= 0; s -= 8) b += static_cast<char>((d >> s) & 0xff);
-    n *= d;
-  }
-  return b + std::string(n, static_cast<char>(value));
-}
 
 TEST_F(BadInput, EmptyAndTinyTextDatasets) {
   const std::string csv = (dir / "d.csv").string(), tsv = (dir / "d.tsv").string();

@@ -160,6 +160,8 @@ TEST_F(Cli, BenchRejectsBadInput) {
       {"bench attention --tile-gemm fast", "multihead: error: --tile-gemm must be auto, micro or blas, got 'fast'\n"},
       {"bench attention --positions learned",
        "multihead: error: --positions must be none, relative, alibi or rope, got 'learned'\n"},
+      {"bench attention --positions spiral",
+       "multihead: error: --positions must be none, relative, alibi or rope, got 'spiral'\n"},
       {"bench train --precision half",
        "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
   };
@@ -284,6 +286,34 @@ TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   auto res = nlohmann::json::parse(std::ifstream(out / "results.json"));
   EXPECT_EQ(res["by_length"].size(), 3u);
   for (const auto& a : res["by_length"]) EXPECT_GE(a["token_accuracy"].get<double>(), 0.0);
+  // inspect draws text models only: a sequence-task run is refused by name.
+  CliRun in = run("inspect --run " + out.string() + " --text 'abc' --out " + (dir / "maps").string());
+  EXPECT_EQ(in.code, 2);
+  EXPECT_EQ(in.err, "multihead: error: " + (out / "config.json").string() +
+                        ": inspect reads text classification and language model runs, this run's task is "
+                        "'sequence_task'\n");
+  EXPECT_FALSE(fs::exists(dir / "maps"));
+}
+
+// The flags every job takes reach an image job too: its config records
+// them and its run trains with them.
+TEST_F(Cli, ImageJobTakesPrecisionAndCheckpointingFlags) {
+  const fs::path data = dir / "images";
+  fs::create_directories(data);
+  auto put = [&](const char* name, const std::string& bytes) { std::ofstream(data / name, std::ios::binary) << bytes; };
+  put("train-images-idx3-ubyte", test::idx({8, 28, 28}, 7));
+  put("train-labels-idx1-ubyte", test::idx({8}, 3));
+  put("t10k-images-idx3-ubyte", test::idx({2, 28, 28}, 7));
+  put("t10k-labels-idx1-ubyte", test::idx({2}, 3));
+  const fs::path out = dir / "vit";
+  CliRun r = run("train --preset fashion-mnist --epochs 1 --d-model 16 --num-heads 2 --num-layers 1 --batch 2 "
+                 "--precision bf16 --checkpoint-layers --seed 5 --threads 1 --quiet --data " + data.string() +
+                 " --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto cfg = nlohmann::json::parse(std::ifstream(out / "config.json"));
+  EXPECT_EQ(cfg["train"]["precision"], "bf16");
+  EXPECT_EQ(cfg["train"]["checkpoint_layers"], true);
+  EXPECT_EQ(cfg["train"]["seed"], 5);
 }
 
 TEST_F(Cli, ProgressIsABarOnATerminal) {

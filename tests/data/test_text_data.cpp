@@ -117,7 +117,7 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
   const std::vector<std::string> texts = {"the cat sat on the mat", "the dog sat", "caf\xc3\xa9 au lait"};
   for (const char* kind : {"char", "word", "sentencepiece"}) {
     TokenizerConfig cfg;
-    cfg.kind = kind;
+    cfg.kind = parse_tokenizer_kind(kind);
     cfg.vocab_size = std::string(kind) == "sentencepiece" ? 40 : 1000;
     auto tok = train_tokenizer(cfg, texts);
     auto ids = tok->encode("the cat sat");
@@ -132,8 +132,16 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     EXPECT_EQ(back->kind(), kind);
     EXPECT_EQ(tok->piece(kPadId), "<pad>") << kind;
   }
+  for (const char* kind : {"char", "word", "sentencepiece"})
+    EXPECT_STREQ(tokenizer_kind_name(parse_tokenizer_kind(kind)), kind);
+  try {
+    parse_tokenizer_kind("bpe");
+    ADD_FAILURE() << "bpe is a SentencePiece model type, not a tokenizer";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char or word, got \"bpe\"");
+  }
   TokenizerConfig capped;
-  capped.kind = "word";
+  capped.kind = TokenizerKind::kWord;
   capped.vocab_size = 6;  // 4 specials + the 2 most frequent words ("the", "sat")
   auto w = train_tokenizer(capped, texts);
   EXPECT_EQ(w->vocab_size(), 6);

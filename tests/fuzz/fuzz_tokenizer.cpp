@@ -11,7 +11,7 @@ namespace {
 
 std::unique_ptr<multihead::Tokenizer> trained(const char* kind) {
   multihead::TokenizerConfig c;
-  c.kind = kind;
+  c.kind = multihead::parse_tokenizer_kind(kind);
   c.vocab_size = 64;
   std::vector<std::string> texts;
   for (int i = 0; i < 40; ++i)

@@ -296,7 +296,7 @@ TEST(Training, GradientAccumulationMatchesOneLargeBatch) {
   // SGD, because AdamW turns the key bias's rounding-noise gradient (its true
   // gradient is 0: softmax ignores it) into full-size steps.
   TrainConfig one = tiny_train();
-  one.optimizer = "sgd";
+  one.optimizer = OptimizerKind::kSgd;
   one.sgd.momentum = 0.9;
   TrainConfig two = one;
   two.grad_accumulation = 2;
@@ -440,7 +440,7 @@ struct ScaledRun {
     store.finalize();
     store.all_data()[0] = store.all_data()[1] = 1.0f;
     TrainConfig t;
-    t.optimizer = "sgd";
+    t.optimizer = OptimizerKind::kSgd;
     t.schedule.base_lr = 0.1;
     t.loss_scaling = true;
     t.scaler.growth_interval = interval;

@@ -48,14 +48,10 @@ void run_attention(BenchOpts& o) {
   o.attn.precision = parse_precision(o.precision);
   // The model's position names; the layer takes those that act inside
   // attention (sinusoidal and learned positions belong to the embeddings).
-  PositionKind kind = PositionKind::kSinusoidal;
-  try {
-    kind = parse_position_kind(o.positions);
-  } catch (const ConfigError&) {
-  }
-  check<ConfigError>(kind != PositionKind::kSinusoidal && kind != PositionKind::kLearned,
+  check<ConfigError>(o.positions == "none" || o.positions == "relative" || o.positions == "alibi" ||
+                         o.positions == "rope",
                      "--positions must be none, relative, alibi or rope, got '{}'", o.positions);
-  o.attn.positions = attention_positions(kind);
+  o.attn.positions = attention_positions(parse_position_kind(o.positions));
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
   const MachineInfo machine = print_machine();

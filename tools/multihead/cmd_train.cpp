@@ -29,12 +29,13 @@ struct TrainOpts {
   bool quiet = false, checkpoint_layers = false, resume = false;
 };
 
-// Optimisation flags, for every kind of job.
+// Training flags every kind of job takes: optimisation, seed, precision,
+// checkpointing.
 void apply_optimisation(const TrainOpts& o, TrainConfig& t, TransformerLayerConfig& layer) {
   if (!o.optimizer.empty()) {
     check<ConfigError>(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer must be adamw or sgd, got '{}'",
                        o.optimizer);
-    t.optimizer = o.optimizer;
+    t.optimizer = parse_optimizer(o.optimizer);
   }
   if (!o.schedule.empty()) t.schedule.decay = parse_decay(o.schedule);
   if (o.warmup >= 0) t.schedule.warmup_steps = o.warmup;
@@ -47,6 +48,12 @@ void apply_optimisation(const TrainOpts& o, TrainConfig& t, TransformerLayerConf
     t.checkpoint_every = *o.checkpoint_every;
   }
   if (!o.on_nonfinite.empty()) t.on_nonfinite = parse_nonfinite(o.on_nonfinite);
+  if (o.seed >= 0) t.seed = static_cast<std::uint64_t>(o.seed);
+  if (o.checkpoint_layers) t.checkpoint_layers = true;
+  if (!o.precision.empty()) {
+    t.precision = parse_precision(o.precision);
+    t.loss_scaling = t.precision == Precision::kF16;
+  }
   check<ConfigError>(t.batch % t.grad_accumulation == 0 || t.grad_accumulation == 1,
                      "--batch ({}) must be a multiple of --grad-accumulation ({})", t.batch, t.grad_accumulation);
 }
@@ -66,14 +73,8 @@ void apply_common(const TrainOpts& o, ModelConfig& m, TrainConfig& t, TokenizerC
   if (o.num_kv_heads) p.num_kv_heads = o.num_kv_heads;
   if (o.window >= -1) p.window_left = p.window_right = o.window;
   if (o.block_size) p.sparse_block = o.block_size;
-  if (!o.tokenizer.empty()) tok.kind = o.tokenizer;
-  if (o.seed >= 0) t.seed = static_cast<std::uint64_t>(o.seed);
+  if (!o.tokenizer.empty()) tok.kind = parse_tokenizer_kind(o.tokenizer);
   if (o.threads) threads = o.threads;
-  if (o.checkpoint_layers) t.checkpoint_layers = true;
-  if (!o.precision.empty()) {
-    t.precision = parse_precision(o.precision);
-    t.loss_scaling = t.precision == Precision::kF16;
-  }
   m.vocab_size = tok.vocab_size;
   m.validate();
 }
@@ -131,7 +132,6 @@ ResolvedJob resolve(const TrainOpts& o) {
     if (o.num_layers) j.model.num_layers = o.num_layers;
     if (o.batch) j.train.batch = o.batch;
     if (o.lr > 0) j.train.schedule.base_lr = o.lr;
-    if (o.seed >= 0) j.train.seed = static_cast<std::uint64_t>(o.seed);
     if (o.threads) j.threads = o.threads;
     apply_optimisation(o, j.train, j.model.layer);
     if (o.steps) j.max_steps = o.steps;
@@ -235,7 +235,7 @@ void run_train(const TrainOpts& opts) {
 
 Command add_train(CLI::App& app) {
   auto o = std::make_shared<TrainOpts>();
-  CLI::App* sub = app.add_subcommand("train", "Train a text classifier and write a run directory with its report");
+  CLI::App* sub = app.add_subcommand("train", "Train a model (text or image classifier, language model, sequence task) and write a run directory with its report");
   sub->add_option("--preset", o->preset,
                   "Built-in job: spam (SpamAssassin ham against spam), moby-dick (character language model) or "
                   "fashion-mnist (Vision Transformer) or reverse (length extrapolation)")

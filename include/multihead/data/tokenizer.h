@@ -27,8 +27,13 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& dir);
 };
 
+enum class TokenizerKind { kSentencePiece, kChar, kWord };
+// "sentencepiece", "char" or "word"; anything else is a ConfigError.
+TokenizerKind parse_tokenizer_kind(const std::string& s);
+const char* tokenizer_kind_name(TokenizerKind k);
+
 struct TokenizerConfig {
-  std::string kind = "sentencepiece";  // sentencepiece | char | word
+  TokenizerKind kind = TokenizerKind::kSentencePiece;
   std::string model_type = "bpe";      // sentencepiece: bpe | unigram
   std::int64_t vocab_size = 8000;      // a cap for char and word
   bool lowercase = true;               // word only

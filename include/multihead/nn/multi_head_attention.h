@@ -185,6 +185,36 @@ class MultiheadAttention : public Module {
     bool valid = false;
   };
 
+  // The steps of forward, in order. The masks the caller gave, checked
+  // against (B, L, S):
+  AttentionMasks<float> input_masks(const Tensor* key_padding_mask, const Tensor* attn_mask, CausalAlign causal,
+                                    std::int64_t B, std::int64_t L, std::int64_t S) const;
+  // A fresh cache: what is saved for backward, sizes, precision, dropout, tiles.
+  void start_cache(const Tensor& query, const Tensor& key, const Tensor& value, const MultiheadAttentionCall& call);
+  // Q, K, V = the in-projections of query, key, value, into the cache (fp32).
+  void project_inputs(const Tensor& query, const Tensor& key, const Tensor& value);
+  // Positions: RoPE rotates Q and K; ALiBi and relative positions, and the
+  // variant's pattern, go into the masks.
+  void add_positions(AttentionMasks<float>& masks);
+  // Q, K, V in their storage precision, with bias_k / zero positions appended.
+  void store_projections();
+  // The attention output before out_proj, (B, L, E), into the cache.
+  void attend(const AttentionMasks<float>& masks, bool need_weights);
+  // out_proj of the attention output, and the weights when asked for.
+  MultiheadAttentionOutput output(const MultiheadAttentionCall& call) const;
+
+  // The steps of backward. Gradients of the projected q, k, v: packed
+  // (B, L, E + 2 KE) for self-attention, else (B, L, E), (B, S, KE) twice.
+  struct ProjectionGrads {
+    Tensor qkv, q, k, v;
+  };
+  // Through out_proj: the gradient of the attention output, (B, L, E).
+  Tensor out_proj_backward(const Tensor& grad_output);
+  // Through the attention core, the extra positions and RoPE.
+  ProjectionGrads attend_backward(Tensor d_attn);
+  // Through the in-projections: the inputs' gradients.
+  MultiheadAttentionGrads in_proj_backward(const ProjectionGrads& dp);
+
   // Rotates the projected queries and keys (RoPE), or their gradients back.
   void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;  // k: kv heads
   // Applies the variant's pattern to the masks.

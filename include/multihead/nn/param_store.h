@@ -39,7 +39,6 @@ class ParamStore {
   const float* data(Handle h) const;
   const float* grad(Handle h) const;
   std::span<float> data_span(Handle h);
-  std::span<float> grad_span(Handle h);
 
   const std::vector<Entry>& entries() const noexcept { return entries_; }
   const Entry& entry(Handle h) const { return entries_.at(h); }

@@ -21,8 +21,7 @@ struct LanguageModelJob {
   double validation_fraction = 0.1;   // the end of the text
   TokenizerConfig tokenizer;          // char by default
   ModelConfig model;
-  TrainConfig train;                  // train.steps windows of train.batch x seq_len tokens
-  std::int64_t seq_len = 128;
+  TrainConfig train;                  // train.steps windows of train.batch x train.seq_len tokens
   std::int64_t eval_every = 250;
   std::int64_t eval_windows = 64;
   std::string prompt = "Call me";

@@ -22,8 +22,13 @@ enum class NonFinite { kStop, kSkip };
 NonFinite parse_nonfinite(const std::string& s);
 const char* nonfinite_name(NonFinite n);
 
+enum class OptimizerKind { kAdamW, kSgd };
+// "adamw" or "sgd"; anything else is a ConfigError.
+OptimizerKind parse_optimizer(const std::string& s);
+const char* optimizer_name(OptimizerKind k);
+
 struct TrainConfig {
-  std::string optimizer = "adamw";  // adamw | sgd
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   AdamWConfig adamw;
   SgdConfig sgd;
   LrSchedule schedule;
