@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
 
 #include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"

@@ -3,9 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
 
 #include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"

@@ -3,15 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
 
-#include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"
-#include "multihead/kernels/attention_bf16.h"
 #include "multihead/kernels/attention_fused.h"
-#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "attention_tiles.h"
 #include "simd_rows.h"
