@@ -14,6 +14,15 @@ SyntheticKind parse_synthetic_kind(std::string_view name) {
   throw ConfigError(fmt::format("synthetic task must be copy, reverse or sort, got \"{}\"", name));
 }
 
+const char* synthetic_kind_name(SyntheticKind kind) {
+  switch (kind) {
+    case SyntheticKind::kCopy: return "copy";
+    case SyntheticKind::kSort: return "sort";
+    case SyntheticKind::kReverse: break;
+  }
+  return "reverse";
+}
+
 SyntheticBatch synthetic_batch(const SyntheticTask& task, std::int64_t batch, std::uint64_t seed, std::uint64_t index) {
   check<ConfigError>(task.symbols > 0 && task.min_len > 0 && task.min_len <= task.max_len && batch > 0,
                      "synthetic task needs symbols > 0, 0 < min_len <= max_len and a positive batch");

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/init.h"
 
@@ -48,6 +50,11 @@ TransformerLayerConfig ModelConfig::layer_config() const {
   c.relative_values = relative_values;
   c.rope_theta = rope_theta;
   return c;
+}
+
+std::string ModelConfig::describe(std::int64_t parameters) const {
+  return fmt::format("{} layers, d_model {}, {} heads, {} positions, {} parameters", num_layers, layer.d_model,
+                     layer.nhead, position_kind_name(positions), parameters);
 }
 
 void ModelConfig::validate() const {
@@ -296,6 +303,11 @@ void LanguageModel::backward(const Tensor& dlogits) {
 }  // namespace multihead
 
 namespace multihead {
+
+std::string VisionConfig::describe(std::int64_t parameters) const {
+  return fmt::format("ViT, {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters", patches(), patch,
+                     patch, num_layers, layer.d_model, layer.nhead, parameters);
+}
 
 void VisionConfig::validate() const {
   layer.validate();

@@ -48,6 +48,19 @@ ModelConfig read_model_config(ConfigReader& r) {
   return m;
 }
 
+void TrainConfig::validate() const {
+  check<ConfigError>(checkpoint_every >= 0, "checkpoint_every must be >= 0, got {}", checkpoint_every);
+  check<ConfigError>(schedule.base_lr > 0, "lr must be positive, got {}", schedule.base_lr);
+  check<ConfigError>(schedule.warmup_steps >= 0, "warmup_steps must be >= 0, got {}", schedule.warmup_steps);
+  check<ConfigError>(clip_grad_norm >= 0, "clip_grad_norm must be >= 0, got {}", clip_grad_norm);
+  check<ConfigError>(adamw.weight_decay >= 0 && sgd.weight_decay >= 0, "weight_decay must be >= 0, got {}",
+                     adamw.weight_decay);
+  check<ConfigError>(grad_accumulation >= 1, "grad_accumulation must be >= 1, got {}", grad_accumulation);
+  check<ConfigError>(steps >= 0 && batch > 0 && seq_len > 0, "steps, batch and seq_len must be positive");
+  check<ConfigError>(batch % grad_accumulation == 0 || grad_accumulation == 1,
+                     "batch ({}) must be a multiple of grad_accumulation ({})", batch, grad_accumulation);
+}
+
 TrainConfig read_train_config(ConfigReader& r) {
   TrainConfig t;
   t.optimizer = parse_optimizer(r.get_string("optimizer", std::string("adamw")));
@@ -76,12 +89,7 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.loss_scaling = r.get_bool("loss_scaling", t.precision == Precision::kF16);
   t.on_nonfinite = parse_nonfinite(r.get_string("on_nonfinite", std::string("stop")));
   t.checkpoint_every = r.get_int("checkpoint_every", 0);
-  check<ConfigError>(t.checkpoint_every >= 0, "checkpoint_every must be >= 0, got {}", t.checkpoint_every);
-  check<ConfigError>(t.schedule.base_lr > 0, "lr must be positive, got {}", t.schedule.base_lr);
-  check<ConfigError>(t.schedule.warmup_steps >= 0, "warmup_steps must be >= 0, got {}", t.schedule.warmup_steps);
-  check<ConfigError>(t.clip_grad_norm >= 0, "clip_grad_norm must be >= 0, got {}", t.clip_grad_norm);
-  check<ConfigError>(t.grad_accumulation >= 1, "grad_accumulation must be >= 1, got {}", t.grad_accumulation);
-  check<ConfigError>(t.steps >= 0 && t.batch > 0 && t.seq_len > 0, "steps, batch and seq_len must be positive");
+  t.validate();
   return t;
 }
 
@@ -132,8 +140,23 @@ nlohmann::json model_config_json(const ModelConfig& m) {
   return j;
 }
 
-std::int64_t epoch_job_steps(std::int64_t steps_per_epoch, std::int64_t epochs, std::int64_t max_steps) {
-  const std::int64_t all = steps_per_epoch * epochs;
+void EpochBudget::read(ConfigReader& r) {
+  epochs = r.get_int("epochs", epochs);
+  max_steps = r.get_int("max_steps", 0);
+}
+
+void EpochBudget::write(nlohmann::json& j) const {
+  j["epochs"] = epochs;
+  j["max_steps"] = max_steps;
+}
+
+void EpochBudget::validate(const std::string& where) const {
+  check<ConfigError>(epochs > 0, "{}: epochs must be positive, got {}", where, epochs);
+  check<ConfigError>(max_steps >= 0, "{}: max_steps must be >= 0 (0: no cap), got {}", where, max_steps);
+}
+
+std::int64_t EpochBudget::steps(std::int64_t examples, std::int64_t batch) const {
+  const std::int64_t all = (examples + batch - 1) / batch * epochs;
   return max_steps > 0 ? std::min(all, max_steps) : all;
 }
 

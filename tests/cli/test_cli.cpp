@@ -373,11 +373,25 @@ TEST_F(Cli, TrainRejectsBadInput) {
        "alibi, got \"absolute\"\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
       {"train --precision fp8", "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"\n"},
-      {"train --checkpoint-every -5", "multihead: error: --checkpoint-every must be >= 0, got -5\n"},
+      {"train --checkpoint-every -5", "multihead: error: checkpoint_every must be >= 0, got -5\n"},
+      {"train --batch 30 --grad-accumulation 4",
+       "multihead: error: batch (30) must be a multiple of grad_accumulation (4)\n"},
+      {"train --epochs 0", "multihead: error: the flags: epochs must be positive, got 0\n"},
+      {"train --preset reverse --epochs 2",
+       "multihead: error: --epochs does not apply to synthetic sequence tasks\n"},
+      {"train --preset fashion-mnist --positions rope --max-len 5",
+       "multihead: error: --positions and --max-len do not apply to image jobs\n"},
+      {"train --preset moby-dick --source csv --epochs 1",
+       "multihead: error: --epochs and --source do not apply to language models\n"},
+      {"train --config " + (dir / "translation.json").string(),
+       "multihead: error: " + (dir / "translation.json").string() +
+           ": task must be one of text_classification, language_modeling, image_classification, sequence_task, "
+           "got 'translation'\n"},
       {"train --on-nonfinite ignore", "multihead: error: on_nonfinite must be stop or skip, got 'ignore'\n"},
       {"eval --run " + (dir / "nothing").string(),
        "multihead: error: cannot open '" + (dir / "nothing/config.json").string() + "': No such file or directory\n"},
   };
+  std::ofstream(dir / "translation.json") << R"({"task": "translation"})";
   for (const auto& [args, msg] : cases) {
     CliRun r = run(args + " --out " + (dir / "never").string());
     if (args.rfind("eval", 0) == 0) r = run(args);

@@ -3,20 +3,20 @@
 #include "fuzz_target.h"
 #include "multihead/io/apply.h"
 #include "multihead/io/json_config.h"
-#include "multihead/train/image_classification.h"
-#include "multihead/train/language_modeling.h"
-#include "multihead/train/sequence_task.h"
-#include "multihead/train/text_classification.h"
+#include "multihead/tasks/image_classification.h"
+#include "multihead/tasks/language_modeling.h"
+#include "multihead/tasks/sequence_task.h"
+#include "multihead/tasks/text_classification.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace multihead;
   const std::string text = fuzz::bytes_of(data, size);
   fuzz::expect_clean([&] {
     const nlohmann::json j = ConfigReader::parse(text, "fuzz.json");
-    fuzz::expect_clean([&] { (void)text_classification_job_from_json(j, "fuzz.json"); });
-    fuzz::expect_clean([&] { (void)language_model_job_from_json(j, "fuzz.json"); });
-    fuzz::expect_clean([&] { (void)image_classification_job_from_json(j, "fuzz.json"); });
-    fuzz::expect_clean([&] { (void)sequence_task_job_from_json(j, "fuzz.json"); });
+    fuzz::expect_clean([&] { (void)TextClassificationJob::from_json(j, "fuzz.json"); });
+    fuzz::expect_clean([&] { (void)LanguageModelJob::from_json(j, "fuzz.json"); });
+    fuzz::expect_clean([&] { (void)ImageClassificationJob::from_json(j, "fuzz.json"); });
+    fuzz::expect_clean([&] { (void)SequenceTaskJob::from_json(j, "fuzz.json"); });
   });
   // No weights or inputs: a config that parses then fails on the missing tensors.
   fuzz::expect_clean([&] { (void)apply_module(text, "fuzz.json", {}, {}); });

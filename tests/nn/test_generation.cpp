@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "multihead/train/generation.h"
+#include "multihead/tasks/generation.h"
 #include "test_util.h"
 
 namespace multihead {

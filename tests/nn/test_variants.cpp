@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "multihead/train/generation.h"
+#include "multihead/tasks/generation.h"
 #include "test_util.h"
 
 namespace multihead {

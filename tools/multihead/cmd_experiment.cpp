@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "multihead/train/experiments.h"
+#include "multihead/experiments/experiments.h"
 
 namespace multihead::cli {
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "multihead/train/inspect.h"
+#include "multihead/tasks/inspect.h"
 
 namespace multihead::cli {
 

@@ -12,11 +12,13 @@
 
 #include "multihead/core/rng.h"
 #include "multihead/core/tensor.h"
+#include "multihead/kernels/cross_entropy.h"  // kIgnoreIndex
 
 namespace multihead {
 
 enum class SyntheticKind : std::uint8_t { kCopy, kReverse, kSort };
 SyntheticKind parse_synthetic_kind(std::string_view name);
+const char* synthetic_kind_name(SyntheticKind kind);
 
 struct SyntheticTask {
   SyntheticKind kind = SyntheticKind::kReverse;
@@ -32,8 +34,6 @@ struct SyntheticBatch {
   Tensor targets;  // (B * T) I64: the next token where scored, else -100
   std::int64_t scored = 0;
 };
-
-inline constexpr std::int64_t kIgnoreIndex = -100;
 
 // Batch `index` of the task: a pure function of (seed, index).
 SyntheticBatch synthetic_batch(const SyntheticTask& task, std::int64_t batch, std::uint64_t seed, std::uint64_t index);

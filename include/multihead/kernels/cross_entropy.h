@@ -10,6 +10,9 @@
 
 namespace multihead {
 
+// PyTorch's default ignore_index: a target that is not scored.
+inline constexpr std::int64_t kIgnoreIndex = -100;
+
 struct CrossEntropyResult {
   double loss = 0;
   std::int64_t count = 0;  // rows that were not ignored
@@ -19,7 +22,7 @@ struct CrossEntropyResult {
 // dlogits (N, C), when not null, receives d(loss)/d(logits) * grad_scale.
 template <typename T>
 CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N,
-                                 std::int64_t C, std::int64_t ignore_index = -100, double label_smoothing = 0.0,
+                                 std::int64_t C, std::int64_t ignore_index = kIgnoreIndex, double label_smoothing = 0.0,
                                  double grad_scale = 1.0);
 
 }  // namespace multihead

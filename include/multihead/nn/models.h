@@ -52,6 +52,8 @@ struct ModelConfig {
   void validate() const;
   // The layer config with the attention positions filled in.
   TransformerLayerConfig layer_config() const;
+  // "2 layers, d_model 128, 4 heads, sinusoidal positions, 812034 parameters", for logs and reports.
+  std::string describe(std::int64_t parameters) const;
 };
 
 // Absolute positions added to the token embeddings.
@@ -149,6 +151,8 @@ struct VisionConfig {
 
   std::int64_t patches() const { return (image_size / patch) * (image_size / patch); }
   void validate() const;
+  // "ViT, 49 patches of 4x4, 4 layers, d_model 96, 4 heads, 300010 parameters".
+  std::string describe(std::int64_t parameters) const;
 };
 
 class VisionTransformer : public Module {

@@ -48,6 +48,10 @@ struct TrainConfig {
   // Steps between checkpoints; 0: only where the job checkpoints anyway
   // (after each epoch or evaluation, and at the end).
   std::int64_t checkpoint_every = 0;
+
+  // Every value in its range (ConfigError naming the key otherwise): what
+  // a job config and the command-line flags are both checked by.
+  void validate() const;
 };
 
 // Reads and type-checks the keys; the caller calls r.finish() after reading
@@ -65,9 +69,19 @@ nlohmann::json tokenizer_config_json(const TokenizerConfig& t);
 // (vocab_size and num_classes are left to the job: they come from the data).
 nlohmann::json model_config_json(const ModelConfig& m);
 nlohmann::json train_config_json(const TrainConfig& t);
-// Steps of a job that trains in epochs: every epoch in full, or max_steps
-// when that is fewer (0: no cap; the last epoch trained is then cut short).
-std::int64_t epoch_job_steps(std::int64_t steps_per_epoch, std::int64_t epochs, std::int64_t max_steps);
+// How long a job that trains in epochs trains: every epoch in full, or
+// max_steps steps when that is fewer (0: no cap; the last epoch trained is
+// then cut short). Kept in the train section as "epochs" and "max_steps".
+struct EpochBudget {
+  std::int64_t epochs = 3;
+  std::int64_t max_steps = 0;
+  void read(ConfigReader& train_section);
+  void write(nlohmann::json& train_section) const;
+  // ConfigError naming `where` for a value out of range.
+  void validate(const std::string& where) const;
+  // train.steps for `examples` training examples in batches of `batch`.
+  std::int64_t steps(std::int64_t examples, std::int64_t batch) const;
+};
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
 

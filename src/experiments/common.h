@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "multihead/experiments/experiments.h"
 #include "multihead/io/run_dir.h"
-#include "multihead/train/experiments.h"
+#include "multihead/tasks/jobs.h"
 #include "multihead/train/progress.h"
-#include "multihead/train/text_classification.h"
 
 namespace multihead::experiment {
 
@@ -55,15 +55,19 @@ struct Context {
 };
 
 // Trains one job of the grid with `seed`, quietly, in its own run folder;
-// run is the job's runner (run_sequence_task, run_text_classification, ...).
-template <typename Job, typename Runner>
-auto run_job(const Context& c, Job job, const std::string& label, std::uint64_t seed, Runner&& run) {
+// returns the job's result (TextClassificationResult, ...).
+template <typename TaskJob>
+auto run_quietly(const Context& c, TaskJob job, const std::string& label, std::uint64_t seed) {
   job.train.seed = seed;
   job.report_title = label;
   RunDir dir(c.run_dir(label, static_cast<std::int64_t>(seed)));
   Progress quiet(0, stderr, true);
-  return run(job, dir, quiet);
+  return run_job(job, dir, quiet);
 }
+
+// The positions, variants and optimisation experiments' job: a small causal
+// LM on the reverse task, trained on lengths 1..max_len, sized by --quick.
+SequenceTaskJob sequence_job(const Context& c, std::int64_t max_len);
 
 // --quick's text classifier: a tiny model on synthetic data (two classes
 // told apart by their words), written into the experiment's folder.

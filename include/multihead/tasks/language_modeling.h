@@ -5,18 +5,21 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/run_dir.h"
-#include "multihead/train/generation.h"
+#include "multihead/tasks/overrides.h"
+#include "multihead/tasks/generation.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct LanguageModelJob {
+  static constexpr const char* kTask = "language_modeling";
   std::string text_path;              // a file or a folder of .txt files
   double validation_fraction = 0.1;   // the end of the text
   TokenizerConfig tokenizer;          // char by default
@@ -30,10 +33,13 @@ struct LanguageModelJob {
   int threads = 0;
   std::string report_title = "Language model";
   LanguageModelJob();
+  static LanguageModelJob from_json(const nlohmann::json& j, const std::string& source);
+  void validate(const std::string& where) const;
 };
 
 nlohmann::json to_json(const LanguageModelJob& job);
-LanguageModelJob language_model_job_from_json(const nlohmann::json& j, const std::string& source);
+// The flags: data, steps, max_len (the window), and the token model's.
+void apply_overrides(LanguageModelJob& job, const JobOverrides& flags);
 
 struct LanguageModelResult {
   double validation_loss = 0;  // nats per token
@@ -43,12 +49,12 @@ struct LanguageModelResult {
   std::string sample;
 };
 
-LanguageModelResult run_language_modeling(const LanguageModelJob& job, RunDir& run, Progress& progress);
+LanguageModelResult run_job(const LanguageModelJob& job, RunDir& run, Progress& progress);
+std::vector<std::string> summary_lines(const LanguageModelResult& result);
 
-// The validation loss (nats per token) of the model saved in a run directory.
-// precision: that of the activations; by default the run's own.
-double evaluate_language_model_run(const std::string& run_dir, int threads,
-                                   std::optional<Precision> precision = std::nullopt);
+// The validation loss (nats per token) of the model saved in a run
+// directory whose config.json holds `job`, as a line.
+std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir, int threads);
 
 // Loads the model of a run directory and continues `prompt`; precision by default the run's own.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,

@@ -5,12 +5,12 @@
 
 #include <fmt/ranges.h>
 
-#include "experiment_common.h"
+#include "common.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/core/rng.h"
-#include "multihead/train/presets.h"
+#include "multihead/tasks/presets.h"
 
 namespace multihead {
 
@@ -58,6 +58,24 @@ std::string write_synthetic_csv(const Context& c) {
 
 }  // namespace
 
+SequenceTaskJob sequence_job(const Context& c, std::int64_t max_len) {
+  SequenceTaskJob j;
+  const bool q = c.opt.quick;
+  j.task.kind = SyntheticKind::kReverse;
+  j.task.min_len = 1;
+  j.task.max_len = max_len;
+  j.model.num_layers = q ? 1 : 2;
+  j.model.layer.d_model = q ? 16 : 64;
+  j.model.layer.nhead = q ? 2 : 4;
+  j.model.layer.dim_feedforward = q ? 32 : 128;
+  j.train.batch = q ? 8 : 32;
+  j.train.steps = q ? 20 : 2500;
+  j.train.schedule.warmup_steps = q ? 2 : 100;
+  j.eval_batches = q ? 1 : 4;
+  j.threads = c.opt.threads;
+  return j;
+}
+
 TextClassificationJob quick_text_job(const Context& c) {
   TextClassificationJob j = spam_preset();
   j.threads = c.opt.threads;
@@ -71,7 +89,7 @@ TextClassificationJob quick_text_job(const Context& c) {
   j.max_len = j.model.max_len = 48;
   j.train.batch = 16;
   j.train.schedule.warmup_steps = 2;
-  j.epochs = 2;
+  j.budget.epochs = 2;
   j.eval_batch = 64;
   return j;
 }

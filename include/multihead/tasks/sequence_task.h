@@ -3,7 +3,6 @@
 // the length-extrapolation benchmark of positional encodings.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,12 +10,14 @@
 
 #include "multihead/data/synthetic.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/overrides.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct SequenceTaskJob {
+  static constexpr const char* kTask = "sequence_task";
   SyntheticTask task;                          // its min_len / max_len are the training range
   std::vector<std::int64_t> test_lengths = {16, 32, 64};
   std::int64_t eval_batches = 8;               // batches of train.batch sequences per test length
@@ -24,11 +25,14 @@ struct SequenceTaskJob {
   TrainConfig train;
   int threads = 0;
   std::string report_title = "Synthetic sequence task";
-  SequenceTaskJob();
+  SequenceTaskJob();  // the "reverse" preset
+  static SequenceTaskJob from_json(const nlohmann::json& j, const std::string& source);
+  void validate(const std::string& where) const;
 };
 
 nlohmann::json to_json(const SequenceTaskJob& job);
-SequenceTaskJob sequence_task_job_from_json(const nlohmann::json& j, const std::string& source);
+// The flags: steps and the token model's; data flags are refused.
+void apply_overrides(SequenceTaskJob& job, const JobOverrides& flags);
 
 struct LengthAccuracy {
   std::int64_t length = 0;
@@ -45,11 +49,11 @@ struct SequenceTaskResult {
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-SequenceTaskResult run_sequence_task(const SequenceTaskJob& job, RunDir& run, Progress& progress);
+SequenceTaskResult run_job(const SequenceTaskJob& job, RunDir& run, Progress& progress);
+std::vector<std::string> summary_lines(const SequenceTaskResult& result);
 
-// The accuracies by test length of a finished run, from its config.json and
-// last checkpoint: what `multihead eval` prints.
-std::vector<LengthAccuracy> evaluate_sequence_task_run(const std::string& run_dir, int threads,
-                                                       std::optional<Precision> precision = std::nullopt);
+// The accuracies by test length of the model saved in a run directory whose
+// config.json holds `job`, a line each.
+std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir, int threads);
 
 }  // namespace multihead

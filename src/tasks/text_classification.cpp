@@ -1,7 +1,6 @@
-#include "multihead/train/text_classification.h"
+#include "multihead/tasks/text_classification.h"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 
 #include "multihead/core/threading.h"
@@ -9,9 +8,10 @@
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/atomic_file.h"
-#include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/tasks/inspect.h"
+#include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
 
 namespace multihead {
@@ -20,8 +20,7 @@ using json = nlohmann::json;
 
 nlohmann::json to_json(const TextClassificationJob& j) {
   json train = train_config_json(j.train);
-  train["epochs"] = j.epochs;
-  train["max_steps"] = j.max_steps;
+  j.budget.write(train);
   return json{{"task", "text_classification"},
               {"data",
                {{"source", j.source},
@@ -39,7 +38,7 @@ nlohmann::json to_json(const TextClassificationJob& j) {
               {"title", j.report_title}};
 }
 
-TextClassificationJob text_classification_job_from_json(const json& root, const std::string& src) {
+TextClassificationJob TextClassificationJob::from_json(const json& root, const std::string& src) {
   TextClassificationJob job;
   ConfigReader r(root, src);
   check<ConfigError>(r.get_string("task", std::string("text_classification")) == "text_classification",
@@ -62,15 +61,27 @@ TextClassificationJob text_classification_job_from_json(const json& root, const 
   job.model = read_model_section(r, src, job.tokenizer.vocab_size);
   const json train = r.get_object("train");
   ConfigReader trr(train, src + ": train");
-  job.epochs = trr.get_int("epochs", job.epochs);
-  job.max_steps = trr.get_int("max_steps", 0);
-  check<ConfigError>(job.max_steps >= 0, "{}: max_steps must be >= 0 (0: no cap), got {}", src, job.max_steps);
+  job.budget.read(trr);
   job.train = read_train_config(trr);
   trr.finish();
   r.finish();
-  check<ConfigError>(job.epochs > 0, "{}: epochs must be positive, got {}", src, job.epochs);
-  check<ConfigError>(job.max_len > 1, "{}: max_len must be at least 2, got {}", src, job.max_len);
+  job.validate(src);
   return job;
+}
+
+void TextClassificationJob::validate(const std::string& where) const {
+  budget.validate(where);
+  check<ConfigError>(max_len > 1, "{}: max_len must be at least 2, got {}", where, max_len);
+}
+
+void apply_overrides(TextClassificationJob& job, const JobOverrides& o) {
+  if (o.data) job.data_path = *o.data;
+  if (o.source) job.source = *o.source;
+  if (o.epochs) job.budget.epochs = *o.epochs;
+  if (o.max_len) job.max_len = *o.max_len;
+  if (o.steps) job.budget.max_steps = *o.steps;
+  apply_token_model_overrides(o, job.model, job.train, job.tokenizer, job.threads);
+  job.validate("the flags");
 }
 
 namespace {
@@ -95,7 +106,11 @@ PreparedData load_and_split(const TextClassificationJob& job) {
     for (std::int64_t i = base; i < static_cast<std::int64_t>(p.dataset.examples.size()); ++i) p.test.push_back(i);
     return p;
   }
-  if (job.source == "spamassassin") p.dataset = load_spamassassin(job.data_path, job.strip_headers);
+  if (job.source == "spamassassin") {
+    check<IoError>(std::filesystem::is_directory(job.data_path),
+                   "{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first", job.data_path);
+    p.dataset = load_spamassassin(job.data_path, job.strip_headers);
+  }
   else if (job.source == "csv") p.dataset = load_delimited(job.data_path, ',', job.text_column, job.label_column);
   else if (job.source == "tsv") p.dataset = load_delimited(job.data_path, '\t', job.text_column, job.label_column);
   else throw ConfigError(fmt::format("data source must be spamassassin, aclimdb, csv or tsv, got '{}'", job.source));
@@ -170,39 +185,58 @@ std::vector<std::vector<std::int64_t>> encode_all(const Tokenizer& tok, const Te
   return out;
 }
 
-// Per-layer, per-head attention heatmaps of one example, into plots/.
+// Attention heatmaps of every layer and head for one example, into plots/.
 std::vector<std::string> write_heatmaps(SequenceClassifier& model, const Tokenizer& tok,
-                                        const std::vector<std::int64_t>& tokens, std::int64_t label,
-                                        const std::vector<std::string>& label_names, RunDir& run, std::int64_t max_tokens) {
-  std::vector<const std::vector<std::int64_t>*> seqs = {&tokens};
-  TokenBatch tb = make_token_batch(seqs, {label}, max_tokens, true);
+                                        const std::vector<std::int64_t>& tokens, const std::string& label,
+                                        RunDir& run, std::int64_t max_tokens) {
+  TokenBatch tb = make_token_batch({&tokens}, {0}, max_tokens, true);
   model.encoder().set_capture_weights(true);
-  ForwardContext ctx;
-  Tensor logits = model.forward(tb.ids, &tb.padding, ctx);
+  model.forward(tb.ids, &tb.padding, ForwardContext{});
   model.encoder().set_capture_weights(false);
-  const std::int64_t L = tb.ids.dim(1);
   std::vector<std::string> labels;
-  for (std::int64_t l = 0; l < L; ++l) labels.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
-  std::vector<std::string> files;
-  for (std::int64_t layer = 0; layer < model.encoder().num_layers(); ++layer) {
-    const Tensor& w = model.encoder().layer(layer).attention_weights();  // (1, H, L, L)
-    for (std::int64_t h = 0; h < w.dim(1); ++h) {
-      std::vector<float> m(w.f32() + h * L * L, w.f32() + (h + 1) * L * L);
-      const std::string name = fmt::format("plots/attention_layer{}_head{}.png", layer, h);
-      heatmap_png(run.file(name),
-                  fmt::format("layer {}, head {} (label: {})", layer, h, label_names[static_cast<std::size_t>(label)]),
-                  m, L, L, labels, labels);
-      files.push_back(name);
-    }
-  }
+  for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) labels.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
+  const auto names = attention_heatmaps(model.encoder(), 0, labels, run.file("plots"), "attention_layer",
+                                        fmt::format(" (label: {})", label));
   model.clear_cache();
-  return files;
+  return names;
 }
+
+// Training: batches of tokenised examples, cross-entropy of the class.
+class TextClassificationTask final : public TrainingTask {
+ public:
+  TextClassificationTask(SequenceClassifier& model, const TextClassificationJob& job, const PreparedData& data,
+                         const std::vector<std::vector<std::int64_t>>& encoded)
+      : model_(model), job_(job), data_(data), encoded_(encoded) {}
+
+  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
+                            double grad_scale) override {
+    std::vector<const std::vector<std::int64_t>*> seqs;
+    std::vector<std::int64_t> labels;
+    for (std::int64_t i : examples) {
+      seqs.push_back(&encoded_[static_cast<std::size_t>(i)]);
+      labels.push_back(data_.dataset.examples[static_cast<std::size_t>(i)].label);
+    }
+    TokenBatch tb = make_token_batch(seqs, labels, job_.max_len, true);
+    Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);
+    return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale), tb.tokens};
+  }
+
+  Validation validate() override {
+    const ClassificationMetrics m = evaluate(model_, encoded_, data_.dataset, data_.validation, job_.eval_batch,
+                                             job_.max_len, job_.train.precision);
+    return {m.loss, m.accuracy, m.examples};
+  }
+
+ private:
+  SequenceClassifier& model_;
+  const TextClassificationJob& job_;
+  const PreparedData& data_;
+  const std::vector<std::vector<std::int64_t>>& encoded_;
+};
 
 }  // namespace
 
-TextClassificationResult run_text_classification(const TextClassificationJob& job_in, RunDir& run,
-                                                 Progress& progress) {
+TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress) {
   TextClassificationJob job = job_in;
   set_num_threads(job.threads);
   PreparedData data = load_and_split(job);
@@ -222,84 +256,26 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
   job.model.vocab_size = tok->vocab_size();
   job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
   job.model.max_len = std::max(job.model.max_len, job.max_len);
-  const std::int64_t steps_per_epoch =
-      (static_cast<std::int64_t>(data.train.size()) + job.train.batch - 1) / job.train.batch;
-  job.train.steps = epoch_job_steps(steps_per_epoch, job.epochs, job.max_steps);
+  job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
-  progress.set_total(job.train.steps);
 
   ParamStore store;
   SequenceClassifier model(store, job.model);
-  store.finalize();
-  Rng init_rng(job.train.seed);
-  model.init(init_rng);
-  model.encoder().set_checkpointing(job.train.checkpoint_layers);
-  Trainer trainer(store, job.train);
-  const std::vector<json> records = start_or_resume(run, to_json(job), trainer);
-  progress.log(fmt::format("model: {} layers, d_model {}, {} heads, {} positions, {} parameters", job.model.num_layers,
-                           job.model.layer.d_model, job.model.layer.nhead, position_kind_name(job.model.positions),
-                           store.numel()));
+  prepare_for_training(model, store, job.train);
+  progress.log("model: " + job.model.describe(store.numel()));
+  TextClassificationTask task(model, job, data, encoded);
+  FitPlan plan;
+  plan.epoch_examples = data.train;
+  plan.throughput_key = "tokens_per_s";
+  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
 
-  TrainingCurves curves;
   TextClassificationResult result;
-  for (const json& rec : records) curves.add_record(rec);
-  if (!curves.eval_loss.empty()) result.validation = {curves.eval_loss.back(), curves.eval_accuracy.back(), 0};
-  const auto t0 = std::chrono::steady_clock::now();
-  std::int64_t tokens = 0;
-  // Batches are a function of (seed, epoch): a resumed run starts in the
-  // epoch and at the batch its checkpoint reached.
-  const std::int64_t first = trainer.steps_done();
-  progress.resume_at(first);
-  // job.train.steps <= steps_per_epoch * epochs; less when max_steps cuts the last epoch short.
-  for (std::int64_t epoch = first / steps_per_epoch; epoch * steps_per_epoch < job.train.steps; ++epoch) {
-    const auto batches = epoch_batches(data.train, job.train.batch, job.train.seed, epoch, true);
-    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch);
-         bi < batches.size() && trainer.steps_done() < job.train.steps; ++bi) {
-      const auto& b = batches[bi];
-      StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
-        // Micro-batch `micro` of grad_accumulation: a contiguous share of the batch.
-        const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
-        const std::size_t lo = b.size() * static_cast<std::size_t>(micro) / parts;
-        const std::size_t hi = b.size() * static_cast<std::size_t>(micro + 1) / parts;
-        std::vector<const std::vector<std::int64_t>*> seqs;
-        std::vector<std::int64_t> labels;
-        for (std::size_t k = lo; k < hi; ++k) {
-          seqs.push_back(&encoded[static_cast<std::size_t>(b[k])]);
-          labels.push_back(data.dataset.examples[static_cast<std::size_t>(b[k])].label);
-        }
-        if (seqs.empty()) return 0.0;
-        TokenBatch tb = make_token_batch(seqs, labels, job.max_len, true);
-        tokens += tb.tokens;
-        Tensor logits = model.forward(tb.ids, &tb.padding, ctx);
-        Tensor dlogits = Tensor::empty(logits.shape());
-        auto ce = cross_entropy(dlogits.f32(), logits.f32(), tb.labels.data<std::int64_t>(), logits.dim(0),
-                                logits.dim(1), -100, 0.0, scale);
-        model.backward(dlogits);
-        model.clear_cache();
-        return ce.loss;
-      });
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      curves.add_step(st);
-      nlohmann::json rec = step_json(st, job.train.loss_scaling);
-      rec["epoch"] = epoch, rec["tokens_per_s"] = tokens / secs;
-      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size() && trainer.steps_done() < job.train.steps);
-      progress.update(st.step + 1, epoch + 1, st.loss, static_cast<double>(tokens) / secs, "tok/s",
-                      MemoryCurve::text(st));
-    }
-    ClassificationMetrics v = evaluate(model, encoded, data.dataset, data.validation, job.eval_batch, job.max_len, job.train.precision);
-    curves.add_eval(trainer.steps_done(), v.loss, v.accuracy);
-    result.validation = v;
-    run.append_metrics({{"step", trainer.steps_done()}, {"epoch", epoch}, {"validation_loss", v.loss},
-                        {"validation_accuracy", v.accuracy}});
-    save_run_checkpoint(run, trainer, {{"data.epoch", std::to_string(epoch + 1)}});
-    progress.log(fmt::format("epoch {}: validation loss {:.4f}, accuracy {:.2f}%", epoch + 1, v.loss,
-                             100 * v.accuracy));
-  }
-  progress.finish();
-  result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.steps = trainer.steps_done();
-  result.skipped_steps = trainer.skipped_steps();
-  result.tokens_per_s = static_cast<double>(tokens) / result.train_seconds;
+  if (fitted.validation) result.validation = {fitted.validation->loss, fitted.validation->accuracy.value_or(0), fitted.validation->examples};
+  result.train_seconds = fitted.seconds;
+  result.steps = fitted.steps;
+  result.skipped_steps = fitted.skipped_steps;
+  result.tokens_per_s = fitted.items_per_s;
+  result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},
@@ -310,46 +286,50 @@ TextClassificationResult run_text_classification(const TextClassificationJob& jo
                      {"skipped_steps", result.skipped_steps},
                      {"tokens_per_s", result.tokens_per_s}});
 
-  // Report: curves, then the attention of the first test example.
-  line_plot_png(
-      run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
-      {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
-  line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
-                {{"validation", curves.eval_step, curves.eval_accuracy}});
-  curves.memory.plot(run.file("plots/memory.png"));
-  result.peak_activation_bytes = curves.memory.max_activation_bytes();
   const std::int64_t ex = data.test.front();
   const std::vector<std::string> heatmaps =
-      write_heatmaps(model, *tok, encoded[static_cast<std::size_t>(ex)], data.dataset.examples[static_cast<std::size_t>(ex)].label,
-                     data.dataset.label_names, run, std::min<std::int64_t>(job.max_len, 48));
-  std::string md = fmt::format("# {}\n\n", job.report_title);
-  md += fmt::format("| | |\n|---|---|\n| test accuracy | {:.2f}% ({} examples) |\n| test loss | {:.4f} |\n",
-                    100 * result.test.accuracy, result.test.examples, result.test.loss);
-  const std::int64_t epochs_run = (result.steps + steps_per_epoch - 1) / steps_per_epoch;  // the last may be cut short
-  md += fmt::format("| validation accuracy | {:.2f}% |\n| training | {} steps, {} epochs, {:.1f} s, {:.0f} tokens/s |\n",
-                    100 * result.validation.accuracy, result.steps, epochs_run, result.train_seconds,
-                    result.tokens_per_s);
-  md += fmt::format("| model | {} layers, d_model {}, {} heads, {} positions, {} parameters |\n", job.model.num_layers,
-                    job.model.layer.d_model, job.model.layer.nhead, position_kind_name(job.model.positions),
-                    store.numel());
-  md += fmt::format("| data | {} ({}), {} train / {} validation / {} test |\n| tokenizer | {} ({} tokens) |\n\n",
-                    job.source, job.data_path, data.train.size(), data.validation.size(), data.test.size(),
-                    tok->kind(), tok->vocab_size());
-  md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n";
-  md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";
-  md += "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
-        "are queries, columns keys).\n\n";
-  for (const auto& f : heatmaps) md += fmt::format("![{}]({})\n", f, f);
-  md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";
-  run.write_report(md);
+      write_heatmaps(model, *tok, encoded[static_cast<std::size_t>(ex)],
+                     data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[static_cast<std::size_t>(ex)].label)],
+                     run, std::min<std::int64_t>(job.max_len, 48));
+  RunReport report{job.report_title, {}, ""};
+  report.rows = {
+      {"test accuracy", fmt::format("{:.2f}% ({} examples)", 100 * result.test.accuracy, result.test.examples)},
+      {"test loss", fmt::format("{:.4f}", result.test.loss)},
+      {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation.accuracy)},
+      {"training", fitted.summary()},
+      {"model", job.model.describe(store.numel())},
+      {"data", fmt::format("{} ({}), {} train / {} validation / {} test", job.source, job.data_path, data.train.size(),
+                           data.validation.size(), data.test.size())},
+      {"tokenizer", fmt::format("{} ({} tokens)", tok->kind(), tok->vocab_size())}};
+  report.sections =
+      "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
+      "are queries, columns keys).\n\n";
+  for (const auto& f : heatmaps) report.sections += fmt::format("![{0}](plots/{0})\n", f);
+  write_run_report(run, fitted, report);
   return result;
 }
 
-std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads) {
+namespace {
+
+std::string test_line(const ClassificationMetrics& m) {
+  return fmt::format("test accuracy: {:.2f}% ({} examples), test loss {:.4f}", 100 * m.accuracy, m.examples, m.loss);
+}
+
+}  // namespace
+
+std::vector<std::string> summary_lines(const TextClassificationResult& r) {
+  return {test_line(r.test),
+          fmt::format("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)", r.steps,
+                      skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s)};
+}
+
+namespace {
+
+std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job, const std::string& run_dir,
+                                               int threads) {
   namespace fs = std::filesystem;
-  const RunConfig cfg = read_run_config(run_dir);
   auto r = std::make_unique<LoadedTextClassifier>();
-  r->job = text_classification_job_from_json(cfg.json, cfg.path);
+  r->job = job;
   set_num_threads(threads);
   PreparedData data = load_and_split(r->job);
   r->tokenizer = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
@@ -365,12 +345,18 @@ std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::st
   return r;
 }
 
-ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads,
-                                                      std::optional<Precision> precision) {
-  auto r = load_text_classification_run(run_dir, threads);
-  if (precision) r->job.train.precision = *precision;
-  return evaluate_classifier(*r->model, r->test_tokens, r->test_labels, r->job.eval_batch, r->job.max_len,
-                             r->job.train.precision);
+}  // namespace
+
+std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads) {
+  const RunConfig cfg = read_run_config(run_dir);
+  return load_run(TextClassificationJob::from_json(cfg.json, cfg.path), run_dir, threads);
+}
+
+std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir, int threads) {
+  auto r = load_run(job, run_dir, threads);
+  const ClassificationMetrics m = evaluate_classifier(*r->model, r->test_tokens, r->test_labels, r->job.eval_batch,
+                                                      r->job.max_len, r->job.train.precision);
+  return {test_line(m)};
 }
 
 }  // namespace multihead

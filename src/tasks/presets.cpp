@@ -1,4 +1,9 @@
-#include "multihead/train/presets.h"
+#include "multihead/tasks/presets.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "multihead/core/error.h"
 
 namespace multihead {
 
@@ -10,6 +15,7 @@ TextClassificationJob spam_preset() {
   j.report_title = "SpamAssassin: ham against spam";
   j.tokenizer.kind = TokenizerKind::kSentencePiece;
   j.tokenizer.vocab_size = 4000;
+  j.model.vocab_size = j.tokenizer.vocab_size;  // until the tokenizer is trained
   j.model.num_layers = 2;
   j.model.layer.d_model = 128;
   j.model.layer.nhead = 4;
@@ -23,7 +29,7 @@ TextClassificationJob spam_preset() {
   j.train.schedule.decay = Decay::kCosine;
   j.train.clip_grad_norm = 1.0;
   j.train.batch = 32;
-  j.epochs = 6;
+  j.budget.epochs = 6;
   return j;
 }
 
@@ -67,8 +73,28 @@ ImageClassificationJob fashion_preset() {
   j.train.schedule.decay = Decay::kCosine;
   j.train.adamw.weight_decay = 0.05;
   j.train.clip_grad_norm = 1.0;
-  j.epochs = 12;
+  j.budget.epochs = 12;
   return j;
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"spam", "SpamAssassin ham against spam", [] { return Job(spam_preset()); }},
+      {"moby-dick", "a character language model of Moby-Dick", [] { return Job(moby_dick_preset()); }},
+      {"fashion-mnist", "a Vision Transformer on Fashion-MNIST", [] { return Job(fashion_preset()); }},
+      {"reverse", "reversing sequences, trained on lengths 1..16, tested up to 64",
+       [] { return Job(SequenceTaskJob()); }},
+  };
+  return all;
+}
+
+Job preset_job(const std::string& name) {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) {
+    if (name == p.name) return p.make();
+    names.push_back(p.name);
+  }
+  throw ConfigError(fmt::format("unknown preset '{}' (known: {})", name, fmt::join(names, ", ")));
 }
 
 }  // namespace multihead

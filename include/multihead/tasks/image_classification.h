@@ -2,12 +2,13 @@
 // from files to report.
 #pragma once
 
-#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/overrides.h"
 #include "multihead/nn/models.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/train_config.h"
@@ -15,20 +16,25 @@
 namespace multihead {
 
 struct ImageClassificationJob {
+  static constexpr const char* kTask = "image_classification";
   // Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::int64_t validation_examples = 5000;  // held out of the training files
   std::int64_t limit_train = 0;             // 0: all
   VisionConfig model;
   TrainConfig train;
-  std::int64_t epochs = 5;
-  std::int64_t max_steps = 0;  // 0: every epoch in full; else a cap (epoch_job_steps)
+  EpochBudget budget{5, 0};
   int threads = 0;
   std::string report_title = "Fashion-MNIST: a Vision Transformer";
+
+  static ImageClassificationJob from_json(const nlohmann::json& j, const std::string& source);
+  void validate(const std::string& where) const;
 };
 
 nlohmann::json to_json(const ImageClassificationJob& job);
-ImageClassificationJob image_classification_job_from_json(const nlohmann::json& j, const std::string& source);
+// The flags: data, epochs, steps (a cap), and the training and layer ones;
+// token flags (source, positions, tokenizer, max_len, vocab_size) are refused.
+void apply_overrides(ImageClassificationJob& job, const JobOverrides& flags);
 
 struct ImageClassificationResult {
   double validation_accuracy = 0, test_accuracy = 0, test_loss = 0;
@@ -38,10 +44,11 @@ struct ImageClassificationResult {
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-// Test accuracy of the model saved in a run directory.
-// precision: that of the activations; by default the run's own.
-double evaluate_image_run(const std::string& run_dir, int threads, std::optional<Precision> precision = std::nullopt);
+ImageClassificationResult run_job(const ImageClassificationJob& job, RunDir& run, Progress& progress);
+std::vector<std::string> summary_lines(const ImageClassificationResult& result);
 
-ImageClassificationResult run_image_classification(const ImageClassificationJob& job, RunDir& run, Progress& progress);
+// The test accuracy of the model saved in a run directory whose
+// config.json holds `job`, as a line.
+std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir, int threads);
 
 }  // namespace multihead

@@ -2,10 +2,10 @@
 // `multihead experiment` start from too.
 #pragma once
 
-#include "multihead/train/image_classification.h"
-#include "multihead/train/language_modeling.h"
-#include "multihead/train/sequence_task.h"
-#include "multihead/train/text_classification.h"
+#include <string>
+#include <vector>
+
+#include "multihead/tasks/jobs.h"
 
 namespace multihead {
 
@@ -19,5 +19,15 @@ TextClassificationJob spam_preset();
 LanguageModelJob moby_dick_preset();
 // A Vision Transformer on Fashion-MNIST.
 ImageClassificationJob fashion_preset();
+
+struct Preset {
+  const char* name;
+  const char* description;  // for --help
+  Job (*make)();
+};
+// spam, moby-dick, fashion-mnist, reverse.
+const std::vector<Preset>& presets();
+// The preset's job; an unknown name is a ConfigError naming the known ones.
+Job preset_job(const std::string& name);
 
 }  // namespace multihead

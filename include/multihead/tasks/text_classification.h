@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,12 +13,14 @@
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/overrides.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct TextClassificationJob {
+  static constexpr const char* kTask = "text_classification";
   // Data: "spamassassin" (data_path: the corpus's data folder), "aclimdb"
   // (data_path: the aclImdb folder; its test split is the test set), "csv" or
   // "tsv" (data_path: the file, with text_column and label_column).
@@ -31,17 +32,22 @@ struct TextClassificationJob {
   TokenizerConfig tokenizer;
   ModelConfig model;
   TrainConfig train;
-  std::int64_t epochs = 3;
-  std::int64_t max_steps = 0;  // 0: every epoch in full; else a cap (epoch_job_steps)
+  EpochBudget budget{3, 0};
   std::int64_t max_len = 256;  // tokens per example, [CLS] included
   std::int64_t eval_batch = 64;
   int threads = 0;
   std::string report_title = "Text classification";
+
+  // Reads a job (the format to_json writes); unknown keys are errors.
+  static TextClassificationJob from_json(const nlohmann::json& j, const std::string& source);
+  // ConfigError, naming `where`, for a value out of range.
+  void validate(const std::string& where) const;
 };
 
 nlohmann::json to_json(const TextClassificationJob& job);
-// Reads a job (the format to_json writes); unknown keys are errors.
-TextClassificationJob text_classification_job_from_json(const nlohmann::json& j, const std::string& source);
+// The flags: data, source, epochs, max_len, steps (a cap), and the token
+// model's (tasks/overrides.h).
+void apply_overrides(TextClassificationJob& job, const JobOverrides& flags);
 
 struct ClassificationMetrics {
   double loss = 0, accuracy = 0;
@@ -57,7 +63,9 @@ struct TextClassificationResult {
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-TextClassificationResult run_text_classification(const TextClassificationJob& job, RunDir& run, Progress& progress);
+TextClassificationResult run_job(const TextClassificationJob& job, RunDir& run, Progress& progress);
+// "test accuracy: ...", "training: ...": what `multihead train` prints.
+std::vector<std::string> summary_lines(const TextClassificationResult& result);
 
 // A trained run loaded back: its job, tokenizer, model and tokenised test split.
 struct LoadedTextClassifier {
@@ -75,9 +83,8 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::
                                           const std::vector<std::int64_t>& labels, std::int64_t batch,
                                           std::int64_t max_len, Precision precision);
 
-// Evaluates the model saved in a run directory on its test split.
-// precision: that of the activations; by default the run's own.
-ClassificationMetrics evaluate_text_classification_run(const std::string& run_dir, int threads,
-                                                      std::optional<Precision> precision = std::nullopt);
+// The test accuracy and loss of the model saved in a run directory, whose
+// config.json holds `job` (with the precision to evaluate in), as lines.
+std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir, int threads);
 
 }  // namespace multihead

@@ -1,4 +1,4 @@
-#include "multihead/train/generation.h"
+#include "multihead/tasks/generation.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,6 @@
-#include "multihead/train/image_classification.h"
+#include "multihead/tasks/image_classification.h"
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 
 #include "multihead/core/threading.h"
@@ -10,9 +9,9 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/state_dict.h"
-#include "multihead/io/plots.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/train/resume.h"
+#include "multihead/tasks/inspect.h"
+#include "multihead/train/fit.h"
 
 namespace multihead {
 
@@ -25,8 +24,7 @@ json to_json(const ImageClassificationJob& j) {
            {"dim_feedforward", j.model.layer.dim_feedforward}, {"dropout", j.model.layer.dropout},
            {"norm_first", j.model.layer.norm_first}, {"num_classes", j.model.num_classes}};
   json train = train_config_json(j.train);
-  train["epochs"] = j.epochs;
-  train["max_steps"] = j.max_steps;
+  j.budget.write(train);
   return json{{"task", "image_classification"},
               {"data", {{"path", j.data_dir}, {"validation_examples", j.validation_examples}, {"limit_train", j.limit_train}}},
               {"model", model},
@@ -35,7 +33,7 @@ json to_json(const ImageClassificationJob& j) {
               {"title", j.report_title}};
 }
 
-ImageClassificationJob image_classification_job_from_json(const json& root, const std::string& src) {
+ImageClassificationJob ImageClassificationJob::from_json(const json& root, const std::string& src) {
   ImageClassificationJob job;
   ConfigReader r(root, src);
   check<ConfigError>(r.get_string("task") == "image_classification", "{}: task must be image_classification", src);
@@ -62,14 +60,33 @@ ImageClassificationJob image_classification_job_from_json(const json& root, cons
   m.finish();
   const json train = r.get_object("train");
   ConfigReader t(train, src + ": train");
-  job.epochs = t.get_int("epochs", job.epochs);
-  job.max_steps = t.get_int("max_steps", 0);
-  check<ConfigError>(job.max_steps >= 0, "{}: max_steps must be >= 0 (0: no cap), got {}", src, job.max_steps);
+  job.budget.read(t);
   job.train = read_train_config(t);
   t.finish();
   r.finish();
-  job.model.validate();
+  job.validate(src);
   return job;
+}
+
+void ImageClassificationJob::validate(const std::string& where) const {
+  budget.validate(where);
+  check<ConfigError>(validation_examples >= 0 && limit_train >= 0,
+                     "{}: validation_examples and limit_train must be >= 0", where);
+  model.validate();
+}
+
+void apply_overrides(ImageClassificationJob& job, const JobOverrides& o) {
+  refuse_flags({{"--source", o.source.has_value()},
+                {"--positions", o.positions.has_value()},
+                {"--tokenizer", o.tokenizer.has_value()},
+                {"--max-len", o.max_len.has_value()},
+                {"--vocab-size", o.vocab_size.has_value()}},
+               "image jobs");
+  if (o.data) job.data_dir = *o.data;
+  if (o.epochs) job.budget.epochs = *o.epochs;
+  if (o.steps) job.budget.max_steps = *o.steps;
+  apply_training_overrides(o, job.train, job.model.layer, job.model.num_layers, job.threads);
+  job.validate("the flags");
 }
 
 namespace {
@@ -138,11 +155,8 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
 
 }  // namespace
 
-double evaluate_image_run(const std::string& run_dir, int threads, std::optional<Precision> precision) {
-  const RunConfig cfg = read_run_config(run_dir);
-  ImageClassificationJob job = image_classification_job_from_json(cfg.json, cfg.path);
+std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir, int threads) {
   set_num_threads(threads);
-  if (precision) job.train.precision = *precision;
   ParamStore store;
   VisionTransformer model(store, job.model);
   store.finalize();
@@ -150,11 +164,64 @@ double evaluate_image_run(const std::string& run_dir, int threads, std::optional
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-  return evaluate(model, test, idx, job.train.precision).second;
+  return {fmt::format("test accuracy: {:.2f}%", 100 * evaluate(model, test, idx, job.train.precision).second)};
 }
 
-ImageClassificationResult run_image_classification(const ImageClassificationJob& job_in, RunDir& run,
-                                                   Progress& progress) {
+std::vector<std::string> summary_lines(const ImageClassificationResult& r) {
+  return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * r.test_accuracy, r.test_loss),
+          fmt::format("training: {} steps{} in {:.1f} s", r.steps, skipped_steps_note(r.skipped_steps),
+                      r.train_seconds)};
+}
+
+namespace {
+
+// Training: batches of images, cross-entropy of the class.
+class ImageClassificationTask final : public TrainingTask {
+ public:
+  ImageClassificationTask(VisionTransformer& model, const ImageClassificationJob& job, const Images& train,
+                          const std::vector<std::int64_t>& validation)
+      : model_(model), job_(job), train_(train), validation_(validation) {}
+
+  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
+                            double grad_scale) override {
+    const std::vector<std::int64_t> idx(examples.begin(), examples.end());
+    Tensor x = gather(train_.pixels, idx);
+    std::vector<std::int64_t> labels;
+    for (auto i : idx) labels.push_back(train_.labels[static_cast<std::size_t>(i)]);
+    Tensor logits = model_.forward(x, ctx);
+    return {cross_entropy_backward(model_, logits, labels.data(), grad_scale), static_cast<std::int64_t>(idx.size())};
+  }
+
+  Validation validate() override {
+    const auto [loss, accuracy] = evaluate(model_, train_, validation_, job_.train.precision);
+    return {loss, accuracy, static_cast<std::int64_t>(validation_.size())};
+  }
+
+ private:
+  VisionTransformer& model_;
+  const ImageClassificationJob& job_;
+  const Images& train_;
+  const std::vector<std::int64_t>& validation_;
+};
+
+// The last layer's attention for one image, into plots/; tokens are [CLS]
+// and the patches by (row, column).
+std::vector<std::string> write_heatmaps(VisionTransformer& model, const Tensor& image, RunDir& run) {
+  const std::int64_t last = model.encoder().num_layers() - 1;
+  model.encoder().layer(last).set_capture_weights(true);
+  model.forward(image, ForwardContext{});
+  model.encoder().layer(last).set_capture_weights(false);
+  const std::int64_t G = model.config().image_size / model.config().patch;
+  std::vector<std::string> labels = {"cls"};
+  for (std::int64_t p = 0; p < model.config().patches(); ++p) labels.push_back(fmt::format("{},{}", p / G, p % G));
+  const auto names = attention_heatmaps(model.encoder(), last, labels, run.file("plots"), "attention_layer");
+  model.clear_cache();
+  return names;
+}
+
+}  // namespace
+
+ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& run, Progress& progress) {
   ImageClassificationJob job = job_in;
   set_num_threads(job.threads);
   Images train = load_split(job.data_dir, "train", job.model.image_size);
@@ -173,70 +240,24 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
   for (std::size_t i = 0; i < test_idx.size(); ++i) test_idx[i] = static_cast<std::int64_t>(i);
   progress.log(fmt::format("data: {} training, {} validation, {} test images", tr.size(), val.size(), test_idx.size()));
 
-  const std::int64_t steps_per_epoch = (static_cast<std::int64_t>(tr.size()) + job.train.batch - 1) / job.train.batch;
-  job.train.steps = epoch_job_steps(steps_per_epoch, job.epochs, job.max_steps);
+  job.train.steps = job.budget.steps(static_cast<std::int64_t>(tr.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
   ParamStore store;
   VisionTransformer model(store, job.model);
-  store.finalize();
-  Rng rng(job.train.seed);
-  model.init(rng);
-  model.encoder().set_checkpointing(job.train.checkpoint_layers);
-  Trainer trainer(store, job.train);
-  const std::vector<nlohmann::json> records = start_or_resume(run, to_json(job), trainer);
-  progress.set_total(job.train.steps);
-  progress.log(fmt::format("model: ViT, {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters",
-                           job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
-                           job.model.layer.d_model, job.model.layer.nhead, store.numel()));
-  TrainingCurves curves;
+  prepare_for_training(model, store, job.train);
+  progress.log("model: " + job.model.describe(store.numel()));
+  ImageClassificationTask task(model, job, train, val);
+  FitPlan plan;
+  plan.epoch_examples = tr;
+  plan.unit = "img/s";
+  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+
   ImageClassificationResult result;
-  for (const auto& rec : records) curves.add_record(rec);
-  if (!curves.eval_accuracy.empty()) result.validation_accuracy = curves.eval_accuracy.back();
-  const auto t0 = std::chrono::steady_clock::now();
-  // Batches are a function of (seed, epoch): a resumed run starts where its checkpoint was.
-  const std::int64_t first = trainer.steps_done();
-  progress.resume_at(first);
-  // job.train.steps <= steps_per_epoch * epochs; less when max_steps cuts the last epoch short.
-  for (std::int64_t epoch = first / steps_per_epoch; epoch * steps_per_epoch < job.train.steps; ++epoch) {
-    const auto batches = epoch_batches(tr, job.train.batch, job.train.seed, epoch, true);
-    for (std::size_t bi = static_cast<std::size_t>(trainer.steps_done() - epoch * steps_per_epoch);
-         bi < batches.size() && trainer.steps_done() < job.train.steps; ++bi) {
-      const auto& b = batches[bi];
-      StepStats st = trainer.step([&](std::int64_t micro, const ForwardContext& ctx, double scale) {
-        const std::size_t parts = static_cast<std::size_t>(job.train.grad_accumulation);
-        const std::vector<std::int64_t> mine(b.begin() + static_cast<std::ptrdiff_t>(b.size() * static_cast<std::size_t>(micro) / parts),
-                                             b.begin() + static_cast<std::ptrdiff_t>(b.size() * static_cast<std::size_t>(micro + 1) / parts));
-        if (mine.empty()) return 0.0;
-        Tensor x = gather(train.pixels, mine);
-        std::vector<std::int64_t> labels;
-        for (auto i : mine) labels.push_back(train.labels[static_cast<std::size_t>(i)]);
-        Tensor logits = model.forward(x, ctx);
-        Tensor dl = Tensor::empty(logits.shape());
-        auto ce = cross_entropy(dl.f32(), logits.f32(), labels.data(), logits.dim(0), logits.dim(1), -100, 0.0, scale);
-        model.backward(dl);
-        model.clear_cache();
-        return ce.loss;
-      });
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      curves.add_step(st);
-      nlohmann::json rec = step_json(st, job.train.loss_scaling);
-      rec["epoch"] = epoch;
-      finish_step(run, progress, trainer, st, rec, bi + 1 < batches.size() && trainer.steps_done() < job.train.steps);
-      progress.update(st.step + 1, epoch + 1, st.loss,
-                      static_cast<double>((st.step + 1 - first) * job.train.batch) / secs, "img/s",
-                      MemoryCurve::text(st));
-    }
-    auto [vl, va] = evaluate(model, train, val, job.train.precision);
-    curves.add_eval(trainer.steps_done(), vl, va);
-    result.validation_accuracy = va;
-    run.append_metrics({{"step", trainer.steps_done()}, {"epoch", epoch}, {"validation_loss", vl}, {"validation_accuracy", va}});
-    save_run_checkpoint(run, trainer, {{"data.epoch", std::to_string(epoch + 1)}});
-    progress.log(fmt::format("epoch {}: validation loss {:.4f}, accuracy {:.2f}%", epoch + 1, vl, 100 * va));
-  }
-  progress.finish();
-  result.steps = trainer.steps_done();
-  result.skipped_steps = trainer.skipped_steps();
-  result.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (fitted.validation) result.validation_accuracy = fitted.validation->accuracy.value_or(0);
+  result.steps = fitted.steps;
+  result.skipped_steps = fitted.skipped_steps;
+  result.train_seconds = fitted.seconds;
+  result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
   run.write_results({{"test_accuracy", result.test_accuracy},
                      {"test_loss", result.test_loss},
@@ -244,42 +265,18 @@ ImageClassificationResult run_image_classification(const ImageClassificationJob&
                      {"train_seconds", result.train_seconds},
                      {"steps", result.steps},
                      {"skipped_steps", result.skipped_steps}});
-  line_plot_png(
-      run.file("plots/loss.png"), "Loss", "step", "cross-entropy",
-      {{"train (per step)", curves.step, curves.loss}, {"validation (per epoch)", curves.eval_step, curves.eval_loss}});
-  line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
-                {{"validation", curves.eval_step, curves.eval_accuracy}});
-  // Attention of the last layer for the first test image.
-  Tensor first_image = gather(test.pixels, {0});
-  const std::int64_t last = model.encoder().num_layers() - 1;
-  model.encoder().layer(last).set_capture_weights(true);
-  model.forward(first_image, ForwardContext{});
-  const Tensor& w = model.encoder().layer(last).attention_weights();
-  const std::int64_t T = w.dim(2), G = job.model.image_size / job.model.patch;
-  std::vector<std::string> labels = {"cls"};
-  for (std::int64_t p = 0; p + 1 < T; ++p) labels.push_back(fmt::format("{},{}", p / G, p % G));
-  std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n| test accuracy | {:.2f}% ({} images) |\n", job.report_title,
-                               100 * result.test_accuracy, test_idx.size());
-  const std::int64_t epochs_run = (result.steps + steps_per_epoch - 1) / steps_per_epoch;  // the last may be cut short
-  md += fmt::format("| validation accuracy | {:.2f}% |\n| training | {} steps, {} epochs, {:.1f} s |\n",
-                    100 * result.validation_accuracy, result.steps, epochs_run, result.train_seconds);
-  md += fmt::format("| model | ViT: {} patches of {}x{}, {} layers, d_model {}, {} heads, {} parameters |\n\n",
-                    job.model.patches(), job.model.patch, job.model.patch, job.model.num_layers,
-                    job.model.layer.d_model, job.model.layer.nhead, store.numel());
-  curves.memory.plot(run.file("plots/memory.png"));
-  result.peak_activation_bytes = curves.memory.max_activation_bytes();
-  md += "## Training curves\n\n![loss](plots/loss.png)\n\n![accuracy](plots/accuracy.png)\n\n";
-  md += "## Memory\n\n![memory](plots/memory.png)\n\n## Attention\n\n";
-  md += fmt::format("Last layer, first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n",
-                    test.labels[0]);
-  for (std::int64_t h = 0; h < w.dim(1); ++h) {
-    std::vector<float> m(w.f32() + h * T * T, w.f32() + (h + 1) * T * T);
-    const std::string name = fmt::format("plots/attention_layer{}_head{}.png", last, h);
-    heatmap_png(run.file(name), fmt::format("layer {}, head {}", last, h), m, T, T, labels, labels);
-    md += fmt::format("![{}]({})\n", name, name);
-  }
-  model.clear_cache();
-  run.write_report(md);
+  RunReport report{job.report_title, {}, ""};
+  report.rows = {{"test accuracy", fmt::format("{:.2f}% ({} images)", 100 * result.test_accuracy, test_idx.size())},
+                 {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation_accuracy)},
+                 {"training", fitted.summary()},
+                 {"model", job.model.describe(store.numel())}};
+  report.sections = fmt::format(
+      "## Attention\n\nLast layer, first test image (class {}); tokens are [CLS] and the patches by (row, "
+      "column).\n\n",
+      test.labels[0]);
+  for (const auto& f : write_heatmaps(model, gather(test.pixels, {0}), run))
+    report.sections += fmt::format("![{0}](plots/{0})\n", f);
+  write_run_report(run, fitted, report);
   return result;
 }
 

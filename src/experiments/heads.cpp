@@ -6,11 +6,11 @@
 #include <fstream>
 #include <map>
 
-#include "experiment_common.h"
+#include "common.h"
 #include "multihead/core/rng.h"
 #include "multihead/data/batching.h"
 #include "multihead/io/plots.h"
-#include "multihead/train/presets.h"
+#include "multihead/tasks/presets.h"
 
 namespace multihead::experiment {
 namespace {
@@ -33,20 +33,15 @@ TextClassificationJob text_job(const Context& c, const std::string& dataset, std
   j.model.layer.dim_feedforward = 128;
   j.max_len = j.model.max_len = 256;
   j.tokenizer.vocab_size = 2000;
-  j.epochs = 3;
+  j.budget.epochs = 3;
   if (dataset == "imdb") {
     j.source = "aclimdb";
     j.data_path = c.opt.imdb_dir;
-    j.epochs = 2;
+    j.budget.epochs = 2;
   } else if (!c.opt.spam_dir.empty()) {
     j.data_path = c.opt.spam_dir;
   }
   return j;
-}
-
-TextClassificationResult run_text(const Context& c, const TextClassificationJob& job, const std::string& label,
-                                  std::uint64_t seed) {
-  return run_job(c, job, label, seed, run_text_classification);
 }
 
 // One row of the heads table from per-seed numbers.
@@ -90,7 +85,7 @@ ExperimentReport heads_experiment(Context& c) {
       for (std::uint64_t seed : c.seeds()) {
         const TextClassificationJob job = text_job(c, ds, h);
         d_model = job.model.layer.d_model;
-        TextClassificationResult res = run_text(c, job, fmt::format("{}_h{}", ds, h), seed);
+        TextClassificationResult res = run_quietly(c, job, fmt::format("{}_h{}", ds, h), seed);
         rows[h].acc.push_back(res.test.accuracy);
         rows[h].secs.push_back(res.train_seconds);
         rows[h].mem.push_back(static_cast<double>(res.peak_activation_bytes));
@@ -111,13 +106,13 @@ ExperimentReport heads_experiment(Context& c) {
     image.model.layer.d_model = 64;
     image.model.layer.dim_feedforward = 128;
     image.limit_train = 20000;
-    image.epochs = 2;
+    image.budget.epochs = 2;
     std::map<std::int64_t, HeadsRow> rows;
     for (auto h : heads)
       for (std::uint64_t seed : c.seeds()) {
         ImageClassificationJob j = image;
         j.model.layer.nhead = h;
-        ImageClassificationResult res = run_job(c, j, fmt::format("fashion_h{}", h), seed, run_image_classification);
+        ImageClassificationResult res = run_quietly(c, j, fmt::format("fashion_h{}", h), seed);
         rows[h].acc.push_back(res.test_accuracy);
         rows[h].secs.push_back(res.train_seconds);
         rows[h].mem.push_back(static_cast<double>(res.peak_activation_bytes));
@@ -212,7 +207,7 @@ ExperimentReport head_analysis_experiment(Context& c) {
     for (std::int64_t h : {many, std::int64_t{1}}) {
       const std::string label = fmt::format("h{}", h);
       TextClassificationJob job = text_job(c, "spam", h);
-      run_text(c, job, label, seed);
+      run_quietly(c, job, label, seed);
       auto m = load_text_classification_run(c.run_dir(label, static_cast<std::int64_t>(seed)), c.opt.threads);
       layers = m->model->encoder().num_layers();
       const auto& jb = m->job;

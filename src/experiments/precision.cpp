@@ -3,10 +3,10 @@
 #include <filesystem>
 #include <map>
 
-#include "experiment_common.h"
+#include "common.h"
 #include "multihead/kernels/gemm_bf16.h"
-#include "multihead/train/image_classification.h"
-#include "multihead/train/presets.h"
+#include "multihead/tasks/image_classification.h"
+#include "multihead/tasks/presets.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead::experiment {
@@ -56,7 +56,7 @@ ExperimentReport precision_experiment(Context& c) {
   TextClassificationJob text = q ? quick_text_job(c) : spam_preset();
   text.threads = c.opt.threads;
   if (!q) {
-    text.epochs = 3;
+    text.budget.epochs = 3;
     if (!c.opt.spam_dir.empty()) text.data_path = c.opt.spam_dir;
   }
   const std::string text_name = q ? "synthetic" : "spam";
@@ -66,7 +66,7 @@ ExperimentReport precision_experiment(Context& c) {
       TextClassificationJob j = text;
       j.train.precision = p;
       const TextClassificationResult res =
-          run_job(c, j, fmt::format("{}_{}", text_name, precision_name(p)), seed, run_text_classification);
+          run_quietly(c, j, fmt::format("{}_{}", text_name, precision_name(p)), seed);
       add_run(rows[p], runs, text_name, p, seed, res.test.accuracy, res.train_seconds, res.steps,
               res.peak_activation_bytes);
       c.log.log(fmt::format("precision: {} {} seed {}: test accuracy {:.2f}%, {:.1f} s", text_name,
@@ -85,14 +85,14 @@ ExperimentReport precision_experiment(Context& c) {
   if (!q && fs::exists(fs::path(image.data_dir) / "train-images-idx3-ubyte.gz")) {
     image.threads = c.opt.threads;
     image.limit_train = 20000;
-    image.epochs = 2;
+    image.budget.epochs = 2;
     std::map<Precision, PrecisionRow> image_rows;
     for (Precision p : kPrecisions)
       for (std::uint64_t seed : c.seeds()) {
         ImageClassificationJob j = image;
         j.train.precision = p;
         const ImageClassificationResult res =
-            run_job(c, j, fmt::format("fashion_{}", precision_name(p)), seed, run_image_classification);
+            run_quietly(c, j, fmt::format("fashion_{}", precision_name(p)), seed);
         add_run(image_rows[p], runs, "fashion-mnist", p, seed, res.test_accuracy, res.train_seconds, res.steps,
                 res.peak_activation_bytes);
         c.log.log(fmt::format("precision: fashion-mnist {} seed {}: test accuracy {:.2f}%, {:.1f} s",

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "multihead/core/error.h"
-#include "multihead/train/experiments.h"
+#include "multihead/experiments/experiments.h"
 
 namespace multihead {
 namespace {

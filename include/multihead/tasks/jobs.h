@@ -1,0 +1,57 @@
+// The job registry: every kind of training job, read from a config or a
+// preset, adjusted by flags, trained into a run directory and evaluated from
+// one, with a single dispatch on the kind (Job's alternative).
+//
+// Adding a task: its header and file under tasks/ giving, for its job type
+// XJob (with XJob::kTask, the "task" key of its configs), XJob::from_json,
+// to_json, apply_overrides, run_job, summary_lines and evaluate_run; then
+// its type in Job below. Nothing else dispatches on the kind.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/core/precision.h"
+#include "multihead/tasks/image_classification.h"
+#include "multihead/tasks/language_modeling.h"
+#include "multihead/tasks/overrides.h"
+#include "multihead/tasks/sequence_task.h"
+#include "multihead/tasks/text_classification.h"
+#include "multihead/train/progress.h"
+
+namespace multihead {
+
+using Job = std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob>;
+
+// The kind's name: "text_classification", "language_modeling", ...
+const char* job_task(const Job& job);
+// The names job_from_json knows, in Job's order.
+std::vector<std::string> job_tasks();
+
+// A job config by its "task" (text_classification when it has none); an
+// unknown task is a ConfigError naming the known ones.
+Job job_from_json(const nlohmann::json& config, const std::string& source);
+Job job_from_file(const std::string& path);
+nlohmann::json to_json(const Job& job);
+// The flags, applied as the job's kind takes them (a flag that means
+// nothing for it is a ConfigError).
+void apply_overrides(Job& job, const JobOverrides& flags);
+
+// Trains `job` into the run directory `out`; with `resume`, from the last
+// checkpoint there when there is one. A run that fails before its first
+// checkpoint removes the directory it made; a later failure keeps the
+// checkpoints, which are worth resuming from. Returns the lines `multihead
+// train` prints: the results, and where the report is.
+std::vector<std::string> train_job(const Job& job, const std::string& out, bool resume, Progress& progress);
+
+// Evaluates the model of the run in run_dir, whatever its kind, in the
+// run's own precision or `precision`; returns the lines `multihead eval`
+// prints.
+std::vector<std::string> evaluate_run(const std::string& run_dir, int threads,
+                                      std::optional<Precision> precision = std::nullopt);
+
+}  // namespace multihead

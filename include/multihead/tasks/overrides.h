@@ -1,0 +1,45 @@
+// Settings given on top of a job's preset or config (the flags of
+// `multihead train`). Each task applies those that mean something for it
+// and refuses the others by name, so no flag is silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "multihead/data/tokenizer.h"
+#include "multihead/nn/models.h"
+#include "multihead/train/train_config.h"
+
+namespace multihead {
+
+struct JobOverrides {
+  std::optional<std::string> data, source, tokenizer, positions, attention, optimizer, schedule, precision,
+      on_nonfinite;
+  std::optional<std::int64_t> epochs, steps, d_model, num_heads, num_layers, batch, max_len, vocab_size, warmup,
+      grad_accumulation, num_kv_heads, window, block_size, checkpoint_every;
+  std::optional<double> lr, clip_grad_norm, weight_decay, dropout;
+  std::optional<std::uint64_t> seed;
+  std::optional<int> threads;
+  bool checkpoint_layers = false;
+
+};
+
+// ConfigError "--epochs and --source do not apply to <what>" naming those
+// of `flags` (name, given) that were given; nothing when none was.
+void refuse_flags(const std::vector<std::pair<std::string, bool>>& flags, const std::string& what);
+
+// What every job takes: the optimisation, seed, precision and checkpointing
+// (into train), the layer's width, heads, dropout and attention pattern
+// (into layer), the layer count and the threads. Validates train.
+void apply_training_overrides(const JobOverrides& o, TrainConfig& train, TransformerLayerConfig& layer,
+                              std::int64_t& num_layers, int& threads);
+
+// The token models' part: the above, positions, tokenizer and vocabulary;
+// validates the model.
+void apply_token_model_overrides(const JobOverrides& o, ModelConfig& model, TrainConfig& train,
+                                 TokenizerConfig& tokenizer, int& threads);
+
+}  // namespace multihead

@@ -1,0 +1,140 @@
+// fit: the one training loop every task shares.
+//
+//   data → batches → model → loss → optimizer → run directory
+//
+// A task (tasks/) says how it makes a batch, what its loss is and how it
+// validates (TrainingTask); fit owns the rest: the step loop over epochs or
+// steps, the split into micro-batches, the Trainer's step (gradient
+// accumulation, loss scaling, clipping, the optimizer, non-finite steps),
+// validation cadence, checkpoints and resume, metrics records, progress and
+// memory curves. After fit the task adds its test results and report
+// sections (write_run_report).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/core/rng.h"
+#include "multihead/io/run_dir.h"
+#include "multihead/train/progress.h"
+#include "multihead/train/trainer.h"
+
+namespace multihead {
+
+// A micro-batch's mean loss and how many items (tokens, images, sequences)
+// it trained on, for the throughput.
+struct MicroBatchLoss {
+  double loss = 0;
+  std::int64_t items = 0;
+};
+
+// A validation pass: its mean loss and, for classifiers, accuracy.
+struct Validation {
+  double loss = 0;
+  std::optional<double> accuracy;
+  std::int64_t examples = 0;  // 0 when read back from a resumed run's metrics
+};
+
+class TrainingTask {
+ public:
+  virtual ~TrainingTask() = default;
+  // The examples of step `step` (step-based plans): indices micro_step
+  // understands, such as window starts or rows of a generated batch. A pure
+  // function of (seed, step), so a resumed run reads the same data.
+  virtual std::vector<std::int64_t> step_examples(std::int64_t step);
+  // Forward and backward over one micro-batch: adds grad_scale times the
+  // gradient of its mean loss into the parameters' gradients. Never called
+  // with no examples.
+  virtual MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
+                                    double grad_scale) = 0;
+  // Validation during training, in eval mode (called when the plan says).
+  virtual Validation validate() = 0;
+};
+
+struct FitPlan {
+  // Epoch-based when set: the training examples, batched in an order
+  // shuffled by (seed, epoch), validation after each epoch, checkpoints
+  // noting "data.epoch". Otherwise step-based: the task's step_examples,
+  // validation every eval_every steps and after the last (0: none, and one
+  // checkpoint at the end), checkpoints noting "data.step".
+  std::vector<std::int64_t> epoch_examples;
+  std::int64_t eval_every = 0;
+  // Progress shows micro_step's items per second in `unit` ("tok/s");
+  // metrics records carry it under throughput_key when one is given.
+  std::string unit = "tok/s";
+  std::string throughput_key;
+  // After validation losses in log lines (" nats/token").
+  std::string loss_unit;
+};
+
+struct FitResult {
+  TrainingCurves curves;                 // the whole run's, a resumed run's earlier part included
+  std::optional<Validation> validation;  // the last one
+  std::int64_t steps = 0, skipped_steps = 0;
+  std::int64_t first_step = 0;    // where this process started (> 0: resumed)
+  std::int64_t epochs = 0;        // epoch-based: epochs trained in, the last possibly cut short
+  double seconds = 0;             // this process's training time
+  double items_per_s = 0;         // micro_step's items over `seconds`
+  std::string unit;               // of items_per_s, as in the plan
+  // "30 steps, 2 epochs, 12.1 s, 3100 tok/s" for the report.
+  std::string summary() const;
+};
+
+// " (3 skipped: the loss or gradient was not finite)" after a step count,
+// or nothing when no step was skipped.
+std::string skipped_steps_note(std::int64_t skipped);
+
+// Trains `store`'s parameters as `train` says (train.steps steps) in `run`:
+// a fresh run writes `config` as config.json; a resumed one checks it
+// against the run's and goes on from the last checkpoint (train/resume.h).
+FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
+              const nlohmann::json& config, RunDir& run, Progress& progress);
+
+// Gives a freshly built model its initial weights from the run's seed and
+// turns on gradient checkpointing when asked: the setup every task makes
+// before fit.
+template <typename Model>
+void prepare_for_training(Model& model, ParamStore& store, const TrainConfig& train) {
+  store.finalize();
+  Rng rng(train.seed);
+  model.init(rng);
+  model.encoder().set_checkpointing(train.checkpoint_layers);
+}
+
+// Softmax cross-entropy of logits (..., C) against one target a row (rows
+// with kIgnoreIndex are left out), mean over the rows, and its gradient
+// times grad_scale.
+struct CrossEntropyGrad {
+  double loss = 0;
+  Tensor dlogits;
+};
+CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale);
+
+// The end of every task's micro_step: the loss of `logits`, its gradient
+// through the model, and the model's saved activations released.
+template <typename Model>
+double cross_entropy_backward(Model& model, const Tensor& logits, const std::int64_t* targets, double grad_scale) {
+  CrossEntropyGrad g = cross_entropy_grad(logits, targets, grad_scale);
+  model.backward(g.dlogits);
+  model.clear_cache();
+  return g.loss;
+}
+
+// A run's report.md: the title, a table of the task's rows, the training
+// curves (loss; validation accuracy when there was any), the memory by
+// part, then the task's own sections. Draws plots/loss.png,
+// plots/accuracy.png and plots/memory.png.
+struct RunReport {
+  std::string title;
+  std::vector<std::pair<std::string, std::string>> rows;
+  std::string sections;  // Markdown, "## ..." headings
+};
+void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report);
+
+}  // namespace multihead

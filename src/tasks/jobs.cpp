@@ -1,0 +1,92 @@
+#include "multihead/tasks/jobs.h"
+
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
+#include "multihead/io/run_dir.h"
+
+namespace multihead {
+
+namespace {
+
+// The job of the alternative whose kTask is `task`, read from `config`.
+template <std::size_t I = 0>
+Job read_kind(const std::string& task, const nlohmann::json& config, const std::string& source) {
+  if constexpr (I == std::variant_size_v<Job>) {
+    throw ConfigError(fmt::format("{}: task must be one of {}, got '{}'", source, fmt::join(job_tasks(), ", "), task));
+  } else {
+    using Kind = std::variant_alternative_t<I, Job>;
+    if (task == Kind::kTask) return Kind::from_json(config, source);
+    return read_kind<I + 1>(task, config, source);
+  }
+}
+
+template <std::size_t... I>
+std::vector<std::string> task_names(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, Job>::kTask...};
+}
+
+}  // namespace
+
+const char* job_task(const Job& job) {
+  return std::visit([](const auto& j) { return std::decay_t<decltype(j)>::kTask; }, job);
+}
+
+std::vector<std::string> job_tasks() { return task_names(std::make_index_sequence<std::variant_size_v<Job>>{}); }
+
+Job job_from_json(const nlohmann::json& config, const std::string& source) {
+  check<ConfigError>(config.is_object(), "{}: a job config is a JSON object", source);
+  const auto it = config.find("task");
+  // A text classifier's config may leave its task out (the default).
+  std::string task = TextClassificationJob::kTask;
+  if (it != config.end()) {
+    check<ConfigError>(it->is_string(), "{}: task must be a string", source);
+    task = it->get<std::string>();
+  }
+  return read_kind(task, config, source);
+}
+
+Job job_from_file(const std::string& path) { return job_from_json(ConfigReader::parse(read_file(path), path), path); }
+
+nlohmann::json to_json(const Job& job) {
+  return std::visit([](const auto& j) { return to_json(j); }, job);
+}
+
+void apply_overrides(Job& job, const JobOverrides& flags) {
+  std::visit([&](auto& j) { apply_overrides(j, flags); }, job);
+}
+
+std::vector<std::string> train_job(const Job& job, const std::string& out, bool resume, Progress& progress) {
+  namespace fs = std::filesystem;
+  const bool existed = fs::exists(out);
+  std::vector<std::string> lines;
+  try {
+    RunDir run(out, resume);
+    lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, run, progress)); }, job);
+    lines.push_back(fmt::format("report: {}", run.file("report.md")));
+  } catch (...) {
+    std::error_code ec;
+    const bool no_checkpoint = fs::is_empty(fs::path(out) / "checkpoints", ec) || ec;
+    if (!existed && no_checkpoint) fs::remove_all(out, ec);
+    throw;
+  }
+  return lines;
+}
+
+std::vector<std::string> evaluate_run(const std::string& run_dir, int threads, std::optional<Precision> precision) {
+  const RunConfig cfg = read_run_config(run_dir);
+  Job job = job_from_json(cfg.json, cfg.path);
+  return std::visit(
+      [&](auto& j) {
+        if (precision) j.train.precision = *precision;
+        return evaluate_run(j, run_dir, threads);
+      },
+      job);
+}
+
+}  // namespace multihead

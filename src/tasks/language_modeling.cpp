@@ -1,0 +1,312 @@
+#include "multihead/tasks/language_modeling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "multihead/core/threading.h"
+#include "multihead/data/text_datasets.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
+#include "multihead/io/state_dict.h"
+#include "multihead/kernels/cross_entropy.h"
+#include "multihead/tasks/inspect.h"
+#include "multihead/train/fit.h"
+#include "multihead/train/resume.h"
+
+namespace multihead {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+LanguageModelJob::LanguageModelJob() {
+  tokenizer.kind = TokenizerKind::kChar;
+  tokenizer.vocab_size = 256;
+  model.vocab_size = tokenizer.vocab_size;  // until the tokenizer is trained
+  model.positions = PositionKind::kRope;
+  model.max_len = 4096;
+}
+
+json to_json(const LanguageModelJob& j) {
+  return json{{"task", "language_modeling"},
+              {"data", {{"path", j.text_path}, {"validation_fraction", j.validation_fraction}}},
+              {"tokenizer", tokenizer_config_json(j.tokenizer)},
+              {"model", model_config_json(j.model)},
+              {"train", train_config_json(j.train)},
+              {"eval_every", j.eval_every},
+              {"eval_windows", j.eval_windows},
+              {"sample",
+               {{"prompt", j.prompt},
+                {"tokens", j.sample_tokens},
+                {"temperature", j.sampling.temperature},
+                {"top_k", j.sampling.top_k},
+                {"top_p", j.sampling.top_p},
+                {"seed", j.sampling.seed}}},
+              {"threads", j.threads},
+              {"title", j.report_title}};
+}
+
+LanguageModelJob LanguageModelJob::from_json(const json& root, const std::string& src) {
+  LanguageModelJob job;
+  ConfigReader r(root, src);
+  check<ConfigError>(r.get_string("task") == "language_modeling", "{}: task must be language_modeling", src);
+  job.eval_every = r.get_int("eval_every", job.eval_every);
+  job.eval_windows = r.get_int("eval_windows", job.eval_windows);
+  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.report_title = r.get_string("title", job.report_title);
+  const json data = r.get_object("data");
+  ConfigReader d(data, src + ": data");
+  job.text_path = d.get_string("path", std::string());
+  job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
+  d.finish();
+  job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
+  job.model = read_model_section(r, src, job.tokenizer.vocab_size);
+  const json train = r.get_object("train");
+  ConfigReader tr(train, src + ": train");
+  job.train = read_train_config(tr);
+  tr.finish();
+  const json sample = r.get_object("sample");
+  ConfigReader s(sample, src + ": sample");
+  job.prompt = s.get_string("prompt", job.prompt);
+  job.sample_tokens = s.get_int("tokens", job.sample_tokens);
+  job.sampling.temperature = s.get_number("temperature", job.sampling.temperature);
+  job.sampling.top_k = s.get_int("top_k", job.sampling.top_k);
+  job.sampling.top_p = s.get_number("top_p", job.sampling.top_p);
+  job.sampling.seed = static_cast<std::uint64_t>(s.get_int("seed", 1));
+  s.finish();
+  r.finish();
+  job.validate(src);
+  return job;
+}
+
+void LanguageModelJob::validate(const std::string& where) const {
+  check<ConfigError>(eval_every > 0 && eval_windows > 0, "{}: eval_every and eval_windows must be positive, got {} and {}",
+                     where, eval_every, eval_windows);
+  check<ConfigError>(validation_fraction > 0 && validation_fraction < 1,
+                     "{}: validation_fraction must be between 0 and 1, got {}", where, validation_fraction);
+  check<ConfigError>(sample_tokens >= 0, "{}: sample tokens must be >= 0, got {}", where, sample_tokens);
+}
+
+void apply_overrides(LanguageModelJob& job, const JobOverrides& o) {
+  refuse_flags({{"--epochs", o.epochs.has_value()}, {"--source", o.source.has_value()}}, "language models");
+  if (o.data) job.text_path = *o.data;
+  if (o.steps) job.train.steps = *o.steps;
+  if (o.max_len) job.train.seq_len = *o.max_len;
+  apply_token_model_overrides(o, job.model, job.train, job.tokenizer, job.threads);
+  job.validate("the flags");
+}
+
+namespace {
+
+// Window w of the token stream: inputs (B, L) and next-token targets (B*L).
+struct Windows {
+  Tensor ids, targets;
+};
+
+Windows windows(const std::vector<std::int64_t>& tokens, const std::vector<std::int64_t>& starts, std::int64_t L) {
+  const std::int64_t B = static_cast<std::int64_t>(starts.size());
+  Windows w{Tensor({B, L}, DType::kI64), Tensor({B * L}, DType::kI64)};
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t l = 0; l < L; ++l) {
+      const std::size_t at = static_cast<std::size_t>(starts[static_cast<std::size_t>(b)] + l);
+      w.ids.data<std::int64_t>()[b * L + l] = tokens[at];
+      w.targets.data<std::int64_t>()[b * L + l] = tokens[at + 1];
+    }
+  return w;
+}
+
+// Where the validation text starts: at the line break before the cut, so
+// that no character is split.
+std::size_t validation_split(const std::string& text, double validation_fraction) {
+  const std::size_t cut = static_cast<std::size_t>(static_cast<double>(text.size()) * (1 - validation_fraction));
+  const std::size_t at = text.rfind('\n', cut);
+  return at == std::string::npos ? cut : at;
+}
+
+double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& val, std::int64_t L, std::int64_t n,
+                       Precision precision) {
+  const std::int64_t span = static_cast<std::int64_t>(val.size()) - L - 1;
+  check<IoError>(span > 0, "the validation text ({} tokens) is shorter than one window of {}", val.size(), L + 1);
+  double total = 0;
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < n; i += 16) {
+    std::vector<std::int64_t> starts;
+    for (std::int64_t k = i; k < std::min(n, i + 16); ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
+    Windows w = windows(val, starts, L);
+    Tensor logits = model.forward(w.ids, eval_context(precision));
+    model.clear_cache();
+    const std::int64_t rows = w.targets.numel();
+    total += cross_entropy<float>(nullptr, logits.f32(), w.targets.data<std::int64_t>(), rows, logits.dim(2)).loss *
+             static_cast<double>(rows);
+    count += rows;
+  }
+  return total / static_cast<double>(count);
+}
+
+}  // namespace
+
+namespace {
+
+// Training: random windows of train.seq_len tokens, next-token cross-entropy.
+class LanguageModelTask final : public TrainingTask {
+ public:
+  LanguageModelTask(LanguageModel& model, const LanguageModelJob& job, const std::vector<std::int64_t>& train_ids,
+                    const std::vector<std::int64_t>& val_ids)
+      : model_(model), job_(job), train_ids_(train_ids), val_ids_(val_ids) {}
+
+  // Window starts, a function of (seed, step).
+  std::vector<std::int64_t> step_examples(std::int64_t step) override {
+    const std::uint64_t span = train_ids_.size() - static_cast<std::size_t>(job_.train.seq_len) - 1;
+    Rng data_rng(job_.train.seed, 0xda7a0000ull + static_cast<std::uint64_t>(step));
+    std::vector<std::int64_t> starts;
+    for (std::int64_t b = 0; b < job_.train.batch; ++b)
+      starts.push_back(static_cast<std::int64_t>(
+          (static_cast<std::uint64_t>(data_rng.next_u32()) << 16 ^ data_rng.next_u32()) % span));
+    return starts;
+  }
+
+  MicroBatchLoss micro_step(std::span<const std::int64_t> starts, const ForwardContext& ctx,
+                            double grad_scale) override {
+    Windows w = windows(train_ids_, {starts.begin(), starts.end()}, job_.train.seq_len);
+    Tensor logits = model_.forward(w.ids, ctx);
+    return {cross_entropy_backward(model_, logits, w.targets.data<std::int64_t>(), grad_scale), w.targets.numel()};
+  }
+
+  Validation validate() override {
+    return {validation_loss(model_, val_ids_, job_.train.seq_len, job_.eval_windows, job_.train.precision), {}, 0};
+  }
+
+ private:
+  LanguageModel& model_;
+  const LanguageModelJob& job_;
+  const std::vector<std::int64_t>& train_ids_;
+  const std::vector<std::int64_t>& val_ids_;
+};
+
+// The last layer's attention over the start of the sample, into plots/.
+std::vector<std::string> write_heatmaps(LanguageModel& model, const Tokenizer& tok, const std::string& sample,
+                                        RunDir& run) {
+  std::vector<std::int64_t> ids = tok.encode(sample);
+  ids.resize(std::min<std::size_t>(ids.size(), 40));
+  std::vector<std::string> labels;
+  for (auto id : ids) labels.push_back(tok.piece(id) == " " ? "\u2423" : tok.piece(id));
+  const std::int64_t last = model.encoder().num_layers() - 1;
+  model.encoder().layer(last).set_capture_weights(true);
+  model.forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), ForwardContext{});
+  model.encoder().layer(last).set_capture_weights(false);
+  const auto names = attention_heatmaps(model.encoder(), last, labels, run.file("plots"), "attention_layer");
+  model.clear_cache();
+  return names;
+}
+
+}  // namespace
+
+LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progress& progress) {
+  LanguageModelJob job = job_in;
+  set_num_threads(job.threads);
+  check<ConfigError>(!job.text_path.empty(), "no text path given");
+  check<IoError>(fs::exists(job.text_path), "{}: no such text; run scripts/setup.sh --data for Moby-Dick",
+                 job.text_path);
+  const std::string text = load_text_corpus(job.text_path);
+  const std::size_t split = validation_split(text, job.validation_fraction);
+  const std::string train_text = text.substr(0, split), val_text = text.substr(split);
+  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, {train_text});
+  const std::vector<std::int64_t> train_ids = tok->encode(train_text), val_ids = tok->encode(val_text);
+  progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
+                           text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
+  job.model.vocab_size = tok->vocab_size();
+  job.model.max_len = std::max(job.model.max_len, job.train.seq_len + job.sample_tokens + 64);
+  job.train.schedule.total_steps = job.train.steps;
+  const std::int64_t L = job.train.seq_len;
+  check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");
+
+  ParamStore store;
+  LanguageModel model(store, job.model);
+  prepare_for_training(model, store, job.train);
+  progress.log("model: " + job.model.describe(store.numel()));
+  LanguageModelTask task(model, job, train_ids, val_ids);
+  FitPlan plan;
+  plan.eval_every = job.eval_every;
+  plan.throughput_key = "tokens_per_s";
+  plan.loss_unit = " nats/token";
+  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+
+  LanguageModelResult result;
+  if (fitted.validation) result.validation_loss = fitted.validation->loss;
+  result.steps = fitted.steps;
+  result.skipped_steps = fitted.skipped_steps;
+  result.train_seconds = fitted.seconds;
+  result.tokens_per_s = fitted.items_per_s;
+  result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
+  run.write_results({{"validation_loss", result.validation_loss},
+                     {"steps", result.steps},
+                     {"skipped_steps", result.skipped_steps},
+                     {"train_seconds", result.train_seconds},
+                     {"tokens_per_s", result.tokens_per_s},
+                     {"sample", result.sample}});
+  RunReport report{job.report_title, {}, ""};
+  report.rows = {{"validation loss", fmt::format("{:.4f} nats/token ({:.3f} bits)", result.validation_loss,
+                                                 result.validation_loss / std::log(2.0))},
+                 {"training", fitted.summary()},
+                 {"batches", fmt::format("{} windows of {} tokens", job.train.batch, L)},
+                 {"model", job.model.describe(store.numel())},
+                 {"data", job.text_path}};
+  report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n## Attention\n\n",
+                                job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);
+  for (const auto& f : write_heatmaps(model, *tok, result.sample, run))
+    report.sections += fmt::format("![{0}](plots/{0})\n", f);
+  write_run_report(run, fitted, report);
+  return result;
+}
+
+std::vector<std::string> summary_lines(const LanguageModelResult& r) {
+  return {fmt::format("validation loss: {:.4f} nats/token", r.validation_loss),
+          fmt::format("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)", r.steps,
+                      skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s),
+          fmt::format("sample:\n{}", r.sample)};
+}
+
+namespace {
+
+struct LoadedLm {
+  LanguageModelJob job;
+  std::unique_ptr<Tokenizer> tok;
+  ParamStore store;
+  std::unique_ptr<LanguageModel> model;
+};
+
+std::unique_ptr<LoadedLm> load_run(const LanguageModelJob& job, const std::string& run_dir) {
+  auto r = std::make_unique<LoadedLm>();
+  r->job = job;
+  r->tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
+  r->job.model.vocab_size = r->tok->vocab_size();
+  r->model = std::make_unique<LanguageModel>(r->store, r->job.model);
+  r->store.finalize();
+  load_state_dict_file(r->store, last_checkpoint_path(run_dir), true);
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir, int threads) {
+  set_num_threads(threads);
+  auto r = load_run(job, run_dir);
+  const std::string text = load_text_corpus(r->job.text_path);
+  const double loss = validation_loss(*r->model, r->tok->encode(text.substr(validation_split(text, r->job.validation_fraction))),
+                                      r->job.train.seq_len, r->job.eval_windows, r->job.train.precision);
+  return {fmt::format("validation loss: {:.4f} nats/token", loss)};
+}
+
+std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
+                              const SamplingConfig& sampling, int threads, std::optional<Precision> precision) {
+  check_utf8(prompt, "the prompt");
+  set_num_threads(threads);
+  const RunConfig cfg = read_run_config(run_dir);
+  auto r = load_run(LanguageModelJob::from_json(cfg.json, cfg.path), run_dir);
+  if (precision) r->job.train.precision = *precision;
+  std::vector<std::int64_t> ids = r->tok->encode(prompt);
+  check<ConfigError>(!ids.empty(), "the prompt is empty");
+  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.train.seq_len, r->job.train.precision));
+}
+
+}  // namespace multihead

@@ -1,0 +1,63 @@
+#include "multihead/tasks/overrides.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "multihead/core/error.h"
+#include "multihead/io/attention_config.h"
+
+namespace multihead {
+
+void refuse_flags(const std::vector<std::pair<std::string, bool>>& flags, const std::string& what) {
+  std::vector<std::string> given;
+  for (const auto& [name, is_given] : flags)
+    if (is_given) given.push_back(name);
+  if (given.empty()) return;
+  const std::string last = given.back();
+  given.pop_back();
+  const std::string names = given.empty() ? last : fmt::format("{} and {}", fmt::join(given, ", "), last);
+  throw ConfigError(fmt::format("{} {} not apply to {}", names, given.empty() ? "does" : "do", what));
+}
+
+void apply_training_overrides(const JobOverrides& o, TrainConfig& t, TransformerLayerConfig& layer,
+                              std::int64_t& num_layers, int& threads) {
+  if (o.optimizer) t.optimizer = parse_optimizer(*o.optimizer);
+  if (o.schedule) t.schedule.decay = parse_decay(*o.schedule);
+  if (o.warmup) t.schedule.warmup_steps = *o.warmup;
+  if (o.lr) t.schedule.base_lr = *o.lr;
+  if (o.clip_grad_norm) t.clip_grad_norm = *o.clip_grad_norm;
+  if (o.weight_decay) t.adamw.weight_decay = t.sgd.weight_decay = *o.weight_decay;
+  if (o.grad_accumulation) t.grad_accumulation = *o.grad_accumulation;
+  if (o.batch) t.batch = *o.batch;
+  if (o.checkpoint_every) t.checkpoint_every = *o.checkpoint_every;
+  if (o.on_nonfinite) t.on_nonfinite = parse_nonfinite(*o.on_nonfinite);
+  if (o.seed) t.seed = *o.seed;
+  if (o.checkpoint_layers) t.checkpoint_layers = true;
+  if (o.precision) {
+    t.precision = parse_precision(*o.precision);
+    t.loss_scaling = t.precision == Precision::kF16;
+  }
+  t.validate();
+  if (o.d_model) layer.d_model = *o.d_model;
+  if (o.num_heads) layer.nhead = *o.num_heads;
+  if (o.dropout) layer.dropout = *o.dropout;
+  AttentionPattern& p = layer.pattern;
+  if (o.attention) p.variant = parse_attention_variant(*o.attention);
+  if (o.num_kv_heads) p.num_kv_heads = *o.num_kv_heads;
+  if (o.window) p.window_left = p.window_right = *o.window;
+  if (o.block_size) p.sparse_block = *o.block_size;
+  if (o.num_layers) num_layers = *o.num_layers;
+  if (o.threads) threads = *o.threads;
+}
+
+void apply_token_model_overrides(const JobOverrides& o, ModelConfig& m, TrainConfig& t, TokenizerConfig& tok,
+                                 int& threads) {
+  apply_training_overrides(o, t, m.layer, m.num_layers, threads);
+  if (o.positions) m.positions = parse_position_kind(*o.positions);
+  if (o.tokenizer) tok.kind = parse_tokenizer_kind(*o.tokenizer);
+  if (o.vocab_size) tok.vocab_size = *o.vocab_size;
+  m.vocab_size = tok.vocab_size;
+  m.validate();
+}
+
+}  // namespace multihead

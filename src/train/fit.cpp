@@ -1,0 +1,192 @@
+#include "multihead/train/fit.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "multihead/core/error.h"
+#include "multihead/data/batching.h"
+#include "multihead/io/plots.h"
+#include "multihead/kernels/cross_entropy.h"
+#include "multihead/train/resume.h"
+
+namespace multihead {
+
+using json = nlohmann::json;
+
+std::vector<std::int64_t> TrainingTask::step_examples(std::int64_t) {
+  throw Error("this task trains in epochs: its examples come from the plan, not step_examples");
+}
+
+namespace {
+
+// The loop's state for one fit() call.
+class Loop {
+ public:
+  Loop(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan, RunDir& run,
+       Progress& progress)
+      : task_(task), train_(train), plan_(plan), run_(run), progress_(progress), trainer_(store, train) {}
+
+  FitResult run(const json& config) {
+    for (const json& rec : start_or_resume(run_, config, trainer_)) {
+      result_.curves.add_record(rec);
+      if (rec.contains("validation_loss")) result_.validation = validation_of(rec);
+    }
+    result_.unit = plan_.unit;
+    result_.first_step = trainer_.steps_done();
+    progress_.set_total(train_.steps);
+    progress_.resume_at(result_.first_step);
+    t0_ = std::chrono::steady_clock::now();
+    if (!plan_.epoch_examples.empty()) run_epochs();
+    else run_steps();
+    progress_.finish();
+    result_.steps = trainer_.steps_done();
+    result_.skipped_steps = trainer_.skipped_steps();
+    result_.seconds = seconds();
+    result_.items_per_s = static_cast<double>(items_) / result_.seconds;
+    // A plan without validation has had no checkpoint after its last step.
+    if (plan_.epoch_examples.empty() && plan_.eval_every == 0) save_run_checkpoint(run_, trainer_);
+    return std::move(result_);
+  }
+
+ private:
+  static Validation validation_of(const json& rec) {
+    Validation v;
+    v.loss = rec.value("validation_loss", 0.0);
+    if (rec.contains("validation_accuracy")) v.accuracy = rec.value("validation_accuracy", 0.0);
+    return v;
+  }
+
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+  // Batches of train.batch shuffled by (seed, epoch); a resumed run starts in
+  // the epoch, and at the batch, its checkpoint reached.
+  void run_epochs() {
+    const std::int64_t n = static_cast<std::int64_t>(plan_.epoch_examples.size());
+    const std::int64_t per_epoch = (n + train_.batch - 1) / train_.batch;
+    // train.steps <= per_epoch * epochs; less when a step cap cuts the last epoch short.
+    for (std::int64_t epoch = trainer_.steps_done() / per_epoch; epoch * per_epoch < train_.steps; ++epoch) {
+      const auto batches = epoch_batches(plan_.epoch_examples, train_.batch, train_.seed, epoch, true);
+      for (std::size_t bi = static_cast<std::size_t>(trainer_.steps_done() - epoch * per_epoch);
+           bi < batches.size() && trainer_.steps_done() < train_.steps; ++bi) {
+        const StepStats st = step(batches[bi]);
+        // The epoch's validation checkpoints after its last step anyway.
+        const bool last = bi + 1 == batches.size() || trainer_.steps_done() == train_.steps;
+        record(st, epoch, !last);
+      }
+      validate(epoch);
+    }
+    result_.epochs = (trainer_.steps_done() + per_epoch - 1) / per_epoch;
+  }
+
+  void run_steps() {
+    for (std::int64_t s = trainer_.steps_done(); s < train_.steps; ++s) {
+      const StepStats st = step(task_.step_examples(s));
+      const bool validates = plan_.eval_every > 0 && ((s + 1) % plan_.eval_every == 0 || s + 1 == train_.steps);
+      record(st, std::nullopt, !validates);
+      if (validates) validate(std::nullopt);
+    }
+  }
+
+  // One optimizer step over `examples`: micro-batch m of train.grad_accumulation
+  // is the m-th contiguous share.
+  StepStats step(const std::vector<std::int64_t>& examples) {
+    const std::span<const std::int64_t> all(examples);
+    return trainer_.step([&](std::int64_t micro, const ForwardContext& ctx, double grad_scale) {
+      const std::size_t parts = static_cast<std::size_t>(train_.grad_accumulation);
+      const std::size_t lo = all.size() * static_cast<std::size_t>(micro) / parts;
+      const std::size_t hi = all.size() * static_cast<std::size_t>(micro + 1) / parts;
+      if (lo == hi) return 0.0;
+      const MicroBatchLoss m = task_.micro_step(all.subspan(lo, hi - lo), ctx, grad_scale);
+      items_ += m.items;
+      return m.loss;
+    });
+  }
+
+  void record(const StepStats& st, std::optional<std::int64_t> epoch, bool may_checkpoint) {
+    const double per_s = static_cast<double>(items_) / seconds();
+    result_.curves.add_step(st);
+    json rec = step_json(st, train_.loss_scaling);
+    if (epoch) rec["epoch"] = *epoch;
+    if (!plan_.throughput_key.empty()) rec[plan_.throughput_key] = per_s;
+    finish_step(run_, progress_, trainer_, st, rec, may_checkpoint);
+    progress_.update(st.step + 1, epoch.value_or(0) + 1, st.loss, per_s, plan_.unit.c_str(), MemoryCurve::text(st));
+  }
+
+  // Validation, its metrics record, a checkpoint that notes where the data
+  // stands, and a log line.
+  void validate(std::optional<std::int64_t> epoch) {
+    const std::int64_t at = trainer_.steps_done();
+    const Validation v = task_.validate();
+    result_.curves.add_eval(at, v.loss, v.accuracy.value_or(0.0));
+    result_.validation = v;
+    json rec = {{"step", at}, {"validation_loss", v.loss}};
+    if (epoch) rec["epoch"] = *epoch;
+    if (v.accuracy) rec["validation_accuracy"] = *v.accuracy;
+    run_.append_metrics(rec);
+    if (epoch) save_run_checkpoint(run_, trainer_, {{"data.epoch", std::to_string(*epoch + 1)}});
+    else save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(at)}});
+    std::string line = epoch ? fmt::format("epoch {}", *epoch + 1) : fmt::format("step {}", at);
+    line += fmt::format(": validation loss {:.4f}{}", v.loss, plan_.loss_unit);
+    if (v.accuracy) line += fmt::format(", accuracy {:.2f}%", 100 * *v.accuracy);
+    progress_.log(line);
+  }
+
+  TrainingTask& task_;
+  const TrainConfig& train_;
+  const FitPlan& plan_;
+  RunDir& run_;
+  Progress& progress_;
+  Trainer trainer_;
+  FitResult result_;
+  std::int64_t items_ = 0;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
+              const json& config, RunDir& run, Progress& progress) {
+  check<ConfigError>(train.steps >= 0 && train.batch > 0, "steps must be >= 0 and batch positive");
+  return Loop(task, store, train, plan, run, progress).run(config);
+}
+
+std::string skipped_steps_note(std::int64_t skipped) {
+  return skipped ? fmt::format(" ({} skipped: the loss or gradient was not finite)", skipped) : "";
+}
+
+std::string FitResult::summary() const {
+  std::string s = fmt::format("{} steps", steps);
+  if (epochs) s += fmt::format(", {} epochs", epochs);
+  return s + fmt::format(", {:.1f} s, {:.0f} {}", seconds, items_per_s, unit);
+}
+
+CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale) {
+  const std::int64_t C = logits.dim(logits.ndim() - 1), rows = logits.numel() / C;
+  CrossEntropyGrad g{0.0, Tensor::empty(logits.shape())};
+  g.loss = cross_entropy(g.dlogits.f32(), logits.f32(), targets, rows, C, kIgnoreIndex, 0.0, grad_scale).loss;
+  return g;
+}
+
+void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report) {
+  const TrainingCurves& c = fit.curves;
+  std::vector<Series> loss = {{"train (per step)", c.step, c.loss}};
+  if (!c.eval_step.empty()) loss.push_back({"validation", c.eval_step, c.eval_loss});
+  line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy", loss);
+  const bool accuracy = fit.validation && fit.validation->accuracy;
+  if (accuracy)
+    line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
+                  {{"validation", c.eval_step, c.eval_accuracy}});
+  c.memory.plot(run.file("plots/memory.png"));
+
+  std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);
+  for (const auto& [key, value] : report.rows) md += fmt::format("| {} | {} |\n", key, value);
+  md += "\n## Training curves\n\n![loss](plots/loss.png)\n\n";
+  if (accuracy) md += "![accuracy](plots/accuracy.png)\n\n";
+  md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";
+  md += report.sections;
+  md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";
+  run.write_report(md);
+}
+
+}  // namespace multihead
