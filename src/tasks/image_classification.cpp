@@ -25,7 +25,7 @@ json to_json(const ImageClassificationJob& j) {
            {"norm_first", j.model.layer.norm_first}, {"num_classes", j.model.num_classes}};
   json train = train_config_json(j.train);
   j.budget.write(train);
-  return json{{"task", "image_classification"},
+  return json{{"task", ImageClassificationJob::kTask},
               {"data", {{"path", j.data_dir}, {"validation_examples", j.validation_examples}, {"limit_train", j.limit_train}}},
               {"model", model},
               {"train", train},
@@ -36,7 +36,7 @@ json to_json(const ImageClassificationJob& j) {
 ImageClassificationJob ImageClassificationJob::from_json(const json& root, const std::string& src) {
   ImageClassificationJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == "image_classification", "{}: task must be image_classification", src);
+  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
   job.threads = static_cast<int>(r.get_int("threads", 0));
   job.report_title = r.get_string("title", job.report_title);
   const json data = r.get_object("data");

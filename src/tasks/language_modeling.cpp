@@ -28,7 +28,7 @@ LanguageModelJob::LanguageModelJob() {
 }
 
 json to_json(const LanguageModelJob& j) {
-  return json{{"task", "language_modeling"},
+  return json{{"task", LanguageModelJob::kTask},
               {"data", {{"path", j.text_path}, {"validation_fraction", j.validation_fraction}}},
               {"tokenizer", tokenizer_config_json(j.tokenizer)},
               {"model", model_config_json(j.model)},
@@ -49,7 +49,7 @@ json to_json(const LanguageModelJob& j) {
 LanguageModelJob LanguageModelJob::from_json(const json& root, const std::string& src) {
   LanguageModelJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == "language_modeling", "{}: task must be language_modeling", src);
+  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
   job.eval_every = r.get_int("eval_every", job.eval_every);
   job.eval_windows = r.get_int("eval_windows", job.eval_windows);
   job.threads = static_cast<int>(r.get_int("threads", 0));

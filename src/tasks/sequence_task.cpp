@@ -34,7 +34,7 @@ SequenceTaskJob::SequenceTaskJob() {
 }
 
 json to_json(const SequenceTaskJob& j) {
-  return json{{"task", "sequence_task"},
+  return json{{"task", SequenceTaskJob::kTask},
               {"data",
                {{"kind", synthetic_kind_name(j.task.kind)},
                 {"symbols", j.task.symbols},
@@ -51,7 +51,7 @@ json to_json(const SequenceTaskJob& j) {
 SequenceTaskJob SequenceTaskJob::from_json(const json& root, const std::string& src) {
   SequenceTaskJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == "sequence_task", "{}: task must be sequence_task", src);
+  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
   job.threads = static_cast<int>(r.get_int("threads", 0));
   job.report_title = r.get_string("title", job.report_title);
   const json data = r.get_object("data");

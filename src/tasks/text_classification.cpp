@@ -21,7 +21,7 @@ using json = nlohmann::json;
 nlohmann::json to_json(const TextClassificationJob& j) {
   json train = train_config_json(j.train);
   j.budget.write(train);
-  return json{{"task", "text_classification"},
+  return json{{"task", TextClassificationJob::kTask},
               {"data",
                {{"source", j.source},
                 {"path", j.data_path},
@@ -41,8 +41,8 @@ nlohmann::json to_json(const TextClassificationJob& j) {
 TextClassificationJob TextClassificationJob::from_json(const json& root, const std::string& src) {
   TextClassificationJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task", std::string("text_classification")) == "text_classification",
-                     "{}: task must be text_classification", src);
+  check<ConfigError>(r.get_string("task", std::string(kTask)) == kTask, "{}: task must be {}", src,
+                     kTask);
   job.max_len = r.get_int("max_len", job.max_len);
   job.threads = static_cast<int>(r.get_int("threads", 0));
   job.report_title = r.get_string("title", job.report_title);
@@ -110,10 +110,13 @@ PreparedData load_and_split(const TextClassificationJob& job) {
     check<IoError>(std::filesystem::is_directory(job.data_path),
                    "{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first", job.data_path);
     p.dataset = load_spamassassin(job.data_path, job.strip_headers);
+  } else if (job.source == "csv") {
+    p.dataset = load_delimited(job.data_path, ',', job.text_column, job.label_column);
+  } else if (job.source == "tsv") {
+    p.dataset = load_delimited(job.data_path, '\t', job.text_column, job.label_column);
+  } else {
+    throw ConfigError(fmt::format("data source must be spamassassin, aclimdb, csv or tsv, got '{}'", job.source));
   }
-  else if (job.source == "csv") p.dataset = load_delimited(job.data_path, ',', job.text_column, job.label_column);
-  else if (job.source == "tsv") p.dataset = load_delimited(job.data_path, '\t', job.text_column, job.label_column);
-  else throw ConfigError(fmt::format("data source must be spamassassin, aclimdb, csv or tsv, got '{}'", job.source));
   SplitIndices s = split_indices(static_cast<std::int64_t>(p.dataset.examples.size()), job.validation_fraction,
                                  job.test_fraction, job.train.seed);
   p.train = std::move(s.train), p.validation = std::move(s.validation), p.test = std::move(s.test);
