@@ -1,7 +1,9 @@
 #include "multihead/kernels/activations.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "multihead/core/error.h"
 
@@ -58,6 +60,43 @@ void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int6
       T cdf = T(0.5) * (T(1) + std::erf(x[i] * inv_sqrt2));
       T pdf = std::exp(T(-0.5) * x[i] * x[i]) * inv_sqrt2pi;
       dx[i] = dy[i] * (cdf + x[i] * pdf);
+    }
+  }
+}
+
+void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, float* pre, const float* bias,
+                                  std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
+#pragma omp parallel if (n * F > (1 << 16))
+  {
+    std::vector<float> hid(static_cast<std::size_t>(F));  // one row, in L1
+#pragma omp for schedule(static)
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* p = pre + r * F;
+      bias_activation_dropout<float>(a, hid.data(), p, bias, 1, F, drop, base + static_cast<std::uint64_t>(r * F));
+      narrow(pre_out + r * F, p, F);
+      narrow(hid_out + r * F, hid.data(), F);
+    }
+  }
+}
+
+void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* pre, float* db, std::int64_t n,
+                                      std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
+  // Threads take blocks of columns down every row, so each column's sum
+  // runs in row order, as a separate pass over the rows would.
+  constexpr std::int64_t kCols = 128;
+  const std::int64_t blocks = (F + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (n * F > (1 << 16))
+  for (std::int64_t cb = 0; cb < blocks; ++cb) {
+    const std::int64_t c0 = cb * kCols, w = std::min(kCols, F - c0);
+    float x[kCols];
+    for (std::int64_t r = 0; r < n; ++r) {
+      float* g = dh + r * F + c0;
+      if (drop.active()) dropout_inplace(g, w, base + static_cast<std::uint64_t>(r * F + c0), drop);
+      widen(x, pre + r * F + c0, w);
+      activation_backward(a, g, g, x, w);
+      if (db != nullptr)
+        for (std::int64_t j = 0; j < w; ++j) db[c0 + j] += g[j];
+      narrow(dpre + r * F + c0, g, w);
     }
   }
 }

@@ -69,11 +69,16 @@ void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, floa
   } else {
     for (std::int64_t n = 0; n < N; ++n) narrow(dyb.data<BF16>() + n * out, dy + n * lddy, out);
   }
+  linear_backward_bf16_rounded(dx, lddx, accumulate_dx, dW, dyb.data<BF16>(), x, ldx, W, N, in, out);
+}
+
+void linear_backward_bf16_rounded(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, const BF16* dy,
+                                  const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N, std::int64_t in,
+                                  std::int64_t out) {
   // dx (N, in) = dy (N, out) W (out, in); dW (out, in) += dy^T x.
   if (dx != nullptr)
-    gemm_bf16(Trans::kNo, Trans::kNo, N, in, out, 1.0f, dyb.data<BF16>(), out, W, in, accumulate_dx ? 1.0f : 0.0f,
-              dx, lddx);
-  if (dW != nullptr) gemm_bf16(Trans::kYes, Trans::kNo, out, in, N, 1.0f, dyb.data<BF16>(), out, x, ldx, 1.0f, dW, in);
+    gemm_bf16(Trans::kNo, Trans::kNo, N, in, out, 1.0f, dy, out, W, in, accumulate_dx ? 1.0f : 0.0f, dx, lddx);
+  if (dW != nullptr) gemm_bf16(Trans::kYes, Trans::kNo, out, in, N, 1.0f, dy, out, x, ldx, 1.0f, dW, in);
 }
 
 namespace {

@@ -132,21 +132,24 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   visit_float_storage(st, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
-    Tensor buf = kHalf ? Tensor::empty({2, std::min(rows, N), F}) : Tensor();  // pre, hid blocks
+    // pre and hid blocks in fp32; in bf16 compute only pre's.
+    Tensor buf = kHalf ? Tensor::empty({wb.active() ? 1 : 2, std::min(rows, N), F}) : Tensor();
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
-      float* pre = kHalf ? buf.f32() : pre_.f32() + r0 * F;             // (n, F)
-      float* hid = kHalf ? buf.f32() + n * F : hid_.f32() + r0 * F;     // (n, F)
+      float* pre = kHalf ? buf.f32() : pre_.f32() + r0 * F;  // (n, F)
       // The bias joins the activation and dropout in one pass over the block.
-      if (wb.active()) linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
-      else linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
-      bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, static_cast<std::uint64_t>(r0 * F));
-      if (wb.active()) {  // the next product reads hid_ itself: the fp32 rows are not read again
-        narrow(pre_.data<BF16>() + r0 * F, pre, n * F);
-        narrow(hid_.data<BF16>() + r0 * F, hid, n * F);
+      const std::uint64_t base = static_cast<std::uint64_t>(r0 * F);  // of the block in the dropout stream
+      if (wb.active()) {
+        // pre and hid go to memory in bf16 only; the next product reads hid_ itself.
+        linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
+        bias_activation_dropout_bf16(act_, hid_.data<BF16>() + r0 * F, pre_.data<BF16>() + r0 * F, pre,
+                                     linear1_.bias_data(), n, F, drop, base);
         linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
                             d);
       } else {
+        float* hid = kHalf ? buf.f32() + n * F : hid_.f32() + r0 * F;  // (n, F)
+        linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
+        bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, base);
         store_block<T>(pre_, r0, n, F, pre);
         store_block<T>(hid_, r0, n, F, hid);
         linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
@@ -170,24 +173,26 @@ Tensor FeedForward::backward(const Tensor& dy) {
     constexpr bool kHalf = !std::is_same_v<T, float>;
     const std::int64_t nb = std::min(rows, N);
     Tensor dh = Tensor::empty({nb, F});                                      // gradient of hid, then of pre
-    Tensor buf = kHalf ? Tensor::empty({nb * F + nb * d}) : Tensor();  // hid then pre, and x blocks
+    Tensor buf = kHalf && !wb.active() ? Tensor::empty({nb * F + nb * d}) : Tensor();  // hid then pre, and x blocks
+    Tensor dpre = wb.active() ? Tensor::empty({nb, F}, DType::kBF16) : Tensor();      // gradient of pre, rounded
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
       const float* dyr = dy.f32() + r0 * d;
+      const std::uint64_t base = static_cast<std::uint64_t>(r0 * F);
       if (wb.active()) {
+        // dh goes through dropout and the activation and is rounded for the products in one pass.
         linear_backward_bf16(dh.f32(), F, false, gw2, linear2_.bias_grad(), dyr, d, hid_.data<BF16>() + r0 * F, F,
                              wb.w2(), n, F, d);
+        activation_dropout_backward_bf16(act_, dpre.data<BF16>(), dh.f32(), pre_.data<BF16>() + r0 * F,
+                                         linear1_.bias_grad(), n, F, drop, base);
+        linear_backward_bf16_rounded(dx.f32() + r0 * d, d, false, gw1, dpre.data<BF16>(),
+                                     x_.stored().data<BF16>() + r0 * d, d, wb.w1(), n, d, F);
       } else {
         const float* hid = block_f32<T>(hid_, r0, n, F, kHalf ? buf.f32() : nullptr);
         linear_backward(dh.f32(), F, false, gw2, linear2_.bias_grad(), dyr, d, hid, F, w2, n, F, d);
-      }
-      if (drop.active()) dropout_inplace(dh.f32(), n * F, static_cast<std::uint64_t>(r0 * F), drop);
-      const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() : nullptr);  // hid is read by now
-      activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
-      if (wb.active()) {
-        linear_backward_bf16(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F,
-                             x_.stored().data<BF16>() + r0 * d, d, wb.w1(), n, d, F);
-      } else {
+        if (drop.active()) dropout_inplace(dh.f32(), n * F, base, drop);
+        const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() : nullptr);  // hid is read by now
+        activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
         const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + nb * F : nullptr);
         linear_backward(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F, xr, d, w1, n, d, F);
       }

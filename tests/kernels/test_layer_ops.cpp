@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "multihead/core/threading.h"
 #include "multihead/kernels/activations.h"
@@ -106,6 +107,64 @@ TEST(BiasActivationDropout, EqualsTheSeparateSteps) {
           ASSERT_EQ(pre, want_pre) << n << "x" << F;
           ASSERT_EQ(hid, want_hid) << n << "x" << F << " p " << p;
         }
+}
+
+std::vector<std::uint16_t> bits(const std::vector<BF16>& v) {
+  std::vector<std::uint16_t> out(v.size());
+  std::memcpy(out.data(), v.data(), sizeof(std::uint16_t) * v.size());
+  return out;
+}
+
+// In bf16 the same pass writes pre and hid rounded: equal to the fp32 pass
+// then narrow, bit for bit.
+TEST(BiasActivationDropout, InBf16EqualsTheFp32PassRounded) {
+  Rng rng(6);
+  for (Activation a : {Activation::kRelu, Activation::kGelu})
+    for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}})
+      for (float p : {0.0f, 0.2f}) {
+        std::vector<float> pre(n * F), bias(F), want_hid(n * F);
+        for (float& v : pre) v = rng.normal();
+        for (float& v : bias) v = rng.normal();
+        const DropoutSpec drop{p, 3, 4};
+        std::vector<float> want_pre = pre;
+        bias_activation_dropout(a, want_hid.data(), want_pre.data(), bias.data(), n, F, drop, 17);
+        std::vector<BF16> want_pre_b(n * F), want_hid_b(n * F), pre_b(n * F), hid_b(n * F);
+        narrow(want_pre_b.data(), want_pre.data(), n * F);
+        narrow(want_hid_b.data(), want_hid.data(), n * F);
+        bias_activation_dropout_bf16(a, hid_b.data(), pre_b.data(), pre.data(), bias.data(), n, F, drop, 17);
+        ASSERT_EQ(bits(pre_b), bits(want_pre_b)) << n << "x" << F;
+        ASSERT_EQ(bits(hid_b), bits(want_hid_b)) << n << "x" << F << " p " << p;
+      }
+}
+
+// Its backward in one pass equals dropout, the activation's gradient at the
+// widened pre, the bias's column sums (same order: bit for bit) and rounding.
+TEST(BiasActivationDropout, Bf16BackwardEqualsTheSeparateSteps) {
+  Rng rng(7);
+  for (Activation a : {Activation::kRelu, Activation::kGelu})
+    for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}, {64, 256}})
+      for (float p : {0.0f, 0.2f}) {
+        std::vector<float> dh(n * F), pre_f(n * F), db(F);
+        for (float& v : dh) v = rng.normal();
+        for (float& v : pre_f) v = rng.normal();
+        for (float& v : db) v = rng.normal();
+        std::vector<BF16> pre(n * F);
+        narrow(pre.data(), pre_f.data(), n * F);
+        const DropoutSpec drop{p, 5, 6};
+        const std::uint64_t base = 29;
+        std::vector<float> want = dh, want_db = db, wide(n * F);
+        if (drop.active()) dropout_inplace(want.data(), n * F, base, drop);
+        widen(wide.data(), pre.data(), n * F);
+        activation_backward(a, want.data(), want.data(), wide.data(), n * F);
+        for (std::int64_t r = 0; r < n; ++r)
+          for (std::int64_t j = 0; j < F; ++j) want_db[j] += want[r * F + j];
+        std::vector<BF16> want_b(n * F), got_b(n * F);
+        narrow(want_b.data(), want.data(), n * F);
+        activation_dropout_backward_bf16(a, got_b.data(), dh.data(), pre.data(), db.data(), n, F, drop, base);
+        ASSERT_EQ(dh, want) << n << "x" << F << " p " << p;
+        ASSERT_EQ(db, want_db) << n << "x" << F;
+        ASSERT_EQ(bits(got_b), bits(want_b)) << n << "x" << F;
+      }
 }
 
 class Activations : public ::testing::TestWithParam<Activation> {};

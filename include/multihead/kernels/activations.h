@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "multihead/kernels/dropout.h"
+#include "multihead/kernels/half.h"
 
 namespace multihead {
 
@@ -30,5 +31,22 @@ void bias_activation_dropout(Activation a, T* hid, T* pre, const T* bias, std::i
 // dx = f'(x) * dy, (n). dx may alias dy.
 template <typename T>
 void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int64_t n);
+
+// The feed-forward block's hidden layer when its activations are kept in
+// bf16 and its products run in bf16: bias_activation_dropout on the fp32
+// rows pre (n, F) as the first product left them, then pre and hid rounded
+// to bf16 into pre_out and hid_out (n, F), a row at a time, so the fp32 hid
+// never reaches memory. Equal to bias_activation_dropout and narrow.
+void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, float* pre, const float* bias,
+                                  std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
+
+// Its backward in one pass over memory: dh (n, F), the fp32 gradient of hid,
+// becomes that of pre (dropout's mask, times f' at pre, read in bf16); db (F)
+// gets its column sums added (in row order; db may be null); dpre (n, F) is
+// it rounded to bf16 for the products. Equal to dropout_inplace,
+// activation_backward on the widened pre, the column sums and narrow; dh
+// holds the fp32 gradient of pre afterwards.
+void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* pre, float* db, std::int64_t n,
+                                      std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
 
 }  // namespace multihead

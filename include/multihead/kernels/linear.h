@@ -41,6 +41,11 @@ void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t
 void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                           std::int64_t lddy, const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N,
                           std::int64_t in, std::int64_t out);
+// The products of linear_backward_bf16 for a dy already rounded to bf16
+// (dense, (N, out)) by the kernel that made it; no db.
+void linear_backward_bf16_rounded(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, const BF16* dy,
+                                  const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N, std::int64_t in,
+                                  std::int64_t out);
 
 // W (rows, cols) fp32 rounded to a new BF16 tensor, for the bf16 kernels.
 Tensor bf16_weights(const float* W, std::int64_t rows, std::int64_t cols);
