@@ -15,47 +15,29 @@ Activation parse_activation(std::string_view name) {
   throw ConfigError(fmt::format("activation must be \"relu\" or \"gelu\", got \"{}\"", name));
 }
 
+namespace {
+
+// The element loops, without OpenMP: the fused kernels call them on rows and
+// segments inside their own parallel regions, where even a parallel construct
+// whose if clause is false would cost a team setup per call.
 template <typename T>
-void activation_forward(Activation a, T* y, const T* x, std::int64_t n) {
+void forward_range(Activation a, T* y, const T* x, std::int64_t n) {
   const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
   if (a == Activation::kRelu) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
   } else {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (std::int64_t i = 0; i < n; ++i) y[i] = T(0.5) * x[i] * (T(1) + std::erf(x[i] * inv_sqrt2));
-  }
-}
-
-template <typename T>
-void bias_activation_dropout(Activation a, T* hid, T* pre, const T* bias, std::int64_t n, std::int64_t F,
-                             const DropoutSpec& drop, std::uint64_t base) {
-  const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
-#pragma omp parallel for schedule(static) if (n * F > (1 << 16))
-  for (std::int64_t r = 0; r < n; ++r) {
-    T* p = pre + r * F;
-    T* h = hid + r * F;
-    if (bias)
-      for (std::int64_t j = 0; j < F; ++j) p[j] += bias[j];
-    if (a == Activation::kRelu) {
-      for (std::int64_t j = 0; j < F; ++j) h[j] = p[j] > T(0) ? p[j] : T(0);
-    } else {
-      for (std::int64_t j = 0; j < F; ++j) h[j] = T(0.5) * p[j] * (T(1) + std::erf(p[j] * inv_sqrt2));
-    }
-    if (drop.active()) dropout_inplace(h, F, base + static_cast<std::uint64_t>(r * F), drop);
   }
 }
 
 // gelu'(x) = Phi(x) + x phi(x)
 template <typename T>
-void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
+void backward_range(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
   const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
   const T inv_sqrt2pi = T(1) / std::sqrt(T(2) * std::numbers::pi_v<T>);
   if (a == Activation::kRelu) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > T(0) ? dy[i] : T(0);
   } else {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (std::int64_t i = 0; i < n; ++i) {
       T cdf = T(0.5) * (T(1) + std::erf(x[i] * inv_sqrt2));
       T pdf = std::exp(T(-0.5) * x[i] * x[i]) * inv_sqrt2pi;
@@ -64,15 +46,54 @@ void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int6
   }
 }
 
+// One row of bias_activation_dropout.
+template <typename T>
+void bias_activation_dropout_row(Activation a, T* h, T* p, const T* bias, std::int64_t F, const DropoutSpec& drop,
+                                 std::uint64_t base) {
+  if (bias)
+    for (std::int64_t j = 0; j < F; ++j) p[j] += bias[j];
+  forward_range(a, h, p, F);
+  if (drop.active()) dropout_inplace(h, F, base, drop);
+}
+
+// Elements per task of the element-wise passes over whole tensors.
+constexpr std::int64_t kChunk = std::int64_t{1} << 14;
+constexpr std::int64_t kParallelFrom = std::int64_t{1} << 16;
+
+}  // namespace
+
+template <typename T>
+void activation_forward(Activation a, T* y, const T* x, std::int64_t n) {
+  if (n < kParallelFrom) return forward_range(a, y, x, n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t lo = 0; lo < n; lo += kChunk) forward_range(a, y + lo, x + lo, std::min(kChunk, n - lo));
+}
+
+template <typename T>
+void bias_activation_dropout(Activation a, T* hid, T* pre, const T* bias, std::int64_t n, std::int64_t F,
+                             const DropoutSpec& drop, std::uint64_t base) {
+#pragma omp parallel for schedule(static) if (n * F > kParallelFrom)
+  for (std::int64_t r = 0; r < n; ++r)
+    bias_activation_dropout_row(a, hid + r * F, pre + r * F, bias, F, drop, base + static_cast<std::uint64_t>(r * F));
+}
+
+template <typename T>
+void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
+  if (n < kParallelFrom) return backward_range(a, dx, dy, x, n);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t lo = 0; lo < n; lo += kChunk)
+    backward_range(a, dx + lo, dy + lo, x + lo, std::min(kChunk, n - lo));
+}
+
 void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, float* pre, const float* bias,
                                   std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
-#pragma omp parallel if (n * F > (1 << 16))
+#pragma omp parallel if (n * F > kParallelFrom)
   {
     std::vector<float> hid(static_cast<std::size_t>(F));  // one row, in L1
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < n; ++r) {
       float* p = pre + r * F;
-      bias_activation_dropout<float>(a, hid.data(), p, bias, 1, F, drop, base + static_cast<std::uint64_t>(r * F));
+      bias_activation_dropout_row(a, hid.data(), p, bias, F, drop, base + static_cast<std::uint64_t>(r * F));
       narrow(pre_out + r * F, p, F);
       narrow(hid_out + r * F, hid.data(), F);
     }
@@ -85,7 +106,7 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
   // runs in row order, as a separate pass over the rows would.
   constexpr std::int64_t kCols = 128;
   const std::int64_t blocks = (F + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (n * F > (1 << 16))
+#pragma omp parallel for schedule(static) if (n * F > kParallelFrom)
   for (std::int64_t cb = 0; cb < blocks; ++cb) {
     const std::int64_t c0 = cb * kCols, w = std::min(kCols, F - c0);
     float x[kCols];
@@ -93,7 +114,7 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
       float* g = dh + r * F + c0;
       if (drop.active()) dropout_inplace(g, w, base + static_cast<std::uint64_t>(r * F + c0), drop);
       widen(x, pre + r * F + c0, w);
-      activation_backward(a, g, g, x, w);
+      backward_range(a, g, g, x, w);
       if (db != nullptr)
         for (std::int64_t j = 0; j < w; ++j) db[c0 + j] += g[j];
       narrow(dpre + r * F + c0, g, w);
