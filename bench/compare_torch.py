@@ -14,7 +14,7 @@ pass with multihead on OpenBLAS as well, so the table separates what the GEMM
 backend gives from what the rest of the layer gives (the PyTorch column is
 one measurement shared by both rows).
 
-    scripts/setup.sh --torch
+    scripts/setup.sh
     /usr/bin/python3 bench/compare_torch.py --threads 2
 
 PyTorch is timed at its fastest for each mode: forward in eval mode under

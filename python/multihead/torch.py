@@ -1,0 +1,278 @@
+"""multihead's fused attention for PyTorch on the CPU.
+
+- scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+  PyTorch 2.x's function (a boolean mask's True means *attend*; a float mask is added; a query that
+  can see no key gets zeros and zero gradients), forward and backward on the fused kernels: only
+  the per-row log-sum-exp is kept for backward, nothing of size L x S.
+- MultiheadAttention: torch.nn.MultiheadAttention with its forward on the fused kernels; the same
+  constructor, parameters, state_dict names and results (PyTorch 2.x's, for fully masked rows).
+- accelerate(model): makes every nn.MultiheadAttention inside a model this one, in place, keeping
+  its weights.
+
+Tensors are used where they lie (no copies) when their last dimension is contiguous. float32 and
+bfloat16 run the fused kernels (bfloat16 multiplies in bf16 where the CPU has bf16 units); float64
+runs the reference kernels, which keep the (L, S) weights, for checking.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _multihead as _mh
+
+__all__ = ["scaled_dot_product_attention", "MultiheadAttention", "accelerate"]
+
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float64: "float64"}
+
+
+def _check_tensor(name, t, dtypes=tuple(_DTYPES)):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} is on {t.device}: multihead runs on the CPU")
+    if t.layout != torch.strided:
+        raise ValueError(f"{name} must be a dense tensor, got layout {t.layout}")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must be {names}, got {str(t.dtype).replace('torch.', '')}")
+
+
+def _rows(t):
+    """t (B, P, X) as the kernels read it: last dimension contiguous."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _view(t):
+    return _mh.View(t.data_ptr(), t.stride(0), t.stride(1))
+
+
+def _seed(dropout_p):
+    """A dropout seed from PyTorch's generator, so torch.manual_seed makes runs repeatable."""
+    return int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item()) if dropout_p > 0 else 0
+
+
+class _MaskSet:
+    """Masks in the kernels' polarity (nonzero bool: masked; floats added), kept alive as tensors."""
+
+    def __init__(self, dtype):
+        self.dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        self.tensors = []
+        self.masks = _mh.Masks()
+
+    def _keep(self, t):
+        t = t.contiguous()
+        self.tensors.append(t)
+        return t.data_ptr()
+
+    def key_padding(self, mask):
+        if mask.dtype == torch.bool or mask.dtype == torch.uint8:
+            self.masks.key_padding_bool = self._keep(mask.to(torch.uint8))
+        else:
+            self.masks.key_padding_add = self._keep(mask.to(self.dtype))
+
+    def attn(self, mask, masked, per_head):
+        """mask: (L, S) or (B*H, L, S); masked: True where a nonzero bool means masked."""
+        self.masks.attn_per_head = per_head
+        if mask.dtype == torch.bool or mask.dtype == torch.uint8:
+            m = mask.bool() if masked else ~mask.bool()
+            self.masks.attn_bool = self._keep(m.to(torch.uint8))
+        else:
+            self.masks.attn_add = self._keep(mask.to(self.dtype))
+
+
+class _Attention(torch.autograd.Function):
+    """Attention over heads split by strides: q (B, L, H*D), k (B, S, H*D), v (B, S, H*Dv)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, heads, mask_set, scale, dropout_p, need_weights, average):
+        B, L, S = q.shape[0], q.shape[1], k.shape[1]
+        D, Dv = q.shape[2] // heads, v.shape[2] // heads
+        dims = [B, heads, L, S, D, Dv]
+        seed = _seed(dropout_p)
+        out = q.new_empty(B, L, heads * Dv)
+        weights = None
+        if q.dtype == torch.float64:
+            saved = q.new_empty(B, heads, L, S)  # the probabilities
+            _mh.ref_forward(_view(out), saved.data_ptr(), _view(q), _view(k), _view(v), dims, mask_set.masks,
+                            scale, dropout_p, seed)
+            if need_weights:
+                weights = q.new_empty((B, L, S) if average else (B, heads, L, S))
+                _mh.ref_weights(weights.data_ptr(), saved.data_ptr(), dims, average, dropout_p, seed)
+        else:
+            dtype = _DTYPES[q.dtype]
+            saved = torch.empty(B, heads, L, dtype=torch.float32)  # the log-sum-exp of each row
+            _mh.fused_forward(dtype, _view(out), saved.data_ptr(), _view(q), _view(k), _view(v), dims,
+                              mask_set.masks, scale, dropout_p, seed)
+            if need_weights:
+                weights = torch.empty((B, L, S) if average else (B, heads, L, S), dtype=torch.float32)
+                _mh.fused_weights(dtype, weights.data_ptr(), average, saved.data_ptr(), _view(q), _view(k), dims,
+                                  mask_set.masks, scale, dropout_p, seed)
+                weights = weights.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, saved)
+        ctx.args = (dims, mask_set, scale, dropout_p, seed)
+        if weights is not None:
+            ctx.mark_non_differentiable(weights)
+        return out, weights
+
+    @staticmethod
+    def backward(ctx, dout, _dweights):
+        q, k, v, out, saved = ctx.saved_tensors
+        dims, mask_set, scale, dropout_p, seed = ctx.args
+        grad_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dout = dout.to(grad_dtype).contiguous()
+        dq = torch.empty(q.shape, dtype=grad_dtype)
+        dk = torch.empty(k.shape, dtype=grad_dtype)
+        dv = torch.empty(v.shape, dtype=grad_dtype)
+        if q.dtype == torch.float64:
+            _mh.ref_backward(_view(dq), _view(dk), _view(dv), saved.data_ptr(), _view(dout), _view(q), _view(k),
+                             _view(v), dims, mask_set.masks, scale, dropout_p, seed)
+        else:
+            _mh.fused_backward(_DTYPES[q.dtype], _view(dq), _view(dk), _view(dv), saved.data_ptr(), _view(out),
+                               _view(dout), _view(q), _view(k), _view(v), dims, mask_set.masks, scale, dropout_p,
+                               seed)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x) on the fused kernels.
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev), the same leading dimensions; attn_mask
+    broadcastable to (..., L, S), boolean (True: attend) or float (added). A query row that can see
+    no key gives zeros, and zero gradients.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check_tensor(name, t)
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., positions, features), got {t.dim()}")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise TypeError(f"query, key and value must have one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+    lead = query.shape[:-2]
+    if key.shape[:-2] != lead or value.shape[:-2] != lead:
+        raise ValueError(f"query, key and value must share their leading dimensions, got {tuple(query.shape)}, "
+                         f"{tuple(key.shape)}, {tuple(value.shape)}")
+    L, E, S = query.shape[-2], query.shape[-1], key.shape[-2]
+    if key.shape[-1] != E or value.shape[-2] != S:
+        raise ValueError(f"key must be (..., S, {E}) and value (..., S, Ev), got {tuple(key.shape)} and "
+                         f"{tuple(value.shape)}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if is_causal and attn_mask is not None:
+        raise ValueError("attn_mask and is_causal cannot both be given")
+    if scale is None:
+        scale = 1.0 / math.sqrt(E)
+    G = math.prod(lead)
+    q = _rows(query.reshape(G, L, E))
+    k = _rows(key.reshape(G, S, E))
+    v = _rows(value.reshape(G, S, value.shape[-1]))
+    masks = _MaskSet(query.dtype)
+    masks.masks.causal = bool(is_causal)
+    if attn_mask is not None:
+        _check_tensor("attn_mask", attn_mask, (torch.bool, torch.float32, torch.float64, torch.bfloat16))
+        try:
+            full = attn_mask.expand(*lead, L, S) if attn_mask.dim() > 2 or lead else attn_mask.expand(L, S)
+        except RuntimeError:
+            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                             f"{tuple(lead) + (L, S)}") from None
+        if attn_mask.dim() <= 2:
+            masks.attn(attn_mask.expand(L, S), masked=False, per_head=False)
+        else:
+            masks.attn(full.reshape(G, L, S), masked=False, per_head=True)
+    out, _ = _Attention.apply(q, k, v, 1, masks, float(scale), float(dropout_p), False, True)
+    return out.reshape(*lead, L, value.shape[-1])
+
+
+class MultiheadAttention(nn.MultiheadAttention):
+    """torch.nn.MultiheadAttention whose attention runs on multihead's fused kernels.
+
+    The same constructor, parameters and state_dict; forward takes the same arguments (and
+    is_causal, as in PyTorch 2.x) and gives the same results. Attention weights (need_weights)
+    are recomputed from the kernel's saved log-sum-exp and returned without a gradient.
+    """
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            _check_tensor(name, t)
+        batched = query.dim() == 3
+        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
+            raise ValueError(f"query, key and value must all be 2-D (unbatched) or 3-D, got "
+                             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        if not batched:
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        B, L, E = query.shape
+        S = key.shape[1]
+        H = self.num_heads
+        if E != self.embed_dim:
+            raise ValueError(f"query has {E} features, expected embed_dim {self.embed_dim}")
+        if key.shape[0] != B or value.shape[:2] != key.shape[:2]:
+            raise ValueError(f"key and value must be (batch {B}, S, features) with the same S, got "
+                             f"{tuple(key.shape)} and {tuple(value.shape)}")
+        if key.shape[2] != self.kdim or value.shape[2] != self.vdim:
+            raise ValueError(f"key must have kdim {self.kdim} and value vdim {self.vdim} features, got "
+                             f"{key.shape[2]} and {value.shape[2]}")
+
+        # Projections on PyTorch's own matmul; one packed product for self-attention.
+        if self._qkv_same_embed_dim and query is key and key is value:
+            q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split(E, dim=-1)
+        else:
+            if self._qkv_same_embed_dim:
+                w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+            else:
+                w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+            b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
+            q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        if self.bias_k is not None:
+            k = torch.cat([k, self.bias_k.expand(B, 1, E)], dim=1)
+            v = torch.cat([v, self.bias_v.expand(B, 1, E)], dim=1)
+        if self.add_zero_attn:
+            k = torch.cat([k, k.new_zeros(B, 1, E)], dim=1)
+            v = torch.cat([v, v.new_zeros(B, 1, E)], dim=1)
+
+        masks = _MaskSet(q.dtype)
+        masks.masks.masked_cols = S  # the bias_k and zero keys are never masked
+        if key_padding_mask is not None:
+            _check_tensor("key_padding_mask", key_padding_mask,
+                          (torch.bool, torch.uint8, torch.float32, torch.float64, torch.bfloat16))
+            if tuple(key_padding_mask.shape) != (B, S):
+                raise ValueError(f"key_padding_mask must be ({B}, {S}), got {tuple(key_padding_mask.shape)}")
+            masks.key_padding(key_padding_mask)
+        if is_causal:
+            masks.masks.causal = True  # PyTorch 2.x: attn_mask, if given, is the causal mask this stands for
+        elif attn_mask is not None:
+            _check_tensor("attn_mask", attn_mask,
+                          (torch.bool, torch.uint8, torch.float32, torch.float64, torch.bfloat16))
+            if attn_mask.dim() == 2 and tuple(attn_mask.shape) == (L, S):
+                masks.attn(attn_mask, masked=True, per_head=False)
+            elif attn_mask.dim() == 3 and tuple(attn_mask.shape) == (B * H, L, S):
+                masks.attn(attn_mask, masked=True, per_head=True)
+            else:
+                raise ValueError(f"attn_mask must be ({L}, {S}) or ({B * H}, {L}, {S}), got "
+                                 f"{tuple(attn_mask.shape)}")
+
+        dropout = self.dropout if self.training else 0.0
+        out, weights = _Attention.apply(_rows(q), _rows(k), _rows(v), H, masks, 1.0 / math.sqrt(E // H),
+                                        dropout, bool(need_weights), bool(average_attn_weights))
+        out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
+        if not batched:
+            out = out.squeeze(0)
+            weights = weights.squeeze(0) if weights is not None else None
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
+        return out, weights
+
+
+def accelerate(model):
+    """Makes every torch.nn.MultiheadAttention inside model (model itself included) run on
+    multihead's kernels, in place and keeping its weights; returns model."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"accelerate takes a torch.nn.Module, got {type(model).__name__}")
+    for module in model.modules():
+        if type(module) is nn.MultiheadAttention:
+            module.__class__ = MultiheadAttention
+    return model

@@ -1,0 +1,247 @@
+"""multihead.torch against PyTorch's own attention: outputs and every gradient in float64 on random
+shapes, masks and flags; the fused float32 and bfloat16 paths against float64; accelerate() on a
+Transformer; and clear errors for bad input."""
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import multihead.torch as mt
+
+torch.set_num_threads(2)
+
+
+def sdpa_reference(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """PyTorch 2.x's scaled_dot_product_attention, in plain PyTorch (1.13 has none): a bool mask's
+    True attends; a row that sees no key gives zeros."""
+    L, S = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-1, -2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    allowed = torch.ones(L, S, dtype=torch.bool)
+    if is_causal:
+        allowed = allowed.tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        allowed = allowed & attn_mask
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v
+
+
+def grads(out, inputs, seed):
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out.dtype)
+    return torch.autograd.grad(out, inputs, g, allow_unused=True)
+
+
+def leaves(*shapes, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=gen, dtype=dtype).requires_grad_() for s in shapes]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sdpa_matches_pytorch_outputs_and_gradients(seed):
+    gen = torch.Generator().manual_seed(100 + seed)
+    pick = lambda *xs: xs[int(torch.randint(len(xs), (1,), generator=gen))]  # noqa: E731
+    lead = pick((), (3,), (2, 3))
+    L, S, E, Ev = pick(1, 5, 17), pick(1, 7, 33), pick(4, 8), pick(3, 8)
+    q, k, v = leaves((*lead, L, E), (*lead, S, E), (*lead, S, Ev), seed=seed)
+    kind = seed % 3
+    mask = None
+    if kind == 1:  # boolean, broadcast over the leading dimensions; every row keeps its first key
+        mask = torch.rand(L, S, generator=gen) > 0.3
+        mask[:, 0] = True
+    elif kind == 2:  # float, per leading element
+        mask = torch.randn(*lead, L, S, generator=gen, dtype=torch.float64)
+    causal = seed % 2 == 1 and mask is None
+    scale = pick(None, 0.3)
+    out = mt.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    want = sdpa_reference(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    for got, exp in zip(grads(out, (q, k, v), seed), grads(want, (q, k, v), seed)):
+        torch.testing.assert_close(got, exp, rtol=1e-11, atol=1e-11)
+
+
+def test_sdpa_fully_masked_rows_give_zeros_and_zero_gradients():
+    q, k, v = leaves((2, 4, 8), (2, 6, 8), (2, 6, 8), seed=3)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[1] = False  # query 1 attends nowhere
+    for dtype in (torch.float64, torch.float32):
+        qd, kd, vd = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+        out = mt.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask)
+        assert torch.all(out[:, 1] == 0)
+        dq, _, _ = grads(out, (qd, kd, vd), 1)
+        assert torch.all(dq[:, 1] == 0)
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
+def test_sdpa_fused_kernels_agree_with_float64(dtype, tol):
+    q, k, v = leaves((2, 4, 300, 32), (2, 4, 300, 32), (2, 4, 300, 32), seed=5)
+    mask = torch.rand(300, 300, generator=torch.Generator().manual_seed(1)) > 0.2
+    mask.fill_diagonal_(True)
+    want = mt.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    wq, wk, wv = grads(want, (q, k, v), 2)
+    ql, kl, vl = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+    out = mt.scaled_dot_product_attention(ql, kl, vl, attn_mask=mask)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), want.detach(), rtol=tol, atol=tol)
+    for got, exp in zip(grads(out, (ql, kl, vl), 2), (wq, wk, wv)):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), exp, rtol=10 * tol, atol=10 * tol)
+
+
+def test_sdpa_dropout_is_repeatable_under_manual_seed_and_keeps_the_expectation():
+    q, k, v = leaves((1, 64, 16), (1, 64, 16), (1, 64, 16), dtype=torch.float32, seed=6)
+    torch.manual_seed(7)
+    a = mt.scaled_dot_product_attention(q, k, v, dropout_p=0.3)
+    torch.manual_seed(7)
+    b = mt.scaled_dot_product_attention(q, k, v, dropout_p=0.3)
+    assert torch.equal(a, b)
+    plain = mt.scaled_dot_product_attention(q, k, v)
+    assert not torch.equal(a, plain)
+    mean = torch.stack([mt.scaled_dot_product_attention(q, k, v, dropout_p=0.3) for _ in range(200)]).mean(0)
+    assert (mean - plain).abs().mean() < 0.05
+
+
+def mha_pair(dtype=torch.float64, **kwargs):
+    torch.manual_seed(11)
+    theirs = nn.MultiheadAttention(**kwargs, dtype=dtype)
+    ours = mt.MultiheadAttention(**kwargs, dtype=dtype)
+    ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
+MHA_CASES = [
+    dict(embed_dim=16, num_heads=4),
+    dict(embed_dim=16, num_heads=2, batch_first=True),
+    dict(embed_dim=12, num_heads=3, bias=False),
+    dict(embed_dim=16, num_heads=4, add_bias_kv=True),
+    dict(embed_dim=16, num_heads=4, add_zero_attn=True, batch_first=True),
+    dict(embed_dim=16, num_heads=2, kdim=10, vdim=6),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MHA_CASES)))
+@pytest.mark.parametrize("masks", ["none", "bool", "float", "floatattn", "both3d"])
+@pytest.mark.parametrize("need_weights,average", [(True, True), (True, False), (False, True)])
+def test_multihead_attention_matches_pytorch(case, masks, need_weights, average):
+    kwargs = MHA_CASES[case]
+    theirs, ours = mha_pair(**kwargs)
+    E, H = kwargs["embed_dim"], kwargs["num_heads"]
+    kdim, vdim = kwargs.get("kdim", E), kwargs.get("vdim", E)
+    B, L, S = 3, 5, 7
+    first = kwargs.get("batch_first", False)
+    shape = lambda n, d: (B, n, d) if first else (n, B, d)  # noqa: E731
+    self_attention = kdim == E and vdim == E and case % 2 == 0
+    if self_attention:
+        (x,) = leaves(shape(L, E), seed=case)
+        query = key = value = x
+        S = L
+    else:
+        query, key, value = leaves(shape(L, E), shape(S, kdim), shape(S, vdim), seed=case)
+    gen = torch.Generator().manual_seed(case)
+    kpm = attn = None
+    if masks in ("bool", "floatattn", "both3d"):
+        kpm = torch.rand(B, S, generator=gen) > 0.7
+        kpm[:, 0] = False  # every row keeps a key: PyTorch 1.13 gives NaN otherwise
+    if masks == "float":  # PyTorch 1.13 adds a float key padding mask only when there is no other mask
+        kpm = torch.randn(B, S, generator=gen, dtype=torch.float64)
+    if masks == "floatattn":
+        attn = torch.randn(L, S, generator=gen, dtype=torch.float64)
+    if masks == "bool":
+        attn = torch.rand(L, S, generator=gen) > 0.7
+        attn[:, 0] = False
+    if masks == "both3d":
+        attn = torch.randn(B * H, L, S, generator=gen, dtype=torch.float64)
+    args = dict(key_padding_mask=kpm, attn_mask=attn, need_weights=need_weights, average_attn_weights=average)
+    out, w = ours(query, key, value, **args)
+    want, want_w = theirs(query, key, value, **args)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    if need_weights:
+        torch.testing.assert_close(w, want_w.detach(), rtol=1e-10, atol=1e-10)
+    else:
+        assert w is None and want_w is None
+    inputs = [query] if self_attention else [query, key, value]
+    ours_params = [p for _, p in sorted(ours.named_parameters())]
+    theirs_params = [p for _, p in sorted(theirs.named_parameters())]
+    for got, exp in zip(grads(out, inputs + ours_params, 9), grads(want, inputs + theirs_params, 9)):
+        torch.testing.assert_close(got, exp, rtol=1e-9, atol=1e-10)
+
+
+def test_multihead_attention_unbatched_and_causal():
+    theirs, ours = mha_pair(embed_dim=8, num_heads=2)
+    (x,) = leaves((6, 8), seed=4)
+    causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
+    out, w = ours(x, x, x, attn_mask=causal)
+    want, want_w = theirs(x, x, x, attn_mask=causal)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(w, want_w.detach())
+    out_hint, _ = ours(x, x, x, attn_mask=causal, is_causal=True, need_weights=False)
+    torch.testing.assert_close(out_hint, want)
+
+
+def test_multihead_attention_fused_float32_agrees_with_float64():
+    theirs, ours = mha_pair(embed_dim=64, num_heads=4, batch_first=True)
+    ours32 = mt.MultiheadAttention(64, 4, batch_first=True)
+    ours32.load_state_dict({k: v.float() for k, v in theirs.state_dict().items()})
+    (x,) = leaves((2, 200, 64), seed=8)
+    want, _ = theirs(x, x, x, need_weights=False)
+    got, _ = ours32(x.detach().float(), x.detach().float(), x.detach().float(), need_weights=False)
+    torch.testing.assert_close(got.double(), want.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_accelerate_trains_a_transformer_step_for_step_like_pytorch():
+    torch.manual_seed(3)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True,
+                                       dtype=torch.float64)
+    theirs = nn.TransformerEncoder(layer, num_layers=2)
+    ours = mt.accelerate(copy.deepcopy(theirs))
+    assert sum(type(m) is mt.MultiheadAttention for m in ours.modules()) == 2
+    assert not any(type(m) is nn.MultiheadAttention for m in ours.modules())
+    opt_t = torch.optim.AdamW(theirs.parameters(), lr=1e-3)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(4)
+    for step in range(5):
+        x = torch.randn(4, 10, 32, generator=gen, dtype=torch.float64)
+        pad = torch.zeros(4, 10, dtype=torch.bool)
+        pad[1, 7:] = True
+        losses = []
+        for model, opt in ((theirs, opt_t), (ours, opt_o)):
+            opt.zero_grad()
+            loss = model(x, src_key_padding_mask=pad).pow(2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-10), f"step {step}"
+
+
+def test_bad_inputs_raise_clear_python_errors():
+    q = torch.randn(2, 4, 8)
+    with pytest.raises(TypeError, match="query must be a torch.Tensor"):
+        mt.scaled_dot_product_attention([1.0], q, q)
+    with pytest.raises(TypeError, match="must be float32, bfloat16, float64, got int64"):
+        mt.scaled_dot_product_attention(q.long(), q.long(), q.long())
+    with pytest.raises(ValueError, match="share their leading dimensions"):
+        mt.scaled_dot_product_attention(q, torch.randn(3, 4, 8), torch.randn(3, 4, 8))
+    with pytest.raises(ValueError, match="key must be"):
+        mt.scaled_dot_product_attention(q, torch.randn(2, 4, 7), q)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="cannot both be given"):
+        mt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(4, 4, dtype=torch.bool), is_causal=True)
+    with pytest.raises(TypeError, match="one dtype"):
+        mt.scaled_dot_product_attention(q, q.double(), q)
+    with pytest.raises(ValueError, match="dense"):
+        mt.scaled_dot_product_attention(q.to_sparse(), q, q)
+    mha = mt.MultiheadAttention(8, 2, batch_first=True)
+    with pytest.raises(ValueError, match="key_padding_mask must be"):
+        mha(q, q, q, key_padding_mask=torch.zeros(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="attn_mask must be"):
+        mha(q, q, q, attn_mask=torch.zeros(5, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="expected embed_dim 8"):
+        mha(torch.randn(2, 4, 6), torch.randn(2, 4, 6), torch.randn(2, 4, 6))
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        mt.accelerate("model")
