@@ -2,8 +2,12 @@
 
     import multihead.torch   # fused attention for PyTorch: scaled_dot_product_attention,
                              # MultiheadAttention, accelerate(model)
+    run = multihead.load_run("runs/spam")
+    run.predict(["Win money now", "Meeting at 3"])   # [{'label': 'spam', 'probabilities': {...}}, ...]
+    run.attention("Win money now")                   # tokens and (layers, heads, T, T) weights
+    multihead.load_run("runs/moby-dick").generate("Call me", tokens=100)
 """
 
-from ._multihead import __version__, machine, set_num_threads
+from ._multihead import TrainedRun, __version__, load_run, machine, set_num_threads
 
-__all__ = ["__version__", "machine", "set_num_threads"]
+__all__ = ["TrainedRun", "__version__", "load_run", "machine", "set_num_threads"]

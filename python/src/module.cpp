@@ -2,12 +2,15 @@
 // (multihead/torch.py) checks every tensor (device, dtype, shape, strides)
 // and passes raw pointers to memory that PyTorch owns, so nothing is copied;
 // these functions only trust what it checked. Errors of the library arrive in
-// Python as ValueError; the GIL is released while the kernels run.
+// Python as ValueError; the GIL is released while the kernels run. Trained
+// runs (tasks/trained_run.h) are exposed as they are.
 #include <cstdint>
 #include <string>
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
 
 #include "multihead/core/error.h"
 #include "multihead/core/tensor.h"
@@ -15,6 +18,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/machine.h"
+#include "multihead/tasks/trained_run.h"
 
 namespace py = pybind11;
 
@@ -167,6 +171,62 @@ PYBIND11_MODULE(_multihead, m) {
   m.def("ref_forward", &ref_forward, release);
   m.def("ref_backward", &ref_backward, release);
   m.def("ref_weights", &ref_weights, release);
+  py::class_<TrainedRun>(m, "TrainedRun", "A finished run of `multihead train` (multihead.load_run)")
+      .def_property_readonly("task", &TrainedRun::task)
+      .def_property_readonly("labels", &TrainedRun::labels, "A classifier's class names")
+      .def(
+          "predict",
+          [](TrainedRun& run, const std::vector<std::string>& texts) {
+            std::vector<Prediction> predictions;
+            {
+              py::gil_scoped_release unlocked;
+              predictions = run.predict(texts);
+            }
+            const std::vector<std::string> labels = run.labels();
+            py::list out;
+            for (const Prediction& p : predictions) {
+              py::dict probabilities;
+              for (std::size_t c = 0; c < labels.size(); ++c) probabilities[py::str(labels[c])] = p.probabilities[c];
+              out.append(py::dict(py::arg("label") = p.label, py::arg("probabilities") = probabilities));
+            }
+            return out;
+          },
+          py::arg("texts"),
+          "Each text's predicted label and class probabilities: [{'label': ..., 'probabilities': {...}}]")
+      .def(
+          "generate",
+          [](TrainedRun& run, const std::string& prompt, std::int64_t tokens, double temperature, std::int64_t top_k,
+             double top_p, std::uint64_t seed) {
+            return run.generate(prompt, tokens, SamplingConfig{temperature, top_k, top_p, seed});
+          },
+          py::arg("prompt"), py::arg("tokens") = 200, py::arg("temperature") = 0.8, py::arg("top_k") = 0,
+          py::arg("top_p") = 0.95, py::arg("seed") = 0, release,
+          "A language model's continuation of prompt (temperature 0: greedy)")
+      .def(
+          "attention",
+          [](TrainedRun& run, const std::string& text, std::int64_t max_tokens) {
+            AttentionMaps maps;
+            {
+              py::gil_scoped_release unlocked;
+              maps = run.attention(text, max_tokens);
+            }
+            py::array_t<float> weights({maps.layers, maps.heads, maps.T, maps.T});
+            std::copy(maps.weights.begin(), maps.weights.end(), weights.mutable_data());
+            py::dict out(py::arg("tokens") = maps.tokens, py::arg("weights") = weights);
+            out["prediction"] = maps.prediction.empty() ? py::object(py::none()) : py::object(py::str(maps.prediction));
+            return out;
+          },
+          py::arg("text"), py::arg("max_tokens") = 64,
+          "Every layer's and head's attention over text: {'tokens': [...], 'weights': array (layers, heads, T, T), "
+          "'prediction': a classifier's label or None}");
+  m.def(
+      "load_run",
+      [](const std::filesystem::path& path, int threads, const std::string& precision) {
+        return TrainedRun::load(path.string(), threads,
+                                precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
+      },
+      py::arg("path"), py::arg("threads") = 0, py::arg("precision") = "",
+      "The trained model of a run directory of `multihead train` (a text classifier or a language model)");
   m.def("set_num_threads", &set_num_threads, py::arg("threads"),
         "Threads for the kernels (0: all cores), as the CLI's --threads");
   m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");

@@ -214,7 +214,8 @@ std::vector<std::string> write_heatmaps(VisionTransformer& model, const Tensor& 
   const std::int64_t G = model.config().image_size / model.config().patch;
   std::vector<std::string> labels = {"cls"};
   for (std::int64_t p = 0; p < model.config().patches(); ++p) labels.push_back(fmt::format("{},{}", p / G, p % G));
-  const auto names = attention_heatmaps(model.encoder(), last, labels, run.file("plots"), "attention_layer");
+  const auto names =
+      write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer");
   model.clear_cache();
   return names;
 }

@@ -11,6 +11,7 @@
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/tasks/inspect.h"
+#include "multihead/tasks/trained_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
 
@@ -194,7 +195,8 @@ std::vector<std::string> write_heatmaps(LanguageModel& model, const Tokenizer& t
   model.encoder().layer(last).set_capture_weights(true);
   model.forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), ForwardContext{});
   model.encoder().layer(last).set_capture_weights(false);
-  const auto names = attention_heatmaps(model.encoder(), last, labels, run.file("plots"), "attention_layer");
+  const auto names =
+      write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer");
   model.clear_cache();
   return names;
 }
@@ -299,14 +301,7 @@ std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::st
 
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
                               const SamplingConfig& sampling, int threads, std::optional<Precision> precision) {
-  check_utf8(prompt, "the prompt");
-  set_num_threads(threads);
-  const RunConfig cfg = read_run_config(run_dir);
-  auto r = load_run(LanguageModelJob::from_json(cfg.json, cfg.path), run_dir);
-  if (precision) r->job.train.precision = *precision;
-  std::vector<std::int64_t> ids = r->tok->encode(prompt);
-  check<ConfigError>(!ids.empty(), "the prompt is empty");
-  return r->tok->decode(generate(*r->model, ids, tokens, sampling, r->job.train.seq_len, r->job.train.precision));
+  return TrainedRun::load(run_dir, threads, precision)->generate(prompt, tokens, sampling);
 }
 
 }  // namespace multihead

@@ -198,8 +198,8 @@ std::vector<std::string> write_heatmaps(SequenceClassifier& model, const Tokeniz
   model.encoder().set_capture_weights(false);
   std::vector<std::string> labels;
   for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) labels.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
-  const auto names = attention_heatmaps(model.encoder(), 0, labels, run.file("plots"), "attention_layer",
-                                        fmt::format(" (label: {})", label));
+  const auto names = write_heatmaps(captured_attention(model.encoder(), 0, labels), run.file("plots"),
+                                    "attention_layer", fmt::format(" (label: {})", label));
   model.clear_cache();
   return names;
 }
@@ -287,7 +287,8 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
                      {"train_seconds", result.train_seconds},
                      {"steps", result.steps},
                      {"skipped_steps", result.skipped_steps},
-                     {"tokens_per_s", result.tokens_per_s}});
+                     {"tokens_per_s", result.tokens_per_s},
+                     {"labels", data.dataset.label_names}});
 
   const std::int64_t ex = data.test.front();
   const std::vector<std::string> heatmaps =

@@ -290,8 +290,8 @@ TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   CliRun in = run("inspect --run " + out.string() + " --text 'abc' --out " + (dir / "maps").string());
   EXPECT_EQ(in.code, 2);
   EXPECT_EQ(in.err, "multihead: error: " + (out / "config.json").string() +
-                        ": inspect reads text classification and language model runs, this run's task is "
-                        "'sequence_task'\n");
+                        ": inspect and load_run read text classification and language model runs, this "
+                        "run's task is 'sequence_task'\n");
   EXPECT_FALSE(fs::exists(dir / "maps"));
 }
 

@@ -1,5 +1,5 @@
 // Looking inside a trained model: the attention weights of every layer and
-// head for one input, as heatmap PNGs with token labels.
+// head for one input, as arrays and as heatmap PNGs with token labels.
 #pragma once
 
 #include <cstdint>
@@ -10,18 +10,33 @@
 
 namespace multihead {
 
-// Heatmaps of the attention weights that the layers from first_layer on
-// captured (set_capture_weights) for batch item 0: one PNG per layer and
-// head, dir/{prefix}{layer}_head{head}.png, titled "layer l, head h" and
-// title_suffix, with the tokens as labels. Returns the file names.
-std::vector<std::string> attention_heatmaps(TransformerEncoder& encoder, std::int64_t first_layer,
-                                            const std::vector<std::string>& tokens, const std::string& dir,
-                                            const std::string& prefix, const std::string& title_suffix = "");
+// Attention weights captured for one input (batch item 0), layers
+// first_layer .. first_layer + layers - 1.
+struct AttentionMaps {
+  std::vector<std::string> tokens;  // T labels
+  std::int64_t first_layer = 0, layers = 0, heads = 0, T = 0;
+  std::vector<float> weights;  // (layers, heads, T, T): rows are queries, columns keys
+  std::string prediction;      // classifiers: the predicted class
+  const float* map(std::int64_t layer, std::int64_t head) const {
+    return weights.data() + ((layer - first_layer) * heads + head) * T * T;
+  }
+};
+
+// What the layers from first_layer on captured (set_capture_weights) in the
+// last forward.
+AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first_layer,
+                                 std::vector<std::string> tokens);
+
+// One PNG per layer and head, dir/{prefix}{layer}_head{head}.png, titled
+// "layer l, head h" and title_suffix, with the tokens as labels. Returns the
+// file names.
+std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::string& dir, const std::string& prefix,
+                                        const std::string& title_suffix = "");
 
 struct InspectResult {
   std::vector<std::string> files;  // the PNGs written
   std::vector<std::string> tokens;
-  std::string prediction;          // classifiers: the predicted label
+  std::string prediction;          // classifiers: the predicted class
 };
 
 // run_dir: a run of `multihead train` (classifier or language model).

@@ -1,0 +1,44 @@
+// A finished run of `multihead train`, loaded for use: a text classifier's
+// predictions, a language model's continuations, and the attention of
+// either for one input (what `inspect`, `generate` and Python's
+// multihead.load_run use). Only the run directory is read: config.json,
+// tokenizer/ and the last checkpoint (the data need not be there).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "multihead/core/precision.h"
+#include "multihead/tasks/generation.h"
+#include "multihead/tasks/inspect.h"
+
+namespace multihead {
+
+struct Prediction {
+  std::string label;                 // the most likely class
+  std::vector<double> probabilities;  // of every class, in labels() order
+};
+
+class TrainedRun {
+ public:
+  // Text classification and language model runs; another kind is a
+  // ConfigError naming it. precision: of the activations (default the run's).
+  static std::unique_ptr<TrainedRun> load(const std::string& run_dir, int threads = 0,
+                                          std::optional<Precision> precision = std::nullopt);
+  virtual ~TrainedRun() = default;
+
+  virtual const char* task() const = 0;
+  // Classifiers: the class names (as the dataset named them when the run
+  // recorded them, else "0", "1", ...) and each text's prediction.
+  virtual std::vector<std::string> labels() const;
+  virtual std::vector<Prediction> predict(const std::vector<std::string>& texts);
+  // Language models: the prompt's continuation by `tokens` sampled tokens.
+  virtual std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling);
+  // Every layer's and head's attention over the first max_tokens tokens of
+  // text (a classifier's [CLS] first).
+  virtual AttentionMaps attention(const std::string& text, std::int64_t max_tokens) = 0;
+};
+
+}  // namespace multihead

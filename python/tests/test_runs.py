@@ -1,0 +1,83 @@
+"""multihead.load_run on runs that `multihead train` (the CLI) wrote: a classifier's predictions
+and attention, a language model's samples, and clear errors."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import multihead
+
+CLI = os.environ.get("MULTIHEAD_CLI", "build/multihead")
+
+
+def train(tmp_path, name, *args):
+    out = tmp_path / name
+    subprocess.run([CLI, "train", "--quiet", "--threads", "1", "--out", str(out), *args], check=True,
+                   capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("classifier")
+    with open(tmp / "tiny.csv", "w") as f:
+        f.write("text,label\n")
+        pos = ["good great fine", "great good day", "fine good nice", "nice great good"]
+        neg = ["bad awful poor", "poor bad day", "awful poor bad", "bad poor nasty"]
+        for r in range(12):
+            f.write(f"{pos[r % 4]},pos\n{neg[r % 4]},neg\n")
+    return train(tmp, "run", "--source", "csv", "--data", str(tmp / "tiny.csv"), "--tokenizer", "word",
+                 "--vocab-size", "64", "--epochs", "8", "--d-model", "16", "--num-heads", "2", "--num-layers", "1",
+                 "--batch", "4", "--max-len", "8", "--lr", "0.01")
+
+
+def test_a_classifier_predicts_with_its_labels_and_shows_its_attention(classifier_run):
+    run = multihead.load_run(classifier_run, threads=1)
+    assert run.task == "text_classification"
+    assert run.labels == json.load(open(classifier_run / "results.json"))["labels"]
+    assert sorted(run.labels) == ["neg", "pos"]
+    preds = run.predict(["good great fine", "bad awful poor"])
+    assert [p["label"] for p in preds] == ["pos", "neg"]
+    for p in preds:
+        assert set(p["probabilities"]) == {"pos", "neg"}
+        assert sum(p["probabilities"].values()) == pytest.approx(1.0)
+        assert p["probabilities"][p["label"]] == max(p["probabilities"].values())
+    att = run.attention("good great day", max_tokens=8)
+    assert att["tokens"] == ["<cls>", "good", "great", "day"]
+    w = att["weights"]
+    assert isinstance(w, np.ndarray) and w.shape == (1, 2, 4, 4) and w.dtype == np.float32
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-5)
+    assert att["prediction"] in ("pos", "neg")
+    with pytest.raises(ValueError, match="generate needs a language model run"):
+        run.generate("good")
+    with pytest.raises(ValueError, match="invalid UTF-8|has no tokens"):
+        run.predict([""])
+
+
+def test_a_language_model_generates(tmp_path):
+    with open(tmp_path / "tiny.txt", "w") as f:
+        f.write("the whale swam on. the sea was calm.\n" * 60)
+    out = train(tmp_path, "lm", "--preset", "moby-dick", "--data", str(tmp_path / "tiny.txt"), "--steps", "20",
+                "--d-model", "16", "--num-heads", "2", "--num-layers", "1", "--batch", "4", "--max-len", "16")
+    run = multihead.load_run(out, threads=1)
+    assert run.task == "language_modeling"
+    text = run.generate("the wh", tokens=12, temperature=0)
+    assert text.startswith("the wh") and len(text) == len("the wh") + 12
+    assert run.generate("the wh", tokens=12, temperature=0) == text  # greedy is deterministic
+    att = run.attention("the whale", max_tokens=5)
+    assert att["weights"].shape == (1, 2, 5, 5)
+    assert att["prediction"] is None
+    np.testing.assert_allclose(np.triu(att["weights"][0, 0], 1), 0.0)  # causal
+    with pytest.raises(ValueError, match="a language_modeling run has no classes"):
+        run.labels
+
+
+def test_runs_that_cannot_be_loaded_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="cannot open"):
+        multihead.load_run(tmp_path / "nothing")
+    out = train(tmp_path, "seq", "--preset", "reverse", "--steps", "2", "--d-model", "16", "--num-heads", "2")
+    with pytest.raises(ValueError, match="this run's task is 'sequence_task'"):
+        multihead.load_run(out)

@@ -1,0 +1,178 @@
+#include "multihead/tasks/trained_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "multihead/core/error.h"
+#include "multihead/core/threading.h"
+#include "multihead/data/batching.h"
+#include "multihead/data/text_datasets.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
+#include "multihead/io/run_dir.h"
+#include "multihead/io/state_dict.h"
+#include "multihead/tasks/jobs.h"
+
+namespace multihead {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tokens of a text, checked: valid UTF-8 and at least one token.
+std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& text, const char* what) {
+  check_utf8(text, what);
+  std::vector<std::int64_t> ids = tok.encode(text);
+  check<ConfigError>(!ids.empty(), "{} has no tokens", what);
+  return ids;
+}
+
+// What every loaded run has: its tokenizer and its weights.
+class LoadedRun : public TrainedRun {
+ protected:
+  LoadedRun(const std::string& dir, Precision precision)
+      : dir_(dir), precision_(precision), tok_(Tokenizer::load((fs::path(dir) / "tokenizer").string())) {}
+  void load_weights() {
+    store_.finalize();
+    load_state_dict_file(store_, last_checkpoint_path(dir_), true);
+  }
+  std::string dir_;
+  Precision precision_;
+  std::unique_ptr<Tokenizer> tok_;
+  ParamStore store_;
+};
+
+class ClassifierRun final : public LoadedRun {
+ public:
+  ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
+      : LoadedRun(dir, precision), job_(job) {
+    model_ = std::make_unique<SequenceClassifier>(store_, job_.model);
+    load_weights();
+    // results.json names the classes (runs made before it did: their numbers).
+    const fs::path results = fs::path(dir) / "results.json";
+    if (fs::exists(results)) {
+      const nlohmann::json r = nlohmann::json::parse(read_file(results.string()), nullptr, false);
+      if (r.is_object() && r.contains("labels") && r["labels"].is_array() &&
+          static_cast<std::int64_t>(r["labels"].size()) == job_.model.num_classes)
+        for (const auto& l : r["labels"]) labels_.push_back(l.is_string() ? l.get<std::string>() : l.dump());
+    }
+    if (labels_.empty())
+      for (std::int64_t c = 0; c < job_.model.num_classes; ++c) labels_.push_back(std::to_string(c));
+  }
+
+  const char* task() const override { return TextClassificationJob::kTask; }
+  std::vector<std::string> labels() const override { return labels_; }
+
+  std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
+    std::vector<std::vector<std::int64_t>> ids;
+    for (const std::string& t : texts) ids.push_back(encode_text(*tok_, t, "a text to classify"));
+    std::vector<Prediction> out;
+    const ForwardContext ctx = eval_context(precision_);
+    for (std::size_t b0 = 0; b0 < ids.size(); b0 += static_cast<std::size_t>(job_.eval_batch)) {
+      const std::size_t b1 = std::min(ids.size(), b0 + static_cast<std::size_t>(job_.eval_batch));
+      std::vector<const std::vector<std::int64_t>*> part;
+      for (std::size_t i = b0; i < b1; ++i) part.push_back(&ids[i]);
+      TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, true);
+      Tensor logits = model_->forward(tb.ids, &tb.padding, ctx);  // (B, C)
+      const std::int64_t C = logits.dim(1);
+      for (std::int64_t r = 0; r < logits.dim(0); ++r) {
+        const float* z = logits.f32() + r * C;
+        const float top = *std::max_element(z, z + C);
+        Prediction p;
+        double sum = 0;
+        for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c] - top));
+        for (std::int64_t c = 0; c < C; ++c) p.probabilities.push_back(std::exp(static_cast<double>(z[c] - top)) / sum);
+        p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
+        out.push_back(std::move(p));
+      }
+      model_->clear_cache();
+    }
+    return out;
+  }
+
+  AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
+    check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
+    const std::vector<std::int64_t> ids = encode_text(*tok_, text, "the text");
+    TokenBatch tb = make_token_batch({&ids}, {0}, std::min(max_tokens, job_.max_len), true);
+    std::vector<std::string> tokens;
+    for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) tokens.push_back(tok_->piece(tb.ids.data<std::int64_t>()[l]));
+    model_->encoder().set_capture_weights(true);
+    Tensor logits = model_->forward(tb.ids, &tb.padding, eval_context(precision_));
+    model_->encoder().set_capture_weights(false);
+    AttentionMaps maps = captured_attention(model_->encoder(), 0, std::move(tokens));
+    const std::int64_t C = logits.dim(1);
+    maps.prediction = labels_[static_cast<std::size_t>(std::max_element(logits.f32(), logits.f32() + C) - logits.f32())];
+    model_->clear_cache();
+    return maps;
+  }
+
+ private:
+  TextClassificationJob job_;
+  std::unique_ptr<SequenceClassifier> model_;
+  std::vector<std::string> labels_;
+};
+
+class LanguageModelRun final : public LoadedRun {
+ public:
+  LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
+      : LoadedRun(dir, precision), job_(job) {
+    model_ = std::make_unique<LanguageModel>(store_, job_.model);
+    load_weights();
+  }
+
+  const char* task() const override { return LanguageModelJob::kTask; }
+
+  std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling) override {
+    const std::vector<std::int64_t> ids = encode_text(*tok_, prompt, "the prompt");
+    return tok_->decode(multihead::generate(*model_, ids, tokens, sampling, job_.train.seq_len, precision_));
+  }
+
+  AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
+    check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
+    std::vector<std::int64_t> ids = encode_text(*tok_, text, "the text");
+    ids.resize(std::min<std::size_t>(ids.size(), static_cast<std::size_t>(max_tokens)));
+    std::vector<std::string> tokens;
+    for (auto id : ids) tokens.push_back(tok_->piece(id));
+    model_->encoder().set_capture_weights(true);
+    model_->forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), eval_context(precision_));
+    model_->encoder().set_capture_weights(false);
+    AttentionMaps maps = captured_attention(model_->encoder(), 0, std::move(tokens));
+    model_->clear_cache();
+    return maps;
+  }
+
+ private:
+  LanguageModelJob job_;
+  std::unique_ptr<LanguageModel> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir, int threads,
+                                             std::optional<Precision> precision) {
+  const RunConfig cfg = read_run_config(run_dir);
+  const Job job = job_from_json(cfg.json, cfg.path);
+  set_num_threads(threads);
+  if (const auto* j = std::get_if<TextClassificationJob>(&job))
+    return std::make_unique<ClassifierRun>(*j, run_dir, precision.value_or(j->train.precision));
+  if (const auto* j = std::get_if<LanguageModelJob>(&job))
+    return std::make_unique<LanguageModelRun>(*j, run_dir, precision.value_or(j->train.precision));
+  throw ConfigError(fmt::format("{}: inspect and load_run read text classification and language model runs, this "
+                                "run's task is '{}'",
+                                cfg.path, job_task(job)));
+}
+
+std::vector<std::string> TrainedRun::labels() const {
+  throw ConfigError(fmt::format("a {} run has no classes", task()));
+}
+
+std::vector<Prediction> TrainedRun::predict(const std::vector<std::string>&) {
+  throw ConfigError(fmt::format("predict needs a text classification run; this run's task is {}", task()));
+}
+
+std::string TrainedRun::generate(const std::string&, std::int64_t, const SamplingConfig&) {
+  throw ConfigError(fmt::format("generate needs a language model run; this run's task is {}", task()));
+}
+
+}  // namespace multihead
