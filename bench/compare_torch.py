@@ -31,22 +31,16 @@ import subprocess
 import sys
 import time
 
-from torch_peer import print_header, torch_env
+from torch_peer import MEASURE_CHILD, print_header, torch_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BIN = os.path.join(HERE, "..", "build", "multihead")
 
-TORCH_CHILD = r"""
-import json, sys, time, torch
+TORCH_CHILD = MEASURE_CHILD + r"""
+import json, sys, torch
 B, L, E, H, T, backward, causal, iters = json.loads(sys.argv[1])
 torch.set_num_threads(T)
 torch.manual_seed(0)
-
-def status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
 
 def make(b, l):
     m = torch.nn.MultiheadAttention(E, H, batch_first=True)
@@ -67,22 +61,7 @@ def step(m, x, mask):
 m, x, mask = make(1, 8)      # warm up the libraries on a tiny shape
 step(m, x, mask)
 m, x, mask = make(B, L)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-rss0 = status("VmRSS:")
-step(m, x, mask)
-peak = status("VmHWM:") - rss0
-# A fresh process's first products run slow: warm up for a second at least,
-# as multihead's bench does.
-t0 = time.perf_counter()
-while time.perf_counter() - t0 < 1.0:
-    step(m, x, mask)
-times = []
-for _ in range(iters):
-    t0 = time.perf_counter()
-    step(m, x, mask)
-    times.append((time.perf_counter() - t0) * 1e3)
-print(json.dumps({"samples_ms": times, "peak_rss_delta_bytes": peak, "version": torch.__version__}))
+print(json.dumps(measure(lambda: step(m, x, mask), iters)))
 """
 
 

@@ -25,30 +25,24 @@ import statistics
 import subprocess
 import sys
 
-from torch_peer import print_header, torch_env
+from torch_peer import MEASURE_CHILD, print_header, torch_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "build")
 
-CHILD = r"""
-import json, math, sys, time, torch
+CHILD = MEASURE_CHILD + r"""
+import json, math, sys, torch
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(cfg["threads"])
 torch.manual_seed(0)
 import multihead.torch as mt
 
-def status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-
 def torch_sdpa(q, k, v):  # PyTorch 1.13's attention math, as its multi_head_attention_forward runs it
     w = torch.softmax(torch.bmm(q / math.sqrt(q.shape[-1]), k.transpose(-2, -1)), dim=-1)
     return torch.bmm(w, v)
 
-def attention_step():
-    B, L, E, H = cfg["batch"], cfg["seq_len"], cfg["embed_dim"], cfg["heads"]
+def attention_step(B, L):
+    E, H = cfg["embed_dim"], cfg["heads"]
     backward = cfg["backward"]
     if cfg["op"] == "sdpa":
         D = E // H
@@ -75,8 +69,7 @@ def attention_step():
                 m(x, x, x, need_weights=False)
     return step
 
-def train_step():
-    B, L = cfg["batch"], cfg["seq_len"]
+def train_step(B, L):
     layer = torch.nn.TransformerEncoderLayer(256, 8, dim_feedforward=2048, dropout=0.1, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, num_layers=4)
     if cfg["impl"] == "multihead":
@@ -92,22 +85,9 @@ def train_step():
         opt.step()
     return step
 
-step = train_step() if cfg["op"] == "train" else attention_step()
-step()  # first use: libraries and caches
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-rss0 = status("VmRSS:")
-step()
-peak = status("VmHWM:") - rss0
-t0 = time.perf_counter()
-while time.perf_counter() - t0 < 1.0:
-    step()
-times = []
-for _ in range(cfg["iters"]):
-    t0 = time.perf_counter()
-    step()
-    times.append((time.perf_counter() - t0) * 1e3)
-print(json.dumps({"ms": sorted(times)[len(times) // 2], "peak_rss_delta_bytes": peak}))
+make = train_step if cfg["op"] == "train" else attention_step
+make(2, 8)()  # the libraries' first use, on a tiny shape
+print(json.dumps(measure(make(cfg["batch"], cfg["seq_len"]), cfg["iters"])))
 """
 
 

@@ -46,6 +46,39 @@ print(json.dumps({"gflops": 2 * M * N * K / statistics.median(times) / 1e9, "ver
 """
 
 
+# The end of every timing child: step() timed the same way in each. The
+# memory is the growth of the resident set (VmHWM after resetting it, minus
+# VmRSS before) during the first step (the child warms the libraries up on a
+# tiny shape before: later steps reuse what the first one took); the time the
+# median of `iters` steps after a second of warm-up (a fresh process's first
+# products run slow).
+MEASURE_CHILD = r"""
+def _status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+
+def measure(step, iters):
+    import statistics, time, torch
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    rss0 = _status("VmRSS:")
+    step()
+    peak = _status("VmHWM:") - rss0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 1.0:
+        step()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"samples_ms": times, "ms": statistics.median(times), "peak_rss_delta_bytes": peak,
+            "version": torch.__version__}
+"""
+
+
 def cpu():
     """(model name, set of flags) from /proc/cpuinfo."""
     model, flags = "unknown CPU", set()
