@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -231,6 +232,30 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_NE(in.out.find("tokens: <cls> | good | great | day"), std::string::npos) << in.out;
   EXPECT_NE(in.out.find("predicted class: "), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "inspect" / "layer0_head1.png"));
+  // predict: new input, one item a line (empty lines skipped), labels as the data named them.
+  {
+    std::ofstream items(dir / "items.txt");
+    items << "good great fine\n\nbad awful poor\n";
+  }
+  CliRun p = run("predict --run " + out.string() + " --input " + (dir / "items.txt").string() + " --threads 1");
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 2);
+  EXPECT_TRUE(p.out.rfind("pos\t", 0) == 0 || p.out.rfind("neg\t", 0) == 0) << p.out;
+  CliRun pj = run("predict --run " + out.string() + " --json --input " + (dir / "items.txt").string());
+  ASSERT_EQ(pj.code, 0) << pj.err;
+  const auto first = nlohmann::json::parse(pj.out.substr(0, pj.out.find('\n')));
+  EXPECT_EQ(first["line"], 1);
+  EXPECT_EQ(first["input"], "good great fine");
+  EXPECT_NEAR(first["probabilities"]["pos"].get<double>() + first["probabilities"]["neg"].get<double>(), 1.0, 1e-9);
+  {
+    std::ofstream items(dir / "bad_items.txt");
+    items << "good day\n\xff\xfe\n";
+  }
+  CliRun pb = run("predict --run " + out.string() + " --input " + (dir / "bad_items.txt").string());
+  EXPECT_EQ(pb.code, 2);
+  EXPECT_EQ(pb.err, "multihead: error: " + (dir / "bad_items.txt").string() +
+                        " line 2: a text to classify: invalid UTF-8 at byte 0\n");
+  EXPECT_TRUE(pb.out.empty());  // nothing printed for the good line either
   CliRun e = run("eval --run " + out.string() + " --threads 1");
   ASSERT_EQ(e.code, 0) << e.err;
   // eval reproduces the test accuracy train printed.
@@ -260,6 +285,15 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   CliRun in = run("inspect --run " + out.string() + " --text 'the whale' --out " + (dir / "maps").string());
   ASSERT_EQ(in.code, 0) << in.err;
   EXPECT_TRUE(fs::exists(dir / "maps" / "layer0_head0.png"));
+  {
+    std::ofstream prompts(dir / "prompts.txt");
+    prompts << "the wh\nthe se\n";
+  }
+  CliRun p = run("predict --run " + out.string() + " --input " + (dir / "prompts.txt").string() +
+                 " --tokens 5 --temperature 0 --threads 1");
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(p.out.rfind("the wh", 0), 0u) << p.out;
+  EXPECT_EQ(p.out.size(), 2 * (6 + 5 + 1));  // each prompt and its 5 characters, a line each
   CliRun ev = run("eval --run " + out.string() + " --threads 1");
   ASSERT_EQ(ev.code, 0) << ev.err;
   // eval recomputes the validation loss train reported last.
