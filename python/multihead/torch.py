@@ -156,6 +156,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if key.shape[-1] != E or value.shape[-2] != S:
         raise ValueError(f"key must be (..., S, {E}) and value (..., S, Ev), got {tuple(key.shape)} and "
                          f"{tuple(value.shape)}")
+    if E == 0:
+        raise ValueError("query and key need at least one feature")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if is_causal and attn_mask is not None:

@@ -230,6 +230,8 @@ def test_bad_inputs_raise_clear_python_errors():
         mt.scaled_dot_product_attention(q, torch.randn(2, 4, 7), q)
     with pytest.raises(ValueError, match="does not broadcast"):
         mt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="at least one feature"):
+        mt.scaled_dot_product_attention(torch.randn(2, 3, 0), torch.randn(2, 5, 0), torch.randn(2, 5, 4))
     with pytest.raises(ValueError, match="cannot both be given"):
         mt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(4, 4, dtype=torch.bool), is_causal=True)
     with pytest.raises(TypeError, match="one dtype"):
