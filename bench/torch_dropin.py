@@ -21,10 +21,10 @@ are PyTorch's own matmuls.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
+from compare_torch import mib, run_multihead
 from torch_peer import MEASURE_CHILD, print_header, torch_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,19 +101,6 @@ def child(cfg, threads):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def native(binary, B, L, E, H, threads, backward, iters):
-    cmd = [binary, "bench", "attention", "--batch", str(B), "--seq-len", str(L), "--embed-dim", str(E),
-           "--num-heads", str(H), "--threads", str(threads), "--iters", str(iters), "--json"]
-    if backward:
-        cmd.append("--backward")
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def mib(b):
-    return f"{b / 2**20:.0f} MiB"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.path.join(BUILD, "multihead"), help="multihead binary")
@@ -134,7 +121,7 @@ def main():
         B, L = (int(v) for v in shape.lower().split("x"))
         for backward in (False, True):
             cfg = dict(batch=B, seq_len=L, embed_dim=E, heads=H, backward=backward, iters=args.iters)
-            own = native(args.bin, B, L, E, H, T, backward, args.iters)
+            own = run_multihead(args.bin, B, L, E, H, T, backward, False, args.iters, "onednn")
             for op in ("sdpa", "mha"):
                 theirs = child(dict(cfg, op=op, impl="torch"), T)
                 ours = child(dict(cfg, op=op, impl="multihead"), T)

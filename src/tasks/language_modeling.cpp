@@ -10,7 +10,6 @@
 #include "multihead/io/json_config.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/tasks/inspect.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
@@ -184,21 +183,16 @@ class LanguageModelTask final : public TrainingTask {
   const std::vector<std::int64_t>& val_ids_;
 };
 
-// The last layer's attention over the start of the sample, into plots/.
+// The last layer's attention over the start of the sample (spaces shown as
+// a visible mark), into plots/.
 std::vector<std::string> write_heatmaps(LanguageModel& model, const Tokenizer& tok, const std::string& sample,
                                         RunDir& run) {
   std::vector<std::int64_t> ids = tok.encode(sample);
   ids.resize(std::min<std::size_t>(ids.size(), 40));
-  std::vector<std::string> labels;
-  for (auto id : ids) labels.push_back(tok.piece(id) == " " ? "\u2423" : tok.piece(id));
-  const std::int64_t last = model.encoder().num_layers() - 1;
-  model.encoder().layer(last).set_capture_weights(true);
-  model.forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), ForwardContext{});
-  model.encoder().layer(last).set_capture_weights(false);
-  const auto names =
-      write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer");
-  model.clear_cache();
-  return names;
+  AttentionMaps maps = language_model_attention(model, tok, ids, model.encoder().num_layers() - 1, Precision::kF32);
+  for (std::string& t : maps.tokens)
+    if (t == " ") t = "\u2423";
+  return write_heatmaps(maps, run.file("plots"), "attention_layer");
 }
 
 }  // namespace

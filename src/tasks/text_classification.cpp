@@ -10,7 +10,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
-#include "multihead/tasks/inspect.h"
+#include "multihead/tasks/trained_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
 
@@ -188,22 +188,6 @@ std::vector<std::vector<std::int64_t>> encode_all(const Tokenizer& tok, const Te
   return out;
 }
 
-// Attention heatmaps of every layer and head for one example, into plots/.
-std::vector<std::string> write_heatmaps(SequenceClassifier& model, const Tokenizer& tok,
-                                        const std::vector<std::int64_t>& tokens, const std::string& label,
-                                        RunDir& run, std::int64_t max_tokens) {
-  TokenBatch tb = make_token_batch({&tokens}, {0}, max_tokens, true);
-  model.encoder().set_capture_weights(true);
-  model.forward(tb.ids, &tb.padding, ForwardContext{});
-  model.encoder().set_capture_weights(false);
-  std::vector<std::string> labels;
-  for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) labels.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
-  const auto names = write_heatmaps(captured_attention(model.encoder(), 0, labels), run.file("plots"),
-                                    "attention_layer", fmt::format(" (label: {})", label));
-  model.clear_cache();
-  return names;
-}
-
 // Training: batches of tokenised examples, cross-entropy of the class.
 class TextClassificationTask final : public TrainingTask {
  public:
@@ -290,11 +274,13 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
                      {"tokens_per_s", result.tokens_per_s},
                      {"labels", data.dataset.label_names}});
 
-  const std::int64_t ex = data.test.front();
-  const std::vector<std::string> heatmaps =
-      write_heatmaps(model, *tok, encoded[static_cast<std::size_t>(ex)],
-                     data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[static_cast<std::size_t>(ex)].label)],
-                     run, std::min<std::int64_t>(job.max_len, 48));
+  // Attention of every layer and head for the first test example, titled with its true label.
+  const std::size_t ex = static_cast<std::size_t>(data.test.front());
+  const std::vector<std::string> heatmaps = write_heatmaps(
+      classifier_attention(model, *tok, encoded[ex], std::min<std::int64_t>(job.max_len, 48),
+                           data.dataset.label_names, Precision::kF32),
+      run.file("plots"), "attention_layer",
+      fmt::format(" (label: {})", data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)]));
   RunReport report{job.report_title, {}, ""};
   report.rows = {
       {"test accuracy", fmt::format("{:.2f}% ({} examples)", 100 * result.test.accuracy, result.test.examples)},

@@ -93,18 +93,8 @@ class ClassifierRun final : public LoadedRun {
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
-    const std::vector<std::int64_t> ids = encode_text(*tok_, text, "the text");
-    TokenBatch tb = make_token_batch({&ids}, {0}, std::min(max_tokens, job_.max_len), true);
-    std::vector<std::string> tokens;
-    for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) tokens.push_back(tok_->piece(tb.ids.data<std::int64_t>()[l]));
-    model_->encoder().set_capture_weights(true);
-    Tensor logits = model_->forward(tb.ids, &tb.padding, eval_context(precision_));
-    model_->encoder().set_capture_weights(false);
-    AttentionMaps maps = captured_attention(model_->encoder(), 0, std::move(tokens));
-    const std::int64_t C = logits.dim(1);
-    maps.prediction = labels_[static_cast<std::size_t>(std::max_element(logits.f32(), logits.f32() + C) - logits.f32())];
-    model_->clear_cache();
-    return maps;
+    return classifier_attention(*model_, *tok_, encode_text(*tok_, text, "the text"),
+                                std::min(max_tokens, job_.max_len), labels_, precision_);
   }
 
  private:
@@ -132,14 +122,7 @@ class LanguageModelRun final : public LoadedRun {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
     std::vector<std::int64_t> ids = encode_text(*tok_, text, "the text");
     ids.resize(std::min<std::size_t>(ids.size(), static_cast<std::size_t>(max_tokens)));
-    std::vector<std::string> tokens;
-    for (auto id : ids) tokens.push_back(tok_->piece(id));
-    model_->encoder().set_capture_weights(true);
-    model_->forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), eval_context(precision_));
-    model_->encoder().set_capture_weights(false);
-    AttentionMaps maps = captured_attention(model_->encoder(), 0, std::move(tokens));
-    model_->clear_cache();
-    return maps;
+    return language_model_attention(*model_, *tok_, ids, 0, precision_);
   }
 
  private:
@@ -148,6 +131,36 @@ class LanguageModelRun final : public LoadedRun {
 };
 
 }  // namespace
+
+AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& tok,
+                                   const std::vector<std::int64_t>& ids, std::int64_t max_len,
+                                   const std::vector<std::string>& labels, Precision precision) {
+  TokenBatch tb = make_token_batch({&ids}, {0}, max_len, true);
+  std::vector<std::string> tokens;
+  for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) tokens.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
+  model.encoder().set_capture_weights(true);
+  Tensor logits = model.forward(tb.ids, &tb.padding, eval_context(precision));
+  model.encoder().set_capture_weights(false);
+  AttentionMaps maps = captured_attention(model.encoder(), 0, std::move(tokens));
+  const std::int64_t C = logits.dim(1);
+  maps.prediction = labels.at(static_cast<std::size_t>(std::max_element(logits.f32(), logits.f32() + C) - logits.f32()));
+  model.clear_cache();
+  return maps;
+}
+
+AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok,
+                                       const std::vector<std::int64_t>& ids, std::int64_t first_layer,
+                                       Precision precision) {
+  std::vector<std::string> tokens;
+  for (auto id : ids) tokens.push_back(tok.piece(id));
+  TransformerEncoder& encoder = model.encoder();
+  for (std::int64_t l = first_layer; l < encoder.num_layers(); ++l) encoder.layer(l).set_capture_weights(true);
+  model.forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), eval_context(precision));
+  encoder.set_capture_weights(false);
+  AttentionMaps maps = captured_attention(encoder, first_layer, std::move(tokens));
+  model.clear_cache();
+  return maps;
+}
 
 std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir, int threads,
                                              std::optional<Precision> precision) {

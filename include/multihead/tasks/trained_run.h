@@ -11,10 +11,22 @@
 #include <vector>
 
 #include "multihead/core/precision.h"
+#include "multihead/data/tokenizer.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/inspect.h"
 
 namespace multihead {
+
+// A classifier's attention over one tokenised text ([CLS] put first, cut to
+// max_len tokens), with its predicted class named from labels: what inspect
+// draws and a run's report shows.
+AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& tok,
+                                   const std::vector<std::int64_t>& ids, std::int64_t max_len,
+                                   const std::vector<std::string>& labels, Precision precision);
+// A language model's attention over the tokens ids, layers first_layer on.
+AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok,
+                                       const std::vector<std::int64_t>& ids, std::int64_t first_layer,
+                                       Precision precision);
 
 struct Prediction {
   std::string label;                 // the most likely class
