@@ -182,8 +182,6 @@ class SequenceTrainingTask final : public TrainingTask {
     return train_on(sub_batch(rows.front(), static_cast<std::int64_t>(rows.size())));
   }
 
-  Validation validate() override { throw Error("the sequence task validates only at the end"); }
-
  private:
   // Rows [first, first + n) of the step's batch (micro-batches are contiguous).
   SyntheticBatch sub_batch(std::int64_t first, std::int64_t n) const {

@@ -18,6 +18,10 @@ std::vector<std::int64_t> TrainingTask::step_examples(std::int64_t) {
   throw Error("this task trains in epochs: its examples come from the plan, not step_examples");
 }
 
+Validation TrainingTask::validate() {
+  throw Error("this task does not validate during training: its plan has no validation");
+}
+
 namespace {
 
 // The loop's state for one fit() call.

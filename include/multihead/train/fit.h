@@ -53,8 +53,9 @@ class TrainingTask {
   // with no examples.
   virtual MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
                                     double grad_scale) = 0;
-  // Validation during training, in eval mode (called when the plan says).
-  virtual Validation validate() = 0;
+  // Validation during training, in eval mode (called when the plan says;
+  // a plan without validation never calls it).
+  virtual Validation validate();
 };
 
 struct FitPlan {
