@@ -160,4 +160,19 @@ void expect_shape(const Tensor& t, const Shape& want, std::string_view what) {
   check<ShapeError>(t.shape() == want, "{} has shape {}, expected {}", what, shape_str(t.shape()), shape_str(want));
 }
 
+Tensor gather_rows(const Tensor& t, std::span<const std::int64_t> rows) {
+  check<ShapeError>(t.ndim() >= 1, "cannot take rows of a scalar");
+  Shape shape = t.shape();
+  const std::int64_t B = shape[0];
+  shape[0] = static_cast<std::int64_t>(rows.size());
+  Tensor out = Tensor::empty(shape, t.dtype());
+  const std::size_t row_bytes = B > 0 ? t.nbytes() / static_cast<std::size_t>(B) : 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    check<ShapeError>(rows[i] >= 0 && rows[i] < B, "row {} is outside the {} rows", rows[i], B);
+    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
+                static_cast<const char*>(t.raw()) + static_cast<std::size_t>(rows[i]) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
 }  // namespace multihead

@@ -74,6 +74,17 @@ std::int64_t masked_keys(const MaskGeometry& geo, std::int64_t j0, std::int64_t 
   return std::clamp<std::int64_t>(geo.cols - j0, 0, n);
 }
 
+// Query rows per block. oneDNN's AMX matmul copies its right-hand operand
+// (K, V) into the tile layout on every call, so on AMX taller blocks
+// amortise that copy over more rows: twice the fp32 kernel's block ran the
+// core 10-13% faster at L = 4096, the same at L = 512 and under a causal
+// mask (docs/BENCHMARKS.md). AVX512-BF16 dot products gain nothing from it,
+// and block-sparse patterns keep blocks on their grid (5% slower across it).
+std::int64_t query_block(const AttentionTiles& tiles, const AttentionMasks<float>& masks) {
+  const bool taller = bf16_path() == Bf16Path::kAmx && masks.sparse_block == 0;
+  return taller ? 2 * tiles.q_block : tiles.q_block;
+}
+
 // rows (n, w) of src, row stride ld, copied densely into dst (n, w).
 template <typename T>
 void pack_rows(T* dst, const T* src, std::int64_t ld, std::int64_t n, std::int64_t w) {
@@ -107,7 +118,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
-  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
   const RelativePositions<float>& rel = masks.relative;
@@ -206,7 +217,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
-  const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
+  const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   using C = Carver;

@@ -149,6 +149,33 @@ Tensor TransformerDecoder::forward(const Tensor& x, const Tensor& memory, const 
   return stack_result(norm_.get(), h, *in, ctx.precision);
 }
 
+void TransformerDecoder::cache_memory(const Tensor& memory, std::vector<KvCache>& caches, Precision p) const {
+  // Rounded as forward() rounds it before the layers read it.
+  Tensor mem = memory.clone();
+  round_to_storage(mem, storage_dtype(p));
+  caches.resize(layers_.size());
+  for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i]->cache_memory(mem, caches[i], p);
+}
+
+Tensor TransformerDecoder::forward_cached(const Tensor& x, std::vector<KvCache>& self_caches,
+                                          const std::vector<KvCache>& memory_caches, const Tensor* memory_padding,
+                                          std::int64_t capacity, Precision p) {
+  check<ConfigError>(memory_caches.size() == layers_.size(), "the decoder has {} layers, the memory cache {}",
+                     layers_.size(), memory_caches.size());
+  self_caches.resize(layers_.size());
+  const DType st = storage_dtype(p);
+  Tensor h = x.clone();
+  round_to_storage(h, st);  // as forward() rounds its input
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i]->forward_cached(h, self_caches[i], memory_caches[i], memory_padding, capacity, p);
+    round_to_storage(h, st);
+  }
+  if (!norm_) return h;
+  Tensor out = norm_->forward(h);
+  norm_->clear_cache();
+  return out;
+}
+
 TransformerDecoderLayer::Grads TransformerDecoder::backward(const Tensor& dy) {
   check(forwarded_, "TransformerDecoder::backward called without a preceding forward");
   TransformerDecoderLayer::Grads total;

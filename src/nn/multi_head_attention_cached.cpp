@@ -1,6 +1,6 @@
 // Incremental decoding through MultiheadAttention: the KV cache (or, for
 // linear attention, the recurrent state) and the attention of new positions
-// over it.
+// over it; and cross-attention over a memory projected once.
 #include <cmath>
 #include <cstring>
 
@@ -23,13 +23,7 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
 
   // Linear attention keeps its recurrent state in fp32.
   const DType st = cfg_.variant == AttentionVariant::kLinear ? DType::kF32 : storage_dtype(p);
-  Tensor qkv = Tensor::empty({B, T, PW});
-  const float* b_in = cfg_.bias ? store_->data(in_proj_bias_) : nullptr;
-  // As forward(): in bf16 the projection multiplies the rounded input.
-  if (computes_in_bf16(st))
-    linear_forward_stored<BF16>(qkv.f32(), PW, narrow_tensor(x, st).data<BF16>(), E, store_->data(in_proj_weight_),
-                                b_in, B * T, E, PW);
-  else linear_forward(qkv.f32(), PW, x.f32(), E, store_->data(in_proj_weight_), b_in, B * T, E, PW);
+  Tensor qkv = project_packed(x, 0, PW, st);
   if (cfg_.positions == AttentionPositions::kRope) {
     rope_rotate(HeadsView<float>{qkv.f32(), T * PW, PW, D}, B, T, H, D, past, cfg_.rope_theta, false);
     rope_rotate(HeadsView<float>{qkv.f32() + E, T * PW, PW, D}, B, T, KH, D, past, cfg_.rope_theta, false);
@@ -91,13 +85,84 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
                                  1.0f / std::sqrt(static_cast<float>(D)), {});
     });
   }
-  Tensor out = Tensor::empty({B, T, E});
-  visit_float_storage(st, [&](auto tag) {
+  return project_output(attn);
+}
+
+Tensor MultiheadAttention::project_packed(const Tensor& x, std::int64_t first, std::int64_t count, DType st) const {
+  const std::int64_t E = cfg_.embed_dim, N = x.numel() / E;
+  Shape shape = x.shape();
+  shape.back() = count;
+  Tensor y = Tensor::empty(shape);
+  const float* W = store_->data(in_proj_weight_) + first * E;
+  const float* b = cfg_.bias ? store_->data(in_proj_bias_) + first : nullptr;
+  // As forward(): in bf16 the projection multiplies the rounded input.
+  if (computes_in_bf16(st))
+    linear_forward_stored<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, W, b, N, E, count);
+  else linear_forward(y.f32(), count, x.f32(), E, W, b, N, E, count);
+  return y;
+}
+
+Tensor MultiheadAttention::project_output(const Tensor& attn) const {
+  const std::int64_t E = cfg_.embed_dim;
+  Shape shape = attn.shape();
+  Tensor out = Tensor::empty(shape);
+  visit_float_storage(attn.dtype(), [&](auto tag) {
     using S = decltype(tag);
     linear_forward_stored<S>(out.f32(), E, attn.data<S>(), E, store_->data(out_proj_weight_),
-                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * T, E, E);
+                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, attn.numel() / E, E, E);
   });
   return out;
+}
+
+void MultiheadAttention::cache_memory(const Tensor& memory, KvCache& cache, Precision p) const {
+  const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim();
+  check<ShapeError>(memory.ndim() == 3 && memory.dim(2) == E, "memory has shape {}, expected (B, S, {})",
+                    shape_str(memory.shape()), E);
+  check<ConfigError>(cfg_.packed_in_proj() && !cfg_.add_bias_kv && !cfg_.add_zero_attn &&
+                         cfg_.positions == AttentionPositions::kNone && cfg_.variant == AttentionVariant::kFull,
+                     "cached cross-attention supports plain full attention only");
+  const DType st = storage_dtype(p);
+  const std::int64_t B = memory.dim(0), S = memory.dim(1);
+  const Tensor kv = narrow_tensor(project_packed(memory, E, 2 * KE, st), st);  // (B, S, 2 KE)
+  cache = KvCache{};
+  cache.k = Tensor::empty({B, S, KE}, st);
+  cache.v = Tensor::empty({B, S, KE}, st);
+  const std::size_t row = dtype_size(st) * static_cast<std::size_t>(KE);
+  const char* src = static_cast<const char*>(kv.raw());
+  for (std::int64_t r = 0; r < B * S; ++r) {
+    std::memcpy(static_cast<char*>(cache.k.raw()) + r * static_cast<std::int64_t>(row), src + 2 * r * static_cast<std::int64_t>(row), row);
+    std::memcpy(static_cast<char*>(cache.v.raw()) + r * static_cast<std::int64_t>(row),
+                src + (2 * r + 1) * static_cast<std::int64_t>(row), row);
+  }
+  cache.length = S;
+}
+
+Tensor MultiheadAttention::forward_memory(const Tensor& x, const KvCache& memory, const Tensor* key_padding_mask,
+                                          Tensor* weights) {
+  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
+  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
+  check<ShapeError>(memory.k.defined() && memory.k.dim(0) == x.dim(0),
+                    "the memory cache holds batch {}, the input has batch {}",
+                    memory.k.defined() ? memory.k.dim(0) : 0, x.dim(0));
+  const DType st = memory.k.dtype();
+  const std::int64_t B = x.dim(0), T = x.dim(1), S = memory.length;
+  const Tensor q = narrow_tensor(project_packed(x, 0, E, st), st);  // (B, T, E)
+  const AttentionMasks<float> masks = input_masks(key_padding_mask, nullptr, CausalAlign::kNone, B, T, S);
+  const AttentionDims d{B, H, T, S, D, D};
+  Tensor attn = Tensor::empty({B, T, E}, st);
+  Tensor lse = Tensor::empty({B, H, T});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  visit_float_storage(st, [&](auto tag) {
+    using V = decltype(tag);
+    const HeadsView<const V> qv{q.data<V>(), T * E, E, D}, kv{memory.k.data<V>(), S * KE, KE, D, cfg_.group()};
+    attention_fused_forward<V>({attn.data<V>(), T * E, E, D}, lse.f32(), qv, kv,
+                               {memory.v.data<V>(), S * KE, KE, D, cfg_.group()}, masks, d, scale, {});
+    if (weights) {
+      *weights = Tensor::empty({B, H, T, S});
+      attention_fused_weights<V>(weights->f32(), false, lse.f32(), qv, kv, masks, d, scale, {});
+    }
+  });
+  return project_output(attn);
 }
 
 }  // namespace multihead

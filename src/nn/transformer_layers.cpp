@@ -400,6 +400,38 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, c
   return out;
 }
 
+Tensor TransformerDecoderLayer::forward_cached(const Tensor& x, KvCache& self_cache, const KvCache& memory,
+                                               const Tensor* memory_padding, std::int64_t capacity, Precision p) {
+  const ForwardContext eval = eval_context(p);
+  auto cross = [&](const Tensor& q) {
+    return multihead_attn_.forward_memory(q, memory, memory_padding, capture_ ? &weights_ : nullptr);
+  };
+  if (!cfg_.norm_first) {
+    Tensor h1 = self_attn_.forward_cached(x, self_cache, capacity, p);
+    add_inplace(h1, x);
+    Tensor y1 = norm1_.forward(h1);
+    Tensor h2 = cross(y1);
+    add_inplace(h2, y1);
+    Tensor y2 = norm2_.forward(h2);
+    Tensor h3 = ff_.forward(y2, eval);
+    add_inplace(h3, y2);
+    Tensor out = norm3_.forward(h3);
+    clear_cache();
+    return out;
+  }
+  Tensor n1 = norm1_.forward(x);
+  Tensor h1 = self_attn_.forward_cached(n1, self_cache, capacity, p);
+  add_inplace(h1, x);
+  Tensor n2 = norm2_.forward(h1);
+  Tensor h2 = cross(n2);
+  add_inplace(h2, h1);
+  Tensor n3 = norm3_.forward(h2);
+  Tensor out = ff_.forward(n3, eval);
+  add_inplace(out, h2);
+  clear_cache();
+  return out;
+}
+
 void TransformerDecoderLayer::release_saved(const ForwardContext& ctx) {
   if (ctx.precision != Precision::kF32)
     n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor(), y2_ = Tensor(), n3_ = Tensor(),

@@ -58,11 +58,7 @@ ImageClassificationJob ImageClassificationJob::from_json(const json& root, const
   job.model.layer.norm_first = m.get_bool("norm_first", true);
   job.model.num_classes = m.get_int("num_classes", 10);
   m.finish();
-  const json train = r.get_object("train");
-  ConfigReader t(train, src + ": train");
-  job.budget.read(t);
-  job.train = read_train_config(t);
-  t.finish();
+  job.train = read_train_section(r, src, &job.budget);
   r.finish();
   job.validate(src);
   return job;

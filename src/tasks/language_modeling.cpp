@@ -61,10 +61,7 @@ LanguageModelJob LanguageModelJob::from_json(const json& root, const std::string
   d.finish();
   job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
   job.model = read_model_section(r, src, job.tokenizer.vocab_size);
-  const json train = r.get_object("train");
-  ConfigReader tr(train, src + ": train");
-  job.train = read_train_config(tr);
-  tr.finish();
+  job.train = read_train_section(r, src);
   const json sample = r.get_object("sample");
   ConfigReader s(sample, src + ": sample");
   job.prompt = s.get_string("prompt", job.prompt);

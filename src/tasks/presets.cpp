@@ -84,6 +84,8 @@ const std::vector<Preset>& presets() {
       {"fashion-mnist", "a Vision Transformer on Fashion-MNIST", [] { return Job(fashion_preset()); }},
       {"reverse", "reversing sequences, trained on lengths 1..16, tested up to 64",
        [] { return Job(SequenceTaskJob()); }},
+      {"cmudict", "pronunciation from spelling: an encoder-decoder on CMUdict",
+       [] { return Job(PronunciationJob()); }},
   };
   return all;
 }

@@ -64,10 +64,7 @@ SequenceTaskJob SequenceTaskJob::from_json(const json& root, const std::string& 
   job.test_lengths = d.get_positive_ints("test_lengths", job.test_lengths);
   d.finish();
   job.model = read_model_section(r, src, job.task.vocab_size());
-  const json train = r.get_object("train");
-  ConfigReader t(train, src + ": train");
-  job.train = read_train_config(t);
-  t.finish();
+  job.train = read_train_section(r, src);
   r.finish();
   job.validate(src);
   return job;

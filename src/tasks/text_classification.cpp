@@ -59,11 +59,7 @@ TextClassificationJob TextClassificationJob::from_json(const json& root, const s
   d.finish();
   job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
   job.model = read_model_section(r, src, job.tokenizer.vocab_size);
-  const json train = r.get_object("train");
-  ConfigReader trr(train, src + ": train");
-  job.budget.read(trr);
-  job.train = read_train_config(trr);
-  trr.finish();
+  job.train = read_train_section(r, src, &job.budget);
   r.finish();
   job.validate(src);
   return job;

@@ -165,10 +165,12 @@ std::string FitResult::summary() const {
   return s + fmt::format(", {:.1f} s, {:.0f} {}", seconds, items_per_s, unit);
 }
 
-CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale) {
+CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale,
+                                    double label_smoothing) {
   const std::int64_t C = logits.dim(logits.ndim() - 1), rows = logits.numel() / C;
   CrossEntropyGrad g{0.0, Tensor::empty(logits.shape())};
-  g.loss = cross_entropy(g.dlogits.f32(), logits.f32(), targets, rows, C, kIgnoreIndex, 0.0, grad_scale).loss;
+  g.loss =
+      cross_entropy(g.dlogits.f32(), logits.f32(), targets, rows, C, kIgnoreIndex, label_smoothing, grad_scale).loss;
   return g;
 }
 

@@ -112,6 +112,15 @@ ModelConfig read_model_section(ConfigReader& job, const std::string& source, std
   return m;
 }
 
+TrainConfig read_train_section(ConfigReader& job, const std::string& source, EpochBudget* budget) {
+  const nlohmann::json section = job.get_object("train");
+  ConfigReader r(section, source + ": train");
+  if (budget) budget->read(r);
+  TrainConfig t = read_train_config(r);
+  r.finish();
+  return t;
+}
+
 nlohmann::json tokenizer_config_json(const TokenizerConfig& t) {
   return {{"kind", tokenizer_kind_name(t.kind)}, {"model_type", t.model_type}, {"vocab_size", t.vocab_size}};
 }

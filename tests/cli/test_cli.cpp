@@ -399,7 +399,7 @@ TEST_F(Cli, StepsCutAnEpochJobShort) {
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
       {"train --preset imdb",
-       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse)\n"},
+       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse, cmudict)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute",
@@ -419,7 +419,7 @@ TEST_F(Cli, TrainRejectsBadInput) {
        "multihead: error: --epochs and --source do not apply to language models\n"},
       {"train --config " + (dir / "translation.json").string(),
        "multihead: error: " + (dir / "translation.json").string() +
-           ": task must be one of text_classification, language_modeling, image_classification, sequence_task, "
+           ": task must be one of text_classification, language_modeling, image_classification, sequence_task, pronunciation, "
            "got 'translation'\n"},
       {"train --on-nonfinite ignore", "multihead: error: on_nonfinite must be stop or skip, got 'ignore'\n"},
       {"eval --run " + (dir / "nothing").string(),

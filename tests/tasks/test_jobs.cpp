@@ -11,7 +11,7 @@ namespace {
 using json = nlohmann::json;
 
 TEST(Jobs, EveryPresetReadsBackFromItsConfigAsTheSameKindAndSettings) {
-  ASSERT_EQ(presets().size(), 4u);
+  ASSERT_EQ(presets().size(), 5u);
   for (const Preset& p : presets()) {
     const Job job = p.make();
     const json config = to_json(job);
@@ -24,11 +24,12 @@ TEST(Jobs, EveryPresetReadsBackFromItsConfigAsTheSameKindAndSettings) {
   EXPECT_TRUE(std::holds_alternative<LanguageModelJob>(preset_job("moby-dick")));
   EXPECT_TRUE(std::holds_alternative<ImageClassificationJob>(preset_job("fashion-mnist")));
   EXPECT_TRUE(std::holds_alternative<SequenceTaskJob>(preset_job("reverse")));
+  EXPECT_TRUE(std::holds_alternative<PronunciationJob>(preset_job("cmudict")));
 }
 
 TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
   EXPECT_EQ(job_tasks(), (std::vector<std::string>{"text_classification", "language_modeling",
-                                                    "image_classification", "sequence_task"}));
+                                                    "image_classification", "sequence_task", "pronunciation"}));
   // A config without a task is a text classifier's.
   json config = to_json(preset_job("spam"));
   config.erase("task");
@@ -39,7 +40,7 @@ TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "c.json: task must be one of text_classification, language_modeling, image_classification, "
-                 "sequence_task, got 'translation'");
+                 "sequence_task, pronunciation, got 'translation'");
   }
   EXPECT_THROW(job_from_json(json{{"task", 3}}, "c.json"), ConfigError);
   EXPECT_THROW(job_from_json(json::array(), "c.json"), ConfigError);
@@ -84,6 +85,16 @@ TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
   const auto& s = std::get<SequenceTaskJob>(seq);
   EXPECT_EQ(s.model.vocab_size, s.task.vocab_size());
   EXPECT_EQ(s.train.steps, 7);
+
+  // Pronunciation: an epoch job; the layer settings reach encoder and decoder alike.
+  Job words = preset_job("cmudict");
+  flags.positions = "alibi";
+  apply_overrides(words, flags);
+  const auto& w = std::get<PronunciationJob>(words);
+  EXPECT_EQ(w.budget.max_steps, 7);
+  EXPECT_EQ(w.model.model.layer.d_model, 32);
+  EXPECT_EQ(w.model.model.positions, PositionKind::kAlibi);
+  EXPECT_EQ(w.model.decoder_depth(), w.model.model.num_layers);
 }
 
 TEST(Jobs, FlagsThatMeanNothingForAKindAreRefusedByName) {
@@ -101,6 +112,15 @@ TEST(Jobs, FlagsThatMeanNothingForAKindAreRefusedByName) {
   data.data = "somewhere";
   Job seq = preset_job("reverse");
   EXPECT_THROW(apply_overrides(seq, data), ConfigError);
+  JobOverrides tokenizer;
+  tokenizer.tokenizer = "bpe";
+  Job words = preset_job("cmudict");
+  try {
+    apply_overrides(words, tokenizer);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--tokenizer does not apply to pronunciation jobs");
+  }
   JobOverrides bad;
   bad.batch = 30;
   bad.grad_accumulation = 4;

@@ -119,4 +119,8 @@ void set_poison_uninitialized(bool on) noexcept;
 // Throws ShapeError naming `what` unless t has exactly `want` as its shape.
 void expect_shape(const Tensor& t, const Shape& want, std::string_view what);
 
+// Rows rows[0], rows[1], ... of t along its first dimension, any dtype:
+// (n, ...) from (B, ...). A row outside [0, B) is a ShapeError.
+Tensor gather_rows(const Tensor& t, std::span<const std::int64_t> rows);
+
 }  // namespace multihead

@@ -15,8 +15,9 @@
 // Same arguments, layouts and semantics as attention_fused_forward /
 // attention_fused_backward (masks, positions, sparse patterns, dropout,
 // fully masked rows); attention_fused_*<BF16> call these when
-// computes_in_bf16(DType::kBF16). tiles.q_block is the query block,
-// tiles.k_block the key granularity at which masks skip keys.
+// computes_in_bf16(DType::kBF16). tiles.q_block is the query block (twice
+// that on AMX, whose products want taller blocks), tiles.k_block the key
+// granularity at which masks skip keys.
 #pragma once
 
 #include "multihead/kernels/attention_fused.h"

@@ -60,6 +60,19 @@ class TransformerDecoder : public Module {
                  const AttentionMaskArgs& memory_masks, const ForwardContext& ctx);
   // Returns the gradients of x and of the memory (summed over the layers).
   TransformerDecoderLayer::Grads backward(const Tensor& dy);
+  // Incremental decoding: cache_memory projects the memory into every
+  // layer's cross-attention keys and values once (memory_caches[i] for layer
+  // i); forward_cached then runs T new positions, self_caches[i] holding
+  // layer i's keys and values of the positions before. The rows equal those
+  // of forward() over the whole target with a causal mask.
+  void cache_memory(const Tensor& memory, std::vector<KvCache>& memory_caches, Precision p = Precision::kF32) const;
+  Tensor forward_cached(const Tensor& x, std::vector<KvCache>& self_caches, const std::vector<KvCache>& memory_caches,
+                        const Tensor* memory_padding, std::int64_t capacity, Precision p = Precision::kF32);
+  std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
+  TransformerDecoderLayer& layer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
+  void set_capture_weights(bool on) {
+    for (auto& l : layers_) l->set_capture_weights(on);
+  }
 
  private:
   std::vector<std::unique_ptr<TransformerDecoderLayer>> layers_;

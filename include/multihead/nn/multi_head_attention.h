@@ -160,6 +160,16 @@ class MultiheadAttention : public Module {
   // fixed when the cache is allocated).
   Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p = Precision::kF32);
 
+  // Cross-attention over a fixed memory (an encoder's output) in decoding:
+  // cache_memory projects the memory (B, S, E) into keys and values once,
+  // stored as precision p; forward_memory attends T new queries (B, T, E)
+  // to them, in eval mode, equal to forward(x, memory, memory, mask) then.
+  // key_padding_mask: (B, S) or null. weights, when given, receives the
+  // per-head weights (B, H, T, S). Plain full attention only.
+  void cache_memory(const Tensor& memory, KvCache& cache, Precision p = Precision::kF32) const;
+  Tensor forward_memory(const Tensor& x, const KvCache& memory, const Tensor* key_padding_mask,
+                        Tensor* weights = nullptr);
+
   // Head ablation (Michel et al. 2019): heads h with masked[h] != 0 give a
   // zero attention output before out_proj, and get zero gradients. Empty: none.
   void set_head_mask(std::vector<std::uint8_t> masked);
@@ -214,6 +224,13 @@ class MultiheadAttention : public Module {
   ProjectionGrads attend_backward(Tensor d_attn);
   // Through the in-projections: the inputs' gradients.
   MultiheadAttentionGrads in_proj_backward(const ProjectionGrads& dp);
+
+  // Eval-mode projections for cached decoding: x (..., E) through rows
+  // [first, first + count) of the packed in-projection, multiplied as
+  // storage st does (bf16 products on the rounded input where the CPU has
+  // them); the attention output (..., E), as stored, through out_proj.
+  Tensor project_packed(const Tensor& x, std::int64_t first, std::int64_t count, DType st) const;
+  Tensor project_output(const Tensor& attn) const;
 
   // Rotates the projected queries and keys (RoPE), or their gradients back.
   void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;  // k: kv heads

@@ -114,11 +114,26 @@ class TransformerDecoderLayer : public Module {
     Tensor x, memory;
   };
   Grads backward(const Tensor& dy);
+  // Incremental decoding (eval mode): the layer over T new target positions
+  // (B, T, d_model), self-attending to the cached ones too, and attending to
+  // the memory's keys and values projected once (cache_memory).
+  // memory_padding: (B, S), true = padding, or null.
+  void cache_memory(const Tensor& memory, KvCache& cache, Precision p = Precision::kF32) const {
+    multihead_attn_.cache_memory(memory, cache, p);
+  }
+  Tensor forward_cached(const Tensor& x, KvCache& self_cache, const KvCache& memory, const Tensor* memory_padding,
+                        std::int64_t capacity, Precision p = Precision::kF32);
+  // Keep the per-head cross-attention weights (B, H, L, S) of each forward:
+  // which memory positions each target position reads.
+  void set_capture_weights(bool on) { capture_ = on; }
+  const Tensor& cross_attention_weights() const { return weights_; }
 
  private:
   void release_saved(const ForwardContext& ctx);
 
   TransformerLayerConfig cfg_;
+  bool capture_ = false;
+  Tensor weights_;
   MultiheadAttention self_attn_, multihead_attn_;
   FeedForward ff_;
   LayerNorm norm1_, norm2_, norm3_;

@@ -19,13 +19,15 @@
 #include "multihead/tasks/image_classification.h"
 #include "multihead/tasks/language_modeling.h"
 #include "multihead/tasks/overrides.h"
+#include "multihead/tasks/pronunciation.h"
 #include "multihead/tasks/sequence_task.h"
 #include "multihead/tasks/text_classification.h"
 #include "multihead/train/progress.h"
 
 namespace multihead {
 
-using Job = std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob>;
+using Job =
+    std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob, PronunciationJob>;
 
 // The kind's name: "text_classification", "language_modeling", ...
 const char* job_task(const Job& job);

@@ -25,7 +25,7 @@ struct Preset {
   const char* description;  // for --help
   Job (*make)();
 };
-// spam, moby-dick, fashion-mnist, reverse.
+// spam, moby-dick, fashion-mnist, reverse, cmudict.
 const std::vector<Preset>& presets();
 // The preset's job; an unknown name is a ConfigError naming the known ones.
 Job preset_job(const std::string& name);

@@ -109,19 +109,21 @@ void prepare_for_training(Model& model, ParamStore& store, const TrainConfig& tr
 }
 
 // Softmax cross-entropy of logits (..., C) against one target a row (rows
-// with kIgnoreIndex are left out), mean over the rows, and its gradient
-// times grad_scale.
+// with kIgnoreIndex are left out), with label smoothing as PyTorch's, mean
+// over the rows, and its gradient times grad_scale.
 struct CrossEntropyGrad {
   double loss = 0;
   Tensor dlogits;
 };
-CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale);
+CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale,
+                                    double label_smoothing = 0.0);
 
 // The end of every task's micro_step: the loss of `logits`, its gradient
 // through the model, and the model's saved activations released.
 template <typename Model>
-double cross_entropy_backward(Model& model, const Tensor& logits, const std::int64_t* targets, double grad_scale) {
-  CrossEntropyGrad g = cross_entropy_grad(logits, targets, grad_scale);
+double cross_entropy_backward(Model& model, const Tensor& logits, const std::int64_t* targets, double grad_scale,
+                              double label_smoothing = 0.0) {
+  CrossEntropyGrad g = cross_entropy_grad(logits, targets, grad_scale, label_smoothing);
   model.backward(g.dlogits);
   model.clear_cache();
   return g.loss;

@@ -83,6 +83,10 @@ struct EpochBudget {
   std::int64_t steps(std::int64_t examples, std::int64_t batch) const;
 };
 
+// A job config's "train" section, every key checked: the training settings
+// and, for jobs that train in epochs, their budget.
+TrainConfig read_train_section(ConfigReader& job, const std::string& source, EpochBudget* budget = nullptr);
+
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
 
 }  // namespace multihead

