@@ -203,6 +203,27 @@ PYBIND11_MODULE(_multihead, m) {
           py::arg("top_p") = 0.95, py::arg("seed") = 0, release,
           "A language model's continuation of prompt (temperature 0: greedy)")
       .def(
+          "pronounce",
+          [](TrainedRun& run, const std::vector<std::string>& words, std::int64_t n_best, std::int64_t beam) {
+            std::vector<std::vector<Pronounced>> got;
+            {
+              py::gil_scoped_release unlocked;
+              got = run.pronounce(words, n_best, beam);
+            }
+            py::list out;
+            for (const auto& word : got) {
+              py::list alternatives;
+              for (const Pronounced& p : word)
+                alternatives.append(py::dict(py::arg("phonemes") = p.phonemes, py::arg("log_prob") = p.log_prob,
+                                             py::arg("score") = p.score, py::arg("ended") = p.ended));
+              out.append(alternatives);
+            }
+            return out;
+          },
+          py::arg("words"), py::arg("n_best") = 1, py::arg("beam") = 0,
+          "A pronunciation run's n_best pronunciations of each word, best first (beam 0: the run's width): "
+          "[[{'phonemes': [...], 'log_prob': ..., 'score': ..., 'ended': ...}, ...], ...]")
+      .def(
           "attention",
           [](TrainedRun& run, const std::string& text, std::int64_t max_tokens) {
             AttentionMaps maps;
@@ -226,7 +247,8 @@ PYBIND11_MODULE(_multihead, m) {
                                 precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
       },
       py::arg("path"), py::arg("threads") = 0, py::arg("precision") = "",
-      "The trained model of a run directory of `multihead train` (a text classifier or a language model)");
+      "The trained model of a run directory of `multihead train` (a text classifier, a language model or a "
+      "pronunciation model)");
   m.def("set_num_threads", &set_num_threads, py::arg("threads"),
         "Threads for the kernels (0: all cores), as the CLI's --threads");
   m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");

@@ -75,6 +75,32 @@ def test_a_language_model_generates(tmp_path):
         run.labels
 
 
+def test_a_pronunciation_model_pronounces_words(tmp_path):
+    sounds = {"A": "AE1", "B": "B", "C": "K", "D": "D"}
+    words = sorted({a + b + c + d for a in "ABCD" for b in "ABCD" for c in "ABCD" for d in "ABCD"})[:120]
+    with open(tmp_path / "dict.txt", "w") as f:
+        for w in words:
+            f.write(w + "  " + " ".join(sounds[c] for c in w) + "\n")
+    out = train(tmp_path, "words", "--preset", "cmudict", "--data", str(tmp_path / "dict.txt"), "--epochs", "1",
+                "--d-model", "16", "--num-heads", "2", "--num-layers", "1", "--batch", "16")
+    run = multihead.load_run(out, threads=1)
+    assert run.task == "pronunciation"
+    got = run.pronounce(["abcd", "DCBA"], n_best=3)
+    assert len(got) == 2 and all(len(alternatives) == 3 for alternatives in got)
+    scores = [a["score"] for a in got[0]]
+    assert scores == sorted(scores, reverse=True)
+    assert all(isinstance(p, str) for p in got[0][0]["phonemes"])
+    assert run.pronounce(["abcd"])[0][0]["phonemes"] == got[0][0]["phonemes"]  # the best of the n-best
+    att = run.attention("CAB")
+    assert att["tokens"] == ["C", "A", "B"] and att["weights"].shape == (1, 2, 3, 3)
+    with pytest.raises(ValueError, match="the model reads at most"):
+        run.pronounce(["A" * 500])
+    with pytest.raises(ValueError, match="pronounce needs a pronunciation run"):
+        multihead.load_run(train(tmp_path, "lm", "--preset", "moby-dick", "--data", str(tmp_path / "dict.txt"),
+                                 "--steps", "2", "--d-model", "16", "--num-heads", "2", "--max-len", "8")
+                           ).pronounce(["abc"])
+
+
 def test_runs_that_cannot_be_loaded_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="cannot open"):
         multihead.load_run(tmp_path / "nothing")

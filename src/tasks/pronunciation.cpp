@@ -184,6 +184,22 @@ void apply_overrides(PronunciationJob& job, const JobOverrides& o) {
   job.validate("the flags");
 }
 
+LetterBatch letter_batch(const std::vector<const std::vector<std::int64_t>*>& words) {
+  const std::int64_t B = static_cast<std::int64_t>(words.size());
+  std::int64_t S = 1;
+  for (const auto* w : words) S = std::max<std::int64_t>(S, static_cast<std::int64_t>(w->size()));
+  LetterBatch b{Tensor({B, S}, DType::kI64), Tensor({B, S}, DType::kBool)};
+  for (std::int64_t r = 0; r < B; ++r) {
+    const auto& ls = *words[static_cast<std::size_t>(r)];
+    for (std::int64_t s = 0; s < S; ++s) {
+      const bool pad = s >= static_cast<std::int64_t>(ls.size());
+      b.ids.data<std::int64_t>()[r * S + s] = pad ? PronunciationVocab::kPad : ls[static_cast<std::size_t>(s)];
+      b.padding.data<std::uint8_t>()[r * S + s] = pad;
+    }
+  }
+  return b;
+}
+
 namespace {
 
 // The dictionary split by word, and every split's pronunciations encoded.
@@ -265,24 +281,20 @@ struct Seq2SeqBatch {
 
 Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t> pairs) {
   const std::int64_t B = static_cast<std::int64_t>(pairs.size());
-  std::int64_t S = 1, T = 1;
+  std::int64_t T = 1;
   for (auto p : pairs) {
     const auto w = static_cast<std::size_t>(p / PronunciationData::kVariantStride);
-    S = std::max<std::int64_t>(S, static_cast<std::int64_t>(d.letters[w].size()));
     T = std::max<std::int64_t>(
         T, 1 + static_cast<std::int64_t>(d.phonemes[w][static_cast<std::size_t>(p % PronunciationData::kVariantStride)].size()));
   }
-  Seq2SeqBatch b{Tensor({B, S}, DType::kI64), Tensor({B, S}, DType::kBool), Tensor({B, T}, DType::kI64),
+  std::vector<const std::vector<std::int64_t>*> words;
+  for (auto p : pairs) words.push_back(&d.letters[static_cast<std::size_t>(p / PronunciationData::kVariantStride)]);
+  LetterBatch letters = letter_batch(words);
+  Seq2SeqBatch b{std::move(letters.ids), std::move(letters.padding), Tensor({B, T}, DType::kI64),
                  Tensor({B * T}, DType::kI64), 0};
   for (std::int64_t r = 0; r < B; ++r) {
     const auto w = static_cast<std::size_t>(pairs[static_cast<std::size_t>(r)] / PronunciationData::kVariantStride);
-    const auto& ls = d.letters[w];
     const auto& ps = d.phonemes[w][static_cast<std::size_t>(pairs[static_cast<std::size_t>(r)] % PronunciationData::kVariantStride)];
-    for (std::int64_t s = 0; s < S; ++s) {
-      const bool pad = s >= static_cast<std::int64_t>(ls.size());
-      b.source.data<std::int64_t>()[r * S + s] = pad ? PronunciationVocab::kPad : ls[static_cast<std::size_t>(s)];
-      b.padding.data<std::uint8_t>()[r * S + s] = pad;
-    }
     const std::int64_t n = static_cast<std::int64_t>(ps.size());
     for (std::int64_t t = 0; t < T; ++t) {
       b.target_in.data<std::int64_t>()[r * T + t] =
@@ -296,11 +308,10 @@ Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t
 }
 
 // Source letters (B, S) of words, with padding.
-std::pair<Tensor, Tensor> source_batch(const PronunciationData& d, std::span<const std::int64_t> words) {
-  std::vector<std::int64_t> pairs;
-  for (auto w : words) pairs.push_back(w * PronunciationData::kVariantStride);
-  Seq2SeqBatch b = make_batch(d, pairs);
-  return {std::move(b.source), std::move(b.padding)};
+LetterBatch source_batch(const PronunciationData& d, std::span<const std::int64_t> words) {
+  std::vector<const std::vector<std::int64_t>*> letters;
+  for (auto w : words) letters.push_back(&d.letters[static_cast<std::size_t>(w)]);
+  return letter_batch(letters);
 }
 
 DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam) {
@@ -319,11 +330,12 @@ std::vector<TokenSeq> decode_words(EncoderDecoder& model, const PronunciationDat
   std::vector<TokenSeq> out;
   for (std::size_t i = 0; i < words.size(); i += static_cast<std::size_t>(batch)) {
     const std::span<const std::int64_t> part(words.data() + i, std::min(words.size() - i, static_cast<std::size_t>(batch)));
-    auto [src, pad] = source_batch(d, part);
+    const LetterBatch src = source_batch(d, part);
     if (o.beam == 1) {
-      for (const Hypothesis& h : greedy_decode(model, src, &pad, o)) out.push_back(d.vocab.decode_phonemes(h.tokens));
+      for (const Hypothesis& h : greedy_decode(model, src.ids, &src.padding, o))
+        out.push_back(d.vocab.decode_phonemes(h.tokens));
     } else {
-      for (const auto& hyps : beam_search(model, src, &pad, o))
+      for (const auto& hyps : beam_search(model, src.ids, &src.padding, o))
         out.push_back(d.vocab.decode_phonemes(hyps.front().tokens));
     }
   }
@@ -574,19 +586,59 @@ std::vector<std::string> summary_lines(const PronunciationResult& r) {
   return lines;
 }
 
+std::unique_ptr<LoadedPronouncer> load_pronunciation_run(const PronunciationJob& job, const std::string& run_dir) {
+  auto run = std::make_unique<LoadedPronouncer>();
+  run->job = job;
+  const std::string vocab_path = (std::filesystem::path(run_dir) / "vocab.json").string();
+  run->vocab = PronunciationVocab::from_json(ConfigReader::parse(read_file(vocab_path), vocab_path), vocab_path);
+  // The vocabularies' sizes come from the data, as in run_job: config.json leaves them out.
+  EncoderDecoderConfig& cfg = run->job.model;
+  cfg.source_vocab = 2 + static_cast<std::int64_t>(run->vocab.letters.size());
+  cfg.model.vocab_size = 3 + static_cast<std::int64_t>(run->vocab.phonemes.size());
+  run->model = std::make_unique<EncoderDecoder>(run->store, cfg);
+  run->store.finalize();
+  load_state_dict_file(run->store, last_checkpoint_path(run_dir), true);
+  return run;
+}
+
+std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
+                                                     DecodeOptions o) {
+  o.start_token = PronunciationVocab::kStart;
+  o.end_token = PronunciationVocab::kEnd;
+  o.validate();  // before any word, so that no words checks the options alone
+  const std::int64_t longest = run.job.model.model.max_len;
+  std::vector<std::vector<std::int64_t>> ids;
+  for (const std::string& word : words) {
+    check_utf8(word, "a word");
+    std::string upper = word;
+    for (char& c : upper)
+      if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    ids.push_back(run.vocab.encode_word(upper));
+    check<ConfigError>(!ids.back().empty(), "a word to pronounce is empty");
+    check<ConfigError>(static_cast<std::int64_t>(ids.back().size()) <= longest,
+                       "'{}' has {} letters; the model reads at most {}", word, ids.back().size(), longest);
+  }
+  std::vector<std::vector<Pronounced>> out;
+  for (std::size_t i = 0; i < ids.size(); i += static_cast<std::size_t>(run.job.eval_batch)) {
+    std::vector<const std::vector<std::int64_t>*> part;
+    for (std::size_t j = i; j < std::min(ids.size(), i + static_cast<std::size_t>(run.job.eval_batch)); ++j)
+      part.push_back(&ids[j]);
+    const LetterBatch b = letter_batch(part);
+    for (const auto& hyps : beam_search(*run.model, b.ids, &b.padding, o)) {
+      std::vector<Pronounced> p;
+      for (const Hypothesis& h : hyps)
+        p.push_back({run.vocab.decode_phonemes(h.tokens), h.log_prob, h.score, h.ended});
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads) {
   set_num_threads(threads);
-  const std::string vocab_path = (std::filesystem::path(run_dir) / "vocab.json").string();
-  const PronunciationVocab vocab = PronunciationVocab::from_json(ConfigReader::parse(read_file(vocab_path), vocab_path), vocab_path);
-  const PronunciationData data = load_data(job, &vocab);
-  EncoderDecoderConfig cfg = job.model;
-  cfg.source_vocab = 2 + static_cast<std::int64_t>(vocab.letters.size());
-  cfg.model.vocab_size = 3 + static_cast<std::int64_t>(vocab.phonemes.size());
-  ParamStore store;
-  EncoderDecoder model(store, cfg);
-  store.finalize();
-  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
-  const TestOutcome t = test_model(model, job, data);
+  const std::unique_ptr<LoadedPronouncer> run = load_pronunciation_run(job, run_dir);
+  const PronunciationData data = load_data(job, &run->vocab);
+  const TestOutcome t = test_model(*run->model, job, data);
   std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(t.overall), data.test_words.size())};
   for (const auto& b : t.by_length)
     lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));

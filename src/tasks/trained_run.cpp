@@ -130,6 +130,46 @@ class LanguageModelRun final : public LoadedRun {
   std::unique_ptr<LanguageModel> model_;
 };
 
+// A pronunciation run: no tokenizer, its own vocabulary (vocab.json).
+class PronunciationRun final : public TrainedRun {
+ public:
+  PronunciationRun(const PronunciationJob& job, const std::string& dir, Precision precision)
+      : run_(load_pronunciation_run(job, dir)) {
+    run_->job.train.precision = precision;
+  }
+
+  const char* task() const override { return PronunciationJob::kTask; }
+
+  std::vector<std::vector<Pronounced>> pronounce(const std::vector<std::string>& words, std::int64_t n_best,
+                                                 std::int64_t beam) override {
+    DecodeOptions o = run_->job.decode;
+    o.beam = beam > 0 ? beam : std::max(o.beam, n_best);
+    o.n_best = n_best;
+    o.precision = run_->job.train.precision;
+    return pronounce_words(*run_, words, o);
+  }
+
+  // The encoder's self-attention over the word's letters.
+  AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
+    check_utf8(text, "the word");
+    std::vector<std::string> letters = utf8_characters(text);
+    check<ConfigError>(!letters.empty(), "the word is empty");
+    letters.resize(std::min<std::size_t>(letters.size(), static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1))));
+    std::string word;
+    for (const auto& l : letters) word += l;
+    const std::vector<std::int64_t> ids = run_->vocab.encode_word(word);
+    const LetterBatch b = letter_batch({&ids});
+    EncoderDecoder& model = *run_->model;
+    model.encoder().set_capture_weights(true);
+    model.encode(b.ids, &b.padding, run_->job.train.precision);
+    model.encoder().set_capture_weights(false);
+    return captured_attention(model.encoder(), 0, letters);
+  }
+
+ private:
+  std::unique_ptr<LoadedPronouncer> run_;
+};
+
 }  // namespace
 
 AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& tok,
@@ -171,8 +211,10 @@ std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir, int thr
     return std::make_unique<ClassifierRun>(*j, run_dir, precision.value_or(j->train.precision));
   if (const auto* j = std::get_if<LanguageModelJob>(&job))
     return std::make_unique<LanguageModelRun>(*j, run_dir, precision.value_or(j->train.precision));
-  throw ConfigError(fmt::format("{}: inspect and load_run read text classification and language model runs, this "
-                                "run's task is '{}'",
+  if (const auto* j = std::get_if<PronunciationJob>(&job))
+    return std::make_unique<PronunciationRun>(*j, run_dir, precision.value_or(j->train.precision));
+  throw ConfigError(fmt::format("{}: inspect and load_run read text classification, language model and "
+                                "pronunciation runs, this run's task is '{}'",
                                 cfg.path, job_task(job)));
 }
 
@@ -186,6 +228,11 @@ std::vector<Prediction> TrainedRun::predict(const std::vector<std::string>&) {
 
 std::string TrainedRun::generate(const std::string&, std::int64_t, const SamplingConfig&) {
   throw ConfigError(fmt::format("generate needs a language model run; this run's task is {}", task()));
+}
+
+std::vector<std::vector<Pronounced>> TrainedRun::pronounce(const std::vector<std::string>&, std::int64_t,
+                                                           std::int64_t) {
+  throw ConfigError(fmt::format("pronounce needs a pronunciation run; this run's task is {}", task()));
 }
 
 }  // namespace multihead

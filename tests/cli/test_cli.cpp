@@ -324,9 +324,96 @@ TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   CliRun in = run("inspect --run " + out.string() + " --text 'abc' --out " + (dir / "maps").string());
   EXPECT_EQ(in.code, 2);
   EXPECT_EQ(in.err, "multihead: error: " + (out / "config.json").string() +
-                        ": inspect and load_run read text classification and language model runs, this "
-                        "run's task is 'sequence_task'\n");
+                        ": inspect and load_run read text classification, language model and pronunciation "
+                        "runs, this run's task is 'sequence_task'\n");
   EXPECT_FALSE(fs::exists(dir / "maps"));
+}
+
+// A dictionary of regular spellings (each letter one phoneme; some words a
+// second pronunciation), in CMUdict's format.
+std::string regular_dictionary() {
+  const std::vector<std::string> sounds = {"AE1", "B", "K", "D", "IY0", "F"};
+  std::string text = ";;; a tiny dictionary\n";
+  for (int n = 0; n < 150; ++n) {
+    // Three base-6 digits of n + 36 (distinct words), then n % 4 more letters.
+    std::vector<int> letters = {(n + 36) / 36 % 6, (n + 36) / 6 % 6, (n + 36) % 6};
+    for (int i = 0; i < n % 4; ++i) letters.push_back((n * 5 + i) % 6);
+    std::string word, pron;
+    for (const int c : letters) {
+      word += static_cast<char>('A' + c);
+      pron += (pron.empty() ? "" : " ") + sounds[static_cast<std::size_t>(c)];
+    }
+    text += word + "  " + pron + "\n";
+    if (n % 10 == 0) text += word + "(1)  " + pron + " IY0\n";
+  }
+  return text;
+}
+
+// The cmudict preset end to end on a tiny dictionary: train, eval, predict
+// (best, n-best, JSON; a bad word named by its line), inspect.
+TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
+  const fs::path dict = dir / "dict.txt";
+  std::ofstream(dict) << regular_dictionary();
+  const fs::path out = dir / "words";
+  CliRun r = run("train --preset cmudict --epochs 2 --d-model 16 --num-heads 2 --num-layers 1 --batch 16 "
+                 "--threads 1 --quiet --data " + dict.string() + " --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("test: WER ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("letters ("), std::string::npos) << r.out;  // by word length
+  const auto res = nlohmann::json::parse(std::ifstream(out / "results.json"));
+  for (const char* key : {"test_wer", "test_bleu"}) {
+    EXPECT_GE(res[key].get<double>(), 0.0) << key;
+    EXPECT_LE(res[key].get<double>(), 1.0) << key;
+  }
+  EXPECT_GE(res["test_per"].get<double>(), 0.0);  // above 1 when predictions run long
+  std::int64_t by_length = 0;
+  for (const auto& b : res["by_length"]) by_length += b["words"].get<std::int64_t>();
+  EXPECT_EQ(by_length, res["test_words"].get<std::int64_t>());
+  const std::string report = read_file((out / "report.md").string());
+  for (const char* section : {"## Test by word length", "## The worst errors", "## Cross-attention"})
+    EXPECT_NE(report.find(section), std::string::npos) << section;
+  EXPECT_TRUE(fs::exists(out / "plots" / "cross_attention_head1.png"));
+  EXPECT_TRUE(fs::exists(out / "vocab.json"));
+  // eval reproduces the test scores train printed.
+  CliRun e = run("eval --run " + out.string() + " --threads 1");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.out.substr(0, e.out.find('\n')), r.out.substr(0, r.out.find('\n')));
+  {
+    std::ofstream words(dir / "words.txt");
+    words << "abcd\n\nFEED\n";
+  }
+  CliRun p = run("predict --run " + out.string() + " --input " + (dir / "words.txt").string() + " --threads 1");
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 2) << p.out;
+  CliRun n = run("predict --run " + out.string() + " --n-best 3 --input " + (dir / "words.txt").string());
+  ASSERT_EQ(n.code, 0) << n.err;
+  const std::string first = n.out.substr(0, n.out.find('\n'));
+  EXPECT_EQ(std::count(first.begin(), first.end(), '\t'), 5) << first;  // three (phonemes, score) pairs
+  // The best of the n-best is the single answer.
+  EXPECT_EQ(first.substr(0, first.find('\t')), p.out.substr(0, p.out.find('\n')));
+  CliRun j = run("predict --run " + out.string() + " --json --n-best 2 --input " + (dir / "words.txt").string());
+  ASSERT_EQ(j.code, 0) << j.err;
+  const auto line = nlohmann::json::parse(j.out.substr(0, j.out.find('\n')));
+  EXPECT_EQ(line["input"], "abcd");
+  ASSERT_EQ(line["pronunciations"].size(), 2u);
+  EXPECT_GE(line["pronunciations"][0]["score"].get<double>(), line["pronunciations"][1]["score"].get<double>());
+  {
+    std::ofstream words(dir / "bad_words.txt");
+    words << "abc\n" << std::string(200, 'A') << "\n";
+  }
+  CliRun b = run("predict --run " + out.string() + " --input " + (dir / "bad_words.txt").string());
+  EXPECT_EQ(b.code, 2);
+  EXPECT_EQ(b.err.rfind("multihead: error: " + (dir / "bad_words.txt").string() + " line 2: '", 0), 0u) << b.err;
+  EXPECT_NE(b.err.find("has 200 letters; the model reads at most"), std::string::npos) << b.err;
+  EXPECT_TRUE(b.out.empty());
+  CliRun w = run("predict --run " + out.string() + " --beam 2 --n-best 3 --input " + (dir / "words.txt").string());
+  EXPECT_EQ(w.code, 2);
+  EXPECT_EQ(w.err, "multihead: error: n_best must be between 1 and the beam width 2, got 3\n");
+  // inspect: the encoder's self-attention over the word's letters.
+  CliRun in = run("inspect --run " + out.string() + " --text FADE --threads 1 --out " + (dir / "maps").string());
+  ASSERT_EQ(in.code, 0) << in.err;
+  EXPECT_NE(in.out.find("tokens: F | A | D | E"), std::string::npos) << in.out;
+  EXPECT_TRUE(fs::exists(dir / "maps" / "layer0_head1.png"));
 }
 
 // The flags every job takes reach an image job too: its config records

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,36 @@ struct PronunciationResult {
 };
 
 PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress);
+
+// Letter ids of words (B lists) as a batch: ids (B, S) and padding (B, S),
+// true = padding, S the longest word.
+struct LetterBatch {
+  Tensor ids, padding;
+};
+LetterBatch letter_batch(const std::vector<const std::vector<std::int64_t>*>& words);
+
+// A trained run loaded back: its job, vocabulary and model.
+struct LoadedPronouncer {
+  PronunciationJob job;
+  PronunciationVocab vocab;
+  ParamStore store;
+  std::unique_ptr<EncoderDecoder> model;
+};
+std::unique_ptr<LoadedPronouncer> load_pronunciation_run(const PronunciationJob& job, const std::string& run_dir);
+
+struct Pronounced {
+  std::vector<std::string> phonemes;
+  double log_prob = 0, score = 0;  // as Hypothesis
+  bool ended = true;               // false: cut at the longest output
+};
+// The options.n_best best pronunciations of each word, best first (beam
+// search; the start and end tokens are set from the vocabulary). Words are
+// spelled as CMUdict spells them: ASCII letters are upper-cased; a letter
+// no training word had reads as unknown. Bad options (checked first, so an
+// empty list checks them alone), an empty word, or one longer than the
+// model's positions, are ConfigErrors.
+std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
+                                                     DecodeOptions options);
 std::vector<std::string> summary_lines(const PronunciationResult& result);
 // The test scores of the model saved in run_dir, as lines.
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads);

@@ -1,6 +1,6 @@
 // A finished run of `multihead train`, loaded for use: a text classifier's
-// predictions, a language model's continuations, and the attention of
-// either for one input (what `inspect`, `generate` and Python's
+// predictions, a language model's continuations, a pronunciation model's
+// pronunciations, and the attention of each for one input (what `inspect`, `generate` and Python's
 // multihead.load_run use). Only the run directory is read: config.json,
 // tokenizer/ and the last checkpoint (the data need not be there).
 #pragma once
@@ -14,6 +14,7 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/inspect.h"
+#include "multihead/tasks/pronunciation.h"
 
 namespace multihead {
 
@@ -35,8 +36,8 @@ struct Prediction {
 
 class TrainedRun {
  public:
-  // Text classification and language model runs; another kind is a
-  // ConfigError naming it. precision: of the activations (default the run's).
+  // Text classification, language model and pronunciation runs; another
+  // kind is a ConfigError naming it. precision: of the activations (default the run's).
   static std::unique_ptr<TrainedRun> load(const std::string& run_dir, int threads = 0,
                                           std::optional<Precision> precision = std::nullopt);
   virtual ~TrainedRun() = default;
@@ -48,6 +49,10 @@ class TrainedRun {
   virtual std::vector<Prediction> predict(const std::vector<std::string>& texts);
   // Language models: the prompt's continuation by `tokens` sampled tokens.
   virtual std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling);
+  // Pronunciation runs: the n_best best pronunciations of each word, by
+  // beam search of width beam (0: the run's own).
+  virtual std::vector<std::vector<Pronounced>> pronounce(const std::vector<std::string>& words, std::int64_t n_best,
+                                                         std::int64_t beam = 0);
   // Every layer's and head's attention over the first max_tokens tokens of
   // text (a classifier's [CLS] first).
   virtual AttentionMaps attention(const std::string& text, std::int64_t max_tokens) = 0;
