@@ -95,4 +95,24 @@ CmuDict load_cmudict(const std::string& path, bool keep_stress) {
   return parse_cmudict(read_file(path), path, keep_stress);
 }
 
+std::string regular_spelling_dictionary(std::int64_t words, std::int64_t extra_letters) {
+  static const char* const kSounds[] = {"AE1", "B", "K", "D", "IY0", "F"};
+  check<ConfigError>(words > 0 && words <= 180 && extra_letters >= 0, "a regular dictionary holds 1 to 180 words");
+  std::string text = ";;; regular spellings: one phoneme a letter\n";
+  for (std::int64_t n = 0; n < words; ++n) {
+    // Three base-6 digits of n + 36 keep the words distinct; then up to extra_letters more.
+    std::vector<std::int64_t> letters = {(n + 36) / 36 % 6, (n + 36) / 6 % 6, (n + 36) % 6};
+    for (std::int64_t i = 0; i < n % (extra_letters + 1); ++i) letters.push_back((n * 5 + i) % 6);
+    std::string word, pron;
+    for (const std::int64_t c : letters) {
+      word += static_cast<char>('A' + c);
+      if (!pron.empty()) pron += ' ';
+      pron += kSounds[c];
+    }
+    text += word + "  " + pron + "\n";
+    if (n % 10 == 0) text += word + "(1)  " + pron + " IY0\n";
+  }
+  return text;
+}
+
 }  // namespace multihead

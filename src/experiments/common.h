@@ -74,6 +74,7 @@ SequenceTaskJob sequence_job(const Context& c, std::int64_t max_len);
 TextClassificationJob quick_text_job(const Context& c);
 
 ExperimentReport positions_experiment(Context& c);
+ExperimentReport seq2seq_positions_experiment(Context& c);
 ExperimentReport variants_experiment(Context& c);
 ExperimentReport optimisation_experiment(Context& c);
 ExperimentReport heads_experiment(Context& c);

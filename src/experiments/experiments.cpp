@@ -129,8 +129,9 @@ std::vector<std::uint64_t> Context::seeds() const {
 }  // namespace experiment
 
 const std::vector<std::string>& experiment_names() {
-  static const std::vector<std::string> names = {"heads",        "positions", "variants", "head-analysis",
-                                                 "optimisation", "precision"};
+  static const std::vector<std::string> names = {"heads",         "positions",    "positions-seq2seq",
+                                                 "variants",      "head-analysis", "optimisation",
+                                                 "precision"};
   return names;
 }
 
@@ -141,6 +142,7 @@ ExperimentReport run_experiment(const std::string& name, const ExperimentOptions
   experiment::Context c(o, name);
   ExperimentReport r = name == "heads"           ? experiment::heads_experiment(c)
                        : name == "positions"     ? experiment::positions_experiment(c)
+                       : name == "positions-seq2seq" ? experiment::seq2seq_positions_experiment(c)
                        : name == "variants"      ? experiment::variants_experiment(c)
                        : name == "head-analysis" ? experiment::head_analysis_experiment(c)
                        : name == "precision"     ? experiment::precision_experiment(c)

@@ -105,7 +105,9 @@ json to_json(const PronunciationJob& j) {
                 {"keep_stress", j.keep_stress},
                 {"validation_fraction", j.validation_fraction},
                 {"test_fraction", j.test_fraction},
-                {"validation_words", j.validation_words}}},
+                {"validation_words", j.validation_words},
+                {"train_max_letters", j.train_max_letters}}},
+              {"eval_every", j.eval_every},
               {"model", model_config_json(j.model.model)},
               {"decoder_layers", j.model.decoder_layers},
               {"label_smoothing", j.label_smoothing},
@@ -124,6 +126,7 @@ PronunciationJob PronunciationJob::from_json(const json& root, const std::string
   job.report_title = r.get_string("title", job.report_title);
   job.label_smoothing = r.get_number("label_smoothing", job.label_smoothing);
   job.eval_batch = r.get_int("eval_batch", job.eval_batch);
+  job.eval_every = r.get_int("eval_every", job.eval_every);
   job.model.decoder_layers = r.get_int("decoder_layers", job.model.decoder_layers);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
@@ -132,6 +135,7 @@ PronunciationJob PronunciationJob::from_json(const json& root, const std::string
   job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
   job.test_fraction = d.get_number("test_fraction", job.test_fraction);
   job.validation_words = d.get_int("validation_words", job.validation_words);
+  job.train_max_letters = d.get_int("train_max_letters", job.train_max_letters);
   d.finish();
   if (r.has("decode")) {
     const json dec = r.get_object("decode");
@@ -155,8 +159,8 @@ void PronunciationJob::validate(const std::string& where) const {
   };
   fraction(validation_fraction, "validation_fraction");
   fraction(test_fraction, "test_fraction");
-  check<ConfigError>(validation_words >= 0, "{}: validation_words must be non-negative, got {}", where,
-                     validation_words);
+  check<ConfigError>(validation_words >= 0 && eval_every >= 0 && train_max_letters >= 0,
+                     "{}: validation_words, eval_every and train_max_letters must be non-negative", where);
   check<ConfigError>(label_smoothing >= 0 && label_smoothing < 1, "{}: label_smoothing must be in [0, 1), got {}",
                      where, label_smoothing);
   check<ConfigError>(eval_batch > 0, "{}: eval_batch must be positive, got {}", where, eval_batch);
@@ -265,6 +269,15 @@ PronunciationData load_data(const PronunciationJob& job, const PronunciationVoca
           known.push_back(symbol);
       d.phonemes[w].push_back(d.vocab.encode_phonemes(known));
     }
+  }
+  if (job.train_max_letters > 0) {
+    auto longer = [&](std::int64_t w) {
+      return static_cast<std::int64_t>(d.letters[static_cast<std::size_t>(w)].size()) > job.train_max_letters;
+    };
+    std::erase_if(d.train_words, longer);
+    std::erase_if(d.validation_words, longer);
+    check<IoError>(!d.train_words.empty() && !d.validation_words.empty(),
+                   "{}: no training words of at most {} letters", job.data_path, job.train_max_letters);
   }
   d.train_pairs = pairs_of(d, d.train_words);
   d.validation_pairs = pairs_of(d, d.validation_words);
@@ -396,7 +409,7 @@ class PronunciationTask final : public TrainingTask {
 const std::vector<std::pair<std::int64_t, std::int64_t>> kLengthBuckets = {{1, 4}, {5, 7}, {8, 10}, {11, 14}, {15, 1000}};
 
 struct TestOutcome {
-  SequenceScores overall;
+  SequenceScores overall, longer;
   std::vector<LengthScores> by_length;
   std::vector<TokenSeq> predictions;
   double seconds = 0;
@@ -417,6 +430,14 @@ TestOutcome test_model(EncoderDecoder& model, const PronunciationJob& job, const
       if (n >= lo && n <= hi) p.push_back(t.predictions[i]), r.push_back(refs[i]);
     }
     if (!p.empty()) t.by_length.push_back({lo, hi, score_sequences(p, r)});
+  }
+  if (job.train_max_letters > 0) {
+    std::vector<TokenSeq> p;
+    std::vector<std::vector<TokenSeq>> r;
+    for (std::size_t i = 0; i < d.test_words.size(); ++i)
+      if (static_cast<std::int64_t>(d.letters[static_cast<std::size_t>(d.test_words[i])].size()) > job.train_max_letters)
+        p.push_back(t.predictions[i]), r.push_back(refs[i]);
+    if (!p.empty()) t.longer = score_sequences(p, r);
   }
   return t;
 }
@@ -535,14 +556,19 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   plan.unit = "phonemes/s";
   plan.throughput_key = "phonemes_per_s";
   plan.loss_unit = " nats/phoneme";
+  plan.eval_every = job.eval_every;
   const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.seconds;
+  r.ms_per_step = 1e3 * fitted.seconds / static_cast<double>(std::max<std::int64_t>(1, r.steps - fitted.first_step));
   if (fitted.validation) r.validation_word_accuracy = fitted.validation->accuracy.value_or(0);
+  for (std::size_t i = 0; i < fitted.curves.eval_step.size(); ++i)
+    r.validation_curve.emplace_back(static_cast<std::int64_t>(fitted.curves.eval_step[i]), fitted.curves.eval_accuracy[i]);
 
   const TestOutcome t = test_model(model, job, data);
   r.test = t.overall;
+  r.longer_than_training = t.longer;
   r.by_length = t.by_length;
   r.decode_seconds = t.seconds;
   json by_length = json::array();
@@ -557,6 +583,9 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
                      {"test_words", r.test_words},
                      {"by_length", by_length},
                      {"validation_word_accuracy", r.validation_word_accuracy},
+                     {"longer_than_training", {{"words", r.longer_than_training.examples},
+                                               {"wer", r.longer_than_training.word_error_rate},
+                                               {"per", r.longer_than_training.phoneme_error_rate}}},
                      {"train_seconds", r.train_seconds},
                      {"decode_seconds", r.decode_seconds},
                      {"steps", r.steps},
@@ -571,7 +600,10 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
       {"data", fmt::format("{}: train {} words ({} pronunciations), validation {} ({}), test {} ({}); stress {}",
                            job.data_path, r.train_words, r.train_pronunciations, r.validation_words,
                            r.validation_pronunciations, r.test_words, r.test_pronunciations,
-                           job.keep_stress ? "kept" : "dropped")}};
+                           job.keep_stress ? "kept" : "dropped") +
+                   (job.train_max_letters > 0
+                        ? fmt::format("; trained on words of at most {} letters", job.train_max_letters)
+                        : std::string())}};
   report.sections = report_sections(model, job, data, t, run);
   write_run_report(run, fitted, report);
   return r;
@@ -581,6 +613,9 @@ std::vector<std::string> summary_lines(const PronunciationResult& r) {
   std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(r.test), r.test_words)};
   for (const auto& b : r.by_length)
     lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
+  if (r.longer_than_training.examples > 0)
+    lines.push_back(fmt::format("  longer than every training word ({} words): {}", r.longer_than_training.examples,
+                                scores_line(r.longer_than_training)));
   lines.push_back(fmt::format("training: {} steps{} in {:.1f} s; test decoding {:.1f} s", r.steps,
                               skipped_steps_note(r.skipped_steps), r.train_seconds, r.decode_seconds));
   return lines;

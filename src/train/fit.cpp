@@ -76,9 +76,11 @@ class Loop {
         const StepStats st = step(batches[bi]);
         // The epoch's validation checkpoints after its last step anyway.
         const bool last = bi + 1 == batches.size() || trainer_.steps_done() == train_.steps;
-        record(st, epoch, !last);
+        const bool within = !last && plan_.eval_every > 0 && trainer_.steps_done() % plan_.eval_every == 0;
+        record(st, epoch, !last && !within);
+        if (within) validate(epoch, false);
       }
-      validate(epoch);
+      validate(epoch, true);
     }
     result_.epochs = (trainer_.steps_done() + per_epoch - 1) / per_epoch;
   }
@@ -88,7 +90,7 @@ class Loop {
       const StepStats st = step(task_.step_examples(s));
       const bool validates = plan_.eval_every > 0 && ((s + 1) % plan_.eval_every == 0 || s + 1 == train_.steps);
       record(st, std::nullopt, !validates);
-      if (validates) validate(std::nullopt);
+      if (validates) validate(std::nullopt, false);
     }
   }
 
@@ -118,8 +120,8 @@ class Loop {
   }
 
   // Validation, its metrics record, a checkpoint that notes where the data
-  // stands, and a log line.
-  void validate(std::optional<std::int64_t> epoch) {
+  // stands (an epoch's end, or a step), and a log line.
+  void validate(std::optional<std::int64_t> epoch, bool epoch_end) {
     const std::int64_t at = trainer_.steps_done();
     const Validation v = task_.validate();
     result_.curves.add_eval(at, v.loss, v.accuracy.value_or(0.0));
@@ -128,9 +130,10 @@ class Loop {
     if (epoch) rec["epoch"] = *epoch;
     if (v.accuracy) rec["validation_accuracy"] = *v.accuracy;
     run_.append_metrics(rec);
-    if (epoch) save_run_checkpoint(run_, trainer_, {{"data.epoch", std::to_string(*epoch + 1)}});
+    if (epoch_end) save_run_checkpoint(run_, trainer_, {{"data.epoch", std::to_string(*epoch + 1)}});
     else save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(at)}});
-    std::string line = epoch ? fmt::format("epoch {}", *epoch + 1) : fmt::format("step {}", at);
+    std::string line = epoch_end ? fmt::format("epoch {}", *epoch + 1)
+                                 : epoch ? fmt::format("epoch {} step {}", *epoch + 1, at) : fmt::format("step {}", at);
     line += fmt::format(": validation loss {:.4f}{}", v.loss, plan_.loss_unit);
     if (v.accuracy) line += fmt::format(", accuracy {:.2f}%", 100 * *v.accuracy);
     progress_.log(line);

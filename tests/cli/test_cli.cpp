@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_run.h"
+#include "multihead/data/cmudict.h"
 #include "multihead/io/atomic_file.h"
 #include "golden_case.h"
 #include "test_util.h"
@@ -329,31 +330,11 @@ TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   EXPECT_FALSE(fs::exists(dir / "maps"));
 }
 
-// A dictionary of regular spellings (each letter one phoneme; some words a
-// second pronunciation), in CMUdict's format.
-std::string regular_dictionary() {
-  const std::vector<std::string> sounds = {"AE1", "B", "K", "D", "IY0", "F"};
-  std::string text = ";;; a tiny dictionary\n";
-  for (int n = 0; n < 150; ++n) {
-    // Three base-6 digits of n + 36 (distinct words), then n % 4 more letters.
-    std::vector<int> letters = {(n + 36) / 36 % 6, (n + 36) / 6 % 6, (n + 36) % 6};
-    for (int i = 0; i < n % 4; ++i) letters.push_back((n * 5 + i) % 6);
-    std::string word, pron;
-    for (const int c : letters) {
-      word += static_cast<char>('A' + c);
-      pron += (pron.empty() ? "" : " ") + sounds[static_cast<std::size_t>(c)];
-    }
-    text += word + "  " + pron + "\n";
-    if (n % 10 == 0) text += word + "(1)  " + pron + " IY0\n";
-  }
-  return text;
-}
-
 // The cmudict preset end to end on a tiny dictionary: train, eval, predict
 // (best, n-best, JSON; a bad word named by its line), inspect.
 TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   const fs::path dict = dir / "dict.txt";
-  std::ofstream(dict) << regular_dictionary();
+  std::ofstream(dict) << regular_spelling_dictionary(150);
   const fs::path out = dir / "words";
   CliRun r = run("train --preset cmudict --epochs 2 --d-model 16 --num-heads 2 --num-layers 1 --batch 16 "
                  "--threads 1 --quiet --data " + dict.string() + " --out " + out.string());
@@ -530,7 +511,7 @@ TEST_F(Cli, ExperimentQuickWritesItsTable) {
   CliRun bad = run("experiment magic");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err,
-            "multihead: error: unknown experiment 'magic' (known: heads, positions, variants, head-analysis, "
+            "multihead: error: unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, "
             "optimisation, precision)\n");
 }
 

@@ -69,5 +69,18 @@ TEST(CmuDict, SplitsByWordKeepVariantsTogether) {
   EXPECT_EQ(s.train.size() + s.validation.size() + s.test.size(), d.words.size());
 }
 
+TEST(CmuDict, RegularSpellingsAreDistinctWordsOfOnePhonemeALetter) {
+  const CmuDict d = parse_cmudict(regular_spelling_dictionary(120, 2), "regular");
+  ASSERT_EQ(d.words.size(), 120u);  // distinct words: no two lines merged
+  EXPECT_EQ(d.pronunciations(), 120 + 12);  // every tenth word has two
+  for (const CmuWord& w : d.words) {
+    EXPECT_GE(w.word.size(), 3u);
+    EXPECT_LE(w.word.size(), 5u);
+    EXPECT_EQ(w.pronunciations.front().size(), w.word.size()) << w.word;
+  }
+  EXPECT_EQ(d.words[0].pronunciations.back().back(), "IY0");
+  EXPECT_THROW(regular_spelling_dictionary(181), ConfigError);
+}
+
 }  // namespace
 }  // namespace multihead

@@ -69,6 +69,25 @@ TEST_F(QuickExperiment, Positions) {
   EXPECT_EQ(r.results["runs"].size(), 12u);  // 6 kinds x 2 seeds
 }
 
+// The articles' translation table redone on pronunciation (a synthetic dictionary here).
+TEST_F(QuickExperiment, PositionsSeq2Seq) {
+  ExperimentReport r = run("positions-seq2seq");
+  ASSERT_EQ(r.tables.size(), 1u);
+  const ExperimentTable& p = r.tables[0];
+  EXPECT_EQ(first_column(p), (std::vector<std::string>{"sinusoidal", "learned", "relative", "rope", "alibi"}));
+  EXPECT_EQ(p.columns, (std::vector<std::string>{"positions", "test WER", "test PER", "test BLEU",
+                                                 "WER, words over 6 letters", "steps to validation WER <= 90%",
+                                                 "ms per step", "step time vs sinusoidal"}));
+  EXPECT_EQ(p.rows[0][7], "+0%");
+  const auto& words = r.results["runs"];
+  ASSERT_EQ(words.size(), 10u);  // 5 kinds x 2 seeds
+  for (const auto& run : words) {
+    EXPECT_GT(run["longer_words"].get<std::int64_t>(), 0);  // the test holds words longer than any trained on
+    EXPECT_FALSE(run["validation_wer"].empty());            // validated within the epochs too
+    EXPECT_GE(run["test_wer"].get<double>(), 0.0);
+  }
+}
+
 TEST_F(QuickExperiment, Variants) {
   ExperimentReport r = run("variants");
   const ExperimentTable& t = r.tables.at(0);
@@ -152,7 +171,7 @@ TEST(Experiments, UnknownNameIsAClearError) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "unknown experiment 'magic' (known: heads, positions, variants, head-analysis, optimisation, "
+                 "unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, "
                  "precision)");
   }
 }

@@ -28,4 +28,10 @@ struct CmuDict {
 CmuDict load_cmudict(const std::string& path, bool keep_stress = true);
 CmuDict parse_cmudict(const std::string& text, const std::string& source, bool keep_stress = true);
 
+// A synthetic dictionary in cmudict's format, for tests and quick runs:
+// `words` distinct words over the letters A..F, 3 to 3 + extra_letters
+// letters long, each letter one phoneme (A AE1, B B, C K, D D, E IY0, F F);
+// every tenth word has a second pronunciation ending in IY0.
+std::string regular_spelling_dictionary(std::int64_t words, std::int64_t extra_letters = 3);
+
 }  // namespace multihead

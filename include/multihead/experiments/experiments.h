@@ -48,7 +48,7 @@ struct ExperimentReport {
 inline constexpr double kSpikeNats = 0.1;
 std::int64_t count_loss_spikes(const std::vector<double>& losses);
 
-// heads, positions, variants, head-analysis, optimisation.
+// heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision.
 const std::vector<std::string>& experiment_names();
 // Throws ConfigError for an unknown name.
 ExperimentReport run_experiment(const std::string& name, const ExperimentOptions& options);

@@ -50,6 +50,11 @@ struct PronunciationJob {
   // validation pronunciation, and the word accuracy of greedy decoding over
   // the first validation_words words (0: all).
   std::int64_t validation_words = 1000;
+  // Validation every eval_every steps too (0: after each epoch only).
+  std::int64_t eval_every = 0;
+  // Train (and validate) only on words of at most this many letters (0: all);
+  // the test keeps every length, so the longer words measure extrapolation.
+  std::int64_t train_max_letters = 0;
   double label_smoothing = 0.1;
   DecodeOptions decode;  // the test's beam search (tokens set by the vocabulary)
   std::int64_t eval_batch = 256;
@@ -76,6 +81,11 @@ struct LengthScores {
 struct PronunciationResult {
   SequenceScores test;
   std::vector<LengthScores> by_length;
+  // With train_max_letters: the test words longer than every training word.
+  SequenceScores longer_than_training;
+  // (step, greedy word accuracy) of every validation, this process's.
+  std::vector<std::pair<std::int64_t, double>> validation_curve;
+  double ms_per_step = 0;
   double validation_word_accuracy = 0;
   std::int64_t train_words = 0, validation_words = 0, test_words = 0;
   std::int64_t train_pronunciations = 0, validation_pronunciations = 0, test_pronunciations = 0;

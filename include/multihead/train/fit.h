@@ -60,10 +60,12 @@ class TrainingTask {
 
 struct FitPlan {
   // Epoch-based when set: the training examples, batched in an order
-  // shuffled by (seed, epoch), validation after each epoch, checkpoints
-  // noting "data.epoch". Otherwise step-based: the task's step_examples,
-  // validation every eval_every steps and after the last (0: none, and one
-  // checkpoint at the end), checkpoints noting "data.step".
+  // shuffled by (seed, epoch), validation after each epoch (and every
+  // eval_every steps within one, when eval_every > 0), checkpoints noting
+  // "data.epoch" (within an epoch, "data.step"). Otherwise step-based: the
+  // task's step_examples, validation every eval_every steps and after the
+  // last (0: none, and one checkpoint at the end), checkpoints noting
+  // "data.step".
   std::vector<std::int64_t> epoch_examples;
   std::int64_t eval_every = 0;
   // Progress shows micro_step's items per second in `unit` ("tok/s");
