@@ -43,9 +43,11 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   auto conv_buffers = [&](int thread) { return workspace.f32() + (thread + 1) * per_thread - conv; };
   // K^T (B*H, D, S) for the micro-kernel, packed once and shared by every
-  // query block of a head.
-  Tensor kt_all = tm.blas ? Tensor() : Tensor::empty({d.B * d.H, d.D, d.S});
-  if (!tm.blas) {
+  // query block of a head; with few queries, dot products read K in place.
+  const bool few_queries = !tm.blas && d.L <= kFewQueryRows;
+  const bool packs = !tm.blas && !few_queries;
+  Tensor kt_all = packs ? Tensor::empty({d.B * d.H, d.D, d.S}) : Tensor();
+  if (packs) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       float* kbuf = conv_buffers(omp_get_thread_num()) + Br * d.D;  // (Bc, D)
@@ -89,10 +91,12 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         if (plan.skip) continue;
         // Only the causally visible rows and columns of the tile: the rest is -inf.
         const auto [r0, nc] = geo.causal_span(i0, nr, j0, nc_block);
-        const float* kt = tm.blas ? nullptr : kt_all.f32() + bh * d.D * d.S + j0;
+        const float* kt = packs ? kt_all.f32() + bh * d.D * d.S + j0 : nullptr;
         std::int64_t ldk = 0, ldv = 0;  // the micro-kernel reads K^T from kt instead of K's rows
-        const float* kj = tm.blas ? rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk) : nullptr;
-        tm.q_kt(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, kt, d.S, nr - r0, nc, d.D, scale);
+        const float* kj =
+            packs ? nullptr : rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+        if (few_queries) dot_scores(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, nr - r0, nc, d.D, scale);
+        else tm.q_kt(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, kt, d.S, nr - r0, nc, d.D, scale);
         if (plan.elementwise) geo.apply(s + r0 * Bc, Bc, b, h, i0 + r0, nr - r0, j0, nc, qa + r0 * nb);
         for (std::int64_t r = r0; r < nr; ++r) {
           float* row = s + r * Bc;

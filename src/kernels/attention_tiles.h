@@ -305,6 +305,19 @@ struct TileMath {
   }
 };
 
+// At most this many queries a head (cached decoding: the new positions
+// over the cache), the forward kernel computes scores as dot products of
+// query rows with key rows read in place: packing K^T for the micro-kernel
+// would cost as much as the scores themselves.
+inline constexpr std::int64_t kFewQueryRows = 4;
+
+// S (nr, nc), ld lds = alpha * Q (nr, D) K^T, one dot product a score.
+inline void dot_scores(float* S, std::int64_t lds, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
+                       std::int64_t nr, std::int64_t nc, std::int64_t D, float alpha) {
+  for (std::int64_t r = 0; r < nr; ++r)
+    for (std::int64_t j = 0; j < nc; ++j) S[r * lds + j] = alpha * simd::dot(Q + r * ldq, K + j * ldk, D);
+}
+
 inline bool tiles_use_blas(const AttentionTiles& t, const AttentionDims& d) {
   return t.gemm == TileGemm::kBlas || (t.gemm == TileGemm::kAuto && std::max(d.D, d.Dv) <= kBlasTileMaxDim);
 }

@@ -127,12 +127,14 @@ void MultiheadAttention::cache_memory(const Tensor& memory, KvCache& cache, Prec
   cache = KvCache{};
   cache.k = Tensor::empty({B, S, KE}, st);
   cache.v = Tensor::empty({B, S, KE}, st);
+  // Row r of kv holds position r's key, then its value.
   const std::size_t row = dtype_size(st) * static_cast<std::size_t>(KE);
   const char* src = static_cast<const char*>(kv.raw());
-  for (std::int64_t r = 0; r < B * S; ++r) {
-    std::memcpy(static_cast<char*>(cache.k.raw()) + r * static_cast<std::int64_t>(row), src + 2 * r * static_cast<std::int64_t>(row), row);
-    std::memcpy(static_cast<char*>(cache.v.raw()) + r * static_cast<std::int64_t>(row),
-                src + (2 * r + 1) * static_cast<std::int64_t>(row), row);
+  char* k = static_cast<char*>(cache.k.raw());
+  char* v = static_cast<char*>(cache.v.raw());
+  for (std::size_t r = 0; r < static_cast<std::size_t>(B * S); ++r) {
+    std::memcpy(k + r * row, src + 2 * r * row, row);
+    std::memcpy(v + r * row, src + (2 * r + 1) * row, row);
   }
   cache.length = S;
 }

@@ -216,6 +216,12 @@ struct PronunciationData {
   // Training examples: (word, variant) pairs, as word * kVariantStride + variant.
   std::vector<std::int64_t> train_pairs, validation_pairs;
   static constexpr std::int64_t kVariantStride = 64;
+  const std::vector<std::int64_t>& letters_of(std::int64_t pair) const {
+    return letters[static_cast<std::size_t>(pair / kVariantStride)];
+  }
+  const std::vector<std::int64_t>& phonemes_of(std::int64_t pair) const {
+    return phonemes[static_cast<std::size_t>(pair / kVariantStride)][static_cast<std::size_t>(pair % kVariantStride)];
+  }
   std::int64_t pronunciations(const std::vector<std::int64_t>& words) const {
     std::int64_t n = 0;
     for (auto w : words) n += static_cast<std::int64_t>(dict.words[static_cast<std::size_t>(w)].pronunciations.size());
@@ -295,19 +301,16 @@ struct Seq2SeqBatch {
 Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t> pairs) {
   const std::int64_t B = static_cast<std::int64_t>(pairs.size());
   std::int64_t T = 1;
-  for (auto p : pairs) {
-    const auto w = static_cast<std::size_t>(p / PronunciationData::kVariantStride);
-    T = std::max<std::int64_t>(
-        T, 1 + static_cast<std::int64_t>(d.phonemes[w][static_cast<std::size_t>(p % PronunciationData::kVariantStride)].size()));
-  }
   std::vector<const std::vector<std::int64_t>*> words;
-  for (auto p : pairs) words.push_back(&d.letters[static_cast<std::size_t>(p / PronunciationData::kVariantStride)]);
+  for (auto p : pairs) {
+    T = std::max<std::int64_t>(T, 1 + static_cast<std::int64_t>(d.phonemes_of(p).size()));
+    words.push_back(&d.letters_of(p));
+  }
   LetterBatch letters = letter_batch(words);
   Seq2SeqBatch b{std::move(letters.ids), std::move(letters.padding), Tensor({B, T}, DType::kI64),
                  Tensor({B * T}, DType::kI64), 0};
   for (std::int64_t r = 0; r < B; ++r) {
-    const auto w = static_cast<std::size_t>(pairs[static_cast<std::size_t>(r)] / PronunciationData::kVariantStride);
-    const auto& ps = d.phonemes[w][static_cast<std::size_t>(pairs[static_cast<std::size_t>(r)] % PronunciationData::kVariantStride)];
+    const auto& ps = d.phonemes_of(pairs[static_cast<std::size_t>(r)]);
     const std::int64_t n = static_cast<std::int64_t>(ps.size());
     for (std::int64_t t = 0; t < T; ++t) {
       b.target_in.data<std::int64_t>()[r * T + t] =

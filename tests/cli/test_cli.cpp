@@ -257,6 +257,9 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_EQ(pb.err, "multihead: error: " + (dir / "bad_items.txt").string() +
                         " line 2: a text to classify: invalid UTF-8 at byte 0\n");
   EXPECT_TRUE(pb.out.empty());  // nothing printed for the good line either
+  CliRun pn = run("predict --run " + out.string() + " --n-best 2 --input " + (dir / "items.txt").string());
+  EXPECT_EQ(pn.code, 2);
+  EXPECT_EQ(pn.err, "multihead: error: --n-best and --beam apply to pronunciation runs only\n");
   CliRun e = run("eval --run " + out.string() + " --threads 1");
   ASSERT_EQ(e.code, 0) << e.err;
   // eval reproduces the test accuracy train printed.
@@ -390,6 +393,15 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   CliRun w = run("predict --run " + out.string() + " --beam 2 --n-best 3 --input " + (dir / "words.txt").string());
   EXPECT_EQ(w.code, 2);
   EXPECT_EQ(w.err, "multihead: error: n_best must be between 1 and the beam width 2, got 3\n");
+  // A config's decoding section is checked with the rest of the job, before any training.
+  auto cfg = nlohmann::json::parse(std::ifstream(out / "config.json"));
+  cfg["decode"]["beam"] = 0;
+  std::ofstream(dir / "beam0.json") << cfg.dump();
+  CliRun z = run("train --config " + (dir / "beam0.json").string() + " --out " + (dir / "beam0").string());
+  EXPECT_EQ(z.code, 2);
+  EXPECT_EQ(z.err, "multihead: error: " + (dir / "beam0.json").string() +
+                       ": decode: the beam width must be positive, got 0\n");
+  EXPECT_FALSE(fs::exists(dir / "beam0"));
   // inspect: the encoder's self-attention over the word's letters.
   CliRun in = run("inspect --run " + out.string() + " --text FADE --threads 1 --out " + (dir / "maps").string());
   ASSERT_EQ(in.code, 0) << in.err;

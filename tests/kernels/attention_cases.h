@@ -177,6 +177,18 @@ inline std::vector<Spec> specs() {
     s.pad_tail = 60;
     s.tiles.k_block = 16;  // whole blocks of padding get skipped
   });
+  // Few queries over many keys, as in cached decoding (the forward kernel's dot-product scores).
+  add("few_queries_decoding", {2, 2, 1, 70, 16, 16}, [](Spec& s) {
+    s.causal = CausalAlign::kBottomRight;
+    s.kpm_bool = true;
+    s.query_offset = 69;
+    s.alibi = true;
+  });
+  add("few_queries_relative", {3, 2, 3, 45, 16, 12}, [](Spec& s) {
+    s.rel_clip = 4;
+    s.rel_values = true;
+    s.kpm_float = true;
+  });
   add("alibi", {2, 4, 50, 70, 8, 8}, [](Spec& s) { s.alibi = true; });
   add("alibi_causal_three_heads", {1, 3, 40, 40, 8, 8}, [](Spec& s) {
     s.alibi = true;
