@@ -91,6 +91,9 @@ PronunciationJob::PronunciationJob() {
   train.schedule.min_lr = 1e-5;
   train.clip_grad_norm = 1.0;
   train.adamw.weight_decay = 0.01;
+  // Six epochs in bf16 take 17 minutes on 2 cores of a Xeon with AMX
+  // (docs/RESULTS.md); bf16 widens to fp32 where the CPU has no bf16 units.
+  train.precision = Precision::kBF16;
   decode.beam = 4;
   decode.length_penalty = 1.0;
   decode.max_len = 40;

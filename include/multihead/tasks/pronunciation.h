@@ -60,7 +60,7 @@ struct PronunciationJob {
   std::int64_t eval_batch = 256;
   EncoderDecoderConfig model;
   TrainConfig train;
-  EpochBudget budget{12, 0};
+  EpochBudget budget{6, 0};
   int threads = 0;
   std::string report_title = "CMUdict: pronunciation from spelling";
   PronunciationJob();  // the cmudict preset
