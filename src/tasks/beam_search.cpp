@@ -116,8 +116,7 @@ std::vector<std::vector<Hypothesis>> beam_search(EncoderDecoder& model, const Te
   std::vector<Candidate> cands;
   std::vector<double> lp;
   std::vector<std::int64_t> parents(static_cast<std::size_t>(R));
-  std::int64_t steps = 0;
-  for (; steps < o.max_len; ++steps) {
+  for (std::int64_t step = 0; step < o.max_len; ++step) {
     const Tensor logits = model.decode_step(next, caches, memory, o.max_len, o.precision);
     std::vector<double> new_live(static_cast<std::size_t>(R), kNegInf);
     std::vector<std::vector<std::int64_t>> new_tokens(static_cast<std::size_t>(R));
