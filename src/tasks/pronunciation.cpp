@@ -191,6 +191,37 @@ void apply_overrides(PronunciationJob& job, const JobOverrides& o) {
   job.validate("the flags");
 }
 
+std::string cmudict_spelling(const std::string& word) {
+  std::string upper = word;
+  for (char& c : upper)
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  return upper;
+}
+
+namespace {
+
+// Each word's hypotheses (letter ids; options.n_best of them, or the greedy
+// one when the beam is 1), decoded `batch` words at a time.
+std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
+                                                       const std::vector<const std::vector<std::int64_t>*>& letters,
+                                                       const DecodeOptions& o, std::int64_t batch) {
+  std::vector<std::vector<Hypothesis>> out;
+  for (std::size_t i = 0; i < letters.size(); i += static_cast<std::size_t>(batch)) {
+    const std::size_t end = std::min(letters.size(), i + static_cast<std::size_t>(batch));
+    const std::vector<const std::vector<std::int64_t>*> part(letters.begin() + static_cast<std::ptrdiff_t>(i),
+                                                             letters.begin() + static_cast<std::ptrdiff_t>(end));
+    const LetterBatch b = letter_batch(part);
+    if (o.beam == 1) {
+      for (Hypothesis& h : greedy_decode(model, b.ids, &b.padding, o)) out.push_back({std::move(h)});
+    } else {
+      for (auto& hyps : beam_search(model, b.ids, &b.padding, o)) out.push_back(std::move(hyps));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 LetterBatch letter_batch(const std::vector<const std::vector<std::int64_t>*>& words) {
   const std::int64_t B = static_cast<std::int64_t>(words.size());
   std::int64_t S = 1;
@@ -326,13 +357,6 @@ Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t
   return b;
 }
 
-// Source letters (B, S) of words, with padding.
-LetterBatch source_batch(const PronunciationData& d, std::span<const std::int64_t> words) {
-  std::vector<const std::vector<std::int64_t>*> letters;
-  for (auto w : words) letters.push_back(&d.letters[static_cast<std::size_t>(w)]);
-  return letter_batch(letters);
-}
-
 DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam) {
   DecodeOptions o = job.decode;
   o.beam = beam;
@@ -346,18 +370,11 @@ DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam) {
 // The best pronunciation of each word, decoded in batches.
 std::vector<TokenSeq> decode_words(EncoderDecoder& model, const PronunciationData& d,
                                    const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch) {
+  std::vector<const std::vector<std::int64_t>*> letters;
+  for (auto w : words) letters.push_back(&d.letters[static_cast<std::size_t>(w)]);
   std::vector<TokenSeq> out;
-  for (std::size_t i = 0; i < words.size(); i += static_cast<std::size_t>(batch)) {
-    const std::span<const std::int64_t> part(words.data() + i, std::min(words.size() - i, static_cast<std::size_t>(batch)));
-    const LetterBatch src = source_batch(d, part);
-    if (o.beam == 1) {
-      for (const Hypothesis& h : greedy_decode(model, src.ids, &src.padding, o))
-        out.push_back(d.vocab.decode_phonemes(h.tokens));
-    } else {
-      for (const auto& hyps : beam_search(model, src.ids, &src.padding, o))
-        out.push_back(d.vocab.decode_phonemes(hyps.front().tokens));
-    }
-  }
+  for (const auto& hyps : decode_in_batches(model, letters, o, batch))
+    out.push_back(d.vocab.decode_phonemes(hyps.front().tokens));
   return out;
 }
 
@@ -455,6 +472,19 @@ std::string scores_line(const SequenceScores& s) {
 
 std::string bucket_name(const LengthScores& b) {
   return b.max_len >= 1000 ? fmt::format("{}+", b.min_len) : fmt::format("{}-{}", b.min_len, b.max_len);
+}
+
+// What train and eval print of the test: the scores, by length, and on
+// words longer than any trained on.
+std::vector<std::string> test_lines(const SequenceScores& test, const std::vector<LengthScores>& by_length,
+                                    const SequenceScores& longer) {
+  std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(test), test.examples)};
+  for (const auto& b : by_length)
+    lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
+  if (longer.examples > 0)
+    lines.push_back(fmt::format("  longer than every training word ({} words): {}", longer.examples,
+                                scores_line(longer)));
+  return lines;
 }
 
 std::string join(const TokenSeq& s) { return fmt::format("{}", fmt::join(s, " ")); }
@@ -616,12 +646,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
 }
 
 std::vector<std::string> summary_lines(const PronunciationResult& r) {
-  std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(r.test), r.test_words)};
-  for (const auto& b : r.by_length)
-    lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
-  if (r.longer_than_training.examples > 0)
-    lines.push_back(fmt::format("  longer than every training word ({} words): {}", r.longer_than_training.examples,
-                                scores_line(r.longer_than_training)));
+  std::vector<std::string> lines = test_lines(r.test, r.by_length, r.longer_than_training);
   lines.push_back(fmt::format("training: {} steps{} in {:.1f} s; test decoding {:.1f} s", r.steps,
                               skipped_steps_note(r.skipped_steps), r.train_seconds, r.decode_seconds));
   return lines;
@@ -651,26 +676,18 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
   std::vector<std::vector<std::int64_t>> ids;
   for (const std::string& word : words) {
     check_utf8(word, "a word");
-    std::string upper = word;
-    for (char& c : upper)
-      if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-    ids.push_back(run.vocab.encode_word(upper));
+    ids.push_back(run.vocab.encode_word(cmudict_spelling(word)));
     check<ConfigError>(!ids.back().empty(), "a word to pronounce is empty");
     check<ConfigError>(static_cast<std::int64_t>(ids.back().size()) <= longest,
                        "'{}' has {} letters; the model reads at most {}", word, ids.back().size(), longest);
   }
+  std::vector<const std::vector<std::int64_t>*> letters;
+  for (const auto& w : ids) letters.push_back(&w);
   std::vector<std::vector<Pronounced>> out;
-  for (std::size_t i = 0; i < ids.size(); i += static_cast<std::size_t>(run.job.eval_batch)) {
-    std::vector<const std::vector<std::int64_t>*> part;
-    for (std::size_t j = i; j < std::min(ids.size(), i + static_cast<std::size_t>(run.job.eval_batch)); ++j)
-      part.push_back(&ids[j]);
-    const LetterBatch b = letter_batch(part);
-    for (const auto& hyps : beam_search(*run.model, b.ids, &b.padding, o)) {
-      std::vector<Pronounced> p;
-      for (const Hypothesis& h : hyps)
-        p.push_back({run.vocab.decode_phonemes(h.tokens), h.log_prob, h.score, h.ended});
-      out.push_back(std::move(p));
-    }
+  for (const auto& hyps : decode_in_batches(*run.model, letters, o, run.job.eval_batch)) {
+    std::vector<Pronounced> p;
+    for (const Hypothesis& h : hyps) p.push_back({run.vocab.decode_phonemes(h.tokens), h.log_prob, h.score, h.ended});
+    out.push_back(std::move(p));
   }
   return out;
 }
@@ -680,10 +697,7 @@ std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::st
   const std::unique_ptr<LoadedPronouncer> run = load_pronunciation_run(job, run_dir);
   const PronunciationData data = load_data(job, &run->vocab);
   const TestOutcome t = test_model(*run->model, job, data);
-  std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(t.overall), data.test_words.size())};
-  for (const auto& b : t.by_length)
-    lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
-  return lines;
+  return test_lines(t.overall, t.by_length, t.longer);
 }
 
 }  // namespace multihead

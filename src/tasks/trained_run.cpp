@@ -149,10 +149,10 @@ class PronunciationRun final : public TrainedRun {
     return pronounce_words(*run_, words, o);
   }
 
-  // The encoder's self-attention over the word's letters.
+  // The encoder's self-attention over the word's letters, spelled as pronounce reads them.
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
     check_utf8(text, "the word");
-    std::vector<std::string> letters = utf8_characters(text);
+    std::vector<std::string> letters = utf8_characters(cmudict_spelling(text));
     check<ConfigError>(!letters.empty(), "the word is empty");
     letters.resize(std::min<std::size_t>(letters.size(), static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1))));
     std::string word;

@@ -402,8 +402,8 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   EXPECT_EQ(z.err, "multihead: error: " + (dir / "beam0.json").string() +
                        ": decode: the beam width must be positive, got 0\n");
   EXPECT_FALSE(fs::exists(dir / "beam0"));
-  // inspect: the encoder's self-attention over the word's letters.
-  CliRun in = run("inspect --run " + out.string() + " --text FADE --threads 1 --out " + (dir / "maps").string());
+  // inspect: the encoder's self-attention over the word's letters, spelled as predict reads them.
+  CliRun in = run("inspect --run " + out.string() + " --text fade --threads 1 --out " + (dir / "maps").string());
   ASSERT_EQ(in.code, 0) << in.err;
   EXPECT_NE(in.out.find("tokens: F | A | D | E"), std::string::npos) << in.out;
   EXPECT_TRUE(fs::exists(dir / "maps" / "layer0_head1.png"));

@@ -40,6 +40,8 @@ struct PronunciationVocab {
 
 // The words (UTF-8) as letters, one string each.
 std::vector<std::string> utf8_characters(const std::string& word);
+// A word as CMUdict spells it: ASCII letters upper-cased.
+std::string cmudict_spelling(const std::string& word);
 
 struct PronunciationJob {
   static constexpr const char* kTask = "pronunciation";
@@ -94,6 +96,7 @@ struct PronunciationResult {
 };
 
 PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress);
+std::vector<std::string> summary_lines(const PronunciationResult& result);
 
 // Letter ids of words (B lists) as a batch: ids (B, S) and padding (B, S),
 // true = padding, S the longest word.
@@ -118,13 +121,12 @@ struct Pronounced {
 };
 // The options.n_best best pronunciations of each word, best first (beam
 // search; the start and end tokens are set from the vocabulary). Words are
-// spelled as CMUdict spells them: ASCII letters are upper-cased; a letter
-// no training word had reads as unknown. Bad options (checked first, so an
+// read as cmudict_spelling gives them; a letter no training word had reads
+// as unknown. Bad options (checked first, so an
 // empty list checks them alone), an empty word, or one longer than the
 // model's positions, are ConfigErrors.
 std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
                                                      DecodeOptions options);
-std::vector<std::string> summary_lines(const PronunciationResult& result);
 // The test scores of the model saved in run_dir, as lines.
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads);
 
