@@ -34,19 +34,55 @@ TokenBatch make_token_batch(const std::vector<const std::vector<std::int64_t>*>&
   return t;
 }
 
-std::vector<std::vector<std::int64_t>> epoch_batches(const std::vector<std::int64_t>& indices, std::int64_t batch,
-                                                     std::uint64_t seed, std::int64_t epoch, bool shuffle) {
-  check<ConfigError>(batch > 0, "batch size must be positive, got {}", batch);
-  std::vector<std::int64_t> order = indices;
-  if (shuffle) {
-    Rng rng(seed, 0xba7c0000ull + static_cast<std::uint64_t>(epoch));
-    for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next_u32() % i]);
-  }
+namespace {
+
+// Fisher-Yates over `v` with the generator of (seed, stream).
+template <typename T>
+void shuffle_in_place(std::vector<T>& v, std::uint64_t seed, std::uint64_t stream) {
+  Rng rng(seed, stream);
+  for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.next_u32() % i]);
+}
+
+constexpr std::uint64_t kOrderStream = 0xba7c0000ull, kBatchOrderStream = 0xba7d0000ull;
+
+std::vector<std::vector<std::int64_t>> cut_into_batches(const std::vector<std::int64_t>& order, std::int64_t batch) {
   std::vector<std::vector<std::int64_t>> out;
   for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(batch))
     out.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i),
                      order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), i + static_cast<std::size_t>(batch))));
   return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int64_t>> epoch_batches(const std::vector<std::int64_t>& indices, std::int64_t batch,
+                                                     std::uint64_t seed, std::int64_t epoch, bool shuffle) {
+  check<ConfigError>(batch > 0, "batch size must be positive, got {}", batch);
+  std::vector<std::int64_t> order = indices;
+  if (shuffle) shuffle_in_place(order, seed, kOrderStream + static_cast<std::uint64_t>(epoch));
+  return cut_into_batches(order, batch);
+}
+
+std::vector<std::vector<std::int64_t>> length_grouped_batches(const std::vector<std::int64_t>& indices,
+                                                              const std::vector<std::int64_t>& lengths,
+                                                              std::int64_t batch, std::uint64_t seed,
+                                                              std::int64_t epoch, std::int64_t pool_batches) {
+  check<ConfigError>(batch > 0 && pool_batches > 0, "batch ({}) and pool ({}) must be positive", batch, pool_batches);
+  check<ShapeError>(lengths.size() == indices.size(), "{} lengths for {} examples", lengths.size(), indices.size());
+  // Positions into indices/lengths, shuffled as epoch_batches shuffles indices.
+  std::vector<std::size_t> pos(indices.size());
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = i;
+  shuffle_in_place(pos, seed, kOrderStream + static_cast<std::uint64_t>(epoch));
+  const std::size_t pool = static_cast<std::size_t>(batch * pool_batches);
+  for (std::size_t lo = 0; lo < pos.size(); lo += pool)
+    std::stable_sort(pos.begin() + static_cast<std::ptrdiff_t>(lo),
+                     pos.begin() + static_cast<std::ptrdiff_t>(std::min(pos.size(), lo + pool)),
+                     [&](std::size_t a, std::size_t b) { return lengths[a] < lengths[b]; });
+  std::vector<std::int64_t> order(pos.size());
+  for (std::size_t i = 0; i < pos.size(); ++i) order[i] = indices[pos[i]];
+  auto batches = cut_into_batches(order, batch);
+  shuffle_in_place(batches, seed, kBatchOrderStream + static_cast<std::uint64_t>(epoch));
+  return batches;
 }
 
 }  // namespace multihead

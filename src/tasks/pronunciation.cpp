@@ -91,8 +91,7 @@ PronunciationJob::PronunciationJob() {
   train.schedule.min_lr = 1e-5;
   train.clip_grad_norm = 1.0;
   train.adamw.weight_decay = 0.01;
-  // Six epochs in bf16 take 17 minutes on 2 cores of a Xeon with AMX
-  // (docs/RESULTS.md); bf16 widens to fp32 where the CPU has no bf16 units.
+  // bf16 widens to fp32 where the CPU has no bf16 units.
   train.precision = Precision::kBF16;
   decode.beam = 4;
   decode.length_penalty = 1.0;
@@ -125,7 +124,7 @@ PronunciationJob PronunciationJob::from_json(const json& root, const std::string
   PronunciationJob job;
   ConfigReader r(root, src);
   check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.threads = read_threads(r);
   job.report_title = r.get_string("title", job.report_title);
   job.label_smoothing = r.get_number("label_smoothing", job.label_smoothing);
   job.eval_batch = r.get_int("eval_batch", job.eval_batch);
@@ -201,20 +200,26 @@ std::string cmudict_spelling(const std::string& word) {
 namespace {
 
 // Each word's hypotheses (letter ids; options.n_best of them, or the greedy
-// one when the beam is 1), decoded `batch` words at a time.
+// one when the beam is 1), decoded `batch` words at a time, words of similar
+// length together (a batch decodes until its longest word is done).
 std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
                                                        const std::vector<const std::vector<std::int64_t>*>& letters,
                                                        const DecodeOptions& o, std::int64_t batch) {
-  std::vector<std::vector<Hypothesis>> out;
-  for (std::size_t i = 0; i < letters.size(); i += static_cast<std::size_t>(batch)) {
-    const std::size_t end = std::min(letters.size(), i + static_cast<std::size_t>(batch));
-    const std::vector<const std::vector<std::int64_t>*> part(letters.begin() + static_cast<std::ptrdiff_t>(i),
-                                                             letters.begin() + static_cast<std::ptrdiff_t>(end));
+  std::vector<std::size_t> order(letters.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return letters[a]->size() < letters[b]->size(); });
+  std::vector<std::vector<Hypothesis>> out(letters.size());
+  for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(batch)) {
+    const std::size_t end = std::min(order.size(), i + static_cast<std::size_t>(batch));
+    std::vector<const std::vector<std::int64_t>*> part;
+    for (std::size_t k = i; k < end; ++k) part.push_back(letters[order[k]]);
     const LetterBatch b = letter_batch(part);
+    std::size_t k = i;
     if (o.beam == 1) {
-      for (Hypothesis& h : greedy_decode(model, b.ids, &b.padding, o)) out.push_back({std::move(h)});
+      for (Hypothesis& h : greedy_decode(model, b.ids, &b.padding, o)) out[order[k++]] = {std::move(h)};
     } else {
-      for (auto& hyps : beam_search(model, b.ids, &b.padding, o)) out.push_back(std::move(hyps));
+      for (auto& hyps : beam_search(model, b.ids, &b.padding, o)) out[order[k++]] = std::move(hyps);
     }
   }
   return out;
@@ -321,6 +326,10 @@ PronunciationData load_data(const PronunciationJob& job, const PronunciationVoca
   }
   d.train_pairs = pairs_of(d, d.train_words);
   d.validation_pairs = pairs_of(d, d.validation_words);
+  // Validation batches words of similar length together (less padding).
+  std::stable_sort(d.validation_pairs.begin(), d.validation_pairs.end(), [&](std::int64_t a, std::int64_t b) {
+    return d.letters_of(a).size() < d.letters_of(b).size();
+  });
   return d;
 }
 
@@ -589,6 +598,10 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   PronunciationTask task(model, job, data);
   FitPlan plan;
   plan.epoch_examples = data.train_pairs;
+  // Both sides pad to the batch's longest word or pronunciation.
+  for (auto p : data.train_pairs)
+    plan.example_lengths.push_back(std::max(static_cast<std::int64_t>(data.letters_of(p).size()),
+                                            1 + static_cast<std::int64_t>(data.phonemes_of(p).size())));
   plan.unit = "phonemes/s";
   plan.throughput_key = "phonemes_per_s";
   plan.loss_unit = " nats/phoneme";
@@ -663,7 +676,7 @@ std::unique_ptr<LoadedPronouncer> load_pronunciation_run(const PronunciationJob&
   cfg.model.vocab_size = 3 + static_cast<std::int64_t>(run->vocab.phonemes.size());
   run->model = std::make_unique<EncoderDecoder>(run->store, cfg);
   run->store.finalize();
-  load_state_dict_file(run->store, last_checkpoint_path(run_dir), true);
+  load_checkpoint_weights(run->store, last_checkpoint_path(run_dir));
   return run;
 }
 

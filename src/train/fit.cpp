@@ -1,6 +1,9 @@
 #include "multihead/train/fit.h"
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 
 #include <fmt/format.h>
 
@@ -11,6 +14,13 @@
 #include "multihead/train/resume.h"
 
 namespace multihead {
+
+namespace {
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "request_stop runs in signal handlers");
+}  // namespace
+
+void request_stop(int signal) noexcept { g_stop_signal.store(signal, std::memory_order_relaxed); }
 
 using json = nlohmann::json;
 
@@ -63,14 +73,18 @@ class Loop {
 
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
-  // Batches of train.batch shuffled by (seed, epoch); a resumed run starts in
+  // Batches of train.batch shuffled by (seed, epoch), grouped by length when
+  // the plan gives lengths; a resumed run starts in
   // the epoch, and at the batch, its checkpoint reached.
   void run_epochs() {
     const std::int64_t n = static_cast<std::int64_t>(plan_.epoch_examples.size());
     const std::int64_t per_epoch = (n + train_.batch - 1) / train_.batch;
     // train.steps <= per_epoch * epochs; less when a step cap cuts the last epoch short.
     for (std::int64_t epoch = trainer_.steps_done() / per_epoch; epoch * per_epoch < train_.steps; ++epoch) {
-      const auto batches = epoch_batches(plan_.epoch_examples, train_.batch, train_.seed, epoch, true);
+      const auto batches =
+          plan_.example_lengths.empty()
+              ? epoch_batches(plan_.epoch_examples, train_.batch, train_.seed, epoch, true)
+              : length_grouped_batches(plan_.epoch_examples, plan_.example_lengths, train_.batch, train_.seed, epoch);
       for (std::size_t bi = static_cast<std::size_t>(trainer_.steps_done() - epoch * per_epoch);
            bi < batches.size() && trainer_.steps_done() < train_.steps; ++bi) {
         const StepStats st = step(batches[bi]);
@@ -79,8 +93,10 @@ class Loop {
         const bool within = !last && plan_.eval_every > 0 && trainer_.steps_done() % plan_.eval_every == 0;
         record(st, epoch, !last && !within);
         if (within) validate(epoch, false);
+        if (!last) stop_if_asked();
       }
       validate(epoch, true);
+      stop_if_asked();
     }
     result_.epochs = (trainer_.steps_done() + per_epoch - 1) / per_epoch;
   }
@@ -91,6 +107,7 @@ class Loop {
       const bool validates = plan_.eval_every > 0 && ((s + 1) % plan_.eval_every == 0 || s + 1 == train_.steps);
       record(st, std::nullopt, !validates);
       if (validates) validate(std::nullopt, false);
+      stop_if_asked();
     }
   }
 
@@ -117,6 +134,18 @@ class Loop {
     if (!plan_.throughput_key.empty()) rec[plan_.throughput_key] = per_s;
     finish_step(run_, progress_, trainer_, st, rec, may_checkpoint);
     progress_.update(st.step + 1, epoch.value_or(0) + 1, st.loss, per_s, plan_.unit.c_str(), MemoryCurve::text(st));
+  }
+
+  // After a step: when a stop was asked for, a checkpoint of where the run
+  // stands, then Interrupted. (An epoch's last step validates first.)
+  void stop_if_asked() {
+    const int sig = g_stop_signal.exchange(0, std::memory_order_relaxed);
+    if (sig == 0) return;
+    save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
+    throw Interrupted(sig, fmt::format("stopped by {} after step {}; its checkpoint is saved: the same command with "
+                                       "--resume goes on from there",
+                                       sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
+                                       trainer_.steps_done()));
   }
 
   // Validation, its metrics record, a checkpoint that notes where the data
@@ -196,6 +225,11 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
   md += report.sections;
   md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";
   run.write_report(md);
+}
+
+void check_finite_result(const char* what, double value) {
+  check<Error>(std::isfinite(value),
+               "{} is {}: the model's outputs are not finite, so there is no result to report", what, value);
 }
 
 }  // namespace multihead

@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "multihead/data/batching.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/safetensors.h"
 #include "multihead/train/fit.h"
@@ -141,6 +142,27 @@ TEST_F(Fit, EpochsCoverEveryExampleOnceInContiguousMicroBatchesAndValidateAfterE
   EXPECT_EQ(checkpoint_meta(run_dir("epochs")).at("metrics.records"), "8");
 }
 
+// With lengths, each epoch trains on length_grouped_batches' batches, in order.
+TEST_F(Fit, EpochsWithLengthsTrainOnLengthGroupedBatches) {
+  ParamStore store;
+  ToyTask task(store);
+  store.finalize();
+  const TrainConfig train = toy_train(6, 4, 1);
+  FitPlan plan;
+  for (std::int64_t i = 0; i < 10; ++i) {
+    plan.epoch_examples.push_back(i);
+    plan.example_lengths.push_back((7 * i) % 5);
+  }
+  RunDir run(run_dir("lengths"));
+  Progress quiet(0, stderr, true);
+  fit(task, store, train, plan, json{{"toy", 1}}, run, quiet);
+  std::vector<std::vector<std::int64_t>> expected;
+  for (std::int64_t epoch = 0; epoch < 2; ++epoch)
+    for (auto& b : length_grouped_batches(plan.epoch_examples, plan.example_lengths, 4, train.seed, epoch))
+      expected.push_back(b);
+  EXPECT_EQ(task.micro_batches, expected);
+}
+
 TEST_F(Fit, StepsValidateEveryNStepsAndAfterTheLast) {
   ParamStore store;
   ToyTask task(store);
@@ -207,7 +229,7 @@ TEST_F(Fit, AResumedRunGoesOnFromItsCheckpointAsIfNeverStopped) {
   ParamStore store;
   ToyTask resumed(store);
   store.finalize();
-  RunDir run(run_dir("resumed"), true);
+  RunDir run(run_dir("resumed"), RunMode::kResume);
   const FitResult r = fit(resumed, store, train, plan, json{{"toy", 1}}, run, quiet);
   EXPECT_EQ(r.first_step, 4);
   ASSERT_EQ(resumed.micro_batches.size(), 2u);

@@ -25,4 +25,15 @@ TokenBatch make_token_batch(const std::vector<const std::vector<std::int64_t>*>&
 std::vector<std::vector<std::int64_t>> epoch_batches(const std::vector<std::int64_t>& indices, std::int64_t batch,
                                                      std::uint64_t seed, std::int64_t epoch, bool shuffle);
 
+// Batches of examples of similar length, so that little of a batch is
+// padding: the order shuffled as epoch_batches shuffles it is cut into pools
+// of pool_batches batches, each pool sorted by length (stably) and cut into
+// batches, and the epoch's batches shuffled again. Still a pure function of
+// (seed, epoch), so a resumed run reads the same batches. lengths[i] is
+// indices[i]'s length; the last batch may be smaller.
+std::vector<std::vector<std::int64_t>> length_grouped_batches(const std::vector<std::int64_t>& indices,
+                                                              const std::vector<std::int64_t>& lengths,
+                                                              std::int64_t batch, std::uint64_t seed,
+                                                              std::int64_t epoch, std::int64_t pool_batches = 64);
+
 }  // namespace multihead

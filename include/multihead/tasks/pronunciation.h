@@ -65,7 +65,7 @@ struct PronunciationJob {
   EpochBudget budget{6, 0};
   int threads = 0;
   std::string report_title = "CMUdict: pronunciation from spelling";
-  PronunciationJob();  // the cmudict preset
+  PronunciationJob();  // the cmudict preset's model and recipe, stress kept, 6 epochs
 
   static PronunciationJob from_json(const nlohmann::json& j, const std::string& source);
   void validate(const std::string& where) const;

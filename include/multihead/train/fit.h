@@ -27,6 +27,20 @@
 
 namespace multihead {
 
+// A stop asked for from outside, as the CLI's SIGINT and SIGTERM handlers
+// ask: fit finishes the step under way, saves a checkpoint and throws
+// Interrupted. Async-signal-safe; the library installs no handler itself.
+void request_stop(int signal) noexcept;
+
+class Interrupted : public Error {
+ public:
+  Interrupted(int signal, const std::string& message) : Error(message), signal_(signal) {}
+  int signal() const noexcept { return signal_; }
+
+ private:
+  int signal_;
+};
+
 // A micro-batch's mean loss and how many items (tokens, images, sequences)
 // it trained on, for the throughput.
 struct MicroBatchLoss {
@@ -67,6 +81,10 @@ struct FitPlan {
   // last (0: none, and one checkpoint at the end), checkpoints noting
   // "data.step".
   std::vector<std::int64_t> epoch_examples;
+  // When given (one per epoch example), each batch gathers examples of
+  // similar length (length_grouped_batches), for tasks whose batches pad
+  // to their longest example.
+  std::vector<std::int64_t> example_lengths;
   std::int64_t eval_every = 0;
   // Progress shows micro_step's items per second in `unit` ("tok/s");
   // metrics records carry it under throughput_key when one is given.
@@ -130,6 +148,11 @@ double cross_entropy_backward(Model& model, const Tensor& logits, const std::int
   model.clear_cache();
   return g.loss;
 }
+
+// Error naming `what` when a test result is not finite: the model's outputs
+// are NaN or infinite (a run trained with on_nonfinite skip can end so), and
+// train and eval fail rather than report it as a result.
+void check_finite_result(const char* what, double value);
 
 // A run's report.md: the title, a table of the task's rows, the training
 // curves (loss; validation accuracy when there was any), the memory by
