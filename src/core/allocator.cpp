@@ -4,8 +4,12 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <new>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "multihead/core/error.h"
 
 namespace multihead {
 namespace {
@@ -44,10 +48,16 @@ void raise_peak(std::int64_t now) noexcept {
   }
 }
 
+[[noreturn]] void throw_out_of_memory(std::size_t bytes) {
+  throw MemoryError(fmt::format("cannot allocate {} bytes ({:.1f} GiB): out of memory", bytes,
+                                static_cast<double>(bytes) / (1ull << 30)));
+}
+
 }  // namespace
 
 void* tracked_alloc(std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (bytes > kMaxAllocationBytes) throw_out_of_memory(bytes);
   // aligned_alloc needs a size that is a multiple of the alignment.
   const std::size_t rounded = rounded_size(bytes);
   void* p = nullptr;
@@ -62,7 +72,7 @@ void* tracked_alloc(std::size_t bytes) {
       g_cached_bytes -= static_cast<std::int64_t>(capacity);
     } else {
       p = std::aligned_alloc(kTensorAlignment, rounded);
-      if (p == nullptr) throw std::bad_alloc();
+      if (p == nullptr) throw_out_of_memory(rounded);
     }
     try {
       (*g_capacity)[p] = capacity;
@@ -72,7 +82,7 @@ void* tracked_alloc(std::size_t bytes) {
     }
   } else {
     p = std::aligned_alloc(kTensorAlignment, rounded);
-    if (p == nullptr) throw std::bad_alloc();
+    if (p == nullptr) throw_out_of_memory(rounded);
   }
   std::int64_t now = g_current.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed) +
                      static_cast<std::int64_t>(bytes);

@@ -59,6 +59,8 @@ void set_poison_uninitialized(bool on) noexcept { g_poison.store(on); }
 
 Tensor::Tensor(Shape shape, DType dtype, Uninit)
     : shape_(std::move(shape)), numel_(shape_numel(shape_)), dtype_(dtype) {
+  check<MemoryError>(static_cast<std::uint64_t>(numel_) <= kMaxAllocationBytes / dtype_size(dtype_),
+                     "a tensor of shape {} would need more than {} bytes", shape_str(shape_), kMaxAllocationBytes);
   data_ = tracked_alloc(nbytes());
 }
 

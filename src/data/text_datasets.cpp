@@ -163,7 +163,10 @@ TextDataset load_delimited(const std::string& path, char delimiter, const std::s
 TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
                                     const std::string& label_column, const std::string& path) {
   check_utf8(text, path);
-  std::vector<Record> records = parse_delimited(text, delimiter, path);
+  // A UTF-8 byte-order mark (spreadsheet exports write one) is not part of the first column's name.
+  const std::string_view bom = "\xEF\xBB\xBF";
+  const bool has_bom = text.starts_with(bom);
+  std::vector<Record> records = parse_delimited(has_bom ? text.substr(bom.size()) : text, delimiter, path);
   check<IoError>(!records.empty(), "{}: empty file (expected a header row)", path);
   const auto& header = records.front().fields;
   auto column = [&](const std::string& name) {
@@ -206,6 +209,9 @@ TextDataset parse_delimited_dataset(const std::string& text, char delimiter, con
       ds.examples[i].label = it->second;
     }
   }
+  // One class would train to a constant and report 100% accuracy.
+  check<IoError>(std::any_of(labels.begin(), labels.end(), [&](const std::string& l) { return l != labels.front(); }),
+                 "{}: every row has the label '{}'; a classifier needs at least two classes", path, labels.front());
   return ds;
 }
 

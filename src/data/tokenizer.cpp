@@ -313,6 +313,12 @@ std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std
   return std::make_unique<SentencePieceTokenizer>(std::move(proto));
 }
 
+void check_run_vocabulary(std::int64_t config_vocab_size, const Tokenizer& tok, const std::string& run_dir) {
+  check<IoError>(config_vocab_size == tok.vocab_size(),
+                 "{}: config.json has vocab_size {} but the run's tokenizer has {} tokens", run_dir, config_vocab_size,
+                 tok.vocab_size());
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
   json j;
@@ -331,6 +337,7 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
     check<IoError>(t.is_string(), "{}: tokens must be strings", path);
     tokens.push_back(t.get<std::string>());
   }
+  check<IoError>(!tokens.empty(), "{}: empty token list", path);
   if (type == "char") return std::make_unique<CharTokenizer>(std::move(tokens));
   return std::make_unique<WordTokenizer>(std::move(tokens), j.value("lowercase", true));
 }

@@ -60,7 +60,7 @@ template <typename TaskJob>
 auto run_quietly(const Context& c, TaskJob job, const std::string& label, std::uint64_t seed) {
   job.train.seed = seed;
   job.report_title = label;
-  RunDir dir(c.run_dir(label, static_cast<std::int64_t>(seed)));
+  RunDir dir(c.run_dir(label, static_cast<std::int64_t>(seed)), RunMode::kOverwrite);
   Progress quiet(0, stderr, true);
   return run_job(job, dir, quiet);
 }

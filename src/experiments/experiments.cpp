@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/ranges.h>
 
@@ -40,19 +39,18 @@ std::string write_synthetic_csv(const Context& c) {
   const char* neg[] = {"bad", "awful", "poor", "nasty", "grim"};
   const char* filler[] = {"the", "a", "day", "was", "it", "and", "so", "then"};
   Rng rng(7);
-  std::ofstream f(path);
-  f << "text,label\n";
+  std::string f = "text,label\n";
   for (int i = 0; i < 240; ++i) {
     const bool p = i % 2 == 0;
     const int words = 4 + static_cast<int>(rng.next_u32() % 37);
     for (int w = 0; w < words; ++w) {
-      if (w) f << ' ';
+      if (w) f += ' ';
       const std::uint32_t r = rng.next_u32();
-      f << (r % 3 == 0 ? (p ? pos : neg)[r / 3 % 5] : filler[r / 3 % 8]);
+      f += (r % 3 == 0 ? (p ? pos : neg)[r / 3 % 5] : filler[r / 3 % 8]);
     }
-    f << ',' << (p ? "pos" : "neg") << '\n';
+    f += p ? ",pos\n" : ",neg\n";
   }
-  check<IoError>(static_cast<bool>(f), "cannot write '{}'", path);
+  write_file_atomic(path, f);
   return path;
 }
 

@@ -1,6 +1,7 @@
 #include "multihead/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,16 +33,37 @@ void write_all(int fd, std::string_view bytes, const std::string& path) {
 
 }  // namespace
 
+void check_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    check<IoError>(errno == ENOENT, "cannot write '{}': {}", path, errno_str());
+    return;
+  }
+  if (S_ISREG(st.st_mode)) return;
+  const char* kind = S_ISLNK(st.st_mode)                          ? "a symbolic link"
+                     : S_ISDIR(st.st_mode)                        ? "a directory"
+                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                     : S_ISFIFO(st.st_mode)                       ? "a FIFO"
+                     : S_ISSOCK(st.st_mode)                       ? "a socket"
+                                                                  : "not a regular file";
+  throw IoError(fmt::format("refusing to write '{}': it is {}, and only a regular file is replaced", path, kind));
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string tmp = (dir / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid())).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  check<IoError>(fd >= 0, "cannot create '{}': {}", path, errno_str());
+  check_replaceable(path);
+  // A fresh name (O_EXCL), never a file or link someone left there.
+  std::string tmp = (dir / fmt::format(".{}.tmp.XXXXXX", target.filename().string())).string();
+  int fd = ::mkstemp(tmp.data());
+  check<IoError>(fd >= 0, "cannot create a temporary file beside '{}': {}", path, errno_str());
   try {
+    check<IoError>(::fchmod(fd, 0644) == 0, "cannot set the mode of '{}': {}", path, errno_str());
     write_all(fd, bytes, path);
     check<IoError>(::fsync(fd) == 0, "cannot sync '{}': {}", path, errno_str());
+    // Checked again just before the rename, which replaces whatever is there.
+    check_replaceable(path);
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -59,6 +81,19 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::FILE* open_for_append(const std::string& path, bool truncate) {
+  check_replaceable(path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
+  check<IoError>(fd >= 0, "cannot open '{}' for writing: {}", path, errno_str());
+  std::FILE* f = ::fdopen(fd, truncate ? "w" : "a");
+  if (!f) {
+    const std::string err = errno_str();
+    ::close(fd);
+    throw IoError(fmt::format("cannot open '{}' for writing: {}", path, err));
+  }
+  return f;
 }
 
 std::string read_file(const std::string& path) {

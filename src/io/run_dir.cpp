@@ -1,5 +1,12 @@
 #include "multihead/io/run_dir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -14,21 +21,91 @@ namespace multihead {
 
 namespace fs = std::filesystem;
 
-RunDir::RunDir(std::string path, bool resume) : path_(std::move(path)), resume_(resume) {
-  std::error_code ec;
-  for (const char* sub : {"", "checkpoints", "tokenizer", "plots"}) {
-    fs::create_directories(fs::path(path_) / sub, ec);
-    check<IoError>(!ec, "cannot create run directory '{}': {}", (fs::path(path_) / sub).string(), ec.message());
+namespace {
+
+constexpr const char* kSubfolders[] = {"checkpoints", "tokenizer", "plots"};
+constexpr const char* kLockFile = "run.lock";
+
+// Takes <dir>/run.lock (a non-blocking flock) and writes the pid into it;
+// returns the descriptor that holds the lock.
+int lock_run_dir(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kLockFile).string();
+  check_replaceable(path);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  check<IoError>(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    check<IoError>(err != EWOULDBLOCK, "'{}' is in use by another process{}; wait for it or choose another directory",
+                   dir, n > 0 ? fmt::format(" (pid {})", std::string(pid, static_cast<std::size_t>(n))) : "");
+    throw IoError(fmt::format("cannot lock '{}': {}", path, std::strerror(err)));
   }
-  // Temporaries of atomic writes (".<name>.tmp.<pid>") are debris of a killed run.
-  for (const char* sub : {"", "checkpoints", "tokenizer", "plots"})
-    for (const auto& e : fs::directory_iterator(fs::path(path_) / sub))
-      if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos)
-        fs::remove(e.path(), ec);
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    throw IoError(fmt::format("cannot write '{}': {}", path, err));
+  }
+  return fd;
+}
+
+// Nothing in `dir` but the lock and empty subfolders a RunDir makes.
+bool holds_nothing(const fs::path& dir) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name == kLockFile) continue;
+    const bool subfolder = std::find(std::begin(kSubfolders), std::end(kSubfolders), name) != std::end(kSubfolders);
+    std::error_code ec;
+    if (!(subfolder && e.is_directory(ec) && !e.is_symlink(ec) && fs::is_empty(e.path(), ec))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+RunDir::RunDir(std::string path, RunMode mode) : path_(std::move(path)), mode_(mode) {
+  std::error_code ec;
+  fs::create_directories(path_, ec);
+  check<IoError>(!ec, "cannot create run directory '{}': {}", path_, ec.message());
+  check<IoError>(fs::is_directory(fs::symlink_status(path_)), "'{}' is not a directory", path_);
+  lock_fd_ = lock_run_dir(path_);
+  try {
+    const bool is_run = fs::exists(fs::symlink_status(fs::path(path_) / "config.json"));
+    // Whatever the mode, a run never mixes its files with others (a failed
+    // run removes what it wrote, so there must be nothing else there).
+    const bool empty = holds_nothing(path_);
+    check<IoError>(empty || is_run, "'{}' is not empty and holds no run; a run goes into a new or empty directory",
+                   path_);
+    if (mode_ != RunMode::kResume && !empty) {
+      check<IoError>(mode_ == RunMode::kOverwrite,
+                     "'{}' already holds a run; --resume continues it, --overwrite replaces it", path_);
+      for (const auto& e : fs::directory_iterator(path_))
+        if (e.path().filename() != kLockFile) fs::remove_all(e.path());
+    }
+    for (const char* sub : kSubfolders) {
+      fs::create_directories(fs::path(path_) / sub, ec);
+      check<IoError>(!ec, "cannot create run directory '{}': {}", (fs::path(path_) / sub).string(), ec.message());
+    }
+    // Temporaries of atomic writes (".<name>.tmp.XXXXXX") are debris of a killed run.
+    for (const fs::path& folder : {fs::path(path_), fs::path(path_) / "checkpoints", fs::path(path_) / "tokenizer",
+                                  fs::path(path_) / "plots"})
+      for (const auto& e : fs::directory_iterator(folder))
+        if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos)
+          fs::remove(e.path(), ec);
+  } catch (const fs::filesystem_error& e) {
+    ::close(lock_fd_);
+    throw IoError(fmt::format("cannot prepare run directory '{}': {}", path_, e.code().message()));
+  } catch (...) {
+    ::close(lock_fd_);
+    throw;
+  }
 }
 
 RunDir::~RunDir() {
   if (metrics_) std::fclose(metrics_);
+  ::close(lock_fd_);  // drops the lock
 }
 
 std::string last_checkpoint_path(const std::string& run_dir) {
@@ -63,8 +140,7 @@ void RunDir::append_metrics(const nlohmann::json& record) {
   // A new run starts a new log (a run directory reused by a later run is
   // overwritten, not mixed), unless keep_metrics opened it first.
   if (!metrics_) {
-    metrics_ = std::fopen(file("metrics.jsonl").c_str(), "w");
-    check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));
+    metrics_ = open_for_append(file("metrics.jsonl"), true);
   }
   const std::string line = record.dump() + "\n";
   check<IoError>(std::fwrite(line.data(), 1, line.size(), metrics_) == line.size() && std::fflush(metrics_) == 0,
@@ -90,8 +166,7 @@ std::vector<nlohmann::json> RunDir::keep_metrics(std::int64_t count) {
     }
   }
   write_file_atomic(file("metrics.jsonl"), text);
-  metrics_ = std::fopen(file("metrics.jsonl").c_str(), "a");
-  check<IoError>(metrics_ != nullptr, "cannot open '{}' for writing", file("metrics.jsonl"));
+  metrics_ = open_for_append(file("metrics.jsonl"), false);
   records_ = static_cast<std::int64_t>(kept.size());
   return kept;
 }

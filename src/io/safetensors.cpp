@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <set>
+#include <optional>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "multihead/io/atomic_file.h"
 
@@ -38,6 +40,40 @@ std::uint64_t json_uint(const json& v, const std::string& what, const std::strin
   return v.get<std::uint64_t>();
 }
 
+// Reads a JSON document, noting the first key repeated in its top-level
+// object; linear time. Malformed JSON ends the pass quietly (the real parse
+// that follows reports it).
+class TopLevelKeys final : public nlohmann::json_sax<json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool key(string_t& k) override {
+    if (depth_ == 1 && !seen_.insert(k).second && !duplicate) duplicate = k;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+  std::optional<std::string> duplicate;
+
+ private:
+  int depth_ = 0;
+  std::unordered_set<std::string> seen_;
+};
+
+std::optional<std::string> first_duplicate_top_level_key(std::string_view text) {
+  TopLevelKeys keys;
+  json::sax_parse(text.begin(), text.end(), &keys, json::input_format_t::json, false);
+  return keys.duplicate;
+}
+
 }  // namespace
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
@@ -52,23 +88,17 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
   std::string_view header(bytes.data() + 8, static_cast<std::size_t>(n));
   check<IoError>(!header.empty() && header.front() == '{', "{}: header is not a JSON object", src);
 
-  // nlohmann keeps the last of duplicate keys silently; catch them while parsing.
-  std::set<std::string> top_keys;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key) {
-      std::string k = parsed.get<std::string>();
-      if (!top_keys.insert(k).second && duplicate.empty()) duplicate = k;
-    }
-    return true;
-  };
+  // nlohmann keeps the last of duplicate keys silently: a first SAX pass
+  // finds them (its callback parser rescans the object after every entry,
+  // quadratic in the number of tensors).
+  const std::optional<std::string> duplicate = first_duplicate_top_level_key(header);
   json h;
   try {
-    h = json::parse(header.begin(), header.end(), cb);
+    h = json::parse(header.begin(), header.end());
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: header is not valid JSON ({})", src, e.what()));
   }
-  check<IoError>(duplicate.empty(), "{}: duplicate tensor name '{}' in header", src, duplicate);
+  check<IoError>(!duplicate, "{}: duplicate tensor name '{}' in header", src, duplicate.value_or(""));
   check<IoError>(h.is_object(), "{}: header is not a JSON object", src);
 
   const std::uint64_t data_size = bytes.size() - 8 - n;
@@ -130,6 +160,12 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
     pos = e;
   }
   check<IoError>(pos == data_size, "{}: {} trailing bytes after the last tensor", src, data_size - pos);
+  if (const auto it = f.metadata_.find(std::string(kDataChecksumKey)); it != f.metadata_.end()) {
+    const auto* data = reinterpret_cast<const Bytef*>(bytes.data() + 8 + n);
+    const std::string crc = fmt::format("{:08x}", data_size > 0 ? crc32_z(crc32_z(0, nullptr, 0), data, data_size) : 0);
+    check<IoError>(crc == it->second, "{}: the data does not match its checksum ({} recorded, {} computed): the file is corrupt",
+                   src, it->second, crc);
+  }
 
   f.data_start_ = static_cast<std::size_t>(8 + n);
   f.bytes_ = std::move(bytes);
@@ -173,7 +209,13 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, const
   std::vector<std::pair<std::string, const Tensor*>> sorted(tensors);
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   json h = json::object();
-  if (!metadata.empty()) h["__metadata__"] = metadata;
+  std::map<std::string, std::string> meta = metadata;
+  std::uint32_t crc = crc32_z(0, nullptr, 0);
+  // (zlib restarts the CRC on a null buffer: empty tensors are left out.)
+  for (const auto& [name, t] : sorted)
+    if (t->nbytes() > 0) crc = crc32_z(crc, static_cast<const Bytef*>(t->raw()), t->nbytes());
+  meta[std::string(kDataChecksumKey)] = fmt::format("{:08x}", crc);
+  h["__metadata__"] = meta;
   std::uint64_t off = 0;
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     const auto& [name, t] = sorted[i];

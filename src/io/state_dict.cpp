@@ -46,4 +46,25 @@ void load_state_dict_file(ParamStore& store, const std::string& path, bool allow
   load_state_dict(store, SafetensorsFile::read(path).all_tensors(), path, allow_extra);
 }
 
+void check_checkpoint_format(const SafetensorsFile& f) {
+  const auto& meta = f.metadata();
+  const auto it = meta.find("format");
+  check<IoError>(it != meta.end() && it->second.starts_with("multihead-checkpoint-"), "{}: not a multihead checkpoint",
+                 f.source());
+  check<IoError>(it->second == "multihead-checkpoint-1" || it->second == kCheckpointFormat,
+                 "{}: checkpoint format '{}' is not one this build reads (multihead-checkpoint-1 or {})", f.source(),
+                 it->second, kCheckpointFormat);
+  check<IoError>(it->second == "multihead-checkpoint-1" || meta.contains(std::string(kDataChecksumKey)),
+                 "{}: checkpoint lacks the checksum of its data", f.source());
+}
+
+void load_checkpoint_weights(ParamStore& store, const std::string& path) {
+  const SafetensorsFile f = SafetensorsFile::read(path);
+  check_checkpoint_format(f);
+  TensorMap params;
+  for (auto& [name, t] : f.all_tensors())
+    if (!name.starts_with("optimizer.")) params.emplace(name, std::move(t));
+  load_state_dict(store, params, path);
+}
+
 }  // namespace multihead

@@ -177,7 +177,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
       // The softmax on whole rows, in fp32: P = exp(S - max), l = sum P.
       for (std::int64_t r = 0; r < nr; ++r) {
         float mr = -kInf;
-        for (const KeyRun& run : keys.runs) mr = std::max(mr, simd::row_max(run.row(s, r), run.n));
+        for (const KeyRun& run : keys.runs) mr = simd::max_keeping_nan(mr, simd::row_max(run.row(s, r), run.n));
         m[r] = mr;
         l[r] = 0.0f;
         for (const KeyRun& run : keys.runs) {

@@ -100,7 +100,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         if (plan.elementwise) geo.apply(s + r0 * Bc, Bc, b, h, i0 + r0, nr - r0, j0, nc, qa + r0 * nb);
         for (std::int64_t r = r0; r < nr; ++r) {
           float* row = s + r * Bc;
-          const float m_new = std::max(m[r], simd::row_max(row, nc));
+          const float m_new = simd::max_keeping_nan(m[r], simd::row_max(row, nc));
           if (m_new == -kInf) {  // nothing visible yet in this row
             std::fill(row, row + nc, 0.0f);
             continue;

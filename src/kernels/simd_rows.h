@@ -16,17 +16,30 @@ using DF = hn::ScalableTag<float>;
 // Enough floats for the widest vector Highway targets (AVX-512: 16).
 inline constexpr int kMaxLanes = 64;
 
-// Largest element of x (n); -inf for n == 0.
+// Largest element of x (n); -inf for n == 0; NaN when any element is NaN
+// (a row of NaN scores must not pass for a fully masked one).
 inline float row_max(const float* x, std::int64_t n) {
   const DF d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   auto vmax = hn::Set(d, -std::numeric_limits<float>::infinity());
+  auto nan = hn::FirstN(d, 0);  // no lane
   std::int64_t j = 0;
-  for (; j + N <= n; j += N) vmax = hn::Max(vmax, hn::LoadU(d, x + j));
+  for (; j + N <= n; j += N) {
+    const auto v = hn::LoadU(d, x + j);
+    nan = hn::Or(nan, hn::IsNaN(v));
+    vmax = hn::Max(vmax, v);
+  }
   float m = hn::GetLane(hn::MaxOfLanes(d, vmax));
-  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
+  bool any_nan = !hn::AllFalse(d, nan);
+  for (; j < n; ++j) {
+    any_nan = any_nan || std::isnan(x[j]);
+    m = x[j] > m ? x[j] : m;
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
+
+// max(a, b), NaN when either is (std::max keeps its first argument against a NaN).
+inline float max_keeping_nan(float a, float b) { return std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b); }
 
 // exp(x) for the softmax's arguments: a score less its row's maximum or
 // log-sum-exp, so at most a rounding error above 0, or -inf where masked.

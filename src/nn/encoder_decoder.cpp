@@ -8,8 +8,10 @@ namespace multihead {
 
 void EncoderDecoderConfig::validate() const {
   model.validate();
-  check<ConfigError>(source_vocab > 0, "the source vocabulary must be positive, got {}", source_vocab);
-  check<ConfigError>(decoder_layers >= 0, "decoder_layers must be non-negative, got {}", decoder_layers);
+  check<ConfigError>(source_vocab > 0 && source_vocab <= kMaxVocab, "the source vocabulary must be in [1, {}], got {}",
+                     kMaxVocab, source_vocab);
+  check<ConfigError>(decoder_layers >= 0 && decoder_layers <= kMaxLayers, "decoder_layers must be in [0, {}], got {}",
+                     kMaxLayers, decoder_layers);
 }
 
 std::string EncoderDecoderConfig::describe(std::int64_t parameters) const {

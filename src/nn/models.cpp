@@ -60,10 +60,13 @@ std::string ModelConfig::describe(std::int64_t parameters) const {
 void ModelConfig::validate() const {
   layer.validate();
   layer_config().attention().validate();
-  check<ConfigError>(vocab_size > 0, "vocab_size must be positive, got {}", vocab_size);
-  check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
-  check<ConfigError>(max_len > 0, "max_len must be positive, got {}", max_len);
-  check<ConfigError>(num_classes > 0, "num_classes must be positive, got {}", num_classes);
+  check<ConfigError>(vocab_size > 0 && vocab_size <= kMaxVocab, "vocab_size must be in [1, {}], got {}", kMaxVocab,
+                     vocab_size);
+  check<ConfigError>(num_layers > 0 && num_layers <= kMaxLayers, "num_layers must be in [1, {}], got {}", kMaxLayers,
+                     num_layers);
+  check<ConfigError>(max_len > 0 && max_len <= kMaxLength, "max_len must be in [1, {}], got {}", kMaxLength, max_len);
+  check<ConfigError>(num_classes > 0 && num_classes <= kMaxVocab, "num_classes must be in [1, {}], got {}", kMaxVocab,
+                     num_classes);
   check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"", init);
 }
 

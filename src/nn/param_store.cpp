@@ -1,19 +1,33 @@
 #include "multihead/nn/param_store.h"
 
+#include <unistd.h>
+
+#include <limits>
+
 namespace multihead {
 
 ParamStore::Handle ParamStore::add(std::string name, Shape shape) {
   check(!finalized_, "cannot add parameter '{}' after the parameter store is finalized", name);
-  check(!find(name).has_value(), "duplicate parameter name '{}'", name);
-  Entry e{std::move(name), std::move(shape), total_, 0};
+  check(!by_name_.contains(name), "duplicate parameter name '{}'", name);
+  Entry e{name, std::move(shape), total_, 0};
   e.numel = shape_numel(e.shape);
+  check<MemoryError>(e.numel <= std::numeric_limits<std::int64_t>::max() - total_, "parameter '{}' overflows the store",
+                     name);
   total_ += e.numel;
   entries_.push_back(std::move(e));
+  by_name_.emplace(std::move(name), entries_.size() - 1);
   return entries_.size() - 1;
 }
 
 void ParamStore::finalize() {
   check(!finalized_, "parameter store is already finalized");
+  // Weights and gradients, before the optimizer's state: a model that
+  // cannot fit is refused here rather than failing somewhere in training.
+  const double need = 8.0 * static_cast<double>(total_);
+  const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  check<MemoryError>(have <= 0 || need <= have,
+                     "the model's {} parameters need {:.1f} GiB for weights and gradients; this machine has {:.1f} GiB",
+                     total_, need / (1ull << 30), have / (1ull << 30));
   data_ = Tensor({total_});
   grad_ = Tensor({total_});
   finalized_ = true;
@@ -44,9 +58,9 @@ std::span<float> ParamStore::data_span(Handle h) {
 }
 
 std::optional<ParamStore::Handle> ParamStore::find(std::string_view name) const {
-  for (std::size_t i = 0; i < entries_.size(); ++i)
-    if (entries_[i].name == name) return i;
-  return std::nullopt;
+  const auto it = by_name_.find(std::string(name));
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::span<float> ParamStore::all_data() {

@@ -37,7 +37,7 @@ ImageClassificationJob ImageClassificationJob::from_json(const json& root, const
   ImageClassificationJob job;
   ConfigReader r(root, src);
   check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.threads = read_threads(r);
   job.report_title = r.get_string("title", job.report_title);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
@@ -156,11 +156,13 @@ std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const s
   ParamStore store;
   VisionTransformer model(store, job.model);
   store.finalize();
-  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
+  load_checkpoint_weights(store, last_checkpoint_path(run_dir));
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-  return {fmt::format("test accuracy: {:.2f}%", 100 * evaluate(model, test, idx, job.train.precision).second)};
+  const auto [loss, accuracy] = evaluate(model, test, idx, job.train.precision);
+  check_finite_result("the test loss", loss);
+  return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * accuracy, loss)};
 }
 
 std::vector<std::string> summary_lines(const ImageClassificationResult& r) {
@@ -256,6 +258,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   result.train_seconds = fitted.seconds;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
+  check_finite_result("the test loss", result.test_loss);
   run.write_results({{"test_accuracy", result.test_accuracy},
                      {"test_loss", result.test_loss},
                      {"validation_accuracy", result.validation_accuracy},

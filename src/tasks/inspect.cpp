@@ -48,13 +48,19 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
   const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir, threads);
   const AttentionMaps maps = run->attention(text, max_tokens);
   std::error_code ec;
+  const bool existed = fs::exists(fs::symlink_status(out_dir));
   fs::create_directories(out_dir, ec);
   check<IoError>(!ec, "cannot create '{}': {}", out_dir, ec.message());
   InspectResult r;
   r.tokens = maps.tokens;
   r.prediction = maps.prediction;
-  for (const std::string& name : write_heatmaps(maps, out_dir, "layer"))
-    r.files.push_back((fs::path(out_dir) / name).string());
+  try {
+    for (const std::string& name : write_heatmaps(maps, out_dir, "layer"))
+      r.files.push_back((fs::path(out_dir) / name).string());
+  } catch (...) {
+    if (!existed) fs::remove_all(out_dir, ec);  // a folder this call made goes with what it held
+    throw;
+  }
   return r;
 }
 

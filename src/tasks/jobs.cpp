@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -61,18 +62,50 @@ void apply_overrides(Job& job, const JobOverrides& flags) {
   std::visit([&](auto& j) { apply_overrides(j, flags); }, job);
 }
 
-std::vector<std::string> train_job(const Job& job, const std::string& out, bool resume, Progress& progress) {
+namespace {
+
+// The job's data named by absolute path, so the run's config.json serves
+// eval, inspect and predict from any directory.
+Job with_absolute_data_path(Job job) {
+  std::visit(
+      [](auto& j) {
+        auto absolute = [](std::string& p) {
+          if (!p.empty()) p = std::filesystem::absolute(p).lexically_normal().string();
+        };
+        if constexpr (requires { j.data_path; }) absolute(j.data_path);
+        if constexpr (requires { j.data_dir; }) absolute(j.data_dir);
+        if constexpr (requires { j.text_path; }) absolute(j.text_path);
+      },
+      job);
+  return job;
+}
+
+}  // namespace
+
+std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress) {
   namespace fs = std::filesystem;
-  const bool existed = fs::exists(out);
+  const Job job = with_absolute_data_path(given);
+  const bool existed = fs::exists(fs::symlink_status(out));
   std::vector<std::string> lines;
+  // A refused directory is left as it was (it may be another run's).
+  std::optional<RunDir> run(std::in_place, out, mode);
   try {
-    RunDir run(out, resume);
-    lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, run, progress)); }, job);
-    lines.push_back(fmt::format("report: {}", run.file("report.md")));
+    lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, *run, progress)); }, job);
+    lines.push_back(fmt::format("report: {}", run->file("report.md")));
   } catch (...) {
+    // Without a checkpoint nothing of the run can be resumed: what it wrote
+    // goes (the directory too, when this run made it).
     std::error_code ec;
     const bool no_checkpoint = fs::is_empty(fs::path(out) / "checkpoints", ec) || ec;
-    if (!existed && no_checkpoint) fs::remove_all(out, ec);
+    if (no_checkpoint) {
+      std::vector<fs::path> written;
+      for (const auto& e : fs::directory_iterator(out, ec))
+        if (e.path().filename() != "run.lock") written.push_back(e.path());
+      for (const fs::path& p : written) fs::remove_all(p, ec);
+      run.reset();
+      if (existed) fs::remove(fs::path(out) / "run.lock", ec);
+      else fs::remove_all(out, ec);
+    }
     throw;
   }
   return lines;

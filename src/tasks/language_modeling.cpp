@@ -52,7 +52,7 @@ LanguageModelJob LanguageModelJob::from_json(const json& root, const std::string
   check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
   job.eval_every = r.get_int("eval_every", job.eval_every);
   job.eval_windows = r.get_int("eval_windows", job.eval_windows);
-  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.threads = read_threads(r);
   job.report_title = r.get_string("title", job.report_title);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
@@ -226,6 +226,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
 
   LanguageModelResult result;
   if (fitted.validation) result.validation_loss = fitted.validation->loss;
+  check_finite_result("the validation loss", result.validation_loss);
   result.steps = fitted.steps;
   result.skipped_steps = fitted.skipped_steps;
   result.train_seconds = fitted.seconds;
@@ -272,10 +273,10 @@ std::unique_ptr<LoadedLm> load_run(const LanguageModelJob& job, const std::strin
   auto r = std::make_unique<LoadedLm>();
   r->job = job;
   r->tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  r->job.model.vocab_size = r->tok->vocab_size();
+  check_run_vocabulary(r->job.model.vocab_size, *r->tok, run_dir);
   r->model = std::make_unique<LanguageModel>(r->store, r->job.model);
   r->store.finalize();
-  load_state_dict_file(r->store, last_checkpoint_path(run_dir), true);
+  load_checkpoint_weights(r->store, last_checkpoint_path(run_dir));
   return r;
 }
 
@@ -287,6 +288,7 @@ std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::st
   const std::string text = load_text_corpus(r->job.text_path);
   const double loss = validation_loss(*r->model, r->tok->encode(text.substr(validation_split(text, r->job.validation_fraction))),
                                       r->job.train.seq_len, r->job.eval_windows, r->job.train.precision);
+  check_finite_result("the validation loss", loss);
   return {fmt::format("validation loss: {:.4f} nats/token", loss)};
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "multihead/core/error.h"
+#include "multihead/core/threading.h"
 #include "multihead/io/attention_config.h"
 
 namespace multihead {
@@ -31,7 +32,10 @@ void apply_training_overrides(const JobOverrides& o, TrainConfig& t, Transformer
   if (o.batch) t.batch = *o.batch;
   if (o.checkpoint_every) t.checkpoint_every = *o.checkpoint_every;
   if (o.on_nonfinite) t.on_nonfinite = parse_nonfinite(*o.on_nonfinite);
-  if (o.seed) t.seed = *o.seed;
+  if (o.seed) {
+    check<ConfigError>(*o.seed >= 0, "seed must be >= 0, got {}", *o.seed);
+    t.seed = static_cast<std::uint64_t>(*o.seed);
+  }
   if (o.checkpoint_layers) t.checkpoint_layers = true;
   if (o.precision) {
     t.precision = parse_precision(*o.precision);
@@ -47,7 +51,10 @@ void apply_training_overrides(const JobOverrides& o, TrainConfig& t, Transformer
   if (o.window) p.window_left = p.window_right = *o.window;
   if (o.block_size) p.sparse_block = *o.block_size;
   if (o.num_layers) num_layers = *o.num_layers;
-  if (o.threads) threads = *o.threads;
+  if (o.threads) {
+    check_threads(*o.threads);
+    threads = *o.threads;
+  }
 }
 
 void apply_token_model_overrides(const JobOverrides& o, ModelConfig& m, TrainConfig& t, TokenizerConfig& tok,

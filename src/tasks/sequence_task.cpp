@@ -52,7 +52,7 @@ SequenceTaskJob SequenceTaskJob::from_json(const json& root, const std::string& 
   SequenceTaskJob job;
   ConfigReader r(root, src);
   check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.threads = read_threads(r);
   job.report_title = r.get_string("title", job.report_title);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
@@ -138,7 +138,7 @@ std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::str
   ParamStore store;
   LanguageModel model(store, job.model);
   store.finalize();
-  load_state_dict_file(store, last_checkpoint_path(run_dir), true);
+  load_checkpoint_weights(store, last_checkpoint_path(run_dir));
   std::vector<std::string> lines;
   for (auto L : job.test_lengths)
     lines.push_back(length_line(

@@ -44,7 +44,7 @@ TextClassificationJob TextClassificationJob::from_json(const json& root, const s
   check<ConfigError>(r.get_string("task", std::string(kTask)) == kTask, "{}: task must be {}", src,
                      kTask);
   job.max_len = r.get_int("max_len", job.max_len);
-  job.threads = static_cast<int>(r.get_int("threads", 0));
+  job.threads = read_threads(r);
   job.report_title = r.get_string("title", job.report_title);
   // Sections are read with their own readers, so their unknown keys are errors too.
   const json data = r.get_object("data");
@@ -260,6 +260,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   result.tokens_per_s = fitted.items_per_s;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
+  check_finite_result("the test loss", result.test.loss);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},
                      {"test_loss", result.test.loss},
@@ -319,11 +320,11 @@ std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job,
   set_num_threads(threads);
   PreparedData data = load_and_split(r->job);
   r->tokenizer = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  r->job.model.vocab_size = r->tokenizer->vocab_size();
+  check_run_vocabulary(r->job.model.vocab_size, *r->tokenizer, run_dir);
   r->job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
   r->model = std::make_unique<SequenceClassifier>(r->store, r->job.model);
   r->store.finalize();
-  load_state_dict_file(r->store, last_checkpoint_path(run_dir), true);
+  load_checkpoint_weights(r->store, last_checkpoint_path(run_dir));
   for (std::int64_t i : data.test) {
     r->test_tokens.push_back(r->tokenizer->encode(data.dataset.examples[static_cast<std::size_t>(i)].text));
     r->test_labels.push_back(data.dataset.examples[static_cast<std::size_t>(i)].label);
@@ -342,6 +343,7 @@ std::vector<std::string> evaluate_run(const TextClassificationJob& job, const st
   auto r = load_run(job, run_dir, threads);
   const ClassificationMetrics m = evaluate_classifier(*r->model, r->test_tokens, r->test_labels, r->job.eval_batch,
                                                       r->job.max_len, r->job.train.precision);
+  check_finite_result("the test loss", m.loss);
   return {test_line(m)};
 }
 

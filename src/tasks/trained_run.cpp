@@ -35,7 +35,7 @@ class LoadedRun : public TrainedRun {
       : dir_(dir), precision_(precision), tok_(Tokenizer::load((fs::path(dir) / "tokenizer").string())) {}
   void load_weights() {
     store_.finalize();
-    load_state_dict_file(store_, last_checkpoint_path(dir_), true);
+    load_checkpoint_weights(store_, last_checkpoint_path(dir_));
   }
   std::string dir_;
   Precision precision_;
@@ -47,6 +47,7 @@ class ClassifierRun final : public LoadedRun {
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
       : LoadedRun(dir, precision), job_(job) {
+    check_run_vocabulary(job_.model.vocab_size, *tok_, dir);
     model_ = std::make_unique<SequenceClassifier>(store_, job_.model);
     load_weights();
     // results.json names the classes (runs made before it did: their numbers).
@@ -107,6 +108,7 @@ class LanguageModelRun final : public LoadedRun {
  public:
   LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
       : LoadedRun(dir, precision), job_(job) {
+    check_run_vocabulary(job_.model.vocab_size, *tok_, dir);
     model_ = std::make_unique<LanguageModel>(store_, job_.model);
     load_weights();
   }

@@ -1,7 +1,9 @@
 #include "multihead/train/train_config.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "multihead/core/threading.h"
 #include "multihead/io/attention_config.h"
 
 namespace multihead {
@@ -50,13 +52,26 @@ ModelConfig read_model_config(ConfigReader& r) {
 
 void TrainConfig::validate() const {
   check<ConfigError>(checkpoint_every >= 0, "checkpoint_every must be >= 0, got {}", checkpoint_every);
-  check<ConfigError>(schedule.base_lr > 0, "lr must be positive, got {}", schedule.base_lr);
+  check<ConfigError>(schedule.base_lr > 0 && std::isfinite(schedule.base_lr), "lr must be positive and finite, got {}",
+                     schedule.base_lr);
   check<ConfigError>(schedule.warmup_steps >= 0, "warmup_steps must be >= 0, got {}", schedule.warmup_steps);
-  check<ConfigError>(clip_grad_norm >= 0, "clip_grad_norm must be >= 0, got {}", clip_grad_norm);
-  check<ConfigError>(adamw.weight_decay >= 0 && sgd.weight_decay >= 0, "weight_decay must be >= 0, got {}",
-                     adamw.weight_decay);
+  check<ConfigError>(clip_grad_norm >= 0 && std::isfinite(clip_grad_norm), "clip_grad_norm must be >= 0, got {}",
+                     clip_grad_norm);
+  check<ConfigError>(adamw.weight_decay >= 0 && sgd.weight_decay >= 0 && std::isfinite(adamw.weight_decay) &&
+                         std::isfinite(sgd.weight_decay),
+                     "weight_decay must be >= 0, got {}", adamw.weight_decay);
   check<ConfigError>(grad_accumulation >= 1, "grad_accumulation must be >= 1, got {}", grad_accumulation);
   check<ConfigError>(steps >= 0 && batch > 0 && seq_len > 0, "steps, batch and seq_len must be positive");
+  check<ConfigError>(steps <= kMaxSteps && schedule.total_steps <= kMaxSteps && schedule.warmup_steps <= kMaxSteps,
+                     "steps, total_steps and warmup_steps must be at most {}", kMaxSteps);
+  check<ConfigError>(batch <= kMaxBatch && seq_len <= kMaxLength, "batch must be at most {} and seq_len at most {}",
+                     kMaxBatch, kMaxLength);
+  check<ConfigError>(schedule.min_lr >= 0 && std::isfinite(schedule.min_lr), "min_lr must be >= 0, got {}",
+                     schedule.min_lr);
+  check<ConfigError>(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
+                     "betas must be in [0, 1), got {} and {}", adamw.beta1, adamw.beta2);
+  check<ConfigError>(adamw.eps > 0 && std::isfinite(adamw.eps), "eps must be positive and finite, got {}", adamw.eps);
+  check<ConfigError>(sgd.momentum >= 0 && sgd.momentum < 1, "momentum must be in [0, 1), got {}", sgd.momentum);
   check<ConfigError>(batch % grad_accumulation == 0 || grad_accumulation == 1,
                      "batch ({}) must be a multiple of grad_accumulation ({})", batch, grad_accumulation);
 }
@@ -82,7 +97,9 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.schedule.total_steps = r.get_int("total_steps", t.steps);
   t.batch = r.get_int("batch", 32);
   t.seq_len = r.get_int("seq_len", 128);
-  t.seed = static_cast<std::uint64_t>(r.get_int("seed", 0));
+  const std::int64_t seed = r.get_int("seed", 0);
+  check<ConfigError>(seed >= 0, "seed must be >= 0, got {}", seed);
+  t.seed = static_cast<std::uint64_t>(seed);
   t.checkpoint_layers = r.get_bool("checkpoint_layers", false);
   t.precision = parse_precision(r.get_string("precision", std::string("fp32")));
   // fp16 needs loss scaling to keep small gradients from flushing to zero.
@@ -159,13 +176,25 @@ void EpochBudget::write(nlohmann::json& j) const {
   j["max_steps"] = max_steps;
 }
 
+int read_threads(ConfigReader& job) {
+  const std::int64_t n = job.get_int("threads", 0);
+  check_threads(n);
+  return static_cast<int>(n);
+}
+
 void EpochBudget::validate(const std::string& where) const {
-  check<ConfigError>(epochs > 0, "{}: epochs must be positive, got {}", where, epochs);
-  check<ConfigError>(max_steps >= 0, "{}: max_steps must be >= 0 (0: no cap), got {}", where, max_steps);
+  check<ConfigError>(epochs > 0 && epochs <= kMaxEpochs, "{}: epochs must be in [1, {}], got {}", where, kMaxEpochs,
+                     epochs);
+  check<ConfigError>(max_steps >= 0 && max_steps <= kMaxSteps, "{}: max_steps must be in [0, {}] (0: no cap), got {}",
+                     where, kMaxSteps, max_steps);
 }
 
 std::int64_t EpochBudget::steps(std::int64_t examples, std::int64_t batch) const {
-  const std::int64_t all = (examples + batch - 1) / batch * epochs;
+  validate("the job");
+  check<ConfigError>(examples >= 0 && batch > 0, "{} examples in batches of {}", examples, batch);
+  std::int64_t all = 0;
+  check<ConfigError>(!__builtin_mul_overflow((examples + batch - 1) / batch, epochs, &all) && all <= kMaxSteps,
+                     "{} epochs of {} steps exceed {} steps", epochs, (examples + batch - 1) / batch, kMaxSteps);
   return max_steps > 0 ? std::min(all, max_steps) : all;
 }
 

@@ -187,7 +187,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::map<std::strin
   TensorMap tensors = state_dict(*store_);
   std::map<std::string, std::string> meta = extra;
   opt_->save_state(*store_, tensors, meta);
-  meta["format"] = "multihead-checkpoint-1";
+  meta["format"] = kCheckpointFormat;
   meta["step"] = std::to_string(step_);
   meta["rng.seed"] = std::to_string(cfg_.seed);
   meta["skipped_steps"] = std::to_string(skipped_);
@@ -198,9 +198,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::map<std::strin
 std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& path) {
   SafetensorsFile f = SafetensorsFile::read(path);
   const auto& meta = f.metadata();
-  auto fmt_it = meta.find("format");
-  check<IoError>(fmt_it != meta.end() && fmt_it->second == "multihead-checkpoint-1",
-                 "{}: not a multihead checkpoint", path);
+  check_checkpoint_format(f);
   std::int64_t step = 0, skipped = 0;
   try {
     step = std::stoll(meta.at("step"));

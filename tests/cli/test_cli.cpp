@@ -2,6 +2,7 @@
 // partial output, and `apply` reproducing a PyTorch golden case.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -101,6 +102,32 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(count_lines(r.err), 1);
   EXPECT_FALSE(fs::exists(out));
+}
+
+// --out never replaces what is not a regular file: a device, a FIFO, a
+// symbolic link (nor the file it points to) are refused and left as they were.
+TEST_F(Cli, ApplyRefusesAnOutThatIsNotARegularFile) {
+  const auto cases = test::golden_cases("mha");
+  const test::GoldenCase& c = cases.front();
+  const std::string args = "apply --module " + (c.dir / "module.json").string() + " --weights " +
+                           (c.dir / "weights.safetensors").string() + " --inputs " +
+                           (c.dir / "inputs.safetensors").string() + " --out ";
+  std::ofstream(dir / "target") << "keep";
+  fs::create_symlink(dir / "target", dir / "link");
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  for (const auto& [out, kind] : {std::pair{fs::path("/dev/null"), "a device"}, std::pair{dir / "link", "a symbolic link"},
+                                  std::pair{dir / "fifo", "a FIFO"}}) {
+    CliRun r = run(args + out.string());
+    EXPECT_EQ(r.code, 2) << out;
+    EXPECT_EQ(r.err, "multihead: error: refusing to write '" + out.string() + "': it is " + kind +
+                         ", and only a regular file is replaced\n");
+  }
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
+  std::ifstream in(dir / "target");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep");
+  EXPECT_EQ(run(args + (dir / "out.safetensors").string()).code, 0);  // a regular file is fine
 }
 
 TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
@@ -265,6 +292,38 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   // eval reproduces the test accuracy train printed.
   const std::string acc = r.out.substr(r.out.find("test accuracy: "), 22);
   EXPECT_EQ(e.out.substr(0, 22), acc);
+}
+
+// A run directory names its data by absolute path (eval works from any
+// folder), and train never replaces a run unless --overwrite says so.
+TEST_F(Cli, ARunDirectoryIsSelfContainedAndNeverReplacedUnasked) {
+  write_tiny_csv(dir / "tiny.csv");
+  const std::string args =
+      "train --source csv --data tiny.csv --tokenizer word --vocab-size 64 --epochs 1 --d-model 16 --num-heads 2 "
+      "--num-layers 1 --batch 4 --max-len 8 --threads 1 --quiet --out run";
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);  // relative --data and --out
+  const CliRun first = run(args), again = run(args), over = run(args + " --overwrite"),
+               both = run(args + " --overwrite --resume");
+  fs::current_path(cwd);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(again.code, 2);
+  EXPECT_EQ(again.err, "multihead: error: 'run' already holds a run; --resume continues it, --overwrite replaces it\n");
+  EXPECT_EQ(over.code, 0) << over.err;
+  EXPECT_EQ(both.code, 2);
+  const auto config = nlohmann::json::parse(read_file((dir / "run" / "config.json").string()));
+  EXPECT_EQ(config["data"]["path"], (dir / "tiny.csv").string());
+  CliRun e = run("eval --run " + (dir / "run").string() + " --threads 1");
+  EXPECT_EQ(e.code, 0) << e.err;
+  // A folder holding other files is no place for a run, even to overwrite.
+  fs::create_directories(dir / "notes");
+  std::ofstream(dir / "notes" / "todo.txt") << "keep";
+  CliRun n = run("train --source csv --data " + (dir / "tiny.csv").string() + " --epochs 1 --overwrite --quiet --out " +
+                 (dir / "notes").string());
+  EXPECT_EQ(n.code, 2);
+  EXPECT_EQ(n.err, "multihead: error: '" + (dir / "notes").string() +
+                       "' is not empty and holds no run; a run goes into a new or empty directory\n");
+  EXPECT_EQ(read_file((dir / "notes" / "todo.txt").string()), "keep");
 }
 
 TEST_F(Cli, LanguageModelTrainsAndGenerates) {
@@ -490,7 +549,13 @@ TEST_F(Cli, TrainRejectsBadInput) {
       {"train --checkpoint-every -5", "multihead: error: checkpoint_every must be >= 0, got -5\n"},
       {"train --batch 30 --grad-accumulation 4",
        "multihead: error: batch (30) must be a multiple of grad_accumulation (4)\n"},
-      {"train --epochs 0", "multihead: error: the flags: epochs must be positive, got 0\n"},
+      {"train --epochs 0", "multihead: error: the flags: epochs must be in [1, 1000000], got 0\n"},
+      {"train --epochs 99999999999", "multihead: error: the flags: epochs must be in [1, 1000000], got 99999999999\n"},
+      {"train --seed -1", "multihead: error: seed must be >= 0, got -1\n"},
+      {"train --threads -3", "multihead: error: threads must be in [0, 1024] (0: all cores), got -3\n"},
+      {"train --lr nan", "multihead: error: lr must be positive and finite, got nan\n"},
+      {"train --lr 1e999", "multihead: error: lr must be positive and finite, got inf\n"},
+      {"train --d-model 1000000000 --num-heads 8", "multihead: error: d_model must be in [1, 65536], got 1000000000\n"},
       {"train --preset reverse --epochs 2",
        "multihead: error: --epochs does not apply to synthetic sequence tasks\n"},
       {"train --preset fashion-mnist --positions rope --max-len 5",

@@ -146,6 +146,28 @@ TEST_F(CrashSafety, KilledAtRandomPointsAndResumedReachesTheSameWeightsBitForBit
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
 }
 
+// SIGINT and SIGTERM finish the step under way, save a checkpoint at it and
+// exit 128 + the signal; --resume then goes on from that step.
+TEST_F(CrashSafety, SigintAndSigtermCheckpointTheStepReachedAndExit) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const fs::path out = dir / fmt::format("stopped_{}", sig);
+    const pid_t pid = spawn(job(1'000'000, 1, 0) + " --out " + out.string());
+    ASSERT_GT(pid, 0);
+    int status = 0;
+    while ((!fs::exists(out / "metrics.jsonl") || count_lines(read_file((out / "metrics.jsonl").string())) < 5) &&
+           ::waitpid(pid, &status, WNOHANG) == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ::kill(pid, sig);
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status)) << "signal " << sig << " ended it with signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
+    const SafetensorsFile ckpt = SafetensorsFile::read((out / "checkpoints/last.safetensors").string());
+    const auto steps = step_losses(out);
+    ASSERT_FALSE(steps.empty());
+    EXPECT_EQ(ckpt.metadata().at("step"), std::to_string(steps.size()));
+  }
+}
+
 TEST_F(CrashSafety, TextAndLanguageModelJobsResumeBitForBit) {
   {
     std::ofstream f(dir / "tiny.csv");

@@ -1,9 +1,11 @@
 // Loaders, tokenizers and batching, on small data the tests write themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "multihead/core/rng.h"
 #include "multihead/data/batching.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
@@ -82,6 +84,13 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
   write(bad, "label\ttext\n0\tfirst\n100220022\tsecond\n");
   EXPECT_EQ(error_of([&] { load_delimited(bad, '\t', "text", "label"); }),
             bad + ": integer label 100220022 is out of range (at most 9999)");
+  // One class would train to a constant and score 100%.
+  write(bad, "text,label\na,pos\nb,pos\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+            bad + ": every row has the label 'pos'; a classifier needs at least two classes");
+  // A byte-order mark is not part of the first column's name.
+  write(bad, "\xEF\xBB\xBFtext,label\na,pos\nb,neg\n");
+  EXPECT_EQ(load_delimited(bad, ',', "text", "label").examples[1].text, "b");
 }
 
 TEST_F(TempDir, SpamAssassinPackageLayout) {
@@ -167,6 +176,48 @@ TEST(Batching, PadsToTheLongestWithClsAndMask) {
   EXPECT_EQ(batches[2].size(), 1u);
   EXPECT_EQ(epoch_batches({0, 1, 2, 3, 4}, 2, 1, 0, true), batches);
   EXPECT_NE(epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 0, true), epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 1, true));
+}
+
+// Each example once per epoch; a batch holds examples of similar length; the
+// order a pure function of (seed, epoch).
+TEST(Batching, LengthGroupedBatchesCoverTheEpochAndPadLittle) {
+  std::vector<std::int64_t> indices, lengths;
+  Rng rng(3);
+  for (std::int64_t i = 0; i < 1000; ++i) {
+    indices.push_back(100 + 7 * i);
+    lengths.push_back(1 + rng.next_u32() % 30);
+  }
+  auto length_of = [&](std::int64_t index) { return lengths[static_cast<std::size_t>((index - 100) / 7)]; };
+  // Padding: each batch padded to its longest member, over every example.
+  auto padded = [&](const std::vector<std::vector<std::int64_t>>& batches) {
+    std::int64_t pad = 0;
+    for (const auto& b : batches) {
+      std::int64_t longest = 0;
+      for (auto i : b) longest = std::max(longest, length_of(i));
+      for (auto i : b) pad += longest - length_of(i);
+    }
+    return pad;
+  };
+  const auto grouped = length_grouped_batches(indices, lengths, 32, 5, 0, 8);
+  ASSERT_EQ(grouped.size(), 32u);  // ceil(1000 / 32), as epoch_batches
+  std::vector<std::int64_t> seen;
+  for (const auto& b : grouped) seen.insert(seen.end(), b.begin(), b.end());
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, indices);
+  EXPECT_LT(padded(grouped) * 4, padded(epoch_batches(indices, 32, 5, 0, true)));
+  EXPECT_EQ(length_grouped_batches(indices, lengths, 32, 5, 0, 8), grouped);
+  EXPECT_NE(length_grouped_batches(indices, lengths, 32, 5, 1, 8), grouped);
+  // One pool over everything: the batches are disjoint length ranges.
+  for (const auto& a : length_grouped_batches(indices, lengths, 32, 5, 0, 1000))
+    for (const auto& b : length_grouped_batches(indices, lengths, 32, 5, 0, 1000)) {
+      if (a == b) continue;
+      std::int64_t a_lo = 99, a_hi = 0, b_lo = 99, b_hi = 0;
+      for (auto i : a) a_lo = std::min(a_lo, length_of(i)), a_hi = std::max(a_hi, length_of(i));
+      for (auto i : b) b_lo = std::min(b_lo, length_of(i)), b_hi = std::max(b_hi, length_of(i));
+      EXPECT_TRUE(a_hi <= b_lo || b_hi <= a_lo);
+    }
+  EXPECT_THROW(length_grouped_batches(indices, {1, 2}, 32, 5, 0), ShapeError);
+  EXPECT_THROW(length_grouped_batches(indices, lengths, 0, 5, 0), ConfigError);
 }
 
 }  // namespace

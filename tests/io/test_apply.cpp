@@ -44,7 +44,7 @@ TEST_F(ApplyErrors, BadConfigs) {
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":3})", weights, inputs),
             "embed_dim (16) must be divisible by num_heads (3)");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":0})", weights, inputs),
-            "num_heads must be positive, got 0");
+            "num_heads must be in [1, embed_dim], got 0");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":"16","num_heads":4})", weights, inputs),
             "m.json: 'embed_dim' must be an integer");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","num_heads":4})", weights, inputs),

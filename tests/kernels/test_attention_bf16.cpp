@@ -178,6 +178,18 @@ TEST(Bf16Attention, FullyMaskedRowsGiveExactZeros) {
   set_bf16_widen(false);
 }
 
+// The bf16 kernel's forward (8 x 8 tiles, scale 0.5) on x, rounded to bf16 in place:
+// the output widened to fp32, and the log-sum-exp into lse (B = 1).
+std::vector<float> forward_rounded(Data& x, const AttentionDims& d, std::vector<float>& lse) {
+  const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
+  std::vector<BF16> out(x.g.size());
+  lse.assign(static_cast<std::size_t>(d.H * d.L), 0.0f);
+  attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
+                         view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
+                         x.masks, d, 0.5f, {}, AttentionTiles{8, 8});
+  return widened(out);
+}
+
 // A NaN in one key reaches every query that sees it (as in PyTorch's
 // softmax) and no other: masked keys are skipped or set to -inf.
 TEST(Bf16Attention, ANaNKeyReachesTheQueriesThatSeeIt) {
@@ -189,13 +201,8 @@ TEST(Bf16Attention, ANaNKeyReachesTheQueriesThatSeeIt) {
       s.causal = causal;
       Data x = make(s);
       x.k[static_cast<std::size_t>(5 * d.H * d.D + 2)] = std::nanf("");  // key 5, head 0, dimension 2
-      const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
-      std::vector<BF16> out(x.g.size());
-      std::vector<float> lse(static_cast<std::size_t>(d.H * d.L));
-      attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
-                             view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                             x.masks, d, 0.5f, {}, AttentionTiles{8, 8});
-      const std::vector<float> o = widened(out);
+      std::vector<float> lse;
+      const std::vector<float> o = forward_rounded(x, d, lse);
       for (std::int64_t i = 0; i < d.L; ++i)
         for (std::int64_t h = 0; h < d.H; ++h)
           for (std::int64_t e = 0; e < d.Dv; ++e) {
@@ -204,6 +211,25 @@ TEST(Bf16Attention, ANaNKeyReachesTheQueriesThatSeeIt) {
                 << "query " << i << " head " << h << (widen ? " widened" : "");
           }
     }
+  set_bf16_widen(false);
+}
+
+// A query of NaNs scores NaN against every key: its row is NaN, never the
+// zeros of a fully masked row; the other queries are untouched.
+TEST(Bf16Attention, AQueryOfNaNsGivesANaNRow) {
+  const AttentionDims d{1, 1, 12, 12, 8, 8};
+  for (bool widen : {false, true}) {
+    set_bf16_widen(widen);
+    Spec s{"nanq", d};
+    Data x = make(s);
+    for (std::int64_t e = 0; e < d.D; ++e) x.q[static_cast<std::size_t>(3 * d.D + e)] = std::nanf("");
+    std::vector<float> lse;
+    const std::vector<float> o = forward_rounded(x, d, lse);
+    for (std::int64_t i = 0; i < d.L; ++i)
+      for (std::int64_t e = 0; e < d.Dv; ++e)
+        ASSERT_EQ(std::isnan(o[static_cast<std::size_t>(i * d.Dv + e)]), i == 3) << "query " << i;
+    EXPECT_TRUE(std::isnan(lse[3]));
+  }
   set_bf16_widen(false);
 }
 

@@ -151,6 +151,26 @@ TEST(FusedAttention, ANaNKeyReachesTheQueriesThatSeeIt) {
     }
 }
 
+// A query of NaNs scores NaN against every key: its row is NaN (PyTorch
+// propagates it), never the zeros of a fully masked row.
+TEST(FusedAttention, AQueryOfNaNsGivesANaNRow) {
+  const AttentionDims d{1, 1, 20, 20, 8, 8};
+  for (AttentionTiles tiles : {AttentionTiles{}, AttentionTiles{8, 8, TileGemm::kMicroKernel},
+                               AttentionTiles{8, 8, TileGemm::kBlas}}) {
+    Spec s{"nanq", d};
+    Data x = make(s);
+    for (std::int64_t e = 0; e < d.D; ++e) x.q[static_cast<std::size_t>(3 * d.D + e)] = std::nanf("");
+    std::vector<float> out(x.g.size(), 7.0f), lse(static_cast<std::size_t>(d.B * d.H * d.L));
+    attention_fused_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const float>(x.q.data(), d, d.L, d.D),
+                            view<const float>(x.k.data(), d, d.S, d.D), view<const float>(x.v.data(), d, d.S, d.Dv),
+                            x.masks, d, 0.5f, x.drop, tiles);
+    for (std::int64_t i = 0; i < d.L; ++i)
+      for (std::int64_t e = 0; e < d.Dv; ++e)
+        ASSERT_EQ(std::isnan(out[static_cast<std::size_t>(i * d.Dv + e)]), i == 3) << "query " << i;
+    EXPECT_TRUE(std::isnan(lse[3]));
+  }
+}
+
 TEST(FusedAttention, BadTilesAreAnError) {
   AttentionDims d{1, 1, 2, 2, 1, 1};
   std::vector<float> a(4), lse(2);

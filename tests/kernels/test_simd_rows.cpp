@@ -53,6 +53,16 @@ TEST_P(SimdRows, MaxSumAndDot) {
     d += static_cast<double>(a.x[i]) * b.x[i], abs_d += std::fabs(static_cast<double>(a.x[i]) * b.x[i]);
   }
   EXPECT_EQ(simd::row_max(a.x, n()), m);  // -inf for n = 0
+  // One NaN anywhere, in the vector part or the tail, makes the maximum NaN.
+  for (std::int64_t at : {std::int64_t{0}, n() / 2, n() - 1}) {
+    if (n() == 0) break;
+    const float keep = a.x[at];
+    a.x[at] = std::nanf("");
+    EXPECT_TRUE(std::isnan(simd::row_max(a.x, n()))) << at;
+    a.x[at] = keep;
+  }
+  EXPECT_TRUE(std::isnan(simd::max_keeping_nan(std::nanf(""), 1.0f)));
+  EXPECT_TRUE(std::isnan(simd::max_keeping_nan(-std::numeric_limits<float>::infinity(), std::nanf(""))));
   expect_near_rel(simd::row_sum(a.x, n()), s, abs_s, 1e-6, "row_sum");
   expect_near_rel(simd::dot(a.x, b.x, n()), d, abs_d, 1e-6, "dot");
 }

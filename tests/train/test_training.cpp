@@ -256,7 +256,7 @@ TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
   }
   {
     // Resuming: the step and the three records before the checkpoint come back.
-    RunDir run(dir.string(), true);
+    RunDir run(dir.string(), RunMode::kResume);
     TrainRun r(tc);
     nlohmann::json other_threads = config;
     other_threads["threads"] = 2;
@@ -268,7 +268,7 @@ TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
     EXPECT_EQ(run.metrics_records(), 3);
   }
   {
-    RunDir run(dir.string(), true);
+    RunDir run(dir.string(), RunMode::kResume);
     TrainRun r(tc);
     nlohmann::json other = config;
     other["train"]["lr"] = 0.2;

@@ -1,7 +1,13 @@
 // multihead train | eval | generate: runs from a preset, a JSON config and flags.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +15,7 @@
 #include "commands.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
+#include "multihead/train/fit.h"
 
 namespace multihead::cli {
 namespace {
@@ -16,7 +23,57 @@ namespace {
 struct TrainOpts {
   std::string preset = "spam", config, out;
   JobOverrides flags;
-  bool quiet = false, resume = false;
+  bool quiet = false, resume = false, overwrite = false;
+};
+
+// SIGINT and SIGTERM ask fit to stop after the step under way (it saves a
+// checkpoint); a second signal ends the process at once, as by default.
+// No handler runs on a computing thread: both signals are blocked in every
+// thread (threads inherit the mask, and none exist yet) and one thread takes
+// them with sigwait. An asynchronous handler would write its frame below
+// the interrupted stack pointer, and oneDNN 2.6's AVX-512 sgemm kernels
+// point that register into the heap while they run (oneDNN issue 4845):
+// a Ctrl-C there corrupted the heap.
+class StopOnSignals {
+ public:
+  StopOnSignals() {
+    sigemptyset(&signals_);
+    sigaddset(&signals_, SIGINT);
+    sigaddset(&signals_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals_, &old_mask_);
+    waiter_ = std::thread([this] {
+      for (bool asked = false;;) {
+        int sig = 0;
+        if (sigwait(&signals_, &sig) != 0) continue;
+        if (done_.load()) return;
+        if (!asked) {
+          asked = true;
+          request_stop(sig);
+          continue;
+        }
+        // The second: the default action, here and now.
+        std::signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+        std::raise(sig);
+      }
+    });
+  }
+  ~StopOnSignals() {
+    done_.store(true);
+    pthread_kill(waiter_.native_handle(), SIGTERM);  // wakes the sigwait
+    waiter_.join();
+    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  StopOnSignals(const StopOnSignals&) = delete;
+  StopOnSignals& operator=(const StopOnSignals&) = delete;
+
+ private:
+  sigset_t signals_{}, old_mask_{};
+  std::atomic<bool> done_{false};
+  std::thread waiter_;
 };
 
 void run_train(const TrainOpts& o) {
@@ -24,7 +81,9 @@ void run_train(const TrainOpts& o) {
   apply_overrides(job, o.flags);
   const std::string out = !o.out.empty() ? o.out : o.config.empty() ? "runs/" + o.preset : "runs/job";
   Progress progress(0, stderr, o.quiet);
-  for (const std::string& line : train_job(job, out, o.resume, progress)) fmt::print("{}\n", line);
+  const StopOnSignals stop_on_signals;
+  const RunMode mode = o.resume ? RunMode::kResume : o.overwrite ? RunMode::kOverwrite : RunMode::kNew;
+  for (const std::string& line : train_job(job, out, mode, progress)) fmt::print("{}\n", line);
 }
 
 std::string preset_help() {
@@ -80,6 +139,8 @@ Command add_train(CLI::App& app) {
                   "Steps between checkpoints (0: after each epoch or evaluation and at the end)");
   sub->add_flag("--resume", o->resume,
                 "Continue the run in --out from its last checkpoint (with the same settings), or start it");
+  sub->add_flag("--overwrite", o->overwrite, "Replace the run in --out (without this, train refuses a directory that holds one)")
+      ->excludes("--resume");
   sub->add_option("--on-nonfinite", f.on_nonfinite, "A NaN or Inf loss or gradient: stop (default) or skip the update");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};

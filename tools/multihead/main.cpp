@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "multihead/kernels/machine.h"
+#include "multihead/train/fit.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"multihead: Transformer multi-head attention on the CPU"};
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
   try {
     for (const auto& c : commands)
       if (c.app->parsed()) c.run();
+  } catch (const multihead::Interrupted& e) {
+    fmt::print(stderr, "multihead: {}\n", e.what());
+    return 128 + e.signal();  // as the shell reports a process the signal ended
   } catch (const std::exception& e) {
     fmt::print(stderr, "multihead: error: {}\n", e.what());
     return 2;

@@ -20,8 +20,11 @@ struct MemoryStats {
 };
 
 // Aligned allocation of `bytes` (0 is allowed and returns nullptr). Throws
-// std::bad_alloc when the system refuses.
+// MemoryError when the system refuses.
 void* tracked_alloc(std::size_t bytes);
+// Larger requests are refused without asking the system (and their sizes
+// cannot overflow in rounding).
+inline constexpr std::size_t kMaxAllocationBytes = std::size_t{1} << 48;
 void tracked_free(void* ptr, std::size_t bytes) noexcept;
 
 MemoryStats memory_stats() noexcept;

@@ -2,6 +2,7 @@
 // turns any of them into one line on stderr and exit code 2.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -32,6 +33,22 @@ class IoError : public Error {
  public:
   using Error::Error;
 };
+
+// Memory the system cannot give (an allocation refused, or a model larger
+// than the machine's memory).
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Size limits of a model's settings, checked before anything is allocated:
+// far beyond any model this CPU library trains, small enough that no size
+// product computed from them overflows.
+inline constexpr std::int64_t kMaxWidth = 1 << 16;        // d_model, embed_dim, kdim, vdim, heads
+inline constexpr std::int64_t kMaxFeedforward = 1 << 20;  // dim_feedforward
+inline constexpr std::int64_t kMaxLayers = 1024;
+inline constexpr std::int64_t kMaxVocab = 1 << 24;   // vocabularies and classes
+inline constexpr std::int64_t kMaxLength = 1 << 20;  // positions
 
 // Throws E with a fmt-formatted message when `cond` is false.
 template <typename E = Error, typename... Args>

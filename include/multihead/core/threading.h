@@ -4,9 +4,19 @@
 // count (oneDNN reads it from OpenMP at each call).
 #pragma once
 
+#include <cstdint>
+
 namespace multihead {
 
-// Sets the thread count for OpenMP regions and for BLAS; n <= 0 means all cores.
+// The most threads a setting may ask for.
+inline constexpr int kMaxThreads = 1024;
+
+// ConfigError unless 0 <= n <= kMaxThreads (0: all cores): the one check of
+// every thread setting, from flags or JSON.
+void check_threads(std::int64_t n);
+
+// Sets the thread count for OpenMP regions and for BLAS; 0 means all cores.
+// Checks n (check_threads).
 void set_num_threads(int n);
 int num_threads();
 

@@ -22,12 +22,23 @@ struct RunConfig {
 };
 RunConfig read_run_config(const std::string& run_dir);
 
+// How a run treats what is already at its path.
+// A non-empty directory that holds no run (no config.json) is refused in
+// every mode.
+enum class RunMode {
+  kNew,        // a new or empty directory only
+  kResume,     // go on from the run there (train/resume.h), or start one
+  kOverwrite,  // a run there is removed first
+};
+
 class RunDir {
  public:
-  // Creates the folders; removes temporaries an interrupted run left behind.
-  // With `resume`, the job picks up from checkpoints/last.safetensors when
-  // there is one (train/resume.h).
-  explicit RunDir(std::string path, bool resume = false);
+  // Creates the folders and takes the directory's lock (run.lock: an flock
+  // the kernel drops when the process ends, so a killed run leaves no stale
+  // lock; it names the pid that holds it). Refuses a directory another
+  // process holds, and one that `mode` does not allow; removes temporaries
+  // an interrupted run left behind.
+  explicit RunDir(std::string path, RunMode mode = RunMode::kNew);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
@@ -42,7 +53,7 @@ class RunDir {
   // report.md: the job's report, closed by a line naming the machine.
   void write_report(const std::string& markdown) const;
   void append_metrics(const nlohmann::json& record);
-  bool resume_requested() const { return resume_; }
+  bool resume_requested() const { return mode_ == RunMode::kResume; }
   // Records appended to the log so far (a checkpoint notes it).
   std::int64_t metrics_records() const { return records_; }
   // Keeps the log's first `count` records, rewrites it atomically and
@@ -51,7 +62,8 @@ class RunDir {
 
  private:
   std::string path_;
-  bool resume_ = false;
+  RunMode mode_;
+  int lock_fd_ = -1;
   std::int64_t records_ = 0;
   std::FILE* metrics_ = nullptr;
 };

@@ -19,6 +19,10 @@
 namespace multihead {
 
 inline constexpr std::uint64_t kSafetensorsMaxHeader = 100'000'000;
+// Every file written carries the CRC-32 of its data section in its metadata
+// under this key (8 hex digits); a file that has one is checked when read,
+// and refused when the data does not match. Files from elsewhere have none.
+inline constexpr std::string_view kDataChecksumKey = "data_crc32";
 
 struct SafetensorsEntry {
   std::string dtype;  // as in the file: "F32", "BOOL", "BF16", ...

@@ -19,4 +19,14 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
 // load_state_dict from the tensors of one safetensors file, named by its path in messages.
 void load_state_dict_file(ParamStore& store, const std::string& path, bool allow_extra = false);
 
+// A training checkpoint names its format in its metadata. Version 2 carries
+// the data's checksum (kDataChecksumKey), required when read; version 1
+// (older runs) has none.
+inline constexpr const char* kCheckpointFormat = "multihead-checkpoint-2";
+// IoError unless `f` is a checkpoint of a version this build reads.
+void check_checkpoint_format(const SafetensorsFile& f);
+// A run's weights from its checkpoint (checked as above); the optimizer's
+// state in it is left out.
+void load_checkpoint_weights(ParamStore& store, const std::string& path);
+
 }  // namespace multihead

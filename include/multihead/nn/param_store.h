@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,7 @@ class ParamStore {
   void require_finalized() const;
 
   std::vector<Entry> entries_;
+  std::unordered_map<std::string, Handle> by_name_;  // find in constant time, however deep the model
   std::int64_t total_ = 0;
   bool finalized_ = false;
   std::uint32_t next_site_ = 1;

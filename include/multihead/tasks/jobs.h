@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/precision.h"
+#include "multihead/io/run_dir.h"
 #include "multihead/tasks/image_classification.h"
 #include "multihead/tasks/language_modeling.h"
 #include "multihead/tasks/overrides.h"
@@ -43,12 +44,13 @@ nlohmann::json to_json(const Job& job);
 // nothing for it is a ConfigError).
 void apply_overrides(Job& job, const JobOverrides& flags);
 
-// Trains `job` into the run directory `out`; with `resume`, from the last
-// checkpoint there when there is one. A run that fails before its first
-// checkpoint removes the directory it made; a later failure keeps the
-// checkpoints, which are worth resuming from. Returns the lines `multihead
+// Trains `job` into the run directory `out`, which `mode` says what to do
+// with (RunDir: a new or empty one; resume from its last checkpoint when
+// there is one; or replace the run there). A run that fails before its
+// first checkpoint removes what it wrote (and the directory, when it made
+// it); a later failure keeps the checkpoints, which are worth resuming from. Returns the lines `multihead
 // train` prints: the results, and where the report is.
-std::vector<std::string> train_job(const Job& job, const std::string& out, bool resume, Progress& progress);
+std::vector<std::string> train_job(const Job& job, const std::string& out, RunMode mode, Progress& progress);
 
 // Evaluates the model of the run in run_dir, whatever its kind, in the
 // run's own precision or `precision`; returns the lines `multihead eval`

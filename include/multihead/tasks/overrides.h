@@ -21,7 +21,7 @@ struct JobOverrides {
   std::optional<std::int64_t> epochs, steps, d_model, num_heads, num_layers, batch, max_len, vocab_size, warmup,
       grad_accumulation, num_kv_heads, window, block_size, checkpoint_every;
   std::optional<double> lr, clip_grad_norm, weight_decay, dropout;
-  std::optional<std::uint64_t> seed;
+  std::optional<std::int64_t> seed;  // signed, so that -1 is refused rather than wrapped
   std::optional<int> threads;
   bool checkpoint_layers = false;
 

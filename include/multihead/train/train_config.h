@@ -72,6 +72,12 @@ nlohmann::json train_config_json(const TrainConfig& t);
 // How long a job that trains in epochs trains: every epoch in full, or
 // max_steps steps when that is fewer (0: no cap; the last epoch trained is
 // then cut short). Kept in the train section as "epochs" and "max_steps".
+// A job's "threads" (0: all cores), checked (check_threads).
+int read_threads(ConfigReader& job);
+
+// Bounds on step counts, checked before any arithmetic on them.
+inline constexpr std::int64_t kMaxEpochs = 1'000'000, kMaxSteps = 1'000'000'000'000, kMaxBatch = 1 << 20;
+
 struct EpochBudget {
   std::int64_t epochs = 3;
   std::int64_t max_steps = 0;
