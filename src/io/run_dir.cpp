@@ -51,11 +51,12 @@ int lock_run_dir(const std::string& dir) {
   return fd;
 }
 
-// Nothing in `dir` but the lock and empty subfolders a RunDir makes.
+// Nothing in `dir` but the lock, empty subfolders a RunDir makes and the
+// temporaries of interrupted writes.
 bool holds_nothing(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name == kLockFile) continue;
+    if (name == kLockFile || name.find(".tmp.") != std::string::npos) continue;
     const bool subfolder = std::find(std::begin(kSubfolders), std::end(kSubfolders), name) != std::end(kSubfolders);
     std::error_code ec;
     if (!(subfolder && e.is_directory(ec) && !e.is_symlink(ec) && fs::is_empty(e.path(), ec))) return false;
@@ -69,10 +70,19 @@ RunDir::RunDir(std::string path, RunMode mode) : path_(std::move(path)), mode_(m
   std::error_code ec;
   fs::create_directories(path_, ec);
   check<IoError>(!ec, "cannot create run directory '{}': {}", path_, ec.message());
-  check<IoError>(fs::is_directory(fs::symlink_status(path_)), "'{}' is not a directory", path_);
+  check<IoError>(fs::is_directory(path_), "'{}' is not a directory", path_);
+  // A run's directory: its config.json, or the lock every run leaves (a run
+  // killed before it wrote its config has tokenizer files and no config).
+  const fs::path lock = fs::path(path_) / kLockFile;
+  const bool had_lock = fs::exists(fs::symlink_status(lock));
+  const bool is_run = had_lock || fs::exists(fs::symlink_status(fs::path(path_) / "config.json"));
   lock_fd_ = lock_run_dir(path_);
+  // A refused directory is left as it was: without the lock file when it had none.
+  auto release = [&] {
+    ::close(lock_fd_);
+    if (!had_lock) fs::remove(lock, ec);
+  };
   try {
-    const bool is_run = fs::exists(fs::symlink_status(fs::path(path_) / "config.json"));
     // Whatever the mode, a run never mixes its files with others (a failed
     // run removes what it wrote, so there must be nothing else there).
     const bool empty = holds_nothing(path_);
@@ -95,10 +105,10 @@ RunDir::RunDir(std::string path, RunMode mode) : path_(std::move(path)), mode_(m
         if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos)
           fs::remove(e.path(), ec);
   } catch (const fs::filesystem_error& e) {
-    ::close(lock_fd_);
+    release();
     throw IoError(fmt::format("cannot prepare run directory '{}': {}", path_, e.code().message()));
   } catch (...) {
-    ::close(lock_fd_);
+    release();
     throw;
   }
 }

@@ -103,6 +103,12 @@ TEST_F(RunDirTest, ARunIsNeverReplacedUnasked) {
   EXPECT_FALSE(fs::exists(dir / "config.json"));
   EXPECT_FALSE(fs::exists(dir / "checkpoints" / "last.safetensors"));
   EXPECT_EQ(error_of(dir, RunMode::kNew), "no error");  // only empty folders and the lock are left
+  // A run killed before it wrote its config.json (its tokenizer written, its
+  // lock left) is still a run: resumed or overwritten, never taken as new.
+  touch(dir / "tokenizer" / "tokenizer.json");
+  EXPECT_EQ(error_of(dir, RunMode::kNew),
+            fmt::format("'{}' already holds a run; --resume continues it, --overwrite replaces it", dir.string()));
+  EXPECT_EQ(error_of(dir, RunMode::kResume), "no error");
 }
 
 TEST_F(RunDirTest, ADirectoryWithOtherFilesIsRefusedWhateverTheMode) {
@@ -111,6 +117,7 @@ TEST_F(RunDirTest, ADirectoryWithOtherFilesIsRefusedWhateverTheMode) {
     EXPECT_EQ(error_of(dir, mode),
               fmt::format("'{}' is not empty and holds no run; a run goes into a new or empty directory", dir.string()));
   EXPECT_TRUE(fs::exists(dir / "notes.txt"));
+  EXPECT_FALSE(fs::exists(dir / "run.lock"));  // a refusal leaves no trace that would pass for a run
   fs::remove_all(dir);
   touch(dir);  // a file, not a directory
   EXPECT_EQ(error_of(dir, RunMode::kNew).substr(0, 28), "cannot create run directory ");
