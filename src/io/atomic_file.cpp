@@ -98,7 +98,12 @@ std::FILE* open_for_append(const std::string& path, bool truncate) {
 
 std::string read_file(const std::string& path) {
   std::error_code ec;
-  check<IoError>(!std::filesystem::is_directory(path, ec), "cannot read '{}': is a directory", path);
+  const auto status = std::filesystem::status(path, ec);
+  check<IoError>(!std::filesystem::is_directory(status), "cannot read '{}': is a directory", path);
+  // A device never ends (/dev/zero) or blocks (a terminal); pipes and FIFOs
+  // (a shell's <(...)) are read to their end.
+  check<IoError>(!std::filesystem::is_character_file(status) && !std::filesystem::is_block_file(status),
+                 "cannot read '{}': is a device, not a file", path);
   std::ifstream in(path, std::ios::binary);
   check<IoError>(in.good(), "cannot open '{}': {}", path, errno_str());
   std::ostringstream ss;

@@ -611,7 +611,10 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.seconds;
   r.ms_per_step = 1e3 * fitted.seconds / static_cast<double>(std::max<std::int64_t>(1, r.steps - fitted.first_step));
-  if (fitted.validation) r.validation_word_accuracy = fitted.validation->accuracy.value_or(0);
+  if (fitted.validation) {
+    check_finite_result("the validation loss", fitted.validation->loss);
+    r.validation_word_accuracy = fitted.validation->accuracy.value_or(0);
+  }
   for (std::size_t i = 0; i < fitted.curves.eval_step.size(); ++i)
     r.validation_curve.emplace_back(static_cast<std::int64_t>(fitted.curves.eval_step[i]), fitted.curves.eval_accuracy[i]);
 

@@ -218,6 +218,8 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   plan.unit = "seq/s";
   const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
 
+  // No validation here: the last step's loss stands for the final weights.
+  if (!fitted.curves.loss.empty()) check_finite_result("the last step's loss", fitted.curves.loss.back());
   SequenceTaskResult r;
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;

@@ -102,6 +102,13 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(count_lines(r.err), 1);
   EXPECT_FALSE(fs::exists(out));
+
+  // A device as input is refused rather than read until memory runs out.
+  r = run("apply --module " + (c.dir / "module.json").string() + " --weights /dev/zero --inputs " +
+          (c.dir / "inputs.safetensors").string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "multihead: error: cannot read '/dev/zero': is a device, not a file\n");
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // --out never replaces what is not a regular file: a device, a FIFO, a
