@@ -74,8 +74,8 @@ class Loop {
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
   // Batches of train.batch shuffled by (seed, epoch), grouped by length when
-  // the plan gives lengths; a resumed run starts in
-  // the epoch, and at the batch, its checkpoint reached.
+  // the plan gives lengths; a resumed run starts in the epoch, and at the
+  // batch, its checkpoint reached.
   void run_epochs() {
     const std::int64_t n = static_cast<std::int64_t>(plan_.epoch_examples.size());
     const std::int64_t per_epoch = (n + train_.batch - 1) / train_.batch;
@@ -96,7 +96,7 @@ class Loop {
         if (!last) stop_if_asked();
       }
       validate(epoch, true);
-      stop_if_asked();
+      stop_if_asked(true);
     }
     result_.epochs = (trainer_.steps_done() + per_epoch - 1) / per_epoch;
   }
@@ -137,11 +137,11 @@ class Loop {
   }
 
   // After a step: when a stop was asked for, a checkpoint of where the run
-  // stands, then Interrupted. (An epoch's last step validates first.)
-  void stop_if_asked() {
+  // stands (unless the epoch's validation just wrote one), then Interrupted.
+  void stop_if_asked(bool checkpointed = false) {
     const int sig = g_stop_signal.exchange(0, std::memory_order_relaxed);
     if (sig == 0) return;
-    save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
+    if (!checkpointed) save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
     throw Interrupted(sig, fmt::format("stopped by {} after step {}; its checkpoint is saved: the same command with "
                                        "--resume goes on from there",
                                        sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -239,6 +240,47 @@ TEST_F(Fit, AResumedRunGoesOnFromItsCheckpointAsIfNeverStopped) {
   EXPECT_EQ(r.curves.step.size(), 6u);  // the records before the checkpoint are kept
   EXPECT_EQ(r.curves.eval_step, (std::vector<double>{3, 6}));
   EXPECT_EQ(records(run_dir("resumed")).size(), records(run_dir("whole")).size());
+}
+
+// A stop request (the CLI's SIGINT) ends fit after the step under way with
+// a checkpoint there; resumed, the run ends as if never stopped.
+TEST_F(Fit, AStopRequestCheckpointsTheStepAndTheRunResumesAsIfNeverStopped) {
+  FitPlan plan;
+  for (std::int64_t i = 0; i < 10; ++i) plan.epoch_examples.push_back(i);
+  const TrainConfig train = toy_train(6, 4, 1);
+  Progress quiet(0, stderr, true);
+  ParamStore whole_store;
+  ToyTask whole(whole_store);
+  whole_store.finalize();
+  RunDir whole_run(run_dir("whole"));
+  fit(whole, whole_store, train, plan, json{{"toy", 1}}, whole_run, quiet);
+  {
+    ParamStore store;
+    ToyTask stopped(store);
+    store.finalize();
+    RunDir run(run_dir("stopped"));
+    request_stop(SIGINT);
+    try {
+      fit(stopped, store, train, plan, json{{"toy", 1}}, run, quiet);
+      FAIL() << "fit did not stop";
+    } catch (const Interrupted& e) {
+      EXPECT_EQ(e.signal(), SIGINT);
+      EXPECT_STREQ(e.what(),
+                   "stopped by SIGINT after step 1; its checkpoint is saved: the same command with --resume goes on "
+                   "from there");
+    }
+    EXPECT_EQ(stopped.micro_batches.size(), 1u);
+    EXPECT_EQ(checkpoint_meta(run_dir("stopped")).at("step"), "1");
+  }
+  ParamStore store;
+  ToyTask resumed(store);
+  store.finalize();
+  RunDir run(run_dir("stopped"), RunMode::kResume);
+  const FitResult r = fit(resumed, store, train, plan, json{{"toy", 1}}, run, quiet);
+  EXPECT_EQ(r.first_step, 1);
+  ASSERT_EQ(resumed.micro_batches.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(resumed.micro_batches[i], whole.micro_batches[i + 1]);
+  EXPECT_EQ(store.all_data()[0], whole_store.all_data()[0]);
 }
 
 TEST(FitReport, SummaryNamesStepsEpochsTimeAndThroughput) {
