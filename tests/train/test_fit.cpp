@@ -203,40 +203,46 @@ TEST_F(Fit, WithoutValidationTheLastStepIsCheckpointed) {
   EXPECT_EQ(meta.count("data.step"), 0u);
 }
 
+// The toy task's model, trained by fit in a run directory.
+struct ToyRun {
+  ParamStore store;
+  ToyTask task{store};
+  ToyRun() { store.finalize(); }
+  FitResult fit_in(const std::string& dir, const TrainConfig& train, const FitPlan& plan,
+                   RunMode mode = RunMode::kNew) {
+    RunDir run(dir, mode);
+    Progress quiet(0, stderr, true);
+    return fit(task, store, train, plan, json{{"toy", 1}}, run, quiet);
+  }
+};
+
+FitPlan ten_examples() {
+  FitPlan plan;
+  for (std::int64_t i = 0; i < 10; ++i) plan.epoch_examples.push_back(i);
+  return plan;
+}
+
 // Killed in its second epoch and resumed, a run trains on the examples the
 // uninterrupted run would have, from its last checkpoint, and ends with its
 // weights bit for bit; the first epoch's validation is read back.
 TEST_F(Fit, AResumedRunGoesOnFromItsCheckpointAsIfNeverStopped) {
-  FitPlan plan;
-  for (std::int64_t i = 0; i < 10; ++i) plan.epoch_examples.push_back(i);
+  const FitPlan plan = ten_examples();
   TrainConfig train = toy_train(6, 4, 1);
   train.checkpoint_every = 2;
-  Progress quiet(0, stderr, true);
-
-  ParamStore whole_store;
-  ToyTask whole(whole_store);
-  whole_store.finalize();
-  RunDir whole_run(run_dir("whole"));
-  fit(whole, whole_store, train, plan, json{{"toy", 1}}, whole_run, quiet);
-
+  ToyRun whole;
+  whole.fit_in(run_dir("whole"), train, plan);
   {
-    ParamStore store;
-    ToyTask killed(store);
-    store.finalize();
-    killed.fail_at_micro_batch = 5;  // in the sixth step; the last checkpoint is the fourth's
-    RunDir run(run_dir("resumed"));
-    EXPECT_THROW(fit(killed, store, train, plan, json{{"toy", 1}}, run, quiet), std::runtime_error);
+    ToyRun killed;
+    killed.task.fail_at_micro_batch = 5;  // in the sixth step; the last checkpoint is the fourth's
+    EXPECT_THROW(killed.fit_in(run_dir("resumed"), train, plan), std::runtime_error);
   }
-  ParamStore store;
-  ToyTask resumed(store);
-  store.finalize();
-  RunDir run(run_dir("resumed"), RunMode::kResume);
-  const FitResult r = fit(resumed, store, train, plan, json{{"toy", 1}}, run, quiet);
+  ToyRun resumed;
+  const FitResult r = resumed.fit_in(run_dir("resumed"), train, plan, RunMode::kResume);
   EXPECT_EQ(r.first_step, 4);
-  ASSERT_EQ(resumed.micro_batches.size(), 2u);
-  EXPECT_EQ(resumed.micro_batches[0], whole.micro_batches[4]);
-  EXPECT_EQ(resumed.micro_batches[1], whole.micro_batches[5]);
-  EXPECT_EQ(store.all_data()[0], whole_store.all_data()[0]);
+  ASSERT_EQ(resumed.task.micro_batches.size(), 2u);
+  EXPECT_EQ(resumed.task.micro_batches[0], whole.task.micro_batches[4]);
+  EXPECT_EQ(resumed.task.micro_batches[1], whole.task.micro_batches[5]);
+  EXPECT_EQ(resumed.store.all_data()[0], whole.store.all_data()[0]);
   EXPECT_EQ(r.curves.step.size(), 6u);  // the records before the checkpoint are kept
   EXPECT_EQ(r.curves.eval_step, (std::vector<double>{3, 6}));
   EXPECT_EQ(records(run_dir("resumed")).size(), records(run_dir("whole")).size());
@@ -245,23 +251,15 @@ TEST_F(Fit, AResumedRunGoesOnFromItsCheckpointAsIfNeverStopped) {
 // A stop request (the CLI's SIGINT) ends fit after the step under way with
 // a checkpoint there; resumed, the run ends as if never stopped.
 TEST_F(Fit, AStopRequestCheckpointsTheStepAndTheRunResumesAsIfNeverStopped) {
-  FitPlan plan;
-  for (std::int64_t i = 0; i < 10; ++i) plan.epoch_examples.push_back(i);
+  const FitPlan plan = ten_examples();
   const TrainConfig train = toy_train(6, 4, 1);
-  Progress quiet(0, stderr, true);
-  ParamStore whole_store;
-  ToyTask whole(whole_store);
-  whole_store.finalize();
-  RunDir whole_run(run_dir("whole"));
-  fit(whole, whole_store, train, plan, json{{"toy", 1}}, whole_run, quiet);
+  ToyRun whole;
+  whole.fit_in(run_dir("whole"), train, plan);
   {
-    ParamStore store;
-    ToyTask stopped(store);
-    store.finalize();
-    RunDir run(run_dir("stopped"));
+    ToyRun stopped;
     request_stop(SIGINT);
     try {
-      fit(stopped, store, train, plan, json{{"toy", 1}}, run, quiet);
+      stopped.fit_in(run_dir("stopped"), train, plan);
       FAIL() << "fit did not stop";
     } catch (const Interrupted& e) {
       EXPECT_EQ(e.signal(), SIGINT);
@@ -269,18 +267,15 @@ TEST_F(Fit, AStopRequestCheckpointsTheStepAndTheRunResumesAsIfNeverStopped) {
                    "stopped by SIGINT after step 1; its checkpoint is saved: the same command with --resume goes on "
                    "from there");
     }
-    EXPECT_EQ(stopped.micro_batches.size(), 1u);
+    EXPECT_EQ(stopped.task.micro_batches.size(), 1u);
     EXPECT_EQ(checkpoint_meta(run_dir("stopped")).at("step"), "1");
   }
-  ParamStore store;
-  ToyTask resumed(store);
-  store.finalize();
-  RunDir run(run_dir("stopped"), RunMode::kResume);
-  const FitResult r = fit(resumed, store, train, plan, json{{"toy", 1}}, run, quiet);
+  ToyRun resumed;
+  const FitResult r = resumed.fit_in(run_dir("stopped"), train, plan, RunMode::kResume);
   EXPECT_EQ(r.first_step, 1);
-  ASSERT_EQ(resumed.micro_batches.size(), 5u);
-  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(resumed.micro_batches[i], whole.micro_batches[i + 1]);
-  EXPECT_EQ(store.all_data()[0], whole_store.all_data()[0]);
+  ASSERT_EQ(resumed.task.micro_batches.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(resumed.task.micro_batches[i], whole.task.micro_batches[i + 1]);
+  EXPECT_EQ(resumed.store.all_data()[0], whole.store.all_data()[0]);
 }
 
 TEST(FitReport, SummaryNamesStepsEpochsTimeAndThroughput) {
