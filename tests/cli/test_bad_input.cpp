@@ -52,6 +52,14 @@ TEST_F(BadInput, EmptyAndTinyTextDatasets) {
   expect_refused("train --source tsv --data " + tsv, tsv + ": invalid UTF-8 at byte 11");
   write(csv, "text,label\nfine,100000\n");
   expect_refused("train --source csv --data " + csv, csv + ": integer label 100000 is out of range (at most 9999)");
+  // Into a folder that exists and is empty: the failed run leaves it empty
+  // (it used to keep config.json, tokenizer/, checkpoints/ and plots/).
+  const fs::path empty = dir / "empty";
+  fs::create_directories(empty);
+  CliRun failed = run("train --source csv --data " + csv + " --threads 1 --quiet --out " + empty.string());
+  EXPECT_EQ(failed.code, 2);
+  EXPECT_TRUE(fs::is_directory(empty));
+  EXPECT_TRUE(fs::is_empty(empty)) << "the failed run left files behind";
 
   const fs::path imdb = dir / "imdb";
   fs::create_directories(imdb / "train" / "pos");
