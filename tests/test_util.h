@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <string>
@@ -122,5 +125,23 @@ inline double dot_loss(const Tensor& out, const Tensor& g) {
 // O(eps^2) and rounding O(1e-16 / eps) are both far below these.
 inline constexpr double kFdAtol = 1e-7;
 inline constexpr double kFdRtol = 1e-6;
+
+// A scratch folder for each test, temp/multihead_<what>_<pid>: emptied
+// before the test (and made, when `make`), removed after it.
+class ScratchFolder : public ::testing::Test {
+ protected:
+  ScratchFolder(const std::string& what, bool make)
+      : dir(std::filesystem::temp_directory_path() / ("multihead_" + what + "_" + std::to_string(::getpid()))),
+        make_(make) {}
+  void SetUp() override {
+    std::filesystem::remove_all(dir);
+    if (make_) std::filesystem::create_directories(dir);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::filesystem::path dir;
+
+ private:
+  bool make_;
+};
 
 }  // namespace multihead::test

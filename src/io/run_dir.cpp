@@ -99,8 +99,9 @@ RunDir::RunDir(std::string path, RunMode mode) : path_(std::move(path)), mode_(m
       check<IoError>(!ec, "cannot create run directory '{}': {}", (fs::path(path_) / sub).string(), ec.message());
     }
     // Temporaries of atomic writes (".<name>.tmp.XXXXXX") are debris of a killed run.
-    for (const fs::path& folder : {fs::path(path_), fs::path(path_) / "checkpoints", fs::path(path_) / "tokenizer",
-                                  fs::path(path_) / "plots"})
+    std::vector<fs::path> folders = {path_};
+    for (const char* sub : kSubfolders) folders.push_back(fs::path(path_) / sub);
+    for (const fs::path& folder : folders)
       for (const auto& e : fs::directory_iterator(folder))
         if (e.is_regular_file() && e.path().filename().string().find(".tmp.") != std::string::npos)
           fs::remove(e.path(), ec);

@@ -58,13 +58,18 @@ void check_checkpoint_format(const SafetensorsFile& f) {
                  "{}: checkpoint lacks the checksum of its data", f.source());
 }
 
+TensorMap take_model_tensors(TensorMap& all) {
+  TensorMap model;
+  for (auto& [name, t] : all)
+    if (!name.starts_with("optimizer.")) model.emplace(name, std::move(t));
+  return model;
+}
+
 void load_checkpoint_weights(ParamStore& store, const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::read(path);
   check_checkpoint_format(f);
-  TensorMap params;
-  for (auto& [name, t] : f.all_tensors())
-    if (!name.starts_with("optimizer.")) params.emplace(name, std::move(t));
-  load_state_dict(store, params, path);
+  TensorMap all = f.all_tensors();
+  load_state_dict(store, take_model_tensors(all), path);
 }
 
 }  // namespace multihead

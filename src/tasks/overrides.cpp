@@ -32,10 +32,7 @@ void apply_training_overrides(const JobOverrides& o, TrainConfig& t, Transformer
   if (o.batch) t.batch = *o.batch;
   if (o.checkpoint_every) t.checkpoint_every = *o.checkpoint_every;
   if (o.on_nonfinite) t.on_nonfinite = parse_nonfinite(*o.on_nonfinite);
-  if (o.seed) {
-    check<ConfigError>(*o.seed >= 0, "seed must be >= 0, got {}", *o.seed);
-    t.seed = static_cast<std::uint64_t>(*o.seed);
-  }
+  if (o.seed) t.seed = checked_seed(*o.seed);
   if (o.checkpoint_layers) t.checkpoint_layers = true;
   if (o.precision) {
     t.precision = parse_precision(*o.precision);

@@ -28,11 +28,14 @@ std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& t
   return ids;
 }
 
-// What every loaded run has: its tokenizer and its weights.
+// What every loaded run has: its tokenizer, checked against the vocabulary
+// its config names, and its weights.
 class LoadedRun : public TrainedRun {
  protected:
-  LoadedRun(const std::string& dir, Precision precision)
-      : dir_(dir), precision_(precision), tok_(Tokenizer::load((fs::path(dir) / "tokenizer").string())) {}
+  LoadedRun(const std::string& dir, Precision precision, std::int64_t vocab_size)
+      : dir_(dir), precision_(precision), tok_(Tokenizer::load((fs::path(dir) / "tokenizer").string())) {
+    check_run_vocabulary(vocab_size, *tok_, dir);
+  }
   void load_weights() {
     store_.finalize();
     load_checkpoint_weights(store_, last_checkpoint_path(dir_));
@@ -46,8 +49,7 @@ class LoadedRun : public TrainedRun {
 class ClassifierRun final : public LoadedRun {
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
-      : LoadedRun(dir, precision), job_(job) {
-    check_run_vocabulary(job_.model.vocab_size, *tok_, dir);
+      : LoadedRun(dir, precision, job.model.vocab_size), job_(job) {
     model_ = std::make_unique<SequenceClassifier>(store_, job_.model);
     load_weights();
     // results.json names the classes (runs made before it did: their numbers).
@@ -107,8 +109,7 @@ class ClassifierRun final : public LoadedRun {
 class LanguageModelRun final : public LoadedRun {
  public:
   LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
-      : LoadedRun(dir, precision), job_(job) {
-    check_run_vocabulary(job_.model.vocab_size, *tok_, dir);
+      : LoadedRun(dir, precision, job.model.vocab_size), job_(job) {
     model_ = std::make_unique<LanguageModel>(store_, job_.model);
     load_weights();
   }

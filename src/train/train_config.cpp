@@ -97,9 +97,7 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.schedule.total_steps = r.get_int("total_steps", t.steps);
   t.batch = r.get_int("batch", 32);
   t.seq_len = r.get_int("seq_len", 128);
-  const std::int64_t seed = r.get_int("seed", 0);
-  check<ConfigError>(seed >= 0, "seed must be >= 0, got {}", seed);
-  t.seed = static_cast<std::uint64_t>(seed);
+  t.seed = checked_seed(r.get_int("seed", 0));
   t.checkpoint_layers = r.get_bool("checkpoint_layers", false);
   t.precision = parse_precision(r.get_string("precision", std::string("fp32")));
   // fp16 needs loss scaling to keep small gradients from flushing to zero.
@@ -174,6 +172,11 @@ void EpochBudget::read(ConfigReader& r) {
 void EpochBudget::write(nlohmann::json& j) const {
   j["epochs"] = epochs;
   j["max_steps"] = max_steps;
+}
+
+std::uint64_t checked_seed(std::int64_t seed) {
+  check<ConfigError>(seed >= 0, "seed must be >= 0, got {}", seed);
+  return static_cast<std::uint64_t>(seed);
 }
 
 int read_threads(ConfigReader& job) {

@@ -211,9 +211,7 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
     throw IoError(path + ": checkpoint step or seed is not a number");
   }
   TensorMap tensors = f.all_tensors();
-  TensorMap params;
-  for (auto& [name, t] : tensors)
-    if (!name.starts_with("optimizer.")) params.emplace(name, std::move(t));
+  const TensorMap params = take_model_tensors(tensors);
   // The optimizer state loads into a fresh optimizer first, so a bad file
   // leaves this trainer untouched.
   std::unique_ptr<Optimizer> opt = make_optimizer(cfg_, *store_);

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
+
 namespace multihead::test {
 
 namespace fs = std::filesystem;
@@ -53,15 +55,9 @@ inline std::string idx(const std::vector<std::uint32_t>& shape, std::uint8_t val
 
 inline int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
-class Cli : public ::testing::Test {
+class Cli : public ScratchFolder {
  protected:
-  void SetUp() override {
-    dir = fs::temp_directory_path() / ("multihead_cli_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
-  fs::path dir;
+  Cli() : ScratchFolder("cli", true) {}
 };
 
 }  // namespace multihead::test

@@ -9,19 +9,16 @@
 
 #include "multihead/core/error.h"
 #include "multihead/experiments/experiments.h"
+#include "test_util.h"
 
 namespace multihead {
 namespace {
 
 namespace fs = std::filesystem;
 
-class QuickExperiment : public ::testing::Test {
+class QuickExperiment : public test::ScratchFolder {
  protected:
-  void SetUp() override {
-    dir = fs::temp_directory_path() / ("multihead_experiments_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
+  QuickExperiment() : ScratchFolder("experiments", false) {}
 
   ExperimentReport run(const std::string& name) {
     ExperimentOptions o;
@@ -46,7 +43,6 @@ class QuickExperiment : public ::testing::Test {
   static void expect_mean_std(const ExperimentTable& t, std::size_t col) {
     for (const auto& row : t.rows) EXPECT_NE(row[col].find(" ± "), std::string::npos) << t.title << ": " << row[col];
   }
-  fs::path dir;
 };
 
 std::vector<std::string> first_column(const ExperimentTable& t) {

@@ -9,20 +9,16 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
+#include "test_util.h"
 
 namespace multihead {
 namespace {
 
 namespace fs = std::filesystem;
 
-class AtomicFile : public ::testing::Test {
+class AtomicFile : public test::ScratchFolder {
  protected:
-  void SetUp() override {
-    dir = fs::temp_directory_path() / ("multihead_atomic_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
+  AtomicFile() : ScratchFolder("atomic", true) {}
   std::string error_of(const fs::path& p) {
     try {
       write_file_atomic(p.string(), "new");
@@ -36,7 +32,6 @@ class AtomicFile : public ::testing::Test {
     for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
     return n;
   }
-  fs::path dir;
 };
 
 TEST_F(AtomicFile, ReplacesARegularFileAndLeavesNoTemporary) {

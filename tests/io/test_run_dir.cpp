@@ -13,19 +13,17 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/run_dir.h"
+#include "test_util.h"
 
 namespace multihead {
 namespace {
 
 namespace fs = std::filesystem;
 
-class RunDirTest : public ::testing::Test {
+// The run directory itself is made by the tests.
+class RunDirTest : public test::ScratchFolder {
  protected:
-  void SetUp() override {
-    dir = fs::temp_directory_path() / ("multihead_rundir_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
+  RunDirTest() : ScratchFolder("rundir", false) {}
   static void touch(const fs::path& p) {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << "partial";
@@ -36,7 +34,6 @@ class RunDirTest : public ::testing::Test {
       if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
     return n;
   }
-  fs::path dir;
 };
 
 TEST_F(RunDirTest, RemovesStaleTemporariesAtStart) {

@@ -19,6 +19,10 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
 // load_state_dict from the tensors of one safetensors file, named by its path in messages.
 void load_state_dict_file(ParamStore& store, const std::string& path, bool allow_extra = false);
 
+// A checkpoint's model tensors, moved out of `all`: all but the optimizer's
+// state ("optimizer." names), which stays in `all`.
+TensorMap take_model_tensors(TensorMap& all);
+
 // A training checkpoint names its format in its metadata. Version 2 carries
 // the data's checksum (kDataChecksumKey), required when read; version 1
 // (older runs) has none.

@@ -75,6 +75,10 @@ nlohmann::json train_config_json(const TrainConfig& t);
 // A job's "threads" (0: all cores), checked (check_threads).
 int read_threads(ConfigReader& job);
 
+// A seed given as a signed number (flags or JSON), refused below 0 rather
+// than wrapped to a huge unsigned one.
+std::uint64_t checked_seed(std::int64_t seed);
+
 // Bounds on step counts, checked before any arithmetic on them.
 inline constexpr std::int64_t kMaxEpochs = 1'000'000, kMaxSteps = 1'000'000'000'000, kMaxBatch = 1 << 20;
 
