@@ -34,7 +34,9 @@ packages=(
   python3-dev              # find_package(Python3 ... Development.Module) in python/: the Python package
   pybind11-dev             # find_package(pybind11) in python/
   python3-torch python3-numpy  # python/tests (against PyTorch's modules), the fixture generator, bench/*.py
-  python3-pytest           # add_test(python) in python/: pytest runs python/tests
+  python3-pytest           # add_test(python) in python/, add_test(mpi) in tests/: pytest
+  libopenmpi-dev           # find_package(MPI COMPONENTS CXX): data-parallel training (MULTIHEAD_MPI)
+  openmpi-bin              # mpirun, for add_test(mpi) in tests/ and for users
 )
 want_data=0
 for arg in "$@"; do

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
@@ -66,7 +67,9 @@ bool holds_nothing(const fs::path& dir) {
 
 }  // namespace
 
-RunDir::RunDir(std::string path, RunMode mode) : path_(std::move(path)), mode_(mode) {
+RunDir::RunDir(std::string path, RunMode mode)
+    : path_(std::move(path)), mode_(mode), owner_(process_group().primary()) {
+  if (!owner_) return;
   std::error_code ec;
   fs::create_directories(path_, ec);
   check<IoError>(!ec, "cannot create run directory '{}': {}", path_, ec.message());
@@ -116,7 +119,7 @@ RunDir::RunDir(std::string path, RunMode mode) : path_(std::move(path)), mode_(m
 
 RunDir::~RunDir() {
   if (metrics_) std::fclose(metrics_);
-  ::close(lock_fd_);  // drops the lock
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // drops the lock
 }
 
 std::string last_checkpoint_path(const std::string& run_dir) {
@@ -133,21 +136,27 @@ RunConfig read_run_config(const std::string& run_dir) {
 std::string RunDir::file(const std::string& name) const { return (fs::path(path_) / name).string(); }
 
 void RunDir::write_json(const std::string& name, const nlohmann::json& j) const {
-  write_file_atomic(file(name), j.dump(2) + "\n");
+  if (owner_) write_file_atomic(file(name), j.dump(2) + "\n");
 }
 
-void RunDir::write_text(const std::string& name, const std::string& text) const { write_file_atomic(file(name), text); }
+void RunDir::write_text(const std::string& name, const std::string& text) const {
+  if (owner_) write_file_atomic(file(name), text);
+}
 
 void RunDir::write_results(nlohmann::json results) const {
   results["machine"] = machine_info();
+  if (process_group().size() > 1) results["ranks"] = process_group().size();
   write_json("results.json", results);
 }
 
 void RunDir::write_report(const std::string& markdown) const {
-  write_text("report.md", fmt::format("{}\nMeasured on {}.\n", markdown, machine_summary(machine_info())));
+  const int ranks = process_group().size();
+  const std::string where = ranks > 1 ? fmt::format(", {} ranks (MPI, data-parallel)", ranks) : "";
+  write_text("report.md", fmt::format("{}\nMeasured on {}{}.\n", markdown, machine_summary(machine_info()), where));
 }
 
 void RunDir::append_metrics(const nlohmann::json& record) {
+  if (!owner_) return;
   // A new run starts a new log (a run directory reused by a later run is
   // overwritten, not mixed), unless keep_metrics opened it first.
   if (!metrics_) {
@@ -176,6 +185,7 @@ std::vector<nlohmann::json> RunDir::keep_metrics(std::int64_t count) {
       kept.push_back(std::move(j));
     }
   }
+  if (!owner_) return kept;
   write_file_atomic(file("metrics.jsonl"), text);
   metrics_ = open_for_append(file("metrics.jsonl"), false);
   records_ = static_cast<std::int64_t>(kept.size());

@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "multihead/core/distributed.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/train/fit.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/run_dir.h"
 
@@ -85,6 +87,16 @@ Job with_absolute_data_path(Job job) {
 std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress) {
   namespace fs = std::filesystem;
   const Job job = with_absolute_data_path(given);
+  if (!process_group().primary()) {
+    // Another rank under mpirun: it trains its share; rank 0 writes the run.
+    RunDir follower(out, mode);
+    try {
+      std::visit([&](const auto& j) { run_job(j, follower, progress); }, job);
+    } catch (const FollowerFinished&) {
+      return {};
+    }
+    throw Error("a rank other than 0 finished a job without training");
+  }
   const bool existed = fs::exists(fs::symlink_status(out));
   std::vector<std::string> lines;
   // A refused directory is left as it was (it may be another run's).

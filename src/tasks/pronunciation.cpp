@@ -578,7 +578,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
                            data.dict.words.size(), data.dict.pronunciations(), r.train_words, r.train_pronunciations,
                            r.validation_words, r.validation_pronunciations, r.test_words, r.test_pronunciations,
                            data.vocab.letters.size(), data.vocab.phonemes.size()));
-  write_file_atomic(run.file("vocab.json"), data.vocab.to_json().dump(1));
+  run.write_text("vocab.json", data.vocab.to_json().dump(1));
   job.model.source_vocab = 2 + static_cast<std::int64_t>(data.vocab.letters.size());
   job.model.model.vocab_size = 3 + static_cast<std::int64_t>(data.vocab.phonemes.size());
   std::int64_t longest = 0;

@@ -6,7 +6,9 @@
 #include <csignal>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
+#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/data/batching.h"
 #include "multihead/io/plots.h"
@@ -39,7 +41,13 @@ class Loop {
  public:
   Loop(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan, RunDir& run,
        Progress& progress)
-      : task_(task), train_(train), plan_(plan), run_(run), progress_(progress), trainer_(store, train) {}
+      : task_(task),
+        train_(train),
+        plan_(plan),
+        run_(run),
+        progress_(progress),
+        trainer_store_(store),
+        trainer_(store, train) {}
 
   FitResult run(const json& config) {
     for (const json& rec : start_or_resume(run_, config, trainer_)) {
@@ -54,12 +62,16 @@ class Loop {
     if (!plan_.epoch_examples.empty()) run_epochs();
     else run_steps();
     progress_.finish();
+    // The ranks took the same steps from the same weights; a mismatch would
+    // mean the runs diverged (a reduction that gave ranks different bits).
+    group_.check_same(weights_crc(), "the trained weights (CRC-32)");
     result_.steps = trainer_.steps_done();
     result_.skipped_steps = trainer_.skipped_steps();
     result_.seconds = seconds();
     result_.items_per_s = static_cast<double>(items_) / result_.seconds;
     // A plan without validation has had no checkpoint after its last step.
     if (plan_.epoch_examples.empty() && plan_.eval_every == 0) save_run_checkpoint(run_, trainer_);
+    if (!group_.primary()) throw FollowerFinished();
     return std::move(result_);
   }
 
@@ -111,19 +123,31 @@ class Loop {
     }
   }
 
-  // One optimizer step over `examples`: micro-batch m of train.grad_accumulation
-  // is the m-th contiguous share.
+  // One optimizer step over `examples`: micro-batch m of the trainer's
+  // micro_batches() is the m-th contiguous share (under mpirun each rank
+  // runs its own; every rank knows the whole batch, as a function of the
+  // seed and step, and reads only its share).
   StepStats step(const std::vector<std::int64_t>& examples) {
     const std::span<const std::int64_t> all(examples);
-    return trainer_.step([&](std::int64_t micro, const ForwardContext& ctx, double grad_scale) {
-      const std::size_t parts = static_cast<std::size_t>(train_.grad_accumulation);
+    double items = 0;
+    const StepStats st = trainer_.step([&](std::int64_t micro, const ForwardContext& ctx, double grad_scale) {
+      const std::size_t parts = static_cast<std::size_t>(trainer_.micro_batches());
       const std::size_t lo = all.size() * static_cast<std::size_t>(micro) / parts;
       const std::size_t hi = all.size() * static_cast<std::size_t>(micro + 1) / parts;
       if (lo == hi) return 0.0;
       const MicroBatchLoss m = task_.micro_step(all.subspan(lo, hi - lo), ctx, grad_scale);
-      items_ += m.items;
+      items += static_cast<double>(m.items);
       return m.loss;
     });
+    group_.sum(std::span<double>(&items, 1));  // the throughput counts every rank's
+    items_ += static_cast<std::int64_t>(items);
+    return st;
+  }
+
+  // CRC-32 of the parameters' bytes.
+  std::uint64_t weights_crc() {
+    const std::span<const float> w = trainer_store_.all_data();
+    return crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(w.data()), w.size_bytes());
   }
 
   void record(const StepStats& st, std::optional<std::int64_t> epoch, bool may_checkpoint) {
@@ -139,7 +163,8 @@ class Loop {
   // After a step: when a stop was asked for, a checkpoint of where the run
   // stands (unless the epoch's validation just wrote one), then Interrupted.
   void stop_if_asked(bool checkpointed = false) {
-    const int sig = g_stop_signal.exchange(0, std::memory_order_relaxed);
+    // Every rank stops after the same step: a signal any rank took counts.
+    const int sig = static_cast<int>(group_.max(g_stop_signal.exchange(0, std::memory_order_relaxed)));
     if (sig == 0) return;
     if (!checkpointed) save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
     throw Interrupted(sig, fmt::format("stopped by {} after step {}; its checkpoint is saved: the same command with "
@@ -150,7 +175,10 @@ class Loop {
 
   // Validation, its metrics record, a checkpoint that notes where the data
   // stands (an epoch's end, or a step), and a log line.
+  // Rank 0 validates alone (the others go on to the next step and wait for
+  // it in its reduction): nothing in the loop depends on the outcome.
   void validate(std::optional<std::int64_t> epoch, bool epoch_end) {
+    if (!group_.primary()) return;
     const std::int64_t at = trainer_.steps_done();
     const Validation v = task_.validate();
     result_.curves.add_eval(at, v.loss, v.accuracy.value_or(0.0));
@@ -173,7 +201,9 @@ class Loop {
   const FitPlan& plan_;
   RunDir& run_;
   Progress& progress_;
+  ParamStore& trainer_store_;
   Trainer trainer_;
+  ProcessGroup& group_ = process_group();
   FitResult result_;
   std::int64_t items_ = 0;
   std::chrono::steady_clock::time_point t0_;
@@ -184,6 +214,11 @@ class Loop {
 FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
               const json& config, RunDir& run, Progress& progress) {
   check<ConfigError>(train.steps >= 0 && train.batch > 0, "steps must be >= 0 and batch positive");
+  const std::int64_t ranks = process_group().size(), shares = ranks * train.grad_accumulation;
+  check<ConfigError>(ranks == 1 || train.batch % shares == 0,
+                     "batch ({}) must be a multiple of ranks × grad_accumulation ({} × {}) so that every rank "
+                     "trains on an equal share",
+                     train.batch, ranks, train.grad_accumulation);
   return Loop(task, store, train, plan, run, progress).run(config);
 }
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 
@@ -17,6 +18,8 @@ namespace {
 json comparable(json config) {
   config.erase("threads");
   if (config.contains("train") && config["train"].is_object()) {
+    // Runs written before the setting existed summed no gradients over ranks.
+    config["train"].emplace("allreduce", "mpi");
     config["train"].erase("checkpoint_every");
     config["train"].erase("on_nonfinite");
   }
@@ -33,8 +36,16 @@ bool resumes_from_checkpoint(const RunDir& run) {
 std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
                                          const std::vector<std::string>& texts) {
   if (resumes_from_checkpoint(run)) return Tokenizer::load(run.file("tokenizer"));
+  // Under mpirun rank 0 trains it and the others load what it saved: every
+  // rank must hold the same vocabulary.
+  ProcessGroup& group = process_group();
+  if (!run.writes()) {
+    group.max(0);  // rank 0 has saved it
+    return Tokenizer::load(run.file("tokenizer"));
+  }
   std::unique_ptr<Tokenizer> tok = train_tokenizer(cfg, texts);
   tok->save(run.file("tokenizer"));
+  group.max(0);
   return tok;
 }
 
@@ -76,6 +87,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trai
 }
 
 void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std::string, std::string>& extra) {
+  if (!run.writes()) return;
   std::map<std::string, std::string> meta = extra;
   meta["metrics.records"] = std::to_string(run.metrics_records());
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);

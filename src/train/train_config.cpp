@@ -104,6 +104,7 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.loss_scaling = r.get_bool("loss_scaling", t.precision == Precision::kF16);
   t.on_nonfinite = parse_nonfinite(r.get_string("on_nonfinite", std::string("stop")));
   t.checkpoint_every = r.get_int("checkpoint_every", 0);
+  t.allreduce = parse_allreduce(r.get_string("allreduce", std::string("mpi")));
   t.validate();
   return t;
 }
@@ -227,7 +228,8 @@ nlohmann::json train_config_json(const TrainConfig& t) {
           {"precision", precision_name(t.precision)},
           {"loss_scaling", t.loss_scaling},
           {"on_nonfinite", nonfinite_name(t.on_nonfinite)},
-          {"checkpoint_every", t.checkpoint_every}};
+          {"checkpoint_every", t.checkpoint_every},
+          {"allreduce", allreduce_name(t.allreduce)}};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "multihead/core/allocator.h"
+#include "multihead/core/distributed.h"
 #include "multihead/core/process_memory.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/io/plots.h"
@@ -109,6 +110,8 @@ Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
   if (cfg.loss_scaling) scaler_ = std::make_unique<GradScaler>(cfg.scaler);
 }
 
+std::int64_t Trainer::micro_batches() const { return cfg_.grad_accumulation * process_group().size(); }
+
 StepStats Trainer::step(const MicroStep& fn) {
   StepStats s;
   s.step = step_;
@@ -129,13 +132,22 @@ StepStats Trainer::step(const MicroStep& fn) {
   ctx.training = true;
   ctx.seed = cfg_.seed;
   ctx.precision = cfg_.precision;
-  const std::int64_t micro = cfg_.grad_accumulation;
+  // Rank r of N takes micro-batches r*A .. r*A+A-1 of the step's N*A: the
+  // same micro-batches, and dropout masks, as one process with N*A.
+  ProcessGroup& group = process_group();
+  const std::int64_t micro = micro_batches(), first = group.rank() * cfg_.grad_accumulation;
   s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  for (std::int64_t m = 0; m < micro; ++m) {
+  for (std::int64_t m = first; m < first + cfg_.grad_accumulation; ++m) {
     // Distinct dropout masks per micro-batch: the step counter advances by
     // micro-batch, so (step, micro) never repeats across the run.
     ctx.step = static_cast<std::uint64_t>(step_ * micro + m);
     s.loss += fn(m, ctx, s.loss_scale / static_cast<double>(micro));
+  }
+  if (group.size() > 1) {
+    // Every rank then holds the same gradients and loss, and so makes the
+    // same decisions below (skip, clip, scale) and the same update.
+    group.sum(store_->all_grads(), cfg_.allreduce);
+    group.sum(std::span<double>(&s.loss, 1));
   }
   s.loss /= static_cast<double>(micro);
   s.lr = cfg_.schedule.lr_at(step_);
@@ -191,6 +203,7 @@ void Trainer::save_checkpoint(const std::string& path, const std::map<std::strin
   meta["step"] = std::to_string(step_);
   meta["rng.seed"] = std::to_string(cfg_.seed);
   meta["skipped_steps"] = std::to_string(skipped_);
+  meta["distributed.ranks"] = std::to_string(process_group().size());
   if (scaler_) scaler_->save_state(meta);
   write_safetensors(path, tensors, meta);
 }
@@ -205,6 +218,13 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
     if (auto it = meta.find("skipped_steps"); it != meta.end()) skipped = std::stoll(it->second);
     check<IoError>(std::stoull(meta.at("rng.seed")) == cfg_.seed,
                    "{}: checkpoint was written with seed {}, this run uses {}", path, meta.at("rng.seed"), cfg_.seed);
+    // The ranks split each step into their micro-batches: another count
+    // would train the rest of the run on other micro-batches.
+    const auto ranks = meta.find("distributed.ranks");
+    const int was = ranks == meta.end() ? 1 : std::stoi(ranks->second), now = process_group().size();
+    check<ConfigError>(was == now,
+                       "{}: the run was trained by {} rank{} and this one has {}: resume it with mpirun -np {}{}", path,
+                       was, was == 1 ? "" : "s", now, was, was == 1 ? " or without mpirun" : "");
   } catch (const std::out_of_range&) {
     throw IoError(path + ": checkpoint lacks its step or seed");
   } catch (const std::invalid_argument&) {

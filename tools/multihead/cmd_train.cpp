@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "multihead/core/distributed.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
 #include "multihead/train/fit.h"
@@ -80,7 +81,8 @@ void run_train(const TrainOpts& o) {
   Job job = o.config.empty() ? preset_job(o.preset) : job_from_file(o.config);
   apply_overrides(job, o.flags);
   const std::string out = !o.out.empty() ? o.out : o.config.empty() ? "runs/" + o.preset : "runs/job";
-  Progress progress(0, stderr, o.quiet);
+  // Under mpirun rank 0 speaks for the run.
+  Progress progress(0, stderr, o.quiet || !process_group().primary());
   const StopOnSignals stop_on_signals;
   const RunMode mode = o.resume ? RunMode::kResume : o.overwrite ? RunMode::kOverwrite : RunMode::kNew;
   for (const std::string& line : train_job(job, out, mode, progress)) fmt::print("{}\n", line);
@@ -141,6 +143,9 @@ Command add_train(CLI::App& app) {
                 "Continue the run in --out from its last checkpoint (with the same settings), or start it");
   sub->add_flag("--overwrite", o->overwrite, "Replace the run in --out (without this, train refuses a directory that holds one)")
       ->excludes("--resume");
+  sub->add_option("--allreduce", f.allreduce,
+                  "Under mpirun, how gradients are summed over the ranks: mpi (MPI_Allreduce, default) or ordered (a "
+                  "fixed-order sum, the same bits on every run)");
   sub->add_option("--on-nonfinite", f.on_nonfinite, "A NaN or Inf loss or gradient: stop (default) or skip the update");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};

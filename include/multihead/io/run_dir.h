@@ -31,6 +31,11 @@ enum class RunMode {
   kOverwrite,  // a run there is removed first
 };
 
+// Under mpirun (core/distributed.h) rank 0 owns the run directory; on the
+// other ranks a RunDir only reads (a resumed run's checkpoint, the
+// tokenizer rank 0 trained): it creates, locks and writes nothing. Ranks on
+// several hosts therefore need the directory on a shared filesystem to
+// resume or to share a trained tokenizer.
 class RunDir {
  public:
   // Creates the folders and takes the directory's lock (run.lock: an flock
@@ -54,6 +59,7 @@ class RunDir {
   void write_report(const std::string& markdown) const;
   void append_metrics(const nlohmann::json& record);
   bool resume_requested() const { return mode_ == RunMode::kResume; }
+  bool writes() const { return owner_; }  // false on ranks other than 0
   // Records appended to the log so far (a checkpoint notes it).
   std::int64_t metrics_records() const { return records_; }
   // Keeps the log's first `count` records, rewrites it atomically and
@@ -63,6 +69,7 @@ class RunDir {
  private:
   std::string path_;
   RunMode mode_;
+  bool owner_ = true;
   int lock_fd_ = -1;
   std::int64_t records_ = 0;
   std::FILE* metrics_ = nullptr;

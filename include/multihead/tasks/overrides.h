@@ -17,7 +17,7 @@ namespace multihead {
 
 struct JobOverrides {
   std::optional<std::string> data, source, tokenizer, positions, attention, optimizer, schedule, precision,
-      on_nonfinite;
+      on_nonfinite, allreduce;
   std::optional<std::int64_t> epochs, steps, d_model, num_heads, num_layers, batch, max_len, vocab_size, warmup,
       grad_accumulation, num_kv_heads, window, block_size, checkpoint_every;
   std::optional<double> lr, clip_grad_norm, weight_decay, dropout;

@@ -41,6 +41,11 @@ class Interrupted : public Error {
   int signal_;
 };
 
+// What fit throws, once training is done, on a rank other than 0 under
+// mpirun: the test results, report and files after training are rank 0's
+// (train_job catches it). Not an Error: no error handler should take it.
+struct FollowerFinished {};
+
 // A micro-batch's mean loss and how many items (tokens, images, sequences)
 // it trained on, for the throughput.
 struct MicroBatchLoss {
@@ -114,6 +119,9 @@ std::string skipped_steps_note(std::int64_t skipped);
 // Trains `store`'s parameters as `train` says (train.steps steps) in `run`:
 // a fresh run writes `config` as config.json; a resumed one checks it
 // against the run's and goes on from the last checkpoint (train/resume.h).
+// Under mpirun every rank calls it: each trains on its share of every step
+// (train.batch a multiple of ranks × grad_accumulation), rank 0 alone
+// validates and writes, and the others end with FollowerFinished.
 FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
               const nlohmann::json& config, RunDir& run, Progress& progress);
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "multihead/core/distributed.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
@@ -48,6 +49,8 @@ struct TrainConfig {
   // Steps between checkpoints; 0: only where the job checkpoints anyway
   // (after each epoch or evaluation, and at the end).
   std::int64_t checkpoint_every = 0;
+  // How gradients are summed when mpirun runs several ranks (core/distributed.h).
+  Allreduce allreduce = Allreduce::kMpi;
 
   // Every value in its range (ConfigError naming the key otherwise): what
   // a job config and the command-line flags are both checked by.

@@ -76,15 +76,20 @@ StepStats step_stats_from_json(const nlohmann::json& record);
 class Trainer {
  public:
   // fn(micro, ctx, grad_scale) runs forward and backward of micro-batch
-  // `micro`, adding grad_scale * d(loss)/d(params) into the gradients, and
-  // returns the micro-batch's (unscaled) loss. grad_scale includes the loss
-  // scale when loss scaling is on; the trainer unscales before clipping.
+  // `micro` of the step's micro_batches(), adding grad_scale *
+  // d(loss)/d(params) into the gradients, and returns the micro-batch's
+  // (unscaled) loss. grad_scale includes the loss scale when loss scaling
+  // is on; the trainer unscales before clipping. Under mpirun each rank
+  // runs its own grad_accumulation of the micro-batches and the step sums
+  // the gradients over the ranks (core/distributed.h).
   using MicroStep = std::function<double(std::int64_t micro, const ForwardContext& ctx, double grad_scale)>;
 
   Trainer(ParamStore& store, const TrainConfig& cfg);
 
   StepStats step(const MicroStep& fn);
   std::int64_t steps_done() const { return step_; }
+  // A step's micro-batches over all ranks: grad_accumulation × ranks.
+  std::int64_t micro_batches() const;
   std::int64_t skipped_steps() const { return skipped_; }  // of steps_done(), those without an update
   const TrainConfig& config() const { return cfg_; }
 
@@ -92,7 +97,8 @@ class Trainer {
   // optimizer state ("optimizer.*"), and metadata: step, seed, and the
   // caller's `extra` entries (such as the data position). Written atomically.
   void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra = {}) const;
-  // Restores parameters, optimizer and step; returns the metadata.
+  // Restores parameters, optimizer and step; returns the metadata. Refuses
+  // a checkpoint written by another number of ranks.
   std::map<std::string, std::string> load_checkpoint(const std::string& path);
 
  private:

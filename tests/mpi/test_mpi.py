@@ -1,0 +1,180 @@
+"""Data-parallel training under mpirun (`mpirun -np N multihead train ...`), on this machine over loopback.
+
+N ranks with grad_accumulation A run the step's N*A micro-batches that one process with grad_accumulation N*A
+runs, with the same dropout masks: the losses agree within float rounding (the gradient sums differ in order).
+The ordered reduction gives the same bits on every run. Resume needs the rank count the run had; a killed rank
+ends the run with an error, and its last checkpoint resumes it; bad input ends every rank with one error line.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+CLI = os.environ.get("MULTIHEAD_CLI", "build/multihead")
+MPIRUN = shutil.which("mpirun")
+
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (scripts/setup.sh installs openmpi-bin)")
+
+ENV = dict(os.environ,
+           OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",  # CI runs as root
+           # Containers often forbid the cross-process memory attach Open MPI's shared-memory transport tries first.
+           OMPI_MCA_btl_vader_single_copy_mechanism="none",
+           OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE")
+
+# The synthetic reversal task: no data files, ~5 ms a step.
+REVERSE = ["--preset", "reverse", "--threads", "1", "--batch", "24", "--d-model", "32"]
+
+
+def mpirun(n, *args):
+    return [MPIRUN, "-np", str(n), "--oversubscribe", "--bind-to", "none", CLI, *args]
+
+
+def run(cmd, check=True, timeout=120):
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} exited {p.returncode}:\n{p.stderr}")
+    return p
+
+
+def train(n, out, *args, check=True):
+    base = ["train", "--quiet", "--out", str(out), *args]
+    return run(mpirun(n, *base) if n > 1 else [CLI, *base], check=check)
+
+
+def steps(out):
+    return [r for r in map(json.loads, open(out / "metrics.jsonl")) if "loss" in r and "step" in r]
+
+
+def assert_same_losses(a, b, rel):
+    sa, sb = steps(a), steps(b)
+    assert [r["step"] for r in sa] == [r["step"] for r in sb]
+    for x, y in zip(sa, sb):
+        assert x["loss"] == pytest.approx(y["loss"], rel=rel), x["step"]
+        assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=100 * rel), x["step"]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_train_as_one_process_that_runs_their_micro_batches(tmp_path, ranks):
+    train(ranks, tmp_path / "ranks", *REVERSE, "--steps", "20")
+    train(1, tmp_path / "one", *REVERSE, "--steps", "20", "--grad-accumulation", str(ranks))
+    assert_same_losses(tmp_path / "ranks", tmp_path / "one", rel=1e-6)
+    res = json.load(open(tmp_path / "ranks" / "results.json"))
+    one = json.load(open(tmp_path / "one" / "results.json"))
+    assert res.pop("ranks") == ranks and "ranks" not in one
+    del res["machine"], one["machine"]
+    assert res.keys() == one.keys() and res["by_length"]
+    for x, y in zip(res["by_length"], one["by_length"]):
+        assert x == pytest.approx(y, abs=1e-3)  # accuracies of the same model, bar rounding
+    assert f"{ranks} ranks (MPI" in (tmp_path / "ranks" / "report.md").read_text()
+    # Rank 0 alone wrote the run: one record a step, nothing the other ranks made.
+    assert len(steps(tmp_path / "ranks")) == 20
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+
+
+def test_dropout_masks_and_the_tokenizer_are_shared(tmp_path):
+    csv = tmp_path / "tiny.csv"
+    pos = ["good great fine", "great good day", "fine good nice", "nice great good"]
+    neg = ["bad awful poor", "poor bad day", "awful poor bad", "bad poor nasty"]
+    csv.write_text("text,label\n" + "".join(f"{pos[r % 4]},pos\n{neg[r % 4]},neg\n" for r in range(16)))
+    job = ["--source", "csv", "--data", str(csv), "--tokenizer", "word", "--vocab-size", "64", "--epochs", "3",
+           "--d-model", "16", "--num-heads", "2", "--num-layers", "1", "--batch", "8", "--max-len", "8",
+           "--lr", "0.01", "--dropout", "0.2", "--threads", "1"]
+    train(2, tmp_path / "ranks", *job)
+    train(1, tmp_path / "one", *job, "--grad-accumulation", "2")
+    assert_same_losses(tmp_path / "ranks", tmp_path / "one", rel=1e-6)
+    # Rank 0 validates once an epoch, as one process does.
+    evals = lambda out: [r for r in map(json.loads, open(out / "metrics.jsonl")) if "validation_loss" in r]
+    assert len(evals(tmp_path / "ranks")) == len(evals(tmp_path / "one")) == 3
+    for x, y in zip(evals(tmp_path / "ranks"), evals(tmp_path / "one")):
+        assert x["validation_loss"] == pytest.approx(y["validation_loss"], rel=1e-5)
+
+
+def test_the_ordered_sum_gives_the_same_bits_every_run(tmp_path):
+    for name in ("a", "b"):
+        train(3, tmp_path / name, *REVERSE, "--steps", "15", "--allreduce", "ordered")
+    a, b = steps(tmp_path / "a"), steps(tmp_path / "b")
+    assert [(r["loss"], r["grad_norm"]) for r in a] == [(r["loss"], r["grad_norm"]) for r in b]
+    assert (tmp_path / "a/checkpoints/last.safetensors").read_bytes() == \
+           (tmp_path / "b/checkpoints/last.safetensors").read_bytes()
+
+
+def rank_pids(mpirun_pid):
+    """{rank: pid} of the processes mpirun started on this machine."""
+    ranks = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            env = dict(e.split("=", 1) for e in (d / "environ").read_bytes().decode(errors="replace").split("\0") if "=" in e)
+        except (OSError, IndexError, ValueError):
+            continue
+        if "OMPI_COMM_WORLD_RANK" in env:
+            ranks[int(env["OMPI_COMM_WORLD_RANK"])] = int(d.name)
+    return ranks
+
+
+def test_a_killed_rank_ends_the_run_and_its_checkpoint_resumes_with_the_same_ranks(tmp_path):
+    job = [*REVERSE, "--steps", "300", "--checkpoint-every", "5", "--allreduce", "ordered"]
+    train(2, tmp_path / "whole", *job)
+
+    out = tmp_path / "killed"
+    p = subprocess.Popen(mpirun(2, "train", "--quiet", "--out", str(out), *job), env=ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        checkpoint = out / "checkpoints" / "last.safetensors"
+        deadline = time.time() + 60
+        while not checkpoint.exists() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.02)
+        assert checkpoint.exists(), "no checkpoint appeared"
+        pids = rank_pids(p.pid)
+        assert sorted(pids) == [0, 1]
+        os.kill(pids[1], signal.SIGKILL)
+        _, err = p.communicate(timeout=60)  # the others stop rather than wait for it forever
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    assert "signal 9" in err or "Killed" in err, err
+    assert len(steps(out)) < 300
+
+    # Another rank count would split the steps into other micro-batches: refused, naming both counts.
+    for n in (1, 3):
+        r = train(n, out, *job, "--resume", check=False)
+        assert r.returncode == 2
+        assert "trained by 2 ranks and this one has" in r.stderr and "mpirun -np 2" in r.stderr, r.stderr
+    train(2, out, *job, "--resume")
+    assert_same_losses(out, tmp_path / "whole", rel=0)
+    assert (out / "checkpoints/last.safetensors").read_bytes() == \
+           (tmp_path / "whole/checkpoints/last.safetensors").read_bytes()
+
+
+def test_bad_input_ends_every_rank_with_one_error_line_and_leaves_nothing(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\na b,x\nc d\n")
+    r = train(2, tmp_path / "run", "--source", "csv", "--data", str(bad), check=False)
+    assert r.returncode == 2
+    errors = [l for l in r.stderr.splitlines() if "error:" in l]
+    assert errors and all(l.endswith("line 3: 1 fields, the header has 2") for l in errors), r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_the_ranks_cannot_share_equally_is_refused(tmp_path):
+    r = train(2, tmp_path / "run", "--preset", "reverse", "--batch", "25", "--steps", "2", check=False)
+    assert r.returncode == 2
+    assert "batch (25) must be a multiple of ranks × grad_accumulation (2 × 1)" in r.stderr, r.stderr
+
+
+def test_commands_other_than_train_refuse_to_run_on_several_ranks(tmp_path):
+    train(1, tmp_path / "run", *REVERSE, "--steps", "2")
+    r = run(mpirun(2, "eval", "--run", str(tmp_path / "run")), check=False)
+    assert r.returncode == 2
+    assert "under mpirun only train and bench train run" in r.stderr
