@@ -5,6 +5,7 @@
 
 #include "multihead/bench/attention_bench.h"
 #include "multihead/core/allocator.h"
+#include "multihead/core/distributed.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/cross_entropy.h"
@@ -54,13 +55,18 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   model.encoder().set_checkpointing(c.checkpoint_layers);
   Trainer trainer(store, tc);
 
-  Tensor ids({c.batch, c.seq_len}, DType::kI64), labels({c.batch}, DType::kI64);
+  // This rank's rows of the batch (all of it in one process).
+  ProcessGroup& group = process_group();
+  check<ConfigError>(c.batch % group.size() == 0, "batch ({}) must be a multiple of the {} ranks", c.batch,
+                     group.size());
+  const std::int64_t rows = c.batch / group.size();
+  Tensor ids({rows, c.seq_len}, DType::kI64), labels({rows}, DType::kI64);
   for (std::int64_t i = 0; i < ids.numel(); ++i) ids.data<std::int64_t>()[i] = rng.next_u32() % c.vocab_size;
-  for (std::int64_t b = 0; b < c.batch; ++b) labels.data<std::int64_t>()[b] = b % c.num_classes;
+  for (std::int64_t b = 0; b < rows; ++b) labels.data<std::int64_t>()[b] = (group.rank() * rows + b) % c.num_classes;
   auto micro = [&](std::int64_t, const ForwardContext& ctx, double scale) {
     Tensor logits = model.forward(ids, nullptr, ctx);
     Tensor dlogits = Tensor::empty(logits.shape());
-    auto ce = cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), c.batch, c.num_classes, -100,
+    auto ce = cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), rows, c.num_classes, -100,
                             0.0, scale);
     model.backward(dlogits);
     model.clear_cache();
@@ -69,6 +75,8 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
 
   TrainBenchResult r;
   r.threads = num_threads();
+  r.ranks = group.size();
+  r.allreduce_bytes = group.size() > 1 ? store.numel() * static_cast<std::int64_t>(sizeof(float)) : 0;
   r.param_count = store.numel();
   trainer.step(micro);  // first step allocates the optimizer's lazily touched pages
   const std::int64_t base = memory_stats().current_bytes;
@@ -78,10 +86,11 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   r.peak_activation_bytes = r.peak_bytes - base;
   for (int i = 0; i < c.warmup; ++i) trainer.step(micro);
   std::array<std::vector<double>, kStepParts> parts_ms;
-  std::vector<double> other_ms;
+  std::vector<double> other_ms, allreduce_ms;
   enable_step_profile(true);
   for (int i = 0; i < c.iters; ++i) {
     reset_step_profile();
+    group.reset_reduce_seconds();
     auto t0 = std::chrono::steady_clock::now();
     trainer.step(micro);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -89,7 +98,8 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
     const auto parts = step_profile_seconds();
     double accounted = 0;
     for (int p = 0; p < kStepParts; ++p) parts_ms[p].push_back(parts[p] * 1e3), accounted += parts[p] * 1e3;
-    other_ms.push_back(ms - accounted);
+    allreduce_ms.push_back(group.reduce_seconds() * 1e3);
+    other_ms.push_back(ms - accounted - allreduce_ms.back());
   }
   enable_step_profile(false);
   r.ms = median(r.samples_ms);
@@ -98,9 +108,12 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   r.attention_ms = median(parts_ms[static_cast<int>(StepPart::kAttention)]);
   r.optimizer_ms = median(parts_ms[static_cast<int>(StepPart::kOptimizer)]);
   r.other_ms = median(other_ms);
+  r.allreduce_ms = median(allreduce_ms);
   r.flops_per_step = train_step_flops(c);
   r.gflops = r.flops_per_step / (r.ms / 1e3) / 1e9;
-  r.sgemm_gflops = run_gemm_bench(4096, 1536, 512, c.threads, 10).gflops;
+  double sgemm = run_gemm_bench(4096, 1536, 512, c.threads, 10).gflops;
+  group.sum(std::span<double>(&sgemm, 1));  // the ranks measure side by side
+  r.sgemm_gflops = sgemm;
   r.sgemm_fraction = r.gflops / r.sgemm_gflops;
   return r;
 }

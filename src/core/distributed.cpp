@@ -129,12 +129,13 @@ void ProcessGroup::abort(int code) noexcept {
 DistributedSession::DistributedSession() {
   if (!launched_by_mpi()) return;
   // MPI starts helper threads; they inherit this thread's signal mask, and
-  // must not take the SIGINT and SIGTERM the CLI waits for (a signal goes to
-  // any thread that does not block it).
+  // must not take the SIGINT, SIGTERM and SIGUSR1 the CLI waits for (a
+  // signal goes to any thread that does not block it).
   sigset_t stop, old;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop, &old);
   int provided = 0;
   // Only the main thread calls MPI (OpenMP's threads never do).

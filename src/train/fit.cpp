@@ -169,7 +169,10 @@ class Loop {
     if (!checkpointed) save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
     throw Interrupted(sig, fmt::format("stopped by {} after step {}; its checkpoint is saved: the same command with "
                                        "--resume goes on from there",
-                                       sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
+                                       sig == SIGINT    ? "SIGINT"
+                                       : sig == SIGTERM ? "SIGTERM"
+                                       : sig == SIGUSR1 ? "SIGUSR1"
+                                                        : "a signal",
                                        trainer_.steps_done()));
   }
 

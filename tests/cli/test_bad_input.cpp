@@ -216,6 +216,9 @@ TEST_F(BadCheckpoint, HostileCheckpointsAreRefused) {
                             ckpt + ": checkpoint step or seed is not a number", true);
   expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["rng.seed"] = "5"; }),
                             ckpt + ": checkpoint was written with seed 5, this run uses 0", true);
+  expect_refused_checkpoint(
+      edited([](auto&, std::map<std::string, std::string>& m) { m["distributed.ranks"] = "2"; }),
+      ckpt + ": the run was trained by 2 ranks and this one has 1: resume it with mpirun -np 2", true);
   expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m.erase("format"); }),
                             ckpt + ": not a multihead checkpoint");
   expect_refused_checkpoint(edited([](TensorMap& t, auto&) {

@@ -574,6 +574,7 @@ TEST_F(Cli, TrainRejectsBadInput) {
            ": task must be one of text_classification, language_modeling, image_classification, sequence_task, pronunciation, "
            "got 'translation'\n"},
       {"train --on-nonfinite ignore", "multihead: error: on_nonfinite must be stop or skip, got 'ignore'\n"},
+      {"train --allreduce fast", "multihead: error: allreduce must be mpi or ordered, got 'fast'\n"},
       {"eval --run " + (dir / "nothing").string(),
        "multihead: error: cannot open '" + (dir / "nothing/config.json").string() + "': No such file or directory\n"},
   };

@@ -208,6 +208,12 @@ TEST_F(CrashSafety, ResumingWithOtherSettingsIsRefused) {
   // to nothing more than its evaluation.
   CliRun same = run(job(100, 2, 50) + " --resume --out " + out.string());
   EXPECT_EQ(same.code, 0) << same.err;
+  // A run written before train.allreduce existed resumes (it had one rank).
+  nlohmann::json config = nlohmann::json::parse(read_file((out / "config.json").string()));
+  ASSERT_EQ(config["train"].erase("allreduce"), 1u);
+  write_file_atomic((out / "config.json").string(), config.dump(2));
+  CliRun older = run(job(100, 2, 50) + " --resume --out " + out.string());
+  EXPECT_EQ(older.code, 0) << older.err;
   EXPECT_EQ(read_file((out / "checkpoints/last.safetensors").string()), before);
   EXPECT_EQ(step_losses(out).size(), 100u);
   // eval reproduces the accuracies the run printed.

@@ -122,12 +122,21 @@ def rank_pids(mpirun_pid):
     return ranks
 
 
-def test_a_killed_rank_ends_the_run_and_its_checkpoint_resumes_with_the_same_ranks(tmp_path):
-    job = [*REVERSE, "--steps", "300", "--checkpoint-every", "5", "--allreduce", "ordered"]
-    train(2, tmp_path / "whole", *job)
+# Long enough to be stopped part way: 300 steps, a checkpoint every 5.
+STOPPABLE = [*REVERSE, "--steps", "300", "--checkpoint-every", "5", "--allreduce", "ordered"]
 
-    out = tmp_path / "killed"
-    p = subprocess.Popen(mpirun(2, "train", "--quiet", "--out", str(out), *job), env=ENV,
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    train(2, out, *STOPPABLE)
+    return out
+
+
+def start_and_stop_at_first_checkpoint(out, stop):
+    """Starts 2 ranks on STOPPABLE, calls stop(mpirun's process) once the first checkpoint exists, and returns
+    (mpirun's exit code, its stderr)."""
+    p = subprocess.Popen(mpirun(2, "train", "--quiet", "--out", str(out), *STOPPABLE), env=ENV,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         checkpoint = out / "checkpoints" / "last.safetensors"
@@ -135,26 +144,50 @@ def test_a_killed_rank_ends_the_run_and_its_checkpoint_resumes_with_the_same_ran
         while not checkpoint.exists() and time.time() < deadline and p.poll() is None:
             time.sleep(0.02)
         assert checkpoint.exists(), "no checkpoint appeared"
-        pids = rank_pids(p.pid)
-        assert sorted(pids) == [0, 1]
-        os.kill(pids[1], signal.SIGKILL)
-        _, err = p.communicate(timeout=60)  # the others stop rather than wait for it forever
+        stop(p)
+        _, err = p.communicate(timeout=60)  # the ranks stop rather than wait for each other forever
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode != 0
-    assert "signal 9" in err or "Killed" in err, err
     assert len(steps(out)) < 300
+    return p.returncode, err
+
+
+def test_a_killed_rank_ends_the_run_and_its_checkpoint_resumes_with_the_same_ranks(tmp_path, uninterrupted):
+    def kill_rank_1(p):
+        pids = rank_pids(p.pid)
+        assert sorted(pids) == [0, 1]
+        os.kill(pids[1], signal.SIGKILL)
+
+    out = tmp_path / "killed"
+    code, err = start_and_stop_at_first_checkpoint(out, kill_rank_1)
+    assert code != 0
+    assert "signal 9" in err or "Killed" in err, err
 
     # Another rank count would split the steps into other micro-batches: refused, naming both counts.
     for n in (1, 3):
-        r = train(n, out, *job, "--resume", check=False)
+        r = train(n, out, *STOPPABLE, "--resume", check=False)
         assert r.returncode == 2
         assert "trained by 2 ranks and this one has" in r.stderr and "mpirun -np 2" in r.stderr, r.stderr
-    train(2, out, *job, "--resume")
-    assert_same_losses(out, tmp_path / "whole", rel=0)
+    train(2, out, *STOPPABLE, "--resume")
+    assert_same_losses(out, uninterrupted, rel=0)
     assert (out / "checkpoints/last.safetensors").read_bytes() == \
-           (tmp_path / "whole/checkpoints/last.safetensors").read_bytes()
+           (uninterrupted / "checkpoints/last.safetensors").read_bytes()
+
+
+def test_sigusr1_to_mpirun_stops_every_rank_after_one_step_with_a_checkpoint(tmp_path, uninterrupted):
+    # mpirun ends the job itself on SIGINT and SIGTERM; SIGUSR1 it forwards to every rank.
+    out = tmp_path / "stopped"
+    code, err = start_and_stop_at_first_checkpoint(out, lambda p: p.send_signal(signal.SIGUSR1))
+    assert code == 128 + signal.SIGUSR1, err
+    stopped = [l for l in err.splitlines() if l.startswith("multihead: stopped by SIGUSR1 after step ")]
+    assert len(stopped) == 1, err  # rank 0 speaks for the run
+    at = int(stopped[0].split("after step ")[1].split(";")[0])
+    assert len(steps(out)) == at
+    train(2, out, *STOPPABLE, "--resume")
+    assert_same_losses(out, uninterrupted, rel=0)
+    assert (out / "checkpoints/last.safetensors").read_bytes() == \
+           (uninterrupted / "checkpoints/last.safetensors").read_bytes()
 
 
 def test_bad_input_ends_every_rank_with_one_error_line_and_leaves_nothing(tmp_path):

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "multihead/bench/attention_bench.h"
 #include "multihead/bench/train_bench.h"
+#include "multihead/core/distributed.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/models.h"
@@ -105,14 +106,18 @@ void run_train(BenchOpts& o) {
   o.train.precision = parse_precision(o.precision);
   const TrainBenchConfig& c = o.train;
   TrainBenchResult r = run_train_bench(c);
+  if (!process_group().primary()) return;  // under mpirun rank 0 reports
   const MachineInfo machine = print_machine();
   fmt::print(
       "encoder classifier training: d_model={} heads={} layers={} ff={} vocab={} classes={}, batch {} x {} tokens, "
-      "dropout {}{}, {} activations, {} parameters, {} GEMM, {} threads\n",
+      "dropout {}{}, {} activations, {} parameters, {} GEMM, {} threads{}\n",
       c.d_model, c.num_heads, c.num_layers, c.dim_feedforward, c.vocab_size, c.num_classes, c.batch, c.seq_len,
       c.dropout, c.checkpoint_layers ? ", gradient checkpointing" : "", precision_name(c.precision), r.param_count,
-      o.gemm, r.threads);
+      o.gemm, r.threads, r.ranks > 1 ? fmt::format(" in each of {} ranks (MPI)", r.ranks) : "");
   fmt::print("step: {:.1f} ms (median of {})   {:.0f} tokens/s\n", r.ms, c.iters, r.tokens_per_s);
+  if (r.ranks > 1)
+    fmt::print("allreduce: {:.2f} ms a step (median), {:.1f} MiB of gradients a rank\n", r.allreduce_ms,
+               static_cast<double>(r.allreduce_bytes) / (1 << 20));
   fmt::print("model FLOPs: {:.1f} GFLOP a step, {:.0f} GFLOP/s = {:.0f}% of this machine's sgemm ({:.0f} GFLOP/s)\n",
              r.flops_per_step / 1e9, r.gflops, 100 * r.sgemm_fraction, r.sgemm_gflops);
   fmt::print("parts (median ms): GEMM {:.1f}, attention {:.1f}, optimizer {:.1f}, other {:.1f}\n", r.gemm_ms,
@@ -126,6 +131,7 @@ void run_train(BenchOpts& o) {
                                       {"peak_activation_bytes", r.peak_activation_bytes},
                                       {"param_count", r.param_count},
                                       {"threads", r.threads},
+                                      {"ranks", r.ranks},
                                       {"gemm", o.gemm},
                                       {"samples_ms", r.samples_ms},
                                       {"flops_per_step", r.flops_per_step},
@@ -136,7 +142,9 @@ void run_train(BenchOpts& o) {
                                        {{"gemm", r.gemm_ms},
                                         {"attention", r.attention_ms},
                                         {"optimizer", r.optimizer_ms},
+                                        {"allreduce", r.allreduce_ms},
                                         {"other", r.other_ms}}},
+                                      {"allreduce_bytes", r.allreduce_bytes},
                                       {"machine", machine}}
                            .dump());
 }

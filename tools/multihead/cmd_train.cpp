@@ -29,6 +29,8 @@ struct TrainOpts {
 
 // SIGINT and SIGTERM ask fit to stop after the step under way (it saves a
 // checkpoint); a second signal ends the process at once, as by default.
+// SIGUSR1 does the same: mpirun forwards it to every rank, where it ends a
+// job on SIGINT and SIGTERM, after a short grace, itself.
 // No handler runs on a computing thread: both signals are blocked in every
 // thread (threads inherit the mask, and none exist yet) and one thread takes
 // them with sigwait. An asynchronous handler would write its frame below
@@ -41,6 +43,7 @@ class StopOnSignals {
     sigemptyset(&signals_);
     sigaddset(&signals_, SIGINT);
     sigaddset(&signals_, SIGTERM);
+    sigaddset(&signals_, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &signals_, &old_mask_);
     waiter_ = std::thread([this] {
       for (bool asked = false;;) {

@@ -1,4 +1,6 @@
-// Training-step benchmark of an encoder classifier, as `multihead bench train` runs it.
+// Training-step benchmark of an encoder classifier, as `multihead bench train`
+// runs it. Under mpirun it is data-parallel: each rank trains its share of
+// the batch and the step sums the gradients over the ranks (train/trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,8 @@ struct TrainBenchConfig {
 
 struct TrainBenchResult {
   double ms = 0;            // median per training step (forward, backward, AdamW)
-  double tokens_per_s = 0;  // batch * seq_len / step time
+  double tokens_per_s = 0;  // batch * seq_len / step time: every rank's tokens
+  int ranks = 1;            // processes under mpirun, each with `threads` threads
   std::int64_t peak_bytes = 0;             // allocator peak during one step, everything live included
   std::int64_t peak_activation_bytes = 0;  // the same above the weights, gradients and optimizer state
   std::int64_t param_count = 0;
@@ -32,11 +35,17 @@ struct TrainBenchResult {
   // Q K^T and P V included, as model-FLOPs utilisation counts them.
   double flops_per_step = 0;
   double gflops = 0;          // flops_per_step / step time
-  double sgemm_gflops = 0;    // this machine's fp32 sgemm rate, measured in the same run (bench gemm's product)
+  // This machine's fp32 sgemm rate, measured in the same run (bench gemm's
+  // product): with several ranks, the sum of their rates measured side by side.
+  double sgemm_gflops = 0;
   double sgemm_fraction = 0;  // gflops / sgemm_gflops
   // Median time per step in each part (core/step_profile.h); "other" is the
   // rest: norms, activations, dropout, the loss, copies.
   double gemm_ms = 0, attention_ms = 0, optimizer_ms = 0, other_ms = 0;
+  // Median time per step summing gradients over the ranks (rank 0's; not in
+  // the parts above, "other" included), and the bytes each rank contributes.
+  double allreduce_ms = 0;
+  std::int64_t allreduce_bytes = 0;
 };
 
 // Model FLOPs of one training step of the benchmark's classifier (see TrainBenchResult).

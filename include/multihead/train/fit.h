@@ -27,7 +27,7 @@
 
 namespace multihead {
 
-// A stop asked for from outside, as the CLI's SIGINT and SIGTERM handlers
+// A stop asked for from outside, as the CLI's SIGINT, SIGTERM and SIGUSR1 handlers
 // ask: fit finishes the step under way, saves a checkpoint and throws
 // Interrupted. Async-signal-safe; the library installs no handler itself.
 void request_stop(int signal) noexcept;
