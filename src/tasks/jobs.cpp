@@ -9,9 +9,9 @@
 
 #include "multihead/core/distributed.h"
 #include "multihead/io/atomic_file.h"
-#include "multihead/train/fit.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/train/fit.h"
 
 namespace multihead {
 

@@ -46,7 +46,7 @@ class Loop {
         plan_(plan),
         run_(run),
         progress_(progress),
-        trainer_store_(store),
+        store_(store),
         trainer_(store, train) {}
 
   FitResult run(const json& config) {
@@ -146,7 +146,7 @@ class Loop {
 
   // CRC-32 of the parameters' bytes.
   std::uint64_t weights_crc() {
-    const std::span<const float> w = trainer_store_.all_data();
+    const std::span<const float> w = store_.all_data();
     return crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(w.data()), w.size_bytes());
   }
 
@@ -156,6 +156,7 @@ class Loop {
     json rec = step_json(st, train_.loss_scaling);
     if (epoch) rec["epoch"] = *epoch;
     if (!plan_.throughput_key.empty()) rec[plan_.throughput_key] = per_s;
+    if (group_.size() > 1) rec["ranks"] = group_.size();
     finish_step(run_, progress_, trainer_, st, rec, may_checkpoint);
     progress_.update(st.step + 1, epoch.value_or(0) + 1, st.loss, per_s, plan_.unit.c_str(), MemoryCurve::text(st));
   }
@@ -204,7 +205,7 @@ class Loop {
   const FitPlan& plan_;
   RunDir& run_;
   Progress& progress_;
-  ParamStore& trainer_store_;
+  ParamStore& store_;
   Trainer trainer_;
   ProcessGroup& group_ = process_group();
   FitResult result_;

@@ -59,11 +59,12 @@ def assert_same_losses(a, b, rel):
         assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=100 * rel), x["step"]
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_ranks_train_as_one_process_that_runs_their_micro_batches(tmp_path, ranks):
-    train(ranks, tmp_path / "ranks", *REVERSE, "--steps", "20")
-    train(1, tmp_path / "one", *REVERSE, "--steps", "20", "--grad-accumulation", str(ranks))
+@pytest.mark.parametrize("ranks, accumulation", [(2, 1), (3, 1), (2, 2)])
+def test_ranks_train_as_one_process_that_runs_their_micro_batches(tmp_path, ranks, accumulation):
+    train(ranks, tmp_path / "ranks", *REVERSE, "--steps", "20", "--grad-accumulation", str(accumulation))
+    train(1, tmp_path / "one", *REVERSE, "--steps", "20", "--grad-accumulation", str(ranks * accumulation))
     assert_same_losses(tmp_path / "ranks", tmp_path / "one", rel=1e-6)
+    assert all(r["ranks"] == ranks for r in steps(tmp_path / "ranks"))
     res = json.load(open(tmp_path / "ranks" / "results.json"))
     one = json.load(open(tmp_path / "one" / "results.json"))
     assert res.pop("ranks") == ranks and "ranks" not in one
@@ -93,6 +94,21 @@ def test_dropout_masks_and_the_tokenizer_are_shared(tmp_path):
     assert len(evals(tmp_path / "ranks")) == len(evals(tmp_path / "one")) == 3
     for x, y in zip(evals(tmp_path / "ranks"), evals(tmp_path / "one")):
         assert x["validation_loss"] == pytest.approx(y["validation_loss"], rel=1e-5)
+
+
+def test_non_finite_steps_are_skipped_on_every_rank_as_in_one_process(tmp_path):
+    # A learning rate of 1e38 turns the weights to Inf after one SGD step; every later gradient is NaN on every
+    # rank's share, each step is skipped, and 25 in a row stop the run on every rank.
+    job = [*REVERSE, "--steps", "40", "--optimizer", "sgd", "--clip-grad-norm", "0", "--lr", "1e38",
+           "--on-nonfinite", "skip", "--checkpoint-every", "1"]
+    ranks = train(2, tmp_path / "ranks", *job, check=False)
+    one = train(1, tmp_path / "one", *job, "--grad-accumulation", "2", check=False)
+    assert ranks.returncode == one.returncode == 2
+    stop = "error: training stopped at step 26: the last 25 steps all had a non-finite loss or gradient"
+    assert stop in one.stderr and stop in ranks.stderr, ranks.stderr
+    a, b = steps(tmp_path / "ranks"), steps(tmp_path / "one")
+    assert [r.get("skipped", False) for r in a] == [r.get("skipped", False) for r in b]
+    assert sum(r.get("skipped", False) for r in a) == 24  # the 25th ends the run before its record
 
 
 def test_the_ordered_sum_gives_the_same_bits_every_run(tmp_path):
