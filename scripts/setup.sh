@@ -9,6 +9,10 @@
 #                               dataset-fashion-mnist)
 #   scripts/setup.sh --fuzz     also clang 14 with libFuzzer and its OpenMP,
 #                               for scripts/fuzz.sh
+#   scripts/setup.sh --browser  also Debian's chromium, Node.js and, from the
+#                               npm registry, playwright-core (into
+#                               tests/browser/node_modules), for the attention
+#                               explorer's browser test (ctest: browser)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,15 +42,17 @@ packages=(
   libopenmpi-dev           # find_package(MPI COMPONENTS CXX): data-parallel training (MULTIHEAD_MPI)
   openmpi-bin              # mpirun, for add_test(mpi) in tests/ and for users
 )
-want_data=0
+want_data=0 want_browser=0
 for arg in "$@"; do
   case "$arg" in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     --data) want_data=1; packages+=(dataset-fashion-mnist) ;;
-    *) echo "usage: scripts/setup.sh [--data] [--fuzz]" >&2; exit 2 ;;
+    --browser) want_browser=1; packages+=(chromium) ;;
+    *) echo "usage: scripts/setup.sh [--data] [--fuzz] [--browser]" >&2; exit 2 ;;
   esac
 done
-if [[ $want_data -eq 1 ]] && ! command -v npm >/dev/null; then packages+=(npm); fi
+# npm brings Node.js (where a Node.js with its own npm is installed, that one serves).
+if [[ $want_data -eq 1 || $want_browser -eq 1 ]] && ! command -v npm >/dev/null; then packages+=(npm); fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -70,5 +76,9 @@ if [[ $want_data -eq 1 ]]; then
     mkdir -p data/npm
     npm install --prefix data/npm --no-audit --no-fund --ignore-scripts --loglevel=error "${npm_pkgs[@]}" >/dev/null
   fi
+fi
+if [[ $want_browser -eq 1 && ! -d tests/browser/node_modules/playwright-core ]]; then
+  echo "setup: fetching playwright-core into tests/browser"
+  npm ci --prefix tests/browser --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null
 fi
 echo "setup: done"

@@ -231,7 +231,7 @@ PYBIND11_MODULE(_multihead, m) {
               py::gil_scoped_release unlocked;
               maps = run.attention(text, max_tokens);
             }
-            py::array_t<float> weights({maps.layers, maps.heads, maps.T, maps.T});
+            py::array_t<float> weights({maps.layers, maps.heads, maps.T, maps.S});
             std::copy(maps.weights.begin(), maps.weights.end(), weights.mutable_data());
             py::dict out(py::arg("tokens") = maps.tokens, py::arg("weights") = weights);
             out["prediction"] = maps.prediction.empty() ? py::object(py::none()) : py::object(py::str(maps.prediction));

@@ -204,14 +204,18 @@ void heatmap_png(const std::string& path, const std::string& title, const std::v
   cairo_paint(cr);
   cairo_set_source_rgb(cr, 0, 0, 0);
   text_at(cr, W / 2.0, 20, title, 15, 0.5);
-  // White (0) to dark blue (1), on a square-root scale so that small weights show.
-  auto colour = [](float w) {
-    const double t = std::sqrt(std::clamp(static_cast<double>(w), 0.0, 1.0));
+  // White (0) to dark blue (the largest weight), on a square-root scale so that small weights show.
+  float top_weight = 0;
+  for (float w : weights)
+    if (std::isfinite(w)) top_weight = std::max(top_weight, w);
+  if (top_weight <= 0) top_weight = 1;
+  auto colour = [](double t) {
+    t = std::sqrt(std::clamp(t, 0.0, 1.0));
     return std::array<double, 3>{1 - 0.95 * t, 1 - 0.75 * t, 1 - 0.35 * t};
   };
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
-      const auto rgb = colour(weights[static_cast<std::size_t>(r * cols + c)]);
+      const auto rgb = colour(weights[static_cast<std::size_t>(r * cols + c)] / top_weight);
       cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
       cairo_rectangle(cr, label_w + cell * static_cast<double>(c), top + cell * static_cast<double>(r), cell, cell);
       cairo_fill(cr);
@@ -228,13 +232,13 @@ void heatmap_png(const std::string& path, const std::string& title, const std::v
   // Colour bar.
   const double bx = label_w + cell * static_cast<double>(cols) + 20, bh = std::max(60.0, cell * static_cast<double>(rows));
   for (int i = 0; i < 100; ++i) {
-    const auto rgb = colour(1.0f - static_cast<float>(i) / 99.0f);
+    const auto rgb = colour(1.0 - i / 99.0);
     cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
     cairo_rectangle(cr, bx, top + bh * i / 100.0, 14, bh / 100.0 + 1);
     cairo_fill(cr);
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
-  text_at(cr, bx + 18, top + 4, "1", 10);
+  text_at(cr, bx + 18, top + 4, fmt::format("{:.3g}", top_weight), 10);
   text_at(cr, bx + 18, top + bh - 4, "0", 10);
   cairo_destroy(cr);
   save(surface, path);

@@ -6,6 +6,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/plots.h"
+#include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
 
 namespace multihead {
@@ -21,12 +22,13 @@ AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first
   for (std::int64_t l = first_layer; l < encoder.num_layers(); ++l) {
     const Tensor& w = encoder.layer(l).attention_weights();  // (B, H, T, T)
     check(w.defined() && w.ndim() == 4, "layer {} captured no attention weights", l);
-    if (l == first_layer) maps.heads = w.dim(1), maps.T = w.dim(2);
-    const std::int64_t n = maps.heads * maps.T * maps.T;
+    if (l == first_layer) maps.heads = w.dim(1), maps.T = w.dim(2), maps.S = w.dim(3);
+    const std::int64_t n = maps.heads * maps.T * maps.S;
     maps.weights.insert(maps.weights.end(), w.f32(), w.f32() + n);
   }
-  check<ShapeError>(static_cast<std::int64_t>(maps.tokens.size()) == maps.T, "{} token labels for {} positions",
-                    maps.tokens.size(), maps.T);
+  check<ShapeError>(static_cast<std::int64_t>(maps.tokens.size()) == maps.T && maps.T == maps.S,
+                    "{} token labels for {} positions", maps.tokens.size(), maps.T);
+  maps.keys = maps.tokens;
   return maps;
 }
 
@@ -38,7 +40,7 @@ std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::st
       const float* m = maps.map(l, h);
       names.push_back(fmt::format("{}{}_head{}.png", prefix, l, h));
       heatmap_png((fs::path(dir) / names.back()).string(), fmt::format("layer {}, head {}{}", l, h, title_suffix),
-                  std::vector<float>(m, m + maps.T * maps.T), maps.T, maps.T, maps.tokens, maps.tokens);
+                  std::vector<float>(m, m + maps.T * maps.S), maps.T, maps.S, maps.tokens, maps.keys);
     }
   return names;
 }
@@ -61,6 +63,21 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
     if (!existed) fs::remove_all(out_dir, ec);  // a folder this call made goes with what it held
     throw;
   }
+  return r;
+}
+
+InspectResult inspect_run_html(const std::string& run_dir, const std::string& text, const std::string& html_path,
+                               std::int64_t max_tokens, int threads) {
+  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir, threads);
+  std::vector<AttentionMaps> views = run->attention_views(text, max_tokens);
+  InspectResult r;
+  r.tokens = views.front().tokens;
+  r.prediction = views.front().prediction;
+  std::string subtitle = fmt::format("{} tokens of \"{}\"", r.tokens.size(), text);
+  if (!r.prediction.empty()) subtitle += fmt::format(", predicted: {}", r.prediction);
+  subtitle += fmt::format(" (run {}, {})", run_dir, run->task());
+  write_attention_explorer(html_path, {"Attention explorer", subtitle, std::move(views)});
+  r.files = {html_path};
   return r;
 }
 

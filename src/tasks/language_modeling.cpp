@@ -10,6 +10,7 @@
 #include "multihead/io/json_config.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
@@ -247,6 +248,14 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
                  {"data", job.text_path}};
   report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n## Attention\n\n",
                                 job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);
+  {
+    std::vector<std::int64_t> ids = tok->encode(result.sample);
+    ids.resize(std::min<std::size_t>(ids.size(), 128));
+    AttentionMaps all = language_model_attention(model, *tok, ids, 0, Precision::kF32);
+    report.sections += report_explorer(
+        run, {job.report_title, fmt::format("the first {} tokens of the sample", all.T), {std::move(all)}});
+  }
+  report.sections += "The last layer's heads over the sample's start (colours from 0 to each head's largest weight):\n\n";
   for (const auto& f : write_heatmaps(model, *tok, result.sample, run))
     report.sections += fmt::format("![{0}](plots/{0})\n", f);
   write_run_report(run, fitted, report);

@@ -14,6 +14,7 @@
 #include "multihead/io/plots.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/tasks/attention_explorer.h"
 #include "multihead/train/fit.h"
 
 namespace multihead {
@@ -525,42 +526,78 @@ std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, 
   }
   // Cross-attention of the last decoder layer while the decoder reads the
   // reference of the first test word: which letters each phoneme attends to.
-  const std::int64_t w = d.test_words.front();
-  const std::int64_t pair = w * PronunciationData::kVariantStride;
-  Seq2SeqBatch b = make_batch(d, std::span(&pair, 1));
-  const std::int64_t last = model.decoder().num_layers() - 1;
-  model.decoder().layer(last).set_capture_weights(true);
-  const EncodedMemory memory = model.encode(b.source, &b.padding, job.train.precision);
-  std::vector<KvCache> caches;
-  const std::int64_t T = b.target_in.dim(1), S = b.source.dim(1), H = job.model.model.layer.nhead;
-  std::vector<float> maps(static_cast<std::size_t>(H * T * S));
-  for (std::int64_t step = 0; step < T; ++step) {
-    const std::int64_t id = b.target_in.data<std::int64_t>()[step];
-    model.decode_step(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{id}), caches, memory, T,
-                      job.train.precision);
-    const Tensor& wts = model.decoder().layer(last).cross_attention_weights();  // (1, H, 1, S)
-    for (std::int64_t h = 0; h < H; ++h)
-      std::copy_n(wts.f32() + h * S, S, maps.begin() + (h * T + step) * S);
-  }
-  model.decoder().layer(last).set_capture_weights(false);
-  const CmuWord& cw = d.dict.words[static_cast<std::size_t>(w)];
-  std::vector<std::string> rows = {"<s>"};
-  for (const auto& p : cw.pronunciations.front()) rows.push_back(p);
-  const std::vector<std::string> cols = utf8_characters(cw.word);
+  const CmuWord& cw = d.dict.words[static_cast<std::size_t>(d.test_words.front())];
+  const AttentionMaps cross =
+      cross_attention_maps(model, d.vocab, d.vocab.encode_word(cw.word), utf8_characters(cw.word),
+                           d.vocab.encode_phonemes(cw.pronunciations.front()), job.train.precision);
   s += fmt::format("\n## Cross-attention\n\nThe last decoder layer's cross-attention for \"{}\" ({}), the decoder "
                    "reading the reference: rows are the phonemes read so far (each row predicts the next), "
-                   "columns the letters.\n\n",
+                   "columns the letters. Colours run from 0 to each head's largest weight.\n\n",
                    cw.word, join(cw.pronunciations.front()));
-  for (std::int64_t h = 0; h < H; ++h) {
+  {
+    AttentionMaps encoder = encoder_self_attention(model, d.vocab.encode_word(cw.word), utf8_characters(cw.word),
+                                                   job.train.precision);
+    s += report_explorer(run, {job.report_title, fmt::format("\"{}\" read as its reference, {}", cw.word,
+                                                            join(cw.pronunciations.front())),
+                               {std::move(encoder), cross}});
+  }
+  const std::int64_t last = cross.first_layer + cross.layers - 1;
+  for (std::int64_t h = 0; h < cross.heads; ++h) {
     const std::string name = fmt::format("cross_attention_head{}.png", h);
+    const float* m = cross.map(last, h);
     heatmap_png(run.file("plots/" + name), fmt::format("{}: head {}", cw.word, h),
-                std::vector<float>(maps.begin() + h * T * S, maps.begin() + (h + 1) * T * S), T, S, rows, cols);
+                std::vector<float>(m, m + cross.T * cross.S), cross.T, cross.S, cross.tokens, cross.keys);
     s += fmt::format("![{0}](plots/{0})\n", name);
   }
   return s;
 }
 
 }  // namespace
+
+AttentionMaps encoder_self_attention(EncoderDecoder& model, const std::vector<std::int64_t>& letter_ids,
+                                     std::vector<std::string> letters, Precision precision) {
+  const LetterBatch b = letter_batch({&letter_ids});
+  model.encoder().set_capture_weights(true);
+  model.encode(b.ids, &b.padding, precision);
+  model.encoder().set_capture_weights(false);
+  AttentionMaps maps = captured_attention(model.encoder(), 0, std::move(letters));
+  maps.name = "encoder self-attention";
+  return maps;
+}
+
+AttentionMaps cross_attention_maps(EncoderDecoder& model, const PronunciationVocab& vocab,
+                                   const std::vector<std::int64_t>& letter_ids, std::vector<std::string> letters,
+                                   const std::vector<std::int64_t>& phoneme_ids, Precision precision) {
+  const LetterBatch b = letter_batch({&letter_ids});
+  TransformerDecoder& decoder = model.decoder();
+  AttentionMaps maps;
+  maps.name = "cross-attention";
+  maps.tokens = {"<s>"};
+  for (const std::string& p : vocab.decode_phonemes(phoneme_ids)) maps.tokens.push_back(p);
+  maps.keys = std::move(letters);
+  maps.layers = decoder.num_layers();
+  maps.heads = model.config().model.layer.nhead;
+  maps.T = 1 + static_cast<std::int64_t>(phoneme_ids.size());
+  maps.S = b.ids.dim(1);
+  check<ShapeError>(static_cast<std::int64_t>(maps.keys.size()) == maps.S, "{} letter labels for {} letters",
+                    maps.keys.size(), maps.S);
+  maps.weights.resize(static_cast<std::size_t>(maps.layers * maps.heads * maps.T * maps.S));
+  decoder.set_capture_weights(true);
+  const EncodedMemory memory = model.encode(b.ids, &b.padding, precision);
+  std::vector<KvCache> caches;
+  for (std::int64_t step = 0; step < maps.T; ++step) {
+    const std::int64_t id = step == 0 ? PronunciationVocab::kStart : phoneme_ids[static_cast<std::size_t>(step - 1)];
+    model.decode_step(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{id}), caches, memory, maps.T, precision);
+    for (std::int64_t l = 0; l < maps.layers; ++l) {
+      const Tensor& w = decoder.layer(l).cross_attention_weights();  // (1, H, 1, S)
+      for (std::int64_t h = 0; h < maps.heads; ++h)
+        std::copy_n(w.f32() + h * maps.S, maps.S,
+                    maps.weights.begin() + ((l * maps.heads + h) * maps.T + step) * maps.S);
+    }
+  }
+  decoder.set_capture_weights(false);
+  return maps;
+}
 
 PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progress& progress) {
   PronunciationJob job = job_in;

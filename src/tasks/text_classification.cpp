@@ -10,6 +10,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
@@ -290,7 +291,14 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       {"tokenizer", fmt::format("{} ({} tokens)", tok->kind(), tok->vocab_size())}};
   report.sections =
       "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
-      "are queries, columns keys).\n\n";
+      "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
+  const std::string label = data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)];
+  AttentionMaps whole = classifier_attention(model, *tok, encoded[ex], job.max_len, data.dataset.label_names,
+                                             Precision::kF32);
+  report.sections += report_explorer(
+      run, {job.report_title,
+            fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label, whole.prediction),
+            {std::move(whole)}});
   for (const auto& f : heatmaps) report.sections += fmt::format("![{0}](plots/{0})\n", f);
   write_run_report(run, fitted, report);
   return result;

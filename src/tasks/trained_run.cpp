@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "multihead/core/error.h"
 #include "multihead/core/threading.h"
 #include "multihead/data/batching.h"
@@ -160,13 +162,21 @@ class PronunciationRun final : public TrainedRun {
     letters.resize(std::min<std::size_t>(letters.size(), static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1))));
     std::string word;
     for (const auto& l : letters) word += l;
-    const std::vector<std::int64_t> ids = run_->vocab.encode_word(word);
-    const LetterBatch b = letter_batch({&ids});
-    EncoderDecoder& model = *run_->model;
-    model.encoder().set_capture_weights(true);
-    model.encode(b.ids, &b.padding, run_->job.train.precision);
-    model.encoder().set_capture_weights(false);
-    return captured_attention(model.encoder(), 0, letters);
+    return encoder_self_attention(*run_->model, run_->vocab.encode_word(word), letters, run_->job.train.precision);
+  }
+
+  // The encoder's self-attention, and the decoder's cross-attention over the
+  // letters while it reads the greedy pronunciation it gives the word.
+  std::vector<AttentionMaps> attention_views(const std::string& text, std::int64_t max_tokens) override {
+    AttentionMaps encoder = attention(text, max_tokens);
+    std::string word;
+    for (const auto& l : encoder.tokens) word += l;
+    const std::vector<Pronounced> best = pronounce({word}, 1, 1).front();
+    AttentionMaps cross = cross_attention_maps(*run_->model, run_->vocab, run_->vocab.encode_word(word),
+                                               encoder.tokens, run_->vocab.encode_phonemes(best.front().phonemes),
+                                               run_->job.train.precision);
+    cross.prediction = encoder.prediction = fmt::format("{}", fmt::join(best.front().phonemes, " "));
+    return {std::move(encoder), std::move(cross)};
   }
 
  private:
@@ -201,6 +211,8 @@ AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& to
   model.forward(Tensor::from_i64({1, static_cast<std::int64_t>(ids.size())}, ids), eval_context(precision));
   encoder.set_capture_weights(false);
   AttentionMaps maps = captured_attention(encoder, first_layer, std::move(tokens));
+  maps.name = "causal self-attention";
+  maps.causal = true;
   model.clear_cache();
   return maps;
 }

@@ -1,4 +1,5 @@
-// multihead inspect: attention heatmaps of a trained model for one input.
+// multihead inspect: attention heatmaps of a trained model for one input, as
+// PNGs or as one attention explorer page (--html).
 #include <memory>
 
 #include <fmt/format.h>
@@ -10,23 +11,35 @@ namespace multihead::cli {
 
 Command add_inspect(CLI::App& app) {
   struct Opts {
-    std::string run, text, out;
+    std::string run, text, out, html;
     std::int64_t max_tokens = 48;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* sub = app.add_subcommand("inspect", "Per-layer, per-head attention heatmaps (PNG) of a trained model");
+  CLI::App* sub = app.add_subcommand(
+      "inspect", "Per-layer, per-head attention of a trained model: heatmaps (PNG), or an explorer page (--html)");
   sub->add_option("--run", o->run, "Run directory of multihead train")->required();
   sub->add_option("--text", o->text, "Input text")->required();
-  sub->add_option("--out", o->out, "Folder for the PNGs (default <run>/inspect)");
+  sub->add_option("--out", o->out, "Folder for the PNGs (default <run>/inspect; with --html, only when given)");
+  sub->add_option("--html", o->html,
+                  "Write one self-contained HTML page to explore every layer and head (opens from disk, no network)");
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to show")->capture_default_str();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   return {sub, [o] {
-            const std::string out = o->out.empty() ? o->run + "/inspect" : o->out;
-            InspectResult r = inspect_run(o->run, o->text, out, o->max_tokens, o->threads);
+            std::vector<std::string> wrote;
+            InspectResult r;
+            if (!o->html.empty()) {
+              r = inspect_run_html(o->run, o->text, o->html, o->max_tokens, o->threads);
+              wrote.push_back(fmt::format("wrote the attention explorer to {}", o->html));
+            }
+            if (o->html.empty() || !o->out.empty()) {
+              const std::string out = o->out.empty() ? o->run + "/inspect" : o->out;
+              r = inspect_run(o->run, o->text, out, o->max_tokens, o->threads);
+              wrote.push_back(fmt::format("wrote {} heatmaps to {}", r.files.size(), out));
+            }
             fmt::print("tokens: {}\n", fmt::join(r.tokens, " | "));
-            if (!r.prediction.empty()) fmt::print("predicted class: {}\n", r.prediction);
-            fmt::print("wrote {} heatmaps to {}\n", r.files.size(), out);
+            if (!r.prediction.empty()) fmt::print("predicted: {}\n", r.prediction);
+            for (const std::string& line : wrote) fmt::print("{}\n", line);
           }};
 }
 

@@ -25,6 +25,9 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
 double nice_tick_step(double range, int intervals);
 
 // weights: rows x cols, row-major, values in [0, 1]; labels may be empty.
+// Colours run from white at 0 to dark blue at the map's largest weight (the
+// colour bar names it): attention over T keys sits near 1/T, which a fixed
+// 0..1 scale would draw almost white.
 void heatmap_png(const std::string& path, const std::string& title, const std::vector<float>& weights,
                  std::int64_t rows, std::int64_t cols, const std::vector<std::string>& row_labels,
                  const std::vector<std::string>& col_labels);

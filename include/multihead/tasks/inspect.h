@@ -11,14 +11,18 @@
 namespace multihead {
 
 // Attention weights captured for one input (batch item 0), layers
-// first_layer .. first_layer + layers - 1.
+// first_layer .. first_layer + layers - 1: self-attention (keys are the
+// queries) or cross-attention (keys are another sequence).
 struct AttentionMaps {
-  std::vector<std::string> tokens;  // T labels
-  std::int64_t first_layer = 0, layers = 0, heads = 0, T = 0;
-  std::vector<float> weights;  // (layers, heads, T, T): rows are queries, columns keys
+  std::string name = "self-attention";  // "encoder self-attention", "cross-attention", ...
+  std::vector<std::string> tokens;      // T query labels
+  std::vector<std::string> keys;        // S key labels (self-attention: the tokens)
+  std::int64_t first_layer = 0, layers = 0, heads = 0, T = 0, S = 0;
+  bool causal = false;         // keys after a query are masked
+  std::vector<float> weights;  // (layers, heads, T, S): rows are queries, columns keys
   std::string prediction;      // classifiers: the predicted class
   const float* map(std::int64_t layer, std::int64_t head) const {
-    return weights.data() + ((layer - first_layer) * heads + head) * T * T;
+    return weights.data() + ((layer - first_layer) * heads + head) * T * S;
   }
 };
 
@@ -39,9 +43,14 @@ struct InspectResult {
   std::string prediction;          // classifiers: the predicted class
 };
 
-// run_dir: a run of `multihead train` (classifier or language model).
-// Writes out_dir/layer{l}_head{h}.png for the first max_tokens tokens of text.
+// run_dir: a run of `multihead train` (classifier, language model or
+// pronunciation). Writes out_dir/layer{l}_head{h}.png for the first
+// max_tokens tokens of text.
 InspectResult inspect_run(const std::string& run_dir, const std::string& text, const std::string& out_dir,
                           std::int64_t max_tokens, int threads);
+// The same input as one attention explorer page (tasks/attention_explorer.h)
+// at html_path, with every kind of attention the model has.
+InspectResult inspect_run_html(const std::string& run_dir, const std::string& text, const std::string& html_path,
+                               std::int64_t max_tokens, int threads);
 
 }  // namespace multihead

@@ -16,6 +16,7 @@
 #include "multihead/io/run_dir.h"
 #include "multihead/nn/encoder_decoder.h"
 #include "multihead/tasks/beam_search.h"
+#include "multihead/tasks/inspect.h"
 #include "multihead/tasks/overrides.h"
 #include "multihead/tasks/sequence_metrics.h"
 #include "multihead/train/progress.h"
@@ -104,6 +105,20 @@ struct LetterBatch {
   Tensor ids, padding;
 };
 LetterBatch letter_batch(const std::vector<const std::vector<std::int64_t>*>& words);
+
+// The encoder's self-attention over one word's letter ids (labelled
+// `letters`), every layer. Eval mode.
+AttentionMaps encoder_self_attention(EncoderDecoder& model, const std::vector<std::int64_t>& letter_ids,
+                                     std::vector<std::string> letters, Precision precision);
+
+// The cross-attention of every decoder layer while the decoder reads
+// phoneme_ids (no start or end) after the start token, for one word's
+// letter ids: maps (layers, heads, 1 + phonemes, letters) with rows "<s>"
+// and the phonemes read so far (each row predicts the next), columns the
+// letters. Eval mode.
+AttentionMaps cross_attention_maps(EncoderDecoder& model, const PronunciationVocab& vocab,
+                                   const std::vector<std::int64_t>& letter_ids, std::vector<std::string> letters,
+                                   const std::vector<std::int64_t>& phoneme_ids, Precision precision);
 
 // A trained run loaded back: its job, vocabulary and model.
 struct LoadedPronouncer {

@@ -56,6 +56,12 @@ class TrainedRun {
   // Every layer's and head's attention over the first max_tokens tokens of
   // text (a classifier's [CLS] first).
   virtual AttentionMaps attention(const std::string& text, std::int64_t max_tokens) = 0;
+  // Every kind of attention the model has for that input, attention()'s
+  // first: a pronunciation model adds the decoder's cross-attention over
+  // the letters while it reads its own greedy pronunciation.
+  virtual std::vector<AttentionMaps> attention_views(const std::string& text, std::int64_t max_tokens) {
+    return {attention(text, max_tokens)};
+  }
 };
 
 }  // namespace multihead
