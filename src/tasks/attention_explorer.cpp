@@ -87,6 +87,11 @@ json view_json(const AttentionMaps& m) {
   json stats = {{"top_n", st.top_n},         {"entropy", st.entropy},           {"entropy_ratio", st.entropy_ratio},
                 {"top1", st.top1},           {"topn", st.topn},                 {"dropped_mass", st.dropped_mass}};
   if (m.heads > 1) stats["nearest"] = st.nearest, stats["nearest_head"] = st.nearest_head;
+  if (!m.ablation.empty()) {
+    check<ShapeError>(static_cast<std::int64_t>(m.ablation.size()) == m.layers * m.heads,
+                      "{}: {} ablation effects for {} heads", m.name, m.ablation.size(), m.layers * m.heads);
+    stats["ablation"] = m.ablation;
+  }
   return {{"name", m.name},       {"queries", m.tokens},     {"keys", m.keys},
           {"layers", m.layers},   {"first_layer", m.first_layer}, {"heads", m.heads},
           {"causal", m.causal},   {"k", k},                  {"index", base64_of(index)},

@@ -294,7 +294,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
   const std::string label = data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)];
   AttentionMaps whole = classifier_attention(model, *tok, encoded[ex], job.max_len, data.dataset.label_names,
-                                             Precision::kF32);
+                                             Precision::kF32, true);
   report.sections += report_explorer(
       run, {job.report_title,
             fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label, whole.prediction),

@@ -97,15 +97,24 @@ class ClassifierRun final : public LoadedRun {
   }
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
-    check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
-    return classifier_attention(*model_, *tok_, encode_text(*tok_, text, "the text"),
-                                std::min(max_tokens, job_.max_len), labels_, precision_);
+    return attention(text, max_tokens, false);
+  }
+
+  // With each head's ablation effect on the prediction.
+  std::vector<AttentionMaps> attention_views(const std::string& text, std::int64_t max_tokens) override {
+    return {attention(text, max_tokens, true)};
   }
 
  private:
   TextClassificationJob job_;
   std::unique_ptr<SequenceClassifier> model_;
   std::vector<std::string> labels_;
+
+  AttentionMaps attention(const std::string& text, std::int64_t max_tokens, bool ablate) {
+    check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
+    return classifier_attention(*model_, *tok_, encode_text(*tok_, text, "the text"),
+                                std::min(max_tokens, job_.max_len), labels_, precision_, ablate);
+  }
 };
 
 class LanguageModelRun final : public LoadedRun {
@@ -187,7 +196,7 @@ class PronunciationRun final : public TrainedRun {
 
 AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& tok,
                                    const std::vector<std::int64_t>& ids, std::int64_t max_len,
-                                   const std::vector<std::string>& labels, Precision precision) {
+                                   const std::vector<std::string>& labels, Precision precision, bool ablate) {
   TokenBatch tb = make_token_batch({&ids}, {0}, max_len, true);
   std::vector<std::string> tokens;
   for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) tokens.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
@@ -196,7 +205,27 @@ AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& t
   model.encoder().set_capture_weights(false);
   AttentionMaps maps = captured_attention(model.encoder(), 0, std::move(tokens));
   const std::int64_t C = logits.dim(1);
-  maps.prediction = labels.at(static_cast<std::size_t>(std::max_element(logits.f32(), logits.f32() + C) - logits.f32()));
+  const std::int64_t top = std::max_element(logits.f32(), logits.f32() + C) - logits.f32();
+  maps.prediction = labels.at(static_cast<std::size_t>(top));
+  // The predicted class's probability, from logits (1, C).
+  auto probability = [&](const Tensor& z) {
+    double sum = 0;
+    for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z.f32()[c] - z.f32()[top]));
+    return 1.0 / sum;
+  };
+  if (ablate) {
+    const double base = probability(logits);
+    for (std::int64_t l = 0; l < maps.layers; ++l) {
+      MultiheadAttention& attn = model.encoder().layer(l).self_attention();
+      for (std::int64_t h = 0; h < maps.heads; ++h) {
+        std::vector<std::uint8_t> mask(static_cast<std::size_t>(maps.heads), 0);
+        mask[static_cast<std::size_t>(h)] = 1;
+        attn.set_head_mask(std::move(mask));
+        maps.ablation.push_back(base - probability(model.forward(tb.ids, &tb.padding, eval_context(precision))));
+        attn.set_head_mask({});
+      }
+    }
+  }
   model.clear_cache();
   return maps;
 }

@@ -130,6 +130,8 @@ try {
     await checkHover(page, v, 1, 1, 2, 3);
     const stats = await page.textContent(".mh-stats");
     assert.match(stats, new RegExp(`entropy ${v.stats.entropy[3].toFixed(3)} nats`));
+    assert.equal(v.stats.ablation.length, 4, "a classifier's page has each head's ablation effect");
+    assert.match(await page.textContent("#mh-ablation"), new RegExp(`${Math.abs(100 * v.stats.ablation[3]).toFixed(2)} points$`));
     await page.screenshot({ path: join(ARTIFACTS, "classifier-head-view.png"), fullPage: true });
     // The absolute scale names 1 as its top; per head names the head's maximum.
     await page.selectOption("#mh-scale", "absolute");

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
+#include "multihead/core/rng.h"
 #include "multihead/tasks/attention_explorer.h"
+#include "multihead/tasks/trained_run.h"
 
 namespace multihead {
 namespace {
@@ -142,6 +144,38 @@ TEST(AttentionExplorer, LabelsStayTextAndBadMapsAreRefused) {
   bad.keys.pop_back();
   EXPECT_THROW(attention_explorer_html({"t", "s", {bad}}), ShapeError);
   EXPECT_THROW(attention_explorer_html({"t", "s", {}}), ShapeError);
+}
+
+// A head whose output the out-projection ignores (its columns zero) changes
+// nothing when masked; the other heads of the model do.
+TEST(AttentionExplorer, AHeadTheOutputIgnoresHasNoAblationEffect) {
+  ModelConfig mc;
+  mc.vocab_size = 40, mc.num_layers = 2, mc.layer.d_model = 16, mc.layer.nhead = 4, mc.layer.dim_feedforward = 32;
+  mc.layer.dropout = 0, mc.max_len = 32, mc.num_classes = 3;
+  ParamStore store;
+  SequenceClassifier model(store, mc);
+  store.finalize();
+  Rng rng(3);
+  model.init(rng);
+  // Layer 1, head 2: zero columns 8..11 of out_proj.weight (16 x 16, rows are outputs).
+  float* w = store.data(*store.find("encoder.layers.1.self_attn.out_proj.weight"));
+  for (int r = 0; r < 16; ++r)
+    for (int c = 8; c < 12; ++c) w[r * 16 + c] = 0;
+  TokenizerConfig tc;
+  tc.kind = parse_tokenizer_kind("char");
+  const auto tok = train_tokenizer(tc, {"the cat sat on the mat"});
+  const AttentionMaps maps =
+      classifier_attention(model, *tok, tok->encode("the cat sat"), 32, {"a", "b", "c"}, Precision::kF32, true);
+  ASSERT_EQ(maps.ablation.size(), 8u);
+  EXPECT_EQ(maps.ablation[1 * 4 + 2], 0.0);
+  std::int64_t moved = 0;
+  for (std::size_t i = 0; i < maps.ablation.size(); ++i) moved += i != 6 && maps.ablation[i] != 0.0;
+  EXPECT_EQ(moved, 7) << "every other head changes the prediction's probability";
+  // Without ablate, none is computed; the weights are the same.
+  const AttentionMaps plain =
+      classifier_attention(model, *tok, tok->encode("the cat sat"), 32, {"a", "b", "c"}, Precision::kF32);
+  EXPECT_TRUE(plain.ablation.empty());
+  EXPECT_EQ(plain.weights, maps.weights);
 }
 
 }  // namespace

@@ -21,6 +21,10 @@ struct AttentionMaps {
   bool causal = false;         // keys after a query are masked
   std::vector<float> weights;  // (layers, heads, T, S): rows are queries, columns keys
   std::string prediction;      // classifiers: the predicted class
+  // Classifiers, when asked: how much the predicted class's probability
+  // falls with each head masked in turn (layers x heads; Michel et al.
+  // 2019's ablation, on this one input). Empty otherwise.
+  std::vector<double> ablation;
   const float* map(std::int64_t layer, std::int64_t head) const {
     return weights.data() + ((layer - first_layer) * heads + head) * T * S;
   }

@@ -20,10 +20,11 @@ namespace multihead {
 
 // A classifier's attention over one tokenised text ([CLS] put first, cut to
 // max_len tokens), with its predicted class named from labels: what inspect
-// draws and a run's report shows.
+// draws and a run's report shows. With ablate, also each head's ablation
+// effect (AttentionMaps::ablation: one more forward pass a head).
 AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& tok,
                                    const std::vector<std::int64_t>& ids, std::int64_t max_len,
-                                   const std::vector<std::string>& labels, Precision precision);
+                                   const std::vector<std::string>& labels, Precision precision, bool ablate = false);
 // A language model's attention over the tokens ids, layers first_layer on.
 AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok,
                                        const std::vector<std::int64_t>& ids, std::int64_t first_layer,

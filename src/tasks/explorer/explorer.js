@@ -136,7 +136,8 @@
                                 "data-layer": v.first_layer + l, "data-head": h,
                                 title: `layer ${v.first_layer + l}, head ${h}`,
                                 onclick: () => { state.layer = l; state.head = h; render(); } },
-                            canvas, `H/Hmax ${v.stats.entropy_ratio[m].toFixed(2)}`));
+                            canvas, `H/Hmax ${v.stats.entropy_ratio[m].toFixed(2)}` +
+                              (v.stats.ablation ? ` · Δp ${(-100 * v.stats.ablation[m]).toFixed(1)}` : "")));
       }
     }
     return grid;
@@ -151,7 +152,9 @@
       el("span", {}, el("b", {}, "entropy "), `${st.entropy[m].toFixed(3)} nats (${(100 * st.entropy_ratio[m]).toFixed(0)}% of uniform)`),
       el("span", {}, el("b", {}, "mass on the top key "), `${(100 * st.top1[m]).toFixed(1)}%`),
       el("span", {}, el("b", {}, `on the top ${st.top_n} `), `${(100 * st.topn[m]).toFixed(1)}%`),
-      el("span", {}, el("b", {}, "distance to the nearest head "), st.nearest ? `${st.nearest[m].toFixed(3)} (head ${st.nearest_head[m]})` : "-")));
+      el("span", {}, el("b", {}, "distance to the nearest head "), st.nearest ? `${st.nearest[m].toFixed(3)} (head ${st.nearest_head[m]})` : "-"),
+      st.ablation ? el("span", { id: "mh-ablation" }, el("b", {}, "masked, the prediction's probability "),
+                       `${st.ablation[m] > 0 ? "falls" : "rises"} ${Math.abs(100 * st.ablation[m]).toFixed(2)} points`) : ""));
     const map = el("canvas", { class: "mh-map" });
     const cell = Math.max(1, Math.min(24, Math.floor(560 / Math.max(v.T, v.S))));
     drawMap(map, v, l, h, 4096);
@@ -159,7 +162,9 @@
     map.style.height = `${v.T * cell}px`;
     const qs = el("div", { class: "mh-col", id: "mh-queries" }, el("h3", {}, "queries (hover: what it attends to)"));
     const ks = el("div", { class: "mh-col", id: "mh-keys" }, el("h3", {}, "keys (hover: what attends to it)"));
-    const tok = (cls, i, text) => el("div", { class: "mh-tok " + cls, "data-i": i }, el("span", {}, text), el("span", { class: "mh-w" }));
+    // Spaces (a character model's tokens) show as ␣.
+    const tok = (cls, i, text) => el("div", { class: "mh-tok " + cls, "data-i": i },
+                                      el("span", {}, text.replace(/ /g, "\u2423")), el("span", { class: "mh-w" }));
     v.queries.forEach((t, i) => qs.append(tok("mh-q", i, t)));
     v.keys.forEach((t, j) => ks.append(tok("mh-k", j, t)));
     const clear = () => {
