@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <limits>
 #include <vector>
 
 #include "multihead/core/error.h"
@@ -46,9 +45,9 @@ bool launched_by_mpi() {
 
 namespace {
 
-// MPI counts are ints; messages go in pieces of at most this many elements
-// (64 MiB of floats), small enough to pipeline the ordered sum.
-constexpr std::size_t kPiece = std::size_t{1} << 24;
+// Gradients go in buckets of at most this many floats (4 MiB): MPI counts
+// are ints, and the ordered sum pipelines bucket by bucket.
+constexpr std::size_t kPiece = std::size_t{1} << 20;
 
 int piece_count(std::size_t n, std::size_t at) { return static_cast<int>(std::min(kPiece, n - at)); }
 

@@ -34,9 +34,9 @@ int fail(const char* what, int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::optional<multihead::DistributedSession> mpi;
+  std::optional<multihead::DistributedSession> mpi_session;
   try {
-    mpi.emplace();
+    mpi_session.emplace();
   } catch (const std::exception& e) {
     return fail(e.what(), 2);
   }
