@@ -10,6 +10,7 @@
 #include "multihead/io/json_config.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/inspect.h"
 #include "multihead/train/fit.h"
 
@@ -202,20 +203,29 @@ class ImageClassificationTask final : public TrainingTask {
   const std::vector<std::int64_t>& validation_;
 };
 
-// The last layer's attention for one image, into plots/; tokens are [CLS]
-// and the patches by (row, column).
-std::vector<std::string> write_heatmaps(VisionTransformer& model, const Tensor& image, RunDir& run) {
-  const std::int64_t last = model.encoder().num_layers() - 1;
-  model.encoder().layer(last).set_capture_weights(true);
+// The report's attention section for one image: the explorer page of every
+// layer, and the last layer's heads as PNGs in plots/; tokens are [CLS] and
+// the patches by (row, column).
+std::string attention_section(VisionTransformer& model, const Tensor& image, std::int64_t label,
+                              const std::string& title, RunDir& run) {
+  model.encoder().set_capture_weights(true);
   model.forward(image, ForwardContext{});
-  model.encoder().layer(last).set_capture_weights(false);
+  model.encoder().set_capture_weights(false);
   const std::int64_t G = model.config().image_size / model.config().patch;
   std::vector<std::string> labels = {"cls"};
   for (std::int64_t p = 0; p < model.config().patches(); ++p) labels.push_back(fmt::format("{},{}", p / G, p % G));
-  const auto names =
-      write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer");
+  const std::int64_t last = model.encoder().num_layers() - 1;
+  std::string s = fmt::format(
+      "## Attention\n\nThe first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n",
+      label);
+  s += report_explorer(run, {title, fmt::format("the first test image (class {})", label),
+                             {captured_attention(model.encoder(), 0, labels)}});
+  s += "The last layer's heads (colours from 0 to each head's largest weight):\n\n";
+  for (const auto& f :
+       write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer"))
+    s += fmt::format("![{0}](plots/{0})\n", f);
   model.clear_cache();
-  return names;
+  return s;
 }
 
 }  // namespace
@@ -270,12 +280,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
                  {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation_accuracy)},
                  {"training", fitted.summary()},
                  {"model", job.model.describe(store.numel())}};
-  report.sections = fmt::format(
-      "## Attention\n\nLast layer, first test image (class {}); tokens are [CLS] and the patches by (row, "
-      "column).\n\n",
-      test.labels[0]);
-  for (const auto& f : write_heatmaps(model, gather(test.pixels, {0}), run))
-    report.sections += fmt::format("![{0}](plots/{0})\n", f);
+  report.sections = attention_section(model, gather(test.pixels, {0}), test.labels[0], job.report_title, run);
   write_run_report(run, fitted, report);
   return result;
 }

@@ -96,6 +96,25 @@ def test_dropout_masks_and_the_tokenizer_are_shared(tmp_path):
         assert x["validation_loss"] == pytest.approx(y["validation_loss"], rel=1e-5)
 
 
+def test_an_encoder_decoder_trains_on_ranks_as_in_one_process(tmp_path):
+    # The pronunciation job: words of similar length batched together, the decoder's cross-attention,
+    # validation by greedy decoding on rank 0.
+    sounds = ["AE1", "B", "K", "D", "IY0", "F"]
+    lines = [";;; regular spellings"]
+    for n in range(150):
+        letters = [(n + 36) // 36 % 6, (n + 36) // 6 % 6, (n + 36) % 6] + [(n * 5 + i) % 6 for i in range(n % 3)]
+        lines.append("".join(chr(65 + c) for c in letters) + "  " + " ".join(sounds[c] for c in letters))
+    (tmp_path / "dict.txt").write_text("\n".join(lines) + "\n")
+    job = ["--preset", "cmudict", "--data", str(tmp_path / "dict.txt"), "--epochs", "3", "--d-model", "16",
+           "--num-heads", "2", "--num-layers", "1", "--batch", "32", "--threads", "1"]
+    train(2, tmp_path / "ranks", *job)
+    train(1, tmp_path / "one", *job, "--grad-accumulation", "2")
+    assert_same_losses(tmp_path / "ranks", tmp_path / "one", rel=1e-5)
+    res, one = (json.load(open(tmp_path / d / "results.json")) for d in ("ranks", "one"))
+    assert res["ranks"] == 2
+    assert res["test_wer"] == pytest.approx(one["test_wer"], abs=0.02)
+
+
 def test_non_finite_steps_are_skipped_on_every_rank_as_in_one_process(tmp_path):
     # A learning rate of 1e38 turns the weights to Inf after one SGD step; every later gradient is NaN on every
     # rank's share, each step is skipped, and 25 in a row stop the run on every rank.
