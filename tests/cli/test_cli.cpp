@@ -494,6 +494,10 @@ TEST_F(Cli, ImageJobTakesPrecisionAndCheckpointingFlags) {
   EXPECT_EQ(cfg["train"]["precision"], "bf16");
   EXPECT_EQ(cfg["train"]["checkpoint_layers"], true);
   EXPECT_EQ(cfg["train"]["seed"], 5);
+  // The report links an attention explorer page of the first test image (50 tokens: [CLS] and 49 patches).
+  EXPECT_NE(read_file((out / "report.md").string()).find("(plots/explorer.html)"), std::string::npos);
+  const std::string page = read_file((out / "plots/explorer.html").string());
+  EXPECT_NE(page.find("\"queries\":[\"cls\",\"0,0\""), std::string::npos);
 }
 
 TEST_F(Cli, ProgressIsABarOnATerminal) {
