@@ -79,7 +79,9 @@ std::string mpi_library() {
   return s.substr(0, s.find_first_of(",\n"));
 }
 
-void ProcessGroup::sum(std::span<float> values, Allreduce how) {
+void ProcessGroup::sum(std::span<float> values, Allreduce how) { sum_timed(values, how, true); }
+
+void ProcessGroup::sum_timed(std::span<float> values, Allreduce how, bool waited) {
   if (size_ == 1 || values.empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
   if (how == Allreduce::kOrdered) {
@@ -89,7 +91,9 @@ void ProcessGroup::sum(std::span<float> values, Allreduce how) {
       MPI_Allreduce(MPI_IN_PLACE, values.data() + at, piece_count(values.size(), at), MPI_FLOAT, MPI_SUM,
                     MPI_COMM_WORLD);
   }
-  reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  reduce_seconds_ += s;
+  if (waited) reduce_wait_seconds_ += s;
 }
 
 void ProcessGroup::sum(std::span<double> values) {
@@ -137,12 +141,14 @@ DistributedSession::DistributedSession() {
   sigaddset(&stop, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop, &old);
   int provided = 0;
-  // Only the main thread calls MPI (OpenMP's threads never do).
-  const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  // One thread at a time calls MPI: the main thread, or while it runs the
+  // backward pass, the gradient sums' thread (OverlappedSum).
+  const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   check<Error>(rc == MPI_SUCCESS, "MPI_Init_thread failed ({})", rc);
   initialized_ = true;
   ProcessGroup& g = process_group();
+  g.threaded_ = provided >= MPI_THREAD_SERIALIZED;
   MPI_Comm_rank(MPI_COMM_WORLD, &g.rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &g.size_);
 }
@@ -155,6 +161,7 @@ DistributedSession::~DistributedSession() {
 
 std::string mpi_library() { return ""; }
 void ProcessGroup::sum(std::span<float>, Allreduce) {}
+void ProcessGroup::sum_timed(std::span<float>, Allreduce, bool) {}
 void ProcessGroup::sum(std::span<double>) {}
 double ProcessGroup::max(double value) { return value; }
 std::string ProcessGroup::broadcast(std::string bytes) { return bytes; }
@@ -171,5 +178,52 @@ DistributedSession::DistributedSession() {
 DistributedSession::~DistributedSession() = default;
 
 #endif
+
+// Not MPI itself: a build without MPI has a group of one, and start() sums
+// (nothing) at once.
+OverlappedSum::OverlappedSum(ProcessGroup& group, Allreduce how) : group_(group), how_(how) {
+  if (group_.size() > 1 && group_.threaded()) worker_ = std::thread([this] { run(); });
+}
+
+OverlappedSum::~OverlappedSum() { wait(); }
+
+void OverlappedSum::start(std::span<float> bucket) {
+  if (!worker_.joinable()) {
+    group_.sum(bucket, how_);
+    return;
+  }
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(bucket);
+  }
+  ready_.notify_one();
+}
+
+void OverlappedSum::wait() {
+  if (!worker_.joinable()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+  ready_.notify_one();
+  worker_.join();
+  group_.reduce_wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void OverlappedSum::run() {
+  for (;;) {
+    std::span<float> bucket;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // closed, and all summed
+      bucket = queue_.front();
+      queue_.pop_front();
+    }
+    // Adds to reduce_seconds_, which only this thread writes until wait() joins it.
+    group_.sum_timed(bucket, how_, false);
+  }
+}
 
 }  // namespace multihead

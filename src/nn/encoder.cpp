@@ -29,11 +29,14 @@ Tensor stack_result(LayerNorm* norm, Tensor& latest, const Tensor& last, Precisi
 }  // namespace
 
 TransformerEncoder::TransformerEncoder(ParamStore& store, const std::string& prefix,
-                                       const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm) {
+                                       const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm)
+    : store_(&store) {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
-  for (std::int64_t i = 0; i < num_layers; ++i)
+  for (std::int64_t i = 0; i < num_layers; ++i) {
+    first_offset_.push_back(store.numel());
     layers_.push_back(
         std::make_unique<TransformerEncoderLayer>(store, prefix + "layers." + std::to_string(i) + ".", cfg));
+  }
   if (final_norm) norm_ = std::make_unique<LayerNorm>(store, prefix + "norm.", cfg.d_model, cfg.layer_norm_eps);
 }
 
@@ -104,16 +107,20 @@ Tensor TransformerEncoder::backward(const Tensor& dy) {
     if (checkpoint_) layers_[i]->forward(inputs_[i].f32(scratch), masks_, ctx_);  // recompute, same dropout masks
     g = layers_[i]->backward(g);
     if (checkpoint_) layers_[i]->clear_cache();
+    store_->grads_final_from(first_offset_[i]);
   }
   return g;
 }
 
 TransformerDecoder::TransformerDecoder(ParamStore& store, const std::string& prefix,
-                                       const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm) {
+                                       const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm)
+    : store_(&store) {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
-  for (std::int64_t i = 0; i < num_layers; ++i)
+  for (std::int64_t i = 0; i < num_layers; ++i) {
+    first_offset_.push_back(store.numel());
     layers_.push_back(
         std::make_unique<TransformerDecoderLayer>(store, prefix + "layers." + std::to_string(i) + ".", cfg));
+  }
   if (final_norm) norm_ = std::make_unique<LayerNorm>(store, prefix + "norm.", cfg.d_model, cfg.layer_norm_eps);
 }
 
@@ -182,6 +189,7 @@ TransformerDecoderLayer::Grads TransformerDecoder::backward(const Tensor& dy) {
   total.x = norm_ ? norm_->backward(dy) : dy.clone();
   for (std::size_t i = layers_.size(); i-- > 0;) {
     TransformerDecoderLayer::Grads g = layers_[i]->backward(total.x);
+    store_->grads_final_from(first_offset_[i]);
     total.x = std::move(g.x);
     if (total.memory.defined()) add_inplace(total.memory, g.memory);
     else total.memory = std::move(g.memory);

@@ -33,6 +33,7 @@ void apply_training_overrides(const JobOverrides& o, TrainConfig& t, Transformer
   if (o.checkpoint_every) t.checkpoint_every = *o.checkpoint_every;
   if (o.on_nonfinite) t.on_nonfinite = parse_nonfinite(*o.on_nonfinite);
   if (o.allreduce) t.allreduce = parse_allreduce(*o.allreduce);
+  if (o.allreduce_overlap) t.allreduce_overlap = *o.allreduce_overlap;
   if (o.seed) t.seed = checked_seed(*o.seed);
   if (o.checkpoint_layers) t.checkpoint_layers = true;
   if (o.precision) {

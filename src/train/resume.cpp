@@ -20,6 +20,7 @@ json comparable(json config) {
   if (config.contains("train") && config["train"].is_object()) {
     // Runs written before the setting existed summed no gradients over ranks.
     config["train"].emplace("allreduce", "mpi");
+    config["train"].emplace("allreduce_overlap", true);
     config["train"].erase("checkpoint_every");
     config["train"].erase("on_nonfinite");
   }

@@ -105,6 +105,7 @@ TrainConfig read_train_config(ConfigReader& r) {
   t.on_nonfinite = parse_nonfinite(r.get_string("on_nonfinite", std::string("stop")));
   t.checkpoint_every = r.get_int("checkpoint_every", 0);
   t.allreduce = parse_allreduce(r.get_string("allreduce", std::string("mpi")));
+  t.allreduce_overlap = r.get_bool("allreduce_overlap", true);
   t.validate();
   return t;
 }
@@ -229,7 +230,8 @@ nlohmann::json train_config_json(const TrainConfig& t) {
           {"loss_scaling", t.loss_scaling},
           {"on_nonfinite", nonfinite_name(t.on_nonfinite)},
           {"checkpoint_every", t.checkpoint_every},
-          {"allreduce", allreduce_name(t.allreduce)}};
+          {"allreduce", allreduce_name(t.allreduce)},
+          {"allreduce_overlap", t.allreduce_overlap}};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "multihead/core/allocator.h"
 #include "multihead/core/distributed.h"
@@ -137,16 +138,43 @@ StepStats Trainer::step(const MicroStep& fn) {
   ProcessGroup& group = process_group();
   const std::int64_t micro = micro_batches(), first = group.rank() * cfg_.grad_accumulation;
   s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  const std::span<float> grads = store_->all_grads();
+  // Under mpirun, the last micro-batch's backward hands each layer's
+  // gradients to the sums as soon as they are final (ParamStore's hook),
+  // from the end of the buffer down; the rest goes when the pass is done.
+  std::optional<OverlappedSum> sums;
+  std::int64_t unsummed = store_->numel();  // gradients [0, unsummed) not yet handed over
   for (std::int64_t m = first; m < first + cfg_.grad_accumulation; ++m) {
     // Distinct dropout masks per micro-batch: the step counter advances by
     // micro-batch, so (step, micro) never repeats across the run.
     ctx.step = static_cast<std::uint64_t>(step_ * micro + m);
+    const bool hand_over = group.size() > 1 && cfg_.allreduce_overlap && m + 1 == first + cfg_.grad_accumulation;
+    if (hand_over) {
+      sums.emplace(group, cfg_.allreduce);
+      store_->set_grads_final_hook([&](std::int64_t offset) {
+        if (offset >= unsummed) return;
+        sums->start(grads.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(unsummed - offset)));
+        unsummed = offset;
+      });
+    }
+    struct Unhook {
+      ParamStore* store;
+      bool on;
+      ~Unhook() {
+        if (on) store->set_grads_final_hook(nullptr);
+      }
+    } unhook{store_, hand_over};
     s.loss += fn(m, ctx, s.loss_scale / static_cast<double>(micro));
   }
   if (group.size() > 1) {
     // Every rank then holds the same gradients and loss, and so makes the
     // same decisions below (skip, clip, scale) and the same update.
-    group.sum(store_->all_grads(), cfg_.allreduce);
+    if (sums) {
+      sums->start(grads.first(static_cast<std::size_t>(unsummed)));
+      sums->wait();
+    } else {
+      group.sum(grads, cfg_.allreduce);
+    }
     group.sum(std::span<double>(&s.loss, 1));
   }
   s.loss /= static_cast<double>(micro);

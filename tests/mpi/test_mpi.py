@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -96,15 +97,64 @@ def test_dropout_masks_and_the_tokenizer_are_shared(tmp_path):
         assert x["validation_loss"] == pytest.approx(y["validation_loss"], rel=1e-5)
 
 
-def test_an_encoder_decoder_trains_on_ranks_as_in_one_process(tmp_path):
-    # The pronunciation job: words of similar length batched together, the decoder's cross-attention,
-    # validation by greedy decoding on rank 0.
+def regular_dictionary(path):
+    """150 words in CMUdict's format, one phoneme a letter (as data/cmudict.h's regular_spelling_dictionary)."""
     sounds = ["AE1", "B", "K", "D", "IY0", "F"]
     lines = [";;; regular spellings"]
     for n in range(150):
         letters = [(n + 36) // 36 % 6, (n + 36) // 6 % 6, (n + 36) % 6] + [(n * 5 + i) % 6 for i in range(n % 3)]
         lines.append("".join(chr(65 + c) for c in letters) + "  " + " ".join(sounds[c] for c in letters))
-    (tmp_path / "dict.txt").write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def job_of_every_model(tmp_path, kind):
+    """Flags of a small job of each model kind: data written into tmp_path."""
+    small = ["--d-model", "16", "--num-heads", "2", "--num-layers", "2", "--threads", "1"]
+    if kind == "sequence task":
+        return [*REVERSE, "--steps", "6"]
+    if kind == "text classifier":
+        pos, neg = ["good great fine", "great good day"], ["bad awful poor", "poor bad day"]
+        (tmp_path / "tiny.csv").write_text("text,label\n" + "".join(f"{pos[r % 2]},pos\n{neg[r % 2]},neg\n" for r in range(16)))
+        return ["--source", "csv", "--data", str(tmp_path / "tiny.csv"), "--tokenizer", "word", "--vocab-size", "64",
+                "--epochs", "2", "--batch", "8", "--max-len", "8", "--dropout", "0.1", *small]
+    if kind == "language model":
+        (tmp_path / "text.txt").write_text("call me ishmael. some years ago never mind how long precisely. " * 20)
+        return ["--preset", "moby-dick", "--data", str(tmp_path / "text.txt"), "--steps", "4", "--max-len", "32", *small]
+    if kind == "vision transformer":
+        def idx(path, dims, seed):
+            data = bytes((i * 37 + seed) % 251 if len(dims) > 1 else (i * seed) % 10 for i in range(prod(dims)))
+            path.write_bytes(bytes([0, 0, 8, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + data)
+        prod = lambda d: d[0] * (d[1] * d[2] if len(d) == 3 else 1)
+        d = tmp_path / "images"
+        d.mkdir()
+        idx(d / "train-images-idx3-ubyte", (64, 28, 28), 7)
+        idx(d / "train-labels-idx1-ubyte", (64,), 3)
+        idx(d / "t10k-images-idx3-ubyte", (8, 28, 28), 5)
+        idx(d / "t10k-labels-idx1-ubyte", (8,), 7)
+        return ["--preset", "fashion-mnist", "--data", str(d), "--epochs", "1", "--batch", "16", *small]
+    assert kind == "encoder-decoder"
+    regular_dictionary(tmp_path / "dict.txt")
+    return ["--preset", "cmudict", "--data", str(tmp_path / "dict.txt"), "--epochs", "2", "--batch", "32", *small]
+
+
+@pytest.mark.parametrize("kind", ["sequence task", "text classifier", "language model", "vision transformer",
+                                  "encoder-decoder"])
+def test_summing_each_layer_beside_the_backward_pass_changes_no_bit(tmp_path, kind):
+    # With the ordered sum every element is summed in rank order however the buffer is cut, so handing each
+    # layer's gradients over as soon as its backward is done must give the bits of summing after the pass:
+    # a gradient handed over before it was final would show.
+    job = job_of_every_model(tmp_path, kind)
+    for overlap in ("true", "false"):
+        train(2, tmp_path / overlap, *job, "--allreduce", "ordered", "--allreduce-overlap", overlap)
+    assert_same_losses(tmp_path / "true", tmp_path / "false", rel=0)
+    assert (tmp_path / "true/checkpoints/last.safetensors").read_bytes() == \
+           (tmp_path / "false/checkpoints/last.safetensors").read_bytes()
+
+
+def test_an_encoder_decoder_trains_on_ranks_as_in_one_process(tmp_path):
+    # The pronunciation job: words of similar length batched together, the decoder's cross-attention,
+    # validation by greedy decoding on rank 0.
+    regular_dictionary(tmp_path / "dict.txt")
     job = ["--preset", "cmudict", "--data", str(tmp_path / "dict.txt"), "--epochs", "3", "--d-model", "16",
            "--num-heads", "2", "--num-layers", "1", "--batch", "32", "--threads", "1"]
     train(2, tmp_path / "ranks", *job)

@@ -116,7 +116,8 @@ void run_train(BenchOpts& o) {
       o.gemm, r.threads, r.ranks > 1 ? fmt::format(" in each of {} ranks (MPI)", r.ranks) : "");
   fmt::print("step: {:.1f} ms (median of {})   {:.0f} tokens/s\n", r.ms, c.iters, r.tokens_per_s);
   if (r.ranks > 1)
-    fmt::print("allreduce: {:.2f} ms a step (median), {:.1f} MiB of gradients a rank\n", r.allreduce_ms,
+    fmt::print("allreduce: {:.2f} ms a step (median), {:.2f} ms of it waited for{}, {:.1f} MiB of gradients a rank\n",
+               r.allreduce_ms, r.allreduce_wait_ms, c.allreduce_overlap ? " (the rest beside the backward pass)" : "",
                static_cast<double>(r.allreduce_bytes) / (1 << 20));
   fmt::print("model FLOPs: {:.1f} GFLOP a step, {:.0f} GFLOP/s = {:.0f}% of this machine's sgemm ({:.0f} GFLOP/s)\n",
              r.flops_per_step / 1e9, r.gflops, 100 * r.sgemm_fraction, r.sgemm_gflops);
@@ -143,6 +144,7 @@ void run_train(BenchOpts& o) {
                                         {"attention", r.attention_ms},
                                         {"optimizer", r.optimizer_ms},
                                         {"allreduce", r.allreduce_ms},
+                                        {"allreduce_wait", r.allreduce_wait_ms},
                                         {"other", r.other_ms}}},
                                       {"allreduce_bytes", r.allreduce_bytes},
                                       {"machine", machine}}
@@ -195,6 +197,9 @@ Command add_bench(CLI::App& app) {
   train->add_option("--threads", t.threads, "Threads (0: all cores)")->capture_default_str();
   train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
   train->add_option("--warmup", t.warmup, "Untimed steps first")->capture_default_str();
+  train->add_option("--allreduce-overlap", t.allreduce_overlap,
+                    "Under mpirun, sum each layer's gradients beside the rest of the backward pass")
+      ->capture_default_str();
   train->add_flag("--json", o->json, "End with one JSON line of the results");
   for (CLI::App* s : {attn, gemm}) {
     s->add_option("--threads", c.threads, "Threads (0: all cores)")->capture_default_str();

@@ -149,6 +149,8 @@ Command add_train(CLI::App& app) {
   sub->add_option("--allreduce", f.allreduce,
                   "Under mpirun, how gradients are summed over the ranks: mpi (MPI_Allreduce, default) or ordered (a "
                   "fixed-order sum, the same bits on every run)");
+  sub->add_option("--allreduce-overlap", f.allreduce_overlap,
+                  "Under mpirun, start summing a layer's gradients as soon as its backward is done (default true)");
   sub->add_option("--on-nonfinite", f.on_nonfinite, "A NaN or Inf loss or gradient: stop (default) or skip the update");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};

@@ -17,6 +17,7 @@ struct TrainBenchConfig {
   bool checkpoint_layers = false;
   Precision precision = Precision::kF32;  // activations; fp16 adds loss scaling
   int threads = 0;
+  bool allreduce_overlap = true;  // under mpirun: TrainConfig::allreduce_overlap
   int warmup = 1;
   int iters = 5;
 };
@@ -42,9 +43,11 @@ struct TrainBenchResult {
   // Median time per step in each part (core/step_profile.h); "other" is the
   // rest: norms, activations, dropout, the loss, copies.
   double gemm_ms = 0, attention_ms = 0, optimizer_ms = 0, other_ms = 0;
-  // Median time per step summing gradients over the ranks (rank 0's; not in
-  // the parts above, "other" included), and the bytes each rank contributes.
-  double allreduce_ms = 0;
+  // Median time per step summing gradients over the ranks (rank 0's), of it
+  // the time the step waited for the sums (the rest ran beside the backward
+  // pass; the wait is not in the parts above), and the bytes each rank
+  // contributes.
+  double allreduce_ms = 0, allreduce_wait_ms = 0;
   std::int64_t allreduce_bytes = 0;
 };
 

@@ -12,9 +12,13 @@
 // optimizer step (train/trainer.h).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 
 namespace multihead {
 
@@ -48,14 +52,49 @@ class ProcessGroup {
   // it forever in a collective.
   [[noreturn]] void abort(int code) noexcept;
 
-  // Seconds spent in sum(std::span<float>) since the last reset.
+  // Seconds spent in sum(std::span<float>) since the last reset, and of
+  // those the seconds the training thread waited for (less, when sums ran
+  // beside the backward pass: OverlappedSum).
   double reduce_seconds() const noexcept { return reduce_seconds_; }
-  void reset_reduce_seconds() noexcept { reduce_seconds_ = 0; }
+  double reduce_wait_seconds() const noexcept { return reduce_wait_seconds_; }
+  void reset_reduce_seconds() noexcept { reduce_seconds_ = reduce_wait_seconds_ = 0; }
+  // Whether MPI lets a second thread make the calls (MPI_THREAD_SERIALIZED).
+  bool threaded() const noexcept { return threaded_; }
 
  private:
   friend class DistributedSession;
+  friend class OverlappedSum;
+  // sum(); waited: the caller blocked for it (else a thread beside it did).
+  void sum_timed(std::span<float> values, Allreduce how, bool waited);
   int rank_ = 0, size_ = 1;
-  double reduce_seconds_ = 0;
+  bool threaded_ = false;
+  double reduce_seconds_ = 0, reduce_wait_seconds_ = 0;
+};
+
+// Sums of float buffers that run while the caller goes on: start() hands a
+// bucket to one communication thread, which sums the buckets over the ranks
+// in the order given; wait() returns when every bucket is summed. Every
+// rank must start the same buckets in the same order, and the caller must
+// make no other call on the group until wait() (MPI_THREAD_SERIALIZED).
+// Where MPI has no thread support, start() sums at once.
+class OverlappedSum {
+ public:
+  OverlappedSum(ProcessGroup& group, Allreduce how);
+  ~OverlappedSum();  // waits
+  OverlappedSum(const OverlappedSum&) = delete;
+  OverlappedSum& operator=(const OverlappedSum&) = delete;
+  void start(std::span<float> bucket);
+  void wait();
+
+ private:
+  void run();
+  ProcessGroup& group_;
+  Allreduce how_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::span<float>> queue_;
+  bool closed_ = false;
+  std::thread worker_;
 };
 
 // This process's group.

@@ -39,6 +39,8 @@ class TransformerEncoder : public Module {
  private:
   std::vector<std::unique_ptr<TransformerEncoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
+  const ParamStore* store_;
+  std::vector<std::int64_t> first_offset_;  // of each layer's parameters (ParamStore::grads_final_from)
   bool checkpoint_ = false;
   AttentionMaskArgs masks_;
   ForwardContext ctx_;
@@ -77,6 +79,8 @@ class TransformerDecoder : public Module {
  private:
   std::vector<std::unique_ptr<TransformerDecoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
+  const ParamStore* store_;
+  std::vector<std::int64_t> first_offset_;
   std::vector<Tensor> outputs_;  // fp32: as in TransformerEncoder
   bool forwarded_ = false;
 };

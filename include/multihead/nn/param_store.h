@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -52,6 +53,18 @@ class ParamStore {
   std::span<float> all_grads();
   void zero_grad();
 
+  // Gradients final before the backward pass ends. Parameters are laid out
+  // in construction order, and every model builds its embeddings, then its
+  // layers in order, then its heads, while backward runs the other way: so
+  // once layer i's backward is done, no later part of the pass writes a
+  // gradient at or after layer i's first parameter. The layer stacks say so
+  // (grads_final_from); data-parallel training sums those gradients over
+  // the ranks while the pass goes on (train/trainer.cpp).
+  void set_grads_final_hook(std::function<void(std::int64_t offset)> hook) { grads_final_hook_ = std::move(hook); }
+  void grads_final_from(std::int64_t offset) const {
+    if (grads_final_hook_) grads_final_hook_(offset);
+  }
+
  private:
   void require_finalized() const;
 
@@ -60,6 +73,7 @@ class ParamStore {
   std::int64_t total_ = 0;
   bool finalized_ = false;
   std::uint32_t next_site_ = 1;
+  std::function<void(std::int64_t)> grads_final_hook_;
   Tensor data_;  // (numel)
   Tensor grad_;  // (numel)
 };

@@ -23,6 +23,7 @@ struct JobOverrides {
   std::optional<double> lr, clip_grad_norm, weight_decay, dropout;
   std::optional<std::int64_t> seed;  // signed, so that -1 is refused rather than wrapped
   std::optional<int> threads;
+  std::optional<bool> allreduce_overlap;
   bool checkpoint_layers = false;
 
 };

@@ -49,8 +49,11 @@ struct TrainConfig {
   // Steps between checkpoints; 0: only where the job checkpoints anyway
   // (after each epoch or evaluation, and at the end).
   std::int64_t checkpoint_every = 0;
-  // How gradients are summed when mpirun runs several ranks (core/distributed.h).
+  // How gradients are summed when mpirun runs several ranks (core/distributed.h),
+  // and whether the sums of a layer's gradients start as soon as its backward
+  // is done, beside the rest of the backward pass.
   Allreduce allreduce = Allreduce::kMpi;
+  bool allreduce_overlap = true;
 
   // Every value in its range (ConfigError naming the key otherwise): what
   // a job config and the command-line flags are both checked by.
