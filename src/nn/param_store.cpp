@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <limits>
 
 namespace multihead {
@@ -74,6 +75,15 @@ std::span<float> ParamStore::all_grads() {
 void ParamStore::zero_grad() {
   require_finalized();
   grad_.zero();
+}
+
+std::vector<std::int64_t> ParamStore::grads_boundaries() const {
+  std::vector<std::int64_t> b;
+  for (std::int64_t o : grads_boundaries_)
+    if (o > 0 && o < total_) b.push_back(o);
+  std::sort(b.begin(), b.end());
+  b.erase(std::unique(b.begin(), b.end()), b.end());
+  return b;
 }
 
 }  // namespace multihead

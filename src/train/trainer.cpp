@@ -139,11 +139,20 @@ StepStats Trainer::step(const MicroStep& fn) {
   const std::int64_t micro = micro_batches(), first = group.rank() * cfg_.grad_accumulation;
   s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   const std::span<float> grads = store_->all_grads();
-  // Under mpirun, the last micro-batch's backward hands each layer's
-  // gradients to the sums as soon as they are final (ParamStore's hook),
-  // from the end of the buffer down; the rest goes when the pass is done.
+  // Under mpirun, the last micro-batch's backward hands the gradients to
+  // the sums piece by piece as they become final (ParamStore's hook), from
+  // the end of the buffer down; the rest goes when the pass is done. The
+  // pieces are cut at the store's boundaries, the same on every rank.
   std::optional<OverlappedSum> sums;
+  std::vector<std::int64_t> cuts = store_->grads_boundaries();  // ascending
   std::int64_t unsummed = store_->numel();  // gradients [0, unsummed) not yet handed over
+  auto hand_over_from = [&](std::int64_t offset) {
+    while (!cuts.empty() && cuts.back() >= offset) {
+      sums->start(grads.subspan(static_cast<std::size_t>(cuts.back()), static_cast<std::size_t>(unsummed - cuts.back())));
+      unsummed = cuts.back();
+      cuts.pop_back();
+    }
+  };
   for (std::int64_t m = first; m < first + cfg_.grad_accumulation; ++m) {
     // Distinct dropout masks per micro-batch: the step counter advances by
     // micro-batch, so (step, micro) never repeats across the run.
@@ -151,11 +160,7 @@ StepStats Trainer::step(const MicroStep& fn) {
     const bool hand_over = group.size() > 1 && cfg_.allreduce_overlap && m + 1 == first + cfg_.grad_accumulation;
     if (hand_over) {
       sums.emplace(group, cfg_.allreduce);
-      store_->set_grads_final_hook([&](std::int64_t offset) {
-        if (offset >= unsummed) return;
-        sums->start(grads.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(unsummed - offset)));
-        unsummed = offset;
-      });
+      store_->set_grads_final_hook(hand_over_from);
     }
     struct Unhook {
       ParamStore* store;
@@ -170,6 +175,7 @@ StepStats Trainer::step(const MicroStep& fn) {
     // Every rank then holds the same gradients and loss, and so makes the
     // same decisions below (skip, clip, scale) and the same update.
     if (sums) {
+      hand_over_from(0);
       sums->start(grads.first(static_cast<std::size_t>(unsummed)));
       sums->wait();
     } else {

@@ -117,6 +117,12 @@ def job_of_every_model(tmp_path, kind):
         (tmp_path / "tiny.csv").write_text("text,label\n" + "".join(f"{pos[r % 2]},pos\n{neg[r % 2]},neg\n" for r in range(16)))
         return ["--source", "csv", "--data", str(tmp_path / "tiny.csv"), "--tokenizer", "word", "--vocab-size", "64",
                 "--epochs", "2", "--batch", "8", "--max-len", "8", "--dropout", "0.1", *small]
+    if kind == "micro-batches left empty":
+        # 32 micro-batches a step (2 ranks x 16). 65 training rows: the epoch's last batch holds one example, in
+        # micro-batch 31, so rank 0 runs no backward in its last micro-batch and must still sum the same pieces.
+        (tmp_path / "rows.csv").write_text("text,label\n" + "".join(f"word{r} good,pos\nword{r} bad,neg\n" for r in range(46)))
+        return ["--source", "csv", "--data", str(tmp_path / "rows.csv"), "--tokenizer", "word", "--vocab-size", "128",
+                "--epochs", "2", "--batch", "32", "--grad-accumulation", "16", "--max-len", "8", *small]
     if kind == "language model":
         (tmp_path / "text.txt").write_text("call me ishmael. some years ago never mind how long precisely. " * 20)
         return ["--preset", "moby-dick", "--data", str(tmp_path / "text.txt"), "--steps", "4", "--max-len", "32", *small]
@@ -137,8 +143,8 @@ def job_of_every_model(tmp_path, kind):
     return ["--preset", "cmudict", "--data", str(tmp_path / "dict.txt"), "--epochs", "2", "--batch", "32", *small]
 
 
-@pytest.mark.parametrize("kind", ["sequence task", "text classifier", "language model", "vision transformer",
-                                  "encoder-decoder"])
+@pytest.mark.parametrize("kind", ["sequence task", "text classifier", "micro-batches left empty", "language model",
+                                  "vision transformer", "encoder-decoder"])
 def test_summing_each_layer_beside_the_backward_pass_changes_no_bit(tmp_path, kind):
     # With the ordered sum every element is summed in rank order however the buffer is cut, so handing each
     # layer's gradients over as soon as its backward is done must give the bits of summing after the pass:
