@@ -143,8 +143,10 @@ StepStats Trainer::step(const MicroStep& fn) {
   // the sums piece by piece as they become final (ParamStore's hook), from
   // the end of the buffer down; the rest goes when the pass is done. The
   // pieces are cut at the store's boundaries, the same on every rank.
+  const bool overlap = group.size() > 1 && cfg_.allreduce_overlap;
   std::optional<OverlappedSum> sums;
-  std::vector<std::int64_t> cuts = store_->grads_boundaries();  // ascending
+  std::vector<std::int64_t> cuts;  // ascending
+  if (overlap) cuts = store_->grads_boundaries();
   std::int64_t unsummed = store_->numel();  // gradients [0, unsummed) not yet handed over
   auto hand_over_from = [&](std::int64_t offset) {
     while (!cuts.empty() && cuts.back() >= offset) {
@@ -157,7 +159,7 @@ StepStats Trainer::step(const MicroStep& fn) {
     // Distinct dropout masks per micro-batch: the step counter advances by
     // micro-batch, so (step, micro) never repeats across the run.
     ctx.step = static_cast<std::uint64_t>(step_ * micro + m);
-    const bool hand_over = group.size() > 1 && cfg_.allreduce_overlap && m + 1 == first + cfg_.grad_accumulation;
+    const bool hand_over = overlap && m + 1 == first + cfg_.grad_accumulation;
     if (hand_over) {
       sums.emplace(group, cfg_.allreduce);
       store_->set_grads_final_hook(hand_over_from);
