@@ -32,11 +32,13 @@ Bf16Path cpu_bf16_path() {
 }
 
 // One cached primitive per product shape. alpha and beta are part of the
-// shape: they become an output scale and a sum post-op.
+// shape: they become an output scale and a sum post-op; so is whether a
+// bias row is added (oneDNN's bias argument, fp32, one value per column).
 struct MatmulKey {
   std::int64_t M, N, K, lda, ldb, ldc;
   bool ta, tb;
   float alpha, beta;
+  bool bias = false;
   bool operator==(const MatmulKey&) const = default;
 };
 
@@ -49,14 +51,14 @@ struct MatmulKeyHash {
     std::memcpy(&a, &k.alpha, 4);
     std::memcpy(&b, &k.beta, 4);
     mix((std::uint64_t{a} << 32) | b);
-    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u));
+    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.bias ? 4u : 0u));
     return h;
   }
 };
 
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;  // bias: (1, N), or empty
   std::size_t scratchpad_bytes = 0;
 };
 
@@ -89,7 +91,10 @@ std::shared_ptr<const Matmul> create_matmul(const MatmulKey& k) {
     ops.append_sum(k.beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m->a, m->b, m->c), attr, cpu_engine());
+  if (k.bias) m->bias = dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+  const dnnl::matmul::primitive_desc pd(
+      k.bias ? dnnl::matmul::desc(m->a, m->b, m->bias, m->c) : dnnl::matmul::desc(m->a, m->b, m->c), attr,
+      cpu_engine());
   m->scratchpad_bytes = pd.scratchpad_desc().get_size();
   m->primitive = dnnl::matmul(pd);
   return m;
@@ -116,7 +121,7 @@ std::shared_ptr<const Matmul> cached_matmul(const MatmulKey& k) {
 // would cost about as much as the product.
 struct BoundMatmul {
   std::shared_ptr<const Matmul> matmul;
-  dnnl::memory a, b, c, scratchpad;
+  dnnl::memory a, b, c, bias, scratchpad;
   std::unordered_map<int, dnnl::memory> args;
 };
 
@@ -128,6 +133,10 @@ BoundMatmul bind(const MatmulKey& k) {
   bm.b = dnnl::memory(bm.matmul->b, engine, nullptr);
   bm.c = dnnl::memory(bm.matmul->c, engine, nullptr);
   bm.args = {{DNNL_ARG_SRC, bm.a}, {DNNL_ARG_WEIGHTS, bm.b}, {DNNL_ARG_DST, bm.c}};
+  if (k.bias) {
+    bm.bias = dnnl::memory(bm.matmul->bias, engine, nullptr);
+    bm.args.emplace(DNNL_ARG_BIAS, bm.bias);
+  }
   if (bm.matmul->scratchpad_bytes > 0) {
     bm.scratchpad = dnnl::memory(dnnl::memory::desc({static_cast<dnnl::memory::dim>(bm.matmul->scratchpad_bytes)},
                                                     dnnl::memory::data_type::u8, dnnl::memory::format_tag::x),
@@ -137,7 +146,7 @@ BoundMatmul bind(const MatmulKey& k) {
   return bm;
 }
 
-void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C) {
+void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C, const float* bias = nullptr) {
   thread_local std::unordered_map<MatmulKey, BoundMatmul, MatmulKeyHash> bound;
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<std::uint8_t> scratchpad;
@@ -151,6 +160,7 @@ void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C
   bm.a.set_data_handle(const_cast<BF16*>(A));
   bm.b.set_data_handle(const_cast<BF16*>(B));
   bm.c.set_data_handle(C);
+  if (k.bias) bm.bias.set_data_handle(const_cast<float*>(bias));
   if (bm.matmul->scratchpad_bytes > 0) {
     if (scratchpad.size() < bm.matmul->scratchpad_bytes) scratchpad.resize(bm.matmul->scratchpad_bytes);
     bm.scratchpad.set_data_handle(scratchpad.data());
@@ -196,6 +206,20 @@ void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t 
   const float* a = rows_as_f32(A, lda, tra ? K : M, tra ? M : K, a_buf.data(), lda32);
   const float* b = rows_as_f32(B, ldb, trb ? N : K, trb ? K : N, b_buf.data(), ldb32);
   gemm(ta, tb, M, N, K, alpha, a, lda32, b, ldb32, beta, C, ldc);
+}
+
+void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
+                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K != 0 && bf16_path() != Bf16Path::kWiden) {
+    const StepProfileScope profile(StepPart::kGemm);
+    MatmulKey k{M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, 1.0f, 0.0f};
+    k.bias = true;
+    return onednn_gemm_bf16(k, A, B, C, bias);
+  }
+  // Rows seeded with the bias, the product added onto them.
+  for (std::int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
+  gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
 void gemm_bf16_ref(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,

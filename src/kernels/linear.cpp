@@ -54,8 +54,8 @@ Tensor bf16_weights(const float* W, std::int64_t rows, std::int64_t cols) {
 
 void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t ldx, const BF16* W, const float* b,
                          std::int64_t N, std::int64_t in, std::int64_t out) {
-  if (b != nullptr) seed_bias(y, ldy, b, N, out);
-  gemm_bf16(Trans::kNo, Trans::kYes, N, out, in, 1.0f, x, ldx, W, in, b != nullptr ? 1.0f : 0.0f, y, ldy);
+  if (b != nullptr) return gemm_bf16_bias(Trans::kNo, Trans::kYes, N, out, in, x, ldx, W, in, b, y, ldy);
+  gemm_bf16(Trans::kNo, Trans::kYes, N, out, in, 1.0f, x, ldx, W, in, 0.0f, y, ldy);
 }
 
 void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,

@@ -46,7 +46,7 @@ AdamW::AdamW(const ParamStore& store, const AdamWConfig& cfg)
   check<ConfigError>(cfg.eps > 0 && cfg.weight_decay >= 0, "AdamW eps must be positive and weight_decay >= 0");
 }
 
-void AdamW::step(ParamStore& store, double lr) {
+void AdamW::step(ParamStore& store, double lr, float grad_scale) {
   ++steps_;
   const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
   const float decay = static_cast<float>(1.0 - lr * cfg_.weight_decay);
@@ -62,9 +62,10 @@ void AdamW::step(ParamStore& store, double lr) {
   const std::int64_t n = store.numel();
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))
   for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale;
     p[i] *= decay;
-    m[i] = m[i] * b1 + g[i] * (1.0f - b1);
-    v[i] = v[i] * b2 + g[i] * g[i] * (1.0f - b2);
+    m[i] = m[i] * b1 + gi * (1.0f - b1);
+    v[i] = v[i] * b2 + gi * gi * (1.0f - b2);
     p[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
   }
 }
@@ -90,7 +91,7 @@ Sgd::Sgd(const ParamStore& store, const SgdConfig& cfg) : cfg_(cfg), buf_({store
                      "Nesterov momentum requires a momentum and zero dampening");
 }
 
-void Sgd::step(ParamStore& store, double lr) {
+void Sgd::step(ParamStore& store, double lr, float grad_scale) {
   const bool first = steps_ == 0;
   ++steps_;
   const float mu = static_cast<float>(cfg_.momentum), damp = static_cast<float>(1.0 - cfg_.dampening);
@@ -102,7 +103,9 @@ void Sgd::step(ParamStore& store, double lr) {
   const std::int64_t n = store.numel();
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))
   for (std::int64_t i = 0; i < n; ++i) {
-    float d = g[i] + wd * p[i];
+    // An explicit fma keeps g * grad_scale a rounded product of its own, as
+    // when the buffer is clipped first (the compiler may not fuse it).
+    float d = std::fma(wd, p[i], g[i] * grad_scale);
     if (momentum) {
       buf[i] = first ? d : mu * buf[i] + damp * d;
       d = nesterov ? d + mu * buf[i] : buf[i];

@@ -5,6 +5,8 @@
 #include <numbers>
 #include <vector>
 
+#include <hwy/highway.h>
+
 #include "multihead/core/error.h"
 
 namespace multihead {
@@ -29,29 +31,69 @@ double LrSchedule::lr_at(std::int64_t step) const {
   return min_lr + (base_lr - min_lr) * shape;
 }
 
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Sum of x[i]^2 over a chunk, in double: floats widened lane by lane, four
+// accumulators so the adds do not wait on each other.
+double sum_of_squares(const float* x, std::size_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;  // as many floats as doubles
+  const std::size_t N = hn::Lanes(dd);
+  auto a0 = hn::Zero(dd), a1 = hn::Zero(dd), a2 = hn::Zero(dd), a3 = hn::Zero(dd);
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto v0 = hn::PromoteTo(dd, hn::LoadU(df, x + i));
+    const auto v1 = hn::PromoteTo(dd, hn::LoadU(df, x + i + N));
+    const auto v2 = hn::PromoteTo(dd, hn::LoadU(df, x + i + 2 * N));
+    const auto v3 = hn::PromoteTo(dd, hn::LoadU(df, x + i + 3 * N));
+    a0 = hn::MulAdd(v0, v0, a0), a1 = hn::MulAdd(v1, v1, a1);
+    a2 = hn::MulAdd(v2, v2, a2), a3 = hn::MulAdd(v3, v3, a3);
+  }
+  double s = hn::GetLane(hn::SumOfLanes(dd, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+// The chunks are fixed, so the norm does not depend on the thread count.
+constexpr std::size_t kNormChunk = 1 << 14;
+
+}  // namespace
+
 double global_grad_norm(std::span<const float> grads) {
-  constexpr std::size_t kChunk = 1 << 14;
-  const std::size_t chunks = (grads.size() + kChunk - 1) / kChunk;
+  const std::size_t chunks = (grads.size() + kNormChunk - 1) / kNormChunk;
   std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 4)
   for (std::size_t c = 0; c < chunks; ++c) {
-    double s = 0;
-    const std::size_t end = std::min(grads.size(), (c + 1) * kChunk);
-    for (std::size_t i = c * kChunk; i < end; ++i) s += static_cast<double>(grads[i]) * grads[i];
-    partial[c] = s;
+    const std::size_t begin = c * kNormChunk;
+    partial[c] = sum_of_squares(grads.data() + begin, std::min(grads.size(), begin + kNormChunk) - begin);
   }
   double total = 0;
   for (double s : partial) total += s;
   return std::sqrt(total);
 }
 
-double clip_grad_norm(std::span<float> grads, double max_norm) {
+double global_grad_norm_ref(std::span<const float> grads) {
+  double s = 0;
+  for (float g : grads) s += static_cast<double>(g) * g;
+  return std::sqrt(s);
+}
+
+float clip_coefficient(double norm, double max_norm) {
   check<ConfigError>(max_norm > 0, "gradient clipping norm must be positive, got {}", max_norm);
-  const double norm = global_grad_norm(grads);
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) {
-    const float c = static_cast<float>(coef);
-    for (float& g : grads) g *= c;
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+double clip_grad_norm(std::span<float> grads, double max_norm) {
+  const double norm = global_grad_norm(grads);
+  const float c = clip_coefficient(norm, max_norm);
+  if (c != 1.0f) {
+    const std::int64_t n = static_cast<std::int64_t>(grads.size());
+    float* g = grads.data();
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (std::int64_t i = 0; i < n; ++i) g[i] *= c;
   }
   return norm;
 }

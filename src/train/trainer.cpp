@@ -211,8 +211,7 @@ StepStats Trainer::step(const MicroStep& fn) {
   }
   {
     const StepProfileScope profile(StepPart::kOptimizer);
-    s.grad_norm = cfg_.clip_grad_norm > 0 ? clip_grad_norm(store_->all_grads(), cfg_.clip_grad_norm)
-                                          : global_grad_norm(store_->all_grads());
+    s.grad_norm = global_grad_norm(store_->all_grads());
   }
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     check<Error>(cfg_.on_nonfinite == NonFinite::kSkip,
@@ -224,7 +223,7 @@ StepStats Trainer::step(const MicroStep& fn) {
   skipped_in_a_row_ = 0;
   {
     const StepProfileScope profile(StepPart::kOptimizer);
-    opt_->step(*store_, s.lr);
+    opt_->step(*store_, s.lr, cfg_.clip_grad_norm > 0 ? clip_coefficient(s.grad_norm, cfg_.clip_grad_norm) : 1.0f);
   }
   ++step_;
   report_memory();

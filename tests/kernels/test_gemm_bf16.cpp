@@ -103,6 +103,30 @@ TEST_P(Bf16Paths, EmptyProducts) {
   check_case({0, 6, 4, Trans::kNo, Trans::kNo, 1.0f, 0.0f});
 }
 
+// The bias row added by the product equals the reference plus the bias, for
+// every transpose, an empty product (the bias alone) and a reused primitive.
+TEST_P(Bf16Paths, AddsABiasRowToEveryRow) {
+  const Trans no = Trans::kNo, yes = Trans::kYes;
+  for (Trans ta : {no, yes})
+    for (Trans tb : {no, yes})
+      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {13, 65, 31}, {300, 40, 96}, {300, 40, 96}, {5, 6, 0}}) {
+        const Case g{M, N, K, ta, tb, 1.0f, 0.0f};
+        Rng rng(static_cast<std::uint64_t>(M * 7 + N + K));
+        Operand A(ta == yes ? K : M, ta == yes ? M : K, rng), B(tb == yes ? N : K, tb == yes ? K : N, rng);
+        std::vector<float> bias(N);
+        for (float& b : bias) b = rng.normal();
+        const std::int64_t ldc = N + 2;
+        std::vector<float> c(M * ldc, 7.0f), expected(M * ldc, 7.0f);
+        for (std::int64_t i = 0; i < M; ++i)
+          for (std::int64_t j = 0; j < N; ++j) c[i * ldc + j] = NAN, expected[i * ldc + j] = bias[j];
+        gemm_bf16_ref(ta, tb, M, N, K, 1.0f, A.data.data(), A.ld, B.data.data(), B.ld, 1.0f, expected.data(), ldc);
+        gemm_bf16_bias(ta, tb, M, N, K, A.data.data(), A.ld, B.data.data(), B.ld, bias.data(), c.data(), ldc);
+        const double atol = 1e-5 * (1.0 + std::sqrt(static_cast<double>(K)));
+        EXPECT_TRUE(test::all_close(std::span<const float>(c), std::span<const float>(expected), atol, 1e-5))
+            << describe(g);  // the padding, 7 in both, is compared too
+      }
+}
+
 // The same shape twice reuses the cached primitive, from several threads at once.
 TEST_P(Bf16Paths, CachedPrimitivesInsideAParallelRegion) {
   check_case({96, 72, 40, Trans::kNo, Trans::kYes, 1.0f, 1.0f});

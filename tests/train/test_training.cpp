@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 
 #include "multihead/core/allocator.h"
 #include "multihead/io/atomic_file.h"
@@ -350,12 +351,12 @@ TEST(Optimizers, SgdMomentumFollowsPyTorch) {
   Sgd opt(store, c);
   // Step 1: d = g + wd p = (0.5 + 0.1, 0.25 - 0.2); buf = d; p -= lr buf.
   store.all_grads()[0] = 0.5f, store.all_grads()[1] = 0.25f;
-  opt.step(store, 0.1);
+  opt.step(store, 0.1, 1.0f);
   EXPECT_NEAR(store.all_data()[0], 1.0 - 0.1 * 0.6, 1e-6);
   EXPECT_NEAR(store.all_data()[1], -2.0 - 0.1 * 0.05, 1e-6);
   // Step 2: buf = 0.9 buf + d.
   const double p0 = store.all_data()[0];
-  opt.step(store, 0.1);
+  opt.step(store, 0.1, 1.0f);
   EXPECT_NEAR(store.all_data()[0], p0 - 0.1 * (0.9 * 0.6 + (0.5 + 0.1 * p0)), 1e-6);
 }
 
@@ -369,7 +370,7 @@ TEST(Optimizers, AdamWFirstStepMovesByLearningRate) {
   AdamWConfig c;
   c.weight_decay = 0.0;
   AdamW opt(store, c);
-  opt.step(store, 0.01);
+  opt.step(store, 0.01, 1.0f);
   EXPECT_NEAR(store.all_data()[0], 0.99, 1e-6);
   EXPECT_NEAR(store.all_data()[1], 1.01, 1e-4);  // eps matters a little at |g| = 1e-3
   EXPECT_EQ(store.all_data()[2], 1.0f);
@@ -399,6 +400,62 @@ TEST(Clipping, ScalesToTheMaxNorm) {
   std::vector<float> small = {0.3f, 0.4f};
   clip_grad_norm(small, 1.0);
   EXPECT_EQ(small[0], 0.3f);  // under the limit: untouched
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0f);
+  EXPECT_FLOAT_EQ(clip_coefficient(5.0, 1.0), static_cast<float>(1.0 / (5.0 + 1e-6)));
+  EXPECT_THROW(clip_coefficient(5.0, 0.0), ConfigError);
+}
+
+TEST(Clipping, TheNormMatchesItsReferenceAtEveryLengthAndScale) {
+  // Lengths around the vector width, the four-accumulator stride and the
+  // 16 Ki chunks; values from 1e-30 to 1e30 (squares beyond float's range).
+  Rng rng(7);
+  for (std::size_t n : {0, 1, 7, 16, 63, 64, 65, 1000, 16383, 16384, 16385, 100003}) {
+    for (double scale : {1e-30, 1.0, 1e30}) {
+      std::vector<float> g(n);
+      for (float& x : g) x = static_cast<float>(scale * (rng.uniform() * 2.0 - 1.0));
+      const double ref = global_grad_norm_ref(g), fast = global_grad_norm(g);
+      EXPECT_NEAR(fast, ref, 1e-10 * ref) << "n " << n << " scale " << scale;
+    }
+  }
+  std::vector<float> g(70000, 1.0f);
+  g[40000] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(global_grad_norm(g)));
+  g[40000] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isinf(global_grad_norm(g)));
+}
+
+TEST(Clipping, FoldedIntoTheUpdateItGivesTheBitsOfClippingFirst) {
+  // The trainer hands clip_coefficient to the optimizer instead of scaling
+  // the buffer: the same products, so the same parameters to the bit.
+  for (const bool adamw : {true, false}) {
+    auto run = [&](bool folded) {
+      ParamStore store;
+      store.add("w", {1000});
+      store.finalize();
+      Rng rng(3);
+      for (float& p : store.all_data()) p = static_cast<float>(rng.uniform() - 0.5);
+      std::unique_ptr<Optimizer> opt;
+      if (adamw) {
+        opt = std::make_unique<AdamW>(store, AdamWConfig{});
+      } else {
+        SgdConfig c;
+        c.momentum = 0.9, c.weight_decay = 0.01;
+        opt = std::make_unique<Sgd>(store, c);
+      }
+      for (int step = 0; step < 3; ++step) {
+        for (float& g : store.all_grads()) g = static_cast<float>(3.0 * (rng.uniform() - 0.5));
+        if (folded) {
+          opt->step(store, 0.01, clip_coefficient(global_grad_norm(store.all_grads()), 1.0));
+        } else {
+          clip_grad_norm(store.all_grads(), 1.0);
+          opt->step(store, 0.01, 1.0f);
+        }
+      }
+      return std::vector<float>(store.all_data().begin(), store.all_data().end());
+    };
+    const auto first = run(false), folded = run(true);
+    EXPECT_EQ(std::memcmp(first.data(), folded.data(), first.size() * sizeof(float)), 0) << (adamw ? "AdamW" : "SGD");
+  }
 }
 
 TEST(CrossEntropy, MatchesPyTorchWithSmoothingAndIgnoreIndex) {

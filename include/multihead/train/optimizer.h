@@ -16,8 +16,10 @@ namespace multihead {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update with learning rate lr, from the gradients in the store.
-  virtual void step(ParamStore& store, double lr) = 0;
+  // One update with learning rate lr, from the gradients in the store, each
+  // read as fl(g * grad_scale): gradient clipping folded into the update's
+  // pass (grad_scale 1 reads them as they are).
+  virtual void step(ParamStore& store, double lr, float grad_scale) = 0;
   std::int64_t steps() const { return steps_; }
   virtual std::int64_t state_bytes() const = 0;
   // State as tensors named "optimizer.<slot>.<parameter name>", plus the
@@ -38,7 +40,7 @@ struct AdamWConfig {
 class AdamW : public Optimizer {
  public:
   AdamW(const ParamStore& store, const AdamWConfig& cfg);
-  void step(ParamStore& store, double lr) override;
+  void step(ParamStore& store, double lr, float grad_scale) override;
   void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
   void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
   std::int64_t state_bytes() const override { return static_cast<std::int64_t>(m_.nbytes() + v_.nbytes()); }
@@ -58,7 +60,7 @@ struct SgdConfig {
 class Sgd : public Optimizer {
  public:
   Sgd(const ParamStore& store, const SgdConfig& cfg);
-  void step(ParamStore& store, double lr) override;
+  void step(ParamStore& store, double lr, float grad_scale) override;
   void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
   void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
   std::int64_t state_bytes() const override { return static_cast<std::int64_t>(buf_.nbytes()); }

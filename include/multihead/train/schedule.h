@@ -26,10 +26,20 @@ struct LrSchedule {
   double lr_at(std::int64_t step) const;
 };
 
-// torch.nn.utils.clip_grad_norm_: scales grads by max_norm / (norm + 1e-6)
-// when the global L2 norm exceeds max_norm. Returns the norm before clipping.
-// The sum runs in fixed chunks, so it does not depend on the thread count.
-double clip_grad_norm(std::span<float> grads, double max_norm);
+// The global L2 norm of the gradients, summed in double over fixed chunks
+// (so it does not depend on the thread count); _ref is the plain loop it is
+// tested against.
 double global_grad_norm(std::span<const float> grads);
+double global_grad_norm_ref(std::span<const float> grads);
+
+// torch.nn.utils.clip_grad_norm_'s factor: max_norm / (norm + 1e-6) when the
+// norm exceeds max_norm, else 1. Training hands it to the optimizer, which
+// scales each gradient as it reads it (one pass over memory, the same bits
+// as scaling the buffer first).
+float clip_coefficient(double norm, double max_norm);
+
+// torch.nn.utils.clip_grad_norm_: scales grads in place by clip_coefficient.
+// Returns the norm before clipping.
+double clip_grad_norm(std::span<float> grads, double max_norm);
 
 }  // namespace multihead
