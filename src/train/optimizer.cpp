@@ -103,8 +103,8 @@ void Sgd::step(ParamStore& store, double lr, float grad_scale) {
   const std::int64_t n = store.numel();
 #pragma omp parallel for simd schedule(static) if (n > (1 << 16))
   for (std::int64_t i = 0; i < n; ++i) {
-    // An explicit fma keeps g * grad_scale a rounded product of its own, as
-    // when the buffer is clipped first (the compiler may not fuse it).
+    // g * grad_scale rounded on its own, as when the buffer is clipped
+    // first: the explicit fma leaves the compiler no add to fuse it into.
     float d = std::fma(wd, p[i], g[i] * grad_scale);
     if (momentum) {
       buf[i] = first ? d : mu * buf[i] + damp * d;
