@@ -222,6 +222,8 @@ StepStats Trainer::step(const MicroStep& fn) {
   }
   skipped_in_a_row_ = 0;
   {
+    // Clipping is a factor the optimizer applies as it reads each gradient:
+    // no pass of its own over the buffer.
     const StepProfileScope profile(StepPart::kOptimizer);
     opt_->step(*store_, s.lr, cfg_.clip_grad_norm > 0 ? clip_coefficient(s.grad_norm, cfg_.clip_grad_norm) : 1.0f);
   }
