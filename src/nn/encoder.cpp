@@ -33,8 +33,7 @@ TransformerEncoder::TransformerEncoder(ParamStore& store, const std::string& pre
     : store_(&store) {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   for (std::int64_t i = 0; i < num_layers; ++i) {
-    first_offset_.push_back(store.numel());
-    store.add_grads_boundary(store.numel());
+    first_offset_.push_back(store.add_grads_boundary());
     layers_.push_back(
         std::make_unique<TransformerEncoderLayer>(store, prefix + "layers." + std::to_string(i) + ".", cfg));
   }
@@ -118,8 +117,7 @@ TransformerDecoder::TransformerDecoder(ParamStore& store, const std::string& pre
     : store_(&store) {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   for (std::int64_t i = 0; i < num_layers; ++i) {
-    first_offset_.push_back(store.numel());
-    store.add_grads_boundary(store.numel());
+    first_offset_.push_back(store.add_grads_boundary());
     layers_.push_back(
         std::make_unique<TransformerDecoderLayer>(store, prefix + "layers." + std::to_string(i) + ".", cfg));
   }

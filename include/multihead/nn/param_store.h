@@ -58,13 +58,17 @@ class ParamStore {
   // layers in order, then its heads, while backward runs the other way: so
   // once layer i's backward is done, no later part of the pass writes a
   // gradient at or after layer i's first parameter. The layer stacks
-  // declare those offsets as they are built (add_grads_boundary) and say
-  // when the pass reaches one (grads_final_from); data-parallel training
-  // sums the gradients between boundaries over the ranks while the pass
+  // declare those offsets as they are built (add_grads_boundary, called
+  // before a layer adds its parameters, returns the offset its first one
+  // gets) and say when the pass reaches one (grads_final_from); data-parallel
+  // training sums the gradients between boundaries over the ranks while the pass
   // goes on (train/trainer.cpp). The boundaries, not the calls, cut the
   // buffer, so every rank sums the same pieces even where one runs no
   // backward (an empty micro-batch).
-  void add_grads_boundary(std::int64_t offset) { grads_boundaries_.push_back(offset); }
+  std::int64_t add_grads_boundary() {
+    grads_boundaries_.push_back(total_);
+    return total_;
+  }
   // Ascending, 0 and numel() excluded.
   std::vector<std::int64_t> grads_boundaries() const;
   void set_grads_final_hook(std::function<void(std::int64_t offset)> hook) { grads_final_hook_ = std::move(hook); }
