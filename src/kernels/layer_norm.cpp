@@ -3,8 +3,13 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <type_traits>
+#include <vector>
+
+#include "multihead/core/error.h"
+#include "multihead/kernels/half.h"
 
 namespace multihead {
 namespace {
@@ -82,6 +87,49 @@ void backward_row(float* dx, const float* dy, const float* x, float m, float rs,
   for (; i < d; ++i) dx[i] = rs * (g_tail(i) - sum_g * inv_d - (x[i] - m) * rs * sum_gx * inv_d);
 }
 
+// Parameter gradients reduce over rows: dgamma += sum_n g * xhat, dbeta +=
+// sum_n g, with x_at(i) and g_at(i) reading element i = n * d + j. Each
+// column's sum runs over the rows in order, so the result does not depend
+// on the thread count; columns go kCols at a time (a cache line of floats),
+// so that every line of x and dy is read once. One column at a time read
+// each line kCols times, from beyond the caches.
+template <typename T, typename X, typename G>
+void parameter_grads(T* dgamma, T* dbeta, const T* mean, const T* rstd, std::int64_t N, std::int64_t d, X&& x_at,
+                     G&& g_at) {
+  constexpr std::int64_t kCols = 16;
+#pragma omp parallel for schedule(static) if (N * d > (1 << 16))
+  for (std::int64_t i0 = 0; i0 < d; i0 += kCols) {
+    const std::int64_t w = std::min(kCols, d - i0);
+    T sg[kCols] = {}, sb[kCols] = {};
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t at = n * d + i0;
+      const T m = mean[n], r = rstd[n];
+      // A constant trip count for full blocks lets the compiler keep the
+      // 16 sums in vector registers: 1.0 against 1.8 ms (8192 x 256).
+      if (w == kCols) {
+        for (std::int64_t j = 0; j < kCols; ++j) {
+          const T g = g_at(at + j);
+          sg[j] += g * ((x_at(at + j) - m) * r), sb[j] += g;
+        }
+      } else {
+        for (std::int64_t j = 0; j < w; ++j) {
+          const T g = g_at(at + j);
+          sg[j] += g * ((x_at(at + j) - m) * r), sb[j] += g;
+        }
+      }
+    }
+    for (std::int64_t j = 0; j < w; ++j) {
+      if (dgamma) dgamma[i0 + j] += sg[j];
+      if (dbeta) dbeta[i0 + j] += sb[j];
+    }
+  }
+}
+
+// A stored value as fp32, inline: the column sums read one at a time.
+inline float stored_value(float v) { return v; }
+inline float stored_value(BF16 v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v.bits) << 16); }
+inline float stored_value(F16 v) { return f16_to_float(v.bits); }
+
 }  // namespace
 
 template <typename T>
@@ -140,33 +188,79 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
       dxr[i] = rstd[n] * (g - sum_g * inv_d - xh * sum_gx * inv_d);
     }
   }
-  // Parameter gradients reduce over rows. Each column's sum runs over the rows
-  // in order, so the result does not depend on the thread count; columns go
-  // kCols at a time (a cache line of floats), so that every line of x and dy
-  // is read once. One column at a time read each line kCols times, from
-  // beyond the caches.
+  if (dgamma || dbeta)
+    parameter_grads(dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return x[at]; },
+                    [&](std::int64_t at) { return dy[at]; });
+}
+
+template <typename T>
+void residual_layer_norm_forward(float* y, float* mean, float* rstd, float* s, T* saved, const float* x,
+                                 const float* gamma, const float* beta, std::int64_t N, std::int64_t d, float eps,
+                                 const DropoutSpec& drop, bool write_sum) {
+  check(saved != nullptr || write_sum, "residual_layer_norm_forward: the sum must go somewhere for backward");
+#pragma omp parallel if (N * d > (1 << 16))
+  {
+    std::vector<float> row(write_sum ? 0 : static_cast<std::size_t>(d));  // h, when it is not written over s
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      float* h = write_sum ? s + n * d : row.data();
+      if (!write_sum) std::copy_n(s + n * d, d, h);
+      // The mask's stream index is the element's index in the tensor, as
+      // dropout over the whole tensor draws it.
+      if (drop.active()) dropout_inplace(h, d, static_cast<std::uint64_t>(n * d), drop);
+      const float* xr = x + n * d;
+      for (std::int64_t i = 0; i < d; ++i) h[i] += xr[i];
+      forward_row(y + n * d, mean[n], rstd[n], h, gamma, beta, d, eps);
+      if (saved) narrow(saved + n * d, h, d);
+    }
+  }
+}
+
+template <typename T>
+void residual_layer_norm_backward(float* dh, float* ds, float* dgamma, float* dbeta, const float* dy,
+                                  const float* dy_extra, const float* dh_extra, const T* h, const float* mean,
+                                  const float* rstd, const float* gamma, std::int64_t N, std::int64_t d,
+                                  const DropoutSpec& drop) {
+  constexpr bool kStoredF32 = std::is_same_v<T, float>;
+#pragma omp parallel if (N * d > (1 << 16))
+  {
+    // One row of the summed gradient and of h widened, in L1.
+    std::vector<float> g_row(dy_extra ? static_cast<std::size_t>(d) : 0);
+    std::vector<float> h_row(kStoredF32 ? 0 : static_cast<std::size_t>(d));
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float* g = dy + n * d;
+      if (dy_extra) {
+        const float* e = dy_extra + n * d;
+        for (std::int64_t i = 0; i < d; ++i) g_row[i] = g[i] + e[i];
+        g = g_row.data();
+      }
+      const float* hr;
+      if constexpr (kStoredF32) {
+        hr = h + n * d;
+      } else {
+        widen(h_row.data(), h + n * d, d);
+        hr = h_row.data();
+      }
+      float* dhr = dh + n * d;
+      backward_row(dhr, g, hr, mean[n], rstd[n], gamma, d);
+      if (dh_extra) {
+        const float* e = dh_extra + n * d;
+        for (std::int64_t i = 0; i < d; ++i) dhr[i] += e[i];
+      }
+      if (ds) {
+        std::copy_n(dhr, d, ds + n * d);
+        if (drop.active()) dropout_inplace(ds + n * d, d, static_cast<std::uint64_t>(n * d), drop);
+      }
+    }
+  }
   if (dgamma || dbeta) {
-    constexpr std::int64_t kCols = 16;
-#pragma omp parallel for schedule(static) if (N * d > (1 << 16))
-    for (std::int64_t i0 = 0; i0 < d; i0 += kCols) {
-      const std::int64_t w = std::min(kCols, d - i0);
-      T sg[kCols] = {}, sb[kCols] = {};
-      for (std::int64_t n = 0; n < N; ++n) {
-        const T* xr = x + n * d + i0;
-        const T* dyr = dy + n * d + i0;
-        const T m = mean[n], r = rstd[n];
-        // A constant trip count for full blocks lets the compiler keep the
-        // 16 sums in vector registers: 1.0 against 1.8 ms (8192 x 256).
-        if (w == kCols) {
-          for (std::int64_t j = 0; j < kCols; ++j) sg[j] += dyr[j] * ((xr[j] - m) * r), sb[j] += dyr[j];
-        } else {
-          for (std::int64_t j = 0; j < w; ++j) sg[j] += dyr[j] * ((xr[j] - m) * r), sb[j] += dyr[j];
-        }
-      }
-      for (std::int64_t j = 0; j < w; ++j) {
-        if (dgamma) dgamma[i0 + j] += sg[j];
-        if (dbeta) dbeta[i0 + j] += sb[j];
-      }
+    if (dy_extra) {
+      parameter_grads(dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return stored_value(h[at]); },
+                      [&](std::int64_t at) { return dy[at] + dy_extra[at]; });
+    } else {
+      parameter_grads(dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return stored_value(h[at]); },
+                      [&](std::int64_t at) { return dy[at]; });
     }
   }
 }
@@ -179,5 +273,17 @@ template void layer_norm_backward<float>(float*, float*, float*, const float*, c
                                          const float*, const float*, std::int64_t, std::int64_t);
 template void layer_norm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                           const double*, const double*, std::int64_t, std::int64_t);
+
+#define MULTIHEAD_INSTANTIATE(T)                                                                                   \
+  template void residual_layer_norm_forward<T>(float*, float*, float*, float*, T*, const float*, const float*,     \
+                                               const float*, std::int64_t, std::int64_t, float, const DropoutSpec&, \
+                                               bool);                                                               \
+  template void residual_layer_norm_backward<T>(float*, float*, float*, float*, const float*, const float*,         \
+                                                const float*, const T*, const float*, const float*, const float*,  \
+                                                std::int64_t, std::int64_t, const DropoutSpec&);
+MULTIHEAD_INSTANTIATE(float)
+MULTIHEAD_INSTANTIATE(BF16)
+MULTIHEAD_INSTANTIATE(F16)
+#undef MULTIHEAD_INSTANTIATE
 
 }  // namespace multihead

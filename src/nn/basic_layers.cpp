@@ -105,6 +105,45 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   return dx;
 }
 
+Tensor LayerNorm::forward_residual(Tensor& s, const Tensor& x, const DropoutSpec& drop, Precision p, bool keep_sum) {
+  const std::int64_t N = rows_of(s, d_, "LayerNorm");
+  expect_shape(x, s.shape(), "residual");
+  Tensor y = Tensor::empty(s.shape());
+  mean_ = Tensor::empty({N});
+  rstd_ = Tensor::empty({N});
+  const DType st = storage_dtype(p);
+  const bool write_sum = keep_sum || st == DType::kF32;
+  Tensor saved = st == DType::kF32 ? Tensor() : Tensor::empty(s.shape(), st);
+  visit_float_storage(st, [&](auto tag) {
+    using T = decltype(tag);
+    T* copy = saved.defined() ? saved.template data<T>() : nullptr;
+    residual_layer_norm_forward<T>(y.f32(), mean_.f32(), rstd_.f32(), s.f32(), copy, x.f32(), store_->data(w_),
+                                   store_->data(b_), N, d_, eps_, drop, write_sum);
+  });
+  if (saved.defined()) x_.keep(std::move(saved));
+  else x_.save(s, DType::kF32);
+  return y;
+}
+
+LayerNorm::ResidualGrads LayerNorm::backward_residual(const Tensor& dy, const Tensor* dy_extra, const Tensor* dh_extra,
+                                                      const DropoutSpec& drop) {
+  check(x_.defined(), "LayerNorm::backward_residual called without a preceding forward");
+  const std::int64_t N = rows_of(dy, d_, "LayerNorm gradient");
+  for (const Tensor* e : {dy_extra, dh_extra})
+    if (e) expect_shape(*e, dy.shape(), "LayerNorm gradient");
+  ResidualGrads g{Tensor::empty(dy.shape()), drop.active() ? Tensor::empty(dy.shape()) : Tensor()};
+  const Tensor& h = x_.stored();
+  visit_float_storage(h.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    residual_layer_norm_backward<T>(g.h.f32(), g.dropped.defined() ? g.dropped.f32() : nullptr, store_->grad(w_),
+                                    store_->grad(b_), dy.f32(), dy_extra ? dy_extra->f32() : nullptr,
+                                    dh_extra ? dh_extra->f32() : nullptr, h.template data<T>(), mean_.f32(),
+                                    rstd_.f32(), store_->data(w_), N, d_, drop);
+  });
+  clear_cache();  // backward consumes what forward saved
+  return g;
+}
+
 Dropout::Dropout(ParamStore& store, double p) : p_(p), site_(store.new_random_site()) {
   check<ConfigError>(p >= 0.0 && p <= 1.0, "dropout must be in [0, 1], got {}", p);
 }

@@ -10,6 +10,11 @@ void SavedTensor::save(const Tensor& x, DType storage) {
   else own_ = narrow_tensor(x, storage);
 }
 
+void SavedTensor::keep(Tensor stored) {
+  clear();
+  own_ = std::move(stored);
+}
+
 void SavedTensor::clear() {
   ref_ = nullptr;
   own_ = Tensor();

@@ -238,26 +238,19 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMaskArgs
     if (capture_) weights_ = std::move(o.weights);
     return std::move(o.output);
   };
+  // Each residual step (dropout, add, norm) runs as one pass: in fp32 h1_
+  // and h2_ become the sums the norms read in backward.
   if (!cfg_.norm_first) {
-    Tensor sa = attend(x);
-    dropout1_.forward_inplace(sa, ctx);
-    add_inplace(sa, x);
-    h1_ = std::move(sa);
-    y1_ = norm1_.forward(h1_, ctx.precision);
-    Tensor ff = ff_.forward(y1_, ctx);
-    dropout2_.forward_inplace(ff, ctx);
-    add_inplace(ff, y1_);
-    h2_ = std::move(ff);
-    Tensor out = norm2_.forward(h2_, ctx.precision);
+    h1_ = attend(x);
+    y1_ = norm1_.forward_residual(h1_, x, dropout1_.begin(ctx), ctx.precision, false);
+    h2_ = ff_.forward(y1_, ctx);
+    Tensor out = norm2_.forward_residual(h2_, y1_, dropout2_.begin(ctx), ctx.precision, false);
     release_saved(ctx);
     return out;
   }
   n1_ = norm1_.forward(x, ctx.precision);
-  Tensor sa = attend(n1_);
-  dropout1_.forward_inplace(sa, ctx);
-  add_inplace(sa, x);
-  h1_ = std::move(sa);
-  n2_ = norm2_.forward(h1_, ctx.precision);
+  h1_ = attend(n1_);
+  n2_ = norm2_.forward_residual(h1_, x, dropout1_.begin(ctx), ctx.precision, true);  // h1_ = x + dropout(sa)
   Tensor out = ff_.forward(n2_, ctx);
   dropout2_.forward_inplace(out, ctx);
   add_inplace(out, h1_);
@@ -301,20 +294,22 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
   Tensor scratch;
   Tensor dx;
   if (!cfg_.norm_first) {
-    Tensor dh2 = norm2_.backward(dy);
-    Tensor dy1 = ff_.backward(dropout2_.backward(dh2, scratch));
-    add_inplace(dy1, dh2);
-    dh2 = Tensor(), scratch = Tensor();
-    Tensor dh1 = norm1_.backward(dy1);
-    dy1 = Tensor();
-    dx = self_attn_.backward(dropout1_.backward(dh1, scratch)).query;
-    add_inplace(dx, dh1);
+    // y1 feeds the feed-forward block and the residual: their gradients
+    // are summed as norm1's backward reads them.
+    LayerNorm::ResidualGrads g2 = norm2_.backward_residual(dy, nullptr, nullptr, dropout2_.spec());
+    Tensor dy1 = ff_.backward(g2.s());
+    g2.dropped = Tensor();
+    LayerNorm::ResidualGrads g1 = norm1_.backward_residual(dy1, &g2.h, nullptr, dropout1_.spec());
+    dy1 = Tensor(), g2.h = Tensor();
+    dx = self_attn_.backward(g1.s()).query;
+    add_inplace(dx, g1.h);
   } else {
-    Tensor dh1 = norm2_.backward(ff_.backward(dropout2_.backward(dy, scratch)));
-    add_inplace(dh1, dy);
+    // h1 feeds norm2 and the residual: dy joins norm2's gradient of h1.
+    LayerNorm::ResidualGrads g1 =
+        norm2_.backward_residual(ff_.backward(dropout2_.backward(dy, scratch)), nullptr, &dy, dropout1_.spec());
     scratch = Tensor();
-    dx = norm1_.backward(self_attn_.backward(dropout1_.backward(dh1, scratch)).query);
-    add_inplace(dx, dh1);
+    dx = norm1_.backward(self_attn_.backward(g1.s()).query);
+    add_inplace(dx, g1.h);
   }
   clear_cache();
   return dx;
@@ -364,36 +359,22 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, c
                                         const AttentionMaskArgs& mm, const ForwardContext& ctx) {
   const MultiheadAttentionCall self_call = attention_call(cfg_, sm, ctx, self_site_);
   const MultiheadAttentionCall cross_call = attention_call(cfg_, mm, ctx, cross_site_);
+  // As in the encoder layer, each residual step runs as one pass.
   if (!cfg_.norm_first) {
-    Tensor sa = self_attn_.forward_self(x, sm.key_padding_mask, sm.attn_mask, self_call).output;
-    dropout1_.forward_inplace(sa, ctx);
-    add_inplace(sa, x);
-    h1_ = std::move(sa);
-    y1_ = norm1_.forward(h1_, ctx.precision);
-    Tensor ca = multihead_attn_.forward(y1_, memory, memory, mm.key_padding_mask, mm.attn_mask, cross_call).output;
-    dropout2_.forward_inplace(ca, ctx);
-    add_inplace(ca, y1_);
-    h2_ = std::move(ca);
-    y2_ = norm2_.forward(h2_, ctx.precision);
-    Tensor ff = ff_.forward(y2_, ctx);
-    dropout3_.forward_inplace(ff, ctx);
-    add_inplace(ff, y2_);
-    h3_ = std::move(ff);
-    Tensor out = norm3_.forward(h3_, ctx.precision);
+    h1_ = self_attn_.forward_self(x, sm.key_padding_mask, sm.attn_mask, self_call).output;
+    y1_ = norm1_.forward_residual(h1_, x, dropout1_.begin(ctx), ctx.precision, false);
+    h2_ = multihead_attn_.forward(y1_, memory, memory, mm.key_padding_mask, mm.attn_mask, cross_call).output;
+    y2_ = norm2_.forward_residual(h2_, y1_, dropout2_.begin(ctx), ctx.precision, false);
+    h3_ = ff_.forward(y2_, ctx);
+    Tensor out = norm3_.forward_residual(h3_, y2_, dropout3_.begin(ctx), ctx.precision, false);
     release_saved(ctx);
     return out;
   }
   n1_ = norm1_.forward(x, ctx.precision);
-  Tensor sa = self_attn_.forward_self(n1_, sm.key_padding_mask, sm.attn_mask, self_call).output;
-  dropout1_.forward_inplace(sa, ctx);
-  add_inplace(sa, x);
-  h1_ = std::move(sa);
-  n2_ = norm2_.forward(h1_, ctx.precision);
-  Tensor ca = multihead_attn_.forward(n2_, memory, memory, mm.key_padding_mask, mm.attn_mask, cross_call).output;
-  dropout2_.forward_inplace(ca, ctx);
-  add_inplace(ca, h1_);
-  h2_ = std::move(ca);
-  n3_ = norm3_.forward(h2_, ctx.precision);
+  h1_ = self_attn_.forward_self(n1_, sm.key_padding_mask, sm.attn_mask, self_call).output;
+  n2_ = norm2_.forward_residual(h1_, x, dropout1_.begin(ctx), ctx.precision, true);  // h1_ = x + dropout(sa)
+  h2_ = multihead_attn_.forward(n2_, memory, memory, mm.key_padding_mask, mm.attn_mask, cross_call).output;
+  n3_ = norm3_.forward_residual(h2_, h1_, dropout2_.begin(ctx), ctx.precision, true);  // h2_ = h1_ + dropout(ca)
   Tensor out = ff_.forward(n3_, ctx);
   dropout3_.forward_inplace(out, ctx);
   add_inplace(out, h2_);
@@ -445,29 +426,32 @@ TransformerDecoderLayer::Grads TransformerDecoderLayer::backward(const Tensor& d
   Grads g;
   // The memory feeds both key and value of the cross-attention.
   auto cross_backward = [&](const Tensor& d_out) {
-    MultiheadAttentionGrads c = multihead_attn_.backward(dropout2_.backward(d_out, scratch));
+    MultiheadAttentionGrads c = multihead_attn_.backward(d_out);
     g.memory = std::move(c.key);
     add_inplace(g.memory, c.value);
     return std::move(c.query);
   };
   if (!cfg_.norm_first) {
-    Tensor dh3 = norm3_.backward(dy);
-    Tensor dy2 = ff_.backward(dropout3_.backward(dh3, scratch));
-    add_inplace(dy2, dh3);
-    Tensor dh2 = norm2_.backward(dy2);
-    Tensor dy1 = cross_backward(dh2);
-    add_inplace(dy1, dh2);
-    Tensor dh1 = norm1_.backward(dy1);
-    g.x = self_attn_.backward(dropout1_.backward(dh1, scratch)).query;
-    add_inplace(g.x, dh1);
+    LayerNorm::ResidualGrads g3 = norm3_.backward_residual(dy, nullptr, nullptr, dropout3_.spec());
+    Tensor dy2 = ff_.backward(g3.s());
+    g3.dropped = Tensor();
+    LayerNorm::ResidualGrads g2 = norm2_.backward_residual(dy2, &g3.h, nullptr, dropout2_.spec());
+    dy2 = Tensor(), g3.h = Tensor();
+    Tensor dy1 = cross_backward(g2.s());
+    g2.dropped = Tensor();
+    LayerNorm::ResidualGrads g1 = norm1_.backward_residual(dy1, &g2.h, nullptr, dropout1_.spec());
+    dy1 = Tensor(), g2.h = Tensor();
+    g.x = self_attn_.backward(g1.s()).query;
+    add_inplace(g.x, g1.h);
     return g;
   }
-  Tensor dh2 = norm3_.backward(ff_.backward(dropout3_.backward(dy, scratch)));
-  add_inplace(dh2, dy);
-  Tensor dh1 = norm2_.backward(cross_backward(dh2));
-  add_inplace(dh1, dh2);
-  g.x = norm1_.backward(self_attn_.backward(dropout1_.backward(dh1, scratch)).query);
-  add_inplace(g.x, dh1);
+  LayerNorm::ResidualGrads g2 =
+      norm3_.backward_residual(ff_.backward(dropout3_.backward(dy, scratch)), nullptr, &dy, dropout2_.spec());
+  scratch = Tensor();
+  LayerNorm::ResidualGrads g1 = norm2_.backward_residual(cross_backward(g2.s()), nullptr, &g2.h, dropout1_.spec());
+  g2 = LayerNorm::ResidualGrads{};
+  g.x = norm1_.backward(self_attn_.backward(g1.s()).query);
+  add_inplace(g.x, g1.h);
   return g;
 }
 

@@ -7,6 +7,7 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/activations.h"
 #include "multihead/kernels/dropout.h"
+#include "multihead/kernels/half.h"
 #include "multihead/kernels/layer_norm.h"
 #include "test_util.h"
 
@@ -164,6 +165,93 @@ TEST(BiasActivationDropout, Bf16BackwardEqualsTheSeparateSteps) {
         ASSERT_EQ(dh, want) << n << "x" << F << " p " << p;
         ASSERT_EQ(db, want_db) << n << "x" << F;
         ASSERT_EQ(bits(got_b), bits(want_b)) << n << "x" << F;
+      }
+}
+
+// The residual step after a sublayer in one pass (dropout, residual add,
+// LayerNorm) equals the three kernels one after another, bit for bit, with
+// the sum saved in every storage type, written over s or not, small and
+// threaded sizes.
+template <typename T>
+void check_residual_forward(std::int64_t N, std::int64_t d, float p, bool write_sum, Rng& rng) {
+  std::vector<float> s(N * d), x(N * d), gamma(d), beta(d);
+  for (auto* v : {&s, &x, &gamma, &beta})
+    for (float& e : *v) e = rng.normal();
+  const DropoutSpec drop{p, 7, 8};
+  // The steps: s dropped in place, x added to it, the norm over the sum.
+  std::vector<float> h = s, want_y(N * d), want_mean(N), want_rstd(N);
+  if (drop.active()) dropout_inplace(h.data(), N * d, 0, drop);
+  for (std::int64_t i = 0; i < N * d; ++i) h[i] += x[i];
+  layer_norm_forward<float>(want_y.data(), want_mean.data(), want_rstd.data(), h.data(), gamma.data(), beta.data(), N,
+                            d, 1e-5f);
+  std::vector<T> want_saved(N * d), saved(N * d);
+  narrow(want_saved.data(), h.data(), N * d);
+
+  std::vector<float> y(N * d), mean(N), rstd(N), s_in = s;
+  residual_layer_norm_forward<T>(y.data(), mean.data(), rstd.data(), s_in.data(), saved.data(), x.data(), gamma.data(),
+                                 beta.data(), N, d, 1e-5f, drop, write_sum);
+  ASSERT_EQ(y, want_y) << N << "x" << d << " p " << p;
+  ASSERT_EQ(mean, want_mean);
+  ASSERT_EQ(rstd, want_rstd);
+  ASSERT_EQ(s_in, write_sum ? h : s) << "s holds the sum only when asked";
+  ASSERT_EQ(0, std::memcmp(saved.data(), want_saved.data(), sizeof(T) * saved.size()));
+}
+
+TEST(ResidualLayerNorm, ForwardEqualsDropoutAddAndNormBitForBit) {
+  Rng rng(8);
+  for (auto [N, d] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}, {64, 256}})
+    for (float p : {0.0f, 0.2f})
+      for (bool write_sum : {false, true}) {
+        check_residual_forward<float>(N, d, p, write_sum, rng);
+        check_residual_forward<BF16>(N, d, p, write_sum, rng);
+        check_residual_forward<F16>(N, d, p, write_sum, rng);
+      }
+}
+
+// Its backward equals the steps: the gradients summed at the norm's output
+// (post-norm) or input (pre-norm), the norm's backward on the saved sum
+// widened, and the same dropout mask on a copy.
+template <typename T>
+void check_residual_backward(std::int64_t N, std::int64_t d, float p, int extra, Rng& rng) {
+  std::vector<float> h32(N * d), dy(N * d), e(N * d), gamma(d), mean(N), rstd(N), y(N * d);
+  for (auto* v : {&h32, &dy, &e, &gamma})
+    for (float& v2 : *v) v2 = rng.normal();
+  std::vector<T> h(N * d);
+  narrow(h.data(), h32.data(), N * d);
+  std::vector<float> hw(N * d);
+  widen(hw.data(), h.data(), N * d);
+  layer_norm_forward<float>(y.data(), mean.data(), rstd.data(), hw.data(), gamma.data(), nullptr, N, d, 1e-5f);
+  const DropoutSpec drop{p, 9, 10};
+  const float* dy_extra = extra == 1 ? e.data() : nullptr;
+  const float* dh_extra = extra == 2 ? e.data() : nullptr;
+
+  std::vector<float> g = dy, want_dh(N * d), want_dgamma(d, 0.25f), want_dbeta(d, -0.25f);
+  if (dy_extra)
+    for (std::int64_t i = 0; i < N * d; ++i) g[i] += dy_extra[i];
+  layer_norm_backward<float>(want_dh.data(), want_dgamma.data(), want_dbeta.data(), g.data(), hw.data(), mean.data(),
+                             rstd.data(), gamma.data(), N, d);
+  if (dh_extra)
+    for (std::int64_t i = 0; i < N * d; ++i) want_dh[i] += dh_extra[i];
+  std::vector<float> want_ds = want_dh;
+  if (drop.active()) dropout_inplace(want_ds.data(), N * d, 0, drop);
+
+  std::vector<float> dh(N * d), ds(N * d), dgamma(d, 0.25f), dbeta(d, -0.25f);
+  residual_layer_norm_backward<T>(dh.data(), ds.data(), dgamma.data(), dbeta.data(), dy.data(), dy_extra, dh_extra,
+                                  h.data(), mean.data(), rstd.data(), gamma.data(), N, d, drop);
+  ASSERT_EQ(dh, want_dh) << N << "x" << d << " p " << p << " extra " << extra;
+  ASSERT_EQ(ds, want_ds);
+  ASSERT_EQ(dgamma, want_dgamma);
+  ASSERT_EQ(dbeta, want_dbeta);
+}
+
+TEST(ResidualLayerNorm, BackwardEqualsItsStepsBitForBit) {
+  Rng rng(9);
+  for (auto [N, d] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}, {64, 256}})
+    for (float p : {0.0f, 0.2f})
+      for (int extra : {0, 1, 2}) {
+        check_residual_backward<float>(N, d, p, extra, rng);
+        check_residual_backward<BF16>(N, d, p, extra, rng);
+        check_residual_backward<F16>(N, d, p, extra, rng);
       }
 }
 

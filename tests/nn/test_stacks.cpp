@@ -60,6 +60,64 @@ TEST(TransformerDecoderStack, GradientsOfTargetAndMemoryMatchFiniteDifferences) 
     EXPECT_NEAR(grads.memory.f32()[i], numeric(loss, mem, i), 3e-3 + 1e-2 * std::fabs(grads.memory.f32()[i])) << i;
 }
 
+// With dropout on, in training: each residual step's mask must reach the
+// gradient of its own sublayer. Encoder and decoder stacks, post- and
+// pre-norm; every input and parameter gradient checked by finite
+// differences in float (the masks depend only on the seed and step).
+// Every third input element and every 11th parameter are checked.
+class StackGradientsWithDropout : public ::testing::TestWithParam<bool> {};
+
+TEST_P(StackGradientsWithDropout, MatchFiniteDifferences) {
+  TransformerLayerConfig c = small_layer();
+  c.dropout = 0.3;
+  c.norm_first = GetParam();
+  c.activation = Activation::kGelu;  // smooth: no ReLU kink within the differences' step
+  ParamStore store;
+  TransformerEncoder enc(store, "encoder.", c, 2, true);
+  TransformerDecoder dec(store, "decoder.", c, 2, true);
+  store.finalize();
+  Rng rng(2);
+  enc.init(rng);
+  dec.init(rng);
+  Tensor src = random_tensor({2, 5, 8}, rng), tgt = random_tensor({2, 4, 8}, rng), g = random_tensor({2, 4, 8}, rng);
+  AttentionMaskArgs causal;
+  causal.causal = CausalAlign::kTopLeft;
+  ForwardContext ctx;
+  ctx.training = true;
+  ctx.seed = 5;
+  auto loss = [&] {
+    Tensor mem = enc.forward(src, {}, ctx);
+    Tensor out = dec.forward(tgt, mem, causal, {}, ctx);
+    double s = 0;
+    for (std::int64_t i = 0; i < out.numel(); ++i) s += double(out.f32()[i]) * g.f32()[i];
+    return s;
+  };
+  Tensor mem = enc.forward(src, {}, ctx);
+  dec.forward(tgt, mem, causal, {}, ctx);
+  auto dgrads = dec.backward(g);
+  Tensor dsrc = enc.backward(dgrads.memory);
+  const auto tol = [](float grad) { return 3e-3 + 1e-2 * std::fabs(grad); };
+  for (std::int64_t i = 0; i < tgt.numel(); i += 3)
+    EXPECT_NEAR(dgrads.x.f32()[i], numeric(loss, tgt, i), tol(dgrads.x.f32()[i])) << i;
+  for (std::int64_t i = 0; i < src.numel(); i += 3)
+    EXPECT_NEAR(dsrc.f32()[i], numeric(loss, src, i), tol(dsrc.f32()[i])) << i;
+  std::span<float> params = store.all_data(), grads = store.all_grads();
+  int checked = 0;
+  for (std::size_t i = 0; i < params.size(); i += 11, ++checked) {
+    const float keep = params[i];
+    params[i] = keep + 1e-2f;
+    const double up = loss();
+    params[i] = keep - 1e-2f;
+    const double down = loss();
+    params[i] = keep;
+    EXPECT_NEAR(grads[i], (up - down) / 2e-2, tol(grads[i])) << "parameter " << i;
+  }
+  EXPECT_GT(checked, 50);
+}
+
+INSTANTIATE_TEST_SUITE_P(PostAndPreNorm, StackGradientsWithDropout, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "PreNorm" : "PostNorm"; });
+
 TEST(Init, XavierUniformOnEveryMatrix) {
   ParamStore store;
   store.add("w", {64, 32});

@@ -46,6 +46,23 @@ class LayerNorm : public Module {
   Tensor forward(const Tensor& x, Precision p = Precision::kF32);  // as Linear::forward
   Tensor backward(const Tensor& dy);
 
+  // The step after a sublayer in one pass: y = LayerNorm(x + dropout(s)),
+  // the dropout drawn from `drop` over s as a whole (Dropout::begin). s
+  // becomes the sum h = x + dropout(s) when keep_sum or in fp32, where
+  // backward reads it (the caller then keeps s alive until backward, as
+  // forward's x); otherwise s is left as it was.
+  Tensor forward_residual(Tensor& s, const Tensor& x, const DropoutSpec& drop, Precision p, bool keep_sum);
+  // Its backward: h, the gradient of the sum, LayerNorm'(dy + dy_extra) +
+  // dh_extra (the extras may be null, see residual_layer_norm_backward); s,
+  // the gradient of the sublayer's output, dropout(h) with the same mask, or
+  // h itself when nothing was dropped.
+  struct ResidualGrads {
+    Tensor h, dropped;  // dropped: undefined when nothing was dropped
+    const Tensor& s() const { return dropped.defined() ? dropped : h; }
+  };
+  ResidualGrads backward_residual(const Tensor& dy, const Tensor* dy_extra, const Tensor* dh_extra,
+                                  const DropoutSpec& drop);
+
  private:
   ParamStore* store_;
   std::int64_t d_;

@@ -13,6 +13,8 @@ namespace multihead {
 class SavedTensor {
  public:
   void save(const Tensor& x, DType storage);
+  // Keeps a copy a kernel already wrote in the storage type.
+  void keep(Tensor stored);
   void clear();
   bool defined() const { return ref_ != nullptr || own_.defined(); }
   // The values as F32: the tensor itself, or a conversion made into scratch.
