@@ -17,6 +17,12 @@ Activation parse_activation(std::string_view name) {
 
 namespace {
 
+// Whether a stored value is above zero: for bf16, the bits of a positive
+// number (sign clear, not zero) without widening.
+inline bool is_positive(float v) { return v > 0.0f; }
+inline bool is_positive(double v) { return v > 0.0; }
+inline bool is_positive(BF16 v) { return v.bits != 0 && v.bits <= 0x7F80u; }  // up to +inf; not NaN
+
 // The element loops, without OpenMP: the fused kernels call them on rows and
 // segments inside their own parallel regions, where even a parallel construct
 // whose if clause is false would cost a team setup per call.
@@ -46,6 +52,12 @@ void backward_range(Activation a, T* dx, const T* dy, const T* x, std::int64_t n
   }
 }
 
+// relu_dropout_backward on n elements, without OpenMP.
+template <typename T, typename H>
+void relu_dropout_backward_range(T* dx, const T* dy, const H* hid, std::int64_t n, T ks) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = is_positive(hid[i]) ? dy[i] * ks : T(0);
+}
+
 // One row of bias_activation_dropout.
 template <typename T>
 void bias_activation_dropout_row(Activation a, T* h, T* p, const T* bias, std::int64_t F, const DropoutSpec& drop,
@@ -54,6 +66,12 @@ void bias_activation_dropout_row(Activation a, T* h, T* p, const T* bias, std::i
     for (std::int64_t j = 0; j < F; ++j) p[j] += bias[j];
   forward_range(a, h, p, F);
   if (drop.active()) dropout_inplace(h, F, base, drop);
+}
+
+// The dropout scale, as dropout_inplace computes it; 1 when nothing is dropped.
+template <typename T>
+T keep_scale(const DropoutSpec& drop) {
+  return drop.active() ? T(1) / (T(1) - static_cast<T>(drop.p)) : T(1);
 }
 
 // Elements per task of the element-wise passes over whole tensors.
@@ -78,6 +96,15 @@ void bias_activation_dropout(Activation a, T* hid, T* pre, const T* bias, std::i
 }
 
 template <typename T>
+void relu_dropout_backward(T* dx, const T* dy, const T* hid, std::int64_t n, const DropoutSpec& drop) {
+  const T ks = keep_scale<T>(drop);
+  if (n < kParallelFrom) return relu_dropout_backward_range(dx, dy, hid, n, ks);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t lo = 0; lo < n; lo += kChunk)
+    relu_dropout_backward_range(dx + lo, dy + lo, hid + lo, std::min(kChunk, n - lo), ks);
+}
+
+template <typename T>
 void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
   if (n < kParallelFrom) return backward_range(a, dx, dy, x, n);
 #pragma omp parallel for schedule(static)
@@ -94,14 +121,15 @@ void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, fl
     for (std::int64_t r = 0; r < n; ++r) {
       float* p = pre + r * F;
       bias_activation_dropout_row(a, hid.data(), p, bias, F, drop, base + static_cast<std::uint64_t>(r * F));
-      narrow(pre_out + r * F, p, F);
+      if (pre_out) narrow(pre_out + r * F, p, F);
       narrow(hid_out + r * F, hid.data(), F);
     }
   }
 }
 
-void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* pre, float* db, std::int64_t n,
-                                      std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
+void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db,
+                                      std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
+  const float ks = keep_scale<float>(drop);
   // Threads take blocks of columns down every row, so each column's sum
   // runs in row order, as a separate pass over the rows would.
   constexpr std::int64_t kCols = 128;
@@ -112,9 +140,13 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
     float x[kCols];
     for (std::int64_t r = 0; r < n; ++r) {
       float* g = dh + r * F + c0;
-      if (drop.active()) dropout_inplace(g, w, base + static_cast<std::uint64_t>(r * F + c0), drop);
-      widen(x, pre + r * F + c0, w);
-      backward_range(a, g, g, x, w);
+      if (a == Activation::kRelu) {
+        relu_dropout_backward_range(g, g, saved + r * F + c0, w, ks);  // saved: hid
+      } else {
+        if (drop.active()) dropout_inplace(g, w, base + static_cast<std::uint64_t>(r * F + c0), drop);
+        widen(x, saved + r * F + c0, w);  // saved: pre
+        backward_range(a, g, g, x, w);
+      }
       if (db != nullptr)
         for (std::int64_t j = 0; j < w; ++j) db[c0 + j] += g[j];
       narrow(dpre + r * F + c0, g, w);
@@ -128,6 +160,8 @@ template void bias_activation_dropout<float>(Activation, float*, float*, const f
                                              const DropoutSpec&, std::uint64_t);
 template void bias_activation_dropout<double>(Activation, double*, double*, const double*, std::int64_t, std::int64_t,
                                               const DropoutSpec&, std::uint64_t);
+template void relu_dropout_backward<float>(float*, const float*, const float*, std::int64_t, const DropoutSpec&);
+template void relu_dropout_backward<double>(double*, const double*, const double*, std::int64_t, const DropoutSpec&);
 template void activation_backward<float>(Activation, float*, const float*, const float*, std::int64_t);
 template void activation_backward<double>(Activation, double*, const double*, const double*, std::int64_t);
 

@@ -125,7 +125,9 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   const DType st = storage_dtype(ctx.precision);
   const DropoutSpec& drop = dropout_.begin(ctx);
   x_.save(x, st);
-  pre_ = Tensor::empty({N, F}, st);
+  // relu's backward reads hid (relu_dropout_backward): pre is kept for gelu only.
+  const bool keep_pre = act_ != Activation::kRelu;
+  pre_ = keep_pre ? Tensor::empty({N, F}, st) : Tensor();
   hid_ = Tensor::empty({N, F}, st);
   Tensor y = Tensor::empty(x.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
@@ -133,25 +135,28 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   visit_float_storage(st, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
-    // pre and hid blocks in fp32; in bf16 compute only pre's.
-    Tensor buf = kHalf ? Tensor::empty({wb.active() ? 1 : 2, std::min(rows, N), F}) : Tensor();
+    // fp32 blocks: pre, unless it is kept in fp32; hid in 16-bit storage
+    // without bf16 products.
+    const bool pre_in_buf = kHalf || !keep_pre, hid_in_buf = kHalf && !wb.active();
+    const std::int64_t blocks = (pre_in_buf ? 1 : 0) + (hid_in_buf ? 1 : 0);
+    Tensor buf = blocks > 0 ? Tensor::empty({blocks, std::min(rows, N), F}) : Tensor();
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
-      float* pre = kHalf ? buf.f32() : pre_.f32() + r0 * F;  // (n, F)
+      float* pre = pre_in_buf ? buf.f32() : pre_.f32() + r0 * F;  // (n, F)
       // The bias joins the activation and dropout in one pass over the block.
       const std::uint64_t base = static_cast<std::uint64_t>(r0 * F);  // of the block in the dropout stream
       if (wb.active()) {
         // pre and hid go to memory in bf16 only; the next product reads hid_ itself.
         linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
-        bias_activation_dropout_bf16(act_, hid_.data<BF16>() + r0 * F, pre_.data<BF16>() + r0 * F, pre,
-                                     linear1_.bias_data(), n, F, drop, base);
+        bias_activation_dropout_bf16(act_, hid_.data<BF16>() + r0 * F, keep_pre ? pre_.data<BF16>() + r0 * F : nullptr,
+                                     pre, linear1_.bias_data(), n, F, drop, base);
         linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
                             d);
       } else {
-        float* hid = kHalf ? buf.f32() + n * F : hid_.f32() + r0 * F;  // (n, F)
+        float* hid = hid_in_buf ? buf.f32() + (pre_in_buf ? n * F : 0) : hid_.f32() + r0 * F;  // (n, F)
         linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
         bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, base);
-        store_block<T>(pre_, r0, n, F, pre);
+        if (keep_pre) store_block<T>(pre_, r0, n, F, pre);
         store_block<T>(hid_, r0, n, F, hid);
         linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
       }
@@ -162,14 +167,15 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
 
 Tensor FeedForward::backward(const Tensor& dy) {
   check(x_.defined(), "FeedForward::backward called without a preceding forward");
-  const std::int64_t d = linear1_.in(), F = linear1_.out(), N = pre_.dim(0), rows = ff_block_rows(F);
+  const std::int64_t d = linear1_.in(), F = linear1_.out(), N = hid_.dim(0), rows = ff_block_rows(F);
   expect_shape(dy, x_.stored().shape(), "feed-forward gradient");
   const DropoutSpec& drop = dropout_.spec();
   Tensor dx = Tensor::empty(dy.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
   float *gw1 = store_->grad(linear1_.weight()), *gw2 = store_->grad(linear2_.weight());
-  const BF16Weights wb(pre_.dtype(), w1, w2, d, F);
-  visit_float_storage(pre_.dtype(), [&](auto tag) {
+  const BF16Weights wb(hid_.dtype(), w1, w2, d, F);
+  const bool relu = act_ == Activation::kRelu;
+  visit_float_storage(hid_.dtype(), [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
     const std::int64_t nb = std::min(rows, N);
@@ -184,16 +190,21 @@ Tensor FeedForward::backward(const Tensor& dy) {
         // dh goes through dropout and the activation and is rounded for the products in one pass.
         linear_backward_bf16(dh.f32(), F, false, gw2, linear2_.bias_grad(), dyr, d, hid_.data<BF16>() + r0 * F, F,
                              wb.w2(), n, F, d);
-        activation_dropout_backward_bf16(act_, dpre.data<BF16>(), dh.f32(), pre_.data<BF16>() + r0 * F,
-                                         linear1_.bias_grad(), n, F, drop, base);
+        const BF16* saved = relu ? hid_.data<BF16>() + r0 * F : pre_.data<BF16>() + r0 * F;
+        activation_dropout_backward_bf16(act_, dpre.data<BF16>(), dh.f32(), saved, linear1_.bias_grad(), n, F, drop,
+                                         base);
         linear_backward_bf16_rounded(dx.f32() + r0 * d, d, false, gw1, dpre.data<BF16>(),
                                      x_.stored().data<BF16>() + r0 * d, d, wb.w1(), n, d, F);
       } else {
         const float* hid = block_f32<T>(hid_, r0, n, F, kHalf ? buf.f32() : nullptr);
         linear_backward(dh.f32(), F, false, gw2, linear2_.bias_grad(), dyr, d, hid, F, w2, n, F, d);
-        if (drop.active()) dropout_inplace(dh.f32(), n * F, base, drop);
-        const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() : nullptr);  // hid is read by now
-        activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
+        if (relu) {
+          relu_dropout_backward(dh.f32(), dh.f32(), hid, n * F, drop);
+        } else {
+          if (drop.active()) dropout_inplace(dh.f32(), n * F, base, drop);
+          const float* pre = block_f32<T>(pre_, r0, n, F, kHalf ? buf.f32() : nullptr);  // hid is read by now
+          activation_backward(act_, dh.f32(), dh.f32(), pre, n * F);
+        }
         const float* xr = block_f32<T>(x_.stored(), r0, n, d, kHalf ? buf.f32() + nb * F : nullptr);
         linear_backward(dx.f32() + r0 * d, d, false, gw1, linear1_.bias_grad(), dh.f32(), F, xr, d, w1, n, d, F);
       }

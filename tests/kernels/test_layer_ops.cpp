@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "multihead/core/threading.h"
 #include "multihead/kernels/activations.h"
@@ -140,19 +141,22 @@ TEST(BiasActivationDropout, InBf16EqualsTheFp32PassRounded) {
 
 // Its backward in one pass equals dropout, the activation's gradient at the
 // widened pre, the bias's column sums (same order: bit for bit) and rounding.
+// relu reads hid instead of pre: a (pre, hid) pair from the forward pass.
 TEST(BiasActivationDropout, Bf16BackwardEqualsTheSeparateSteps) {
   Rng rng(7);
   for (Activation a : {Activation::kRelu, Activation::kGelu})
     for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}, {64, 256}})
       for (float p : {0.0f, 0.2f}) {
-        std::vector<float> dh(n * F), pre_f(n * F), db(F);
+        std::vector<float> dh(n * F), pre_f(n * F), hid_f(n * F), db(F);
         for (float& v : dh) v = rng.normal();
         for (float& v : pre_f) v = rng.normal();
         for (float& v : db) v = rng.normal();
-        std::vector<BF16> pre(n * F);
-        narrow(pre.data(), pre_f.data(), n * F);
         const DropoutSpec drop{p, 5, 6};
         const std::uint64_t base = 29;
+        bias_activation_dropout(a, hid_f.data(), pre_f.data(), static_cast<const float*>(nullptr), n, F, drop, base);
+        std::vector<BF16> pre(n * F), hid(n * F);
+        narrow(pre.data(), pre_f.data(), n * F);
+        narrow(hid.data(), hid_f.data(), n * F);
         std::vector<float> want = dh, want_db = db, wide(n * F);
         if (drop.active()) dropout_inplace(want.data(), n * F, base, drop);
         widen(wide.data(), pre.data(), n * F);
@@ -161,11 +165,36 @@ TEST(BiasActivationDropout, Bf16BackwardEqualsTheSeparateSteps) {
           for (std::int64_t j = 0; j < F; ++j) want_db[j] += want[r * F + j];
         std::vector<BF16> want_b(n * F), got_b(n * F);
         narrow(want_b.data(), want.data(), n * F);
-        activation_dropout_backward_bf16(a, got_b.data(), dh.data(), pre.data(), db.data(), n, F, drop, base);
+        const BF16* saved = a == Activation::kRelu ? hid.data() : pre.data();
+        activation_dropout_backward_bf16(a, got_b.data(), dh.data(), saved, db.data(), n, F, drop, base);
         ASSERT_EQ(dh, want) << n << "x" << F << " p " << p;
         ASSERT_EQ(db, want_db) << n << "x" << F;
         ASSERT_EQ(bits(got_b), bits(want_b)) << n << "x" << F;
       }
+}
+
+// relu's backward from its output (dropout(relu(pre))) equals dropout then
+// relu's backward at pre, bit for bit, zeros, NaN and infinities included.
+TEST(ReluDropoutBackward, FromTheOutputEqualsDropoutThenReluAtPre) {
+  Rng rng(8);
+  for (std::int64_t n : {37, 100000})
+    for (float p : {0.0f, 0.3f}) {
+      std::vector<float> pre(n), hid(n), dy(n);
+      for (float& v : pre) v = rng.normal();
+      for (float& v : dy) v = rng.normal();
+      const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
+                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min()};
+      for (std::size_t i = 0; i < std::size(special); ++i) pre[i * 3] = special[i];
+      const DropoutSpec drop{p, 12, 13};
+      bias_activation_dropout(Activation::kRelu, hid.data(), pre.data(), static_cast<const float*>(nullptr), 1, n,
+                              drop, 0);
+      std::vector<float> want = dy, got(n);
+      if (drop.active()) dropout_inplace(want.data(), n, 0, drop);
+      activation_backward(Activation::kRelu, want.data(), want.data(), pre.data(), n);
+      relu_dropout_backward(got.data(), dy.data(), hid.data(), n, drop);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * n)) << n << " p " << p;
+    }
 }
 
 // The residual step after a sublayer in one pass (dropout, residual add,

@@ -32,11 +32,21 @@ void bias_activation_dropout(Activation a, T* hid, T* pre, const T* bias, std::i
 template <typename T>
 void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int64_t n);
 
+// relu followed by dropout, differentiated from its output alone: with
+// hid = dropout(relu(pre)), hid > 0 exactly where the unit was kept and pre
+// > 0 (a positive pre times 1/(1-p) >= 1 stays positive), so
+//   dpre = hid > 0 ? dhid / (1 - p) : 0     (dhid where nothing is dropped)
+// with the same rounding as dropout then relu's backward. pre need not be
+// kept. As torch's relu backward, which reads relu's result. dx may alias dy.
+template <typename T>
+void relu_dropout_backward(T* dx, const T* dy, const T* hid, std::int64_t n, const DropoutSpec& drop);
+
 // The feed-forward block's hidden layer when its activations are kept in
 // bf16 and its products run in bf16: bias_activation_dropout on the fp32
 // rows pre (n, F) as the first product left them, then pre and hid rounded
 // to bf16 into pre_out and hid_out (n, F), a row at a time, so the fp32 hid
-// never reaches memory. Equal to bias_activation_dropout and narrow.
+// never reaches memory. pre_out may be null (relu's backward reads hid).
+// Equal to bias_activation_dropout and narrow.
 void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, float* pre, const float* bias,
                                   std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
 
@@ -45,8 +55,9 @@ void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, fl
 // gets its column sums added (in row order; db may be null); dpre (n, F) is
 // it rounded to bf16 for the products. Equal to dropout_inplace,
 // activation_backward on the widened pre, the column sums and narrow; dh
-// holds the fp32 gradient of pre afterwards.
-void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* pre, float* db, std::int64_t n,
-                                      std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
+// holds the fp32 gradient of pre afterwards. For relu, `saved` is hid (as
+// relu_dropout_backward, no mask drawn); for gelu it is pre.
+void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db,
+                                      std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
 
 }  // namespace multihead

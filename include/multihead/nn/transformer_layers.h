@@ -65,7 +65,7 @@ class FeedForward {
   Linear linear1_, linear2_;  // the parameters; the block calls the kernels itself
   Dropout dropout_;
   SavedTensor x_;  // (N, d)
-  Tensor pre_;     // (N, F) linear1 output, before the activation, as stored
+  Tensor pre_;     // (N, F) linear1 output, before the activation, as stored; gelu only
   Tensor hid_;     // (N, F) after activation and dropout: linear2's input, as stored
 };
 
