@@ -21,11 +21,39 @@ void seed_bias(T* y, std::int64_t ldy, const T* b, std::int64_t N, std::int64_t 
     for (std::int64_t o = 0; o < out; ++o) y[n * ldy + o] = b[o];
 }
 
+// Calls f(o0, w) for blocks of kCols columns of an (N, out) matrix, in
+// parallel when it is large. Each column stays with one thread, so its sum
+// over the rows runs in row order: the same result on any thread count.
+constexpr std::int64_t kCols = 64;
+
+template <typename F>
+void for_column_blocks(std::int64_t N, std::int64_t out, F&& f) {
+  const std::int64_t blocks = (out + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (N * out >= (std::int64_t{1} << 16) && blocks > 1)
+  for (std::int64_t b = 0; b < blocks; ++b) f(b * kCols, std::min(kCols, out - b * kCols));
+}
+
 // db (out) += the column sums of dy (N, out).
 template <typename T>
 void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std::int64_t out) {
-  for (std::int64_t n = 0; n < N; ++n)
-    for (std::int64_t o = 0; o < out; ++o) db[o] += dy[n * lddy + o];
+  for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) {
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t o = o0; o < o0 + w; ++o) db[o] += dy[n * lddy + o];
+  });
+}
+
+// dyb (N, out) = dy rounded to bf16, packed, and db (out) += the column sums
+// of dy (db may be null): one pass over dy instead of two.
+void round_with_column_sums(BF16* dyb, float* db, const float* dy, std::int64_t lddy, std::int64_t N,
+                            std::int64_t out) {
+  for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) {
+    for (std::int64_t n = 0; n < N; ++n) {
+      const float* row = dy + n * lddy + o0;
+      if (db)
+        for (std::int64_t o = 0; o < w; ++o) db[o0 + o] += row[o];
+      narrow(dyb + n * out + o0, row, w);
+    }
+  });
 }
 
 }  // namespace
@@ -61,14 +89,12 @@ void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t
 void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                           std::int64_t lddy, const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N,
                           std::int64_t in, std::int64_t out) {
-  if (db != nullptr) add_column_sums(db, dy, lddy, N, out);
-  if (dx == nullptr && dW == nullptr) return;
-  Tensor dyb = Tensor::empty({N, out}, DType::kBF16);  // dy rounded, packed
-  if (lddy == out) {
-    to_bf16(dyb.data<BF16>(), dy, N * out);
-  } else {
-    for (std::int64_t n = 0; n < N; ++n) narrow(dyb.data<BF16>() + n * out, dy + n * lddy, out);
+  if (dx == nullptr && dW == nullptr) {
+    if (db != nullptr) add_column_sums(db, dy, lddy, N, out);
+    return;
   }
+  Tensor dyb = Tensor::empty({N, out}, DType::kBF16);  // dy rounded, packed
+  round_with_column_sums(dyb.data<BF16>(), db, dy, lddy, N, out);
   linear_backward_bf16_rounded(dx, lddx, accumulate_dx, dW, dyb.data<BF16>(), x, ldx, W, N, in, out);
 }
 

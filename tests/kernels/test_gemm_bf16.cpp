@@ -157,6 +157,35 @@ TEST_P(Bf16Paths, LinearKernelsEqualFp32OnTheRoundedValues) {
   EXPECT_TRUE(test::all_close(db1, db2, 0, 0));        // the bias gradient sums fp32 dy, unrounded
 }
 
+// Bias gradients are column sums, shared between threads by blocks of
+// columns: each column still sums its rows in order, the bits of the serial
+// loop, with dy's rows strided and the columns not a whole number of blocks.
+// The rounded dy the products read is the same rows rounded.
+TEST_P(Bf16Paths, BiasGradientsSumEachColumnInRowOrder) {
+  Rng rng(7);
+  const std::int64_t N = 300, in = 8, out = 301, lddy = out + 3;
+  Tensor x = test::random_tensor({N, in}, rng), w = test::random_tensor({out, in}, rng);
+  Tensor dy = test::random_tensor({N, lddy}, rng);
+  Tensor xb = narrow_tensor(x, DType::kBF16), wb = bf16_weights(w.f32(), out, in);
+  std::vector<float> want(out, 0.5f), db_bf16(out, 0.5f), db_f32(out, 0.5f);
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < out; ++o) want[o] += dy.f32()[n * lddy + o];
+  Tensor dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in});
+  linear_backward_bf16(dx1.f32(), in, false, dw1.f32(), db_bf16.data(), dy.f32(), lddy, xb.data<BF16>(), in,
+                       wb.data<BF16>(), N, in, out);
+  linear_backward<float>(nullptr, in, false, nullptr, db_f32.data(), dy.f32(), lddy, nullptr, in, nullptr, N, in, out);
+  EXPECT_EQ(db_bf16, want);
+  EXPECT_EQ(db_f32, want);
+  // dx and dW as fp32 products of the rounded values.
+  Tensor dyr({N, out});
+  for (std::int64_t n = 0; n < N; ++n)
+    for (std::int64_t o = 0; o < out; ++o) dyr.f32()[n * out + o] = bf16_to_float(float_to_bf16(dy.f32()[n * lddy + o]));
+  Tensor xr = widen_tensor(xb), wr = widen_tensor(wb);
+  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xr.f32(), in, wr.f32(), N, in, out);
+  EXPECT_TRUE(test::all_close(dx1, dx2, 1e-4, 1e-5));
+  EXPECT_TRUE(test::all_close(dw1, dw2, 1e-4, 1e-5));
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuAndWiden, Bf16Paths, ::testing::Values(false, true),
                          [](const auto& p) { return std::string(p.param ? "widen" : "cpu"); });
 
