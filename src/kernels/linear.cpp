@@ -33,13 +33,23 @@ void for_column_blocks(std::int64_t N, std::int64_t out, F&& f) {
   for (std::int64_t b = 0; b < blocks; ++b) f(b * kCols, std::min(kCols, out - b * kCols));
 }
 
-// db (out) += the column sums of dy (N, out).
+// db (out) += the column sums of dy (N, out), over columns [o0, o0 + w),
+// w <= kCols. The sums run in a local array (db may alias nothing the
+// compiler can see, and the loop vectorises), from db's values, in row order.
+template <typename T>
+void column_sums_block(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std::int64_t o0, std::int64_t w) {
+  T acc[kCols];
+  std::copy_n(db + o0, w, acc);
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T* row = dy + n * lddy + o0;
+    for (std::int64_t o = 0; o < w; ++o) acc[o] += row[o];
+  }
+  std::copy_n(acc, w, db + o0);
+}
+
 template <typename T>
 void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std::int64_t out) {
-  for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) {
-    for (std::int64_t n = 0; n < N; ++n)
-      for (std::int64_t o = o0; o < o0 + w; ++o) db[o] += dy[n * lddy + o];
-  });
+  for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) { column_sums_block(db, dy, lddy, N, o0, w); });
 }
 
 // dyb (N, out) = dy rounded to bf16, packed, and db (out) += the column sums
@@ -47,12 +57,15 @@ void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std:
 void round_with_column_sums(BF16* dyb, float* db, const float* dy, std::int64_t lddy, std::int64_t N,
                             std::int64_t out) {
   for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) {
+    float acc[kCols];
+    if (db) std::copy_n(db + o0, w, acc);
     for (std::int64_t n = 0; n < N; ++n) {
       const float* row = dy + n * lddy + o0;
       if (db)
-        for (std::int64_t o = 0; o < w; ++o) db[o0 + o] += row[o];
+        for (std::int64_t o = 0; o < w; ++o) acc[o] += row[o];
       narrow(dyb + n * out + o0, row, w);
     }
+    if (db) std::copy_n(acc, w, db + o0);
   });
 }
 
