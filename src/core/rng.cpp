@@ -41,7 +41,12 @@ std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter
 
 // Eight (AVX-512) or four (AVX2) blocks per vector: each 32-bit Philox word
 // sits in the low half of a 64-bit lane, where MulEven's 32x32->64-bit
-// multiply reads it.
+// multiply reads it. Lane 2k computes block g + k and lane 2k + 1 block
+// g + lanes/2 + k: with words 0 and 1 (and 2 and 3) then paired in one
+// 64-bit lane, InterleaveLower holds blocks g .. g + lanes/2 - 1 with their
+// words in order, InterleaveUpper the next lanes/2 blocks, and two vector
+// stores write the output (a scalar transpose cost as much as a third of
+// the rounds).
 void philox4x32_batch(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t first_lo,
                       std::uint32_t out[4 * kPhiloxBatch]) noexcept {
   namespace hn = hwy::HWY_NAMESPACE;
@@ -51,9 +56,13 @@ void philox4x32_batch(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t
   const auto low = hn::Set(d64, 0xFFFFFFFFull);
   const auto m0 = hn::Set(d32, kMul0), m1 = hn::Set(d32, kMul1);
   const auto hi_lo = hn::Set(d64, counter_hi & 0xFFFFFFFFull), hi_hi = hn::Set(d64, counter_hi >> 32);
+  constexpr bool kPairs = HWY_TARGET != HWY_SCALAR;  // whole 128-bit parts to interleave in
+  alignas(64) std::uint64_t offset[64];
+  for (std::size_t j = 0; j < lanes; ++j) offset[j] = kPairs ? j / 2 + (j % 2) * (lanes / 2) : j;
+  const auto lane_offset = hn::Load(d64, offset);
   alignas(64) std::uint64_t w[4][64];
   for (std::size_t g = 0; g < static_cast<std::size_t>(kPhiloxBatch); g += lanes) {
-    const auto lo = hn::Add(hn::Set(d64, first_lo + g), hn::Iota(d64, 0));
+    const auto lo = hn::Add(hn::Set(d64, first_lo + g), lane_offset);
     auto c0 = hn::And(lo, low), c1 = hn::ShiftRight<32>(lo), c2 = hi_lo, c3 = hi_hi;
     std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
     for (int r = 0; r < kRounds; ++r) {
@@ -68,13 +77,21 @@ void philox4x32_batch(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t
       k0 += kWeyl0;
       k1 += kWeyl1;
     }
-    hn::Store(c0, d64, w[0] + g);
-    hn::Store(c1, d64, w[1] + g);
-    hn::Store(c2, d64, w[2] + g);
-    hn::Store(c3, d64, w[3] + g);
+    if constexpr (kPairs) {
+      const auto w01 = hn::Or(c0, hn::ShiftLeft<32>(c1)), w23 = hn::Or(c2, hn::ShiftLeft<32>(c3));
+      auto* out64 = reinterpret_cast<std::uint64_t*>(out);  // block i: 64-bit words 2i, 2i + 1
+      hn::StoreU(hn::InterleaveLower(d64, w01, w23), d64, out64 + 2 * g);
+      hn::StoreU(hn::InterleaveUpper(d64, w01, w23), d64, out64 + 2 * g + lanes);
+    } else {
+      hn::Store(c0, d64, w[0] + g);
+      hn::Store(c1, d64, w[1] + g);
+      hn::Store(c2, d64, w[2] + g);
+      hn::Store(c3, d64, w[3] + g);
+    }
   }
-  for (int i = 0; i < kPhiloxBatch; ++i)
-    for (int lane = 0; lane < 4; ++lane) out[4 * i + lane] = static_cast<std::uint32_t>(w[lane][i]);
+  if constexpr (!kPairs)
+    for (int i = 0; i < kPhiloxBatch; ++i)
+      for (int lane = 0; lane < 4; ++lane) out[4 * i + lane] = static_cast<std::uint32_t>(w[lane][i]);
 }
 
 std::uint32_t Rng::next_u32() {
