@@ -73,9 +73,20 @@ void FeedForward::clear_cache() {
 
 namespace {
 
-// Rows per block: about 1 MiB of fp32 hidden activations per buffer, and at
-// least 64 rows so that each block's GEMMs still run at full speed.
-std::int64_t ff_block_rows(std::int64_t F) { return std::max<std::int64_t>(64, (std::int64_t{1} << 18) / F); }
+// Rows per block: about 1 MiB of fp32 hidden activations per buffer, at
+// least 64 rows. Each block's weight gradients are products over its rows
+// added into the (d, F) fp32 gradients, which are read and written once per
+// block, and oneDNN lays the weights out for its kernels on every call: once
+// a weight passes 1 MiB, blocks take at least 512 rows (up to 4 MiB per
+// buffer). Measured on the encoder benchmark (d 256): at F = 2048, 128-row
+// blocks ran the GEMMs about 15% slower in bf16 and 7% in fp32 than 512;
+// 1024 and 2048 rows gained nothing more; at F = 1024, 256 and 1024 rows
+// ran alike (docs/BENCHMARKS.md).
+std::int64_t ff_block_rows(std::int64_t d, std::int64_t F) {
+  const std::int64_t rows = std::max<std::int64_t>(64, (std::int64_t{1} << 18) / F);
+  if (d * F <= (std::int64_t{1} << 18)) return rows;
+  return std::max(rows, std::clamp<std::int64_t>((std::int64_t{1} << 20) / F, 64, 512));
+}
 
 // Rows [r0, r0 + n) of a (N, w) stored tensor as fp32: in place for F32,
 // else widened into buf.
@@ -121,7 +132,7 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   const std::int64_t d = linear1_.in(), F = linear1_.out();
   check<ShapeError>(x.ndim() >= 1 && x.dim(-1) == d, "feed-forward input has shape {}, expected (..., {})",
                     shape_str(x.shape()), d);
-  const std::int64_t N = x.numel() / d, rows = ff_block_rows(F);
+  const std::int64_t N = x.numel() / d, rows = ff_block_rows(d, F);
   const DType st = storage_dtype(ctx.precision);
   const DropoutSpec& drop = dropout_.begin(ctx);
   x_.save(x, st);
@@ -167,7 +178,7 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
 
 Tensor FeedForward::backward(const Tensor& dy) {
   check(x_.defined(), "FeedForward::backward called without a preceding forward");
-  const std::int64_t d = linear1_.in(), F = linear1_.out(), N = hid_.dim(0), rows = ff_block_rows(F);
+  const std::int64_t d = linear1_.in(), F = linear1_.out(), N = hid_.dim(0), rows = ff_block_rows(d, F);
   expect_shape(dy, x_.stored().shape(), "feed-forward gradient");
   const DropoutSpec& drop = dropout_.spec();
   Tensor dx = Tensor::empty(dy.shape());
