@@ -33,12 +33,14 @@ Bf16Path cpu_bf16_path() {
 
 // One cached primitive per product shape. alpha and beta are part of the
 // shape: they become an output scale and a sum post-op; so is whether a
-// bias row is added (oneDNN's bias argument, fp32, one value per column).
+// bias row is added (oneDNN's bias argument, fp32, one value per column),
+// and whether C is bf16 (rounded as the product writes it) or fp32.
 struct MatmulKey {
   std::int64_t M, N, K, lda, ldb, ldc;
   bool ta, tb;
   float alpha, beta;
   bool bias = false;
+  bool c_bf16 = false;
   bool operator==(const MatmulKey&) const = default;
 };
 
@@ -51,7 +53,7 @@ struct MatmulKeyHash {
     std::memcpy(&a, &k.alpha, 4);
     std::memcpy(&b, &k.beta, 4);
     mix((std::uint64_t{a} << 32) | b);
-    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.bias ? 4u : 0u));
+    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.bias ? 4u : 0u) | (k.c_bf16 ? 8u : 0u));
     return h;
   }
 };
@@ -80,7 +82,7 @@ std::shared_ptr<const Matmul> create_matmul(const MatmulKey& k) {
   auto m = std::make_shared<Matmul>();
   m->a = operand_desc(k.M, k.K, k.lda, k.ta, dt::bf16);
   m->b = operand_desc(k.K, k.N, k.ldb, k.tb, dt::bf16);
-  m->c = operand_desc(k.M, k.N, k.ldc, false, dt::f32);
+  m->c = operand_desc(k.M, k.N, k.ldc, false, k.c_bf16 ? dt::bf16 : dt::f32);
   dnnl::primitive_attr attr;
   // The caller's threads may run products side by side: each call brings its
   // own scratchpad rather than sharing the library's.
@@ -146,7 +148,7 @@ BoundMatmul bind(const MatmulKey& k) {
   return bm;
 }
 
-void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, float* C, const float* bias = nullptr) {
+void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, void* C, const float* bias = nullptr) {
   thread_local std::unordered_map<MatmulKey, BoundMatmul, MatmulKeyHash> bound;
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<std::uint8_t> scratchpad;
@@ -220,6 +222,23 @@ void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int
   // Rows seeded with the bias, the product added onto them.
   for (std::int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
   gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+}
+
+void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
+                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, BF16* C, std::int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K != 0 && bf16_path() != Bf16Path::kWiden) {
+    const StepProfileScope profile(StepPart::kGemm);
+    MatmulKey k{M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, 1.0f, 0.0f};
+    k.bias = bias != nullptr;
+    k.c_bf16 = true;
+    return onednn_gemm_bf16(k, A, B, C, bias);
+  }
+  // The fp32 product, then each row rounded.
+  std::vector<float> c32(static_cast<std::size_t>(M * N));
+  if (bias) gemm_bf16_bias(ta, tb, M, N, K, A, lda, B, ldb, bias, c32.data(), N);
+  else gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, c32.data(), N);
+  for (std::int64_t i = 0; i < M; ++i) narrow(C + i * ldc, c32.data() + i * N, N);
 }
 
 void gemm_bf16_ref(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,

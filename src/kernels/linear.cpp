@@ -99,6 +99,11 @@ void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t
   gemm_bf16(Trans::kNo, Trans::kYes, N, out, in, 1.0f, x, ldx, W, in, 0.0f, y, ldy);
 }
 
+void linear_forward_bf16(BF16* y, std::int64_t ldy, const BF16* x, std::int64_t ldx, const BF16* W, const float* b,
+                         std::int64_t N, std::int64_t in, std::int64_t out) {
+  gemm_bf16_bias(Trans::kNo, Trans::kYes, N, out, in, x, ldx, W, in, b, y, ldy);
+}
+
 void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                           std::int64_t lddy, const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N,
                           std::int64_t in, std::int64_t out) {

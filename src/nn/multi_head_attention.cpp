@@ -271,27 +271,38 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   const std::int64_t row0[3] = {0, E, E + KE};
   auto bias_part = [&](int i) { return b_in ? b_in + row0[i] : nullptr; };
   // In bf16 the products read the rounded inputs kept for backward.
-  auto project = [&](float* y, std::int64_t ldy, const Tensor& x, const SavedTensor& saved, const float* w,
-                     const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
-    if (computes_in_bf16(c.store))
-      linear_forward_stored<BF16>(y, ldy, saved.stored().data<BF16>(), in, w, b, N, in, out);
-    else linear_forward(y, ldy, x.f32(), in, w, b, N, in, out);
+  // Computing in bf16 without rotary positions (which turn the fp32
+  // projections), the products write Q, K and V rounded to bf16 directly:
+  // store_projections then has nothing to narrow.
+  const bool bf16_out = computes_in_bf16(c.store) && cfg_.positions != AttentionPositions::kRope;
+  const DType out_type = bf16_out ? DType::kBF16 : DType::kF32;
+  auto project = [&](Tensor& y, std::int64_t offset, std::int64_t ldy, const Tensor& x, const SavedTensor& saved,
+                     const float* w, const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
+    if (bf16_out) {
+      const Tensor wb = bf16_weights(w, out, in);
+      linear_forward_bf16(y.data<BF16>() + offset, ldy, saved.stored().data<BF16>(), in, wb.data<BF16>(), b, N, in,
+                          out);
+    } else if (computes_in_bf16(c.store)) {
+      linear_forward_stored<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, w, b, N, in, out);
+    } else {
+      linear_forward(y.f32() + offset, ldy, x.f32(), in, w, b, N, in, out);
+    }
   };
   if (c.self) {
-    c.qkv = Tensor::empty({B, L, PW});
-    project(c.qkv.f32(), PW, query, c.query, store_->data(in_proj_weight_), b_in, B * L, E, PW);
+    c.qkv = Tensor::empty({B, L, PW}, out_type);
+    project(c.qkv, 0, PW, query, c.query, store_->data(in_proj_weight_), b_in, B * L, E, PW);
     return;
   }
   const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
   const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
   const float* wv = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_);
-  c.q = Tensor::empty({B, L, E});
-  c.k = Tensor::empty({B, S, KE});
-  c.v = Tensor::empty({B, S, KE});
+  c.q = Tensor::empty({B, L, E}, out_type);
+  c.k = Tensor::empty({B, S, KE}, out_type);
+  c.v = Tensor::empty({B, S, KE}, out_type);
   const SavedTensor& saved_value = c.value.defined() ? c.value : c.key;
-  project(c.q.f32(), E, query, c.query, wq, bias_part(0), B * L, E, E);
-  project(c.k.f32(), KE, key, c.key, wk, bias_part(1), B * S, cfg_.key_dim(), KE);
-  project(c.v.f32(), KE, value, saved_value, wv, bias_part(2), B * S, cfg_.value_dim(), KE);
+  project(c.q, 0, E, query, c.query, wq, bias_part(0), B * L, E, E);
+  project(c.k, 0, KE, key, c.key, wk, bias_part(1), B * S, cfg_.key_dim(), KE);
+  project(c.v, 0, KE, value, saved_value, wv, bias_part(2), B * S, cfg_.value_dim(), KE);
 }
 
 void MultiheadAttention::add_positions(AttentionMasks<float>& masks) {
@@ -324,7 +335,8 @@ void MultiheadAttention::store_projections() {
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, B = c.dims.B, S = c.S_in;
   // 16-bit storage from here on: the projections are narrowed once, and the
   // kernels read them in 16 bits.
-  if (c.store != DType::kF32) {
+  const Tensor& first = c.self ? c.qkv : c.q;
+  if (c.store != DType::kF32 && first.dtype() == DType::kF32) {
     if (c.self) c.qkv = narrow_tensor(c.qkv, c.store);
     else c.q = narrow_tensor(c.q, c.store), c.k = narrow_tensor(c.k, c.store), c.v = narrow_tensor(c.v, c.store);
   }

@@ -127,6 +127,41 @@ TEST_P(Bf16Paths, AddsABiasRowToEveryRow) {
       }
 }
 
+// With a bf16 C the product writes each value rounded: the bits of the fp32
+// product (with its bias) rounded by narrow, padding untouched; and results
+// in bf16's subnormal range (scaled operands) come out as narrow rounds them
+// or as zero, never otherwise.
+TEST_P(Bf16Paths, WritesBf16RoundedAsTheFp32ProductThenNarrow) {
+  const Trans no = Trans::kNo, yes = Trans::kYes;
+  for (Trans tb : {no, yes})
+    for (bool with_bias : {false, true})
+      for (float scale : {1.0f, 1e-20f})
+        for (auto [M, N, K] : {std::tuple{1, 1, 1}, {13, 65, 31}, {300, 40, 96}}) {
+          Rng rng(static_cast<std::uint64_t>(M * 5 + N + K));
+          Operand A(M, K, rng), B(tb == yes ? N : K, tb == yes ? K : N, rng);
+          for (BF16& a : A.data) a.bits = float_to_bf16(bf16_to_float(a.bits) * scale);
+          for (BF16& b : B.data) b.bits = float_to_bf16(bf16_to_float(b.bits) * scale);
+          std::vector<float> bias(N);
+          for (float& b : bias) b = with_bias ? rng.normal() * scale * scale : 0.0f;
+          const std::int64_t ldc = N + 3;
+          std::vector<float> c32(M * N);
+          gemm_bf16_bias(no, tb, M, N, K, A.data.data(), A.ld, B.data.data(), B.ld, bias.data(), c32.data(), N);
+          std::vector<BF16> want(M * ldc, BF16{0x1234}), got(M * ldc, BF16{0x1234});
+          for (std::int64_t i = 0; i < M; ++i) narrow(want.data() + i * ldc, c32.data() + i * N, N);
+          gemm_bf16_bias(no, tb, M, N, K, A.data.data(), A.ld, B.data.data(), B.ld, with_bias ? bias.data() : nullptr,
+                         got.data(), ldc);
+          int flushed = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            if (got[i].bits == want[i].bits) continue;
+            const bool subnormal = (want[i].bits & 0x7F80u) == 0;  // exponent field zero
+            ASSERT_TRUE(subnormal && (got[i].bits & 0x7FFFu) == 0)
+                << "element " << i << ": " << got[i].bits << " against " << want[i].bits << " scale " << scale;
+            ++flushed;
+          }
+          if (scale == 1.0f) EXPECT_EQ(flushed, 0);
+        }
+}
+
 // The same shape twice reuses the cached primitive, from several threads at once.
 TEST_P(Bf16Paths, CachedPrimitivesInsideAParallelRegion) {
   check_case({96, 72, 40, Trans::kNo, Trans::kYes, 1.0f, 1.0f});

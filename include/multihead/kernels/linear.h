@@ -38,6 +38,10 @@ void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, fl
 // products, as the gradient of an autocast bf16 matmul is.
 void linear_forward_bf16(float* y, std::int64_t ldy, const BF16* x, std::int64_t ldx, const BF16* W, const float* b,
                          std::int64_t N, std::int64_t in, std::int64_t out);
+// y rounded to bf16 as the product writes it: for outputs that would only
+// be narrowed (the attention projections).
+void linear_forward_bf16(BF16* y, std::int64_t ldy, const BF16* x, std::int64_t ldx, const BF16* W, const float* b,
+                         std::int64_t N, std::int64_t in, std::int64_t out);
 void linear_backward_bf16(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                           std::int64_t lddy, const BF16* x, std::int64_t ldx, const BF16* W, std::int64_t N,
                           std::int64_t in, std::int64_t out);
