@@ -210,15 +210,27 @@ void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t 
   gemm(ta, tb, M, N, K, alpha, a, lda32, b, ldb32, beta, C, ldc);
 }
 
+namespace {
+
+// C = op(A) op(B) (+ bias on every row, when not null) on oneDNN, C fp32 or
+// bf16; false, doing nothing, where the products widen instead.
+bool onednn_product(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
+                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, void* C, std::int64_t ldc,
+                    bool c_bf16) {
+  if (K == 0 || bf16_path() == Bf16Path::kWiden) return false;
+  const StepProfileScope profile(StepPart::kGemm);
+  MatmulKey k{M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, 1.0f, 0.0f};
+  k.bias = bias != nullptr;
+  k.c_bf16 = c_bf16;
+  onednn_gemm_bf16(k, A, B, C, bias);
+  return true;
+}
+
+}  // namespace
+
 void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
                     std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K != 0 && bf16_path() != Bf16Path::kWiden) {
-    const StepProfileScope profile(StepPart::kGemm);
-    MatmulKey k{M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, 1.0f, 0.0f};
-    k.bias = true;
-    return onednn_gemm_bf16(k, A, B, C, bias);
-  }
+  if (M == 0 || N == 0 || onednn_product(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, false)) return;
   // Rows seeded with the bias, the product added onto them.
   for (std::int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
   gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
@@ -226,14 +238,7 @@ void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int
 
 void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
                     std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, BF16* C, std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K != 0 && bf16_path() != Bf16Path::kWiden) {
-    const StepProfileScope profile(StepPart::kGemm);
-    MatmulKey k{M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, 1.0f, 0.0f};
-    k.bias = bias != nullptr;
-    k.c_bf16 = true;
-    return onednn_gemm_bf16(k, A, B, C, bias);
-  }
+  if (M == 0 || N == 0 || onednn_product(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, true)) return;
   // The fp32 product, then each row rounded.
   std::vector<float> c32(static_cast<std::size_t>(M * N));
   if (bias) gemm_bf16_bias(ta, tb, M, N, K, A, lda, B, ldb, bias, c32.data(), N);
