@@ -68,12 +68,6 @@ void bias_activation_dropout_row(Activation a, T* h, T* p, const T* bias, std::i
   if (drop.active()) dropout_inplace(h, F, base, drop);
 }
 
-// The dropout scale, as dropout_inplace computes it; 1 when nothing is dropped.
-template <typename T>
-T keep_scale(const DropoutSpec& drop) {
-  return drop.active() ? T(1) / (T(1) - static_cast<T>(drop.p)) : T(1);
-}
-
 // Elements per task of the element-wise passes over whole tensors.
 constexpr std::int64_t kChunk = std::int64_t{1} << 14;
 constexpr std::int64_t kParallelFrom = std::int64_t{1} << 16;
@@ -97,7 +91,7 @@ void bias_activation_dropout(Activation a, T* hid, T* pre, const T* bias, std::i
 
 template <typename T>
 void relu_dropout_backward(T* dx, const T* dy, const T* hid, std::int64_t n, const DropoutSpec& drop) {
-  const T ks = keep_scale<T>(drop);
+  const T ks = dropout_scale<T>(drop);
   if (n < kParallelFrom) return relu_dropout_backward_range(dx, dy, hid, n, ks);
 #pragma omp parallel for schedule(static)
   for (std::int64_t lo = 0; lo < n; lo += kChunk)
@@ -129,7 +123,7 @@ void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, fl
 
 void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db,
                                       std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
-  const float ks = keep_scale<float>(drop);
+  const float ks = dropout_scale<float>(drop);
   // Threads take blocks of columns down every row, so each column's sum
   // runs in row order, as a separate pass over the rows would.
   constexpr std::int64_t kCols = 128;

@@ -84,7 +84,7 @@ bool dropout_keep_at(const DropoutSpec& spec, std::uint64_t index) {
 
 template <typename T>
 void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec) {
-  const T ks = spec.p < 1.0f ? T(1) / (T(1) - static_cast<T>(spec.p)) : T(0);
+  const T ks = dropout_scale<T>(spec);
   // Short spans (attention dropout, a row at a time inside the kernels'
   // parallel regions) run here: even a parallel construct whose if clause
   // is false costs a team setup, and there are millions of rows per step.

@@ -23,13 +23,6 @@ std::uint16_t float_to_bf16(float x) noexcept {
   return static_cast<std::uint16_t>(u >> 16);
 }
 
-float bf16_to_float(std::uint16_t b) noexcept {
-  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 // fp16: sign, 5 exponent bits (bias 15), 10 mantissa bits.
 std::uint16_t float_to_f16(float x) noexcept {
   std::uint32_t u;

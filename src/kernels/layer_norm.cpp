@@ -3,7 +3,6 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -125,9 +124,9 @@ void parameter_grads(T* dgamma, T* dbeta, const T* mean, const T* rstd, std::int
   }
 }
 
-// A stored value as fp32, inline: the column sums read one at a time.
+// A stored value as fp32: the column sums read one at a time.
 inline float stored_value(float v) { return v; }
-inline float stored_value(BF16 v) { return std::bit_cast<float>(static_cast<std::uint32_t>(v.bits) << 16); }
+inline float stored_value(BF16 v) { return bf16_to_float(v.bits); }
 inline float stored_value(F16 v) { return f16_to_float(v.bits); }
 
 }  // namespace

@@ -158,7 +158,9 @@ TEST_P(Bf16Paths, WritesBf16RoundedAsTheFp32ProductThenNarrow) {
                 << "element " << i << ": " << got[i].bits << " against " << want[i].bits << " scale " << scale;
             ++flushed;
           }
-          if (scale == 1.0f) EXPECT_EQ(flushed, 0);
+          if (scale == 1.0f) {
+            EXPECT_EQ(flushed, 0);
+          }
         }
 }
 

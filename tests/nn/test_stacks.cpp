@@ -116,7 +116,7 @@ TEST_P(StackGradientsWithDropout, MatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PostAndPreNorm, StackGradientsWithDropout, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "PreNorm" : "PostNorm"; });
+                         [](const auto& p) { return p.param ? "PreNorm" : "PostNorm"; });
 
 TEST(Init, XavierUniformOnEveryMatrix) {
   ParamStore store;

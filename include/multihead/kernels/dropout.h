@@ -21,6 +21,13 @@ struct DropoutSpec {
 // round(65536 p): r(i) below it drops element i (65536 drops everything).
 std::uint32_t dropout_threshold(float p);
 
+// The factor kept elements are scaled by, 1 / (1 - p) (1 when nothing is
+// dropped; 0 when everything is, where no element is kept).
+template <typename T>
+T dropout_scale(const DropoutSpec& spec) {
+  return spec.p < 1.0f ? T(1) / (T(1) - static_cast<T>(spec.p)) : T(0);
+}
+
 // The reference twin of the masks: whether element `index` of the stream is kept.
 bool dropout_keep_at(const DropoutSpec& spec, std::uint64_t index);
 

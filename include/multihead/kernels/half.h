@@ -5,6 +5,7 @@
 // where the CPU has it, integer SIMD for bf16).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -14,7 +15,9 @@
 namespace multihead {
 
 std::uint16_t float_to_bf16(float x) noexcept;
-float bf16_to_float(std::uint16_t b) noexcept;
+// bf16 is the top half of an fp32: widening is a shift (inline, for loops
+// that read one stored value at a time).
+inline float bf16_to_float(std::uint16_t b) noexcept { return std::bit_cast<float>(std::uint32_t{b} << 16); }
 std::uint16_t float_to_f16(float x) noexcept;
 float f16_to_float(std::uint16_t h) noexcept;
 
