@@ -9,6 +9,7 @@
 #include "multihead/core/step_profile.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
+#include "amx_tiles.h"
 #include "attention_tiles.h"
 #include "simd_rows.h"
 
@@ -57,6 +58,13 @@ struct KeyPlan {
       runs.back().n += nc;
       tiles.push_back({j0, nc, plan.elementwise, runs.size() - 1});
     }
+  }
+  bool elementwise() const {
+    return std::any_of(tiles.begin(), tiles.end(), [](const KeyTile& t) { return t.elementwise; });
+  }
+  // buf's scores times a, run by run.
+  void scale(float* buf, std::int64_t nr, float a) const {
+    for (const KeyRun& run : runs) simd::scale_row(buf + run.at, nr * run.n, a);
   }
   // The masks on the scores in buf, tile by tile where they apply elementwise.
   void apply_masks(const MaskGeometry& geo, float* buf, std::int64_t b, std::int64_t h, std::int64_t i0,
@@ -110,6 +118,81 @@ class Carver {
   float* at_;
 };
 
+// A head's keys or values as the right-hand side of the block products:
+// on AMX laid out once into tiles (amx_tiles.h) for products against their
+// transpose (Q K^T, dO V^T) or against themselves (P V, dS K); elsewhere
+// packed densely for oneDNN's matmul.
+struct HeadOperand {
+  // Which layouts a kernel needs of an operand.
+  struct Use {
+    bool transposed_tiles = false;  // for times_transposed on AMX
+    bool tiles = false;             // for times on AMX
+    bool dense = false;             // for oneDNN, either product
+  };
+
+  const BF16* dense = nullptr;    // (S, w), row stride w: oneDNN's operand
+  const BF16* tiles_t = nullptr;  // amx packing of this^T (w, S), or null
+  const BF16* tiles_n = nullptr;  // amx packing of this (S, w), or null
+  std::int64_t S = 0, w = 0;
+
+  // Values the layouts take, one after the other.
+  static std::int64_t size(Use u, std::int64_t S, std::int64_t w) {
+    return (u.transposed_tiles ? amx::packed_size(w, S) : 0) + (u.tiles ? amx::packed_size(S, w) : 0) +
+           (u.dense ? S * w : 0);
+  }
+  // src (S, w), row stride ld, laid out into buf.
+  static HeadOperand lay_out(Use u, BF16* buf, const BF16* src, std::int64_t ld, std::int64_t S, std::int64_t w) {
+    HeadOperand op{nullptr, nullptr, nullptr, S, w};
+    if (u.transposed_tiles) {
+      amx::pack_transposed(buf, src, ld, S, w);
+      op.tiles_t = buf;
+      buf += amx::packed_size(w, S);
+    }
+    if (u.tiles) {
+      amx::pack(buf, src, ld, S, w);
+      op.tiles_n = buf;
+      buf += amx::packed_size(S, w);
+    }
+    if (u.dense) {
+      pack_rows(buf, src, ld, S, w);
+      op.dense = buf;
+    }
+    return op;
+  }
+
+  // C (nr, n) = alpha A (nr, w) this[j0 : j0 + n]^T.
+  void times_transposed(float* C, const BF16* A, std::int64_t nr, std::int64_t j0, std::int64_t n, float alpha) const {
+    if (tiles_t) return amx::gemm(C, n, A, w, amx::part(tiles_t, w, 0, j0), nr, n, w, alpha, false);
+    gemm_bf16(Trans::kNo, Trans::kYes, nr, n, w, alpha, A, w, dense + j0 * w, w, 0.0f, C, n);
+  }
+  // C (nr, w) = A (nr, n) this[j0 : j0 + n], or C += that with accumulate.
+  void times(float* C, const BF16* A, std::int64_t nr, std::int64_t j0, std::int64_t n, bool accumulate) const {
+    if (tiles_n) return amx::gemm(C, w, A, n, amx::part(tiles_n, S, j0, 0), nr, w, n, 1.0f, accumulate);
+    gemm_bf16(Trans::kNo, Trans::kNo, nr, w, n, 1.0f, A, n, dense + j0 * w, w, accumulate ? 1.0f : 0.0f, C, w);
+  }
+};
+
+// The scores' scale: applied by the product (oneDNN's output scale), or on
+// AMX tiles by the softmax's row pass as it reads each row (the returned
+// factor), unless masks must add to scaled scores first: then by a pass of
+// its own.
+float place_scale(const KeyPlan& keys, float* buf, std::int64_t nr, float scale, bool on_tiles) {
+  if (!on_tiles) return 1.0f;
+  if (keys.elementwise() || !(scale > 0.0f)) {
+    keys.scale(buf, nr, scale);
+    return 1.0f;
+  }
+  return scale;
+}
+
+// Whether the block products run on AMX tiles: where the CPU has them and
+// key tiles start on the tile grid (32 keys).
+bool products_on_tiles(std::int64_t Bc) { return Bc % 32 == 0 && amx::usable(); }
+// Products against K or V themselves (P V, dS K; inner length: keys) take
+// tiles from this many keys on: at 256 keys oneDNN's matmul ran them as fast
+// or faster, at 1024 tiles were 4% faster (bench attention, AMX Xeon).
+constexpr std::int64_t kTilesFromKeys = 1024;
+
 }  // namespace
 
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
@@ -132,13 +215,19 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
                                   C::padded(C::bf16_floats(Br * d.D)) + C::padded(Br * d.Dv) + 2 * C::padded(Br) +
                                   C::padded(Br * d.D) + 2 * C::padded(Br * nb) + C::padded(d.Dv);
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
-  // Every head's K (S, D) and V (S, Dv), packed densely once for all its query blocks.
-  Tensor k_packed = Tensor::empty({d.B * d.H, d.S, d.D}, DType::kBF16);
-  Tensor v_packed = Tensor::empty({d.B * d.H, d.S, d.Dv}, DType::kBF16);
+  // Every head's K (S, D) and V (S, Dv), laid out once for all its query blocks.
+  const bool on_tiles = products_on_tiles(Bc), pv_on_tiles = on_tiles && d.S >= kTilesFromKeys;
+  const HeadOperand::Use k_use{on_tiles, false, !on_tiles}, v_use{false, pv_on_tiles, !pv_on_tiles};
+  const std::int64_t k_size = HeadOperand::size(k_use, d.S, d.D), v_size = HeadOperand::size(v_use, d.S, d.Dv);
+  Tensor k_packed = Tensor::empty({d.B * d.H, k_size}, DType::kBF16);
+  Tensor v_packed = Tensor::empty({d.B * d.H, v_size}, DType::kBF16);
+  std::vector<HeadOperand> k_heads(static_cast<std::size_t>(d.B * d.H)), v_heads(k_heads.size());
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
-    pack_rows(k_packed.data<BF16>() + bh * d.S * d.D, k.at(bh / d.H, bh % d.H), k.row_stride, d.S, d.D);
-    pack_rows(v_packed.data<BF16>() + bh * d.S * d.Dv, v.at(bh / d.H, bh % d.H), v.row_stride, d.S, d.Dv);
+    const std::int64_t b = bh / d.H, h = bh % d.H;
+    k_heads[bh] = HeadOperand::lay_out(k_use, k_packed.data<BF16>() + bh * k_size, k.at(b, h), k.row_stride, d.S, d.D);
+    v_heads[bh] =
+        HeadOperand::lay_out(v_use, v_packed.data<BF16>() + bh * v_size, v.at(b, h), v.row_stride, d.S, d.Dv);
   }
 
 #pragma omp parallel
@@ -159,8 +248,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
     for (std::int64_t t = 0; t < tasks; ++t) {
       const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
       const std::int64_t i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
-      const BF16* kh = k_packed.data<BF16>() + bh * d.S * d.D;
-      const BF16* vh = v_packed.data<BF16>() + bh * d.S * d.Dv;
+      const HeadOperand &kh = k_heads[bh], &vh = v_heads[bh];
       pack_rows(qd, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D);
       if (rel.active()) {
         std::int64_t ldq = 0;
@@ -171,13 +259,15 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
       keys.make(geo, d.S, Bc, b, i0, nr);
       // S = scale Q K^T on every visible key, then the masks.
       for (const KeyRun& run : keys.runs)
-        gemm_bf16(Trans::kNo, Trans::kYes, nr, run.n, d.D, scale, qd, d.D, kh + run.j0 * d.D, d.D, 0.0f,
-                  s + run.at, run.n);
+        kh.times_transposed(s + run.at, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
+      const float row_scale = place_scale(keys, s, nr, scale, on_tiles);
       keys.apply_masks(geo, s, b, h, i0, nr, qa);
-      // The softmax on whole rows, in fp32: P = exp(S - max), l = sum P.
+      // The softmax on whole rows, in fp32: P = exp(S - max), l = sum P
+      // (row_scale > 0 commutes with the maximum).
       for (std::int64_t r = 0; r < nr; ++r) {
         float mr = -kInf;
         for (const KeyRun& run : keys.runs) mr = simd::max_keeping_nan(mr, simd::row_max(run.row(s, r), run.n));
+        mr *= row_scale;
         m[r] = mr;
         l[r] = 0.0f;
         for (const KeyRun& run : keys.runs) {
@@ -186,7 +276,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
             std::fill_n(x, run.n, 0.0f);
             continue;
           }
-          l[r] += simd::exp_shift_sum(x, run.n, mr);
+          l[r] += simd::exp_shift_sum(x, run.n, mr, row_scale);
           if (dropout.active()) apply_dropout_row(x, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
           if (rel.rel_v)
             bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
@@ -197,8 +287,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
       if (keys.runs.empty()) std::fill(acc, acc + nr * d.Dv, 0.0f);
       for (std::size_t u = 0; u < keys.runs.size(); ++u) {
         const KeyRun& run = keys.runs[u];
-        gemm_bf16(Trans::kNo, Trans::kNo, nr, d.Dv, run.n, 1.0f, pb + run.at, run.n, vh + run.j0 * d.Dv, d.Dv,
-                  u == 0 ? 0.0f : 1.0f, acc, d.Dv);
+        vh.times(acc, pb + run.at, nr, run.j0, run.n, u > 0);
       }
       float* lse_bh = lse + bh * d.L + i0;
       for (std::int64_t r = 0; r < nr; ++r) {
@@ -223,14 +312,18 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   using C = Carver;
   // Per thread, in runs: P, dropout(P) when dropout is on, and dP then dS,
   // (Br, S) fp32 each; dropout(P), then dS, rounded (Br, S) bf16. The head's
-  // K (S, D) and V (S, Dv) packed bf16, and its dK, dV accumulators (S, D),
+  // K (S, D) and V (S, Dv) packed bf16 (on AMX tiles: K^T, K and V^T laid
+  // out for the tile products), and its dK, dV accumulators (S, D),
   // (S, Dv) fp32; the query block packed (Br, D) bf16 and dO rounded
   // (Br, Dv) bf16; the block's dQ (Br, D); delta (L); an output and a dO row (Dv);
   // relative positions: the query block widened (Br, D), qa = scale Q rel_k^T
   // and da = dO rel_v^T for the head (L, nb) each, bucket sums (Br, nb).
+  const bool on_tiles = products_on_tiles(Bc), dq_on_tiles = on_tiles && d.S >= kTilesFromKeys;
+  const HeadOperand::Use k_use{on_tiles, dq_on_tiles, !on_tiles || !dq_on_tiles}, v_use{on_tiles, false, !on_tiles};
+  const std::int64_t k_size = HeadOperand::size(k_use, d.S, d.D), v_size = HeadOperand::size(v_use, d.S, d.Dv);
   const std::int64_t per_thread =
       (dropout.active() ? 3 : 2) * C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
-      C::padded(C::bf16_floats(d.S * d.D)) + C::padded(C::bf16_floats(d.S * d.Dv)) + C::padded(d.S * d.D) +
+      C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) + C::padded(d.S * d.D) +
       C::padded(d.S * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(Br * d.Dv)) +
       C::padded(Br * d.D) + C::padded(d.L) + 2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
       C::padded(Br * nb);
@@ -246,8 +339,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     float* pd = dropout.active() ? carve.f32(Br * d.S) : p;  // dropout(P): the weights that multiplied V
     float* dp = carve.f32(Br * d.S);
     BF16* b16 = carve.bf16(Br * d.S);  // dropout(P), then dS, rounded
-    BF16* kh = carve.bf16(d.S * d.D);
-    BF16* vh = carve.bf16(d.S * d.Dv);
+    BF16* kbuf = carve.bf16(k_size);
+    BF16* vbuf = carve.bf16(v_size);
     float* dk_acc = carve.f32(d.S * d.D);
     float* dv_acc = carve.f32(d.S * d.Dv);
     BF16* qd = carve.bf16(Br * d.D);
@@ -267,8 +360,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
       const RelativeGradSlot slot(rel_grads.f32(), rel, bh, d.D, d.Dv);
       float *drk = slot.k, *drv = slot.v;  // (nb, D), (nb, Dv)
       const float* lse_bh = lse + bh * d.L;
-      pack_rows(kh, k.at(b, h), k.row_stride, d.S, d.D);
-      pack_rows(vh, v.at(b, h), v.row_stride, d.S, d.Dv);
+      const HeadOperand kh = HeadOperand::lay_out(k_use, kbuf, k.at(b, h), k.row_stride, d.S, d.D);
+      const HeadOperand vh = HeadOperand::lay_out(v_use, vbuf, v.at(b, h), v.row_stride, d.S, d.Dv);
       std::fill_n(dk_acc, d.S * d.D, 0.0f);
       std::fill_n(dv_acc, d.S * d.Dv, 0.0f);
       // delta_i = dO_i . O_i, with dO_i rounded as the products see it: a
@@ -294,14 +387,13 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         }
         pack_rows(qd, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D);
         for (std::int64_t r = 0; r < nr; ++r) narrow(dob + r * d.Dv, doi + r * dout.row_stride, d.Dv);
-        std::fill_n(dq_acc, nr * d.D, 0.0f);
         std::int64_t ldq32 = 0;
         const float* q32 = rel.active() ? rows_as_f32(qd, d.D, nr, d.D, qbuf, ldq32) : nullptr;
         if (rel.active()) relative_scores(qa + i0 * nb, q32, ldq32, nr, d.D, rel, scale);
         // Scores scale Q K^T on the visible keys, then the masks.
         for (const KeyRun& run : keys.runs)
-          gemm_bf16(Trans::kNo, Trans::kYes, nr, run.n, d.D, scale, qd, d.D, kh + run.j0 * d.D, d.D, 0.0f,
-                    p + run.at, run.n);
+          kh.times_transposed(p + run.at, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
+        const float row_scale = place_scale(keys, p, nr, scale, on_tiles);
         keys.apply_masks(geo, p, b, h, i0, nr, qa + i0 * nb);
         // Row by row, while a row is in L1: P = exp(S - lse), dropout(P)
         // (pd), rel_v's bucket sums of pd, and pd rounded for the products.
@@ -309,7 +401,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         for (std::int64_t r = 0; r < nr; ++r)
           for (const KeyRun& run : keys.runs) {
             float* x = run.row(p, r);
-            simd::exp_shift_sum(x, run.n, lse_bh[i0 + r]);
+            simd::exp_shift_sum(x, run.n, lse_bh[i0 + r], row_scale);
             if (dropout.active()) {
               float* y = run.row(pd, r);
               std::copy_n(x, run.n, y);
@@ -327,8 +419,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         for (const KeyRun& run : keys.runs) {
           gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16 + run.at, run.n, dob, d.Dv, 1.0f,
                     dv_acc + run.j0 * d.Dv, d.Dv);
-          gemm_bf16(Trans::kNo, Trans::kYes, nr, run.n, d.Dv, 1.0f, dob, d.Dv, vh + run.j0 * d.Dv, d.Dv, 0.0f,
-                    dp + run.at, run.n);
+          vh.times_transposed(dp + run.at, dob, nr, run.j0, run.n, 1.0f);
         }
         // Row by row: dP gains dO_i . rel_v[c]; dS = pd * dP - P * delta
         // (= P * (dP - delta) without dropout); rel_k's bucket sums of dS;
@@ -346,20 +437,22 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             if (rel.active()) bucket_sums(gb + r * nb, x, jm, run.j0, qpos, rel);
             narrow(run.row(b16, r), x, run.n);
           }
-        if (rel.active()) {
-          // score_ij also held scale * q_i . rel_k[c]: with g the bucket sums
-          // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
-          small_ab(dq_acc, gb, rel.rel_k, nr, d.D, nb, scale, d.D, nb);
-          small_atb(drk, gb, nb, q32, ldq32, nr, nb, d.D, scale);
-        }
-        // dQ += scale dS K and dK += scale dS^T Q, in bf16.
-        for (const KeyRun& run : keys.runs) {
-          gemm_bf16(Trans::kNo, Trans::kNo, nr, d.D, run.n, scale, b16 + run.at, run.n, kh + run.j0 * d.D, d.D, 1.0f,
-                    dq_acc, d.D);
+        // dQ = scale dS K (the sum over runs, then the scale) and dK += scale
+        // dS^T Q, in bf16.
+        for (std::size_t u = 0; u < keys.runs.size(); ++u) {
+          const KeyRun& run = keys.runs[u];
+          kh.times(dq_acc, b16 + run.at, nr, run.j0, run.n, u > 0);
           gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16 + run.at, run.n, qd, d.D, 1.0f,
                     dk_acc + run.j0 * d.D, d.D);
         }
-        for (std::int64_t r = 0; r < nr; ++r) std::copy_n(dq_acc + r * d.D, d.D, dqi + r * dq.row_stride);
+        for (std::int64_t r = 0; r < nr; ++r)
+          for (std::int64_t c = 0; c < d.D; ++c) dqi[r * dq.row_stride + c] = scale * dq_acc[r * d.D + c];
+        if (rel.active()) {
+          // score_ij also held scale * q_i . rel_k[c]: with g the bucket sums
+          // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
+          small_ab(dqi, gb, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
+          small_atb(drk, gb, nb, q32, ldq32, nr, nb, d.D, scale);
+        }
       }
       for (std::int64_t j = 0; j < d.S; ++j) {
         std::copy_n(dk_acc + j * d.D, d.D, dk.at(b, h) + j * dk.row_stride);

@@ -86,19 +86,22 @@ inline void elu_plus_one(float* dst, const float* x, std::int64_t n) {
   for (; j < n; ++j) dst[j] = x[j] > 0.0f ? x[j] + 1.0f : std::exp(x[j]);
 }
 
-// x[j] = exp(x[j] - shift) in place; returns the sum of the results.
-// Masked (-inf) scores become exactly 0.
-inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
+// x[j] = exp(scale x[j] - shift) in place; returns the sum of the results.
+// The compiler may fuse the product and the difference into one rounding;
+// with scale 1 both are the plain difference. Masked (-inf) scores become
+// exactly 0 for scale > 0. The scale lets a kernel scale raw scores in the
+// pass that reads them anyway.
+inline float exp_shift_sum(float* x, std::int64_t n, float shift, float scale = 1.0f) {
   const DF d;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto vs = hn::Set(d, shift);
+  const auto vs = hn::Set(d, shift), vk = hn::Set(d, scale);
   auto vsum = hn::Zero(d), vsum2 = hn::Zero(d);
   std::int64_t j = 0;
   // Two vectors a step: their exponentials are independent chains, which
   // keeps both FMA pipes busy.
   for (; j + 2 * N <= n; j += 2 * N) {
-    const auto e0 = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j), vs));
-    const auto e1 = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j + N), vs));
+    const auto e0 = exp_softmax(d, hn::Sub(hn::Mul(hn::LoadU(d, x + j), vk), vs));
+    const auto e1 = exp_softmax(d, hn::Sub(hn::Mul(hn::LoadU(d, x + j + N), vk), vs));
     hn::StoreU(e0, d, x + j);
     hn::StoreU(e1, d, x + j + N);
     vsum = hn::Add(vsum, e0);
@@ -106,7 +109,7 @@ inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
   }
   vsum = hn::Add(vsum, vsum2);
   for (; j + N <= n; j += N) {
-    auto e = exp_softmax(d, hn::Sub(hn::LoadU(d, x + j), vs));
+    auto e = exp_softmax(d, hn::Sub(hn::Mul(hn::LoadU(d, x + j), vk), vs));
     hn::StoreU(e, d, x + j);
     vsum = hn::Add(vsum, e);
   }
@@ -114,7 +117,7 @@ inline float exp_shift_sum(float* x, std::int64_t n, float shift) {
     // Tail through a full vector padded with -inf (exp gives 0 there).
     alignas(64) float buf[kMaxLanes];
     for (std::int64_t t = 0; t < N; ++t) buf[t] = j + t < n ? x[j + t] : -std::numeric_limits<float>::infinity();
-    auto e = exp_softmax(d, hn::Sub(hn::Load(d, buf), vs));
+    auto e = exp_softmax(d, hn::Sub(hn::Mul(hn::Load(d, buf), vk), vs));
     hn::Store(e, d, buf);
     for (std::int64_t t = 0; j + t < n; ++t) x[j + t] = buf[t];
     vsum = hn::Add(vsum, e);

@@ -228,6 +228,14 @@ inline std::vector<Spec> specs() {
     s.kpm_bool = true;
   });
   add("value_dim_differs", {2, 2, 30, 50, 12, 5}, [](Spec& s) { s.kpm_bool = true; });
+  // Over a thousand keys, off the 32-key grid: the bf16 kernel's products
+  // against K and V themselves then run on AMX tiles too.
+  add("long_keys", {1, 2, 40, 1100, 64, 32}, [](Spec&) {});
+  add("long_keys_float_mask", {1, 2, 40, 1100, 32, 32}, [](Spec& s) { s.kpm_float = true; });
+  add("long_keys_causal_dropout", {1, 2, 40, 1100, 32, 64}, [](Spec& s) {
+    s.causal = CausalAlign::kBottomRight;
+    s.dropout = 0.2f;
+  });
   return v;
 }
 
