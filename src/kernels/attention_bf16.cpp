@@ -1,5 +1,6 @@
 #include "multihead/kernels/attention_bf16.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -91,6 +92,31 @@ std::int64_t masked_keys(const MaskGeometry& geo, std::int64_t j0, std::int64_t 
 std::int64_t query_block(const AttentionTiles& tiles, const AttentionMasks<float>& masks) {
   const bool taller = bf16_path() == Bf16Path::kAmx && masks.sparse_block == 0;
   return taller ? 2 * tiles.q_block : tiles.q_block;
+}
+
+// The weights P and dS rounded to bf16 as operands of the products. On
+// bf16 units the CPU's own conversion does it, 16 values an instruction
+// (VCVTNEPS2BF16, round to nearest even like narrow()); it takes inputs
+// below fp32's normal range as zero, as the units' dot products take their
+// operands (AMX and AVX512-BF16 alike), so the products see the same values.
+// Where the products widen to fp32, narrow() keeps such values.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void narrow_on_units(BF16* dst, const float* src,
+                                                                                     std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(dst + i, m,
+                             reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i))));
+  }
+}
+
+using NarrowOperand = void (*)(BF16*, const float*, std::int64_t);
+NarrowOperand operand_narrowing() {
+  if (bf16_path() == Bf16Path::kWiden) return [](BF16* dst, const float* src, std::int64_t n) { narrow(dst, src, n); };
+  return narrow_on_units;
 }
 
 // rows (n, w) of src, row stride ld, copied densely into dst (n, w).
@@ -201,6 +227,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
+  const NarrowOperand narrow_operand = operand_narrowing();
   const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
@@ -280,7 +307,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
           if (dropout.active()) apply_dropout_row(x, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
           if (rel.rel_v)
             bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
-          narrow(run.row(pb, r), x, run.n);  // while the row is in L1
+          narrow_operand(run.row(pb, r), x, run.n);  // while the row is in L1
         }
       }
       // O = P V, with P rounded to bf16.
@@ -306,6 +333,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
+  const NarrowOperand narrow_operand = operand_narrowing();
   const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
@@ -314,8 +342,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   // (Br, S) fp32 each; dropout(P), then dS, rounded (Br, S) bf16. The head's
   // K (S, D) and V (S, Dv) packed bf16 (on AMX tiles: K^T, K and V^T laid
   // out for the tile products), and its dK, dV accumulators (S, D),
-  // (S, Dv) fp32; the query block packed (Br, D) bf16 and dO rounded
-  // (Br, Dv) bf16; the block's dQ (Br, D); delta (L); an output and a dO row (Dv);
+  // (S, Dv) fp32; the query block packed (Br, D) bf16 and the head's dO
+  // rounded (L, Dv) bf16; the block's dQ (Br, D); delta (L); an output and a dO row (Dv);
   // relative positions: the query block widened (Br, D), qa = scale Q rel_k^T
   // and da = dO rel_v^T for the head (L, nb) each, bucket sums (Br, nb).
   const bool on_tiles = products_on_tiles(Bc), dq_on_tiles = on_tiles && d.S >= kTilesFromKeys;
@@ -324,7 +352,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   const std::int64_t per_thread =
       (dropout.active() ? 3 : 2) * C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
       C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) + C::padded(d.S * d.D) +
-      C::padded(d.S * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(Br * d.Dv)) +
+      C::padded(d.S * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(d.L * d.Dv)) +
       C::padded(Br * d.D) + C::padded(d.L) + 2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
       C::padded(Br * nb);
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
@@ -344,7 +372,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     float* dk_acc = carve.f32(d.S * d.D);
     float* dv_acc = carve.f32(d.S * d.Dv);
     BF16* qd = carve.bf16(Br * d.D);
-    BF16* dob = carve.bf16(Br * d.Dv);
+    BF16* dob = carve.bf16(d.L * d.Dv);  // the head's dO, rounded
     float* dq_acc = carve.f32(Br * d.D);
     float* delta = carve.f32(d.L);
     float* orow = carve.f32(d.Dv);
@@ -362,15 +390,14 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
       const float* lse_bh = lse + bh * d.L;
       const HeadOperand kh = HeadOperand::lay_out(k_use, kbuf, k.at(b, h), k.row_stride, d.S, d.D);
       const HeadOperand vh = HeadOperand::lay_out(v_use, vbuf, v.at(b, h), v.row_stride, d.S, d.Dv);
-      std::fill_n(dk_acc, d.S * d.D, 0.0f);
-      std::fill_n(dv_acc, d.S * d.Dv, 0.0f);
       // delta_i = dO_i . O_i, with dO_i rounded as the products see it: a
-      // query that sees one key then gets dS = 0 exactly, as in fp32.
+      // query that sees one key then gets dS = 0 exactly, as in fp32. dO is
+      // rounded here once for the whole head.
       for (std::int64_t i = 0; i < d.L; ++i) {
         std::int64_t ldo = 0;
         const float* o = rows_as_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
-        narrow(dob, dout.at(b, h) + i * dout.row_stride, d.Dv);
-        widen(grow, dob, d.Dv);
+        narrow(dob + i * d.Dv, dout.at(b, h) + i * dout.row_stride, d.Dv);
+        widen(grow, dob + i * d.Dv, d.Dv);
         delta[i] = simd::dot(grow, o, d.Dv);
         if (rel.rel_v)
           for (std::int64_t c = 0; c < nb; ++c)
@@ -381,12 +408,19 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         const float* doi = dout.at(b, h) + i0 * dout.row_stride;
         float* dqi = dq.at(b, h) + i0 * dq.row_stride;
         keys.make(geo, d.S, Bc, b, i0, nr);
+        // dK and dV sum over the query blocks: the first block's products
+        // write them outright where its one run covers every key.
+        const bool overwrite = i0 == 0 && keys.runs.size() == 1 && keys.runs[0].j0 == 0 && keys.runs[0].n == d.S;
+        if (i0 == 0 && !overwrite) {
+          std::fill_n(dk_acc, d.S * d.D, 0.0f);
+          std::fill_n(dv_acc, d.S * d.Dv, 0.0f);
+        }
         if (keys.runs.empty()) {  // no key visible: no gradient
           for (std::int64_t r = 0; r < nr; ++r) std::fill_n(dqi + r * dq.row_stride, d.D, 0.0f);
           continue;
         }
         pack_rows(qd, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D);
-        for (std::int64_t r = 0; r < nr; ++r) narrow(dob + r * d.Dv, doi + r * dout.row_stride, d.Dv);
+        const BF16* dobi = dob + i0 * d.Dv;
         std::int64_t ldq32 = 0;
         const float* q32 = rel.active() ? rows_as_f32(qd, d.D, nr, d.D, qbuf, ldq32) : nullptr;
         if (rel.active()) relative_scores(qa + i0 * nb, q32, ldq32, nr, d.D, rel, scale);
@@ -404,22 +438,21 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             simd::exp_shift_sum(x, run.n, lse_bh[i0 + r], row_scale);
             if (dropout.active()) {
               float* y = run.row(pd, r);
-              std::copy_n(x, run.n, y);
-              apply_dropout_row(y, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
+              dropout_row_to(y, x, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
               x = y;
             }
             // out_i also held sum_j pd_ij rel_v[c]: rel_v's gradient gains the
             // bucket sums of pd times dO_i.
             if (rel.rel_v)
               bucket_sums(gb + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
-            narrow(run.row(b16, r), x, run.n);
+            narrow_operand(run.row(b16, r), x, run.n);
           }
         if (rel.rel_v) small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
         // dV += dropout(P)^T dO and dP = dO V^T (the gradient of pd), in bf16.
         for (const KeyRun& run : keys.runs) {
-          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16 + run.at, run.n, dob, d.Dv, 1.0f,
-                    dv_acc + run.j0 * d.Dv, d.Dv);
-          vh.times_transposed(dp + run.at, dob, nr, run.j0, run.n, 1.0f);
+          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16 + run.at, run.n, dobi, d.Dv,
+                    overwrite ? 0.0f : 1.0f, dv_acc + run.j0 * d.Dv, d.Dv);
+          vh.times_transposed(dp + run.at, dobi, nr, run.j0, run.n, 1.0f);
         }
         // Row by row: dP gains dO_i . rel_v[c]; dS = pd * dP - P * delta
         // (= P * (dP - delta) without dropout); rel_k's bucket sums of dS;
@@ -435,15 +468,15 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             else
               simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
             if (rel.active()) bucket_sums(gb + r * nb, x, jm, run.j0, qpos, rel);
-            narrow(run.row(b16, r), x, run.n);
+            narrow_operand(run.row(b16, r), x, run.n);
           }
         // dQ = scale dS K (the sum over runs, then the scale) and dK += scale
         // dS^T Q, in bf16.
         for (std::size_t u = 0; u < keys.runs.size(); ++u) {
           const KeyRun& run = keys.runs[u];
           kh.times(dq_acc, b16 + run.at, nr, run.j0, run.n, u > 0);
-          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16 + run.at, run.n, qd, d.D, 1.0f,
-                    dk_acc + run.j0 * d.D, d.D);
+          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16 + run.at, run.n, qd, d.D,
+                    overwrite ? 0.0f : 1.0f, dk_acc + run.j0 * d.D, d.D);
         }
         for (std::int64_t r = 0; r < nr; ++r)
           for (std::int64_t c = 0; c < d.D; ++c) dqi[r * dq.row_stride + c] = scale * dq_acc[r * d.D + c];

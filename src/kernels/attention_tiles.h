@@ -191,6 +191,10 @@ struct MaskGeometry {
 inline void apply_dropout_row(float* x, std::int64_t n, std::uint64_t base, const AttentionDropout& drop) {
   dropout_inplace(x, n, base, DropoutSpec{drop.p, drop.seed, drop.stream});
 }
+// y = dropout(x) for a row, x kept.
+inline void dropout_row_to(float* y, const float* x, std::int64_t n, std::uint64_t base, const AttentionDropout& drop) {
+  dropout_row(y, x, n, base, DropoutSpec{drop.p, drop.seed, drop.stream});
+}
 
 inline std::uint64_t dropout_index(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i,
                                    std::int64_t j) {

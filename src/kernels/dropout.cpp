@@ -28,8 +28,8 @@ void draws16(const DropoutSpec& spec, std::uint64_t first, std::uint16_t r[kSpan
   std::memcpy(r, words, sizeof(words));
 }
 
-// x[j] = r[j] >= threshold ? x[j] * ks : 0 for j < n, in float vectors.
-void apply_mask(float* x, const std::uint16_t* r, std::int64_t n, std::uint32_t threshold, float ks) {
+// y[j] = r[j] >= threshold ? x[j] * ks : 0 for j < n, in float vectors (y may be x).
+void apply_mask(float* y, const float* x, const std::uint16_t* r, std::int64_t n, std::uint32_t threshold, float ks) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<std::int32_t, decltype(df)> di;
   const hn::Rebind<std::uint16_t, decltype(df)> d16;
@@ -42,14 +42,16 @@ void apply_mask(float* x, const std::uint16_t* r, std::int64_t n, std::uint32_t 
   std::int64_t j = 0;
   for (; j + N <= n; j += N) {
     const auto keep = hn::Gt(hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, r + j))), below);
-    hn::StoreU(hn::IfThenElseZero(hn::RebindMask(df, keep), hn::Mul(hn::LoadU(df, x + j), vk)), df, x + j);
+    hn::StoreU(hn::IfThenElseZero(hn::RebindMask(df, keep), hn::Mul(hn::LoadU(df, x + j), vk)), df, y + j);
   }
-  for (; j < n; ++j) x[j] = r[j] >= threshold ? x[j] * ks : 0.0f;
+  for (; j < n; ++j) y[j] = r[j] >= threshold ? x[j] * ks : 0.0f;
 }
 
-// Elements [lo, hi) of x, whose element j has index base + j in the stream.
+// Elements [lo, hi) of x into y (which may be x), element j having index
+// base + j in the stream.
 template <typename T>
-void dropout_range(T* x, std::int64_t lo, std::int64_t hi, std::uint64_t base, const DropoutSpec& spec, T ks) {
+void dropout_range(T* y, const T* x, std::int64_t lo, std::int64_t hi, std::uint64_t base, const DropoutSpec& spec,
+                   T ks) {
   const std::uint32_t threshold = dropout_threshold(spec.p);
   alignas(64) std::uint16_t r[kSpan];
   std::uint64_t idx = base + static_cast<std::uint64_t>(lo);
@@ -58,13 +60,14 @@ void dropout_range(T* x, std::int64_t lo, std::int64_t hi, std::uint64_t base, c
     const std::uint64_t first = idx / kSpan * kSpan;  // aligned to a batch of blocks
     draws16(spec, first, r);
     const std::uint64_t stop = std::min(end, first + kSpan);
-    T* xs = x + (idx - base);
+    const T* xs = x + (idx - base);
+    T* ys = y + (idx - base);
     const std::uint16_t* rs = r + (idx - first);
     const auto n = static_cast<std::int64_t>(stop - idx);
     if constexpr (std::is_same_v<T, float>) {
-      apply_mask(xs, rs, n, threshold, ks);
+      apply_mask(ys, xs, rs, n, threshold, ks);
     } else {
-      for (std::int64_t j = 0; j < n; ++j) xs[j] = rs[j] >= threshold ? xs[j] * ks : T(0);
+      for (std::int64_t j = 0; j < n; ++j) ys[j] = rs[j] >= threshold ? xs[j] * ks : T(0);
     }
     idx = stop;
   }
@@ -89,11 +92,15 @@ void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec
   // parallel regions) run here: even a parallel construct whose if clause
   // is false costs a team setup, and there are millions of rows per step.
   constexpr std::int64_t kChunk = std::int64_t{1} << 14;
-  if (n < 4 * kChunk) return dropout_range(x, 0, n, base, spec, ks);
+  if (n < 4 * kChunk) return dropout_range(x, x, 0, n, base, spec, ks);
   // The mask is a function of each element's index alone, so any split of
   // the elements between threads gives the same result.
 #pragma omp parallel for schedule(static)
-  for (std::int64_t lo = 0; lo < n; lo += kChunk) dropout_range(x, lo, std::min(n, lo + kChunk), base, spec, ks);
+  for (std::int64_t lo = 0; lo < n; lo += kChunk) dropout_range(x, x, lo, std::min(n, lo + kChunk), base, spec, ks);
+}
+
+void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec) {
+  dropout_range(y, x, 0, n, base, spec, dropout_scale<float>(spec));
 }
 
 template void dropout_inplace<float>(float*, std::int64_t, std::uint64_t, const DropoutSpec&);

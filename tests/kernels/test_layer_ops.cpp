@@ -333,13 +333,16 @@ TEST(Dropout, MatchesTheReferenceMaskElementByElement) {
   const DropoutSpec spec{0.1f, 3, 9};
   for (std::uint64_t base : {0ull, 1ull, 7ull, 127ull, 1000003ull})
     for (std::int64_t n : {1, 5, 17, 128, 300}) {
-      std::vector<float> f(static_cast<std::size_t>(n), 1.5f);
+      std::vector<float> f(static_cast<std::size_t>(n), 1.5f), src(f), row(f.size(), 7.0f);
       std::vector<double> d(static_cast<std::size_t>(n), 1.5);
       dropout_inplace(f.data(), n, base, spec);
       dropout_inplace(d.data(), n, base, spec);
+      dropout_row(row.data(), src.data(), n, base, spec);  // out of place: the same values, src kept
       for (std::int64_t i = 0; i < n; ++i) {
         const bool keep = dropout_keep_at(spec, base + static_cast<std::uint64_t>(i));
         ASSERT_EQ(f[i], keep ? 1.5f * (1.0f / (1.0f - spec.p)) : 0.0f) << base << "+" << i;
+        ASSERT_EQ(row[i], f[i]) << base << "+" << i;
+        ASSERT_EQ(src[i], 1.5f) << base << "+" << i;
         ASSERT_EQ(d[i], keep ? 1.5 / (1.0 - static_cast<double>(spec.p)) : 0.0) << base << "+" << i;
       }
     }
