@@ -1,7 +1,8 @@
 // The bf16 attention kernel against the fp32 reference on the same
 // bf16-rounded Q, K and V, for every case of the fused kernel's suite
 // (sizes, masks, positions, sparse patterns, dropout, fully masked rows),
-// on the CPU's bf16 path and on the widening path every CPU runs.
+// on the CPU's bf16 path (AMX tiles where it has them), on oneDNN's bf16
+// matmul with the tiles off, and on the widening path every CPU runs.
 //
 // Tolerances follow from bf16's unit roundoff u = 2^-8: the kernel rounds
 // the weights P (and, in backward, dO and dS) to bf16, each a relative error
@@ -22,6 +23,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
+#include "amx_tiles.h"
 #include "attention_cases.h"
 #include "test_util.h"
 
@@ -70,16 +72,29 @@ std::vector<float> widened(const std::vector<BF16>& x) {
   return ::testing::AssertionSuccess() << "max error " << worst / (kUnitRoundoff * scale + 1e-30) << " u max|ref|";
 }
 
-class Bf16AttentionVsReference : public ::testing::TestWithParam<std::tuple<Spec, bool>> {
+// How the products run: the CPU's way (AMX tiles where it has them), widened
+// to fp32, or on oneDNN's bf16 matmul with the tiles turned off.
+enum class Products { kCpu, kWiden, kOneDnn };
+
+class Bf16AttentionVsReference : public ::testing::TestWithParam<std::tuple<Spec, Products>> {
  protected:
-  void SetUp() override { set_bf16_widen(std::get<1>(GetParam())); }
-  void TearDown() override { set_bf16_widen(false); }
+  void SetUp() override {
+    set_bf16_widen(std::get<1>(GetParam()) == Products::kWiden);
+    amx::set_enabled(std::get<1>(GetParam()) != Products::kOneDnn);
+  }
+  void TearDown() override {
+    set_bf16_widen(false);
+    amx::set_enabled(true);
+  }
 };
 
 TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
   const Spec& s = std::get<0>(GetParam());
-  if (!std::get<1>(GetParam()) && bf16_path() == Bf16Path::kWiden)
+  const Products products = std::get<1>(GetParam());
+  if (products != Products::kWiden && bf16_path() == Bf16Path::kWiden)
     GTEST_SKIP() << "this CPU has no bf16 units: its path is the widening one, tested beside";
+  if (products == Products::kOneDnn && bf16_path() != Bf16Path::kAmx)
+    GTEST_SKIP() << "no AMX tiles here: the CPU's path is oneDNN's, tested beside";
   const AttentionDims& d = s.d;
   Data x = make(s);
   const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
@@ -128,11 +143,19 @@ std::vector<Spec> bf16_specs() {
   return out;
 }
 
+std::string suffix(Products p) {
+  switch (p) {
+    case Products::kCpu: return "_cpu";
+    case Products::kWiden: return "_widen";
+    case Products::kOneDnn: break;
+  }
+  return "_onednn";
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, Bf16AttentionVsReference,
-                         ::testing::Combine(::testing::ValuesIn(bf16_specs()), ::testing::Values(false, true)),
-                         [](const auto& p) {
-                           return std::get<0>(p.param).name + (std::get<1>(p.param) ? "_widen" : "_cpu");
-                         });
+                         ::testing::Combine(::testing::ValuesIn(bf16_specs()),
+                                            ::testing::Values(Products::kCpu, Products::kWiden, Products::kOneDnn)),
+                         [](const auto& p) { return std::get<0>(p.param).name + suffix(std::get<1>(p.param)); });
 
 // Fully masked queries (no key at all, or a row of -inf) get O = 0 and
 // lse = +inf, and pass no gradient: exactly, as in fp32.
