@@ -43,11 +43,16 @@ struct alignas(64) TileConfig {
 
 // Eight tiles of 16 rows x 64 bytes: tmm0-3 accumulate a 2 x 2 block of C,
 // tmm4-5 hold A's two row tiles, tmm6-7 B's two column tiles. oneDNN
-// configures tiles its own way, so every product loads this again.
+// configures tiles its own way, so every product loads this again. A static
+// object: the intrinsic's asm names only the first 8 bytes as read, so the
+// stores to a local's other fields could be dropped as dead.
 __attribute__((target("amx-tile"))) void configure_tiles() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = kTileRows;
-  _tile_loadconfig(&c);
+  static const TileConfig config = [] {
+    TileConfig c;
+    for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = kTileRows;
+    return c;
+  }();
+  _tile_loadconfig(&config);
 }
 
 // MT x NT tiles of C (16 x 16 each) over kchunks steps of 32 along K. Tile
@@ -228,6 +233,7 @@ void gemm(float* C, std::int64_t ldc, const BF16* A, std::int64_t lda, PackedPar
     }
   }
   if (waiting >= 0) scale_rows(waiting, M - waiting);
+  memory_barrier();  // C as the tile stores left it, for whatever reads it next
 }
 
 }  // namespace multihead::amx

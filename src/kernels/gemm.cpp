@@ -20,25 +20,13 @@ CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::kYes ? CblasTrans : Cb
 // CBLAS takes int sizes; every size here comes from a validated tensor shape.
 inline blasint bi(std::int64_t v) { return static_cast<blasint>(v); }
 
-// Handles an empty product for either backend and returns true: nothing to
-// do when M or N is 0, and C = beta C when K is 0 (BLAS rejects K = 0 with
-// zero leading dimensions).
-template <typename T>
-bool empty_product(std::int64_t M, std::int64_t N, std::int64_t K, T beta, T* C, std::int64_t ldc) {
-  if (M == 0 || N == 0) return true;
-  if (K != 0) return false;
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
-  return true;
-}
-
 // Rows per thread below which one BLAS call keeps the work whole.
 constexpr std::int64_t kMinRowsPerThread = 256;
 
 template <typename T, typename Blas>
 void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, T alpha, const T* A,
               std::int64_t lda, const T* B, std::int64_t ldb, T beta, T* C, std::int64_t ldc) {
-  if (empty_product(M, N, K, beta, C, ldc)) return;
+  if (gemm_empty_product(M, N, K, beta, C, ldc)) return;
   auto rows = [&](std::int64_t r0, std::int64_t m) {
     // Row r0 of op(A): row r0 of A, or column r0 of A stored (K, M).
     const T* a = ta == Trans::kNo ? A + r0 * lda : A + r0;
@@ -66,7 +54,7 @@ void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std
 // when called inside a parallel region.
 void onednn_sgemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
                   std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-  if (empty_product(M, N, K, beta, C, ldc)) return;
+  if (gemm_empty_product(M, N, K, beta, C, ldc)) return;
   const dnnl_status_t st = dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
                                       lda, B, ldb, beta, C, ldc);
   check<Error>(st == dnnl_success, "oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N,

@@ -171,14 +171,6 @@ void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, void* C,
   stream.wait();
 }
 
-bool empty_product(std::int64_t M, std::int64_t N, std::int64_t K, float beta, float* C, std::int64_t ldc) {
-  if (M == 0 || N == 0) return true;
-  if (K != 0) return false;
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-  return true;
-}
-
 }  // namespace
 
 Bf16Path bf16_path() { return g_force_widen.load() ? Bf16Path::kWiden : cpu_bf16_path(); }
@@ -196,7 +188,7 @@ void set_bf16_widen(bool widen) { g_force_widen.store(widen); }
 
 void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,
                std::int64_t lda, const BF16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-  if (empty_product(M, N, K, beta, C, ldc)) return;
+  if (gemm_empty_product(M, N, K, beta, C, ldc)) return;
   if (bf16_path() != Bf16Path::kWiden) {
     const StepProfileScope profile(StepPart::kGemm);
     return onednn_gemm_bf16({M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, alpha, beta}, A, B, C);
@@ -231,6 +223,7 @@ bool onednn_product(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int
 void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
                     std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc) {
   if (M == 0 || N == 0 || onednn_product(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, false)) return;
+  if (!bias) return gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
   // Rows seeded with the bias, the product added onto them.
   for (std::int64_t i = 0; i < M; ++i) std::copy(bias, bias + N, C + i * ldc);
   gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);

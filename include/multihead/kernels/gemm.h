@@ -31,4 +31,17 @@ void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, fl
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, double alpha, const double* A,
           std::int64_t lda, const double* B, std::int64_t ldb, double beta, double* C, std::int64_t ldc);
 
+// A product with nothing to multiply, as every GEMM here treats it: nothing
+// to do when M or N is 0, and C = beta C (0 where beta is 0, NaN or not)
+// when K is 0, where BLAS would reject zero leading dimensions. Returns
+// whether the product was empty (and so is done).
+template <typename T>
+bool gemm_empty_product(std::int64_t M, std::int64_t N, std::int64_t K, T beta, T* C, std::int64_t ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+  return true;
+}
+
 }  // namespace multihead

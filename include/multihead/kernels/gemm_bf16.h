@@ -42,8 +42,9 @@ inline bool computes_in_bf16(DType storage) { return storage == DType::kBF16 && 
 void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,
                std::int64_t lda, const BF16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
 
-// C (M, N) = op(A) op(B) + bias on every row (bias: N values): the bias added
-// by the product itself, one pass over C where seeding C first takes two.
+// C (M, N) = op(A) op(B) + bias on every row (bias: N values, or null for
+// none): the bias added by the product itself, one pass over C where seeding
+// C first takes two.
 void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
                     std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc);
 
