@@ -23,8 +23,8 @@ namespace multihead::amx {
 
 // Whether the products below may run in this process.
 bool usable();
-// Off (false) sends the attention kernel's products back to oneDNN; tests
-// and `bench` compare both in one process.
+// Off (false) sends the attention kernel's products back to oneDNN, so the
+// tests run both paths in one process.
 void set_enabled(bool enabled);
 
 // A packed right-hand operand B (K, N): tiles of 32 x 16 values (1 KiB),

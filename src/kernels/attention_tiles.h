@@ -188,11 +188,10 @@ struct MaskGeometry {
   }
 };
 
-inline void apply_dropout_row(float* x, std::int64_t n, std::uint64_t base, const AttentionDropout& drop) {
-  dropout_inplace(x, n, base, DropoutSpec{drop.p, drop.seed, drop.stream});
-}
-// y = dropout(x) for a row, x kept.
-inline void dropout_row_to(float* y, const float* x, std::int64_t n, std::uint64_t base, const AttentionDropout& drop) {
+// y = dropout(x) for a row (y may be x), no threads: the kernels call it
+// inside their own parallel regions.
+inline void apply_dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base,
+                              const AttentionDropout& drop) {
   dropout_row(y, x, n, base, DropoutSpec{drop.p, drop.seed, drop.stream});
 }
 

@@ -35,8 +35,9 @@ bool dropout_keep_at(const DropoutSpec& spec, std::uint64_t index);
 template <typename T>
 void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec);
 
-// y[j] = x[j] keep(base + j) / (1 - p) for a short row (no threads), the
-// same values as dropout_inplace on a copy, without the copy.
+// y[j] = x[j] keep(base + j) / (1 - p) for a row, without threads (y may be
+// x): the same values as dropout_inplace, for callers already inside a
+// parallel region or dropping into another buffer.
 void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec);
 
 }  // namespace multihead
