@@ -5,6 +5,7 @@
 #include <numbers>
 #include <vector>
 
+#include "column_ranges.h"
 #include "multihead/core/error.h"
 
 namespace multihead {
@@ -124,28 +125,24 @@ void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, fl
 void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db,
                                       std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
   const float ks = dropout_scale<float>(drop);
-  // Threads take blocks of columns down every row, so each column's sum
-  // runs in row order, as a separate pass over the rows would.
-  constexpr std::int64_t kCols = 128;
-  const std::int64_t blocks = (F + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (n * F > kParallelFrom)
-  for (std::int64_t cb = 0; cb < blocks; ++cb) {
-    const std::int64_t c0 = cb * kCols, w = std::min(kCols, F - c0);
-    float x[kCols];
+  // Each thread takes a range of columns down every row, so each column's
+  // sum runs in row order, as a separate pass over the rows would.
+  for_column_ranges(n, F, [&](std::int64_t c0, std::int64_t w) {
+    std::vector<float> x(static_cast<std::size_t>(a == Activation::kRelu ? 0 : w));
     for (std::int64_t r = 0; r < n; ++r) {
       float* g = dh + r * F + c0;
       if (a == Activation::kRelu) {
         relu_dropout_backward_range(g, g, saved + r * F + c0, w, ks);  // saved: hid
       } else {
-        if (drop.active()) dropout_inplace(g, w, base + static_cast<std::uint64_t>(r * F + c0), drop);
-        widen(x, saved + r * F + c0, w);  // saved: pre
-        backward_range(a, g, g, x, w);
+        if (drop.active()) dropout_row(g, g, w, base + static_cast<std::uint64_t>(r * F + c0), drop);
+        widen(x.data(), saved + r * F + c0, w);  // saved: pre
+        backward_range(a, g, g, x.data(), w);
       }
       if (db != nullptr)
         for (std::int64_t j = 0; j < w; ++j) db[c0 + j] += g[j];
       narrow(dpre + r * F + c0, g, w);
     }
-  }
+  });
 }
 
 template void activation_forward<float>(Activation, float*, const float*, std::int64_t);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
+#include "column_ranges.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
@@ -21,51 +23,35 @@ void seed_bias(T* y, std::int64_t ldy, const T* b, std::int64_t N, std::int64_t 
     for (std::int64_t o = 0; o < out; ++o) y[n * ldy + o] = b[o];
 }
 
-// Calls f(o0, w) for blocks of kCols columns of an (N, out) matrix, in
-// parallel when it is large. Each column stays with one thread, so its sum
-// over the rows runs in row order: the same result on any thread count.
-constexpr std::int64_t kCols = 64;
-
-template <typename F>
-void for_column_blocks(std::int64_t N, std::int64_t out, F&& f) {
-  const std::int64_t blocks = (out + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (N * out >= (std::int64_t{1} << 16) && blocks > 1)
-  for (std::int64_t b = 0; b < blocks; ++b) f(b * kCols, std::min(kCols, out - b * kCols));
-}
-
-// db (out) += the column sums of dy (N, out), over columns [o0, o0 + w),
-// w <= kCols. The sums run in a local array (db may alias nothing the
-// compiler can see, and the loop vectorises), from db's values, in row order.
-template <typename T>
-void column_sums_block(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std::int64_t o0, std::int64_t w) {
-  T acc[kCols];
-  std::copy_n(db + o0, w, acc);
-  for (std::int64_t n = 0; n < N; ++n) {
-    const T* row = dy + n * lddy + o0;
-    for (std::int64_t o = 0; o < w; ++o) acc[o] += row[o];
-  }
-  std::copy_n(acc, w, db + o0);
-}
-
+// db (out) += the column sums of dy (N, out): each thread sums its range of
+// columns in a local array (db may alias nothing the compiler can see, and
+// the loop vectorises), from db's values, in row order.
 template <typename T>
 void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std::int64_t out) {
-  for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) { column_sums_block(db, dy, lddy, N, o0, w); });
+  for_column_ranges(N, out, [&](std::int64_t o0, std::int64_t w) {
+    std::vector<T> acc(db + o0, db + o0 + w);
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* row = dy + n * lddy + o0;
+      for (std::int64_t o = 0; o < w; ++o) acc[o] += row[o];
+    }
+    std::copy_n(acc.data(), w, db + o0);
+  });
 }
 
 // dyb (N, out) = dy rounded to bf16, packed, and db (out) += the column sums
 // of dy (db may be null): one pass over dy instead of two.
 void round_with_column_sums(BF16* dyb, float* db, const float* dy, std::int64_t lddy, std::int64_t N,
                             std::int64_t out) {
-  for_column_blocks(N, out, [&](std::int64_t o0, std::int64_t w) {
-    float acc[kCols];
-    if (db) std::copy_n(db + o0, w, acc);
+  for_column_ranges(N, out, [&](std::int64_t o0, std::int64_t w) {
+    std::vector<float> acc;
+    if (db) acc.assign(db + o0, db + o0 + w);
     for (std::int64_t n = 0; n < N; ++n) {
       const float* row = dy + n * lddy + o0;
       if (db)
         for (std::int64_t o = 0; o < w; ++o) acc[o] += row[o];
       narrow(dyb + n * out + o0, row, w);
     }
-    if (db) std::copy_n(acc, w, db + o0);
+    if (db) std::copy_n(acc.data(), w, db + o0);
   });
 }
 
