@@ -304,7 +304,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
             continue;
           }
           l[r] += simd::exp_shift_sum(x, run.n, mr, row_scale);
-          if (dropout.active()) apply_dropout_row(x, x, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
+          if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
           if (rel.rel_v)
             bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
           narrow_operand(run.row(pb, r), x, run.n);  // while the row is in L1
@@ -438,7 +438,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             simd::exp_shift_sum(x, run.n, lse_bh[i0 + r], row_scale);
             if (dropout.active()) {
               float* y = run.row(pd, r);
-              apply_dropout_row(y, x, run.n, dropout_index(d, b, h, i0 + r, run.j0), dropout);
+              apply_dropout_row(y, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kReplay);
               x = y;
             }
             // out_i also held sum_j pd_ij rel_v[c]: rel_v's gradient gains the

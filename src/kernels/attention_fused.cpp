@@ -112,7 +112,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
             if (rel.rel_v) simd::scale_row(wv + r * nb, nb, alpha);
           }
           m[r] = m_new;
-          if (dropout.active()) apply_dropout_row(row, row, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+          if (dropout.active()) apply_dropout_row(row, row, nc, d, b, h, i0 + r, j0, dropout, KeepBits::kRecord);
           if (rel.rel_v)
             bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);
         }

@@ -116,7 +116,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           const float* pv = p;  // the weights that multiplied V
           if (dropout.active()) {
             for (std::int64_t r = 0; r < nr; ++r)
-              apply_dropout_row(pd + r * Bc, p + r * Bc, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+              apply_dropout_row(pd + r * Bc, p + r * Bc, nc, d, b, h, i0 + r, j0, dropout, KeepBits::kReplay);
             pv = pd;
           }
           // dV_j += dropout(P)^T dO_i

@@ -65,7 +65,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
           for (std::int64_t r = 0; r < nr; ++r) {
             float* row = p + r * Bc;
             simd::exp_shift_sum(row, nc, lse_bh[i0 + r]);
-            if (dropout.active()) apply_dropout_row(row, row, nc, dropout_index(d, b, h, i0 + r, j0), dropout);
+            if (dropout.active()) apply_dropout_row(row, row, nc, d, b, h, i0 + r, j0, dropout, KeepBits::kIgnore);
             if (average_heads) {
               float* w = weights + (b * d.L + i0 + r) * d.S + j0;
               for (std::int64_t c = 0; c < nc; ++c) w[c] += row[c] * inv_h;

@@ -188,17 +188,30 @@ struct MaskGeometry {
   }
 };
 
-// y = dropout(x) for a row (y may be x), no threads: the kernels call it
-// inside their own parallel regions.
-inline void apply_dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base,
-                              const AttentionDropout& drop) {
-  dropout_row(y, x, n, base, DropoutSpec{drop.p, drop.seed, drop.stream});
-}
-
 inline std::uint64_t dropout_index(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i,
                                    std::int64_t j) {
   return static_cast<std::uint64_t>(((b * d.H + h) * d.L + i) * d.S + j);
 }
+
+// What a kernel does with the keep bits when the layer gives them: the
+// forward records them, the backward reads them, the weights pass neither.
+enum class KeepBits { kIgnore, kRecord, kReplay };
+
+// y = dropout(x) over weights (b, h, i, j0 .. j0 + n) (y may be x), no
+// threads: the kernels call it inside their own parallel regions.
+inline void apply_dropout_row(float* y, const float* x, std::int64_t n, const AttentionDims& d, std::int64_t b,
+                              std::int64_t h, std::int64_t i, std::int64_t j0, const AttentionDropout& drop,
+                              KeepBits use) {
+  const DropoutSpec spec{drop.p, drop.seed, drop.stream};
+  std::uint64_t* row = drop.keep_bits == nullptr || use == KeepBits::kIgnore
+                           ? nullptr
+                           : drop.keep_bits + ((b * d.H + h) * d.L + i) * AttentionDropout::keep_words(d.S);
+  if (row != nullptr && use == KeepBits::kReplay) return dropout_row_from_bits(y, x, n, spec, row, j0);
+  const std::uint64_t base = dropout_index(d, b, h, i, j0);
+  if (row != nullptr) return dropout_row(y, x, n, base, spec, row, j0);
+  dropout_row(y, x, n, base, spec);
+}
+
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 

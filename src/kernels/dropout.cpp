@@ -28,8 +28,31 @@ void draws16(const DropoutSpec& spec, std::uint64_t first, std::uint16_t r[kSpan
   std::memcpy(r, words, sizeof(words));
 }
 
-// y[j] = r[j] >= threshold ? x[j] * ks : 0 for j < n, in float vectors (y may be x).
-void apply_mask(float* y, const float* x, const std::uint16_t* r, std::int64_t n, std::uint32_t threshold, float ks) {
+// Bits [at, at + nb) of a row of keep bits, nb <= 16 (LSB first in 64-bit words).
+void put_bits(std::uint64_t* bits, std::int64_t at, std::uint64_t v, int nb) {
+  const std::int64_t w = at >> 6;
+  const int sh = static_cast<int>(at & 63);
+  const std::uint64_t m = (std::uint64_t{1} << nb) - 1;
+  bits[w] = (bits[w] & ~(m << sh)) | (v << sh);
+  if (sh + nb > 64) {
+    const int spill = sh + nb - 64;
+    const std::uint64_t ms = (std::uint64_t{1} << spill) - 1;
+    bits[w + 1] = (bits[w + 1] & ~ms) | (v >> (64 - sh));
+  }
+}
+
+std::uint64_t get_bits(const std::uint64_t* bits, std::int64_t at, int nb) {
+  const std::int64_t w = at >> 6;
+  const int sh = static_cast<int>(at & 63);
+  std::uint64_t v = bits[w] >> sh;
+  if (sh + nb > 64) v |= bits[w + 1] << (64 - sh);
+  return v & ((std::uint64_t{1} << nb) - 1);
+}
+
+// y[j] = r[j] >= threshold ? x[j] * ks : 0 for j < n, in float vectors (y may
+// be x); with bits, also bit at + j of bits = whether element j is kept.
+void apply_mask(float* y, const float* x, const std::uint16_t* r, std::int64_t n, std::uint32_t threshold, float ks,
+                std::uint64_t* bits, std::int64_t at) {
   const hn::ScalableTag<float> df;
   const hn::Rebind<std::int32_t, decltype(df)> di;
   const hn::Rebind<std::uint16_t, decltype(df)> d16;
@@ -41,17 +64,29 @@ void apply_mask(float* y, const float* x, const std::uint16_t* r, std::int64_t n
   const auto vk = hn::Set(df, ks);
   std::int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const auto keep = hn::Gt(hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, r + j))), below);
-    hn::StoreU(hn::IfThenElseZero(hn::RebindMask(df, keep), hn::Mul(hn::LoadU(df, x + j), vk)), df, y + j);
+    const auto keep = hn::RebindMask(df, hn::Gt(hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, r + j))), below));
+    hn::StoreU(hn::IfThenElseZero(keep, hn::Mul(hn::LoadU(df, x + j), vk)), df, y + j);
+    if (bits) {
+      std::uint8_t m[8] = {};
+      hn::StoreMaskBits(df, keep, m);
+      std::uint64_t v = 0;
+      std::memcpy(&v, m, sizeof(v));
+      put_bits(bits, at + j, v, static_cast<int>(N));
+    }
   }
-  for (; j < n; ++j) y[j] = r[j] >= threshold ? x[j] * ks : 0.0f;
+  for (; j < n; ++j) {
+    const bool keep = r[j] >= threshold;
+    y[j] = keep ? x[j] * ks : 0.0f;
+    if (bits) put_bits(bits, at + j, keep ? 1 : 0, 1);
+  }
 }
 
 // Elements [lo, hi) of x into y (which may be x), element j having index
 // base + j in the stream.
+// With bits (float only), element j's keep bit goes to bit at + j of bits.
 template <typename T>
 void dropout_range(T* y, const T* x, std::int64_t lo, std::int64_t hi, std::uint64_t base, const DropoutSpec& spec,
-                   T ks) {
+                   T ks, std::uint64_t* bits = nullptr, std::int64_t at = 0) {
   const std::uint32_t threshold = dropout_threshold(spec.p);
   alignas(64) std::uint16_t r[kSpan];
   std::uint64_t idx = base + static_cast<std::uint64_t>(lo);
@@ -65,7 +100,7 @@ void dropout_range(T* y, const T* x, std::int64_t lo, std::int64_t hi, std::uint
     const std::uint16_t* rs = r + (idx - first);
     const auto n = static_cast<std::int64_t>(stop - idx);
     if constexpr (std::is_same_v<T, float>) {
-      apply_mask(ys, xs, rs, n, threshold, ks);
+      apply_mask(ys, xs, rs, n, threshold, ks, bits, at + static_cast<std::int64_t>(idx - base));
     } else {
       for (std::int64_t j = 0; j < n; ++j) ys[j] = rs[j] >= threshold ? xs[j] * ks : T(0);
     }
@@ -101,6 +136,28 @@ void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec
 
 void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec) {
   dropout_range(y, x, 0, n, base, spec, dropout_scale<float>(spec));
+}
+
+void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec,
+                 std::uint64_t* bits, std::int64_t at) {
+  dropout_range(y, x, 0, n, base, spec, dropout_scale<float>(spec), bits, at);
+}
+
+void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
+                           const std::uint64_t* bits, std::int64_t at) {
+  const hn::ScalableTag<float> df;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  const float ks = dropout_scale<float>(spec);
+  const auto vk = hn::Set(df, ks);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const std::uint64_t v = get_bits(bits, at + j, static_cast<int>(N));
+    std::uint8_t m[8];
+    std::memcpy(m, &v, sizeof(v));
+    const auto keep = hn::LoadMaskBits(df, m);
+    hn::StoreU(hn::IfThenElseZero(keep, hn::Mul(hn::LoadU(df, x + j), vk)), df, y + j);
+  }
+  for (; j < n; ++j) y[j] = get_bits(bits, at + j, 1) ? x[j] * ks : 0.0f;
 }
 
 template void dropout_inplace<float>(float*, std::int64_t, std::uint64_t, const DropoutSpec&);

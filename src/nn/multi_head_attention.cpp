@@ -386,6 +386,14 @@ void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_we
                                     v_view<float>(), d, la);
   } else if (c.impl == AttentionImpl::kFused) {
     c.lse = Tensor::empty({B, H, L});
+    // The forward records the dropout mask, a bit per weight, so that the
+    // backward need not draw it again, when the bits take no more memory
+    // than the attention output: memory stays linear in the length.
+    const std::int64_t keep_words = B * H * L * AttentionDropout::keep_words(d.S);
+    if (c.dropout.active() && static_cast<std::size_t>(keep_words) * 8 <= c.attn.nbytes()) {
+      c.keep_bits = Tensor::zeros({keep_words}, DType::kI64);
+      c.dropout.keep_bits = reinterpret_cast<std::uint64_t*>(c.keep_bits.data<std::int64_t>());
+    }
     visit_float_storage(c.store, [&](auto tag) {
       using T = decltype(tag);
       attention_fused_forward<T>({c.attn.data<T>(), L * E, E, d.Dv}, c.lse.f32(), q_view<T>(), k_view<T>(),
@@ -548,7 +556,8 @@ MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d
   }
   // Backward runs once per forward: what only the kernel read can go now.
   d_attn = Tensor();
-  c.attn = Tensor(), c.probs = Tensor();
+  c.attn = Tensor(), c.probs = Tensor(), c.keep_bits = Tensor();
+  c.dropout.keep_bits = nullptr;
   if (group > 1) {
     sum_groups(dk_view, dk_full, B, d.S, cfg_.kv_heads(), group, d.D);
     sum_groups(dv_view, dv_full, B, d.S, cfg_.kv_heads(), group, d.Dv);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -263,6 +264,23 @@ inline Reference reference(const Spec& s, const Data& x, float scale) {
                                 view(r.dv.data(), d, d.S, d.Dv), r.probs.data(), cv(x.g, d.L, d.Dv),
                                 cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks, d, scale, x.drop);
   return r;
+}
+
+// Room for a case's dropout keep bits (AttentionDropout::keep_bits), filled
+// with a pattern: a bit the backward reads but the forward did not write
+// then shows in the gradients.
+inline std::vector<std::uint64_t> keep_bits(const AttentionDims& d) {
+  return std::vector<std::uint64_t>(static_cast<std::size_t>(d.B * d.H * d.L * AttentionDropout::keep_words(d.S)),
+                                    0xA5A5A5A5A5A5A5A5ull);
+}
+
+// The same values bit for bit (NaN included).
+template <typename T>
+::testing::AssertionResult same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " and " << b.size();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return ::testing::AssertionFailure() << "element " << i << " differs";
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace multihead::test

@@ -132,6 +132,31 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
   EXPECT_TRUE(within_bf16(dv, ref.dv, 6)) << "dv";
   EXPECT_TRUE(within_bf16(drk, ref.drk, 6)) << "d_rel_k";
   EXPECT_TRUE(within_bf16(drv, ref.drv, 6)) << "d_rel_v";
+
+  // The dropout mask recorded by the forward as keep bits and read back by
+  // the backward instead of drawn again: the same results, bit for bit.
+  if (!x.drop.active()) return;
+  std::vector<std::uint64_t> bits = test::keep_bits(d);
+  AttentionDropout drop = x.drop;
+  drop.keep_bits = bits.data();
+  std::vector<BF16> out_b(out16.size());
+  std::vector<float> lse_b(lse.size());
+  attention_bf16_forward(view(out_b.data(), d, d.L, d.Dv), lse_b.data(), cv16(q16, d.L, d.D), cv16(k16, d.S, d.D),
+                         cv16(v16, d.S, d.Dv), x.masks, d, scale, drop, s.tiles);
+  EXPECT_TRUE(test::same_bits(widened(out_b), widened(out16))) << "output";
+  EXPECT_TRUE(test::same_bits(lse_b, lse)) << "lse";
+  std::vector<float> drk_b(x.rel_k.size()), drv_b(x.rel_v.size());
+  masks_b.relative.d_rel_k = drk_b.data(), masks_b.relative.d_rel_v = drv_b.data();
+  std::vector<float> dq_b(x.q.size()), dk_b(x.k.size()), dv_b(x.v.size());
+  attention_bf16_backward(view(dq_b.data(), d, d.L, d.D), view(dk_b.data(), d, d.S, d.D),
+                          view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv16(out16, d.L, d.Dv), cv(x.g, d.L, d.Dv),
+                          cv16(q16, d.L, d.D), cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), masks_b, d, scale, drop,
+                          s.tiles);
+  EXPECT_TRUE(test::same_bits(dq_b, dq)) << "dq";
+  EXPECT_TRUE(test::same_bits(dk_b, dk)) << "dk";
+  EXPECT_TRUE(test::same_bits(dv_b, dv)) << "dv";
+  EXPECT_TRUE(test::same_bits(drk_b, drk)) << "d_rel_k";
+  EXPECT_TRUE(test::same_bits(drv_b, drv)) << "d_rel_v";
 }
 
 // The fused kernel's cases, less those that only pick its fp32 tile products

@@ -63,6 +63,30 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
   EXPECT_TRUE(all_close_v(drk_f, ref.drk, 1e-5, 1e-4)) << "d_rel_k";
   EXPECT_TRUE(all_close_v(drv_f, ref.drv, 1e-5, 1e-4)) << "d_rel_v";
   for (float v : dq_f) ASSERT_TRUE(std::isfinite(v));
+
+  // The dropout mask recorded by the forward as keep bits and read back by
+  // the backward instead of drawn again: the same results, bit for bit.
+  if (!x.drop.active()) return;
+  std::vector<std::uint64_t> bits = test::keep_bits(d);
+  AttentionDropout drop = x.drop;
+  drop.keep_bits = bits.data();
+  std::vector<float> out_b(out_f.size()), lse_b(lse.size());
+  attention_fused_forward(view(out_b.data(), d, d.L, d.Dv), lse_b.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D),
+                          cv(x.v, d.S, d.Dv), x.masks, d, scale, drop, s.tiles);
+  EXPECT_TRUE(test::same_bits(out_b, out_f)) << "output";
+  EXPECT_TRUE(test::same_bits(lse_b, lse)) << "lse";
+  std::vector<float> drk_b(x.rel_k.size()), drv_b(x.rel_v.size());
+  masks_f.relative.d_rel_k = drk_b.data(), masks_f.relative.d_rel_v = drv_b.data();
+  std::vector<float> dq_b(x.q.size()), dk_b(x.k.size()), dv_b(x.v.size());
+  attention_fused_backward(view(dq_b.data(), d, d.L, d.D), view(dk_b.data(), d, d.S, d.D),
+                           view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
+                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks_f, d, scale, drop,
+                           s.tiles);
+  EXPECT_TRUE(test::same_bits(dq_b, dq_f)) << "dq";
+  EXPECT_TRUE(test::same_bits(dk_b, dk_f)) << "dk";
+  EXPECT_TRUE(test::same_bits(dv_b, dv_f)) << "dv";
+  EXPECT_TRUE(test::same_bits(drk_b, drk_f)) << "d_rel_k";
+  EXPECT_TRUE(test::same_bits(drv_b, drv_f)) << "d_rel_v";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FusedVsReference, ::testing::ValuesIn(specs()),

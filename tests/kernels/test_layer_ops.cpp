@@ -354,6 +354,36 @@ TEST(Dropout, MatchesTheReferenceMaskElementByElement) {
   for (float v : all) EXPECT_EQ(v, 0.0f);
 }
 
+// Recording keep bits: each element's bit lands at its place in the row,
+// whatever the offset (across 64-bit words), neighbouring bits untouched; the
+// values are those of the plain row, and replaying the bits gives them again.
+TEST(Dropout, RecordedKeepBitsReplayTheSameValues) {
+  const DropoutSpec spec{0.3f, 4, 2};
+  Rng rng(12);
+  for (std::int64_t at : {0, 1, 13, 63, 64, 100})
+    for (std::int64_t n : {1, 15, 16, 17, 64, 129}) {
+      const std::uint64_t base = 1000 + static_cast<std::uint64_t>(7 * at + n);
+      std::vector<float> x(static_cast<std::size_t>(n)), want(x.size()), got(x.size()), again(x.size());
+      for (float& v : x) v = rng.normal();
+      dropout_row(want.data(), x.data(), n, base, spec);
+      // Words full of ones and of zeros: only bits [at, at + n) may change.
+      for (std::uint64_t fill : {~std::uint64_t{0}, std::uint64_t{0}}) {
+        std::vector<std::uint64_t> bits(5, fill);
+        dropout_row(got.data(), x.data(), n, base, spec, bits.data(), at);
+        ASSERT_EQ(got, want) << at << " " << n;
+        for (std::int64_t k = 0; k < 5 * 64; ++k) {
+          const bool bit = (bits[k / 64] >> (k % 64)) & 1;
+          if (k >= at && k < at + n)
+            ASSERT_EQ(bit, dropout_keep_at(spec, base + static_cast<std::uint64_t>(k - at))) << at << "+" << k;
+          else
+            ASSERT_EQ(bit, fill != 0) << "bit " << k << " outside [" << at << ", " << at + n << ")";
+        }
+        dropout_row_from_bits(again.data(), x.data(), n, spec, bits.data(), at);
+        ASSERT_EQ(again, want) << at << " " << n;
+      }
+    }
+}
+
 // Long spans are shared between threads; every element still follows its own
 // index in the stream, whatever the thread count and the span's start.
 TEST(Dropout, LongSpansGiveTheSameMaskOnAnyThreadCount) {

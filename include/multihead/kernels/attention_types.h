@@ -132,8 +132,14 @@ struct AttentionDropout {
   float p = 0.0f;  // 0 disables dropout
   std::uint64_t seed = 0;
   std::uint64_t stream = 0;
+  // Optional: one keep bit per weight, which the fused forward kernels
+  // record and the fused backward kernels read instead of drawing the mask
+  // again (the same values). Row (b, h, i) takes keep_words(S) words from
+  // word (b*H + h)*L + i times that; bit j of the row is weight j's.
+  std::uint64_t* keep_bits = nullptr;
 
   bool active() const { return p > 0.0f; }
+  static std::int64_t keep_words(std::int64_t S) { return (S + 63) / 64; }
 };
 
 }  // namespace multihead

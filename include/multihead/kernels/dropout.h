@@ -40,4 +40,14 @@ void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec
 // parallel region or dropping into another buffer.
 void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec);
 
+// Keep bits, one per element, bit k of a row in bit k % 64 of 64-bit word
+// k / 64: a pass that drops a row again (attention's backward) can read them
+// instead of drawing the mask a second time, for the same values.
+// dropout_row that also writes element j's keep bit at bit `at + j` of bits.
+void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec,
+                 std::uint64_t* bits, std::int64_t at);
+// y[j] = x[j] bit(at + j) / (1 - p): dropout_row's values from its recorded bits.
+void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
+                           const std::uint64_t* bits, std::int64_t at);
+
 }  // namespace multihead

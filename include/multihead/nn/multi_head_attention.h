@@ -191,6 +191,7 @@ class MultiheadAttention : public Module {
     Tensor k_ext, v_ext;          // with extra positions: (B, S', E)
     Tensor probs;                 // reference: (B, H, L, S')
     Tensor lse;                   // fused: (B, H, L) log-sum-exp per query row
+    Tensor keep_bits;             // fused, dropout: the mask, AttentionDropout::keep_bits
     Tensor attn;                  // (B, L, E), before out_proj
     bool valid = false;
   };
