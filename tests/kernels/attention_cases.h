@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -281,6 +282,16 @@ template <typename T>
   for (std::size_t i = 0; i < a.size(); ++i)
     if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return ::testing::AssertionFailure() << "element " << i << " differs";
   return ::testing::AssertionSuccess();
+}
+
+// Named results of two runs, each the same bit for bit.
+struct SameResult {
+  const char* what;
+  const std::vector<float>& got;
+  const std::vector<float>& want;
+};
+inline void expect_same_bits(std::initializer_list<SameResult> results) {
+  for (const SameResult& r : results) EXPECT_TRUE(same_bits(r.got, r.want)) << r.what;
 }
 
 }  // namespace multihead::test

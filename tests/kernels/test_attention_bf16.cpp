@@ -152,11 +152,8 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
                           view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv16(out16, d.L, d.Dv), cv(x.g, d.L, d.Dv),
                           cv16(q16, d.L, d.D), cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), masks_b, d, scale, drop,
                           s.tiles);
-  EXPECT_TRUE(test::same_bits(dq_b, dq)) << "dq";
-  EXPECT_TRUE(test::same_bits(dk_b, dk)) << "dk";
-  EXPECT_TRUE(test::same_bits(dv_b, dv)) << "dv";
-  EXPECT_TRUE(test::same_bits(drk_b, drk)) << "d_rel_k";
-  EXPECT_TRUE(test::same_bits(drv_b, drv)) << "d_rel_v";
+  test::expect_same_bits({{"dq", dq_b, dq}, {"dk", dk_b, dk}, {"dv", dv_b, dv}, {"d_rel_k", drk_b, drk},
+                          {"d_rel_v", drv_b, drv}});
 }
 
 // The fused kernel's cases, less those that only pick its fp32 tile products

@@ -82,11 +82,8 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
                            view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
                            cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks_f, d, scale, drop,
                            s.tiles);
-  EXPECT_TRUE(test::same_bits(dq_b, dq_f)) << "dq";
-  EXPECT_TRUE(test::same_bits(dk_b, dk_f)) << "dk";
-  EXPECT_TRUE(test::same_bits(dv_b, dv_f)) << "dv";
-  EXPECT_TRUE(test::same_bits(drk_b, drk_f)) << "d_rel_k";
-  EXPECT_TRUE(test::same_bits(drv_b, drv_f)) << "d_rel_v";
+  test::expect_same_bits({{"dq", dq_b, dq_f}, {"dk", dk_b, dk_f}, {"dv", dv_b, dv_f}, {"d_rel_k", drk_b, drk_f},
+                          {"d_rel_v", drv_b, drv_f}});
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FusedVsReference, ::testing::ValuesIn(specs()),
