@@ -129,6 +129,7 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
   // sum runs in row order, as a separate pass over the rows would.
   for_column_ranges(n, F, [&](std::int64_t c0, std::int64_t w) {
     std::vector<float> x(static_cast<std::size_t>(a == Activation::kRelu ? 0 : w));
+    std::vector<float> sums(db != nullptr ? db + c0 : nullptr, db != nullptr ? db + c0 + w : nullptr);  // db's range
     for (std::int64_t r = 0; r < n; ++r) {
       float* g = dh + r * F + c0;
       if (a == Activation::kRelu) {
@@ -138,10 +139,10 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
         widen(x.data(), saved + r * F + c0, w);  // saved: pre
         backward_range(a, g, g, x.data(), w);
       }
-      if (db != nullptr)
-        for (std::int64_t j = 0; j < w; ++j) db[c0 + j] += g[j];
-      narrow(dpre + r * F + c0, g, w);
+      if (db != nullptr) narrow_adding(dpre + r * F + c0, sums.data(), g, w);
+      else narrow(dpre + r * F + c0, g, w);
     }
+    if (db != nullptr) std::copy_n(sums.data(), w, db + c0);
   });
 }
 

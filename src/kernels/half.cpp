@@ -62,23 +62,51 @@ float f16_to_float(std::uint16_t h) noexcept {
   return x;
 }
 
-void convert_f32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) noexcept {
-  const hn::ScalableTag<std::uint32_t> du;
-  const hn::Rebind<std::uint16_t, decltype(du)> d16;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(du));
+namespace {
+
+// The bf16 bits of u's lanes (fp32 bit patterns), as float_to_bf16, in the
+// low halves of the lanes.
+template <class DU, class V>
+V bf16_bits(DU du, V u) {
   const auto one = hn::Set(du, 1u), bias = hn::Set(du, 0x7FFFu), abs_mask = hn::Set(du, 0x7FFFFFFFu);
   const auto inf = hn::Set(du, 0x7F800000u), quiet = hn::Set(du, 0x400000u);
+  const auto rounded = hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one)));
+  const auto nan = hn::Gt(hn::And(u, abs_mask), inf);
+  return hn::ShiftRight<16>(hn::IfThenElse(nan, hn::Or(u, quiet), rounded));
+}
+
+// Stores the low halves of bits' lanes: they fit 16 bits, so the saturating
+// signed demotion is exact.
+template <class DU, class V>
+void store_bf16(DU du, V bits, std::uint16_t* dst) {
+  const hn::Rebind<std::uint16_t, DU> d16;
+  const hn::RebindToSigned<DU> di;
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, dst);
+}
+
+}  // namespace
+
+void convert_f32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) noexcept {
+  const hn::ScalableTag<std::uint32_t> du;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(du));
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N)
+    store_bf16(du, bf16_bits(du, hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i))), dst + i);
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+void narrow_adding(BF16* dst, float* sums, const float* src, std::int64_t n) noexcept {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  auto* out = reinterpret_cast<std::uint16_t*>(dst);
   std::int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto u = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i));
-    const auto rounded = hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one)));
-    const auto nan = hn::Gt(hn::And(u, abs_mask), inf);
-    const auto bits = hn::IfThenElse(nan, hn::Or(u, quiet), rounded);
-    // The shifted values fit 16 bits, so the saturating signed demotion is exact.
-    const hn::RebindToSigned<decltype(du)> di;
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(bits))), d16, dst + i);
+    const auto v = hn::LoadU(df, src + i);
+    hn::StoreU(hn::Add(hn::LoadU(df, sums + i), v), df, sums + i);
+    store_bf16(du, bf16_bits(du, hn::BitCast(du, v)), out + i);
   }
-  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+  for (; i < n; ++i) sums[i] += src[i], out[i] = float_to_bf16(src[i]);
 }
 
 void convert_bf16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) noexcept {

@@ -43,15 +43,13 @@ void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std:
 void round_with_column_sums(BF16* dyb, float* db, const float* dy, std::int64_t lddy, std::int64_t N,
                             std::int64_t out) {
   for_column_ranges(N, out, [&](std::int64_t o0, std::int64_t w) {
-    std::vector<float> acc;
-    if (db) acc.assign(db + o0, db + o0 + w);
-    for (std::int64_t n = 0; n < N; ++n) {
-      const float* row = dy + n * lddy + o0;
-      if (db)
-        for (std::int64_t o = 0; o < w; ++o) acc[o] += row[o];
-      narrow(dyb + n * out + o0, row, w);
+    if (db == nullptr) {
+      for (std::int64_t n = 0; n < N; ++n) narrow(dyb + n * out + o0, dy + n * lddy + o0, w);
+      return;
     }
-    if (db) std::copy_n(acc.data(), w, db + o0);
+    std::vector<float> acc(db + o0, db + o0 + w);
+    for (std::int64_t n = 0; n < N; ++n) narrow_adding(dyb + n * out + o0, acc.data(), dy + n * lddy + o0, w);
+    std::copy_n(acc.data(), w, db + o0);
   });
 }
 

@@ -46,6 +46,11 @@ inline void narrow(F16* dst, const float* src, std::int64_t n) noexcept {
   convert_f32_to_f16(reinterpret_cast<std::uint16_t*>(dst), src, n);
 }
 
+// dst = src rounded to bf16 (as narrow) and sums[j] += src[j], in one pass:
+// a row of a gradient rounded for bf16 products while its column sums (a
+// bias gradient) are taken.
+void narrow_adding(BF16* dst, float* sums, const float* src, std::int64_t n) noexcept;
+
 // n rows of w values, row stride lds, stored as T, as fp32: float storage is
 // read where it lies (no copy); BF16 / F16 rows are widened into buf, packed
 // with stride w. ld receives the stride of what is returned.
