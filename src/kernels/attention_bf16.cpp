@@ -237,10 +237,12 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   // Per thread: scores (Br, S) fp32 and the weights rounded (Br, S) bf16, in
   // runs; the query block packed (Br, D) bf16; the output accumulator
   // (Br, Dv), m and l (Br); relative positions: the query block widened
-  // (Br, D), key scores qa and value-bucket weights wv (Br, nb); an output row (Dv).
+  // (Br, D), key scores qa and value-bucket weights wv (Br, nb); an output
+  // row (Dv), fp32 and rounded.
   const std::int64_t per_thread = C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
                                   C::padded(C::bf16_floats(Br * d.D)) + C::padded(Br * d.Dv) + 2 * C::padded(Br) +
-                                  C::padded(Br * d.D) + 2 * C::padded(Br * nb) + C::padded(d.Dv);
+                                  C::padded(Br * d.D) + 2 * C::padded(Br * nb) + C::padded(d.Dv) +
+                                  C::padded(C::bf16_floats(d.Dv));
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Every head's K (S, D) and V (S, Dv), laid out once for all its query blocks.
   const bool on_tiles = products_on_tiles(Bc), pv_on_tiles = on_tiles && d.S >= kTilesFromKeys;
@@ -270,6 +272,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
     float* qa = carve.f32(Br * nb);
     float* wv = carve.f32(Br * nb);
     float* orow = carve.f32(d.Dv);
+    BF16* ob = carve.bf16(d.Dv);
     KeyPlan keys;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
@@ -319,9 +322,11 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
       float* lse_bh = lse + bh * d.L + i0;
       for (std::int64_t r = 0; r < nr; ++r) {
         lse_bh[r] = finish_row(orow, acc + r * d.Dv, wv + r * nb, m[r], l[r], rel, nb, d.Dv);
-        narrow(out.at(b, h) + (i0 + r) * out.row_stride, orow, d.Dv);
+        narrow(ob, orow, d.Dv);
+        simd::stream_copy(out.at(b, h) + (i0 + r) * out.row_stride, ob, d.Dv * 2);
       }
     }
+    hwy::FlushStream();  // the streamed rows, before the caller reads them
   }
 }
 
@@ -394,6 +399,10 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
       // query that sees one key then gets dS = 0 exactly, as in fp32. dO is
       // rounded here once for the whole head.
       for (std::int64_t i = 0; i < d.L; ++i) {
+        if (i + simd::kRowsAhead < d.L) {
+          simd::prefetch_bytes(dout.at(b, h) + (i + simd::kRowsAhead) * dout.row_stride, d.Dv * 4);
+          simd::prefetch_bytes(out.at(b, h) + (i + simd::kRowsAhead) * out.row_stride, d.Dv * 2);
+        }
         std::int64_t ldo = 0;
         const float* o = rows_as_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
         narrow(dob + i * d.Dv, dout.at(b, h) + i * dout.row_stride, d.Dv);
@@ -479,7 +488,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
                     overwrite ? 0.0f : 1.0f, dk_acc + run.j0 * d.D, d.D);
         }
         for (std::int64_t r = 0; r < nr; ++r)
-          for (std::int64_t c = 0; c < d.D; ++c) dqi[r * dq.row_stride + c] = scale * dq_acc[r * d.D + c];
+          simd::stream_scaled_row(dqi + r * dq.row_stride, dq_acc + r * d.D, d.D, scale);
         if (rel.active()) {
           // score_ij also held scale * q_i . rel_k[c]: with g the bucket sums
           // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
@@ -488,9 +497,10 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         }
       }
       for (std::int64_t j = 0; j < d.S; ++j) {
-        std::copy_n(dk_acc + j * d.D, d.D, dk.at(b, h) + j * dk.row_stride);
-        std::copy_n(dv_acc + j * d.Dv, d.Dv, dv.at(b, h) + j * dv.row_stride);
+        simd::stream_scaled_row(dk.at(b, h) + j * dk.row_stride, dk_acc + j * d.D, d.D, 1.0f);
+        simd::stream_scaled_row(dv.at(b, h) + j * dv.row_stride, dv_acc + j * d.Dv, d.Dv, 1.0f);
       }
+      hwy::FlushStream();  // the streamed rows, before any other thread reads them
     }
   }
   if (rel.active()) add_relative_grads(rel, rel_grads.f32(), d.B * d.H, d.D, d.Dv);

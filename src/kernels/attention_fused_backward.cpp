@@ -155,10 +155,11 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           tm.at_b(dk_acc, d.D, dp, Bc, qi, ldq, nc, d.D, nr, scale, true);
         }
         for (std::int64_t c = 0; c < nc_block; ++c) {
-          std::copy_n(dk_acc + c * d.D, d.D, dk.at(b, h) + (j0 + c) * dk.row_stride);
-          std::copy_n(dv_acc + c * d.Dv, d.Dv, dv.at(b, h) + (j0 + c) * dv.row_stride);
+          simd::stream_scaled_row(dk.at(b, h) + (j0 + c) * dk.row_stride, dk_acc + c * d.D, d.D, 1.0f);
+          simd::stream_scaled_row(dv.at(b, h) + (j0 + c) * dv.row_stride, dv_acc + c * d.Dv, d.Dv, 1.0f);
         }
       }
+      hwy::FlushStream();  // the streamed rows, before any other thread reads them
     }
   }
   if (rel.active()) add_relative_grads(rel, rel_grads.f32(), d.B * d.H, d.D, d.Dv);

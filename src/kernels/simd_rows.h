@@ -2,11 +2,13 @@
 // compiled for the build machine's widest vectors). Internal header.
 #pragma once
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace multihead::simd {
@@ -142,6 +144,45 @@ inline void with_scalar(float* x, std::int64_t n, float a, Op op) {
 }
 
 // x[j] *= a
+// dst[j] = a src[j] for a row of output that nothing reads soon (a head's
+// rows of the (B, L, 3E) gradient of Q, K, V, which the in-projection reads
+// from memory after every head is done): whole aligned vectors go by
+// non-temporal stores (the lines are not read first, and the kernel's own
+// buffers stay in the caches), the rest as usual. Call hwy::FlushStream()
+// before the rows are read elsewhere.
+inline void stream_scaled_row(float* dst, const float* src, std::int64_t n, float a) {
+  const DF d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t j = 0;
+  if (reinterpret_cast<std::uintptr_t>(dst) % (N * sizeof(float)) == 0) {
+    const auto va = hn::Set(d, a);
+    for (; j + N <= n; j += N) hn::Stream(hn::Mul(va, hn::LoadU(d, src + j)), d, dst + j);
+  }
+  for (; j < n; ++j) dst[j] = a * src[j];
+}
+
+// Asks for the lines of n bytes at p ahead of use. A head's rows lie far
+// apart in the (B, L, E) tensors, further than the hardware prefetchers
+// look, so a loop over them asks kRowsAhead rows ahead.
+inline constexpr std::int64_t kRowsAhead = 8;
+inline void prefetch_bytes(const void* p, std::int64_t n) {
+  const auto* c = static_cast<const char*>(p);
+  for (std::int64_t b = 0; b < n; b += 64) __builtin_prefetch(c + b);
+}
+
+// dst = src, n bytes, as stream_scaled_row writes: for a row of the
+// attention output, which the out-projection reads after every head is done.
+inline void stream_copy(void* dst, const void* src, std::int64_t n) {
+  const hn::ScalableTag<std::uint8_t> d;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  auto* out = static_cast<std::uint8_t*>(dst);
+  const auto* in = static_cast<const std::uint8_t*>(src);
+  std::int64_t j = 0;
+  if (reinterpret_cast<std::uintptr_t>(out) % N == 0)
+    for (; j + N <= n; j += N) hn::Stream(hn::LoadU(d, in + j), d, out + j);
+  if (j < n) std::memcpy(out + j, in + j, static_cast<std::size_t>(n - j));
+}
+
 inline void scale_row(float* x, std::int64_t n, float a) {
   with_scalar(x, n, a, [](auto u, auto v) { return hn::Mul(u, v); });
 }
