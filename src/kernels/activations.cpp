@@ -129,7 +129,8 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
   // sum runs in row order, as a separate pass over the rows would.
   for_column_ranges(n, F, [&](std::int64_t c0, std::int64_t w) {
     std::vector<float> x(static_cast<std::size_t>(a == Activation::kRelu ? 0 : w));
-    std::vector<float> sums(db != nullptr ? db + c0 : nullptr, db != nullptr ? db + c0 + w : nullptr);  // db's range
+    std::vector<float> sums;  // db's range, summed here
+    if (db != nullptr) sums.assign(db + c0, db + c0 + w);
     for (std::int64_t r = 0; r < n; ++r) {
       float* g = dh + r * F + c0;
       if (a == Activation::kRelu) {

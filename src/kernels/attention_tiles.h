@@ -212,7 +212,6 @@ inline void apply_dropout_row(float* y, const float* x, std::int64_t n, const At
   dropout_row(y, x, n, base, spec);
 }
 
-
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // qa (nr, buckets) = scale * Q (nr, D) rel_k^T, Q with row stride ldq.

@@ -28,7 +28,8 @@ void draws16(const DropoutSpec& spec, std::uint64_t first, std::uint16_t r[kSpan
   std::memcpy(r, words, sizeof(words));
 }
 
-// Bits [at, at + nb) of a row of keep bits, nb <= 16 (LSB first in 64-bit words).
+// Bits [at, at + nb) of a row of keep bits, nb < 64 (LSB first in 64-bit
+// words): a vector's mask at a time, at most 16 lanes of floats on x86.
 void put_bits(std::uint64_t* bits, std::int64_t at, std::uint64_t v, int nb) {
   const std::int64_t w = at >> 6;
   const int sh = static_cast<int>(at & 63);
