@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "multihead/core/step_profile.h"
@@ -43,8 +44,9 @@ struct KeyPlan {
   std::vector<KeyTile> tiles;
   std::vector<KeyRun> runs;
 
+  // A run holds at most max_run keys (at least one tile's: Bc <= max_run).
   void make(const MaskGeometry& geo, std::int64_t S, std::int64_t Bc, std::int64_t b, std::int64_t i0,
-            std::int64_t nr) {
+            std::int64_t nr, std::int64_t max_run = std::numeric_limits<std::int64_t>::max()) {
     tiles.clear();
     runs.clear();
     for (std::int64_t j0 = 0; j0 < S; j0 += Bc) {
@@ -54,7 +56,7 @@ struct KeyPlan {
       const std::int64_t seen = geo.causal_span(i0, nr, j0, nc_block).nc;
       if (seen == 0) continue;
       const std::int64_t nc = std::min(nc_block, ceil_div(seen, kKeyAlign) * kKeyAlign);
-      if (runs.empty() || runs.back().j0 + runs.back().n != j0)
+      if (runs.empty() || runs.back().j0 + runs.back().n != j0 || runs.back().n + nc > max_run)
         runs.push_back({j0, 0, runs.empty() ? 0 : runs.back().at + nr * runs.back().n});
       runs.back().n += nc;
       tiles.push_back({j0, nc, plan.elementwise, runs.size() - 1});
@@ -67,14 +69,18 @@ struct KeyPlan {
   void scale(float* buf, std::int64_t nr, float a) const {
     for (const KeyRun& run : runs) simd::scale_row(buf + run.at, nr * run.n, a);
   }
-  // The masks on the scores in buf, tile by tile where they apply elementwise.
+  // The masks on run u's scores, (nr, n) at run_buf, tile by tile where
+  // they apply elementwise.
+  void apply_masks(const MaskGeometry& geo, std::size_t u, float* run_buf, std::int64_t b, std::int64_t h,
+                   std::int64_t i0, std::int64_t nr, const float* qa) const {
+    for (const KeyTile& t : tiles)
+      if (t.run == u && t.elementwise)
+        geo.apply(run_buf + (t.j0 - runs[u].j0), runs[u].n, b, h, i0, nr, t.j0, t.nc, qa);
+  }
+  // The masks on every run's scores in buf.
   void apply_masks(const MaskGeometry& geo, float* buf, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t nr, const float* qa) const {
-    for (const KeyTile& t : tiles) {
-      if (!t.elementwise) continue;
-      const KeyRun& run = runs[t.run];
-      geo.apply(buf + run.at + (t.j0 - run.j0), run.n, b, h, i0, nr, t.j0, t.nc, qa);
-    }
+    for (std::size_t u = 0; u < runs.size(); ++u) apply_masks(geo, u, buf + runs[u].at, b, h, i0, nr, qa);
   }
 };
 
@@ -202,9 +208,12 @@ struct HeadOperand {
 // AMX tiles by the softmax's row pass as it reads each row (the returned
 // factor), unless masks must add to scaled scores first: then by a pass of
 // its own.
+// Whether tile scores take the scale in a pass of their own.
+bool scale_apart(const KeyPlan& keys, float scale) { return keys.elementwise() || !(scale > 0.0f); }
+
 float place_scale(const KeyPlan& keys, float* buf, std::int64_t nr, float scale, bool on_tiles) {
   if (!on_tiles) return 1.0f;
-  if (keys.elementwise() || !(scale > 0.0f)) {
+  if (scale_apart(keys, scale)) {
     keys.scale(buf, nr, scale);
     return 1.0f;
   }
@@ -218,6 +227,13 @@ bool products_on_tiles(std::int64_t Bc) { return Bc % 32 == 0 && amx::usable(); 
 // tiles from this many keys on: at 256 keys oneDNN's matmul ran them as fast
 // or faster, at 1024 tiles were 4% faster (bench attention, AMX Xeon).
 constexpr std::int64_t kTilesFromKeys = 1024;
+// The backward takes a query block's keys in runs of at most this many
+// (or one key tile, if larger), every step for one run before the next: a
+// run's scores, weights and their gradients, (Br, run) fp32 each, then
+// stay in the caches from one step to the next. At L = 4096 (AMX Xeon),
+// runs of 256, 512, 1024 and all 4096 keys ran the core in 175, 186, 195
+// and 215 ms.
+constexpr std::int64_t kBackwardRunKeys = 256;
 
 }  // namespace
 
@@ -343,23 +359,25 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   using C = Carver;
-  // Per thread, in runs: P, dropout(P) when dropout is on, and dP then dS,
-  // (Br, S) fp32 each; dropout(P), then dS, rounded (Br, S) bf16. The head's
-  // K (S, D) and V (S, Dv) packed bf16 (on AMX tiles: K^T, K and V^T laid
-  // out for the tile products), and its dK, dV accumulators (S, D),
-  // (S, Dv) fp32; the query block packed (Br, D) bf16 and the head's dO
-  // rounded (L, Dv) bf16; the block's dQ (Br, D); delta (L); an output and a dO row (Dv);
-  // relative positions: the query block widened (Br, D), qa = scale Q rel_k^T
-  // and da = dO rel_v^T for the head (L, nb) each, bucket sums (Br, nb).
+  // Per thread, for one run of Sr keys at a time: P, dropout(P) when
+  // dropout is on, and dP then dS, (Br, Sr) fp32 each; dropout(P), then dS,
+  // rounded (Br, Sr) bf16. The head's K (S, D) and V (S, Dv) packed bf16
+  // (on AMX tiles: K^T, K and V^T laid out for the tile products), and its
+  // dK, dV accumulators (S, D), (S, Dv) fp32; the query block packed
+  // (Br, D) bf16 and the head's dO rounded (L, Dv) bf16; the block's dQ
+  // (Br, D); delta (L); an output and a dO row (Dv); relative positions: the query block widened (Br, D), qa = scale Q rel_k^T
+  // and da = dO rel_v^T for the head (L, nb) each, bucket sums of pd and of
+  // dS (Br, nb) each.
   const bool on_tiles = products_on_tiles(Bc), dq_on_tiles = on_tiles && d.S >= kTilesFromKeys;
   const HeadOperand::Use k_use{on_tiles, dq_on_tiles, !on_tiles || !dq_on_tiles}, v_use{on_tiles, false, !on_tiles};
   const std::int64_t k_size = HeadOperand::size(k_use, d.S, d.D), v_size = HeadOperand::size(v_use, d.S, d.Dv);
+  const std::int64_t run_keys = std::max(kBackwardRunKeys, Bc), Sr = std::min(d.S, run_keys);
   const std::int64_t per_thread =
-      (dropout.active() ? 3 : 2) * C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
+      (dropout.active() ? 3 : 2) * C::padded(Br * Sr) + C::padded(C::bf16_floats(Br * Sr)) +
       C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) + C::padded(d.S * d.D) +
       C::padded(d.S * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(d.L * d.Dv)) +
       C::padded(Br * d.D) + C::padded(d.L) + 2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
-      C::padded(Br * nb);
+      2 * C::padded(Br * nb);
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Relative-position gradients per (batch, head), summed in a fixed order afterwards.
   const std::int64_t rel_grad = nb * (d.D + d.Dv);
@@ -368,10 +386,10 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
 #pragma omp parallel
   {
     Carver carve(workspace.f32() + omp_get_thread_num() * per_thread);
-    float* p = carve.f32(Br * d.S);
-    float* pd = dropout.active() ? carve.f32(Br * d.S) : p;  // dropout(P): the weights that multiplied V
-    float* dp = carve.f32(Br * d.S);
-    BF16* b16 = carve.bf16(Br * d.S);  // dropout(P), then dS, rounded
+    float* p = carve.f32(Br * Sr);
+    float* pd = dropout.active() ? carve.f32(Br * Sr) : p;  // dropout(P): the weights that multiplied V
+    float* dp = carve.f32(Br * Sr);
+    BF16* b16 = carve.bf16(Br * Sr);  // dropout(P), then dS, rounded
     BF16* kbuf = carve.bf16(k_size);
     BF16* vbuf = carve.bf16(v_size);
     float* dk_acc = carve.f32(d.S * d.D);
@@ -385,7 +403,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     float* qbuf = carve.f32(Br * d.D);
     float* qa = carve.f32(d.L * nb);
     float* da = carve.f32(d.L * nb);
-    float* gb = carve.f32(Br * nb);
+    float* gbv = carve.f32(Br * nb);
+    float* gbk = carve.f32(Br * nb);
     KeyPlan keys;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
@@ -416,7 +435,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         const std::int64_t nr = std::min(Br, d.L - i0);
         const float* doi = dout.at(b, h) + i0 * dout.row_stride;
         float* dqi = dq.at(b, h) + i0 * dq.row_stride;
-        keys.make(geo, d.S, Bc, b, i0, nr);
+        keys.make(geo, d.S, Bc, b, i0, nr, run_keys);
         // dK and dV sum over the query blocks: the first block's products
         // write them outright where its one run covers every key.
         const bool overwrite = i0 == 0 && keys.runs.size() == 1 && keys.runs[0].j0 == 0 && keys.runs[0].n == d.S;
@@ -433,16 +452,22 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         std::int64_t ldq32 = 0;
         const float* q32 = rel.active() ? rows_as_f32(qd, d.D, nr, d.D, qbuf, ldq32) : nullptr;
         if (rel.active()) relative_scores(qa + i0 * nb, q32, ldq32, nr, d.D, rel, scale);
-        // Scores scale Q K^T on the visible keys, then the masks.
-        for (const KeyRun& run : keys.runs)
-          kh.times_transposed(p + run.at, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
-        const float row_scale = place_scale(keys, p, nr, scale, on_tiles);
-        keys.apply_masks(geo, p, b, h, i0, nr, qa + i0 * nb);
-        // Row by row, while a row is in L1: P = exp(S - lse), dropout(P)
-        // (pd), rel_v's bucket sums of pd, and pd rounded for the products.
-        if (rel.rel_v) std::fill(gb, gb + nr * nb, 0.0f);
-        for (std::int64_t r = 0; r < nr; ++r)
-          for (const KeyRun& run : keys.runs) {
+        const bool scale_pass = on_tiles && scale_apart(keys, scale);
+        const float row_scale = on_tiles && !scale_pass ? scale : 1.0f;
+        if (rel.rel_v) std::fill(gbv, gbv + nr * nb, 0.0f);
+        if (rel.active()) std::fill(gbk, gbk + nr * nb, 0.0f);
+        // Run by run, each at the start of the buffers, so that a run's
+        // scores, weights and their gradients stay in the caches.
+        for (std::size_t u = 0; u < keys.runs.size(); ++u) {
+          KeyRun run = keys.runs[u];
+          run.at = 0;
+          // Scores scale Q K^T on the run's keys, then the masks.
+          kh.times_transposed(p, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
+          if (scale_pass) simd::scale_row(p, nr * run.n, scale);
+          keys.apply_masks(geo, u, p, b, h, i0, nr, qa + i0 * nb);
+          // Row by row, while a row is in L1: P = exp(S - lse), dropout(P)
+          // (pd), rel_v's bucket sums of pd, and pd rounded for the products.
+          for (std::int64_t r = 0; r < nr; ++r) {
             float* x = run.row(p, r);
             simd::exp_shift_sum(x, run.n, lse_bh[i0 + r], row_scale);
             if (dropout.active()) {
@@ -453,22 +478,17 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             // out_i also held sum_j pd_ij rel_v[c]: rel_v's gradient gains the
             // bucket sums of pd times dO_i.
             if (rel.rel_v)
-              bucket_sums(gb + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
+              bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
             narrow_operand(run.row(b16, r), x, run.n);
           }
-        if (rel.rel_v) small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
-        // dV += dropout(P)^T dO and dP = dO V^T (the gradient of pd), in bf16.
-        for (const KeyRun& run : keys.runs) {
-          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16 + run.at, run.n, dobi, d.Dv,
-                    overwrite ? 0.0f : 1.0f, dv_acc + run.j0 * d.Dv, d.Dv);
-          vh.times_transposed(dp + run.at, dobi, nr, run.j0, run.n, 1.0f);
-        }
-        // Row by row: dP gains dO_i . rel_v[c]; dS = pd * dP - P * delta
-        // (= P * (dP - delta) without dropout); rel_k's bucket sums of dS;
-        // dS rounded for the products.
-        if (rel.active()) std::fill(gb, gb + nr * nb, 0.0f);
-        for (std::int64_t r = 0; r < nr; ++r)
-          for (const KeyRun& run : keys.runs) {
+          // dV += dropout(P)^T dO and dP = dO V^T (the gradient of pd), in bf16.
+          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16, run.n, dobi, d.Dv, overwrite ? 0.0f : 1.0f,
+                    dv_acc + run.j0 * d.Dv, d.Dv);
+          vh.times_transposed(dp, dobi, nr, run.j0, run.n, 1.0f);
+          // Row by row: dP gains dO_i . rel_v[c]; dS = pd * dP - P * delta
+          // (= P * (dP - delta) without dropout); rel_k's bucket sums of dS;
+          // dS rounded for the products.
+          for (std::int64_t r = 0; r < nr; ++r) {
             float* x = run.row(dp, r);
             const std::int64_t qpos = masks.query_offset + i0 + r, jm = masked_keys(geo, run.j0, run.n);
             if (rel.rel_v) add_bucket_terms(x, jm, run.j0, qpos, da + (i0 + r) * nb, rel);
@@ -476,24 +496,23 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
               simd::dropout_softmax_grad_row(x, run.row(p, r), run.row(pd, r), run.n, delta[i0 + r]);
             else
               simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
-            if (rel.active()) bucket_sums(gb + r * nb, x, jm, run.j0, qpos, rel);
+            if (rel.active()) bucket_sums(gbk + r * nb, x, jm, run.j0, qpos, rel);
             narrow_operand(run.row(b16, r), x, run.n);
           }
-        // dQ = scale dS K (the sum over runs, then the scale) and dK += scale
-        // dS^T Q, in bf16.
-        for (std::size_t u = 0; u < keys.runs.size(); ++u) {
-          const KeyRun& run = keys.runs[u];
-          kh.times(dq_acc, b16 + run.at, nr, run.j0, run.n, u > 0);
-          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16 + run.at, run.n, qd, d.D,
-                    overwrite ? 0.0f : 1.0f, dk_acc + run.j0 * d.D, d.D);
+          // dQ = scale dS K (the sum over runs, then the scale) and dK +=
+          // scale dS^T Q, in bf16.
+          kh.times(dq_acc, b16, nr, run.j0, run.n, u > 0);
+          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16, run.n, qd, d.D, overwrite ? 0.0f : 1.0f,
+                    dk_acc + run.j0 * d.D, d.D);
         }
+        if (rel.rel_v) small_atb(drv, gbv, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
         for (std::int64_t r = 0; r < nr; ++r)
           simd::stream_scaled_row(dqi + r * dq.row_stride, dq_acc + r * d.D, d.D, scale);
         if (rel.active()) {
           // score_ij also held scale * q_i . rel_k[c]: with g the bucket sums
           // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
-          small_ab(dqi, gb, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
-          small_atb(drk, gb, nb, q32, ldq32, nr, nb, d.D, scale);
+          small_ab(dqi, gbk, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
+          small_atb(drk, gbk, nb, q32, ldq32, nr, nb, d.D, scale);
         }
       }
       for (std::int64_t j = 0; j < d.S; ++j) {

@@ -238,6 +238,21 @@ inline std::vector<Spec> specs() {
     s.causal = CausalAlign::kBottomRight;
     s.dropout = 0.2f;
   });
+  // The bf16 backward takes long key ranges in runs: relative positions'
+  // bucket sums and elementwise masks across runs, and key tiles that do
+  // not divide a run. Relative distances unclipped: a clipped bucket would
+  // sum dS over a thousand keys, where the sum nearly cancels and bf16's
+  // rounding, not the kernel, sets the error.
+  add("long_keys_relative_masks_dropout", {1, 2, 24, 1100, 16, 16}, [](Spec& s) {
+    s.rel_clip = 1100;
+    s.rel_values = true;
+    s.kpm_bool = true;
+    s.dropout = 0.1f;
+  });
+  add("long_keys_odd_tiles", {1, 1, 20, 1100, 8, 8}, [](Spec& s) {
+    s.tiles = AttentionTiles{16, 96, TileGemm::kMicroKernel};
+    s.attn_float = true;
+  });
   return v;
 }
 
