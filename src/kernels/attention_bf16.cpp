@@ -204,13 +204,15 @@ struct HeadOperand {
   }
 };
 
+// Whether scores from the tiles take the scale in a pass of their own:
+// masks must add to scaled scores first, or the scale is not positive (it
+// would not commute with the softmax's maximum).
+bool scale_apart(const KeyPlan& keys, float scale) { return keys.elementwise() || !(scale > 0.0f); }
+
 // The scores' scale: applied by the product (oneDNN's output scale), or on
 // AMX tiles by the softmax's row pass as it reads each row (the returned
 // factor), unless masks must add to scaled scores first: then by a pass of
 // its own.
-// Whether tile scores take the scale in a pass of their own.
-bool scale_apart(const KeyPlan& keys, float scale) { return keys.elementwise() || !(scale > 0.0f); }
-
 float place_scale(const KeyPlan& keys, float* buf, std::int64_t nr, float scale, bool on_tiles) {
   if (!on_tiles) return 1.0f;
   if (scale_apart(keys, scale)) {
@@ -365,9 +367,10 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   // (on AMX tiles: K^T, K and V^T laid out for the tile products), and its
   // dK, dV accumulators (S, D), (S, Dv) fp32; the query block packed
   // (Br, D) bf16 and the head's dO rounded (L, Dv) bf16; the block's dQ
-  // (Br, D); delta (L); an output and a dO row (Dv); relative positions: the query block widened (Br, D), qa = scale Q rel_k^T
-  // and da = dO rel_v^T for the head (L, nb) each, bucket sums of pd and of
-  // dS (Br, nb) each.
+  // (Br, D); delta (L); an output and a dO row (Dv); relative positions:
+  // the query block widened (Br, D), qa = scale Q rel_k^T and da = dO
+  // rel_v^T for the head (L, nb) each, bucket sums of pd and of dS (Br, nb)
+  // each.
   const bool on_tiles = products_on_tiles(Bc), dq_on_tiles = on_tiles && d.S >= kTilesFromKeys;
   const HeadOperand::Use k_use{on_tiles, dq_on_tiles, !on_tiles || !dq_on_tiles}, v_use{on_tiles, false, !on_tiles};
   const std::int64_t k_size = HeadOperand::size(k_use, d.S, d.D), v_size = HeadOperand::size(v_use, d.S, d.Dv);
