@@ -31,12 +31,12 @@ struct KeyTile {  // a key tile some query of the block sees
   std::size_t run;   // the run it belongs to
 };
 // Consecutive visible keys [j0, j0 + n): one product. Its scores for the
-// block's nr queries are a dense (nr, n) matrix at offset `at` of the
-// block's buffers, as oneDNN's fast (brgemm) matmuls want dense operands.
+// block's nr queries are a dense (nr, n) matrix at the start of the block's
+// buffers, as oneDNN's fast (brgemm) matmuls want dense operands.
 struct KeyRun {
-  std::int64_t j0, n, at;
-  float* row(float* base, std::int64_t r) const { return base + at + r * n; }
-  BF16* row(BF16* base, std::int64_t r) const { return base + at + r * n; }
+  std::int64_t j0, n;
+  float* row(float* base, std::int64_t r) const { return base + r * n; }
+  BF16* row(BF16* base, std::int64_t r) const { return base + r * n; }
 };
 
 // The keys query rows [i0, i0 + nr) of batch b see, tile by tile and as runs.
@@ -46,7 +46,7 @@ struct KeyPlan {
 
   // A run holds at most max_run keys (at least one tile's: Bc <= max_run).
   void make(const MaskGeometry& geo, std::int64_t S, std::int64_t Bc, std::int64_t b, std::int64_t i0,
-            std::int64_t nr, std::int64_t max_run = std::numeric_limits<std::int64_t>::max()) {
+            std::int64_t nr, std::int64_t max_run) {
     tiles.clear();
     runs.clear();
     for (std::int64_t j0 = 0; j0 < S; j0 += Bc) {
@@ -57,17 +57,13 @@ struct KeyPlan {
       if (seen == 0) continue;
       const std::int64_t nc = std::min(nc_block, ceil_div(seen, kKeyAlign) * kKeyAlign);
       if (runs.empty() || runs.back().j0 + runs.back().n != j0 || runs.back().n + nc > max_run)
-        runs.push_back({j0, 0, runs.empty() ? 0 : runs.back().at + nr * runs.back().n});
+        runs.push_back({j0, 0});
       runs.back().n += nc;
       tiles.push_back({j0, nc, plan.elementwise, runs.size() - 1});
     }
   }
   bool elementwise() const {
     return std::any_of(tiles.begin(), tiles.end(), [](const KeyTile& t) { return t.elementwise; });
-  }
-  // buf's scores times a, run by run.
-  void scale(float* buf, std::int64_t nr, float a) const {
-    for (const KeyRun& run : runs) simd::scale_row(buf + run.at, nr * run.n, a);
   }
   // The masks on run u's scores, (nr, n) at run_buf, tile by tile where
   // they apply elementwise.
@@ -76,11 +72,6 @@ struct KeyPlan {
     for (const KeyTile& t : tiles)
       if (t.run == u && t.elementwise)
         geo.apply(run_buf + (t.j0 - runs[u].j0), runs[u].n, b, h, i0, nr, t.j0, t.nc, qa);
-  }
-  // The masks on every run's scores in buf.
-  void apply_masks(const MaskGeometry& geo, float* buf, std::int64_t b, std::int64_t h, std::int64_t i0,
-                   std::int64_t nr, const float* qa) const {
-    for (std::size_t u = 0; u < runs.size(); ++u) apply_masks(geo, u, buf + runs[u].at, b, h, i0, nr, qa);
   }
 };
 
@@ -204,23 +195,12 @@ struct HeadOperand {
   }
 };
 
-// Whether scores from the tiles take the scale in a pass of their own:
-// masks must add to scaled scores first, or the scale is not positive (it
-// would not commute with the softmax's maximum).
+// The scores' scale is applied by the product off tiles (oneDNN's output
+// scale); on AMX tiles by the softmax's row pass as it reads each row,
+// unless this says the scores take it in a pass of their own: masks must
+// add to scaled scores first, or the scale is not positive (it would not
+// commute with the softmax's maximum).
 bool scale_apart(const KeyPlan& keys, float scale) { return keys.elementwise() || !(scale > 0.0f); }
-
-// The scores' scale: applied by the product (oneDNN's output scale), or on
-// AMX tiles by the softmax's row pass as it reads each row (the returned
-// factor), unless masks must add to scaled scores first: then by a pass of
-// its own.
-float place_scale(const KeyPlan& keys, float* buf, std::int64_t nr, float scale, bool on_tiles) {
-  if (!on_tiles) return 1.0f;
-  if (scale_apart(keys, scale)) {
-    keys.scale(buf, nr, scale);
-    return 1.0f;
-  }
-  return scale;
-}
 
 // Whether the block products run on AMX tiles: where the CPU has them and
 // key tiles start on the tile grid (32 keys).
@@ -236,6 +216,8 @@ constexpr std::int64_t kTilesFromKeys = 1024;
 // runs of 256, 512, 1024 and all 4096 keys ran the core in 175, 186, 195
 // and 215 ms.
 constexpr std::int64_t kBackwardRunKeys = 256;
+// The forward likewise, with the softmax online across runs.
+constexpr std::int64_t kForwardRunKeys = 512;
 
 }  // namespace
 
@@ -252,12 +234,13 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   using C = Carver;
-  // Per thread: scores (Br, S) fp32 and the weights rounded (Br, S) bf16, in
-  // runs; the query block packed (Br, D) bf16; the output accumulator
-  // (Br, Dv), m and l (Br); relative positions: the query block widened
-  // (Br, D), key scores qa and value-bucket weights wv (Br, nb); an output
-  // row (Dv), fp32 and rounded.
-  const std::int64_t per_thread = C::padded(Br * d.S) + C::padded(C::bf16_floats(Br * d.S)) +
+  // Per thread, for one run of Sr keys at a time: scores (Br, Sr) fp32 and
+  // the weights rounded (Br, Sr) bf16; the query block packed (Br, D) bf16;
+  // the output accumulator (Br, Dv), m and l (Br); relative positions: the
+  // query block widened (Br, D), key scores qa and value-bucket weights wv
+  // (Br, nb); an output row (Dv), fp32 and rounded.
+  const std::int64_t run_keys = std::max(kForwardRunKeys, Bc), Sr = std::min(d.S, run_keys);
+  const std::int64_t per_thread = C::padded(Br * Sr) + C::padded(C::bf16_floats(Br * Sr)) +
                                   C::padded(C::bf16_floats(Br * d.D)) + C::padded(Br * d.Dv) + 2 * C::padded(Br) +
                                   C::padded(Br * d.D) + 2 * C::padded(Br * nb) + C::padded(d.Dv) +
                                   C::padded(C::bf16_floats(d.Dv));
@@ -280,8 +263,8 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
 #pragma omp parallel
   {
     Carver carve(workspace.f32() + omp_get_thread_num() * per_thread);
-    float* s = carve.f32(Br * d.S);
-    BF16* pb = carve.bf16(Br * d.S);
+    float* s = carve.f32(Br * Sr);
+    BF16* pb = carve.bf16(Br * Sr);
     BF16* qd = carve.bf16(Br * d.D);
     float* acc = carve.f32(Br * d.Dv);
     float* m = carve.f32(Br);
@@ -304,38 +287,35 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
         relative_scores(qa, q32, ldq, nr, d.D, rel, scale);
         std::fill(wv, wv + nr * nb, 0.0f);
       }
-      keys.make(geo, d.S, Bc, b, i0, nr);
-      // S = scale Q K^T on every visible key, then the masks.
-      for (const KeyRun& run : keys.runs)
-        kh.times_transposed(s + run.at, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
-      const float row_scale = place_scale(keys, s, nr, scale, on_tiles);
-      keys.apply_masks(geo, s, b, h, i0, nr, qa);
-      // The softmax on whole rows, in fp32: P = exp(S - max), l = sum P
-      // (row_scale > 0 commutes with the maximum).
-      for (std::int64_t r = 0; r < nr; ++r) {
-        float mr = -kInf;
-        for (const KeyRun& run : keys.runs) mr = simd::max_keeping_nan(mr, simd::row_max(run.row(s, r), run.n));
-        mr *= row_scale;
-        m[r] = mr;
-        l[r] = 0.0f;
-        for (const KeyRun& run : keys.runs) {
-          float* x = run.row(s, r);
-          if (mr == -kInf) {  // every key masked: weights 0
-            std::fill_n(x, run.n, 0.0f);
-            continue;
-          }
-          l[r] += simd::exp_shift_sum(x, run.n, mr, row_scale);
-          if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
-          if (rel.rel_v)
-            bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
-          narrow_operand(run.row(pb, r), x, run.n);  // while the row is in L1
-        }
-      }
-      // O = P V, with P rounded to bf16.
-      if (keys.runs.empty()) std::fill(acc, acc + nr * d.Dv, 0.0f);
+      keys.make(geo, d.S, Bc, b, i0, nr, run_keys);
+      const bool scale_pass = on_tiles && scale_apart(keys, scale);
+      const float row_scale = on_tiles && !scale_pass ? scale : 1.0f;
+      std::fill(m, m + nr, -kInf);
+      std::fill(l, l + nr, 0.0f);
+      std::fill(acc, acc + nr * d.Dv, 0.0f);
+      // Run by run, so that a run's scores and weights stay in the caches
+      // between the products.
       for (std::size_t u = 0; u < keys.runs.size(); ++u) {
         const KeyRun& run = keys.runs[u];
-        vh.times(acc, pb + run.at, nr, run.j0, run.n, u > 0);
+        // S = scale Q K^T on the run's keys, then the masks.
+        kh.times_transposed(s, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
+        if (scale_pass) simd::scale_row(s, nr * run.n, scale);
+        keys.apply_masks(geo, u, s, b, h, i0, nr, qa);
+        // Row by row, in fp32: P = exp(S - m) under the running maximum m
+        // (row_scale > 0 commutes with it), dropout, rel_v's bucket sums,
+        // and P rounded while the row is in L1.
+        for (std::int64_t r = 0; r < nr; ++r) {
+          float* x = run.row(s, r);
+          if (online_softmax_run(x, run.n, row_scale, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb,
+                                 rel.rel_v ? nb : 0)) {
+            if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
+            if (rel.rel_v)
+              bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
+          }
+          narrow_operand(run.row(pb, r), x, run.n);
+        }
+        // O += P V, with P rounded to bf16.
+        vh.times(acc, pb, nr, run.j0, run.n, true);
       }
       float* lse_bh = lse + bh * d.L + i0;
       for (std::int64_t r = 0; r < nr; ++r) {
@@ -459,11 +439,10 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         const float row_scale = on_tiles && !scale_pass ? scale : 1.0f;
         if (rel.rel_v) std::fill(gbv, gbv + nr * nb, 0.0f);
         if (rel.active()) std::fill(gbk, gbk + nr * nb, 0.0f);
-        // Run by run, each at the start of the buffers, so that a run's
-        // scores, weights and their gradients stay in the caches.
+        // Run by run, so that a run's scores, weights and their gradients
+        // stay in the caches.
         for (std::size_t u = 0; u < keys.runs.size(); ++u) {
-          KeyRun run = keys.runs[u];
-          run.at = 0;
+          const KeyRun& run = keys.runs[u];
           // Scores scale Q K^T on the run's keys, then the masks.
           kh.times_transposed(p, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
           if (scale_pass) simd::scale_row(p, nr * run.n, scale);

@@ -100,18 +100,8 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         if (plan.elementwise) geo.apply(s + r0 * Bc, Bc, b, h, i0 + r0, nr - r0, j0, nc, qa + r0 * nb);
         for (std::int64_t r = r0; r < nr; ++r) {
           float* row = s + r * Bc;
-          const float m_new = simd::max_keeping_nan(m[r], simd::row_max(row, nc));
-          if (m_new == -kInf) {  // nothing visible yet in this row
-            std::fill(row, row + nc, 0.0f);
-            continue;
-          }
-          const float alpha = std::exp(m[r] - m_new);  // 0 when m was -inf
-          l[r] = l[r] * alpha + simd::exp_shift_sum(row, nc, m_new);
-          if (alpha != 1.0f) {
-            simd::scale_row(acc + r * d.Dv, d.Dv, alpha);
-            if (rel.rel_v) simd::scale_row(wv + r * nb, nb, alpha);
-          }
-          m[r] = m_new;
+          if (!online_softmax_run(row, nc, 1.0f, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb, rel.rel_v ? nb : 0))
+            continue;  // nothing visible yet in this row
           if (dropout.active()) apply_dropout_row(row, row, nc, d, b, h, i0 + r, j0, dropout, KeepBits::kRecord);
           if (rel.rel_v)
             bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);

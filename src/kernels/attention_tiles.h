@@ -245,6 +245,29 @@ inline void small_atb(float* C, const float* A, std::int64_t lda, const float* B
     }
 }
 
+// One run of a query's scores x (n) into its running softmax (the online
+// softmax of FlashAttention): with m the running maximum of row_scale x over
+// the runs so far and l the running sum, x becomes exp(row_scale x - m) under
+// the new maximum, and what was summed under the old one (l, the output
+// accumulator acc (Dv), rel_v's bucket weights wv (nb)) is scaled to it.
+// Returns false, with x zeroed, while every score of the row so far is masked.
+// A NaN score makes m NaN, and so the row's output.
+inline bool online_softmax_run(float* x, std::int64_t n, float row_scale, float& m, float& l, float* acc,
+                               std::int64_t Dv, float* wv, std::int64_t nb) {
+  const float m_new = simd::max_keeping_nan(m, simd::row_max(x, n) * row_scale);
+  if (m_new == -kInf) {
+    std::fill(x, x + n, 0.0f);
+    return false;
+  }
+  const float alpha = std::exp(m - m_new);  // 0 when m was -inf
+  l = l * alpha + simd::exp_shift_sum(x, n, m_new, row_scale);
+  if (alpha != 1.0f) {
+    simd::scale_row(acc, Dv, alpha);
+    if (nb > 0) simd::scale_row(wv, nb, alpha);
+  }
+  m = m_new;
+  return true;
+}
 
 // The output row of a query (o, Dv) from its accumulated weighted values
 // acc (Dv), value-bucket weights wv (nb) under relative positions, running

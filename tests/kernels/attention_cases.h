@@ -29,6 +29,7 @@ struct Spec {
   std::int64_t extra_cols = 0;
   bool fully_masked = false;  // query 0 sees nothing; batch 0 has no keys at all when kpm_bool
   std::int64_t pad_tail = 0;  // the last pad_tail keys of batch element 1 are padding
+  std::int64_t pad_head = 0;  // the first pad_head keys of batch element 0 are padding
   bool alibi = false;
   std::int64_t rel_clip = -1;  // >= 0: Shaw relative positions
   bool rel_values = false;
@@ -70,6 +71,7 @@ inline Data make(const Spec& s) {
     for (auto& m : x.kpm_b) m = rng.uniform() < 0.3f;
     if (s.fully_masked) std::fill_n(x.kpm_b.begin(), cols, 1);  // batch 0: every key padded
     if (s.pad_tail > 0) std::fill_n(x.kpm_b.begin() + 2 * cols - s.pad_tail, s.pad_tail, 1);
+    std::fill_n(x.kpm_b.begin(), s.pad_head, 1);
     x.masks.key_padding_bool = x.kpm_b.data();
   }
   if (s.kpm_float) {
@@ -247,6 +249,14 @@ inline std::vector<Spec> specs() {
     s.rel_clip = 1100;
     s.rel_values = true;
     s.kpm_bool = true;
+    s.dropout = 0.1f;
+  });
+  // Every query's first 700 keys padded: the kernels' running softmax
+  // starts at a later key tile or run, and dropout's masks with it.
+  add("long_keys_late_start", {1, 2, 40, 1100, 32, 32}, [](Spec& s) {
+    s.kpm_bool = true;
+    s.pad_head = 700;
+    s.attn_float = true;
     s.dropout = 0.1f;
   });
   add("long_keys_odd_tiles", {1, 1, 20, 1100, 8, 8}, [](Spec& s) {
