@@ -2,15 +2,18 @@
 // (AMX tiles, AVX512-BF16 dot products), forward and backward.
 //
 // Each task takes a block of queries against every key it can see: the
-// visible key tiles form a few runs (one for full attention, one for a
-// causal block, two or three for sparse patterns), and each run is one
-// oneDNN bf16 matmul with fp32 accumulation (gemm_bf16). Between the
-// products the softmax runs in fp32 on whole rows, so no running maximum or
-// rescaling is needed; memory stays linear in the sequence length (a few
-// (q_block, S) rows per thread). What is rounded to bf16, as FlashAttention
-// does: Q, K, V (stored so), the weights P for P V, and in backward dO for
-// dO V^T and P^T dO, and dS for dS K and dS^T Q. Scores, the softmax, lse,
-// delta and every gradient stay fp32.
+// visible key tiles form runs of consecutive keys (a few hundred keys at
+// most, so that a run's scores and weights stay in L2), and each run is one
+// product per step, on AMX tiles against K and V laid out once per head
+// where the CPU has them, otherwise one oneDNN bf16 matmul (gemm_bf16), with
+// fp32 accumulation. Between the products the softmax runs in fp32: forward
+// online across the runs (running maximum and sum, the output rescaled as
+// the maximum grows, as FlashAttention does), backward from the saved lse.
+// Memory stays linear in the sequence length (a few (q_block, run) buffers
+// per thread). What is rounded to bf16, as FlashAttention does: Q, K, V
+// (stored so), the weights P for P V, and in backward dO for dO V^T and
+// P^T dO, and dS for dS K and dS^T Q. Scores, the softmax, lse, delta and
+// every gradient stay fp32.
 //
 // Same arguments, layouts and semantics as attention_fused_forward /
 // attention_fused_backward (masks, positions, sparse patterns, dropout,
