@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"
@@ -42,21 +43,28 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
   const std::int64_t per_thread = Br * Bc + Br * d.Dv + 2 * Br + 2 * Br * nb + conv;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   auto conv_buffers = [&](int thread) { return workspace.f32() + (thread + 1) * per_thread - conv; };
-  // K^T (B*H, D, S) for the micro-kernel, packed once and shared by every
-  // query block of a head; with few queries, dot products read K in place.
+  // For the micro-kernel, packed once and shared by every query block of a
+  // head: K^T key tile by key tile in panels, and V (S, Dv) dense. With few
+  // queries, dot products read K in place.
   const bool few_queries = !tm.blas && d.L <= kFewQueryRows;
   const bool packs = !tm.blas && !few_queries;
-  Tensor kt_all = packs ? Tensor::empty({d.B * d.H, d.D, d.S}) : Tensor();
+  const std::int64_t kt_tile = simd::panels_size(d.D, Bc), nkt = ceil_div(d.S, Bc);
+  Tensor kt_all = packs ? Tensor::empty({d.B * d.H, nkt * kt_tile}) : Tensor();
+  Tensor v_all = packs ? Tensor::empty({d.B * d.H, d.S * d.Dv}) : Tensor();
+  std::vector<simd::GemmB> kts(static_cast<std::size_t>(packs ? d.B * d.H * nkt : 0));  // (B*H, key tiles)
   if (packs) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      const std::int64_t b = bh / d.H, h = bh % d.H;
       float* kbuf = conv_buffers(omp_get_thread_num()) + Br * d.D;  // (Bc, D)
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc = std::min(Bc, d.S - j0);
         std::int64_t ldk = 0;
-        const float* kj = rows_as_f32(k.at(bh / d.H, bh % d.H) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
-        tm.pack_t(kt_all.f32() + bh * d.D * d.S + j0, d.S, kj, ldk, nc, d.D);
+        const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
+        const std::int64_t t = bh * nkt + j0 / Bc;
+        kts[static_cast<std::size_t>(t)] = tm.pack_t(kt_all.f32() + t * kt_tile, kj, ldk, nc, d.D);
       }
+      dense_rows_f32(v_all.f32() + bh * d.S * d.Dv, v.at(b, h), v.row_stride, d.S, d.Dv);
     }
   }
 
@@ -91,12 +99,12 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         if (plan.skip) continue;
         // Only the causally visible rows and columns of the tile: the rest is -inf.
         const auto [r0, nc] = geo.causal_span(i0, nr, j0, nc_block);
-        const float* kt = packs ? kt_all.f32() + bh * d.D * d.S + j0 : nullptr;
+        const simd::GemmB kt = packs ? kts[static_cast<std::size_t>(bh * nkt + j0 / Bc)] : simd::GemmB{};
         std::int64_t ldk = 0, ldv = 0;  // the micro-kernel reads K^T from kt instead of K's rows
         const float* kj =
             packs ? nullptr : rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
         if (few_queries) dot_scores(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, nr - r0, nc, d.D, scale);
-        else tm.q_kt(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, kt, d.S, nr - r0, nc, d.D, scale);
+        else tm.q_kt(s + r0 * Bc, Bc, qi + r0 * ldq, ldq, kj, ldk, kt, nr - r0, nc, d.D, scale);
         if (plan.elementwise) geo.apply(s + r0 * Bc, Bc, b, h, i0 + r0, nr - r0, j0, nc, qa + r0 * nb);
         for (std::int64_t r = r0; r < nr; ++r) {
           float* row = s + r * Bc;
@@ -106,7 +114,9 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
           if (rel.rel_v)
             bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, masks.query_offset + i0 + r, rel);
         }
-        const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
+        const float* vj = packs ? v_all.f32() + (bh * d.S + j0) * d.Dv
+                                : rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
+        if (packs) ldv = d.Dv;
         tm.ab(acc + r0 * d.Dv, d.Dv, s + r0 * Bc, Bc, vj, ldv, nr - r0, d.Dv, nc, 1.0f, true);
       }
       float* lse_bh = lse + bh * d.L + i0;

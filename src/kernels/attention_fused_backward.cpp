@@ -34,15 +34,17 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
-  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T (D, Bc) and V^T (Dv, Bc);
-  // relative positions: qa = scale Q rel_k^T and da = dO rel_v^T for the
-  // whole head (L, nb) each, computed once rather than per key tile, and
-  // bucket sums g (Br, nb).
-  // 16-bit storage: a query block (Br, D), a key and a value tile (Bc, D),
+  // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T and V^T of a key tile
+  // in panels for the micro-kernel; relative positions: qa = scale Q rel_k^T
+  // and da = dO rel_v^T for the whole head (L, nb) each, computed once
+  // rather than per key tile, and bucket sums g (Br, nb); the head's Q
+  // (L, D) and dO (L, Dv) and a key tile (Bc, D) as dense fp32 rows, the
+  // micro-kernel's right-hand operands. 16-bit storage: a value tile
   // (Bc, Dv) and an output row (Dv), widened.
-  const std::int64_t conv = kHalfStorage<T> ? Br * d.D + Bc * (d.D + d.Dv) + d.Dv : 0;
-  const std::int64_t per_thread =
-      3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + Bc * (d.D + d.Dv) + 2 * d.L * nb + Br * nb + conv;
+  const std::int64_t kt_size = simd::panels_size(d.D, Bc), vt_size = simd::panels_size(d.Dv, Bc);
+  const std::int64_t conv = kHalfStorage<T> ? Bc * d.Dv + d.Dv : 0;
+  const std::int64_t per_thread = 3 * Br * Bc + Bc * d.D + Bc * d.Dv + d.L + kt_size + vt_size + 2 * d.L * nb +
+                                  Br * nb + d.L * (d.D + d.Dv) + Bc * d.D + conv;
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Relative-position gradients per (batch, head), summed in a fixed order
   // afterwards, so the result does not depend on which thread ran which head.
@@ -57,14 +59,15 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
     float* dk_acc = dp + Br * Bc;                                      // (Bc, D)
     float* dv_acc = dk_acc + Bc * d.D;                                 // (Bc, Dv)
     float* delta = dv_acc + Bc * d.Dv;                                 // (L)
-    float* kt = delta + d.L;                                           // (D, Bc)
-    float* vt = kt + d.D * Bc;                                         // (Dv, Bc)
-    float* qa = vt + d.Dv * Bc;                                        // (L, nb)
+    float* kt = delta + d.L;                                           // K^T (D, Bc) in panels
+    float* vt = kt + kt_size;                                          // V^T (Dv, Bc) in panels
+    float* qa = vt + vt_size;                                          // (L, nb)
     float* da = qa + d.L * nb;                                         // (L, nb)
     float* gb = da + d.L * nb;                                         // (Br, nb)
-    float* qbuf = gb + Br * nb;                                        // 16-bit storage: (Br, D)
-    float* kbuf = qbuf + Br * d.D;                                     // (Bc, D)
-    float* vbuf = kbuf + Bc * d.D;                                     // (Bc, Dv)
+    float* qd = gb + Br * nb;                                          // (L, D)
+    float* dod = qd + d.L * d.D;                                       // (L, Dv)
+    float* kd = dod + d.L * d.Dv;                                      // (Bc, D)
+    float* vbuf = kd + Bc * d.D;                                       // 16-bit storage: (Bc, Dv)
     float* orow = vbuf + Bc * d.Dv;                                    // (Dv)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
@@ -74,10 +77,12 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
       const float* lse_bh = lse + bh * d.L;
       // dS = P * (dP - delta) with delta_i = sum_j P_ij dP_ij = dO_i . O_i
       // (also under dropout, since O already holds the dropped weights).
+      dense_rows_f32(qd, q.at(b, h), q.row_stride, d.L, d.D);
+      dense_rows_f32(dod, dout.at(b, h), dout.row_stride, d.L, d.Dv);
       for (std::int64_t i = 0; i < d.L; ++i) {
         std::int64_t ldo = 0;
         const float* o = rows_as_f32(out.at(b, h) + i * out.row_stride, out.row_stride, 1, d.Dv, orow, ldo);
-        delta[i] = simd::dot(dout.at(b, h) + i * dout.row_stride, o, d.Dv);
+        delta[i] = simd::dot(dod + i * d.Dv, o, d.Dv);
         std::fill_n(dq.at(b, h) + i * dq.row_stride, d.D, 0.0f);
         if (rel.rel_v)
           for (std::int64_t c = 0; c < nb; ++c)
@@ -86,19 +91,16 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
       if (rel.active())
         for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
           const std::int64_t nr = std::min(Br, d.L - i0);
-          std::int64_t ldq = 0;
-          const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
-          relative_scores(qa + i0 * nb, qi, ldq, nr, d.D, rel, scale);
+          relative_scores(qa + i0 * nb, qd + i0 * d.D, d.D, nr, d.D, rel, scale);
         }
       for (std::int64_t j0 = 0; j0 < d.S; j0 += Bc) {
         const std::int64_t nc_block = std::min(Bc, d.S - j0);
-        std::int64_t ldk = 0, ldv = 0, ldq = 0;
-        const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc_block, d.D, kbuf, ldk);
+        std::int64_t ldv = 0;
+        dense_rows_f32(kd, k.at(b, h) + j0 * k.row_stride, k.row_stride, nc_block, d.D);
         const float* vj = rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc_block, d.Dv, vbuf, ldv);
         std::fill_n(dk_acc, nc_block * d.D, 0.0f);
         std::fill_n(dv_acc, nc_block * d.Dv, 0.0f);
-        tm.pack_t(kt, Bc, kj, ldk, nc_block, d.D);
-        tm.pack_t(vt, Bc, vj, ldv, nc_block, d.Dv);
+        const simd::GemmB ktp = tm.pack_t(kt, kd, d.D, nc_block, d.D), vtp = tm.pack_t(vt, vj, ldv, nc_block, d.Dv);
         for (std::int64_t i0_block = 0; i0_block < d.L; i0_block += Br) {
           const std::int64_t nr_block = std::min(Br, d.L - i0_block);
           const TilePlan plan = geo.plan(b, i0_block, nr_block, j0, nc_block);
@@ -106,10 +108,10 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           // Only the causally visible rows and columns of the tile: the rest has P = 0.
           const auto [r0, nc] = geo.causal_span(i0_block, nr_block, j0, nc_block);
           const std::int64_t i0 = i0_block + r0, nr = nr_block - r0;
-          const float* qi = rows_as_f32(q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D, qbuf, ldq);
-          const float* doi = dout.at(b, h) + i0 * dout.row_stride;
+          const float* qi = qd + i0 * d.D;
+          const float* doi = dod + i0 * d.Dv;
           // P = exp(scale * Q K^T + mask - lse)
-          tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
+          tm.q_kt(p, Bc, qi, d.D, kd, d.D, ktp, nr, nc, d.D, scale);
           const std::int64_t jm = std::min(j0 + nc, geo.cols) - j0;  // tile columns under the masks
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa + i0 * nb);
           for (std::int64_t r = 0; r < nr; ++r) simd::exp_shift_sum(p + r * Bc, nc, lse_bh[i0 + r]);
@@ -120,9 +122,9 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             pv = pd;
           }
           // dV_j += dropout(P)^T dO_i
-          tm.at_b(dv_acc, d.Dv, pv, Bc, doi, dout.row_stride, nc, d.Dv, nr, 1.0f, true);
+          tm.at_b(dv_acc, d.Dv, pv, Bc, doi, d.Dv, nc, d.Dv, nr, 1.0f, true);
           // dP = dO_i V_j^T (the gradient of the dropped weights), then dS in place.
-          tm.q_kt(dp, Bc, doi, dout.row_stride, vj, ldv, vt, Bc, nr, nc, d.Dv, 1.0f);
+          tm.q_kt(dp, Bc, doi, d.Dv, vj, ldv, vtp, nr, nc, d.Dv, 1.0f);
           if (rel.rel_v && jm > 0) {
             // out_i also held sum_j pv_ij rel_v[c]: dP gains dO_i . rel_v[c],
             // and rel_v's gradient gains the bucket sums of pv times dO_i.
@@ -133,7 +135,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
               add_bucket_terms(dp + r * Bc, jm, j0, qpos, dar, rel);
               bucket_sums(gb + r * nb, pv + r * Bc, jm, j0, qpos, rel);
             }
-            small_atb(drv, gb, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
+            small_atb(drv, gb, nb, doi, d.Dv, nr, nb, d.Dv, 1.0f);
           }
           // dS = pd * dP - P * delta with pd = dropout(P): the mask's draws are
           // not needed again (where P is 0, so is every term).
@@ -148,11 +150,11 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             for (std::int64_t r = 0; r < nr; ++r)
               bucket_sums(gb + r * nb, dp + r * Bc, jm, j0, masks.query_offset + i0 + r, rel);
             small_ab(dq.at(b, h) + i0 * dq.row_stride, gb, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
-            small_atb(drk, gb, nb, qi, ldq, nr, nb, d.D, scale);
+            small_atb(drk, gb, nb, qi, d.D, nr, nb, d.D, scale);
           }
           // dQ_i += scale * dS K_j;  dK_j += scale * dS^T Q_i
-          tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kj, ldk, nr, d.D, nc, scale, true);
-          tm.at_b(dk_acc, d.D, dp, Bc, qi, ldq, nc, d.D, nr, scale, true);
+          tm.ab(dq.at(b, h) + i0 * dq.row_stride, dq.row_stride, dp, Bc, kd, d.D, nr, d.D, nc, scale, true);
+          tm.at_b(dk_acc, d.D, dp, Bc, qi, d.D, nc, d.D, nr, scale, true);
         }
         for (std::int64_t c = 0; c < nc_block; ++c) {
           simd::stream_scaled_row(dk.at(b, h) + (j0 + c) * dk.row_stride, dk_acc + c * d.D, d.D, 1.0f);

@@ -25,8 +25,10 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   const TileMath tm{tiles_use_blas(tiles, d)};
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
-  // P (Br, Bc), K^T (D, Bc), qa (Br, nb); 16-bit storage: a query block (Br, D) and a key tile (Bc, D), widened.
-  const std::int64_t per_thread = Br * Bc + d.D * Bc + Br * nb + (kHalfStorage<T> ? (Br + Bc) * d.D : 0);
+  // P (Br, Bc), K^T (D, Bc) in panels, qa (Br, nb); 16-bit storage: a query
+  // block (Br, D) and a key tile (Bc, D), widened.
+  const std::int64_t per_thread =
+      Br * Bc + simd::panels_size(d.D, Bc) + Br * nb + (kHalfStorage<T> ? (Br + Bc) * d.D : 0);
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   const float inv_h = 1.0f / static_cast<float>(d.H);
 
@@ -34,8 +36,8 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
 #pragma omp parallel
   {
     float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
-    float* kt = p + Br * Bc;                                           // (D, Bc)
-    float* qa = kt + d.D * Bc;                                         // (Br, nb)
+    float* kt = p + Br * Bc;                                           // K^T (D, Bc) in panels
+    float* qa = kt + simd::panels_size(d.D, Bc);                       // (Br, nb)
     float* qbuf = qa + Br * nb;                                        // (Br, D)
     float* kbuf = qbuf + Br * d.D;                                     // (Bc, D)
 #pragma omp for schedule(dynamic, 1)
@@ -59,8 +61,7 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
           }
           if (plan.skip) continue;
           const float* kj = rows_as_f32(k.at(b, h) + j0 * k.row_stride, k.row_stride, nc, d.D, kbuf, ldk);
-          tm.pack_t(kt, Bc, kj, ldk, nc, d.D);
-          tm.q_kt(p, Bc, qi, ldq, kj, ldk, kt, Bc, nr, nc, d.D, scale);
+          tm.q_kt(p, Bc, qi, ldq, kj, ldk, tm.pack_t(kt, kj, ldk, nc, d.D), nr, nc, d.D, scale);
           if (plan.elementwise) geo.apply(p, Bc, b, h, i0, nr, j0, nc, qa);
           for (std::int64_t r = 0; r < nr; ++r) {
             float* row = p + r * Bc;

@@ -15,6 +15,7 @@
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/half.h"
 #include "multihead/kernels/transpose.h"
 #include "simd_rows.h"
 #include "tile_gemm.h"
@@ -312,34 +313,45 @@ inline void add_relative_grads(const RelativePositions<float>& rel, const float*
   }
 }
 
+// Rows (n, w) of src, row stride lds, as dense fp32 rows at dst (row
+// stride w): copied, or widened from 16 bits.
+template <typename T>
+inline void dense_rows_f32(float* dst, const T* src, std::int64_t lds, std::int64_t n, std::int64_t w) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    if constexpr (std::is_same_v<T, float>) std::copy_n(src + r * lds, w, dst + r * w);
+    else widen(dst + r * w, src + r * lds, w);
+  }
+}
+
 // The products on tiles, through the micro-kernel or BLAS. Names give the
 // shapes: a "T" operand is used transposed.
 struct TileMath {
   bool blas;
 
   // S (nr, nc), ld lds = alpha * Q (nr, D) K^T, with K (nc, D) row stride ldk.
-  // The micro-kernel reads K^T from kt (D, nc), row stride ldkt, packed by pack_t.
+  // The micro-kernel reads K^T from kt, panels laid out by pack_t.
   void q_kt(float* S, std::int64_t lds, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
-            const float* kt, std::int64_t ldkt, std::int64_t nr, std::int64_t nc, std::int64_t D, float alpha) const {
+            simd::GemmB kt, std::int64_t nr, std::int64_t nc, std::int64_t D, float alpha) const {
     if (blas) gemm(Trans::kNo, Trans::kYes, nr, nc, D, alpha, Q, ldq, K, ldk, 0.0f, S, lds);
-    else simd::tile_gemm<false>(S, lds, Q, ldq, kt, ldkt, nr, nc, D, alpha, false);
+    else simd::tile_gemm<false>(S, lds, Q, ldq, kt, nr, nc, D, alpha, false);
   }
   // C (m, n) (+)= alpha * A (m, k) B (k, n)
   void ab(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
           std::int64_t m, std::int64_t n, std::int64_t k, float alpha, bool accumulate) const {
     if (blas) gemm(Trans::kNo, Trans::kNo, m, n, k, alpha, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
-    else simd::tile_gemm<false>(C, ldc, A, lda, B, ldb, m, n, k, alpha, accumulate);
+    else simd::tile_gemm<false>(C, ldc, A, lda, simd::row_major_b(B, ldb), m, n, k, alpha, accumulate);
   }
   // C (m, n) (+)= alpha * A^T B with A stored (k, m), B (k, n)
   void at_b(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
             std::int64_t m, std::int64_t n, std::int64_t k, float alpha, bool accumulate) const {
     if (blas) gemm(Trans::kYes, Trans::kNo, m, n, k, alpha, A, lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
-    else simd::tile_gemm<true>(C, ldc, A, lda, B, ldb, m, n, k, alpha, accumulate);
+    else simd::tile_gemm<true>(C, ldc, A, lda, simd::row_major_b(B, ldb), m, n, k, alpha, accumulate);
   }
-  // dst (cols, rows) = src (rows, cols)^T with dst row stride ldd; for the micro-kernel only.
-  void pack_t(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
-              std::int64_t cols) const {
-    if (!blas) transpose(dst, ldd, src, lds, rows, cols);
+  // src (rows, cols)^T laid out at dst in panels for the micro-kernel
+  // (simd::panels_size(cols, rows) floats); nothing on BLAS.
+  simd::GemmB pack_t(float* dst, const float* src, std::int64_t lds, std::int64_t rows, std::int64_t cols) const {
+    if (blas) return {};
+    return simd::pack_panels_t(dst, src, lds, rows, cols);
   }
 };
 

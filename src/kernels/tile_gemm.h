@@ -2,20 +2,28 @@
 //
 //   C (M, N) = alpha * op(A) B  [+ C when accumulate]
 //   op(A) = A (M, K), row stride lda,   or A^T with A stored (K, M) when kTransA
-//   B (K, N), row stride ldb, unit stride along N
+//   B (K, N) as a GemmB: blocks of columns, unit stride along N
 //
 // Every product in the fused attention kernels has this form once K^T or V^T
 // is packed (Q K^T, P V, dO V^T, dS K, P^T dO, dS^T Q). The micro-kernel
 // keeps a kRows x kVecs block of C in registers (6 x 4 vectors: 24 of the
 // 32 AVX-512 registers, leaving room for 4 B vectors and a broadcast) and
 // streams one row of B and one column of A per step: 4 loads and 6
-// broadcasts feed 24 FMAs. Tiles are small and hot in L1/L2, so no packing
-// of A or B beyond the caller's K^T / V^T is needed.
+// broadcasts feed 24 FMAs. The driver takes B one block of columns (the
+// micro-kernel's width) at a time and passes every row strip of A over it,
+// so that the block stays in L1; B should be dense: rows of B kilobytes
+// apart (K^T of a whole head, V read in place from the QKV buffer) map to a
+// few L1 sets and defeat the prefetchers, and the products ran 20-30% slower
+// (AMX Xeon, head dimension 64). pack_panels_t lays K^T or V^T out as one
+// contiguous panel per block.
 #pragma once
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cstdint>
+
+#include "multihead/kernels/transpose.h"
 
 namespace multihead::simd {
 
@@ -62,50 +70,83 @@ inline void gemm_micro(float* C, std::int64_t ldc, const float* A, std::int64_t 
   }
 }
 
+// Columns of B in a block of the micro-kernel: kGemmVecs vectors.
+inline std::int64_t gemm_block_cols() {
+  return static_cast<std::int64_t>(hn_gemm::Lanes(hn_gemm::ScalableTag<float>())) * kGemmVecs;
+}
+
+// The right-hand operand B (K, N) of tile_gemm: the columns of block j
+// (gemm_block_cols() wide) start at at + j * block_stride, rows ld apart. A
+// row-major matrix has its blocks side by side; panels hold each block as
+// one (K, width) matrix of its own.
+struct GemmB {
+  const float* at;
+  std::int64_t ld, block_stride;
+};
+inline GemmB row_major_b(const float* B, std::int64_t ld) { return {B, ld, gemm_block_cols()}; }
+
+// Panels of B (K, N): block j at j * K * width, rows width apart, where the
+// width is the block's, or N when N fits one block. Their size in floats.
+inline std::int64_t panel_width(std::int64_t N) { return std::min(N, gemm_block_cols()); }
+inline std::int64_t panels_size(std::int64_t K, std::int64_t N) {
+  const std::int64_t w = panel_width(N);
+  return w == 0 ? 0 : K * ((N + w - 1) / w * w);
+}
+inline GemmB panels_b(const float* at, std::int64_t K, std::int64_t N) {
+  return {at, panel_width(N), K * gemm_block_cols()};
+}
+
+// Panels of B = src^T at dst, for src (N, K) rows lds apart (keys or values
+// of a tile as the right-hand side of Q K^T or dO V^T); the panels' tail
+// past N is left alone.
+inline GemmB pack_panels_t(float* dst, const float* src, std::int64_t lds, std::int64_t N, std::int64_t K) {
+  const std::int64_t W = gemm_block_cols(), ld = panel_width(N);
+  for (std::int64_t n0 = 0; n0 < N; n0 += W)
+    transpose(dst + (n0 / W) * K * W, ld, src + n0 * lds, lds, std::min(W, N - n0), K);
+  return panels_b(dst, K, N);
+}
+
+// C rows (kRows, w) over one block of B, w <= gemm_block_cols() columns.
 template <int kRows, bool kTransA>
-inline void gemm_rows(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-                      std::int64_t N, std::int64_t K, float alpha, bool accumulate) {
-  const hn_gemm::ScalableTag<float> d;
-  const std::int64_t lanes = static_cast<std::int64_t>(hn_gemm::Lanes(d));
-  const std::int64_t block = lanes * kGemmVecs;
-  std::int64_t n0 = 0;
-  for (; n0 + block <= N; n0 += block)
-    gemm_micro<kRows, kGemmVecs, kTransA, false>(C + n0, ldc, A, lda, B + n0, ldb, K, alpha, accumulate,
-                                                 static_cast<std::size_t>(lanes));
-  const std::int64_t rest = N - n0;
-  if (rest <= 0) return;
-  const int vecs = static_cast<int>((rest + lanes - 1) / lanes);
-  const std::size_t last = static_cast<std::size_t>(rest - (vecs - 1) * lanes);
+inline void gemm_block(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                       std::int64_t w, std::int64_t K, float alpha, bool accumulate) {
+  const std::int64_t lanes = static_cast<std::int64_t>(hn_gemm::Lanes(hn_gemm::ScalableTag<float>()));
+  const int vecs = static_cast<int>((w + lanes - 1) / lanes);
+  const std::size_t last = static_cast<std::size_t>(w - (vecs - 1) * lanes);
   const bool partial = static_cast<std::int64_t>(last) < lanes;
-  float* c = C + n0;
-  const float* b = B + n0;
-#define MULTIHEAD_TAIL(V)                                                                         \
-  (partial ? gemm_micro<kRows, V, kTransA, true>(c, ldc, A, lda, b, ldb, K, alpha, accumulate, last) \
-           : gemm_micro<kRows, V, kTransA, false>(c, ldc, A, lda, b, ldb, K, alpha, accumulate, last))
+#define MULTIHEAD_BLOCK(V)                                                                         \
+  (partial ? gemm_micro<kRows, V, kTransA, true>(C, ldc, A, lda, B, ldb, K, alpha, accumulate, last) \
+           : gemm_micro<kRows, V, kTransA, false>(C, ldc, A, lda, B, ldb, K, alpha, accumulate, last))
   switch (vecs) {
-    case 1: MULTIHEAD_TAIL(1); break;
-    case 2: MULTIHEAD_TAIL(2); break;
-    case 3: MULTIHEAD_TAIL(3); break;
-    default: MULTIHEAD_TAIL(4); break;
+    case 1: MULTIHEAD_BLOCK(1); break;
+    case 2: MULTIHEAD_BLOCK(2); break;
+    case 3: MULTIHEAD_BLOCK(3); break;
+    default: MULTIHEAD_BLOCK(4); break;
   }
-#undef MULTIHEAD_TAIL
+#undef MULTIHEAD_BLOCK
 }
 
 template <bool kTransA>
-inline void tile_gemm(float* C, std::int64_t ldc, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-                      std::int64_t M, std::int64_t N, std::int64_t K, float alpha, bool accumulate) {
+inline void tile_gemm(float* C, std::int64_t ldc, const float* A, std::int64_t lda, GemmB B, std::int64_t M,
+                      std::int64_t N, std::int64_t K, float alpha, bool accumulate) {
   // Row r of op(A) starts at A + r*lda, or at column r of A^T's storage.
   auto a_rows = [&](std::int64_t m0) { return kTransA ? A + m0 : A + m0 * lda; };
-  std::int64_t m0 = 0;
-  for (; m0 + kGemmRows <= M; m0 += kGemmRows)
-    gemm_rows<kGemmRows, kTransA>(C + m0 * ldc, ldc, a_rows(m0), lda, B, ldb, N, K, alpha, accumulate);
-  switch (M - m0) {
-    case 1: gemm_rows<1, kTransA>(C + m0 * ldc, ldc, a_rows(m0), lda, B, ldb, N, K, alpha, accumulate); break;
-    case 2: gemm_rows<2, kTransA>(C + m0 * ldc, ldc, a_rows(m0), lda, B, ldb, N, K, alpha, accumulate); break;
-    case 3: gemm_rows<3, kTransA>(C + m0 * ldc, ldc, a_rows(m0), lda, B, ldb, N, K, alpha, accumulate); break;
-    case 4: gemm_rows<4, kTransA>(C + m0 * ldc, ldc, a_rows(m0), lda, B, ldb, N, K, alpha, accumulate); break;
-    case 5: gemm_rows<5, kTransA>(C + m0 * ldc, ldc, a_rows(m0), lda, B, ldb, N, K, alpha, accumulate); break;
-    default: break;
+  const std::int64_t W = gemm_block_cols();
+  for (std::int64_t n0 = 0; n0 < N; n0 += W) {
+    const float* b = B.at + (n0 / W) * B.block_stride;
+    const std::int64_t w = std::min(W, N - n0);
+    float* c = C + n0;
+    std::int64_t m0 = 0;
+    for (; m0 + kGemmRows <= M; m0 += kGemmRows)
+      gemm_block<kGemmRows, kTransA>(c + m0 * ldc, ldc, a_rows(m0), lda, b, B.ld, w, K, alpha, accumulate);
+    switch (M - m0) {
+      case 1: gemm_block<1, kTransA>(c + m0 * ldc, ldc, a_rows(m0), lda, b, B.ld, w, K, alpha, accumulate); break;
+      case 2: gemm_block<2, kTransA>(c + m0 * ldc, ldc, a_rows(m0), lda, b, B.ld, w, K, alpha, accumulate); break;
+      case 3: gemm_block<3, kTransA>(c + m0 * ldc, ldc, a_rows(m0), lda, b, B.ld, w, K, alpha, accumulate); break;
+      case 4: gemm_block<4, kTransA>(c + m0 * ldc, ldc, a_rows(m0), lda, b, B.ld, w, K, alpha, accumulate); break;
+      case 5: gemm_block<5, kTransA>(c + m0 * ldc, ldc, a_rows(m0), lda, b, B.ld, w, K, alpha, accumulate); break;
+      default: break;
+    }
   }
 }
 

@@ -140,8 +140,9 @@ TEST_P(SimdRows, TileGemmEveryShapeAndAccumulate) {
               want[static_cast<std::size_t>(i * N + j)] = 0.5 * acc + (accumulate ? C.x[i * ldc + j] : 0.0);
             }
           const std::vector<float> before(C.x, C.x + M * ldc);
-          if (trans) simd::tile_gemm<true>(C.x, ldc, A.x, lda, B.x, ldb, M, N, K, 0.5f, accumulate);
-          else simd::tile_gemm<false>(C.x, ldc, A.x, lda, B.x, ldb, M, N, K, 0.5f, accumulate);
+          const simd::GemmB b = simd::row_major_b(B.x, ldb);
+          if (trans) simd::tile_gemm<true>(C.x, ldc, A.x, lda, b, M, N, K, 0.5f, accumulate);
+          else simd::tile_gemm<false>(C.x, ldc, A.x, lda, b, M, N, K, 0.5f, accumulate);
           for (std::int64_t i = 0; i < M; ++i) {
             for (std::int64_t j = 0; j < N; ++j)
               ASSERT_NEAR(C.x[i * ldc + j], want[static_cast<std::size_t>(i * N + j)], 1e-5 * (K + 1) * 16)
@@ -150,6 +151,34 @@ TEST_P(SimdRows, TileGemmEveryShapeAndAccumulate) {
               ASSERT_EQ(C.x[i * ldc + j], before[static_cast<std::size_t>(i * ldc + j)]);
           }
         }
+}
+
+// B over several of the micro-kernel's column blocks, as a row-major
+// matrix and as panels of src^T (pack_panels_t), against loops in double:
+// the same values either way, every block and the tail block in place.
+TEST(TileGemm, PanelsAndRowMajorAcrossColumnBlocks) {
+  const std::int64_t W = simd::gemm_block_cols();
+  Rng rng(21);
+  for (std::int64_t N : {W - 1, W, W + 1, 3 * W + 5})
+    for (std::int64_t K : {1, 32, 33}) {
+      const std::int64_t M = 13, lda = K + 2, lds = K + 1, ldc = N + 1;
+      Row A(M * lda, rng), src(N * lds, rng), C(M * ldc, rng);  // src (N, K): B = src^T
+      std::vector<float> Bt(static_cast<std::size_t>(K * N));     // B (K, N) row-major
+      for (std::int64_t k = 0; k < K; ++k)
+        for (std::int64_t j = 0; j < N; ++j) Bt[static_cast<std::size_t>(k * N + j)] = src.x[j * lds + k];
+      std::vector<float> panels(static_cast<std::size_t>(simd::panels_size(K, N)));
+      const simd::GemmB packed = simd::pack_panels_t(panels.data(), src.x, lds, N, K);
+      for (const simd::GemmB& b : {simd::row_major_b(Bt.data(), N), packed}) {
+        simd::tile_gemm<false>(C.x, ldc, A.x, lda, b, M, N, K, 1.0f, false);
+        for (std::int64_t i = 0; i < M; ++i)
+          for (std::int64_t j = 0; j < N; ++j) {
+            double want = 0;
+            for (std::int64_t k = 0; k < K; ++k) want += static_cast<double>(A.x[i * lda + k]) * src.x[j * lds + k];
+            ASSERT_NEAR(C.x[i * ldc + j], want, 1e-5 * (K + 1) * 16)
+                << "N=" << N << " K=" << K << " panels=" << (b.at == packed.at) << " i=" << i << " j=" << j;
+          }
+      }
+    }
 }
 
 std::vector<std::int64_t> lengths() {
