@@ -179,6 +179,32 @@ void pack_transposed(BF16* dst, const BF16* src, std::int64_t ld, std::int64_t N
       [&](std::int64_t k, std::int64_t n) { return src[n * ld + k]; });
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void pack_row_pair(BF16* packed, std::int64_t K,
+                                                                                     std::int64_t N, std::int64_t k,
+                                                                                     const float* row0,
+                                                                                     const float* row1) {
+  // VCVTNE2PS2BF16 puts row0's 16 values in the low half and row1's in the
+  // high half; the permutation interleaves them, a tile row of the packing.
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                                21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                                11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i order = _mm512_load_si512(kInterleave);
+  const std::int64_t block_stride = (K + kTileK - 1) / kTileK * kTileValues;
+  BF16* at = packed + (k / kTileK) * kTileValues + (k % kTileK) / 2 * kTileK;
+  for (std::int64_t n0 = 0; n0 < N; n0 += kTileRows, at += block_stride) {
+    const __mmask16 m = N - n0 >= kTileRows ? 0xFFFF : static_cast<__mmask16>((1u << (N - n0)) - 1);
+    const __m512 a = row0 ? _mm512_maskz_loadu_ps(m, row0 + n0) : _mm512_setzero_ps();
+    const __m512 b = row1 ? _mm512_maskz_loadu_ps(m, row1 + n0) : _mm512_setzero_ps();
+    const __m512i pair = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+    _mm512_storeu_si512(at, _mm512_permutexvar_epi16(order, pair));
+  }
+}
+
+void zero_rows_from(BF16* packed, std::int64_t K, std::int64_t N, std::int64_t k) {
+  for (std::int64_t r = k; r < (K + kTileK - 1) / kTileK * kTileK; r += 2)
+    pack_row_pair(packed, K, N, r, nullptr, nullptr);
+}
+
 PackedPart part(const BF16* packed, std::int64_t K_total, std::int64_t k0, std::int64_t n0) {
   const std::int64_t stride = (K_total + kTileK - 1) / kTileK * kTileValues;
   return {packed + (n0 / kTileRows) * stride + (k0 / kTileK) * kTileValues, stride};

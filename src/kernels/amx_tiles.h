@@ -39,6 +39,16 @@ void pack(BF16* dst, const BF16* src, std::int64_t ld, std::int64_t K, std::int6
 // as the right-hand side of Q K^T.
 void pack_transposed(BF16* dst, const BF16* src, std::int64_t ld, std::int64_t N, std::int64_t K);
 
+// Rows k and k + 1 (k even) of B (K, N) into a packing of B, from fp32
+// rows (null: zeros) rounded to bf16 as the units round (VCVTNE2PS2BF16: to
+// nearest even, inputs below fp32's normal range as zero), zeros past N.
+// Called for each row pair while the rows are in L1, it packs an operand as
+// it is produced.
+void pack_row_pair(BF16* packed, std::int64_t K, std::int64_t N, std::int64_t k, const float* row0, const float* row1);
+// Zeros in rows [k, K rounded up to 32) of a packing of B (K, N), k even:
+// the padding the products read.
+void zero_rows_from(BF16* packed, std::int64_t K, std::int64_t N, std::int64_t k);
+
 // The part of a packing of B (K_total, N) that starts at row k0 (a multiple
 // of 32) and column n0 (a multiple of 16), and the values between its column
 // blocks: what gemm takes as B.

@@ -11,6 +11,7 @@
 #include "multihead/core/step_profile.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
+#include "multihead/kernels/transpose.h"
 #include "amx_tiles.h"
 #include "attention_tiles.h"
 #include "simd_rows.h"
@@ -219,6 +220,39 @@ constexpr std::int64_t kBackwardRunKeys = 256;
 // The forward likewise, with the softmax online across runs.
 constexpr std::int64_t kForwardRunKeys = 512;
 
+// dst (cols, rows), row stride ldd = src (rows, cols)^T, row stride lds:
+// 16-bit values, in 32 x 32 blocks.
+void transpose_bf16(BF16* dst, std::int64_t ldd, const BF16* src, std::int64_t lds, std::int64_t rows,
+                    std::int64_t cols) {
+  constexpr std::int64_t kBlock = 32;
+  for (std::int64_t i0 = 0; i0 < rows; i0 += kBlock)
+    for (std::int64_t j0 = 0; j0 < cols; j0 += kBlock)
+      for (std::int64_t j = j0; j < std::min(cols, j0 + kBlock); ++j)
+        for (std::int64_t i = i0; i < std::min(rows, i0 + kBlock); ++i) dst[j * ldd + i] = src[i * lds + j];
+}
+
+// Row r of an (nr, n) fp32 operand at rows is final: on AMX, pack the pair
+// of rows it completes (the last row of an odd count with zeros) into a
+// packing of it for the tiles, and after the last row zero the padding.
+void pack_as_produced(BF16* packed, const float* rows, std::int64_t r, std::int64_t nr, std::int64_t n) {
+  if (r % 2 == 1) amx::pack_row_pair(packed, nr, n, r - 1, rows + (r - 1) * n, rows + r * n);
+  else if (r == nr - 1) amx::pack_row_pair(packed, nr, n, r, rows + r * n, nullptr);
+  if (r == nr - 1) amx::zero_rows_from(packed, nr, n, (nr + 1) / 2 * 2);
+}
+
+// Rows [0, S) of a (w, S) sum kept transposed, row stride lds, written
+// scaled into out rows (S, w), row stride ldo, with non-temporal stores,
+// through tmp (16, w).
+void write_transposed(float* out, std::int64_t ldo, const float* src, std::int64_t lds, std::int64_t S,
+                      std::int64_t w, float scale, float* tmp) {
+  constexpr std::int64_t kRows = 16;
+  for (std::int64_t j0 = 0; j0 < S; j0 += kRows) {
+    const std::int64_t n = std::min(kRows, S - j0);
+    transpose(tmp, w, src + j0, lds, w, n);
+    for (std::int64_t j = 0; j < n; ++j) simd::stream_scaled_row(out + (j0 + j) * ldo, tmp + j * w, w, scale);
+  }
+}
+
 }  // namespace
 
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
@@ -351,16 +385,32 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   // the query block widened (Br, D), qa = scale Q rel_k^T and da = dO
   // rel_v^T for the head (L, nb) each, bucket sums of pd and of dS (Br, nb)
   // each.
+  //
+  // On AMX tiles dK and dV are summed transposed, dK^T += Q^T dS and
+  // dV^T += dO^T dropout(P), (D, Sp) and (Dv, Sp): the weights and dS are
+  // packed for the tiles pair of rows by pair of rows as the row passes
+  // round them (pp, sp), so no operand is transposed per run, only Q and dO
+  // once per head (qt, dot: (D, Lp), (Dv, Lp) bf16); Sp and Lp keep the
+  // rows of those an odd number of cache lines apart, off each other's L1
+  // sets. oneDNN's matmul took P^T dO and dS^T Q from the rounded rows
+  // (copying them transposed on every call): at L = 4096 each of the two
+  // cost about 20 ms of the core's 165.
   const bool on_tiles = products_on_tiles(Bc), dq_on_tiles = on_tiles && d.S >= kTilesFromKeys;
+  const bool kv_on_tiles = on_tiles;
   const HeadOperand::Use k_use{on_tiles, dq_on_tiles, !on_tiles || !dq_on_tiles}, v_use{on_tiles, false, !on_tiles};
   const std::int64_t k_size = HeadOperand::size(k_use, d.S, d.D), v_size = HeadOperand::size(v_use, d.S, d.Dv);
   const std::int64_t run_keys = std::max(kBackwardRunKeys, Bc), Sr = std::min(d.S, run_keys);
+  const std::int64_t Sp = kv_on_tiles ? ceil_div(d.S, 32) * 32 + 16 : d.S;  // floats: 64 bytes past 128-byte steps
+  const std::int64_t Lp = ceil_div(d.L, 64) * 64 + 32;                     // bf16: the same
+  const std::int64_t packed_run = kv_on_tiles ? amx::packed_size(Br, Sr) : 0;
+  const std::int64_t transposed_qdo = kv_on_tiles ? (d.D + d.Dv) * Lp : 0;
   const std::int64_t per_thread =
       (dropout.active() ? 3 : 2) * C::padded(Br * Sr) + C::padded(C::bf16_floats(Br * Sr)) +
-      C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) + C::padded(d.S * d.D) +
-      C::padded(d.S * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(d.L * d.Dv)) +
+      C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) + C::padded(Sp * d.D) +
+      C::padded(Sp * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(d.L * d.Dv)) +
       C::padded(Br * d.D) + C::padded(d.L) + 2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
-      2 * C::padded(Br * nb);
+      2 * C::padded(Br * nb) + 2 * C::padded(C::bf16_floats(packed_run)) +
+      C::padded(C::bf16_floats(transposed_qdo)) + C::padded(16 * std::max(d.D, d.Dv));
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Relative-position gradients per (batch, head), summed in a fixed order afterwards.
   const std::int64_t rel_grad = nb * (d.D + d.Dv);
@@ -375,8 +425,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     BF16* b16 = carve.bf16(Br * Sr);  // dropout(P), then dS, rounded
     BF16* kbuf = carve.bf16(k_size);
     BF16* vbuf = carve.bf16(v_size);
-    float* dk_acc = carve.f32(d.S * d.D);
-    float* dv_acc = carve.f32(d.S * d.Dv);
+    float* dk_acc = carve.f32(Sp * d.D);   // (S, D), or on tiles dK^T (D, Sp)
+    float* dv_acc = carve.f32(Sp * d.Dv);  // (S, Dv), or on tiles dV^T (Dv, Sp)
     BF16* qd = carve.bf16(Br * d.D);
     BF16* dob = carve.bf16(d.L * d.Dv);  // the head's dO, rounded
     float* dq_acc = carve.f32(Br * d.D);
@@ -388,6 +438,11 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     float* da = carve.f32(d.L * nb);
     float* gbv = carve.f32(Br * nb);
     float* gbk = carve.f32(Br * nb);
+    BF16* pp = carve.bf16(packed_run);  // tiles: dropout(P) packed
+    BF16* sp = carve.bf16(packed_run);  // tiles: dS packed
+    BF16* qt = carve.bf16(transposed_qdo);  // tiles: Q^T (D, Lp), then dO^T (Dv, Lp)
+    BF16* dot = qt + d.D * Lp;
+    float* tmp = carve.f32(16 * std::max(d.D, d.Dv));
     KeyPlan keys;
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
@@ -414,15 +469,22 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
           for (std::int64_t c = 0; c < nb; ++c)
             da[i * nb + c] = simd::dot(dout.at(b, h) + i * dout.row_stride, rel.rel_v + c * d.Dv, d.Dv);
       }
+      if (kv_on_tiles) {
+        std::fill_n(dk_acc, d.D * Sp, 0.0f);
+        std::fill_n(dv_acc, d.Dv * Sp, 0.0f);
+        transpose_bf16(qt, Lp, q.at(b, h), q.row_stride, d.L, d.D);
+        transpose_bf16(dot, Lp, dob, d.Dv, d.L, d.Dv);
+      }
       for (std::int64_t i0 = 0; i0 < d.L; i0 += Br) {
         const std::int64_t nr = std::min(Br, d.L - i0);
         const float* doi = dout.at(b, h) + i0 * dout.row_stride;
         float* dqi = dq.at(b, h) + i0 * dq.row_stride;
         keys.make(geo, d.S, Bc, b, i0, nr, run_keys);
-        // dK and dV sum over the query blocks: the first block's products
-        // write them outright where its one run covers every key.
-        const bool overwrite = i0 == 0 && keys.runs.size() == 1 && keys.runs[0].j0 == 0 && keys.runs[0].n == d.S;
-        if (i0 == 0 && !overwrite) {
+        // dK and dV sum over the query blocks: off tiles, the first block's
+        // products write them outright where its one run covers every key.
+        const bool overwrite =
+            !kv_on_tiles && i0 == 0 && keys.runs.size() == 1 && keys.runs[0].j0 == 0 && keys.runs[0].n == d.S;
+        if (!kv_on_tiles && i0 == 0 && !overwrite) {
           std::fill_n(dk_acc, d.S * d.D, 0.0f);
           std::fill_n(dv_acc, d.S * d.Dv, 0.0f);
         }
@@ -461,11 +523,15 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             // bucket sums of pd times dO_i.
             if (rel.rel_v)
               bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
-            narrow_operand(run.row(b16, r), x, run.n);
+            if (kv_on_tiles) pack_as_produced(pp, pd, r, nr, run.n);
+            else narrow_operand(run.row(b16, r), x, run.n);
           }
           // dV += dropout(P)^T dO and dP = dO V^T (the gradient of pd), in bf16.
-          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16, run.n, dobi, d.Dv, overwrite ? 0.0f : 1.0f,
-                    dv_acc + run.j0 * d.Dv, d.Dv);
+          if (kv_on_tiles)
+            amx::gemm(dv_acc + run.j0, Sp, dot + i0, Lp, amx::part(pp, nr, 0, 0), d.Dv, run.n, nr, 1.0f, true);
+          else
+            gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.Dv, nr, 1.0f, b16, run.n, dobi, d.Dv, overwrite ? 0.0f : 1.0f,
+                      dv_acc + run.j0 * d.Dv, d.Dv);
           vh.times_transposed(dp, dobi, nr, run.j0, run.n, 1.0f);
           // Row by row: dP gains dO_i . rel_v[c]; dS = pd * dP - P * delta
           // (= P * (dP - delta) without dropout); rel_k's bucket sums of dS;
@@ -480,12 +546,16 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
               simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
             if (rel.active()) bucket_sums(gbk + r * nb, x, jm, run.j0, qpos, rel);
             narrow_operand(run.row(b16, r), x, run.n);
+            if (kv_on_tiles) pack_as_produced(sp, dp, r, nr, run.n);
           }
           // dQ = scale dS K (the sum over runs, then the scale) and dK +=
-          // scale dS^T Q, in bf16.
+          // scale dS^T Q (on tiles unscaled, scaled as it is written out), in bf16.
           kh.times(dq_acc, b16, nr, run.j0, run.n, u > 0);
-          gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16, run.n, qd, d.D, overwrite ? 0.0f : 1.0f,
-                    dk_acc + run.j0 * d.D, d.D);
+          if (kv_on_tiles)
+            amx::gemm(dk_acc + run.j0, Sp, qt + i0, Lp, amx::part(sp, nr, 0, 0), d.D, run.n, nr, 1.0f, true);
+          else
+            gemm_bf16(Trans::kYes, Trans::kNo, run.n, d.D, nr, scale, b16, run.n, qd, d.D, overwrite ? 0.0f : 1.0f,
+                      dk_acc + run.j0 * d.D, d.D);
         }
         if (rel.rel_v) small_atb(drv, gbv, nb, doi, dout.row_stride, nr, nb, d.Dv, 1.0f);
         for (std::int64_t r = 0; r < nr; ++r)
@@ -497,9 +567,14 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
           small_atb(drk, gbk, nb, q32, ldq32, nr, nb, d.D, scale);
         }
       }
-      for (std::int64_t j = 0; j < d.S; ++j) {
-        simd::stream_scaled_row(dk.at(b, h) + j * dk.row_stride, dk_acc + j * d.D, d.D, 1.0f);
-        simd::stream_scaled_row(dv.at(b, h) + j * dv.row_stride, dv_acc + j * d.Dv, d.Dv, 1.0f);
+      if (kv_on_tiles) {
+        write_transposed(dk.at(b, h), dk.row_stride, dk_acc, Sp, d.S, d.D, scale, tmp);
+        write_transposed(dv.at(b, h), dv.row_stride, dv_acc, Sp, d.S, d.Dv, 1.0f, tmp);
+      } else {
+        for (std::int64_t j = 0; j < d.S; ++j) {
+          simd::stream_scaled_row(dk.at(b, h) + j * dk.row_stride, dk_acc + j * d.D, d.D, 1.0f);
+          simd::stream_scaled_row(dv.at(b, h) + j * dv.row_stride, dv_acc + j * d.Dv, d.Dv, 1.0f);
+        }
       }
       hwy::FlushStream();  // the streamed rows, before any other thread reads them
     }

@@ -97,6 +97,29 @@ TEST_P(AmxTilesBf16, ProductsMatchTheReferenceTwin) {
   }
 }
 
+// Packing fp32 rows pair by pair as they are rounded (pack_row_pair, the
+// last row of an odd K paired with zeros, zero_rows_from for the padding)
+// gives the layout pack() gives for the rounded matrix, bit for bit, over
+// a packing whose memory held NaN.
+TEST_P(AmxTilesBf16, RowPairsPackAsPackDoes) {
+  const auto [M, N, K] = GetParam();
+  (void)M;
+  Rng rng(static_cast<std::uint64_t>(N * 131 + K));
+  std::vector<float> rows(static_cast<std::size_t>(K * N));
+  std::vector<BF16> rounded(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i] = rng.normal();
+    rounded[i].bits = float_to_bf16(rows[i]);
+  }
+  const std::size_t size = static_cast<std::size_t>(amx::packed_size(K, N));
+  std::vector<BF16> want(size), got(size, BF16{float_to_bf16(NAN)});
+  amx::pack(want.data(), rounded.data(), N, K, N);
+  for (std::int64_t k = 0; k < K; k += 2)
+    amx::pack_row_pair(got.data(), K, N, k, rows.data() + k * N, k + 1 < K ? rows.data() + (k + 1) * N : nullptr);
+  amx::zero_rows_from(got.data(), K, N, (K + 1) / 2 * 2);
+  for (std::size_t i = 0; i < size; ++i) ASSERT_EQ(got[i].bits, want[i].bits) << "value " << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AmxTilesBf16,
                          ::testing::Values(Shape{1, 1, 1}, Shape{16, 16, 32}, Shape{32, 32, 32}, Shape{192, 256, 32},
                                            Shape{17, 33, 31}, Shape{64, 64, 4096}, Shape{37, 45, 70},
