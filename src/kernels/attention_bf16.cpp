@@ -341,7 +341,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
         for (std::int64_t r = 0; r < nr; ++r) {
           float* x = run.row(s, r);
           if (online_softmax_run(x, run.n, row_scale, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb,
-                                 rel.rel_v ? nb : 0)) {
+                                 rel.rel_v ? nb : 0, true)) {
             if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
             if (rel.rel_v)
               bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
@@ -513,7 +513,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
           // (pd), rel_v's bucket sums of pd, and pd rounded for the products.
           for (std::int64_t r = 0; r < nr; ++r) {
             float* x = run.row(p, r);
-            simd::exp_shift_sum(x, run.n, lse_bh[i0 + r], row_scale);
+            simd::exp_shift_sum_coarse(x, run.n, lse_bh[i0 + r], row_scale);
             if (dropout.active()) {
               float* y = run.row(pd, r);
               apply_dropout_row(y, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kReplay);

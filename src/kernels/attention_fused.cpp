@@ -108,7 +108,8 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
         if (plan.elementwise) geo.apply(s + r0 * Bc, Bc, b, h, i0 + r0, nr - r0, j0, nc, qa + r0 * nb);
         for (std::int64_t r = r0; r < nr; ++r) {
           float* row = s + r * Bc;
-          if (!online_softmax_run(row, nc, 1.0f, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb, rel.rel_v ? nb : 0))
+          if (!online_softmax_run(row, nc, 1.0f, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb, rel.rel_v ? nb : 0,
+                                  false))
             continue;  // nothing visible yet in this row
           if (dropout.active()) apply_dropout_row(row, row, nc, d, b, h, i0 + r, j0, dropout, KeepBits::kRecord);
           if (rel.rel_v)

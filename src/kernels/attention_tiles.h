@@ -252,16 +252,18 @@ inline void small_atb(float* C, const float* A, std::int64_t lda, const float* B
 // the new maximum, and what was summed under the old one (l, the output
 // accumulator acc (Dv), rel_v's bucket weights wv (nb)) is scaled to it.
 // Returns false, with x zeroed, while every score of the row so far is masked.
-// A NaN score makes m NaN, and so the row's output.
+// A NaN score makes m NaN, and so the row's output. coarse: the exponentials
+// of simd::exp_shift_sum_coarse, for weights rounded to bf16.
 inline bool online_softmax_run(float* x, std::int64_t n, float row_scale, float& m, float& l, float* acc,
-                               std::int64_t Dv, float* wv, std::int64_t nb) {
+                               std::int64_t Dv, float* wv, std::int64_t nb, bool coarse) {
   const float m_new = simd::max_keeping_nan(m, simd::row_max(x, n) * row_scale);
   if (m_new == -kInf) {
     std::fill(x, x + n, 0.0f);
     return false;
   }
   const float alpha = std::exp(m - m_new);  // 0 when m was -inf
-  l = l * alpha + simd::exp_shift_sum(x, n, m_new, row_scale);
+  l = l * alpha +
+      (coarse ? simd::exp_shift_sum_coarse(x, n, m_new, row_scale) : simd::exp_shift_sum(x, n, m_new, row_scale));
   if (alpha != 1.0f) {
     simd::scale_row(acc, Dv, alpha);
     if (nb > 0) simd::scale_row(wv, nb, alpha);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "simd_rows.h"
@@ -98,6 +99,55 @@ TEST(SimdExp, ScaledShiftSumCoversEveryTailLength) {
     EXPECT_EQ(row[n / 2], 0.0f) << "n=" << n;
     for (std::int64_t j = 0; j < n; ++j) EXPECT_LE(ulps(row[j], want[j]), 6) << "n=" << n << " j=" << j;
     EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-30) << "n=" << n;
+  }
+}
+
+// The bf16 kernel's exponentials (exp_shift_sum_coarse): exp(scale x -
+// shift) within 3e-6 relative plus what rounding scale x - shift in base 2
+// costs (a few float ULPs of the argument), against exp in double, over
+// the softmax domain with the scales and shifts the kernel passes; exactly
+// 0 where the argument is below ln(FLT_MIN) or -inf, NaN kept, every tail.
+TEST(SimdExp, CoarseWithinItsBoundOverTheSoftmaxDomain) {
+  for (const auto& [scale, shift] : {std::pair{1.0f, 0.0f}, std::pair{0.125f, 3.0f}, std::pair{1.0f, -40.0f}}) {
+    std::vector<float> x;
+    for (float v = -87.0f / scale; v <= 1e-6f; v += 0.0137f / scale) x.push_back(v + shift / scale);
+    std::vector<float> y = x;
+    const float sum = simd::exp_shift_sum_coarse(y.data(), static_cast<std::int64_t>(y.size()), shift, scale);
+    double want_sum = 0.0, worst = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double arg = static_cast<double>(scale) * x[i] - shift, want = std::exp(arg);
+      want_sum += want;
+      const double tol = 3e-6 + 4.0 * std::ldexp(1.0, -24) * (std::fabs(scale * x[i]) + std::fabs(shift)) * 1.4427;
+      worst = std::max(worst, std::fabs(y[i] - want) / want / tol);
+    }
+    EXPECT_LE(worst, 1.0) << "scale " << scale << " shift " << shift << ": worst error over its bound";
+    EXPECT_NEAR(sum, want_sum, 4e-6 * want_sum) << "scale " << scale << " shift " << shift;
+  }
+}
+
+TEST(SimdExp, CoarseEdgesAndTails) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f, -inf, -87.4f, -1e30f, -87.3f, std::nanf(""), -1.0f};
+  simd::exp_shift_sum_coarse(x.data(), static_cast<std::int64_t>(x.size()), 0.0f);
+  EXPECT_NEAR(x[0], 1.0f, 1e-6f);
+  for (int i : {1, 2, 3}) EXPECT_EQ(x[i], 0.0f) << i << ": masked or underflowing scores must give exactly 0";
+  EXPECT_GT(x[4], 0.0f);
+  EXPECT_TRUE(std::isnan(x[5])) << "a NaN score must stay NaN, got " << x[5];
+  EXPECT_NEAR(x[6], std::exp(-1.0f), 3e-6f * std::exp(-1.0f));
+  Rng rng(12);
+  for (std::int64_t n = 1; n <= 40; ++n) {
+    std::vector<float> row(n);
+    for (float& v : row) v = -std::fabs(4.0f * rng.normal());
+    row[n / 2] = -inf;
+    std::vector<float> got = row;
+    const float sum = simd::exp_shift_sum_coarse(got.data(), n, 0.0f);
+    double want_sum = 0.0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double want = std::exp(static_cast<double>(row[j]));
+      want_sum += want;
+      EXPECT_NEAR(got[j], want, 4e-6 * want) << "n=" << n << " j=" << j;
+    }
+    EXPECT_NEAR(sum, want_sum, 4e-6 * want_sum) << "n=" << n;
   }
 }
 
