@@ -196,12 +196,18 @@ struct HeadOperand {
   }
 };
 
-// The scores' scale is applied by the product off tiles (oneDNN's output
-// scale); on AMX tiles by the softmax's row pass as it reads each row,
-// unless this says the scores take it in a pass of their own: masks must
-// add to scaled scores first, or the scale is not positive (it would not
-// commute with the softmax's maximum).
-bool scale_apart(const KeyPlan& keys, float scale) { return keys.elementwise() || !(scale > 0.0f); }
+// Where the scores' scale is applied: off tiles by the product (oneDNN's
+// output scale); on AMX tiles by the softmax's row pass as it reads each
+// row (row_scale), unless the scores take it in a pass of their own: masks
+// must add to scaled scores first, or the scale is not positive (it would
+// not commute with the softmax's maximum).
+struct ScalePlace {
+  bool own_pass;
+  float row_scale;
+  ScalePlace(const KeyPlan& keys, float scale, bool on_tiles)
+      : own_pass(on_tiles && (keys.elementwise() || !(scale > 0.0f))),
+        row_scale(on_tiles && !own_pass ? scale : 1.0f) {}
+};
 
 // Whether the block products run on AMX tiles: where the CPU has them and
 // key tiles start on the tile grid (32 keys).
@@ -322,8 +328,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
         std::fill(wv, wv + nr * nb, 0.0f);
       }
       keys.make(geo, d.S, Bc, b, i0, nr, run_keys);
-      const bool scale_pass = on_tiles && scale_apart(keys, scale);
-      const float row_scale = on_tiles && !scale_pass ? scale : 1.0f;
+      const ScalePlace place(keys, scale, on_tiles);
       std::fill(m, m + nr, -kInf);
       std::fill(l, l + nr, 0.0f);
       std::fill(acc, acc + nr * d.Dv, 0.0f);
@@ -333,14 +338,14 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
         const KeyRun& run = keys.runs[u];
         // S = scale Q K^T on the run's keys, then the masks.
         kh.times_transposed(s, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
-        if (scale_pass) simd::scale_row(s, nr * run.n, scale);
+        if (place.own_pass) simd::scale_row(s, nr * run.n, scale);
         keys.apply_masks(geo, u, s, b, h, i0, nr, qa);
         // Row by row, in fp32: P = exp(S - m) under the running maximum m
         // (row_scale > 0 commutes with it), dropout, rel_v's bucket sums,
         // and P rounded while the row is in L1.
         for (std::int64_t r = 0; r < nr; ++r) {
           float* x = run.row(s, r);
-          if (online_softmax_run(x, run.n, row_scale, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb,
+          if (online_softmax_run(x, run.n, place.row_scale, m[r], l[r], acc + r * d.Dv, d.Dv, wv + r * nb,
                                  rel.rel_v ? nb : 0, true)) {
             if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
             if (rel.rel_v)
@@ -497,8 +502,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         std::int64_t ldq32 = 0;
         const float* q32 = rel.active() ? rows_as_f32(qd, d.D, nr, d.D, qbuf, ldq32) : nullptr;
         if (rel.active()) relative_scores(qa + i0 * nb, q32, ldq32, nr, d.D, rel, scale);
-        const bool scale_pass = on_tiles && scale_apart(keys, scale);
-        const float row_scale = on_tiles && !scale_pass ? scale : 1.0f;
+        const ScalePlace place(keys, scale, on_tiles);
         if (rel.rel_v) std::fill(gbv, gbv + nr * nb, 0.0f);
         if (rel.active()) std::fill(gbk, gbk + nr * nb, 0.0f);
         // Run by run, so that a run's scores, weights and their gradients
@@ -507,13 +511,13 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
           const KeyRun& run = keys.runs[u];
           // Scores scale Q K^T on the run's keys, then the masks.
           kh.times_transposed(p, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
-          if (scale_pass) simd::scale_row(p, nr * run.n, scale);
+          if (place.own_pass) simd::scale_row(p, nr * run.n, scale);
           keys.apply_masks(geo, u, p, b, h, i0, nr, qa + i0 * nb);
           // Row by row, while a row is in L1: P = exp(S - lse), dropout(P)
           // (pd), rel_v's bucket sums of pd, and pd rounded for the products.
           for (std::int64_t r = 0; r < nr; ++r) {
             float* x = run.row(p, r);
-            simd::exp_shift_sum_coarse(x, run.n, lse_bh[i0 + r], row_scale);
+            simd::exp_shift_sum_coarse(x, run.n, lse_bh[i0 + r], place.row_scale);
             if (dropout.active()) {
               float* y = run.row(pd, r);
               apply_dropout_row(y, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kReplay);
