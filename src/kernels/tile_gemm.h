@@ -85,8 +85,9 @@ struct GemmB {
 };
 inline GemmB row_major_b(const float* B, std::int64_t ld) { return {B, ld, gemm_block_cols()}; }
 
-// Panels of B (K, N): block j at j * K * width, rows width apart, where the
-// width is the block's, or N when N fits one block. Their size in floats.
+// Panels of B (K, N), W = gemm_block_cols(): block j at j * K * W floats,
+// its rows W apart (the last block's too, if narrower), or N apart when N
+// <= W (one block: B dense). panels_size is their size in floats.
 inline std::int64_t panel_width(std::int64_t N) { return std::min(N, gemm_block_cols()); }
 inline std::int64_t panels_size(std::int64_t K, std::int64_t N) {
   const std::int64_t w = panel_width(N);
