@@ -24,14 +24,17 @@ cairo_status_t append_png(void* closure, const unsigned char* data, unsigned int
   return CAIRO_STATUS_SUCCESS;
 }
 
-// Renders into memory, then writes the file atomically.
-void save(cairo_surface_t* surface, const std::string& path) {
+// The surface as PNG bytes (it is destroyed); `what` names it in errors.
+std::string encode(cairo_surface_t* surface, const std::string& what) {
   std::string bytes;
   const cairo_status_t st = cairo_surface_write_to_png_stream(surface, append_png, &bytes);
   cairo_surface_destroy(surface);
-  check<IoError>(st == CAIRO_STATUS_SUCCESS, "cannot encode PNG '{}': {}", path, cairo_status_to_string(st));
-  write_file_atomic(path, bytes);
+  check<IoError>(st == CAIRO_STATUS_SUCCESS, "cannot encode PNG '{}': {}", what, cairo_status_to_string(st));
+  return bytes;
 }
+
+// Renders into memory, then writes the file atomically.
+void save(cairo_surface_t* surface, const std::string& path) { write_file_atomic(path, encode(surface, path)); }
 
 void text_at(cairo_t* cr, double x, double y, const std::string& s, double size, double align_x = 0.0,
              double angle = 0.0) {
@@ -190,6 +193,12 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
 void heatmap_png(const std::string& path, const std::string& title, const std::vector<float>& weights,
                  std::int64_t rows, std::int64_t cols, const std::vector<std::string>& row_labels,
                  const std::vector<std::string>& col_labels) {
+  write_file_atomic(path, heatmap_png_bytes(title, weights, rows, cols, row_labels, col_labels));
+}
+
+std::string heatmap_png_bytes(const std::string& title, const std::vector<float>& weights, std::int64_t rows,
+                              std::int64_t cols, const std::vector<std::string>& row_labels,
+                              const std::vector<std::string>& col_labels) {
   check<ShapeError>(static_cast<std::int64_t>(weights.size()) == rows * cols && rows > 0 && cols > 0,
                     "heatmap of {} x {} needs {} weights, got {}", rows, cols, rows * cols, weights.size());
   const double cell = std::clamp(640.0 / static_cast<double>(std::max(rows, cols)), 4.0, 28.0);
@@ -241,7 +250,7 @@ void heatmap_png(const std::string& path, const std::string& title, const std::v
   text_at(cr, bx + 18, top + 4, fmt::format("{:.3g}", top_weight), 10);
   text_at(cr, bx + 18, top + bh - 4, "0", 10);
   cairo_destroy(cr);
-  save(surface, path);
+  return encode(surface, title);
 }
 
 }  // namespace multihead

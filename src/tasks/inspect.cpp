@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "multihead/core/error.h"
+#include "multihead/io/atomic_file.h"
 #include "multihead/io/plots.h"
 #include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
@@ -34,14 +35,20 @@ AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first
 
 std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::string& dir, const std::string& prefix,
                                         const std::string& title_suffix) {
-  std::vector<std::string> names;
+  // Every map drawn and every target checked before the first file is
+  // written, so that a refusal (a folder or a link where a PNG would go)
+  // leaves the folder as it was.
+  std::vector<std::string> names, pngs;
   for (std::int64_t l = maps.first_layer; l < maps.first_layer + maps.layers; ++l)
     for (std::int64_t h = 0; h < maps.heads; ++h) {
       const float* m = maps.map(l, h);
       names.push_back(fmt::format("{}{}_head{}.png", prefix, l, h));
-      heatmap_png((fs::path(dir) / names.back()).string(), fmt::format("layer {}, head {}{}", l, h, title_suffix),
-                  std::vector<float>(m, m + maps.T * maps.S), maps.T, maps.S, maps.tokens, maps.keys);
+      check_replaceable((fs::path(dir) / names.back()).string());
+      pngs.push_back(heatmap_png_bytes(fmt::format("layer {}, head {}{}", l, h, title_suffix),
+                                       std::vector<float>(m, m + maps.T * maps.S), maps.T, maps.S, maps.tokens,
+                                       maps.keys));
     }
+  for (std::size_t i = 0; i < names.size(); ++i) write_file_atomic((fs::path(dir) / names[i]).string(), pngs[i]);
   return names;
 }
 

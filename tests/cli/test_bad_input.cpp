@@ -2,6 +2,8 @@
 // error line, exit code 2, and nothing written or lost.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -168,6 +170,24 @@ TEST_F(BadCheckpoint, TextArgumentsMustBeUtf8) {
   EXPECT_EQ(in.code, 2);
   EXPECT_EQ(in.err, "multihead: error: the text: invalid UTF-8 at byte 2\n");
   EXPECT_FALSE(fs::exists(maps));
+}
+
+// inspect into a folder where one heatmap's name is taken by a folder: a
+// one-line error naming it, and the folder as it was (the other heatmaps
+// are not written, an older one of the same name is not replaced).
+TEST_F(BadCheckpoint, InspectWritesNoHeatmapUnlessItCanWriteAll) {
+  const fs::path maps = dir / "maps-taken";
+  fs::create_directories(maps / "layer0_head1.png");
+  write_file_atomic((maps / "layer0_head0.png").string(), "an older map");
+  CliRun in = run("inspect --run " + out.string() + " --text the --out " + maps.string());
+  EXPECT_EQ(in.code, 2);
+  EXPECT_EQ(test::count_lines(in.err), 1) << in.err;
+  EXPECT_NE(in.err.find((maps / "layer0_head1.png").string()), std::string::npos) << in.err;
+  EXPECT_EQ(read_file((maps / "layer0_head0.png").string()), "an older map");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(maps)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"layer0_head0.png", "layer0_head1.png"}));
 }
 
 TEST_F(BadCheckpoint, CorruptTokenizersAreRefused) {

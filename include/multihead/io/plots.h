@@ -31,5 +31,10 @@ double nice_tick_step(double range, int intervals);
 void heatmap_png(const std::string& path, const std::string& title, const std::vector<float>& weights,
                  std::int64_t rows, std::int64_t cols, const std::vector<std::string>& row_labels,
                  const std::vector<std::string>& col_labels);
+// The same heatmap as PNG bytes, for a caller that writes a set of files
+// only once every one of them is drawn.
+std::string heatmap_png_bytes(const std::string& title, const std::vector<float>& weights, std::int64_t rows,
+                              std::int64_t cols, const std::vector<std::string>& row_labels,
+                              const std::vector<std::string>& col_labels);
 
 }  // namespace multihead
