@@ -35,15 +35,18 @@ AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first
 
 std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::string& dir, const std::string& prefix,
                                         const std::string& title_suffix) {
-  // Every map drawn and every target checked before the first file is
+  // Every target checked, then every map drawn, before the first file is
   // written, so that a refusal (a folder or a link where a PNG would go)
   // leaves the folder as it was.
   std::vector<std::string> names, pngs;
   for (std::int64_t l = maps.first_layer; l < maps.first_layer + maps.layers; ++l)
     for (std::int64_t h = 0; h < maps.heads; ++h) {
-      const float* m = maps.map(l, h);
       names.push_back(fmt::format("{}{}_head{}.png", prefix, l, h));
       check_replaceable((fs::path(dir) / names.back()).string());
+    }
+  for (std::int64_t l = maps.first_layer; l < maps.first_layer + maps.layers; ++l)
+    for (std::int64_t h = 0; h < maps.heads; ++h) {
+      const float* m = maps.map(l, h);
       pngs.push_back(heatmap_png_bytes(fmt::format("layer {}, head {}{}", l, h, title_suffix),
                                        std::vector<float>(m, m + maps.T * maps.S), maps.T, maps.S, maps.tokens,
                                        maps.keys));
