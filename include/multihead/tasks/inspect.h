@@ -37,8 +37,8 @@ AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first
 
 // One PNG per layer and head, dir/{prefix}{layer}_head{head}.png, titled
 // "layer l, head h" and title_suffix, with the tokens as labels. Returns the
-// file names. All are drawn, and every target checked (check_replaceable),
-// before the first is written.
+// file names. Every target is checked (check_replaceable) and every map
+// drawn before the first is written.
 std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::string& dir, const std::string& prefix,
                                         const std::string& title_suffix = "");
 
