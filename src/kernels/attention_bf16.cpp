@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "multihead/core/step_profile.h"
@@ -117,12 +116,6 @@ NarrowOperand operand_narrowing() {
   return narrow_on_units;
 }
 
-// rows (n, w) of src, row stride ld, copied densely into dst (n, w).
-template <typename T>
-void pack_rows(T* dst, const T* src, std::int64_t ld, std::int64_t n, std::int64_t w) {
-  for (std::int64_t r = 0; r < n; ++r) std::copy_n(src + r * ld, w, dst + r * w);
-}
-
 // Per-thread buffers, carved from one workspace tensor so that they count
 // in the memory report. Sizes in floats; bf16 buffers take half a float each.
 class Carver {
@@ -197,15 +190,17 @@ struct HeadOperand {
 };
 
 // Where the scores' scale is applied: off tiles by the product (oneDNN's
-// output scale); on AMX tiles by the softmax's row pass as it reads each
-// row (row_scale), unless the scores take it in a pass of their own: masks
-// must add to scaled scores first, or the scale is not positive (it would
-// not commute with the softmax's maximum).
+// output scale, product_scale); on AMX tiles by the softmax's row pass as it
+// reads each row (row_scale), unless the scores take it in a pass of their
+// own: masks must add to scaled scores first, or the scale is not positive
+// (it would not commute with the softmax's maximum).
 struct ScalePlace {
+  float product_scale;
   bool own_pass;
   float row_scale;
   ScalePlace(const KeyPlan& keys, float scale, bool on_tiles)
-      : own_pass(on_tiles && (keys.elementwise() || !(scale > 0.0f))),
+      : product_scale(on_tiles ? 1.0f : scale),
+        own_pass(on_tiles && (keys.elementwise() || !(scale > 0.0f))),
         row_scale(on_tiles && !own_pass ? scale : 1.0f) {}
 };
 
@@ -337,7 +332,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
       for (std::size_t u = 0; u < keys.runs.size(); ++u) {
         const KeyRun& run = keys.runs[u];
         // S = scale Q K^T on the run's keys, then the masks.
-        kh.times_transposed(s, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
+        kh.times_transposed(s, qd, nr, run.j0, run.n, place.product_scale);
         if (place.own_pass) simd::scale_row(s, nr * run.n, scale);
         keys.apply_masks(geo, u, s, b, h, i0, nr, qa);
         // Row by row, in fp32: P = exp(S - m) under the running maximum m
@@ -510,7 +505,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
         for (std::size_t u = 0; u < keys.runs.size(); ++u) {
           const KeyRun& run = keys.runs[u];
           // Scores scale Q K^T on the run's keys, then the masks.
-          kh.times_transposed(p, qd, nr, run.j0, run.n, on_tiles ? 1.0f : scale);
+          kh.times_transposed(p, qd, nr, run.j0, run.n, place.product_scale);
           if (place.own_pass) simd::scale_row(p, nr * run.n, scale);
           keys.apply_masks(geo, u, p, b, h, i0, nr, qa + i0 * nb);
           // Row by row, while a row is in L1: P = exp(S - lse), dropout(P)

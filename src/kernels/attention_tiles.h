@@ -315,14 +315,19 @@ inline void add_relative_grads(const RelativePositions<float>& rel, const float*
   }
 }
 
+// Rows (n, w) of src, row stride ld, copied densely into dst (n, w).
+template <typename T>
+inline void pack_rows(T* dst, const T* src, std::int64_t ld, std::int64_t n, std::int64_t w) {
+  for (std::int64_t r = 0; r < n; ++r) std::copy_n(src + r * ld, w, dst + r * w);
+}
+
 // Rows (n, w) of src, row stride lds, as dense fp32 rows at dst (row
 // stride w): copied, or widened from 16 bits.
 template <typename T>
 inline void dense_rows_f32(float* dst, const T* src, std::int64_t lds, std::int64_t n, std::int64_t w) {
-  for (std::int64_t r = 0; r < n; ++r) {
-    if constexpr (std::is_same_v<T, float>) std::copy_n(src + r * lds, w, dst + r * w);
-    else widen(dst + r * w, src + r * lds, w);
-  }
+  if constexpr (std::is_same_v<T, float>) pack_rows(dst, src, lds, n, w);
+  else
+    for (std::int64_t r = 0; r < n; ++r) widen(dst + r * w, src + r * lds, w);
 }
 
 // The products on tiles, through the micro-kernel or BLAS. Names give the

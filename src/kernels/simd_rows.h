@@ -184,7 +184,6 @@ inline void with_scalar(float* x, std::int64_t n, float a, Op op) {
   }
 }
 
-// x[j] *= a
 // dst[j] = a src[j] for a row of output that nothing reads soon (a head's
 // rows of the (B, L, 3E) gradient of Q, K, V, which the in-projection reads
 // from memory after every head is done): whole aligned vectors go by
@@ -224,6 +223,7 @@ inline void stream_copy(void* dst, const void* src, std::int64_t n) {
   if (j < n) std::memcpy(out + j, in + j, static_cast<std::size_t>(n - j));
 }
 
+// x[j] *= a
 inline void scale_row(float* x, std::int64_t n, float a) {
   with_scalar(x, n, a, [](auto u, auto v) { return hn::Mul(u, v); });
 }
