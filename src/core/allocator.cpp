@@ -1,7 +1,10 @@
 #include "multihead/core/allocator.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <new>
@@ -120,6 +123,14 @@ void release_cached_memory() noexcept {
   for (auto& [size, ptr] : *g_cache) std::free(ptr);
   g_cache->clear();
   g_cached_bytes = 0;
+}
+
+bool keep_freed_heap_memory() noexcept {
+  // 32 MiB is the largest threshold glibc accepts (half its per-thread heap
+  // size); a fixed threshold also stops it from moving with each free.
+  const bool mmap_set = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+  const bool trim_set = mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+  return mmap_set && trim_set;
 }
 
 void reset_peak_memory() noexcept { g_peak.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed); }

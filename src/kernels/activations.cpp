@@ -107,8 +107,10 @@ void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int6
     backward_range(a, dx + lo, dy + lo, x + lo, std::min(kChunk, n - lo));
 }
 
-void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, float* pre, const float* bias,
-                                  std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
+template <typename H>
+void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float* pre, const float* bias,
+                                    std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base,
+                                    float* hid_rounded) {
 #pragma omp parallel if (n * F > kParallelFrom)
   {
     std::vector<float> hid(static_cast<std::size_t>(F));  // one row, in L1
@@ -118,6 +120,7 @@ void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, fl
       bias_activation_dropout_row(a, hid.data(), p, bias, F, drop, base + static_cast<std::uint64_t>(r * F));
       if (pre_out) narrow(pre_out + r * F, p, F);
       narrow(hid_out + r * F, hid.data(), F);
+      if (hid_rounded) widen(hid_rounded + r * F, hid_out + r * F, F);  // the stored row, still in L1
     }
   }
 }
@@ -153,6 +156,10 @@ template void bias_activation_dropout<float>(Activation, float*, float*, const f
                                              const DropoutSpec&, std::uint64_t);
 template void bias_activation_dropout<double>(Activation, double*, double*, const double*, std::int64_t, std::int64_t,
                                               const DropoutSpec&, std::uint64_t);
+template void bias_activation_dropout_stored<BF16>(Activation, BF16*, BF16*, float*, const float*, std::int64_t,
+                                                  std::int64_t, const DropoutSpec&, std::uint64_t, float*);
+template void bias_activation_dropout_stored<F16>(Activation, F16*, F16*, float*, const float*, std::int64_t,
+                                                 std::int64_t, const DropoutSpec&, std::uint64_t, float*);
 template void relu_dropout_backward<float>(float*, const float*, const float*, std::int64_t, const DropoutSpec&);
 template void relu_dropout_backward<double>(double*, const double*, const double*, std::int64_t, const DropoutSpec&);
 template void activation_backward<float>(Activation, float*, const float*, const float*, std::int64_t);

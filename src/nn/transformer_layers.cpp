@@ -114,18 +114,6 @@ class BF16Weights {
   Tensor w1_, w2_;
 };
 
-// Narrows fp32 rows into their place in a stored tensor, then rounds them in
-// place to the stored values, so forward goes on with exactly what backward
-// will read. Nothing to do for F32, whose rows were written in place.
-template <typename T>
-void store_block(Tensor& t, std::int64_t r0, std::int64_t n, std::int64_t w, float* rows) {
-  if constexpr (!std::is_same_v<T, float>) {
-    T* dst = t.data<T>() + r0 * w;
-    narrow(dst, rows, n * w);
-    widen(rows, dst, n * w);
-  }
-}
-
 }  // namespace
 
 Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
@@ -159,16 +147,22 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
       if (wb.active()) {
         // pre and hid go to memory in bf16 only; the next product reads hid_ itself.
         linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
-        bias_activation_dropout_bf16(act_, hid_.data<BF16>() + r0 * F, keep_pre ? pre_.data<BF16>() + r0 * F : nullptr,
-                                     pre, linear1_.bias_data(), n, F, drop, base);
+        bias_activation_dropout_stored(act_, hid_.data<BF16>() + r0 * F,
+                                       keep_pre ? pre_.data<BF16>() + r0 * F : nullptr, pre, linear1_.bias_data(), n,
+                                       F, drop, base);
         linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
                             d);
       } else {
         float* hid = hid_in_buf ? buf.f32() + (pre_in_buf ? n * F : 0) : hid_.f32() + r0 * F;  // (n, F)
         linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
-        bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, base);
-        if (keep_pre) store_block<T>(pre_, r0, n, F, pre);
-        store_block<T>(hid_, r0, n, F, hid);
+        if constexpr (kHalf) {
+          // Stored rounded, and hid rounded in the buffer too, so forward goes on
+          // with exactly what backward will read.
+          bias_activation_dropout_stored(act_, hid_.data<T>() + r0 * F, keep_pre ? pre_.data<T>() + r0 * F : nullptr,
+                                         pre, linear1_.bias_data(), n, F, drop, base, hid);
+        } else {
+          bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, base);
+        }
         linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
       }
     }

@@ -111,33 +111,45 @@ TEST(BiasActivationDropout, EqualsTheSeparateSteps) {
         }
 }
 
-std::vector<std::uint16_t> bits(const std::vector<BF16>& v) {
+template <typename H>
+std::vector<std::uint16_t> bits(const std::vector<H>& v) {
   std::vector<std::uint16_t> out(v.size());
   std::memcpy(out.data(), v.data(), sizeof(std::uint16_t) * v.size());
   return out;
 }
 
-// In bf16 the same pass writes pre and hid rounded: equal to the fp32 pass
-// then narrow, bit for bit.
-TEST(BiasActivationDropout, InBf16EqualsTheFp32PassRounded) {
+// In 16-bit storage the same pass writes pre and hid rounded, and hid's
+// stored values widened back where asked: equal to the fp32 pass, narrow and
+// widen, bit for bit.
+template <typename H>
+void expect_stored_pass_equals_fp32_pass_rounded() {
   Rng rng(6);
   for (Activation a : {Activation::kRelu, Activation::kGelu})
     for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}})
-      for (float p : {0.0f, 0.2f}) {
-        std::vector<float> pre(n * F), bias(F), want_hid(n * F);
-        for (float& v : pre) v = rng.normal();
-        for (float& v : bias) v = rng.normal();
-        const DropoutSpec drop{p, 3, 4};
-        std::vector<float> want_pre = pre;
-        bias_activation_dropout(a, want_hid.data(), want_pre.data(), bias.data(), n, F, drop, 17);
-        std::vector<BF16> want_pre_b(n * F), want_hid_b(n * F), pre_b(n * F), hid_b(n * F);
-        narrow(want_pre_b.data(), want_pre.data(), n * F);
-        narrow(want_hid_b.data(), want_hid.data(), n * F);
-        bias_activation_dropout_bf16(a, hid_b.data(), pre_b.data(), pre.data(), bias.data(), n, F, drop, 17);
-        ASSERT_EQ(bits(pre_b), bits(want_pre_b)) << n << "x" << F;
-        ASSERT_EQ(bits(hid_b), bits(want_hid_b)) << n << "x" << F << " p " << p;
-      }
+      for (float p : {0.0f, 0.2f})
+        for (bool rounded : {false, true}) {
+          std::vector<float> pre(n * F), bias(F), want_hid(n * F);
+          for (float& v : pre) v = rng.normal();
+          for (float& v : bias) v = rng.normal();
+          const DropoutSpec drop{p, 3, 4};
+          std::vector<float> want_pre = pre;
+          bias_activation_dropout(a, want_hid.data(), want_pre.data(), bias.data(), n, F, drop, 17);
+          std::vector<H> want_pre_h(n * F), want_hid_h(n * F), pre_h(n * F), hid_h(n * F);
+          narrow(want_pre_h.data(), want_pre.data(), n * F);
+          narrow(want_hid_h.data(), want_hid.data(), n * F);
+          std::vector<float> want_wide(n * F), wide(n * F, -1.0f);
+          widen(want_wide.data(), want_hid_h.data(), n * F);
+          bias_activation_dropout_stored(a, hid_h.data(), pre_h.data(), pre.data(), bias.data(), n, F, drop, 17,
+                                         rounded ? wide.data() : nullptr);
+          ASSERT_EQ(bits(pre_h), bits(want_pre_h)) << n << "x" << F;
+          ASSERT_EQ(bits(hid_h), bits(want_hid_h)) << n << "x" << F << " p " << p;
+          if (rounded) ASSERT_EQ(wide, want_wide) << n << "x" << F << " p " << p;
+          else ASSERT_EQ(wide, std::vector<float>(n * F, -1.0f)) << "hid_rounded null: nothing written";
+        }
 }
+
+TEST(BiasActivationDropout, InBf16EqualsTheFp32PassRounded) { expect_stored_pass_equals_fp32_pass_rounded<BF16>(); }
+TEST(BiasActivationDropout, InFp16EqualsTheFp32PassRounded) { expect_stored_pass_equals_fp32_pass_rounded<F16>(); }
 
 // Its backward in one pass equals dropout, the activation's gradient at the
 // widened pre, the bias's column sums (same order: bit for bit) and rounding.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "multihead/core/allocator.h"
 #include "multihead/core/distributed.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/train/fit.h"
@@ -34,6 +35,10 @@ int fail(const char* what, int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // oneDNN's sgemm mallocs and frees its packing buffers on every call; kept
+  // in the heap they are not faulted in again each time (17 000 page faults
+  // an fp32 `bench train` step otherwise).
+  multihead::keep_freed_heap_memory();
   std::optional<multihead::DistributedSession> mpi_session;
   try {
     mpi_session.emplace();

@@ -33,4 +33,13 @@ void reset_peak_memory() noexcept;
 // Returns the cached blocks to the system.
 void release_cached_memory() noexcept;
 
+// Has glibc's malloc keep freed memory for reuse, for the whole process: no
+// unmapping of blocks below 32 MiB, no trimming of the heaps. Libraries that
+// allocate their own buffers on every call (oneDNN's sgemm packs its
+// operands into malloc'd buffers) then stop taking page faults to get the
+// same memory back each time. For programs (the CLI calls it first thing),
+// not for a library embedded in someone else's process. Returns whether
+// malloc accepted both settings.
+bool keep_freed_heap_memory() noexcept;
+
 }  // namespace multihead

@@ -41,14 +41,19 @@ void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int6
 template <typename T>
 void relu_dropout_backward(T* dx, const T* dy, const T* hid, std::int64_t n, const DropoutSpec& drop);
 
-// The feed-forward block's hidden layer when its activations are kept in
-// bf16 and its products run in bf16: bias_activation_dropout on the fp32
-// rows pre (n, F) as the first product left them, then pre and hid rounded
-// to bf16 into pre_out and hid_out (n, F), a row at a time, so the fp32 hid
-// never reaches memory. pre_out may be null (relu's backward reads hid).
-// Equal to bias_activation_dropout and narrow.
-void bias_activation_dropout_bf16(Activation a, BF16* hid_out, BF16* pre_out, float* pre, const float* bias,
-                                  std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
+// The feed-forward block's hidden layer when its activations are kept in 16
+// bits (H: BF16 or F16): bias_activation_dropout on the fp32 rows pre (n, F)
+// as the first product left them, then pre and hid rounded to H into pre_out
+// and hid_out (n, F), a row at a time, so the unrounded fp32 hid never
+// reaches memory. pre_out may be null (relu's backward reads hid). Where the
+// second product runs in fp32 (no bf16 units, or fp16), hid_rounded (n, F)
+// receives the stored hid widened back, the values backward will read; null
+// where the product reads hid_out itself. Equal to bias_activation_dropout,
+// narrow and widen.
+template <typename H>
+void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float* pre, const float* bias,
+                                    std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base,
+                                    float* hid_rounded = nullptr);
 
 // Its backward in one pass over memory: dh (n, F), the fp32 gradient of hid,
 // becomes that of pre (dropout's mask, times f' at pre, read in bf16); db (F)
