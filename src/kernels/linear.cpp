@@ -63,6 +63,13 @@ void linear_forward(T* y, std::int64_t ldy, const T* x, std::int64_t ldx, const 
 }
 
 template <typename T>
+void linear_forward_t(T* y, std::int64_t ldy, const T* x, std::int64_t ldx, const T* Wt, const T* b, std::int64_t N,
+                      std::int64_t in, std::int64_t out) {
+  if (b != nullptr) seed_bias(y, ldy, b, N, out);
+  gemm(Trans::kNo, Trans::kNo, N, out, in, T(1), x, ldx, Wt, out, b != nullptr ? T(1) : T(0), y, ldy);
+}
+
+template <typename T>
 void linear_backward(T* dx, std::int64_t lddx, bool accumulate_dx, T* dW, T* db, const T* dy, std::int64_t lddy,
                      const T* x, std::int64_t ldx, const T* W, std::int64_t N, std::int64_t in, std::int64_t out) {
   if (dx != nullptr) gemm(Trans::kNo, Trans::kNo, N, in, out, T(1), dy, lddy, W, in, accumulate_dx ? T(1) : T(0), dx, lddx);
@@ -181,6 +188,8 @@ template void linear_forward<float>(float*, std::int64_t, const float*, std::int
                                     std::int64_t, std::int64_t, std::int64_t);
 template void linear_forward<double>(double*, std::int64_t, const double*, std::int64_t, const double*,
                                      const double*, std::int64_t, std::int64_t, std::int64_t);
+template void linear_forward_t<float>(float*, std::int64_t, const float*, std::int64_t, const float*, const float*,
+                                      std::int64_t, std::int64_t, std::int64_t);
 template void linear_backward<float>(float*, std::int64_t, bool, float*, float*, const float*, std::int64_t,
                                      const float*, std::int64_t, const float*, std::int64_t, std::int64_t,
                                      std::int64_t);

@@ -5,6 +5,7 @@
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
+#include "multihead/kernels/transpose.h"
 
 namespace multihead {
 
@@ -131,6 +132,9 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   Tensor y = Tensor::empty(x.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
   const BF16Weights wb(st, w1, w2, d, F);
+  // fp32 products: W2 transposed once, (F, d), for every block's second product.
+  Tensor w2t = wb.active() ? Tensor() : Tensor::empty({F, d});
+  if (!wb.active()) transpose(w2t.f32(), d, w2, F, d, F);
   visit_float_storage(st, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
@@ -163,7 +167,7 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
         } else {
           bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, base);
         }
-        linear_forward(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
+        linear_forward_t(y.f32() + r0 * d, d, hid, F, w2t.f32(), linear2_.bias_data(), n, F, d);
       }
     }
   });

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "multihead/kernels/linear.h"
@@ -28,6 +29,29 @@ TEST(Linear, ForwardMatchesDefinition) {
       for (std::int64_t i = 0; i < in; ++i) want += x[n * in + i] * W[o * in + i];
       EXPECT_NEAR(y[n * out + o], want, 1e-12);
     }
+}
+
+// W given transposed (in, out), as the feed-forward block's second product
+// takes it: the definition, in fp32, with and without a bias, and with y's
+// rows wider than out.
+TEST(Linear, ForwardWithTransposedWeightMatchesDefinition) {
+  Rng rng(5);
+  for (bool bias : {false, true}) {
+    const std::int64_t N = 37, in = 300, out = 19, ldy = 23;
+    std::vector<float> x(N * in), Wt(in * out), b(out), y(N * ldy, -7.0f);
+    for (float& v : x) v = rng.normal();
+    for (float& v : Wt) v = rng.normal();
+    for (float& v : b) v = rng.normal();
+    linear_forward_t(y.data(), ldy, x.data(), in, Wt.data(), bias ? b.data() : nullptr, N, in, out);
+    for (std::int64_t n = 0; n < N; ++n) {
+      for (std::int64_t o = 0; o < out; ++o) {
+        double want = bias ? b[o] : 0.0;
+        for (std::int64_t i = 0; i < in; ++i) want += static_cast<double>(x[n * in + i]) * Wt[i * out + o];
+        EXPECT_NEAR(y[n * ldy + o], want, 1e-4 * (1.0 + std::abs(want))) << n << "," << o;
+      }
+      for (std::int64_t o = out; o < ldy; ++o) EXPECT_EQ(y[n * ldy + o], -7.0f) << "past out: untouched";
+    }
+  }
 }
 
 TEST(Linear, GradientsMatchFiniteDifferences) {
