@@ -11,7 +11,10 @@ gradient clipping at 1.0; random tokens, every sequence full length.
 
 Prints tokens per second (batch * seq_len / median step time) for both, and
 the ratio. PyTorch runs on the OpenBLAS kernels best for the CPU
-(torch_peer.py), and both programs' sgemm rates are printed first.
+(torch_peer.py), and both programs' sgemm rates are printed first. The two
+programs run alternately, --rounds times (each run a fresh process), and
+each round's ratio is printed beside their median: on a shared machine
+whose speed drifts between minutes, a ratio within a round is what holds.
 """
 import argparse
 import json
@@ -91,6 +94,7 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of both programs")
     ap.add_argument("--gemm", choices=["onednn", "openblas", "both"], default="onednn",
                     help="multihead's fp32 GEMM backend")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
@@ -99,32 +103,40 @@ def main():
         tps, version = torch_tokens_per_s(a)
         print(json.dumps({"tokens_per_s": tps, "version": version}))
         return
+    if a.rounds < 1 or a.iters < 1:
+        ap.error("--rounds and --iters must be at least 1")
     backends = ["onednn", "openblas"] if a.gemm == "both" else [a.gemm]
     print_header(a.bin, a.threads, backends)
-    runs = {}
-    for g in backends:
-        cmd = [a.bin, "bench", "train", "--d-model", str(a.d_model), "--num-heads", str(a.num_heads), "--num-layers",
-               str(a.num_layers), "--dim-feedforward", str(a.dim_feedforward), "--seq-len", str(a.seq_len),
-               "--batch", str(a.batch), "--vocab-size", str(a.vocab_size), "--dropout", str(a.dropout),
-               "--threads", str(a.threads), "--iters", str(a.iters), "--gemm", g, "--json"]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        runs[g] = json.loads(out.strip().splitlines()[-1])
-    child = subprocess.run([sys.executable, __file__, "--torch-child"] + sys.argv[1:], check=True,
-                           capture_output=True, text=True, env=torch_env(a.threads))
-    theirs = json.loads(child.stdout.strip().splitlines()[-1])
+    cmd = [a.bin, "bench", "train", "--d-model", str(a.d_model), "--num-heads", str(a.num_heads), "--num-layers",
+           str(a.num_layers), "--dim-feedforward", str(a.dim_feedforward), "--seq-len", str(a.seq_len),
+           "--batch", str(a.batch), "--vocab-size", str(a.vocab_size), "--dropout", str(a.dropout),
+           "--threads", str(a.threads), "--iters", str(a.iters), "--json"]
+    ours = {g: [] for g in backends}  # per round: bench train's JSON
+    theirs = []                       # per round: tokens/s and version
+    for _ in range(a.rounds):
+        for g in backends:
+            out = subprocess.run(cmd + ["--gemm", g], check=True, capture_output=True, text=True).stdout
+            ours[g].append(json.loads(out.strip().splitlines()[-1]))
+        child = subprocess.run([sys.executable, __file__, "--torch-child"] + sys.argv[1:], check=True,
+                               capture_output=True, text=True, env=torch_env(a.threads))
+        theirs.append(json.loads(child.stdout.strip().splitlines()[-1]))
+    tokens = a.batch * a.seq_len
     print(f"encoder classifier: d_model {a.d_model}, {a.num_heads} heads, {a.num_layers} layers, feed-forward "
           f"{a.dim_feedforward}, vocab {a.vocab_size}, batch {a.batch} x {a.seq_len}, dropout {a.dropout}, "
-          f"{a.threads} threads, median of {a.iters} steps")
-    print("| | tokens/s | step ms |")
+          f"{a.threads} threads, median of {a.iters} steps a run, {a.rounds} alternating rounds")
+    print("| | tokens/s (median of rounds) | step ms, round by round |")
     print("|---|---|---|")
-    for g, ours in runs.items():
-        print(f"| multihead ({g} GEMMs) | {ours['tokens_per_s']:.0f} | {ours['ms']:.0f} |")
-    print(f"| PyTorch {theirs['version']} | {theirs['tokens_per_s']:.0f} | "
-          f"{a.batch * a.seq_len / theirs['tokens_per_s'] * 1e3:.0f} |")
+    for g, runs in ours.items():
+        steps = ", ".join(f"{r['ms']:.0f}" for r in runs)
+        print(f"| multihead ({g} GEMMs) | {statistics.median(r['tokens_per_s'] for r in runs):.0f} | {steps} |")
+    steps = ", ".join(f"{tokens / t['tokens_per_s'] * 1e3:.0f}" for t in theirs)
+    print(f"| PyTorch {theirs[0]['version']} | {statistics.median(t['tokens_per_s'] for t in theirs):.0f} | {steps} |")
     print()
-    for g, ours in runs.items():
-        print(f"speedup with {g} GEMMs: {ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x; multihead peak "
-              f"{ours['peak_bytes'] / 2**20:.0f} MiB allocated")
+    for g, runs in ours.items():
+        ratios = [r["tokens_per_s"] / t["tokens_per_s"] for r, t in zip(runs, theirs)]
+        print(f"speedup with {g} GEMMs: {statistics.median(ratios):.2f}x (median of rounds: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}); multihead peak {runs[0]['peak_bytes'] / 2**20:.0f} MiB "
+              f"allocated")
 
 
 if __name__ == "__main__":
