@@ -133,8 +133,11 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
   const BF16Weights wb(st, w1, w2, d, F);
   // fp32 products: W2 transposed once, (F, d), for every block's second product.
-  Tensor w2t = wb.active() ? Tensor() : Tensor::empty({F, d});
-  if (!wb.active()) transpose(w2t.f32(), d, w2, F, d, F);
+  Tensor w2t;
+  if (!wb.active()) {
+    w2t = Tensor::empty({F, d});
+    transpose(w2t.f32(), d, w2, F, d, F);
+  }
   visit_float_storage(st, [&](auto tag) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
