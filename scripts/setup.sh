@@ -26,6 +26,7 @@ packages=(
   libopenblas-openmp-dev   # find_library(openblas), find_path(cblas.h): BLAS through CBLAS, OpenMP build
   libdnnl-dev              # find_package(dnnl): oneDNN, the default fp32 GEMM, OpenMP build
   ocl-icd-opencl-dev       # find_package(OpenCL), made by dnnl-config.cmake (Debian builds oneDNN's GPU runtime)
+  ccache                   # find_program(ccache) in CMakeLists.txt: rebuilds from the compiler cache (optional)
   libfmt-dev               # find_package(fmt)
   nlohmann-json3-dev       # find_package(nlohmann_json)
   libcli11-dev             # find_package(CLI11)

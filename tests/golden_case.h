@@ -8,6 +8,7 @@
 
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/safetensors.h"
+#include "test_paths.h"
 
 namespace multihead::test {
 
@@ -24,7 +25,7 @@ inline void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
 
 inline std::vector<GoldenCase> golden_cases(const std::string& family) {
   std::vector<GoldenCase> cases;
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(MULTIHEAD_GOLDEN_DIR) / family))
+  for (const auto& e : std::filesystem::directory_iterator(golden_dir() / family))
     if (e.is_directory()) cases.push_back({e.path().filename().string(), e.path()});
   std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return cases;

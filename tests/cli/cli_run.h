@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace multihead::test {
@@ -29,7 +30,7 @@ struct CliRun {
 
 inline CliRun run(const std::string& args) {
   fs::path err_file = fs::temp_directory_path() / ("multihead_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string(MULTIHEAD_CLI) + " " + args + " 2>" + err_file.string();
+  std::string cmd = cli_path() + " " + args + " 2>" + err_file.string();
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;

@@ -504,7 +504,7 @@ TEST_F(Cli, ProgressIsABarOnATerminal) {
   if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "util-linux script is not installed";
   write_tiny_csv(dir / "tiny.csv");
   // script(1) gives the command a pseudo-terminal; its output comes back on stdout.
-  const std::string cmd = std::string(MULTIHEAD_CLI) + " train --source csv --data " + (dir / "tiny.csv").string() +
+  const std::string cmd = test::cli_path() + " train --source csv --data " + (dir / "tiny.csv").string() +
                           " --tokenizer word --epochs 1 --d-model 8 --num-heads 2 --num-layers 1 --batch 8 --threads 1 "
                           "--out " + (dir / "tty").string();
   CliRun r = {0, "", ""};

@@ -41,7 +41,7 @@ std::string job(int steps, int threads = 1, int checkpoint_every = 7) {
 
 // Starts the binary with `args` (split on spaces), output to /dev/null.
 pid_t spawn(const std::string& args) {
-  std::vector<std::string> words = {MULTIHEAD_CLI};
+  std::vector<std::string> words = {test::cli_path()};
   std::size_t pos = 0;
   while (pos < args.size()) {
     const std::size_t end = std::min(args.find(' ', pos), args.size());

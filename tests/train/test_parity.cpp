@@ -9,6 +9,7 @@
 #include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/train/train_config.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -26,7 +27,7 @@ Tensor slice(const Tensor& t, std::int64_t i) {
 }
 
 TEST(TrainParity, AdamWClassifierMatchesPyTorchLossesForTwentySteps) {
-  const fs::path dir = fs::path(MULTIHEAD_GOLDEN_DIR) / "train" / "classifier_adamw";
+  const fs::path dir = test::golden_dir() / "train" / "classifier_adamw";
   const nlohmann::json j = ConfigReader::parse(read_file((dir / "config.json").string()), "config.json");
   ConfigReader r(j, "config.json");
   const ModelConfig mc = read_model_config(r);
