@@ -85,8 +85,9 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
       const std::int64_t bh = t / nqb, b = bh / d.H, h = bh % d.H;
       const std::int64_t i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
       // The micro-kernel reads the query block dense: Q's rows inside the
-      // (B, L, 3E) projection are kilobytes apart, a few L1 sets hold them
-      // all, and Q K^T ran about a quarter slower at head dimension 32.
+      // (B, L, 3E) projection are kilobytes apart, fall on a few L1 sets and
+      // evict each other, and Q K^T ran about a quarter slower at head
+      // dimension 32.
       std::int64_t ldq = d.D;
       const float* qi = qbuf;
       if (packs) dense_rows_f32(qbuf, q.at(b, h) + i0 * q.row_stride, q.row_stride, nr, d.D);

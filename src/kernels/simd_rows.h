@@ -69,9 +69,9 @@ inline V exp_softmax(D d, V x) {
   // stays NaN whatever n became.
 #if HWY_TARGET <= HWY_AVX3
   // One instruction, and the same value as the product below where 2^n is a
-  // normal float: p 2^n rounded once. Highway's conversion to integers
-  // below guards against out-of-range lanes with five more instructions,
-  // a quarter of the function.
+  // normal float: p 2^n rounded once. The product below takes eight, four
+  // of them Highway's guard of its float-to-integer conversion against
+  // out-of-range lanes: about a quarter of the function.
   const V y{_mm512_scalef_ps(p.raw, n.raw)};
 #else
   const hn::RebindToSigned<D> di;
