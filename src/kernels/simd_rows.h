@@ -43,6 +43,26 @@ inline float row_max(const float* x, std::int64_t n) {
 // max(a, b), NaN when either is (std::max keeps its first argument against a NaN).
 inline float max_keeping_nan(float a, float b) { return std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b); }
 
+// p 2^n for n a whole number in every lane, multiplied rather than added
+// into p's bits, so that a NaN p stays NaN whatever n became. The same value
+// either way where 2^n is a normal float (-126 <= n <= 127): p 2^n rounded
+// once. On AVX-512 one scalef; elsewhere 2^n built in the exponent field,
+// eight instructions with the product, four of them Highway's guard of its
+// float-to-integer conversion against out-of-range lanes (about a quarter
+// of exp_softmax).
+template <class D, class V>
+inline V times_pow2(D d, V p, V n) {
+#if HWY_TARGET <= HWY_AVX3
+  (void)d;
+  // The zero-masked form with every lane kept: GCC 12's unmasked scalef
+  // passes an undefined vector through, and -Wmaybe-uninitialized says so.
+  return V{_mm512_maskz_scalef_ps(0xFFFF, p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<D> di;
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)))));
+#endif
+}
+
 // exp(x) for the softmax's arguments: a score less its row's maximum or
 // log-sum-exp, so at most a rounding error above 0, or -inf where masked.
 // The Cephes expf scheme: n = round(x log2 e), r = x - n ln 2 in two parts,
@@ -65,21 +85,7 @@ inline V exp_softmax(D d, V x) {
   p = hn::MulAdd(p, r, hn::Set(d, 1.6666665459e-1f));
   p = hn::MulAdd(p, r, hn::Set(d, 5.0000001201e-1f));
   p = hn::MulAdd(hn::Mul(p, r), r, hn::Add(r, hn::Set(d, 1.0f)));
-  // p 2^n, multiplied rather than added into p's bits, so that a NaN p
-  // stays NaN whatever n became.
-#if HWY_TARGET <= HWY_AVX3
-  // One instruction, and the same value as the product below where 2^n is a
-  // normal float: p 2^n rounded once. The product below takes eight, four
-  // of them Highway's guard of its float-to-integer conversion against
-  // out-of-range lanes: about a quarter of the function.
-  const V y{_mm512_scalef_ps(p.raw, n.raw)};
-#else
-  const hn::RebindToSigned<D> di;
-  // 2^n as a float: n + 127 in the exponent field, a normal number for
-  // -126 <= n <= 127.
-  const V y = hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)))));
-#endif
-  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.33654f)), y);
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -87.33654f)), times_pow2(d, p, n));
 }
 
 // dst[j] = elu(x[j]) + 1: x + 1 above 0, exp(x) otherwise (NaN stays NaN).
@@ -111,13 +117,7 @@ inline V exp2_coarse(D d, V x) {
   p = hn::MulAdd(p, f, hn::Set(d, 2.402474433e-1f));
   p = hn::MulAdd(p, f, hn::Set(d, 6.931217909e-1f));
   p = hn::MulAdd(p, f, hn::Set(d, 9.999992847e-1f));
-#if HWY_TARGET <= HWY_AVX3
-  const V y{_mm512_maskz_scalef_ps(0xFFFF, p.raw, n.raw)};  // p 2^n, one instruction
-#else
-  const hn::RebindToSigned<D> di;
-  const V y = hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)))));
-#endif
-  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), y);
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, -126.0f)), times_pow2(d, p, n));
 }
 
 // x[j] = e(x[j]) in place, for e a vector function of (tag, vector) that
