@@ -13,7 +13,8 @@
 
 namespace multihead {
 
-Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p) {
+Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p,
+                                          Tensor* weights) {
   const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
   const std::int64_t PW = E + 2 * KE, KH = cfg_.kv_heads(), group = cfg_.group();
   check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
@@ -30,6 +31,7 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
   }
   Tensor attn = Tensor::empty({B, T, E}, st);
   if (cfg_.variant == AttentionVariant::kLinear) {
+    check<ConfigError>(!weights, "linear attention has no attention weights to capture");
     // The recurrent form: a (D, D) state per (batch, head) instead of keys and values.
     if (cache.linear.empty()) cache.linear.resize(static_cast<std::size_t>(B * H));
     check<ShapeError>(static_cast<std::int64_t>(cache.linear.size()) == B * H, "cache holds another batch size");
@@ -77,12 +79,16 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
       masks.relative.clip = cfg_.relative_clip;
     }
     Tensor lse = Tensor::empty({B, H, T});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     visit_float_storage(st, [&](auto tag) {
       using S = decltype(tag);
-      attention_fused_forward<S>({attn.data<S>(), T * E, E, D}, lse.f32(), {qkv.data<S>(), T * PW, PW, D},
-                                 {cache.k.data<S>(), cap * KE, KE, D, group},
-                                 {cache.v.data<S>(), cap * KE, KE, D, group}, masks, d,
-                                 1.0f / std::sqrt(static_cast<float>(D)), {});
+      const HeadsView<const S> qv{qkv.data<S>(), T * PW, PW, D}, kv{cache.k.data<S>(), cap * KE, KE, D, group};
+      attention_fused_forward<S>({attn.data<S>(), T * E, E, D}, lse.f32(), qv, kv,
+                                 {cache.v.data<S>(), cap * KE, KE, D, group}, masks, d, scale, {});
+      if (weights) {
+        *weights = Tensor::empty({B, H, T, cache.length});
+        attention_fused_weights<S>(weights->f32(), false, lse.f32(), qv, kv, masks, d, scale, {});
+      }
     });
   }
   return project_output(attn);

@@ -408,11 +408,14 @@ Tensor TransformerDecoderLayer::forward(const Tensor& x, const Tensor& memory, c
 Tensor TransformerDecoderLayer::forward_cached(const Tensor& x, KvCache& self_cache, const KvCache& memory,
                                                const Tensor* memory_padding, std::int64_t capacity, Precision p) {
   const ForwardContext eval = eval_context(p);
+  auto self = [&](const Tensor& q) {
+    return self_attn_.forward_cached(q, self_cache, capacity, p, capture_ ? &self_weights_ : nullptr);
+  };
   auto cross = [&](const Tensor& q) {
     return multihead_attn_.forward_memory(q, memory, memory_padding, capture_ ? &weights_ : nullptr);
   };
   if (!cfg_.norm_first) {
-    Tensor h1 = self_attn_.forward_cached(x, self_cache, capacity, p);
+    Tensor h1 = self(x);
     add_inplace(h1, x);
     Tensor y1 = norm1_.forward(h1);
     Tensor h2 = cross(y1);
@@ -425,7 +428,7 @@ Tensor TransformerDecoderLayer::forward_cached(const Tensor& x, KvCache& self_ca
     return out;
   }
   Tensor n1 = norm1_.forward(x);
-  Tensor h1 = self_attn_.forward_cached(n1, self_cache, capacity, p);
+  Tensor h1 = self(n1);
   add_inplace(h1, x);
   Tensor n2 = norm2_.forward(h1);
   Tensor h2 = cross(n2);

@@ -524,12 +524,14 @@ std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, 
     for (const auto& r : w.pronunciations) refs.push_back(join(r));
     s += fmt::format("| {} | {} | {} | {} |\n", w.word, join(t.predictions[i]), fmt::join(refs, " / "), errors[k].first);
   }
-  // Cross-attention of the last decoder layer while the decoder reads the
-  // reference of the first test word: which letters each phoneme attends to.
+  // The decoder's attention while it reads the reference of the first test
+  // word; the last layer's cross-attention drawn: which letters each phoneme
+  // attends to.
   const CmuWord& cw = d.dict.words[static_cast<std::size_t>(d.test_words.front())];
-  const AttentionMaps cross =
-      cross_attention_maps(model, d.vocab, d.vocab.encode_word(cw.word), utf8_characters(cw.word),
-                           d.vocab.encode_phonemes(cw.pronunciations.front()), job.train.precision);
+  DecoderAttentionMaps decoder =
+      decoder_attention_maps(model, d.vocab, d.vocab.encode_word(cw.word), utf8_characters(cw.word),
+                             d.vocab.encode_phonemes(cw.pronunciations.front()), job.train.precision);
+  const AttentionMaps& cross = decoder.cross;
   s += fmt::format("\n## Cross-attention\n\nThe last decoder layer's cross-attention for \"{}\" ({}), the decoder "
                    "reading the reference: rows are the phonemes read so far (each row predicts the next), "
                    "columns the letters. Colours run from 0 to each head's largest weight.\n\n",
@@ -539,7 +541,7 @@ std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, 
                                                    job.train.precision);
     s += report_explorer(run, {job.report_title, fmt::format("\"{}\" read as its reference, {}", cw.word,
                                                             join(cw.pronunciations.front())),
-                               {std::move(encoder), cross}});
+                               {std::move(encoder), cross, std::move(decoder.self)}});
   }
   const std::int64_t last = cross.first_layer + cross.layers - 1;
   for (std::int64_t h = 0; h < cross.heads; ++h) {
@@ -565,38 +567,49 @@ AttentionMaps encoder_self_attention(EncoderDecoder& model, const std::vector<st
   return maps;
 }
 
-AttentionMaps cross_attention_maps(EncoderDecoder& model, const PronunciationVocab& vocab,
-                                   const std::vector<std::int64_t>& letter_ids, std::vector<std::string> letters,
-                                   const std::vector<std::int64_t>& phoneme_ids, Precision precision) {
+DecoderAttentionMaps decoder_attention_maps(EncoderDecoder& model, const PronunciationVocab& vocab,
+                                            const std::vector<std::int64_t>& letter_ids,
+                                            std::vector<std::string> letters,
+                                            const std::vector<std::int64_t>& phoneme_ids, Precision precision) {
   const LetterBatch b = letter_batch({&letter_ids});
   TransformerDecoder& decoder = model.decoder();
-  AttentionMaps maps;
-  maps.name = "cross-attention";
-  maps.tokens = {"<s>"};
-  for (const std::string& p : vocab.decode_phonemes(phoneme_ids)) maps.tokens.push_back(p);
-  maps.keys = std::move(letters);
-  maps.layers = decoder.num_layers();
-  maps.heads = model.config().model.layer.nhead;
-  maps.T = 1 + static_cast<std::int64_t>(phoneme_ids.size());
-  maps.S = b.ids.dim(1);
-  check<ShapeError>(static_cast<std::int64_t>(maps.keys.size()) == maps.S, "{} letter labels for {} letters",
-                    maps.keys.size(), maps.S);
-  maps.weights.resize(static_cast<std::size_t>(maps.layers * maps.heads * maps.T * maps.S));
+  DecoderAttentionMaps out;
+  AttentionMaps& cross = out.cross;
+  cross.name = "cross-attention";
+  cross.tokens = {"<s>"};
+  for (const std::string& p : vocab.decode_phonemes(phoneme_ids)) cross.tokens.push_back(p);
+  cross.keys = std::move(letters);
+  cross.layers = decoder.num_layers();
+  cross.heads = model.config().model.layer.nhead;
+  cross.T = 1 + static_cast<std::int64_t>(phoneme_ids.size());
+  cross.S = b.ids.dim(1);
+  check<ShapeError>(static_cast<std::int64_t>(cross.keys.size()) == cross.S, "{} letter labels for {} letters",
+                    cross.keys.size(), cross.S);
+  AttentionMaps& self = out.self;
+  self.name = "decoder self-attention";
+  self.tokens = self.keys = cross.tokens;
+  self.layers = cross.layers, self.heads = cross.heads, self.T = self.S = cross.T;
+  self.causal = true;
+  const std::int64_t L = cross.layers, H = cross.heads, T = cross.T;
+  cross.weights.resize(static_cast<std::size_t>(L * H * T * cross.S));
+  self.weights.assign(static_cast<std::size_t>(L * H * T * T), 0.0f);  // keys after a row stay 0
   decoder.set_capture_weights(true);
   const EncodedMemory memory = model.encode(b.ids, &b.padding, precision);
   std::vector<KvCache> caches;
-  for (std::int64_t step = 0; step < maps.T; ++step) {
+  for (std::int64_t step = 0; step < T; ++step) {
     const std::int64_t id = step == 0 ? PronunciationVocab::kStart : phoneme_ids[static_cast<std::size_t>(step - 1)];
-    model.decode_step(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{id}), caches, memory, maps.T, precision);
-    for (std::int64_t l = 0; l < maps.layers; ++l) {
-      const Tensor& w = decoder.layer(l).cross_attention_weights();  // (1, H, 1, S)
-      for (std::int64_t h = 0; h < maps.heads; ++h)
-        std::copy_n(w.f32() + h * maps.S, maps.S,
-                    maps.weights.begin() + ((l * maps.heads + h) * maps.T + step) * maps.S);
+    model.decode_step(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{id}), caches, memory, T, precision);
+    for (std::int64_t l = 0; l < L; ++l) {
+      const Tensor& wc = decoder.layer(l).cross_attention_weights();  // (1, H, 1, S)
+      const Tensor& ws = decoder.layer(l).self_attention_weights();   // (1, H, 1, step + 1)
+      for (std::int64_t h = 0; h < H; ++h) {
+        std::copy_n(wc.f32() + h * cross.S, cross.S, cross.weights.begin() + ((l * H + h) * T + step) * cross.S);
+        std::copy_n(ws.f32() + h * (step + 1), step + 1, self.weights.begin() + ((l * H + h) * T + step) * T);
+      }
     }
   }
   decoder.set_capture_weights(false);
-  return maps;
+  return out;
 }
 
 PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progress& progress) {

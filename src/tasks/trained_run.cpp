@@ -174,18 +174,21 @@ class PronunciationRun final : public TrainedRun {
     return encoder_self_attention(*run_->model, run_->vocab.encode_word(word), letters, run_->job.train.precision);
   }
 
-  // The encoder's self-attention, and the decoder's cross-attention over the
-  // letters while it reads the greedy pronunciation it gives the word.
+  // The encoder's self-attention, then the decoder's cross-attention over
+  // the letters and its self-attention over the phonemes while it reads the
+  // greedy pronunciation it gives the word.
   std::vector<AttentionMaps> attention_views(const std::string& text, std::int64_t max_tokens) override {
     AttentionMaps encoder = attention(text, max_tokens);
     std::string word;
     for (const auto& l : encoder.tokens) word += l;
     const std::vector<Pronounced> best = pronounce({word}, 1, 1).front();
-    AttentionMaps cross = cross_attention_maps(*run_->model, run_->vocab, run_->vocab.encode_word(word),
-                                               encoder.tokens, run_->vocab.encode_phonemes(best.front().phonemes),
-                                               run_->job.train.precision);
-    cross.prediction = encoder.prediction = fmt::format("{}", fmt::join(best.front().phonemes, " "));
-    return {std::move(encoder), std::move(cross)};
+    DecoderAttentionMaps decoder = decoder_attention_maps(*run_->model, run_->vocab, run_->vocab.encode_word(word),
+                                                          encoder.tokens,
+                                                          run_->vocab.encode_phonemes(best.front().phonemes),
+                                                          run_->job.train.precision);
+    encoder.prediction = fmt::format("{}", fmt::join(best.front().phonemes, " "));
+    decoder.cross.prediction = decoder.self.prediction = encoder.prediction;
+    return {std::move(encoder), std::move(decoder.cross), std::move(decoder.self)};
   }
 
  private:

@@ -2,7 +2,8 @@
 // by playwright-core. Trains small runs with the CLI, writes their pages, and checks what a user sees: the
 // grid has layers x heads cells, a click opens the head, hovering a query (a key) highlights the weights the
 // page's own data holds for that row (column), causal masks show as masked, an encoder-decoder run has a
-// cross-attention view, and a 512-token page of 8 layers x 8 heads stays under its size bound and opens.
+// cross-attention view and a causal decoder self-attention view, and a 512-token page of 8 layers x 8 heads
+// stays under its size bound and opens.
 // Screenshots go to $ARTIFACTS (not committed).
 //
 //   MULTIHEAD_CLI=build/multihead ARTIFACTS=build/browser-artifacts node tests/browser/explorer.test.mjs
@@ -156,7 +157,8 @@ try {
     await page.screenshot({ path: join(ARTIFACTS, "language-model-head-view.png"), fullPage: true });
   });
 
-  // An encoder-decoder (pronunciation) run: encoder self-attention and cross-attention over the letters.
+  // An encoder-decoder (pronunciation) run: encoder self-attention, cross-attention over the letters and the
+  // decoder's causal self-attention over the phonemes.
   const sounds = ["AE1", "B", "K", "D", "IY0", "F"];
   const words = Array.from({ length: 150 }, (_, n) => {
     const letters = [Math.floor((n + 36) / 36) % 6, Math.floor((n + 36) / 6) % 6, (n + 36) % 6];
@@ -170,7 +172,7 @@ try {
   cli("inspect", "--run", join(dir, "pr"), "--text", "abcde", "--html", prPage);
   await test("an encoder-decoder run has a cross-attention view over the letters", async (page) => {
     const data = pageData(readFileSync(prPage, "utf8"));
-    assert.deepEqual(data.views.map((v) => v.name), ["encoder self-attention", "cross-attention"]);
+    assert.deepEqual(data.views.map((v) => v.name), ["encoder self-attention", "cross-attention", "decoder self-attention"]);
     const cross = data.views[1];
     assert.deepEqual(cross.keys, ["A", "B", "C", "D", "E"]);
     assert.equal(cross.queries[0], "<s>");
@@ -181,6 +183,20 @@ try {
     assert.match(await page.textContent("#mh-head h2"), /^cross-attention: layer 0, head 1/);
     await checkHover(page, cross, 0, 1, 1, 2);
     await page.screenshot({ path: join(ARTIFACTS, "cross-attention-head-view.png"), fullPage: true });
+  });
+  await test("an encoder-decoder run has a causal decoder self-attention view over the phonemes", async (page) => {
+    const data = pageData(readFileSync(prPage, "utf8"));
+    const self = data.views[2];
+    assert.equal(self.causal, true);
+    assert.deepEqual(self.keys, self.queries);
+    assert.deepEqual(self.queries, data.views[1].queries);
+    await open(page, prPage);
+    await page.click("button[data-view='2']");
+    assert.equal(await page.locator(".mh-cell").count(), self.layers * self.heads);
+    await page.click(".mh-cell[data-layer='0'][data-head='0']");
+    assert.match(await page.textContent("#mh-head h2"), /^decoder self-attention: layer 0, head 0/);
+    await checkHover(page, self, 0, 0, self.T - 1, 0);
+    await page.screenshot({ path: join(ARTIFACTS, "decoder-self-attention-head-view.png"), fullPage: true });
   });
 
   // 512 tokens, 8 layers x 8 heads: each query keeps its 32 largest weights, and the page stays small.

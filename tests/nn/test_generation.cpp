@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <tuple>
 
+#include "multihead/nn/multi_head_attention.h"
 #include "multihead/tasks/generation.h"
 #include "test_util.h"
 
@@ -61,6 +64,84 @@ INSTANTIATE_TEST_SUITE_P(Positions, KvCacheEquivalence,
                            return std::string(std::get<0>(param_info.param)) + "_" +
                                   std::string(precision_name(std::get<1>(param_info.param)));
                          });
+
+std::string positions_label(AttentionPositions p) {
+  switch (p) {
+    case AttentionPositions::kNone: return "none";
+    case AttentionPositions::kRope: return "rope";
+    case AttentionPositions::kAlibi: return "alibi";
+    case AttentionPositions::kRelative: return "relative";
+  }
+  return "?";
+}
+
+class CachedWeights : public ::testing::TestWithParam<std::tuple<AttentionPositions, std::int64_t, Precision>> {};
+
+// The per-head weights of cached decoding (a prompt of 4 positions, then one
+// at a time) are the rows of one uncached causal forward's, zero after each
+// query's own position.
+TEST_P(CachedWeights, AreTheRowsOfTheUncachedForward) {
+  const auto [positions, kv_heads, precision] = GetParam();
+  MultiheadAttentionConfig c;
+  c.embed_dim = 16, c.num_heads = 4, c.num_kv_heads = kv_heads, c.positions = positions, c.relative_clip = 3;
+  ParamStore store;
+  MultiheadAttention mha(store, "", c);
+  store.finalize();
+  Rng rng(5);
+  mha.init(rng);
+  const std::int64_t T = 9, H = 4, E = 16;
+  const Tensor x = test::random_tensor({1, T, E}, rng);
+  MultiheadAttentionCall call;
+  call.average_attn_weights = false;
+  call.causal = CausalAlign::kTopLeft;
+  call.precision = precision;
+  const Tensor full = mha.forward_self(x, nullptr, nullptr, call).weights;  // (1, H, T, T)
+  mha.clear_cache();
+  ASSERT_EQ(full.shape(), (Shape{1, H, T, T}));
+  const double tol = precision == Precision::kF32 ? 1e-6 : 1e-2;
+  KvCache cache;
+  std::int64_t t0 = 0;
+  for (const std::int64_t n : {4, 1, 1, 1, 1, 1}) {
+    Tensor part = Tensor::from({1, n, E}, std::span(x.f32() + t0 * E, static_cast<std::size_t>(n * E)));
+    Tensor w;
+    mha.forward_cached(part, cache, T, precision, &w);
+    ASSERT_EQ(w.shape(), (Shape{1, H, n, t0 + n}));
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::int64_t k = 0; k < t0 + n; ++k) {
+          const float got = w.f32()[(h * n + r) * (t0 + n) + k];
+          if (k > t0 + r) EXPECT_EQ(got, 0.0f) << "head " << h << " query " << t0 + r << " key " << k;
+          else EXPECT_NEAR(got, full.f32()[(h * T + t0 + r) * T + k], tol) << "head " << h << " query " << t0 + r;
+        }
+    t0 += n;
+  }
+  EXPECT_EQ(cache.length, T);
+}
+
+INSTANTIATE_TEST_SUITE_P(Positions, CachedWeights,
+                         ::testing::Combine(::testing::Values(AttentionPositions::kNone, AttentionPositions::kRope,
+                                                              AttentionPositions::kAlibi,
+                                                              AttentionPositions::kRelative),
+                                            ::testing::Values(std::int64_t{0}, std::int64_t{2}),
+                                            ::testing::Values(Precision::kF32, Precision::kBF16)),
+                         [](const auto& p) {
+                           return positions_label(std::get<0>(p.param)) + (std::get<1>(p.param) ? "_gqa_" : "_") +
+                                  std::string(precision_name(std::get<2>(p.param)));
+                         });
+
+TEST(CachedWeights, LinearAttentionHasNoneToCapture) {
+  MultiheadAttentionConfig c;
+  c.embed_dim = 8, c.num_heads = 2, c.variant = AttentionVariant::kLinear;
+  ParamStore store;
+  MultiheadAttention mha(store, "", c);
+  store.finalize();
+  Rng rng(1);
+  mha.init(rng);
+  KvCache cache;
+  Tensor w;
+  EXPECT_THROW(mha.forward_cached(test::random_tensor({1, 2, 8}, rng), cache, 4, Precision::kF32, &w), ConfigError);
+  EXPECT_NO_THROW(mha.forward_cached(test::random_tensor({1, 2, 8}, rng), cache, 4, Precision::kF32));
+}
 
 TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {
   ModelConfig mc;

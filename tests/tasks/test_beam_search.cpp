@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "multihead/tasks/beam_search.h"
+#include "small_encoder_decoder.h"
 
 namespace multihead {
 namespace {
@@ -20,18 +21,7 @@ struct Fixture {
   Tensor padding = Tensor::from_bool({3, 4}, std::vector<std::uint8_t>{0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1});
 
   explicit Fixture(PositionKind positions = PositionKind::kSinusoidal, std::uint64_t seed = 7) {
-    EncoderDecoderConfig c;
-    c.source_vocab = 5;
-    c.model.vocab_size = kVocab;
-    c.model.num_layers = 1;
-    c.decoder_layers = 2;
-    c.model.layer.d_model = 16;
-    c.model.layer.nhead = 2;
-    c.model.layer.dim_feedforward = 16;
-    c.model.layer.dropout = 0.0;
-    c.model.positions = positions;
-    c.model.max_len = 16;
-    model = std::make_unique<EncoderDecoder>(store, c);
+    model = std::make_unique<EncoderDecoder>(store, test::small_encoder_decoder(5, kVocab, positions));
     store.finalize();
     Rng rng(seed);
     model->init(rng);

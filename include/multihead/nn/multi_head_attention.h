@@ -157,8 +157,11 @@ class MultiheadAttention : public Module {
   // (allocated with `capacity` positions on first use). Gives the same
   // output as the rows of an uncached causal forward over the whole sequence.
   // In bf16 / fp16 the cache holds 16-bit keys and values (precision p is
-  // fixed when the cache is allocated).
-  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p = Precision::kF32);
+  // fixed when the cache is allocated). weights, when given, receives the
+  // per-head weights (B, H, T, positions cached after the call), zero for
+  // the keys after each query; linear attention has none.
+  Tensor forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p = Precision::kF32,
+                        Tensor* weights = nullptr);
 
   // Cross-attention over a fixed memory (an encoder's output) in decoding:
   // cache_memory projects the memory (B, S, E) into keys and values once,

@@ -123,9 +123,11 @@ class TransformerDecoderLayer : public Module {
   }
   Tensor forward_cached(const Tensor& x, KvCache& self_cache, const KvCache& memory, const Tensor* memory_padding,
                         std::int64_t capacity, Precision p = Precision::kF32);
-  // Keep the per-head cross-attention weights (B, H, L, S) of each forward:
-  // which memory positions each target position reads.
+  // Keep the per-head weights of each forward_cached, (B, H, T, positions
+  // cached) for the self-attention, (B, H, T, S) for the cross-attention:
+  // which earlier target positions and which memory positions the new ones read.
   void set_capture_weights(bool on) { capture_ = on; }
+  const Tensor& self_attention_weights() const { return self_weights_; }
   const Tensor& cross_attention_weights() const { return weights_; }
 
  private:
@@ -133,7 +135,7 @@ class TransformerDecoderLayer : public Module {
 
   TransformerLayerConfig cfg_;
   bool capture_ = false;
-  Tensor weights_;
+  Tensor self_weights_, weights_;
   MultiheadAttention self_attn_, multihead_attn_;
   FeedForward ff_;
   LayerNorm norm1_, norm2_, norm3_;

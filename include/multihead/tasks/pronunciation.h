@@ -111,14 +111,19 @@ LetterBatch letter_batch(const std::vector<const std::vector<std::int64_t>*>& wo
 AttentionMaps encoder_self_attention(EncoderDecoder& model, const std::vector<std::int64_t>& letter_ids,
                                      std::vector<std::string> letters, Precision precision);
 
-// The cross-attention of every decoder layer while the decoder reads
-// phoneme_ids (no start or end) after the start token, for one word's
-// letter ids: maps (layers, heads, 1 + phonemes, letters) with rows "<s>"
-// and the phonemes read so far (each row predicts the next), columns the
-// letters. Eval mode.
-AttentionMaps cross_attention_maps(EncoderDecoder& model, const PronunciationVocab& vocab,
-                                   const std::vector<std::int64_t>& letter_ids, std::vector<std::string> letters,
-                                   const std::vector<std::int64_t>& phoneme_ids, Precision precision);
+// Every decoder layer's attention while the decoder reads phoneme_ids (no
+// start or end) after the start token, for one word's letter ids. Rows are
+// "<s>" and the phonemes read so far (each row predicts the next). cross:
+// maps (layers, heads, 1 + phonemes, letters), columns the letters; self:
+// maps (layers, heads, 1 + phonemes, 1 + phonemes), columns the rows' own
+// labels, causal (zero after each row's own position). Eval mode.
+struct DecoderAttentionMaps {
+  AttentionMaps self, cross;
+};
+DecoderAttentionMaps decoder_attention_maps(EncoderDecoder& model, const PronunciationVocab& vocab,
+                                            const std::vector<std::int64_t>& letter_ids,
+                                            std::vector<std::string> letters,
+                                            const std::vector<std::int64_t>& phoneme_ids, Precision precision);
 
 // A trained run loaded back: its job, vocabulary and model.
 struct LoadedPronouncer {
