@@ -135,6 +135,7 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
   double loss = 0;
   std::int64_t correct = 0;
   for (const auto& b : epoch_batches(idx, 256, 0, 0, false)) {
+    stop_point();
     Tensor x = gather(data.pixels, b);
     std::vector<std::int64_t> labels;
     for (auto i : b) labels.push_back(data.labels[static_cast<std::size_t>(i)]);

@@ -128,6 +128,7 @@ double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& va
   double total = 0;
   std::int64_t count = 0;
   for (std::int64_t i = 0; i < n; i += 16) {
+    stop_point();
     std::vector<std::int64_t> starts;
     for (std::int64_t k = i; k < std::min(n, i + 16); ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
     Windows w = windows(val, starts, L);

@@ -212,6 +212,7 @@ std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
                    [&](std::size_t a, std::size_t b) { return letters[a]->size() < letters[b]->size(); });
   std::vector<std::vector<Hypothesis>> out(letters.size());
   for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(batch)) {
+    stop_point();
     const std::size_t end = std::min(order.size(), i + static_cast<std::size_t>(batch));
     std::vector<const std::vector<std::int64_t>*> part;
     for (std::size_t k = i; k < end; ++k) part.push_back(letters[order[k]]);

@@ -99,6 +99,7 @@ LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_
   t.min_len = t.max_len = length;
   std::int64_t tokens = 0, right = 0, seqs = 0, seqs_right = 0;
   for (std::int64_t i = 0; i < batches; ++i) {
+    stop_point();
     // Test batches use their own seed stream, apart from training's.
     SyntheticBatch b = synthetic_batch(t, batch, seed ^ 0x7e57ull, static_cast<std::uint64_t>(i));
     Tensor logits = model.forward(b.ids, eval_context(precision));

@@ -132,6 +132,7 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
   double loss_sum = 0;
   std::int64_t correct = 0;
   for (std::size_t b0 = 0; b0 < seqs.size(); b0 += static_cast<std::size_t>(batch)) {
+    stop_point();
     const std::size_t b1 = std::min(seqs.size(), b0 + static_cast<std::size_t>(batch));
     const std::vector<const std::vector<std::int64_t>*> part(seqs.begin() + static_cast<std::ptrdiff_t>(b0),
                                                              seqs.begin() + static_cast<std::ptrdiff_t>(b1));

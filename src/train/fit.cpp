@@ -20,9 +20,25 @@ namespace multihead {
 namespace {
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "request_stop runs in signal handlers");
+// Set when fit returns, so that stop_point takes a stop asked for in the
+// evaluation after training; cleared when fit starts.
+std::atomic<bool> g_trained{false};
+
+const char* signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
 }  // namespace
 
 void request_stop(int signal) noexcept { g_stop_signal.store(signal, std::memory_order_relaxed); }
+
+void stop_point() {
+  if (!g_trained.load(std::memory_order_relaxed)) return;
+  const int sig = g_stop_signal.exchange(0, std::memory_order_relaxed);
+  if (sig == 0) return;
+  throw Interrupted(sig, fmt::format("stopped by {} in the test after training; the trained model is saved: the same "
+                                     "command with --resume runs the test again",
+                                     signal_name(sig)));
+}
 
 using json = nlohmann::json;
 
@@ -170,11 +186,7 @@ class Loop {
     if (!checkpointed) save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
     throw Interrupted(sig, fmt::format("stopped by {} after step {}; its checkpoint is saved: the same command with "
                                        "--resume goes on from there",
-                                       sig == SIGINT    ? "SIGINT"
-                                       : sig == SIGTERM ? "SIGTERM"
-                                       : sig == SIGUSR1 ? "SIGUSR1"
-                                                        : "a signal",
-                                       trainer_.steps_done()));
+                                       signal_name(sig), trainer_.steps_done()));
   }
 
   // Validation, its metrics record, a checkpoint that notes where the data
@@ -223,7 +235,10 @@ FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, c
                      "batch ({}) must be a multiple of ranks × grad_accumulation ({} × {}) so that every rank "
                      "trains on an equal share",
                      train.batch, ranks, train.grad_accumulation);
-  return Loop(task, store, train, plan, run, progress).run(config);
+  g_trained.store(false, std::memory_order_relaxed);
+  FitResult result = Loop(task, store, train, plan, run, progress).run(config);
+  g_trained.store(true, std::memory_order_relaxed);
+  return result;
 }
 
 std::string skipped_steps_note(std::int64_t skipped) {

@@ -51,6 +51,10 @@ class ToyTask final : public TrainingTask {
   }
 
   Validation validate() override {
+    if (stop_in_validation) {  // as a Ctrl-C while validating, which reaches its stop points
+      request_stop(SIGINT);
+      stop_point();
+    }
     validated_after.push_back(static_cast<std::int64_t>(micro_batches.size()));
     return {1.0 / static_cast<double>(validated_after.size()), 0.5, 3};
   }
@@ -58,6 +62,7 @@ class ToyTask final : public TrainingTask {
   std::vector<std::vector<std::int64_t>> micro_batches;
   std::vector<std::int64_t> steps_asked, validated_after;
   std::int64_t fail_at_micro_batch = -1;
+  bool stop_in_validation = false;
 
  private:
   ParamStore& store_;
@@ -276,6 +281,40 @@ TEST_F(Fit, AStopRequestCheckpointsTheStepAndTheRunResumesAsIfNeverStopped) {
   ASSERT_EQ(resumed.task.micro_batches.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(resumed.task.micro_batches[i], whole.task.micro_batches[i + 1]);
   EXPECT_EQ(resumed.store.all_data()[0], whole.store.all_data()[0]);
+}
+
+// Inside fit a stop point leaves a stop to fit, which checkpoints the step
+// it reached; once fit has returned, a stop ends the evaluation that follows
+// at its next stop point, once.
+TEST_F(Fit, StopPointsTakeAStopOnlyAfterTraining) {
+  {
+    ToyRun stopped;
+    stopped.task.stop_in_validation = true;
+    try {
+      stopped.fit_in(run_dir("validating"), toy_train(6, 4, 1), ten_examples());
+      FAIL() << "fit did not stop";
+    } catch (const Interrupted& e) {
+      EXPECT_STREQ(e.what(),
+                   "stopped by SIGINT after step 3; its checkpoint is saved: the same command with --resume goes on "
+                   "from there");
+    }
+    EXPECT_EQ(stopped.task.validated_after, (std::vector<std::int64_t>{3}));  // the validation ran to its end
+    EXPECT_EQ(checkpoint_meta(run_dir("validating")).at("step"), "3");
+  }
+  ToyRun trained;
+  trained.fit_in(run_dir("trained"), toy_train(2, 4, 1), ten_examples());
+  EXPECT_NO_THROW(stop_point());  // no stop asked for
+  request_stop(SIGTERM);
+  try {
+    stop_point();
+    FAIL() << "the stop point did not stop";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.signal(), SIGTERM);
+    EXPECT_STREQ(e.what(),
+                 "stopped by SIGTERM in the test after training; the trained model is saved: the same command with "
+                 "--resume runs the test again");
+  }
+  EXPECT_NO_THROW(stop_point());  // taken once
 }
 
 TEST(FitReport, SummaryNamesStepsEpochsTimeAndThroughput) {

@@ -32,6 +32,13 @@ namespace multihead {
 // Interrupted. Async-signal-safe; the library installs no handler itself.
 void request_stop(int signal) noexcept;
 
+// A point between batches of the evaluation that follows training (the
+// test): once fit has returned in this process, a stop asked for ends the
+// job there with Interrupted; the trained model is saved, and --resume runs
+// that evaluation again. Inside fit (validation) it does nothing: fit takes
+// the stop after the step under way and checkpoints it.
+void stop_point();
+
 class Interrupted : public Error {
  public:
   Interrupted(int signal, const std::string& message) : Error(message), signal_(signal) {}
