@@ -9,12 +9,20 @@ gradient clipping at 1.0; random tokens, every sequence full length.
     scripts/setup.sh
     /usr/bin/python3 bench/compare_torch_train.py --threads 2
 
-Prints tokens per second (batch * seq_len / median step time) for both, and
-the ratio. PyTorch runs on the OpenBLAS kernels best for the CPU
-(torch_peer.py), and both programs' sgemm rates are printed first. The two
-programs run alternately, --rounds times (each run a fresh process), and
-each round's ratio is printed beside their median: on a shared machine
-whose speed drifts between minutes, a ratio within a round is what holds.
+    scripts/torch2-root.sh            # once, as root: the PyTorch 2.6 peer
+    /usr/bin/python3 bench/compare_torch_train.py --threads 2 --precision bf16
+
+Prints tokens per second (batch * seq_len / median step time) for each, and
+the ratios. The peers (torch_peer.py, `--torch`): Debian 12's PyTorch 1.13 and
+Debian 13's PyTorch 2.6 (whose encoder layers run scaled_dot_product_attention,
+its flash kernel on CPU), each on the OpenBLAS kernels best for the CPU, and
+every program's sgemm rate is printed first. With `--precision bf16`
+multihead runs `bench train --precision bf16` and PyTorch its forward and loss
+under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights and AdamW
+state on both sides). The programs run alternately, --rounds times (each run a
+fresh process), and each round's ratios are printed beside their median: on a
+shared machine whose speed drifts between minutes, a ratio within a round is
+what holds.
 """
 import argparse
 import json
@@ -25,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from torch_peer import print_header, torch_env
+from torch_peer import add_torch_argument, peers, print_header
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,9 +69,12 @@ def torch_tokens_per_s(a):
     ids = torch.randint(0, a.vocab_size, (a.batch, a.seq_len))
     labels = torch.arange(a.batch) % 2
 
+    bf16 = a.precision == "bf16"
+
     def step():
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.cross_entropy(model(ids).float(), labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -97,6 +108,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs of both programs")
     ap.add_argument("--gemm", choices=["onednn", "openblas", "both"], default="onednn",
                     help="multihead's fp32 GEMM backend")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: multihead --precision bf16 against PyTorch under bf16 autocast")
+    add_torch_argument(ap)
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_child:
@@ -106,37 +120,42 @@ def main():
     if a.rounds < 1 or a.iters < 1:
         ap.error("--rounds and --iters must be at least 1")
     backends = ["onednn", "openblas"] if a.gemm == "both" else [a.gemm]
-    print_header(a.bin, a.threads, backends)
+    peer_list = peers(a.torch)
+    print_header(a.bin, a.threads, peer_list, backends, a.precision == "bf16")
     cmd = [a.bin, "bench", "train", "--d-model", str(a.d_model), "--num-heads", str(a.num_heads), "--num-layers",
            str(a.num_layers), "--dim-feedforward", str(a.dim_feedforward), "--seq-len", str(a.seq_len),
            "--batch", str(a.batch), "--vocab-size", str(a.vocab_size), "--dropout", str(a.dropout),
-           "--threads", str(a.threads), "--iters", str(a.iters), "--json"]
-    ours = {g: [] for g in backends}  # per round: bench train's JSON
-    theirs = []                       # per round: tokens/s and version
+           "--threads", str(a.threads), "--iters", str(a.iters), "--precision", a.precision, "--json"]
+    ours = {g: [] for g in backends}     # per round: bench train's JSON
+    theirs = {p.name: [] for p in peer_list}  # per round: tokens/s and version
+    child_args = [os.path.abspath(__file__), "--torch-child"] + sys.argv[1:]
     for _ in range(a.rounds):
         for g in backends:
             out = subprocess.run(cmd + ["--gemm", g], check=True, capture_output=True, text=True).stdout
             ours[g].append(json.loads(out.strip().splitlines()[-1]))
-        child = subprocess.run([sys.executable, __file__, "--torch-child"] + sys.argv[1:], check=True,
-                               capture_output=True, text=True, env=torch_env(a.threads))
-        theirs.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        for p in peer_list:
+            theirs[p.name].append(p.run(child_args, a.threads))
     tokens = a.batch * a.seq_len
     print(f"encoder classifier: d_model {a.d_model}, {a.num_heads} heads, {a.num_layers} layers, feed-forward "
           f"{a.dim_feedforward}, vocab {a.vocab_size}, batch {a.batch} x {a.seq_len}, dropout {a.dropout}, "
-          f"{a.threads} threads, median of {a.iters} steps a run, {a.rounds} alternating rounds")
+          f"{a.threads} threads, {a.precision}{' (PyTorch under bf16 autocast)' if a.precision == 'bf16' else ''}, "
+          f"median of {a.iters} steps a run, {a.rounds} alternating rounds")
     print("| | tokens/s (median of rounds) | step ms, round by round |")
     print("|---|---|---|")
     for g, runs in ours.items():
         steps = ", ".join(f"{r['ms']:.0f}" for r in runs)
         print(f"| multihead ({g} GEMMs) | {statistics.median(r['tokens_per_s'] for r in runs):.0f} | {steps} |")
-    steps = ", ".join(f"{tokens / t['tokens_per_s'] * 1e3:.0f}" for t in theirs)
-    print(f"| PyTorch {theirs[0]['version']} | {statistics.median(t['tokens_per_s'] for t in theirs):.0f} | {steps} |")
+    for p in peer_list:
+        ts = theirs[p.name]
+        steps = ", ".join(f"{tokens / t['tokens_per_s'] * 1e3:.0f}" for t in ts)
+        print(f"| PyTorch {ts[0]['version']} | {statistics.median(t['tokens_per_s'] for t in ts):.0f} | {steps} |")
     print()
     for g, runs in ours.items():
-        ratios = [r["tokens_per_s"] / t["tokens_per_s"] for r, t in zip(runs, theirs)]
-        print(f"speedup with {g} GEMMs: {statistics.median(ratios):.2f}x (median of rounds: "
-              f"{', '.join(f'{x:.2f}' for x in ratios)}); multihead peak {runs[0]['peak_bytes'] / 2**20:.0f} MiB "
-              f"allocated")
+        for p in peer_list:
+            ratios = [r["tokens_per_s"] / t["tokens_per_s"] for r, t in zip(runs, theirs[p.name])]
+            print(f"speedup with {g} GEMMs over PyTorch {theirs[p.name][0]['version']}: {statistics.median(ratios):.2f}x "
+                  f"(median of rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
+        print(f"multihead peak {runs[0]['peak_bytes'] / 2**20:.0f} MiB allocated")
 
 
 if __name__ == "__main__":

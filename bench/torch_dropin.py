@@ -11,12 +11,22 @@
    8 heads, dim_feedforward 2048, dropout 0.1, AdamW, batch 32 x 256 tokens), untouched and after
    multihead.torch.accelerate(model), in fp32 and under torch.autocast(bfloat16): tokens per second.
 
+The drop-ins run inside Debian 12's PyTorch 1.13, the one the Python module is built for; beside
+them stand PyTorch 1.13's own and Debian 13's PyTorch 2.6 (torch_peer.py, `--torch`), whose
+F.scaled_dot_product_attention and nn.MultiheadAttention are timed with SDPA held to its flash
+kernel and to its math kernel, the faster named. With `--precision bf16` the SDPA inputs are
+bfloat16 on every side, MultiheadAttention runs under torch.autocast("cpu", dtype=torch.bfloat16)
+(its projections in bf16, so the attention gets bf16 Q, K, V) and the native figure is
+`bench attention --precision bf16`.
+
 Every configuration runs in a fresh process with PyTorch at its best (torch_peer.py: its best
 OpenBLAS kernels, a caching malloc, the same threads), which the drop-ins share: their projections
 are PyTorch's own matmuls.
 
     cmake --build build -j2
+    scripts/torch2-root.sh            # once, as root: the PyTorch 2.6 peer
     /usr/bin/python3 bench/torch_dropin.py --threads 2
+    /usr/bin/python3 bench/torch_dropin.py --threads 2 --precision bf16 --skip-training
 """
 import argparse
 import json
@@ -25,35 +35,44 @@ import subprocess
 import sys
 
 from compare_torch import mib, run_multihead
-from torch_peer import MEASURE_CHILD, print_header, torch_env
+from torch_peer import (MEASURE_CHILD, SDPA_KERNEL_CHILD, add_torch_argument, best_openblas_coretype, cpu, peers,
+                        print_header, run_fastest_kernel, torch_env)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "build")
 
-CHILD = MEASURE_CHILD + r"""
+CHILD = MEASURE_CHILD + SDPA_KERNEL_CHILD + r"""
 import json, math, sys, torch
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(cfg["threads"])
 torch.manual_seed(0)
-import multihead.torch as mt
+if cfg["impl"] == "multihead":
+    import multihead.torch as mt
+bf16 = cfg.get("precision") == "bf16"
+dtype = torch.bfloat16 if bf16 else torch.float32
 
-def torch_sdpa(q, k, v):  # PyTorch 1.13's attention math, as its multi_head_attention_forward runs it
-    w = torch.softmax(torch.bmm(q / math.sqrt(q.shape[-1]), k.transpose(-2, -1)), dim=-1)
-    return torch.bmm(w, v)
+def torch_sdpa(q, k, v):  # PyTorch's own: 2.x's function, or 1.13's math as its multi_head_attention_forward runs it
+    if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    w = torch.softmax(torch.matmul(q / math.sqrt(q.shape[-1]), k.transpose(-2, -1)), dim=-1)
+    return torch.matmul(w, v)
 
 def attention_step(B, L):
     E, H = cfg["embed_dim"], cfg["heads"]
     backward = cfg["backward"]
+    held = lambda: sdpa_kernel_held(cfg.get("sdpa", "auto"))
     if cfg["op"] == "sdpa":
         D = E // H
-        q, k, v = (torch.randn(B * H, L, D, requires_grad=backward) for _ in range(3))
+        # (B, H, L, D): PyTorch 2.x's fused kernels take only 4-dimensional inputs.
+        q, k, v = (torch.randn(B, H, L, D, dtype=dtype, requires_grad=backward) for _ in range(3))
         f = mt.scaled_dot_product_attention if cfg["impl"] == "multihead" else torch_sdpa
         def step():
-            if backward:
-                f(q, k, v).backward(torch.ones(B * H, L, D))
-            else:
-                with torch.no_grad():
-                    f(q, k, v)
+            with held():
+                if backward:
+                    f(q, k, v).backward(torch.ones(B, H, L, D, dtype=dtype))
+                else:
+                    with torch.no_grad():
+                        f(q, k, v)
         return step
     m = torch.nn.MultiheadAttention(E, H, batch_first=True)
     if cfg["impl"] == "multihead":
@@ -61,12 +80,13 @@ def attention_step(B, L):
     x = torch.randn(B, L, E, requires_grad=backward)
     m.train(backward)
     def step():
-        if backward:
-            y, _ = m(x, x, x, need_weights=False)
-            y.backward(torch.ones_like(y))
-        else:
-            with torch.no_grad():
-                m(x, x, x, need_weights=False)
+        with held(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if backward:
+                y, _ = m(x, x, x, need_weights=False)
+                y.backward(torch.ones_like(y))
+            else:
+                with torch.no_grad():
+                    m(x, x, x, need_weights=False)
     return step
 
 def train_step(B, L):
@@ -91,14 +111,17 @@ print(json.dumps(measure(make(cfg["batch"], cfg["seq_len"]), cfg["iters"])))
 """
 
 
-def child(cfg, threads):
-    env = torch_env(threads)
-    env["PYTHONPATH"] = os.path.join(BUILD, "python")
+def child(cfg, threads, peer=None):
+    """A timing child: the drop-in (impl multihead) in this interpreter's PyTorch with the built module,
+    or PyTorch's own in peer's (the fastest of its SDPA kernels)."""
     cfg = dict(cfg, threads=threads)
-    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit(f"torch_dropin: {json.dumps(cfg)} failed:\n{r.stderr}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    if peer is None:
+        env = dict(torch_env(threads, best_openblas_coretype(cpu()[1])), PYTHONPATH=os.path.join(BUILD, "python"))
+        r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(f"torch_dropin: {json.dumps(cfg)} failed:\n{r.stderr}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_fastest_kernel(peer, lambda k: ["-c", CHILD, json.dumps(dict(cfg, sdpa=k))], threads)
 
 
 def main():
@@ -109,43 +132,54 @@ def main():
     ap.add_argument("--embed-dim", type=int, default=512)
     ap.add_argument("--num-heads", type=int, default=8)
     ap.add_argument("--iters", type=int, default=7)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="the attention section in bf16 (SDPA on bfloat16 inputs, MultiheadAttention under autocast)")
     ap.add_argument("--skip-training", action="store_true")
+    add_torch_argument(ap)
     args = ap.parse_args()
     T, E, H = args.threads, args.embed_dim, args.num_heads
-    print_header(args.bin, T)
+    peer_list = peers(args.torch)
+    print_header(args.bin, T, peer_list, bf16=args.precision == "bf16")
 
-    print("| op | shape (B x L), E, H | pass | PyTorch ms | drop-in ms | drop-in vs PyTorch | native vs PyTorch "
-          "| bridge keeps | PyTorch peak RSS | drop-in peak RSS | memory ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ["op", "shape (B x L), E, H", "pass", "drop-in ms"]
+    for p in peer_list:
+        head += [f"PyTorch {p.version} ms", f"drop-in vs {p.name}", f"native vs {p.name}"]
+    head += ["bridge keeps", "drop-in peak RSS"] + [f"PyTorch {p.name} peak RSS" for p in peer_list]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for shape in args.shapes.split(","):
         B, L = (int(v) for v in shape.lower().split("x"))
         for backward in (False, True):
-            cfg = dict(batch=B, seq_len=L, embed_dim=E, heads=H, backward=backward, iters=args.iters)
-            own = run_multihead(args.bin, B, L, E, H, T, backward, False, args.iters, "onednn")
+            cfg = dict(batch=B, seq_len=L, embed_dim=E, heads=H, backward=backward, iters=args.iters,
+                       precision=args.precision)
+            own = run_multihead(args.bin, B, L, E, H, T, backward, False, args.iters, "onednn", args.precision)
             for op in ("sdpa", "mha"):
-                theirs = child(dict(cfg, op=op, impl="torch"), T)
                 ours = child(dict(cfg, op=op, impl="multihead"), T)
-                ratio = theirs["ms"] / ours["ms"]
-                native_cols = "| - | - "
-                if op == "mha":
-                    native_ratio = theirs["ms"] / own["ms"]
-                    native_cols = f"| {native_ratio:.2f}x | {100 * ratio / native_ratio:.0f}% "
-                mem = theirs["peak_rss_delta_bytes"] / max(1, ours["peak_rss_delta_bytes"])
-                print(f"| {op} | {B} x {L}, {E}, {H} | {'fwd+bwd' if backward else 'fwd'} | {theirs['ms']:.1f} "
-                      f"| {ours['ms']:.1f} | {ratio:.2f}x {native_cols}| {mib(theirs['peak_rss_delta_bytes'])} "
-                      f"| {mib(ours['peak_rss_delta_bytes'])} | {mem:.1f}x less |", flush=True)
+                theirs = [child(dict(cfg, op=op, impl="torch"), T, p) for p in peer_list]
+                row = [op, f"{B} x {L}, {E}, {H}", "fwd+bwd" if backward else "fwd", f"{ours['ms']:.1f}"]
+                for t in theirs:
+                    row += [f"{t['ms']:.1f}{t['kernel_note']}", f"{t['ms'] / ours['ms']:.2f}x",
+                            f"{t['ms'] / own['ms']:.2f}x" if op == "mha" else "-"]
+                row += [f"{100 * own['ms'] / ours['ms']:.0f}%" if op == "mha" else "-",
+                        mib(ours["peak_rss_delta_bytes"])] + [mib(t["peak_rss_delta_bytes"]) for t in theirs]
+                print("| " + " | ".join(row) + " |", flush=True)
+    print("\n'bridge keeps': the native layer's time over the drop-in's (what the bridge to PyTorch keeps of "
+          "the native speed).")
     if args.skip_training:
         return
-    print("\n| training loop (encoder, 32 x 256 tokens) | precision | PyTorch ms a step | accelerated ms a step "
-          "| tokens/s PyTorch | tokens/s accelerated | speed-up |")
-    print("|---|---|---|---|---|---|---|")
+    head = ["training loop (encoder, 32 x 256 tokens)", "precision", "accelerated ms a step"]
+    for p in peer_list:
+        head += [f"PyTorch {p.version} ms a step", f"speed-up over {p.name}"]
+    print("\n| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for bf16 in (False, True):
         cfg = dict(op="train", batch=32, seq_len=256, bf16=bf16, iters=max(3, args.iters // 2))
-        theirs = child(dict(cfg, impl="torch"), T)
         ours = child(dict(cfg, impl="multihead"), T)
-        tok = 32 * 256 * 1e3
-        print(f"| AdamW, dropout 0.1 | {'bf16 autocast' if bf16 else 'fp32'} | {theirs['ms']:.0f} | {ours['ms']:.0f} "
-              f"| {tok / theirs['ms']:.0f} | {tok / ours['ms']:.0f} | {theirs['ms'] / ours['ms']:.2f}x |", flush=True)
+        row = ["AdamW, dropout 0.1", "bf16 autocast" if bf16 else "fp32", f"{ours['ms']:.0f}"]
+        for p in peer_list:
+            t = child(dict(cfg, impl="torch"), T, p)
+            row += [f"{t['ms']:.0f}{t['kernel_note']}", f"{t['ms'] / ours['ms']:.2f}x"]
+        print("| " + " | ".join(row) + " |", flush=True)
     print(f"\n{T} threads; medians of {args.iters} iterations ({max(3, args.iters // 2)} for training steps).")
 
 

@@ -1,13 +1,22 @@
-"""PyTorch at its best, for the side-by-side benchmarks.
+"""PyTorch at its best, for the side-by-side benchmarks: 1.13 and 2.6.
 
-PyTorch 1.13 from Debian runs its fp32 GEMMs on Debian's OpenBLAS 0.3.21,
-which does not recognise recent CPUs (Sapphire Rapids, Zen 4 and 5) and falls
-back to its SSE3 (Prescott) kernels there. OPENBLAS_CORETYPE names the
-kernels to use instead: SkylakeX where the CPU has AVX-512, Haswell where it
-has AVX2. The benchmarks set it for the PyTorch process alone (multihead's
-default GEMMs are oneDNN's, which choose their kernels by themselves), and
-print PyTorch's own measured sgemm rate beside multihead's, so a reader sees
-that the peer ran on its best kernels.
+Two PyTorch peers (`--torch 1.13|2.6|both`):
+- 1.13, Debian 12's python3-torch, run by this interpreter (/usr/bin/python3);
+- 2.6, Debian 13's python3-torch, in a Debian 13 root under chroot
+  (scripts/torch2-root.sh makes and caches it; where it is made, `both` is the
+  default). PyTorch 2.x has a fused flash-attention CPU kernel behind
+  scaled_dot_product_attention, forward and backward, fp32 and bf16, which
+  nn.MultiheadAttention and nn.TransformerEncoderLayer use when no weights are
+  asked for.
+
+Debian's OpenBLAS, which PyTorch calls for its fp32 GEMMs, may not recognise
+recent CPUs (0.3.21, under 1.13, takes Sapphire Rapids, Zen 4 and 5 for SSE3
+Prescott). OPENBLAS_CORETYPE names the kernels to use instead: SkylakeX where
+the CPU has AVX-512, Haswell where it has AVX2. Each peer's sgemm is timed
+with that setting and with OpenBLAS's own detection, and the faster is kept
+for that peer's process alone (multihead's default GEMMs are oneDNN's, which
+choose their kernels by themselves); both programs' sgemm rates are printed,
+so a reader sees that the peer ran on its best kernels.
 
 PyTorch's CPU allocator takes its large buffers from glibc's malloc, which
 maps each one fresh from the kernel and unmaps it when freed, so every
@@ -16,7 +25,7 @@ in its own cache. Measured on an AMD EPYC VM, 2 threads, MultiheadAttention
 E=512 H=8 B=8 L=512 forward: 390 ms with glibc's defaults, 62 ms with its
 mmap and trim thresholds raised (memory kept in the heap for reuse, as the
 usual advice of a caching malloc for PyTorch on CPUs gives). The PyTorch
-process gets those thresholds too (GLIBC_TUNABLES).
+processes get those thresholds too (GLIBC_TUNABLES).
 """
 import json
 import os
@@ -29,9 +38,9 @@ SGEMM_M, SGEMM_N, SGEMM_K = 4096, 1536, 512
 
 _SGEMM_CHILD = r"""
 import json, statistics, sys, time, torch
-M, N, K, T = json.loads(sys.argv[1])
+M, N, K, T, dtype = json.loads(sys.argv[1])
 torch.set_num_threads(T)
-a, b = torch.randn(M, K), torch.randn(K, N)
+a, b = torch.randn(M, K).to(getattr(torch, dtype)), torch.randn(K, N).to(getattr(torch, dtype))
 # A fresh process's first products run slow (measured: about 100 ms for the
 # first nine, then 20 ms), so warm up for a second, as multihead's bench does.
 t0 = time.perf_counter()
@@ -42,7 +51,11 @@ for _ in range(10):
     t0 = time.perf_counter()
     torch.mm(a, b)
     times.append(time.perf_counter() - t0)
-print(json.dumps({"gflops": 2 * M * N * K / statistics.median(times) / 1e9, "version": torch.__version__}))
+config = torch.__config__.show()
+blas = next((l.split("BLAS_INFO=")[1].split(",")[0] for l in config.splitlines() if "BLAS_INFO=" in l), "?")
+cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
+print(json.dumps({"gflops": 2 * M * N * K / statistics.median(times) / 1e9, "version": torch.__version__,
+                  "blas": blas, "mkldnn": torch.backends.mkldnn.is_available(), "capability": cap}))
 """
 
 
@@ -79,6 +92,32 @@ def measure(step, iters):
 """
 
 
+# PyTorch 2.x's scaled_dot_product_attention held to one kernel, for timing
+# children: "flash" (its fused flash-attention CPU kernel), "math" (the
+# unfused one) or "auto" (PyTorch's own choice; 1.13 has no SDPA).
+SDPA_KERNEL_CHILD = r"""
+import contextlib
+def sdpa_kernel_held(name):
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION if name == "flash" else SDPBackend.MATH])
+"""
+
+
+def run_fastest_kernel(peer, make_args, threads):
+    """Runs a timing child once per SDPA kernel the peer has (make_args(kernel) gives its arguments) and
+    returns the fastest's result, with the kernel named in "kernel" and "kernel_note"."""
+    best = None
+    for k in (["auto"] if peer.name == "1.13" else ["flash", "math"]):
+        r = peer.run(make_args(k), threads)
+        r["kernel"] = k
+        if best is None or r["ms"] < best["ms"]:
+            best = r
+    best["kernel_note"] = "" if best["kernel"] == "auto" else f" ({best['kernel']})"
+    return best
+
+
 def cpu():
     """(model name, set of flags) from /proc/cpuinfo."""
     model, flags = "unknown CPU", set()
@@ -106,11 +145,11 @@ def best_openblas_coretype(flags):
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=4294967295"
 
 
-def torch_env(threads):
-    """The environment of a PyTorch child: its thread count, its best OpenBLAS kernels, a caching malloc."""
+def torch_env(threads, coretype=None):
+    """The environment of a PyTorch child: its thread count, the OpenBLAS kernels named (None: its own
+    detection), a caching malloc."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                GLIBC_TUNABLES=MALLOC_TUNABLES)
-    coretype = best_openblas_coretype(cpu()[1])
     if coretype:
         env["OPENBLAS_CORETYPE"] = coretype
     else:
@@ -118,38 +157,117 @@ def torch_env(threads):
     return env
 
 
-def torch_sgemm(threads):
-    """PyTorch's own fp32 matmul rate on the benchmark's product, in its benchmark environment."""
-    out = subprocess.run([sys.executable, "-c", _SGEMM_CHILD, json.dumps([SGEMM_M, SGEMM_N, SGEMM_K, threads])],
-                         check=True, capture_output=True, text=True, env=torch_env(threads)).stdout
-    return json.loads(out.strip().splitlines()[-1])
+TORCH2_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "torch2-root.sh")
 
 
-def multihead_sgemm(binary, threads, gemm="onednn"):
-    """multihead's sgemm rate on the same product, and the machine line of its JSON."""
+class Peer:
+    """One PyTorch: how to run its Python, and the OpenBLAS setting it runs best with."""
+
+    def __init__(self, name, interpreter, where):
+        self.name, self.interpreter, self.where = name, interpreter, where
+        self.coretype = best_openblas_coretype(cpu()[1])
+        self.info = None  # its sgemm child's JSON, after probe()
+
+    def env(self, threads):
+        return torch_env(threads, self.coretype)
+
+    def run(self, args, threads, extra_env=None):
+        """Runs the peer's Python with args; returns the last line of its output as JSON."""
+        env = dict(self.env(threads), **(extra_env or {}))
+        r = subprocess.run(self.interpreter + args, capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(f"PyTorch {self.name} child failed ({' '.join(args[:2])}...):\n{r.stderr[-3000:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def sgemm(self, threads, dtype="float32"):
+        return self.run(["-c", _SGEMM_CHILD, json.dumps([SGEMM_M, SGEMM_N, SGEMM_K, threads, dtype])], threads)
+
+    def probe(self, threads):
+        """Times sgemm with the CPU's named OpenBLAS kernels and with OpenBLAS's own choice; keeps the faster."""
+        named = self.coretype
+        best = self.sgemm(threads)
+        self.probed = {named or "(own detection)": best["gflops"]}
+        if named:
+            self.coretype = None
+            own = self.sgemm(threads)
+            self.probed["(own detection)"] = own["gflops"]
+            if own["gflops"] > best["gflops"]:
+                best = own
+            else:
+                self.coretype = named
+        self.info = best
+        return best
+
+    @property
+    def version(self):
+        return self.info["version"] if self.info else self.name
+
+
+def torch2_available():
+    """Whether the PyTorch 2 root is made (scripts/torch2-root.sh --check; it needs root)."""
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run([TORCH2_ROOT, "--check"], capture_output=True).returncode == 0
+
+
+def add_torch_argument(ap):
+    ap.add_argument("--torch", choices=["1.13", "2.6", "both"], default=None,
+                    help="the PyTorch peers: Debian 12's 1.13, Debian 13's 2.6 (scripts/torch2-root.sh), or both "
+                         "(the default where the 2.6 root is made)")
+
+
+def peers(choice):
+    """The peers named by --torch (None: both where the 2.6 root is made, else 1.13 alone)."""
+    have2 = torch2_available()
+    if choice is None:
+        choice = "both" if have2 else "1.13"
+        if not have2:
+            print("note: PyTorch 2.6 is left out: its Debian 13 root is not made (as root: scripts/torch2-root.sh)\n")
+    if choice in ("2.6", "both") and not have2:
+        sys.exit("PyTorch 2.6 needs its Debian 13 root: run scripts/torch2-root.sh (as root) first")
+    out = []
+    if choice in ("1.13", "both"):
+        out.append(Peer("1.13", [sys.executable], f"Debian 12's python3-torch, {sys.executable}"))
+    if choice in ("2.6", "both"):
+        out.append(Peer("2.6", [TORCH2_ROOT, "python3"], "Debian 13's python3-torch, in scripts/torch2-root.sh's root"))
+    return out
+
+
+def multihead_sgemm(binary, threads, gemm="onednn", precision="fp32"):
+    """multihead's product rate (fp32 sgemm, or bf16 operands) on the same product, and its machine line."""
     out = subprocess.run([binary, "bench", "gemm", "--m", str(SGEMM_M), "--n", str(SGEMM_N), "--k", str(SGEMM_K),
-                          "--threads", str(threads), "--gemm", gemm, "--json"],
+                          "--threads", str(threads), "--gemm", gemm, "--precision", precision, "--json"],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def print_header(binary, threads, backends=("onednn",)):
-    """Prints the CPU, both programs' sgemm rates and the environments; returns multihead's best rate."""
+def print_header(binary, threads, peer_list, backends=("onednn",), bf16=False):
+    """Prints the CPU, every program's sgemm rate (and bf16 product rate with bf16) and the environments;
+    returns multihead's best rate in the precision compared."""
     model, flags = cpu()
-    theirs = torch_sgemm(threads)
     ours = {g: multihead_sgemm(binary, threads, g) for g in backends}
-    env = torch_env(threads)
     m = next(iter(ours.values()))["machine"]
     print(f"CPU: {model}; multihead kernels {m['kernel_simd']} ({m['kernel_target']}), oneDNN ISA {m['gemm_isa']}; "
           f"{threads} threads")
-    print(f"PyTorch {theirs['version']} on OpenBLAS with OPENBLAS_CORETYPE="
-          f"{env.get('OPENBLAS_CORETYPE', '(unset: its own detection)')} (chosen from the CPU's flags, its process "
-          f"only) and GLIBC_TUNABLES={env['GLIBC_TUNABLES']} (freed memory reused, not unmapped)")
     mn = f"M={SGEMM_M}, N={SGEMM_N}, K={SGEMM_K}"
     for g, r in ours.items():
         note = (f" (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, as inherited)"
                 if g == "openblas" else "")
         print(f"sgemm ({mn}): multihead on {g} {r['gflops']:.0f} GFLOP/s{note}")
-    print(f"sgemm ({mn}): PyTorch torch.mm {theirs['gflops']:.0f} GFLOP/s")
+    roof = max(r["gflops"] for r in ours.values())
+    if bf16:
+        r = multihead_sgemm(binary, threads, "onednn", "bf16")
+        print(f"bf16 product ({mn}, fp32 accumulation): multihead ({r['gemm']}) {r['gflops']:.0f} GFLOP/s")
+        roof = r["gflops"]
+    for p in peer_list:
+        info = p.probe(threads)
+        tried = ", ".join(f"{k} {v:.0f}" for k, v in p.probed.items())
+        print(f"sgemm ({mn}): PyTorch {info['version']} torch.mm {info['gflops']:.0f} GFLOP/s on {info['blas']} with "
+              f"OPENBLAS_CORETYPE={p.coretype or '(unset: its own detection)'} (the faster of {tried}; its process "
+              f"only); CPU capability {info['capability']}, oneDNN {'on' if info['mkldnn'] else 'off'}; {p.where}")
+        if bf16:
+            b = p.sgemm(threads, "bfloat16")
+            print(f"bf16 product ({mn}): PyTorch {info['version']} torch.mm on bfloat16 {b['gflops']:.0f} GFLOP/s")
+    print(f"PyTorch processes: GLIBC_TUNABLES={MALLOC_TUNABLES} (freed memory reused, not unmapped)")
     print()
-    return max(r["gflops"] for r in ours.values()), theirs
+    return roof

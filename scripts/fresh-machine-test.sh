@@ -56,49 +56,11 @@ train_cmd="build/multihead train${main_cmd##*build/multihead train}"
 main_setup=${main_cmd% && build/multihead train*}
 [[ $main_setup != "$main_cmd" ]] || die "README.md's main-job command does not end in '&& build/multihead train'"
 
-# --- The mirror: this machine's own apt sources, never the repo's ---------
-# deb822 stanzas and one-line entries for the suite and its updates and
-# security suites, as "URI SUITE COMPONENTS" lines.
-host_sources() {
-  {
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-      if [[ -f $f ]]; then awk '$1 == "deb" {c = ""; for (i = 4; i <= NF; i++) c = c " " $i; print $2, $3 c}' "$f"; fi
-    done
-    for f in /etc/apt/sources.list.d/*.sources; do
-      if [[ ! -f $f ]]; then continue; fi
-      awk 'function flush() { if (types ~ /(^| )deb( |$)/ && enabled != "no") { n = split(uris, u, " "); m = split(suites, s, " ");
-                                for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) print u[i], s[j], comps } types = uris = suites = comps = enabled = "" }
-           /^[ \t]*$/ { flush(); next }
-           /^Types:/ { sub(/^Types:[ \t]*/, ""); types = $0 }
-           /^URIs:/ { sub(/^URIs:[ \t]*/, ""); uris = $0 }
-           /^Suites:/ { sub(/^Suites:[ \t]*/, ""); suites = $0 }
-           /^Components:/ { sub(/^Components:[ \t]*/, ""); comps = $0 }
-           /^Enabled:/ { sub(/^Enabled:[ \t]*/, ""); enabled = $0 }
-           END { flush() }' "$f"
-    done
-  } | awk -v s="$suite" '$2 == s || index($2, s "-") == 1'
-}
-sources=$(host_sources)
-mirror=$(awk -v s="$suite" '$2 == s {print $1; exit}' <<<"$sources")
-[[ -n $mirror ]] || die "no '$suite' entry in this machine's apt sources to take the mirror from"
-
-# --- Host tools -------------------------------------------------------------
-if ! command -v debootstrap >/dev/null; then
-  say "installing debootstrap on this machine"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null 2>&1 ||
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
-fi
-
-# --- The bare root, made once -----------------------------------------------
+# --- The bare root, made once, from this machine's own mirror --------------
+source "$repo/scripts/lib/debian-root.sh"
 bare=$cache/$suite-minbase
 mkdir -p "$cache/debs"
-if [[ ! -f $bare/.complete ]]; then
-  say "making a bare Debian $suite minbase root from $mirror (once; cached in $bare)"
-  rm -rf "$bare.tmp"
-  debootstrap --variant=minbase "$suite" "$bare.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
-    { tail -n 30 "$cache/debootstrap.log" >&2; rm -rf "$bare.tmp"; die "debootstrap failed"; }
-  rm -rf "$bare" && mv "$bare.tmp" "$bare" && touch "$bare/.complete"
-fi
+make_bare_root "$suite" "$bare" "$cache/debootstrap.log"
 
 # --- A fresh copy of it, with the project and this machine's network -------
 work=$(mktemp -d /var/tmp/multihead-fresh.XXXXXX)
@@ -123,21 +85,10 @@ rm -f "$root/.complete"
 mkdir -p "$logs" "$root/root/multihead"
 git -C "$repo" archive HEAD | tar -x -C "$root/root/multihead"
 
-# The apt sources and the settings this machine reaches its mirror with
-# (proxies; no expiry check for a snapshot mirror), and its name servers and
-# certificate authorities (an intercepting proxy's among them). These are
-# this machine's network, not packages: nothing the build uses comes with them.
-while read -r uri s comps; do echo "deb $uri $s $comps"; done <<<"$sources" >"$root/etc/apt/sources.list"
-apt-config dump | grep -E '^Acquire::(https?::Proxy|Check-Valid-Until|Check-Date)' >"$root/etc/apt/apt.conf.d/01host-network" || true
-cp -L /etc/resolv.conf "$root/etc/resolv.conf"
-if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
-  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/host-ca-certificates.crt"
-  node_ca=/etc/host-ca-certificates.crt
-fi
-if compgen -G "/usr/local/share/ca-certificates/*" >/dev/null; then
-  mkdir -p "$root/usr/local/share/ca-certificates"
-  cp -r /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
-fi
+# This machine's network (its apt sources, proxies, name servers and
+# certificate authorities), not its packages: nothing the build uses comes
+# with them.
+root_network "$suite" "$root"
 # .deb files from earlier runs: they save the download, never the install.
 find "$cache/debs" -name '*.deb' -exec cp -t "$root/var/cache/apt/archives/" {} +
 

@@ -9,6 +9,7 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear_attention.h"
 #include "multihead/kernels/positions.h"
@@ -162,7 +163,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   return r;
 }
 
-GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters) {
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters,
+                               bool bf16) {
   check<ConfigError>(M > 0 && N > 0 && K > 0 && iters > 0, "gemm sizes and iters must be positive");
   set_num_threads(threads);
   Tensor a({M, K}), b({K, N}), c({M, N});
@@ -171,9 +173,18 @@ GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, i
   for (float& v : b.span_f32()) v = rng.normal();
   GemmBenchResult r;
   r.threads = num_threads();
-  r.ms = median(time_ms(2, iters, [&] {
-    gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a.f32(), K, b.f32(), N, 0.0f, c.f32(), N);
-  }));
+  if (bf16) {
+    Tensor a16({M, K}, DType::kBF16), b16({K, N}, DType::kBF16);
+    to_bf16(a16.data<BF16>(), a.f32(), M * K);
+    to_bf16(b16.data<BF16>(), b.f32(), K * N);
+    r.ms = median(time_ms(2, iters, [&] {
+      gemm_bf16(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a16.data<BF16>(), K, b16.data<BF16>(), N, 0.0f, c.f32(), N);
+    }));
+  } else {
+    r.ms = median(time_ms(2, iters, [&] {
+      gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a.f32(), K, b.f32(), N, 0.0f, c.f32(), N);
+    }));
+  }
   r.gflops = 2.0 * M * N * K / (r.ms * 1e6);
   return r;
 }

@@ -9,6 +9,7 @@
 #include "multihead/bench/train_bench.h"
 #include "multihead/core/distributed.h"
 #include "multihead/kernels/gemm.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/models.h"
 
@@ -92,14 +93,22 @@ void run_attention(BenchOpts& o) {
 }
 
 void run_gemm(const BenchOpts& o) {
-  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters);
+  check<ConfigError>(o.precision == "fp32" || o.precision == "bf16", "bench gemm: --precision must be fp32 or bf16, got '{}'",
+                     o.precision);
+  const bool bf16 = o.precision == "bf16";
+  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters, bf16);
   const MachineInfo machine = print_machine();
-  fmt::print("sgemm ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", o.gemm, o.m, o.n, o.k, r.ms,
-             r.gflops, r.threads);
+  const std::string backend = bf16 ? fmt::format("bf16 operands, {}", bf16_path_name(bf16_path())) : o.gemm;
+  fmt::print("{} ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", bf16 ? "bf16 gemm" : "sgemm", backend,
+             o.m, o.n, o.k, r.ms, r.gflops, r.threads);
   if (o.json)
-    fmt::print("{}\n",
-               nlohmann::json{{"ms", r.ms}, {"gflops", r.gflops}, {"threads", r.threads}, {"gemm", o.gemm}, {"machine", machine}}
-                   .dump());
+    fmt::print("{}\n", nlohmann::json{{"ms", r.ms},
+                                      {"gflops", r.gflops},
+                                      {"threads", r.threads},
+                                      {"gemm", backend},
+                                      {"precision", o.precision},
+                                      {"machine", machine}}
+                           .dump());
 }
 
 void run_train(BenchOpts& o) {
@@ -211,6 +220,8 @@ Command add_bench(CLI::App& app) {
     s->add_option("--precision", o->precision,
                   fmt::format("Activations and Q, K, V, O in fp32, bf16 or fp16; {}", kPrecisionCompute))
         ->capture_default_str();
+  gemm->add_option("--precision", o->precision, "Operands in fp32, or bf16 (fp32 accumulation and result)")
+      ->capture_default_str();
   for (CLI::App* s : {attn, gemm, train})
     s->add_option("--gemm", o->gemm, "fp32 GEMM backend: onednn or openblas")->capture_default_str();
   return {sub, [o, attn, train] {

@@ -55,7 +55,10 @@ struct GemmBenchResult {
   int threads = 0;
 };
 
-// C (M, N) = A (M, K) B (K, N) through the same BLAS the library uses.
-GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters);
+// C (M, N) = A (M, K) B (K, N) through the same products the library uses:
+// the fp32 GEMM backend, or with bf16 = true bf16 A and B with an fp32 C
+// (gemm_bf16: the CPU's bf16 units where it has them, bf16_path()).
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters,
+                               bool bf16 = false);
 
 }  // namespace multihead

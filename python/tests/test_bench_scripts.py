@@ -1,0 +1,75 @@
+"""The side-by-side benchmark scripts (bench/) end to end on tiny shapes: they run, name every peer,
+and their ratios are the quotients of the times they print. Only PyTorch 1.13, the interpreter's own,
+is a peer here (the 2.6 root is a cached Debian 13 root that a fresh machine lacks); asking for 2.6
+without its root is a clear error."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+CLI = os.path.abspath(os.environ.get("MULTIHEAD_CLI", "build/multihead"))
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+
+
+def bench(script, *args, env=None):
+    r = subprocess.run([sys.executable, os.path.join(BENCH, script), "--bin", CLI, "--threads", "1", *args],
+                       capture_output=True, text=True, env=env, timeout=300)
+    return r
+
+
+def table_rows(out):
+    """The Markdown table's header and body rows, as lists of cells."""
+    lines = [l for l in out.splitlines() if l.startswith("| ")]
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in lines]
+    return rows[0], rows[1:]
+
+
+def number(cell):
+    return float(re.match(r"[0-9.]+", cell).group(0))
+
+
+def test_compare_torch_prints_ratios_of_the_times_it_measured():
+    r = bench("compare_torch.py", "--torch", "1.13", "--shapes", "4x256", "--embed-dim", "64", "--num-heads", "4",
+              "--iters", "3", "--precision", "bf16")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"sgemm \(M=4096, N=1536, K=512\): PyTorch 1\.13\S* torch\.mm [0-9]+ GFLOP/s", r.stdout)
+    assert re.search(r"bf16 product .*: PyTorch 1\.13\S* torch\.mm on bfloat16 [0-9]+ GFLOP/s", r.stdout)
+    assert "multihead --precision bf16" in r.stdout
+    head, rows = table_rows(r.stdout)
+    assert [row[1] for row in rows] == ["fwd", "fwd+bwd"]
+    ours, speedup = head.index("multihead ms"), head.index("speedup over 1.13")
+    theirs = speedup - 1
+    assert head[theirs].startswith("PyTorch 1.13") and head[theirs].endswith(" ms")
+    for row in rows:
+        # Times printed to 0.1 ms: their quotient agrees with the speed-up to that rounding.
+        t, o = number(row[theirs]), number(row[ours])
+        assert t > 0 and o > 0
+        assert (t - 0.05) / (o + 0.05) - 0.01 <= number(row[speedup]) <= (t + 0.05) / (o - 0.05) + 0.01
+    assert not any("2.6" in h for h in head)
+
+
+def test_compare_torch_train_names_each_round():
+    r = bench("compare_torch_train.py", "--torch", "1.13", "--rounds", "2", "--iters", "1",
+              "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--dim-feedforward", "64", "--seq-len", "16",
+              "--batch", "2", "--vocab-size", "50")
+    assert r.returncode == 0, r.stderr
+    assert "threads, fp32, median of 1 steps a run, 2 alternating rounds" in r.stdout
+    m = re.search(r"speedup with onednn GEMMs over PyTorch 1\.13\S*: ([0-9.]+)x \(median of rounds: ([0-9., ]+)\)",
+                  r.stdout)
+    assert m, r.stdout
+    rounds = [float(x) for x in m.group(2).split(",")]
+    assert len(rounds) == 2 and float(m.group(1)) == pytest.approx(sum(rounds) / 2, abs=0.011)
+
+
+def test_pytorch_2_without_its_root_is_a_clear_error(tmp_path):
+    env = dict(os.environ, MULTIHEAD_TORCH2_CACHE=str(tmp_path / "none"))
+    r = bench("compare_torch.py", "--torch", "2.6", "--shapes", "1x8", env=env)
+    assert r.returncode != 0
+    assert "PyTorch 2.6 needs its Debian 13 root: run scripts/torch2-root.sh (as root) first" in r.stderr
+    # Left to its default, the script runs against 1.13 alone and says why.
+    r = bench("compare_torch.py", "--shapes", "1x8", "--embed-dim", "16", "--num-heads", "2", "--iters", "1", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "note: PyTorch 2.6 is left out" in r.stdout
