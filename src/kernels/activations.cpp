@@ -7,6 +7,7 @@
 
 #include "column_ranges.h"
 #include "multihead/core/error.h"
+#include "multihead/kernels/gemm_bf16.h"
 
 namespace multihead {
 
@@ -143,8 +144,9 @@ void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const
         widen(x.data(), saved + r * F + c0, w);  // saved: pre
         backward_range(a, g, g, x.data(), w);
       }
-      if (db != nullptr) narrow_adding(dpre + r * F + c0, sums.data(), g, w);
-      else narrow(dpre + r * F + c0, g, w);
+      // dpre is an operand of linear1's backward products alone.
+      if (db != nullptr) round_operand_adding(dpre + r * F + c0, sums.data(), g, w);
+      else round_operand(dpre + r * F + c0, g, w);
     }
     if (db != nullptr) std::copy_n(sums.data(), w, db + c0);
   });

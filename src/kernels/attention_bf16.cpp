@@ -91,31 +91,6 @@ std::int64_t query_block(const AttentionTiles& tiles, const AttentionMasks<float
   return taller ? 2 * tiles.q_block : tiles.q_block;
 }
 
-// The weights P and dS rounded to bf16 as operands of the products. On
-// bf16 units the CPU's own conversion does it, 16 values an instruction
-// (VCVTNEPS2BF16, round to nearest even like narrow()); it takes inputs
-// below fp32's normal range as zero, as the units' dot products take their
-// operands (AMX and AVX512-BF16 alike), so the products see the same values.
-// Where the products widen to fp32, narrow() keeps such values.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void narrow_on_units(BF16* dst, const float* src,
-                                                                                     std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm256_mask_storeu_epi16(dst + i, m,
-                             reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i))));
-  }
-}
-
-using NarrowOperand = void (*)(BF16*, const float*, std::int64_t);
-NarrowOperand operand_narrowing() {
-  if (bf16_path() == Bf16Path::kWiden) return [](BF16* dst, const float* src, std::int64_t n) { narrow(dst, src, n); };
-  return narrow_on_units;
-}
-
 // Per-thread buffers, carved from one workspace tensor so that they count
 // in the memory report. Sizes in floats; bf16 buffers take half a float each.
 class Carver {
@@ -262,7 +237,6 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
-  const NarrowOperand narrow_operand = operand_narrowing();
   const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
@@ -346,7 +320,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
             if (rel.rel_v)
               bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
           }
-          narrow_operand(run.row(pb, r), x, run.n);
+          round_operand(run.row(pb, r), x, run.n);
         }
         // O += P V, with P rounded to bf16.
         vh.times(acc, pb, nr, run.j0, run.n, true);
@@ -370,7 +344,6 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);
-  const NarrowOperand narrow_operand = operand_narrowing();
   const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
   const RelativePositions<float>& rel = masks.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
@@ -523,7 +496,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             if (rel.rel_v)
               bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
             if (kv_on_tiles) pack_as_produced(pp, pd, r, nr, run.n);
-            else narrow_operand(run.row(b16, r), x, run.n);
+            else round_operand(run.row(b16, r), x, run.n);
           }
           // dV += dropout(P)^T dO and dP = dO V^T (the gradient of pd), in bf16.
           if (kv_on_tiles)
@@ -544,7 +517,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             else
               simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
             if (rel.active()) bucket_sums(gbk + r * nb, x, jm, run.j0, qpos, rel);
-            narrow_operand(run.row(b16, r), x, run.n);
+            round_operand(run.row(b16, r), x, run.n);
             if (kv_on_tiles) pack_as_produced(sp, dp, r, nr, run.n);
           }
           // dQ = scale dS K (the sum over runs, then the scale) and dK +=

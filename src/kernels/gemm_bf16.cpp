@@ -1,5 +1,6 @@
 #include "multihead/kernels/gemm_bf16.h"
 
+#include <immintrin.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -261,6 +262,36 @@ void to_bf16(BF16* dst, const float* src, std::int64_t n) {
   if (n < 4 * kChunk) return narrow(dst, src, n);
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; i += kChunk) narrow(dst + i, src + i, std::min(kChunk, n - i));
+}
+
+namespace {
+
+// 16 values (m: which exist) rounded by the units' conversion; with sums,
+// each added into it.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void round_16(BF16* dst, float* sums,
+                                                                                      const float* src, __mmask16 m) {
+  const __m512 v = _mm512_maskz_loadu_ps(m, src);
+  if (sums) _mm512_mask_storeu_ps(sums, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, sums), v));
+  _mm256_mask_storeu_epi16(dst, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_on_units(BF16* dst, float* sums,
+                                                                                    const float* src, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16) round_16(dst + i, sums ? sums + i : nullptr, src + i, 0xFFFF);
+  if (i < n) round_16(dst + i, sums ? sums + i : nullptr, src + i, static_cast<__mmask16>((1u << (n - i)) - 1));
+}
+
+}  // namespace
+
+void round_operand(BF16* dst, const float* src, std::int64_t n) {
+  if (bf16_path() == Bf16Path::kWiden) return narrow(dst, src, n);
+  round_on_units(dst, nullptr, src, n);
+}
+
+void round_operand_adding(BF16* dst, float* sums, const float* src, std::int64_t n) {
+  if (bf16_path() == Bf16Path::kWiden) return narrow_adding(dst, sums, src, n);
+  round_on_units(dst, sums, src, n);
 }
 
 }  // namespace multihead

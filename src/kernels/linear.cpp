@@ -38,17 +38,18 @@ void add_column_sums(T* db, const T* dy, std::int64_t lddy, std::int64_t N, std:
   });
 }
 
-// dyb (N, out) = dy rounded to bf16, packed, and db (out) += the column sums
-// of dy (db may be null): one pass over dy instead of two.
+// dyb (N, out) = dy rounded to bf16 as an operand of the products, packed,
+// and db (out) += the column sums of dy (db may be null): one pass over dy
+// instead of two.
 void round_with_column_sums(BF16* dyb, float* db, const float* dy, std::int64_t lddy, std::int64_t N,
                             std::int64_t out) {
   for_column_ranges(N, out, [&](std::int64_t o0, std::int64_t w) {
     if (db == nullptr) {
-      for (std::int64_t n = 0; n < N; ++n) narrow(dyb + n * out + o0, dy + n * lddy + o0, w);
+      for (std::int64_t n = 0; n < N; ++n) round_operand(dyb + n * out + o0, dy + n * lddy + o0, w);
       return;
     }
     std::vector<float> acc(db + o0, db + o0 + w);
-    for (std::int64_t n = 0; n < N; ++n) narrow_adding(dyb + n * out + o0, acc.data(), dy + n * lddy + o0, w);
+    for (std::int64_t n = 0; n < N; ++n) round_operand_adding(dyb + n * out + o0, acc.data(), dy + n * lddy + o0, w);
     std::copy_n(acc.data(), w, db + o0);
   });
 }

@@ -228,6 +228,52 @@ TEST_P(Bf16Paths, BiasGradientsSumEachColumnInRowOrder) {
   EXPECT_TRUE(test::all_close(dw1, dw2, 1e-4, 1e-5));
 }
 
+// Operands rounded for the products alone: bit for bit narrow()'s rounding
+// (ties to even, infinities, NaN kept a NaN), sums added in the same pass;
+// on bf16 units an input below fp32's normal range becomes a zero, which
+// the units read as narrow()'s subnormal anyway: products on either
+// rounding are the same bits.
+TEST_P(Bf16Paths, OperandsRoundAsNarrowAndTheProductsSeeTheSameValues) {
+  const bool units = bf16_path() != Bf16Path::kWiden;
+  Rng rng(5);
+  const std::int64_t n = 37;  // two whole vectors and a partial one
+  std::vector<float> src(n);
+  for (float& v : src) v = rng.normal();
+  const float tie = bf16_to_float(0x3f81) + std::ldexp(1.0f, -8);  // halfway between two bf16 values
+  const float specials[] = {tie, -tie, INFINITY, -INFINITY, NAN, 1.17549435e-38f, 3e-39f, -1e-40f, 0.0f, -0.0f};
+  std::copy(std::begin(specials), std::end(specials), src.begin() + 20);
+  std::vector<BF16> want(n), got(n), got_adding(n);
+  narrow(want.data(), src.data(), n);
+  round_operand(got.data(), src.data(), n);
+  std::vector<float> sums(n, 0.25f);
+  round_operand_adding(got_adding.data(), sums.data(), src.data(), n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool subnormal = src[i] != 0.0f && std::fabs(src[i]) < 1.17549435e-38f;
+    for (const std::vector<BF16>* g : {&got, &got_adding}) {
+      if (std::isnan(src[i])) EXPECT_TRUE(std::isnan(bf16_to_float((*g)[i].bits))) << i;
+      else if (subnormal && units) EXPECT_EQ((*g)[i].bits & 0x7fff, 0) << i << ": " << src[i];
+      else EXPECT_EQ((*g)[i].bits, want[i].bits) << i << ": " << src[i];
+    }
+    if (!std::isnan(src[i])) EXPECT_EQ(sums[i], 0.25f + src[i]) << i;
+  }
+  // (1, n) times (n, 1) and (n, 1) times (1, n) on each rounding: the same bits.
+  std::vector<float> finite(src);
+  for (float& v : finite)
+    if (!std::isfinite(v)) v = 1.5f;
+  std::vector<BF16> a1(n), a2(n);
+  narrow(a1.data(), finite.data(), n);
+  round_operand(a2.data(), finite.data(), n);
+  std::vector<BF16> ones(n, BF16{float_to_bf16(1.0f)});
+  float dot1 = 0, dot2 = 0;
+  gemm_bf16(Trans::kNo, Trans::kNo, 1, 1, n, 1.0f, a1.data(), n, ones.data(), 1, 0.0f, &dot1, 1);
+  gemm_bf16(Trans::kNo, Trans::kNo, 1, 1, n, 1.0f, a2.data(), n, ones.data(), 1, 0.0f, &dot2, 1);
+  EXPECT_EQ(dot1, dot2);
+  std::vector<float> outer1(n * n), outer2(n * n);
+  gemm_bf16(Trans::kNo, Trans::kNo, n, n, 1, 1.0f, a1.data(), 1, a1.data(), n, 0.0f, outer1.data(), n);
+  gemm_bf16(Trans::kNo, Trans::kNo, n, n, 1, 1.0f, a2.data(), 1, a2.data(), n, 0.0f, outer2.data(), n);
+  EXPECT_EQ(outer1, outer2);
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuAndWiden, Bf16Paths, ::testing::Values(false, true),
                          [](const auto& p) { return std::string(p.param ? "widen" : "cpu"); });
 

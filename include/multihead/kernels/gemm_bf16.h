@@ -64,4 +64,14 @@ void gemm_bf16_ref(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int6
 // (gradients of a few million values are converted each step).
 void to_bf16(BF16* dst, const float* src, std::int64_t n);
 
+// Rounds n fp32 values that only bf16 products will read (operands made for
+// gemm_bf16 and nothing else). On bf16 units the CPU's own conversion does
+// it, 16 values an instruction (VCVTNEPS2BF16: to nearest even as narrow(),
+// but an input below fp32's normal range becomes zero): the units take such
+// operands as zero anyway, so the products see the same values either way.
+// Where the products widen to fp32, narrow() keeps them.
+void round_operand(BF16* dst, const float* src, std::int64_t n);
+// The same, with sums[j] += src[j] in the one pass (as narrow_adding).
+void round_operand_adding(BF16* dst, float* sums, const float* src, std::int64_t n);
+
 }  // namespace multihead
