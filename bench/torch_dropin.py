@@ -101,7 +101,7 @@ def train_step(B, L):
     x = torch.randn(B, L, 256)
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg["bf16"]):
+        with sdpa_kernel_held(cfg.get("sdpa", "auto")), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg["bf16"]):
             loss = model(x).float().pow(2).mean()
         loss.backward()
         opt.step()

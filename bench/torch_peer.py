@@ -103,18 +103,27 @@ def sdpa_kernel_held(name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION if name == "flash" else SDPBackend.MATH])
 """
+exec(SDPA_KERNEL_CHILD)  # the same function, for children that import this module
 
 
 def run_fastest_kernel(peer, make_args, threads):
     """Runs a timing child once per SDPA kernel the peer has (make_args(kernel) gives its arguments) and
-    returns the fastest's result, with the kernel named in "kernel" and "kernel_note"."""
-    best = None
-    for k in (["auto"] if peer.name == "1.13" else ["flash", "math"]):
-        r = peer.run(make_args(k), threads)
+    returns the fastest's result, with the kernel named in "kernel" and "kernel_note" (which also names
+    a kernel SDPA had none of for the child's inputs)."""
+    best, unavailable = None, []
+    kernels = ["auto"] if peer.name == "1.13" else ["flash", "math"]
+    for k in kernels:
+        r = peer.run(make_args(k), threads, unavailable_kernel_ok=len(kernels) > 1)
+        if r is None:  # e.g. the flash kernel takes no dropout on the CPU
+            unavailable.append(k)
+            continue
         r["kernel"] = k
         if best is None or r["ms"] < best["ms"]:
             best = r
-    best["kernel_note"] = "" if best["kernel"] == "auto" else f" ({best['kernel']})"
+    if best is None:
+        sys.exit(f"PyTorch {peer.name}: no SDPA kernel ran ({', '.join(unavailable)} unavailable)")
+    note = best["kernel"] + "".join(f"; {k} unavailable" for k in unavailable)
+    best["kernel_note"] = "" if best["kernel"] == "auto" else f" ({note})"
     return best
 
 
@@ -171,11 +180,14 @@ class Peer:
     def env(self, threads):
         return torch_env(threads, self.coretype)
 
-    def run(self, args, threads, extra_env=None):
-        """Runs the peer's Python with args; returns the last line of its output as JSON."""
+    def run(self, args, threads, extra_env=None, unavailable_kernel_ok=False):
+        """Runs the peer's Python with args; returns the last line of its output as JSON (None, with
+        unavailable_kernel_ok, where SDPA had no kernel for what the child held it to)."""
         env = dict(self.env(threads), **(extra_env or {}))
         r = subprocess.run(self.interpreter + args, capture_output=True, text=True, env=env)
         if r.returncode != 0:
+            if unavailable_kernel_ok and "No available kernel" in r.stderr:
+                return None
             sys.exit(f"PyTorch {self.name} child failed ({' '.join(args[:2])}...):\n{r.stderr[-3000:]}")
         return json.loads(r.stdout.strip().splitlines()[-1])
 
