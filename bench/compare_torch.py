@@ -40,8 +40,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
-import time
 
 from torch_peer import MEASURE_CHILD, SDPA_KERNEL_CHILD, add_torch_argument, peers, print_header, run_fastest_kernel
 

@@ -27,7 +27,6 @@ what holds.
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
