@@ -31,12 +31,9 @@ are PyTorch's own matmuls.
 import argparse
 import json
 import os
-import subprocess
-import sys
 
 from compare_torch import mib, run_multihead
-from torch_peer import (MEASURE_CHILD, SDPA_KERNEL_CHILD, add_torch_argument, best_openblas_coretype, cpu, peers,
-                        print_header, run_fastest_kernel, torch_env)
+from torch_peer import MEASURE_CHILD, SDPA_KERNEL_CHILD, add_torch_argument, peers, print_header, run_fastest_kernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "build")
@@ -113,16 +110,12 @@ print(json.dumps(measure(make(cfg["batch"], cfg["seq_len"]), cfg["iters"])))
 """
 
 
-def child(cfg, threads, peer=None):
-    """A timing child: the drop-in (impl multihead) in this interpreter's PyTorch with the built module,
-    or PyTorch's own in peer's (the fastest of its SDPA kernels)."""
+def child(cfg, threads, peer, dropin=False):
+    """A timing child in peer's PyTorch: PyTorch's own (the fastest of its SDPA kernels), or with dropin
+    the drop-in (impl multihead), which runs in 1.13 with the built module on PYTHONPATH."""
     cfg = dict(cfg, threads=threads)
-    if peer is None:
-        env = dict(torch_env(threads, best_openblas_coretype(cpu()[1])), PYTHONPATH=os.path.join(BUILD, "python"))
-        r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cfg)], capture_output=True, text=True, env=env)
-        if r.returncode != 0:
-            sys.exit(f"torch_dropin: {json.dumps(cfg)} failed:\n{r.stderr}")
-        return json.loads(r.stdout.strip().splitlines()[-1])
+    if dropin:
+        return peer.run(["-c", CHILD, json.dumps(cfg)], threads, {"PYTHONPATH": os.path.join(BUILD, "python")})
     return run_fastest_kernel(peer, lambda k: ["-c", CHILD, json.dumps(dict(cfg, sdpa=k))], threads)
 
 
@@ -142,6 +135,8 @@ def main():
     T, E, H = args.threads, args.embed_dim, args.num_heads
     peer_list = peers(args.torch)
     print_header(args.bin, T, peer_list, bf16=args.precision == "bf16")
+    # The drop-ins run in 1.13, the PyTorch the module is built for, with its OpenBLAS setting.
+    host = next((p for p in peer_list if p.name == "1.13"), None) or peers("1.13")[0]
 
     head = ["op", "shape (B x L), E, H", "pass", "drop-in ms"]
     for p in peer_list:
@@ -156,7 +151,7 @@ def main():
                        precision=args.precision)
             own = run_multihead(args.bin, B, L, E, H, T, backward, False, args.iters, "onednn", args.precision)
             for op in ("sdpa", "mha"):
-                ours = child(dict(cfg, op=op, impl="multihead"), T)
+                ours = child(dict(cfg, op=op, impl="multihead"), T, host, dropin=True)
                 theirs = [child(dict(cfg, op=op, impl="torch"), T, p) for p in peer_list]
                 row = [op, f"{B} x {L}, {E}, {H}", "fwd+bwd" if backward else "fwd", f"{ours['ms']:.1f}"]
                 for t in theirs:
@@ -176,7 +171,7 @@ def main():
     print("|" + "---|" * len(head))
     for bf16 in (False, True):
         cfg = dict(op="train", batch=32, seq_len=256, bf16=bf16, iters=max(3, args.iters // 2))
-        ours = child(dict(cfg, impl="multihead"), T)
+        ours = child(dict(cfg, impl="multihead"), T, host, dropin=True)
         row = ["AdamW, dropout 0.1", "bf16 autocast" if bf16 else "fp32", f"{ours['ms']:.0f}"]
         for p in peer_list:
             t = child(dict(cfg, impl="torch"), T, p)

@@ -17,6 +17,7 @@
 #include "cli/cli_run.h"
 #include "multihead/data/cmudict.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/kernels/gemm_bf16.h"
 #include "golden_case.h"
 #include "test_util.h"
 
@@ -182,6 +183,13 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
     EXPECT_EQ(gj["gemm"].get<std::string>(), backend);
     EXPECT_EQ(gj["machine"]["gemm_backend"].get<std::string>(), backend);
   }
+  // bf16 operands: the product the bf16 path runs on, named by that path.
+  CliRun b = run("bench gemm --m 16 --n 16 --k 16 --iters 2 --json --precision bf16");
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto bj = nlohmann::json::parse(b.out.substr(b.out.rfind('\n', b.out.size() - 2) + 1));
+  EXPECT_GT(bj["gflops"].get<double>(), 0.0);
+  EXPECT_EQ(bj["precision"].get<std::string>(), "bf16");
+  EXPECT_EQ(bj["gemm"].get<std::string>(), std::string("bf16 operands, ") + bf16_path_name(bf16_path()));
 }
 
 TEST_F(Cli, BenchRejectsBadInput) {
@@ -200,6 +208,11 @@ TEST_F(Cli, BenchRejectsBadInput) {
        "multihead: error: --positions must be none, relative, alibi or rope, got 'spiral'\n"},
       {"bench train --precision half",
        "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
+      {"bench gemm --precision half",
+       "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
+      {"bench gemm --precision fp16",
+       "multihead: error: bench gemm: --precision must be fp32 or bf16 (fp16 has no product of its own: it computes "
+       "in fp32), got fp16\n"},
   };
   for (const auto& [args, msg] : cases) {
     CliRun r = run(args);

@@ -93,9 +93,10 @@ void run_attention(BenchOpts& o) {
 }
 
 void run_gemm(const BenchOpts& o) {
-  check<ConfigError>(o.precision == "fp32" || o.precision == "bf16", "bench gemm: --precision must be fp32 or bf16, got '{}'",
-                     o.precision);
-  const bool bf16 = o.precision == "bf16";
+  const Precision precision = parse_precision(o.precision);
+  check<ConfigError>(precision != Precision::kF16, "bench gemm: --precision must be fp32 or bf16 (fp16 has no product "
+                     "of its own: it computes in fp32), got fp16");
+  const bool bf16 = precision == Precision::kBF16;
   GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters, bf16);
   const MachineInfo machine = print_machine();
   const std::string backend = bf16 ? fmt::format("bf16 operands, {}", bf16_path_name(bf16_path())) : o.gemm;
