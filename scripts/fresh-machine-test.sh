@@ -8,7 +8,9 @@
 # that bare root, puts `git archive HEAD` in it, and runs inside chroot, with
 # nothing installed but what the project's scripts install:
 #   1. the README's test command, in full;
-#   2. the README's main-job command up to its training, then that training
+#   2. every command of the README's "Using multihead from other programs"
+#      (install and embed by CMake and pkg-config, pip install into a venv);
+#   3. the README's main-job command up to its training, then that training
 #      cut to N steps (default 40), `eval` of the run and one `inspect`.
 # The commands are read out of README.md itself. The first that fails is
 # named, with the tail of its log, and the script exits 1.
@@ -43,18 +45,20 @@ suite=bookworm
 # --- The README's two commands -------------------------------------------
 # The Quick start section's sh blocks: the one that runs ctest is the test
 # command, the one that ends in `build/multihead train` the main job.
-readme_blocks() {
-  awk '/^## Quick start/ {q = 1; next} /^## / {q = 0}
+readme_blocks() {  # readme_blocks SECTION: its sh blocks, one line each
+  awk -v section="## $1" 'index($0, section) == 1 {q = 1; next} /^## / {q = 0}
        q && /^```sh/ {b = 1; next} q && b && /^```/ {b = 0; print ""; next}
        q && b {printf "%s ", $0}' README.md
 }
-test_cmd=$(readme_blocks | grep -m1 'ctest' | sed 's/ *$//') || true
-main_cmd=$(readme_blocks | grep -m1 'build/multihead train' | sed 's/ *$//') || true
+test_cmd=$(readme_blocks "Quick start" | grep -m1 'ctest' | sed 's/ *$//') || true
+main_cmd=$(readme_blocks "Quick start" | grep -m1 'build/multihead train' | sed 's/ *$//') || true
 [[ -n $test_cmd ]] || die "README.md's Quick start has no sh block that runs ctest"
 [[ -n $main_cmd ]] || die "README.md's Quick start has no sh block that runs build/multihead train"
 train_cmd="build/multihead train${main_cmd##*build/multihead train}"
 main_setup=${main_cmd% && build/multihead train*}
 [[ $main_setup != "$main_cmd" ]] || die "README.md's main-job command does not end in '&& build/multihead train'"
+mapfile -t use_cmds < <(readme_blocks "Using multihead from other programs" | sed 's/ *$//' | grep .)
+[[ ${#use_cmds[@]} -gt 0 ]] || die "README.md has no sh block under 'Using multihead from other programs'"
 
 # --- The bare root, made once, from this machine's own mirror --------------
 source "$repo/scripts/lib/debian-root.sh"
@@ -125,6 +129,7 @@ run() {
 
 run "$test_cmd"
 say "    $(grep -E 'tests passed|tests failed' "$logs/1.log" | tail -n 1)"
+for cmd in "${use_cmds[@]}"; do run "$cmd"; done
 run "$main_setup"
 run "$train_cmd --steps $steps --out runs/fresh-machine"
 run "test -s runs/fresh-machine/report.md && test -s runs/fresh-machine/results.json"
@@ -133,4 +138,4 @@ run "build/multihead inspect --run runs/fresh-machine --text 'Free money: click 
 run "ls runs/fresh-machine/inspect/*.png >/dev/null"
 
 find "$root/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache/debs/" {} +
-say "passed: the README's test command and main job on a fresh Debian $suite root ($SECONDS s)"
+say "passed: the README's test command, its install, embed and pip commands, and its main job on a fresh Debian $suite root ($SECONDS s)"

@@ -40,6 +40,8 @@ packages=(
   pybind11-dev             # find_package(pybind11) in python/
   python3-torch python3-numpy  # python/tests (against PyTorch's modules), the fixture generator, bench/*.py
   python3-pytest           # add_test(python) in python/, add_test(mpi) in tests/: pytest
+  python3-setuptools python3-wheel  # setup.py, pyproject.toml's build backend: pip install --no-build-isolation .
+  python3-pip python3-venv # add_test(pip_install) in python/: a venv and pip
   libopenmpi-dev           # find_package(MPI COMPONENTS CXX): data-parallel training (MULTIHEAD_MPI)
   openmpi-bin              # mpirun, for add_test(mpi) in tests/ and for users
 )

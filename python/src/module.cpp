@@ -19,6 +19,7 @@
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/tasks/trained_run.h"
+#include "multihead/version.h"
 
 namespace py = pybind11;
 

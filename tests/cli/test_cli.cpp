@@ -18,6 +18,7 @@
 #include "multihead/data/cmudict.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/version.h"
 #include "golden_case.h"
 #include "test_util.h"
 

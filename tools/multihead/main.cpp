@@ -14,6 +14,7 @@
 #include "multihead/core/allocator.h"
 #include "multihead/core/distributed.h"
 #include "multihead/kernels/machine.h"
+#include "multihead/version.h"
 #include "multihead/train/fit.h"
 
 namespace {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `pip install --no-build-isolation SOURCE` into a fresh venv that sees Debian's packages
+# (PyTorch, numpy, setuptools), then, from a folder outside the source tree: the package imports
+# from the venv with the project's version, and the drop-in tests (python/tests/test_torch.py,
+# copied out) pass against the installed module. Usage: pip_install.sh SOURCE_DIR [PYTHON]
+set -euo pipefail
+source=$(realpath "$1")
+python=${2:-/usr/bin/python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+unset PYTHONPATH PYTHONHOME VIRTUAL_ENV
+
+"$python" -m venv --system-site-packages "$work/venv"
+cd "$work"
+if ! "$work/venv/bin/python" -m pip install --no-build-isolation --no-deps "$source" > "$work/pip.log" 2>&1; then
+  tail -n 40 "$work/pip.log"; echo "FAIL: pip install"; exit 1
+fi
+
+version=$(grep -oE 'project\(multihead VERSION [0-9.]+' "$source/CMakeLists.txt" | awk '{print $3}')
+"$work/venv/bin/python" - "$work/venv" "$version" <<'PY'
+import sys
+import multihead
+venv, version = sys.argv[1], sys.argv[2]
+assert multihead.__file__.startswith(venv + "/"), f"multihead imported from {multihead.__file__}, not the venv"
+assert multihead.__version__ == version, f"version {multihead.__version__}, CMakeLists.txt says {version}"
+print(f"imported multihead {multihead.__version__} from {multihead.__file__}")
+PY
+
+mkdir tests && cp "$source/python/tests/test_torch.py" tests/
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests
