@@ -42,9 +42,10 @@ die() { say "$*"; exit 1; }
 cache=${MULTIHEAD_FRESH_CACHE:-/var/cache/multihead-fresh-machine}
 suite=bookworm
 
-# --- The README's two commands -------------------------------------------
+# --- The README's commands ------------------------------------------------
 # The Quick start section's sh blocks: the one that runs ctest is the test
-# command, the one that ends in `build/multihead train` the main job.
+# command, the one that ends in `build/multihead train` the main job; then
+# every sh block of "Using multihead from other programs".
 readme_blocks() {  # readme_blocks SECTION: its sh blocks, one line each
   awk -v section="## $1" 'index($0, section) == 1 {q = 1; next} /^## / {q = 0}
        q && /^```sh/ {b = 1; next} q && b && /^```/ {b = 0; print ""; next}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `pip install --no-build-isolation SOURCE` into a fresh venv that sees Debian's packages
 # (PyTorch, numpy, setuptools), then, from a folder outside the source tree: the package imports
-# from the venv with the project's version, and the drop-in tests (python/tests/test_torch.py,
+# from the venv, its compiled-in version the one pip recorded, and the drop-in tests (python/tests/test_torch.py,
 # copied out) pass against the installed module. Usage: pip_install.sh SOURCE_DIR [PYTHON]
 set -euo pipefail
 source=$(realpath "$1")
@@ -16,13 +16,15 @@ if ! "$work/venv/bin/python" -m pip install --no-build-isolation --no-deps "$sou
   tail -n 40 "$work/pip.log"; echo "FAIL: pip install"; exit 1
 fi
 
-version=$(grep -oE 'project\(multihead VERSION [0-9.]+' "$source/CMakeLists.txt" | awk '{print $3}')
-"$work/venv/bin/python" - "$work/venv" "$version" <<'PY'
+# The module's version (CMake's, compiled in) must be the one pip recorded (setup.py's).
+"$work/venv/bin/python" - "$work/venv" <<'PY'
+import importlib.metadata
 import sys
 import multihead
-venv, version = sys.argv[1], sys.argv[2]
+venv = sys.argv[1]
 assert multihead.__file__.startswith(venv + "/"), f"multihead imported from {multihead.__file__}, not the venv"
-assert multihead.__version__ == version, f"version {multihead.__version__}, CMakeLists.txt says {version}"
+recorded = importlib.metadata.version("multihead")
+assert multihead.__version__ == recorded, f"the module says {multihead.__version__}, pip recorded {recorded}"
 print(f"imported multihead {multihead.__version__} from {multihead.__file__}")
 PY
 
