@@ -34,6 +34,7 @@ packages=(
   zlib1g-dev               # find_package(ZLIB): gzip-compressed IDX files
   libsentencepiece-dev     # pkg_check_modules(sentencepiece): subword tokenizers
   libcairo2-dev            # pkg_check_modules(cairo): PNG plots and heatmaps in run reports
+  libcpp-httplib-dev       # pkg_check_modules(cpp-httplib): the HTTP server of multihead serve
   fonts-dejavu-core        # no lookup: the font cairo draws plot text with, at run time
   libgtest-dev libgmock-dev  # find_package(GTest) in tests/
   python3-dev              # find_package(Python3 ... Development.Module) in python/: the Python package
@@ -44,6 +45,7 @@ packages=(
   python3-pip python3-venv # add_test(pip_install) in python/: a venv and pip
   libopenmpi-dev           # find_package(MPI COMPONENTS CXX): data-parallel training (MULTIHEAD_MPI)
   openmpi-bin              # mpirun, for add_test(mpi) in tests/ and for users
+  wrk                      # no lookup: the HTTP load generator of bench/serve.sh
 )
 want_data=0 want_browser=0
 for arg in "$@"; do

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "multihead/tasks/answers.h"
 
 namespace multihead::cli {
 
@@ -12,6 +15,10 @@ struct Command {
   CLI::App* app;
   std::function<void()> run;
 };
+
+// A trained run (--run) and the settings of its answers (--tokens,
+// --temperature, ..., --n-best, --beam), as predict and serve both take them.
+void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s);
 
 Command add_apply(CLI::App& app);
 Command add_bench(CLI::App& app);
@@ -21,6 +28,7 @@ Command add_experiment(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_predict(CLI::App& app);
+Command add_serve(CLI::App& app);
 Command add_train(CLI::App& app);
 
 }  // namespace multihead::cli

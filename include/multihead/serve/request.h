@@ -1,0 +1,44 @@
+// The body of a `POST /v1/predict` request, read and checked before any work:
+//   {"inputs": ["text", ...]}                      every job kind
+//   + "tokens", "temperature", "top_k", "top_p", "seed"   language models
+//   + "n_best", "beam"                                     pronunciation runs
+// Settings left out are the server's (those of `multihead predict`).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "multihead/core/error.h"
+#include "multihead/tasks/answers.h"
+
+namespace multihead {
+
+// A request the server refuses, with the HTTP status that says why (400 a
+// malformed or invalid body, 413 one too large) and a message naming the problem.
+class RequestError : public Error {
+ public:
+  RequestError(int http_status, const std::string& why) : Error(why), status(http_status) {}
+  int status;
+};
+
+struct RequestLimits {
+  std::int64_t max_inputs = 256;        // inputs in one request
+  std::int64_t max_input_bytes = 4096;  // bytes in one input
+  std::int64_t max_tokens = 1024;       // language models: tokens one input may ask for
+  std::int64_t max_beam = 64;           // pronunciation runs: n_best and beam
+};
+
+struct PredictRequest {
+  std::vector<std::string> inputs;
+  AnswerSettings settings;
+};
+
+// Parses and checks a body for a run of the given task (a TrainedRun's
+// task()): RequestError on anything malformed, mistyped, unknown, not for
+// this task or beyond the limits. It touches no model, so any thread may call
+// it; the settings' finer checks are answer()'s, in the thread that runs the model.
+PredictRequest parse_predict_request(const std::string& body, const std::string& task, const AnswerSettings& defaults,
+                                     const RequestLimits& limits);
+
+}  // namespace multihead

@@ -1,0 +1,53 @@
+// A trained run's answers to new inputs, as JSON objects: what `predict
+// --json` prints a line each and what `multihead serve` returns, made in one
+// place so that the two always agree.
+//   classifier:     {"input", "label", "probabilities": {label: p, ...}}
+//   language model: {"input", "output"}  (the prompt and its continuation)
+//   pronunciation:  {"input", "pronunciations": [{"phonemes", "log_prob", "score", "ended"}, ...]}
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/core/error.h"
+#include "multihead/tasks/generation.h"
+#include "multihead/tasks/trained_run.h"
+
+namespace multihead {
+
+struct AnswerSettings {
+  std::int64_t tokens = 200;                // language models: tokens generated
+  SamplingConfig sampling{0.8, 0, 0.95, 0};  // language models
+  std::int64_t n_best = 1, beam = 0;        // pronunciation runs (beam 0: the run's, at least n_best)
+  bool operator==(const AnswerSettings& o) const {
+    return tokens == o.tokens && sampling.temperature == o.sampling.temperature && sampling.top_k == o.sampling.top_k &&
+           sampling.top_p == o.sampling.top_p && sampling.seed == o.sampling.seed && n_best == o.n_best &&
+           beam == o.beam;
+  }
+};
+
+// Settings that do not fit the run's task or are out of range: a ConfigError
+// naming the setting (as the CLI spells it, `--n-best`; the server's JSON
+// field names are the same words with underscores).
+void check_answer_settings(TrainedRun& run, const AnswerSettings& s);
+
+// One input that its run cannot answer (not valid UTF-8, a word longer than
+// the model reads, ...): which one, and why.
+class InputError : public ConfigError {
+ public:
+  InputError(std::size_t at, const std::string& why) : ConfigError(why), index(at) {}
+  std::size_t index;
+};
+
+// The answer to each input, in order. Classifiers and pronunciation runs take
+// the inputs in batches (an answer equal, up to rounding, to that input's
+// alone); a language model continues them one by one, each sampled from
+// settings.sampling.seed. Settings are checked first; a bad input throws
+// InputError.
+std::vector<nlohmann::json> answer(TrainedRun& run, const std::vector<std::string>& inputs,
+                                   const AnswerSettings& settings);
+
+}  // namespace multihead

@@ -1,0 +1,430 @@
+// multihead serve, as its clients see it: the binary started on a free
+// loopback port and spoken to over HTTP (cpp-httplib's client, and raw
+// sockets for what no well-behaved client sends).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_run.h"
+#include "multihead/data/cmudict.h"
+
+namespace multihead::test {
+namespace {
+
+using nlohmann::json;
+
+// The server as a child process: its URL from its first line of output.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& args) {
+    int out[2];
+    EXPECT_EQ(::pipe(out), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::close(out[0]);
+      std::vector<std::string> all = {cli_path(), "serve"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    out_ = out[0];
+    const std::string first = read_line();
+    const auto at = first.find("http://127.0.0.1:");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no address in '" << first << "'";
+      return;
+    }
+    port = std::stoi(first.substr(at + 17));
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) stop();
+    ::close(out_);
+  }
+  // SIGTERM; the exit code, and what it printed after its first line.
+  std::pair<int, std::string> stop() {
+    ::kill(pid_, SIGTERM);
+    std::string rest;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(out_, buf, sizeof buf)) > 0;) rest.append(buf, static_cast<std::size_t>(n));
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, rest};
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  int port = 0;
+
+ private:
+  std::string read_line() {
+    std::string line;
+    char ch;
+    pollfd p{out_, POLLIN, 0};
+    while (::poll(&p, 1, 60000) > 0 && ::read(out_, &ch, 1) == 1 && ch != '\n') line += ch;
+    return line;
+  }
+  pid_t pid_ = -1;
+  int out_ = -1;
+};
+
+json post(httplib::Client& c, const json& body, int* status = nullptr) {
+  auto r = c.Post("/v1/predict", body.dump(), "application/json");
+  if (!r) {
+    ADD_FAILURE() << "no response: " << httplib::to_string(r.error());
+    return {};
+  }
+  if (status) *status = r->status;
+  else EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body);
+}
+
+json get(httplib::Client& c, const std::string& path) {
+  auto r = c.Get(path.c_str());
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200);
+  return json::parse(r->body);
+}
+
+// predict --json's answers, without their line numbers.
+std::vector<json> predict_json(const fs::path& run_dir, const fs::path& items, const std::string& flags) {
+  CliRun p = run("predict --run " + run_dir.string() + " --json --threads 1 --input " + items.string() + " " + flags);
+  EXPECT_EQ(p.code, 0) << p.err;
+  std::vector<json> out;
+  std::istringstream lines(p.out);
+  for (std::string line; std::getline(lines, line);) {
+    json j = json::parse(line);
+    j.erase("line");
+    out.push_back(j);
+  }
+  return out;
+}
+
+// A raw connection, for requests no HTTP client library would send.
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+void expect_near_answers(const json& got, const json& want) {
+  ASSERT_EQ(got["input"], want["input"]);
+  if (want.contains("label")) {
+    EXPECT_EQ(got["label"], want["label"]);
+    for (const auto& [label, p] : want["probabilities"].items())
+      EXPECT_NEAR(got["probabilities"][label].get<double>(), p.get<double>(), 1e-6) << label;
+  } else if (want.contains("pronunciations")) {
+    ASSERT_EQ(got["pronunciations"].size(), want["pronunciations"].size());
+    for (std::size_t i = 0; i < want["pronunciations"].size(); ++i) {
+      EXPECT_EQ(got["pronunciations"][i]["phonemes"], want["pronunciations"][i]["phonemes"]);
+      EXPECT_NEAR(got["pronunciations"][i]["score"].get<double>(), want["pronunciations"][i]["score"].get<double>(),
+                  1e-5);
+    }
+  } else {
+    EXPECT_EQ(got, want);
+  }
+}
+
+class Serve : public ScratchFolder {
+ protected:
+  Serve() : ScratchFolder("serve", true) {}
+
+  fs::path classifier() {
+    std::ofstream f(dir / "tiny.csv");
+    f << "text,label\n";
+    const char* pos[] = {"good great fine", "great good day", "fine good nice", "nice great good"};
+    const char* neg[] = {"bad awful poor", "poor bad day", "awful poor bad", "bad poor nasty"};
+    for (int r = 0; r < 12; ++r) f << pos[r % 4] << ",pos\n" << neg[r % 4] << ",neg\n";
+    f.close();
+    return train("train --source csv --tokenizer word --vocab-size 64 --epochs 3 --max-len 8 --data " +
+                     (dir / "tiny.csv").string(),
+                 "spam");
+  }
+  fs::path language_model() {
+    std::ofstream f(dir / "tiny.txt");
+    for (int i = 0; i < 60; ++i) f << "the whale swam on. the sea was calm.\n";
+    f.close();
+    return train("train --preset moby-dick --steps 30 --max-len 16 --data " + (dir / "tiny.txt").string(), "lm");
+  }
+  fs::path pronunciation() {
+    std::ofstream(dir / "dict.txt") << regular_spelling_dictionary(150);
+    return train("train --preset cmudict --epochs 2 --batch 16 --data " + (dir / "dict.txt").string(), "words");
+  }
+  fs::path items(const std::vector<std::string>& lines) {
+    const fs::path p = dir / ("items" + std::to_string(++items_) + ".txt");
+    std::ofstream f(p);
+    for (const auto& l : lines) f << l << "\n";
+    return p;
+  }
+
+ private:
+  fs::path train(const std::string& args, const std::string& name) {
+    CliRun r = run(args + " --d-model 16 --num-heads 2 --num-layers 1 --threads 1 --quiet --out " + (dir / name).string());
+    EXPECT_EQ(r.code, 0) << r.err;
+    return dir / name;
+  }
+  int items_ = 0;
+};
+
+TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
+  const fs::path run_dir = classifier();
+  const std::vector<std::string> texts = {"good great fine", "bad awful poor", "nice day", "poor good"};
+  const std::vector<json> want = predict_json(run_dir, items(texts), "");
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
+  auto c = server.client();
+  const json got = post(c, {{"inputs", texts}});
+  ASSERT_EQ(got["outputs"].size(), texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) expect_near_answers(got["outputs"][i], want[i]);
+  const json model = get(c, "/v1/model");
+  EXPECT_EQ(model["task"], "text_classification");
+  EXPECT_EQ(model["labels"], json({"pos", "neg"}));  // as the data named them, in its order
+  EXPECT_EQ(model["config"]["max_len"], 8);
+  EXPECT_NE(model["machine"].get<std::string>().find("1 thread"), std::string::npos) << model["machine"];
+  const json health = get(c, "/v1/health");
+  EXPECT_EQ(health["status"], "ok");
+  EXPECT_EQ(health["answered"], 1);
+  EXPECT_EQ(health["inputs"], 4);
+  const auto [code, rest] = server.stop();
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(rest.find("stopped after 1 requests (1 answered"), std::string::npos) << rest;
+}
+
+TEST_F(Serve, LanguageModelTakesGenerationSettings) {
+  const fs::path run_dir = language_model();
+  const std::vector<std::string> prompts = {"the wh", "the se"};
+  const fs::path in = items(prompts);
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1", "--tokens", "7"});
+  auto c = server.client();
+  // The server's default length, then a request's own settings.
+  const std::vector<json> greedy = predict_json(run_dir, in, "--tokens 7 --temperature 0");
+  const json got = post(c, {{"inputs", prompts}, {"temperature", 0}});
+  for (std::size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got["outputs"][i], greedy[i]);
+  EXPECT_EQ(got["outputs"][0]["output"].get<std::string>().size(), 6u + 7u);
+  const std::vector<json> sampled = predict_json(run_dir, in, "--tokens 12 --temperature 1.5 --top-k 5 --seed 3");
+  const json s = post(c, {{"inputs", prompts}, {"tokens", 12}, {"temperature", 1.5}, {"top_k", 5}, {"seed", 3}});
+  for (std::size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(s["outputs"][i], sampled[i]);
+}
+
+TEST_F(Serve, PronunciationGivesNBest) {
+  const fs::path run_dir = pronunciation();
+  const std::vector<std::string> words = {"abcd", "FEED", "bead"};
+  const std::vector<json> want = predict_json(run_dir, items(words), "--n-best 2");
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
+  auto c = server.client();
+  const json got = post(c, {{"inputs", words}, {"n_best", 2}});
+  ASSERT_EQ(got["outputs"].size(), words.size());
+  for (std::size_t i = 0; i < words.size(); ++i) expect_near_answers(got["outputs"][i], want[i]);
+  // A word the model cannot read fails its own request, named by its place; the next is served.
+  int status = 0;
+  const json bad = post(c, {{"inputs", {"abc", std::string(200, 'A')}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(bad["error"].get<std::string>().rfind("inputs[1]: '", 0), 0u) << bad;
+  EXPECT_NE(bad["error"].get<std::string>().find("has 200 letters"), std::string::npos) << bad;
+  EXPECT_EQ(post(c, {{"inputs", {"abc"}}})["outputs"].size(), 1u);
+}
+
+// 64 clients with 50 requests each, all at once, half of them on one
+// keep-alive connection each and half on a new connection a request: every
+// answer is the one the same input gets alone, and requests were batched together.
+TEST_F(Serve, ConcurrentClientsAreBatchedAndAnsweredAlike) {
+  const fs::path run_dir = classifier();
+  const std::vector<std::string> texts = {"good great fine", "bad awful poor", "nice day", "poor good", "fine",
+                                          "awful nasty bad", "great great", "day"};
+  const std::vector<json> want = predict_json(run_dir, items(texts), "");
+  ServerProcess server(
+      {"--run", run_dir.string(), "--port", "0", "--threads", "1", "--max-batch", "16", "--max-wait-ms", "5"});
+  constexpr int kClients = 64, kRequests = 50;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  for (int k = 0; k < kClients; ++k)
+    clients.emplace_back([&, k] {
+      auto c = server.client();
+      c.set_keep_alive(k % 2 == 0);
+      for (int r = 0; r < kRequests; ++r) {
+        const std::size_t a = static_cast<std::size_t>(k + r) % texts.size(), b = static_cast<std::size_t>(k * 3 + r) % texts.size();
+        auto res = c.Post("/v1/predict", json{{"inputs", {texts[a], texts[b]}}}.dump(), "application/json");
+        std::string why;
+        if (!res) why = "no response: " + httplib::to_string(res.error());
+        else if (res->status != 200) why = res->body;
+        else {
+          const json got = json::parse(res->body)["outputs"];
+          for (int i = 0; i < 2; ++i) {
+            const json& w = want[i == 0 ? a : b];
+            if (got[i]["label"] != w["label"] || std::abs(got[i]["probabilities"]["pos"].get<double>() -
+                                                          w["probabilities"]["pos"].get<double>()) > 1e-6)
+              why = "answer " + got[i].dump() + " differs from " + w.dump();
+          }
+        }
+        if (why.empty()) ++ok;
+        else {
+          std::lock_guard lock(failures_mutex);
+          failures.push_back(why);
+        }
+      }
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), kClients * kRequests) << (failures.empty() ? "" : failures.front());
+  auto c = server.client();
+  const json health = get(c, "/v1/health");
+  EXPECT_EQ(health["answered"], kClients * kRequests);
+  EXPECT_EQ(health["inputs"], 2 * kClients * kRequests);
+  EXPECT_LT(health["batches"].get<int>(), kClients * kRequests);  // batched: fewer model calls than requests
+}
+
+TEST_F(Serve, BadRequestsGetJsonErrorsAndServingGoesOn) {
+  const fs::path run_dir = classifier();
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1", "--max-inputs", "4",
+                        "--max-input-bytes", "64", "--max-body-bytes", "1024"});
+  auto c = server.client();
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"{\"inputs\": [\"good\"", 400, "the body is not valid JSON"},
+      {"[\"good\"]", 400, "the body must be a JSON object, got array"},
+      {"{\"inputs\": \"good\"}", 400, "'inputs' must be an array of strings, got string"},
+      {"{\"inputs\": [\"good\", 3]}", 400, "inputs[1] must be a string, got number"},
+      {"{\"inputs\": []}", 400, "'inputs' is empty"},
+      {"{\"texts\": [\"good\"]}", 400, "unknown field 'texts'"},
+      {"{\"inputs\": [\"good\"], \"mode\": 1}", 400, "unknown field 'mode'"},
+      {"{\"inputs\": [\"good\"], \"tokens\": 5}", 400, "'tokens' applies to language model runs only"},
+      {"{\"inputs\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", 400, "'inputs' has 5 items; at most 4"},
+      {json{{"inputs", {std::string(65, 'x')}}}.dump(), 400, "inputs[0] is 65 bytes long; at most 64"},
+      {json{{"inputs", {std::string(60, 'x')}}, {"pad", std::string(2000, ' ')}}.dump(), 413,
+       "the body is larger than 1024 bytes"},
+  };
+  for (const auto& [body, status, error] : cases) {
+    auto r = c.Post("/v1/predict", body, "application/json");
+    ASSERT_TRUE(r) << body;
+    EXPECT_EQ(r->status, status) << body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+    EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find(error), std::string::npos) << r->body;
+  }
+  auto missing = c.Get("/v1/classify");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(json::parse(missing->body)["error"], "no such endpoint: GET /v1/classify");
+  auto method = c.Get("/v1/predict");
+  ASSERT_TRUE(method);
+  EXPECT_EQ(method->status, 405);
+  EXPECT_EQ(method->get_header_value("Allow"), "POST");
+  // Not HTTP at all, on a connection of its own.
+  const int fd = connect_to(server.port);
+  const std::string junk = "HELLO\r\n\r\n";
+  ASSERT_EQ(::send(fd, junk.data(), junk.size(), 0), static_cast<ssize_t>(junk.size()));
+  std::string reply;
+  char buf[1024];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  EXPECT_NE(reply.find("{\"error\":"), std::string::npos) << reply;
+  // Still serving.
+  EXPECT_EQ(post(c, {{"inputs", {"good"}}})["outputs"].size(), 1u);
+  EXPECT_EQ(get(c, "/v1/health")["bad_requests"].get<int>(), static_cast<int>(cases.size()) + 2);
+}
+
+// Clients that send their request a byte at a time each hold a connection
+// thread, never the model: the others are served meanwhile.
+TEST_F(Serve, SlowClientsDoNotHoldUpOthers) {
+  const fs::path run_dir = classifier();
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1", "--connections", "8"});
+  std::atomic<bool> done{false};
+  std::atomic<int> slow_bytes{0};
+  std::vector<std::thread> slow;
+  for (int k = 0; k < 4; ++k)
+    slow.emplace_back([&] {
+      const int fd = connect_to(server.port);
+      const std::string request = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 22\r\n\r\n{\"inputs\": [\"good\"]}";
+      for (std::size_t i = 0; i < request.size() && !done; ++i) {
+        ::send(fd, &request[i], 1, MSG_NOSIGNAL);
+        ++slow_bytes;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      ::close(fd);
+    });
+  while (slow_bytes < 8) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto c = server.client();
+  for (int r = 0; r < 20; ++r) EXPECT_EQ(post(c, {{"inputs", {"good"}}})["outputs"].size(), 1u);
+  EXPECT_LT(slow_bytes.load(), 4 * 60);  // the slow requests were still coming in
+  done = true;
+  for (auto& t : slow) t.join();
+}
+
+// Requests whose clients hang up while a long one runs are dropped, never
+// run; SIGTERM lets the request in flight finish and be answered.
+TEST_F(Serve, GoneClientsAreDroppedAndStopAnswersInFlight) {
+  const fs::path run_dir = language_model();
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1", "--max-batch", "1"});
+  // About 65 000 tokens: long enough for the rest of the test to happen meanwhile.
+  const json long_request = {{"inputs", std::vector<std::string>(64, "the whale")}, {"tokens", 1024}};
+  int long_status = 0;
+  json long_answer;
+  std::thread first([&] {
+    auto c = server.client();
+    long_answer = post(c, long_request, &long_status);
+  });
+  auto c = server.client();
+  while (get(c, "/v1/health")["requests"] != 1 || get(c, "/v1/health")["queued"] != 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::string body = json{{"inputs", {"the sea"}}, {"tokens", 5}}.dump();
+  const std::string request = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int k = 0; k < 5; ++k) {
+    const int fd = connect_to(server.port);
+    ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    ::close(fd);
+  }
+  while (get(c, "/v1/health")["requests"] != 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the connection threads see the hang-ups
+  const auto [code, rest] = server.stop();  // while the long request runs
+  first.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(long_status, 200);
+  EXPECT_EQ(long_answer["outputs"].size(), 64u);
+  EXPECT_NE(rest.find("stopped after 6 requests (1 answered, 0 refused, 5 dropped"), std::string::npos) << rest;
+}
+
+TEST_F(Serve, BadCommandLinesExitTwo) {
+  CliRun missing = run("serve --run " + (dir / "none").string() + " --port 0");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(count_lines(missing.err), 1) << missing.err;
+  const fs::path run_dir = classifier();
+  CliRun batch = run("serve --run " + run_dir.string() + " --port 0 --max-batch 0");
+  EXPECT_EQ(batch.code, 2);
+  EXPECT_EQ(batch.err, "multihead: error: --max-batch must be at least 1, got 0\n");
+  CliRun tokens = run("serve --run " + run_dir.string() + " --port 0 --n-best 3");
+  EXPECT_EQ(tokens.code, 2);
+  EXPECT_EQ(tokens.err, "multihead: error: --n-best and --beam apply to pronunciation runs only\n");
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
+  CliRun taken = run("serve --run " + run_dir.string() + " --port " + std::to_string(server.port));
+  EXPECT_EQ(taken.code, 2);
+  EXPECT_EQ(taken.err, "multihead: error: cannot listen on 127.0.0.1:" + std::to_string(server.port) +
+                           " (address in use, or not this machine's)\n");
+  EXPECT_TRUE(taken.out.empty());
+}
+
+}  // namespace
+}  // namespace multihead::test
