@@ -8,10 +8,12 @@
 # that bare root, puts `git archive HEAD` in it, and runs inside chroot, with
 # nothing installed but what the project's scripts install:
 #   1. the README's test command, in full;
-#   2. every command of the README's "Using multihead from other programs"
-#      (install and embed by CMake and pkg-config, pip install into a venv);
-#   3. the README's main-job command up to its training, then that training
-#      cut to N steps (default 40), `eval` of the run and one `inspect`.
+#   2. the README's main-job command up to its training, then that training
+#      cut to N steps (default 40) into runs/spam, `eval` of the run and one
+#      `inspect`;
+#   3. every command of the README's "Using multihead from other programs"
+#      (install and embed by CMake and pkg-config, pip install into a venv,
+#      multihead serve on runs/spam answering curl).
 # The commands are read out of README.md itself. The first that fails is
 # named, with the tail of its log, and the script exits 1.
 #
@@ -130,13 +132,15 @@ run() {
 
 run "$test_cmd"
 say "    $(grep -E 'tests passed|tests failed' "$logs/1.log" | tail -n 1)"
-for cmd in "${use_cmds[@]}"; do run "$cmd"; done
 run "$main_setup"
-run "$train_cmd --steps $steps --out runs/fresh-machine"
-run "test -s runs/fresh-machine/report.md && test -s runs/fresh-machine/results.json"
-run "build/multihead eval --run runs/fresh-machine"
-run "build/multihead inspect --run runs/fresh-machine --text 'Free money: click here to claim your prize' --out runs/fresh-machine/inspect"
-run "ls runs/fresh-machine/inspect/*.png >/dev/null"
+# Into the main job's own directory (runs/spam), which the README's serve
+# commands below take as their run.
+run "$train_cmd --steps $steps"
+run "test -s runs/spam/report.md && test -s runs/spam/results.json"
+run "build/multihead eval --run runs/spam"
+run "build/multihead inspect --run runs/spam --text 'Free money: click here to claim your prize' --out runs/spam/inspect"
+run "ls runs/spam/inspect/*.png >/dev/null"
+for cmd in "${use_cmds[@]}"; do run "$cmd"; done
 
 find "$root/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache/debs/" {} +
-say "passed: the README's test command, its install, embed and pip commands, and its main job on a fresh Debian $suite root ($SECONDS s)"
+say "passed: the README's test command, its main job, and its install, embed, pip and serve commands on a fresh Debian $suite root ($SECONDS s)"

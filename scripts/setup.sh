@@ -45,7 +45,8 @@ packages=(
   python3-pip python3-venv # add_test(pip_install) in python/: a venv and pip
   libopenmpi-dev           # find_package(MPI COMPONENTS CXX): data-parallel training (MULTIHEAD_MPI)
   openmpi-bin              # mpirun, for add_test(mpi) in tests/ and for users
-  wrk                      # no lookup: the HTTP load generator of bench/serve.sh
+  wrk                      # no lookup: the HTTP load generator of bench/serve.py
+  curl                     # no lookup: the HTTP client of README's multihead serve commands
 )
 want_data=0 want_browser=0
 for arg in "$@"; do
