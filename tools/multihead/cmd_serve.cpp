@@ -21,14 +21,11 @@ struct ServeOpts {
   double max_wait_ms = 0;
 };
 
-void serve(ServeOpts &o) {
-  check<ConfigError>(o.max_wait_ms >= 0 && o.max_wait_ms <= 10000,
-                     "--max-wait-ms must be in [0, 10000], got {}",
+void serve(ServeOpts& o) {
+  check<ConfigError>(o.max_wait_ms >= 0 && o.max_wait_ms <= 10000, "--max-wait-ms must be in [0, 10000], got {}",
                      o.max_wait_ms);
-  o.cfg.batching.max_wait = std::chrono::microseconds(
-      static_cast<std::int64_t>(o.max_wait_ms * 1000));
-  if (!o.precision.empty())
-    o.cfg.precision = parse_precision(o.precision);
+  o.cfg.batching.max_wait = std::chrono::microseconds(static_cast<std::int64_t>(o.max_wait_ms * 1000));
+  if (!o.precision.empty()) o.cfg.precision = parse_precision(o.precision);
   // SIGINT and SIGTERM go to one watcher thread (blocked in every other
   // thread, which inherit the mask): it stops the server, which answers the
   // requests in flight before serve() returns.
@@ -43,60 +40,45 @@ void serve(ServeOpts &o) {
     sigwait(&stop_signals, &sig);
     server.stop();
   });
-  fmt::print("multihead serve: {} run on {} (max batch {}, max wait {} ms)\n",
-             server.run().task(), server.url(), o.cfg.batching.max_batch,
-             o.max_wait_ms);
+  fmt::print("multihead serve: {} run on {} (max batch {}, max wait {} ms)\n", server.run().task(), server.url(),
+             o.cfg.batching.max_batch, o.max_wait_ms);
   std::fflush(stdout);
   server.serve();
-  pthread_kill(
-      watcher.native_handle(),
-      SIGTERM); // wakes the watcher when serve() ended without a signal
+  pthread_kill(watcher.native_handle(), SIGTERM);  // wakes the watcher when serve() ended without a signal
   watcher.join();
   const BatcherStats st = server.stats();
-  fmt::print("multihead serve: stopped after {} requests ({} answered, {} "
-             "refused, {} dropped: client gone)\n",
+  fmt::print("multihead serve: stopped after {} requests ({} answered, {} refused, {} dropped: client gone)\n",
              st.requests, st.answered, st.refused, st.dropped);
 }
 
-} // namespace
+}  // namespace
 
-Command add_serve(CLI::App &app) {
+Command add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOpts>();
-  CLI::App *sub = app.add_subcommand(
-      "serve", "Serve a trained run over HTTP: POST /v1/predict {\"inputs\": "
-               "[...]} answers as predict --json does, batching "
-               "requests that arrive together; GET /v1/health, GET /v1/model");
+  CLI::App* sub = app.add_subcommand(
+      "serve",
+      "Serve a trained run over HTTP: POST /v1/predict {\"inputs\": [...]} answers as predict --json does, batching "
+      "requests that arrive together; GET /v1/health, GET /v1/model");
   add_trained_run_options(*sub, o->run, o->cfg.defaults);
-  sub->add_option("--host", o->cfg.host, "Address to listen on")
+  sub->add_option("--host", o->cfg.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", o->cfg.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str();
-  sub->add_option("--port", o->cfg.port,
-                  "Port to listen on (0: any free port, printed at start)")
-      ->capture_default_str();
-  sub->add_option("--threads", o->cfg.threads,
-                  "Threads of the model (0: all cores)");
-  sub->add_option("--max-batch", o->cfg.batching.max_batch,
-                  "Inputs answered together in one model call (1: none)")
+  sub->add_option("--threads", o->cfg.threads, "Threads of the model (0: all cores)");
+  sub->add_option("--max-batch", o->cfg.batching.max_batch, "Inputs answered together in one model call (1: none)")
       ->capture_default_str();
   sub->add_option("--max-wait-ms", o->max_wait_ms,
-                  "Longest wait for a batch to fill after its first request "
-                  "(0: a batch is what queued while the model "
-                  "answered the one before)")
+                  "Longest wait for a batch to fill after its first request (0: a batch is what queued while "
+                  "the model answered the one before)")
       ->capture_default_str();
-  sub->add_option("--max-inputs", o->cfg.limits.max_inputs,
-                  "Inputs one request may carry")
+  sub->add_option("--max-inputs", o->cfg.limits.max_inputs, "Inputs one request may carry")->capture_default_str();
+  sub->add_option("--max-input-bytes", o->cfg.limits.max_input_bytes, "Bytes one input may have")
       ->capture_default_str();
-  sub->add_option("--max-input-bytes", o->cfg.limits.max_input_bytes,
-                  "Bytes one input may have")
+  sub->add_option("--max-body-bytes", o->cfg.max_body_bytes, "Bytes one request body may have (more: 413)")
       ->capture_default_str();
-  sub->add_option("--max-body-bytes", o->cfg.max_body_bytes,
-                  "Bytes one request body may have (more: 413)")
+  sub->add_option("--connections", o->cfg.connections, "Connections served at once (one thread each)")
       ->capture_default_str();
-  sub->add_option("--connections", o->cfg.connections,
-                  "Connections served at once (one thread each)")
-      ->capture_default_str();
-  sub->add_option("--precision", o->precision,
-                  "Activations in fp32, bf16 or fp16 (default: the run's own)");
+  sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
   return {sub, [o] { serve(*o); }};
 }
 
-} // namespace multihead::cli
+}  // namespace multihead::cli

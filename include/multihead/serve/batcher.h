@@ -24,7 +24,7 @@
 namespace multihead {
 
 struct BatchLimits {
-  std::int64_t max_batch = 32; // inputs in one model call (1: no batching)
+  std::int64_t max_batch = 32;                    // inputs in one model call (1: no batching)
   // After the oldest queued request. None by default: a batch is then what
   // queued while the model answered the one before, so an idle server adds
   // no latency and a busy one still batches; waiting for a batch to fill
@@ -42,26 +42,26 @@ struct Outcome {
 };
 
 struct BatcherStats {
-  std::int64_t requests = 0; // submitted
-  std::int64_t answered = 0; // with 200
-  std::int64_t refused = 0;  // with an error status
-  std::int64_t dropped = 0;  // client gone before the work began: never run
-  std::int64_t batches = 0;  // model calls
-  std::int64_t inputs = 0;   // inputs answered in them
-  std::int64_t queued = 0;   // requests waiting now
+  std::int64_t requests = 0;  // submitted
+  std::int64_t answered = 0;  // with 200
+  std::int64_t refused = 0;   // with an error status
+  std::int64_t dropped = 0;   // client gone before the work began: never run
+  std::int64_t batches = 0;   // model calls
+  std::int64_t inputs = 0;    // inputs answered in them
+  std::int64_t queued = 0;    // requests waiting now
 };
 
 class Batcher {
-public:
+ public:
   // A submitted request, shared by its connection thread and the worker.
   class Ticket {
-  public:
+   public:
     // The outcome once the worker has made it, else nothing after `timeout`.
     std::optional<Outcome> wait_for(std::chrono::milliseconds timeout);
     // The client is gone: the worker skips the request if it has not begun it.
     void abandon() { abandoned_ = true; }
 
-  private:
+   private:
     friend class Batcher;
     PredictRequest request_;
     std::chrono::steady_clock::time_point arrived_;
@@ -71,25 +71,25 @@ public:
     std::optional<Outcome> outcome_;
   };
 
-  Batcher(TrainedRun &run, BatchLimits limits);
-  ~Batcher(); // stop()
-  Batcher(const Batcher &) = delete;
-  Batcher &operator=(const Batcher &) = delete;
+  Batcher(TrainedRun& run, BatchLimits limits);
+  ~Batcher();  // stop()
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
 
   std::shared_ptr<Ticket> submit(PredictRequest request);
   // Answers every request queued so far, then ends the worker.
   void stop();
   BatcherStats stats() const;
 
-private:
+ private:
   void work();
   // The next batch: the oldest live request and, after it, those with equal
   // settings that fit in max_batch inputs. Called with mutex_ held.
   std::vector<std::shared_ptr<Ticket>> take_batch();
   void run_batch(std::vector<std::shared_ptr<Ticket>> batch);
-  static void finish(Ticket &t, Outcome o);
+  static void finish(Ticket& t, Outcome o);
 
-  TrainedRun &run_;
+  TrainedRun& run_;
   BatchLimits limits_;
   mutable std::mutex mutex_;
   std::condition_variable arrived_;
@@ -100,4 +100,4 @@ private:
   std::thread worker_;
 };
 
-} // namespace multihead
+}  // namespace multihead
