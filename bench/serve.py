@@ -21,13 +21,14 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import urllib.request
+
+from torch_peer import cpu
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -47,13 +48,6 @@ function done(summary, latency, requests)
     latency:percentile(50), latency:percentile(99), e.connect + e.read + e.write + e.status + e.timeout))
 end
 """
-
-
-def cpu_name():
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def mail_bodies(run, count, input_bytes):
@@ -150,7 +144,7 @@ def main():
                     srv.stop()
 
     med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; model threads {a.threads}, wrk 1 thread on the same cores; "
+    print(f"CPU: {cpu()[0]}, {os.cpu_count()} cores; model threads {a.threads}, wrk 1 thread on the same cores; "
           f"messages of at most {a.input_bytes} bytes; {a.repeats} x {a.seconds} s per cell, medians\n")
     print("| connections | server | req/s | p50 ms | p99 ms | inputs per batch | req/s against unbatched |")
     print("|---:|---|---:|---:|---:|---:|---:|")
@@ -161,6 +155,7 @@ def main():
             per_batch = sum(r["answered"] for r in rs) / max(1, sum(r["batches"] for r in rs))
             print(f"| {c} | {mode} | {med(rs, 'rps'):.1f} | {med(rs, 'p50_ms'):.1f} | {med(rs, 'p99_ms'):.1f} "
                   f"| {per_batch:.1f} | {med(rs, 'rps') / base:.2f}x |")
+
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,7 @@ namespace {
 struct ServeOpts {
   std::string run, precision;
   ServeConfig cfg;
-  double max_wait_ms = 0;
+  double max_wait_ms = std::chrono::duration<double, std::milli>(BatchLimits{}.max_wait).count();
 };
 
 void serve(ServeOpts& o) {
