@@ -116,11 +116,15 @@ run() {
   log=$logs/$step.log
   say "[$step] $cmd"
   local start=$SECONDS
+  # `cd ... || exit 1; CMD`, not `cd ... && CMD`: with `&&`, a CMD that starts
+  # a server in the background (`serve ... & server=$!`) would put the cd and
+  # the server together in a subshell, and `kill $server` would stop the
+  # subshell instead of the server.
   if ! chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       ${node_ca:+NODE_EXTRA_CA_CERTS=$node_ca} \
       ${http_proxy:+http_proxy=$http_proxy} ${https_proxy:+https_proxy=$https_proxy} \
-      /bin/bash -c "cd /root/multihead && $cmd" >"$log" 2>&1; then
+      /bin/bash -c "cd /root/multihead || exit 1; $cmd" >"$log" 2>&1; then
     cp "$log" "$cache/last-failure.log"
     say "FAILED after $((SECONDS - start)) s: $cmd"
     say "last lines of its log (all of it: $cache/last-failure.log):"

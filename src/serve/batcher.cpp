@@ -101,6 +101,11 @@ std::vector<std::shared_ptr<Batcher::Ticket>> Batcher::take_batch() {
   return batch;
 }
 
+void Batcher::count_refused(std::size_t requests) {
+  std::lock_guard lock(mutex_);
+  stats_.refused += static_cast<std::int64_t>(requests);
+}
+
 void Batcher::run_batch(std::vector<std::shared_ptr<Ticket>> batch) {
   // A bad input fails its own request only: the rest are answered again without it.
   while (!batch.empty()) {
@@ -108,33 +113,34 @@ void Batcher::run_batch(std::vector<std::shared_ptr<Ticket>> batch) {
     for (const auto& t : batch) inputs.insert(inputs.end(), t->request_.inputs.begin(), t->request_.inputs.end());
     try {
       std::vector<nlohmann::json> answers = answer(run_, inputs, batch.front()->request_.settings);
+      // Counted before any client hears back, so that a health request sent
+      // after an answer arrived already sees it.
+      {
+        std::lock_guard lock(mutex_);
+        stats_.answered += static_cast<std::int64_t>(batch.size());
+        stats_.batches += 1;
+        stats_.inputs += static_cast<std::int64_t>(inputs.size());
+      }
       std::size_t at = 0;
       for (const auto& t : batch) {
         nlohmann::json outputs = nlohmann::json::array();
         for (std::size_t i = 0; i < t->request_.inputs.size(); ++i) outputs.push_back(std::move(answers[at++]));
         finish(*t, {200, {{"outputs", std::move(outputs)}}});
       }
-      std::lock_guard lock(mutex_);
-      stats_.answered += static_cast<std::int64_t>(batch.size());
-      stats_.batches += 1;
-      stats_.inputs += static_cast<std::int64_t>(inputs.size());
       return;
     } catch (const InputError& e) {
       std::size_t first = 0, k = 0;
       while (first + batch[k]->request_.inputs.size() <= e.index) first += batch[k++]->request_.inputs.size();
+      count_refused(1);
       finish(*batch[k], {400, {{"error", fmt::format("inputs[{}]: {}", e.index - first, e.what())}}});
       batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(k));
-      std::lock_guard lock(mutex_);
-      ++stats_.refused;
     } catch (const Error& e) {  // the settings, shared by the whole batch
+      count_refused(batch.size());
       for (const auto& t : batch) finish(*t, {400, {{"error", e.what()}}});
-      std::lock_guard lock(mutex_);
-      stats_.refused += static_cast<std::int64_t>(batch.size());
       return;
     } catch (const std::exception& e) {
+      count_refused(batch.size());
       for (const auto& t : batch) finish(*t, {500, {{"error", fmt::format("the model failed: {}", e.what())}}});
-      std::lock_guard lock(mutex_);
-      stats_.refused += static_cast<std::int64_t>(batch.size());
       return;
     }
   }

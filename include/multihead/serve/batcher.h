@@ -87,6 +87,7 @@ class Batcher {
   // settings that fit in max_batch inputs. Called with mutex_ held.
   std::vector<std::shared_ptr<Ticket>> take_batch();
   void run_batch(std::vector<std::shared_ptr<Ticket>> batch);
+  void count_refused(std::size_t requests);
   static void finish(Ticket& t, Outcome o);
 
   TrainedRun& run_;
