@@ -3,7 +3,8 @@
 package beside python/multihead's files. The version is CMakeLists.txt's project() version.
 
 Settings from the environment: CMAKE_BUILD_PARALLEL_LEVEL (jobs; default the CPU count) and
-MULTIHEAD_CMAKE_ARGS (more -D options, e.g. -DMULTIHEAD_NATIVE=OFF)."""
+MULTIHEAD_CMAKE_ARGS (more -D options, e.g. -DMULTIHEAD_NATIVE=ON for kernels built for this CPU
+alone instead of the portable build)."""
 
 import os
 import re

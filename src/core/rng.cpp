@@ -1,43 +1,23 @@
 #include "multihead/core/rng.h"
 
-#include <hwy/highway.h>
-
 #include <cmath>
 #include <numbers>
 
-namespace multihead {
-namespace {
+#include "philox_constants.h"
 
-// Constants from the Philox paper (Random123).
-constexpr std::uint32_t kMul0 = 0xD2511F53u;
-constexpr std::uint32_t kMul1 = 0xCD9E8D57u;
-constexpr std::uint32_t kWeyl0 = 0x9E3779B9u;
-constexpr std::uint32_t kWeyl1 = 0xBB67AE85u;
-constexpr int kRounds = 10;
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "core/rng.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_t& lo) {
-  std::uint64_t p = static_cast<std::uint64_t>(a) * b;
-  hi = static_cast<std::uint32_t>(p >> 32);
-  lo = static_cast<std::uint32_t>(p);
-}
+#include <hwy/highway.h>
 
-}  // namespace
+#include "kernels/dispatch.h"
 
-std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t counter_lo) noexcept {
-  std::uint32_t c0 = static_cast<std::uint32_t>(counter_lo), c1 = static_cast<std::uint32_t>(counter_lo >> 32);
-  std::uint32_t c2 = static_cast<std::uint32_t>(counter_hi), c3 = static_cast<std::uint32_t>(counter_hi >> 32);
-  std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
-  for (int r = 0; r < kRounds; ++r) {
-    std::uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(kMul0, c0, hi0, lo0);
-    mulhilo(kMul1, c2, hi1, lo1);
-    std::uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  return {c0, c1, c2, c3};
-}
+// The batch in vectors, once for each Highway target.
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
+
+using namespace philox;
 
 // Eight (AVX-512) or four (AVX2) blocks per vector: each 32-bit Philox word
 // sits in the low half of a 64-bit lane, where MulEven's 32x32->64-bit
@@ -48,7 +28,7 @@ std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter
 // stores write the output (a scalar transpose cost as much as a third of
 // the rounds).
 void philox4x32_batch(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t first_lo,
-                      std::uint32_t out[4 * kPhiloxBatch]) noexcept {
+                      std::uint32_t out[4 * kPhiloxBatch]) {
   namespace hn = hwy::HWY_NAMESPACE;
   const hn::ScalableTag<std::uint64_t> d64;
   const hn::Repartition<std::uint32_t, decltype(d64)> d32;
@@ -94,6 +74,47 @@ void philox4x32_batch(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t
       for (int lane = 0; lane < 4; ++lane) out[4 * i + lane] = static_cast<std::uint32_t>(w[lane][i]);
 }
 
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(philox4x32_batch);
+
+using namespace philox;
+
+namespace {
+
+inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::uint32_t& lo) {
+  std::uint64_t p = static_cast<std::uint64_t>(a) * b;
+  hi = static_cast<std::uint32_t>(p >> 32);
+  lo = static_cast<std::uint32_t>(p);
+}
+
+}  // namespace
+
+std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t counter_lo) noexcept {
+  std::uint32_t c0 = static_cast<std::uint32_t>(counter_lo), c1 = static_cast<std::uint32_t>(counter_lo >> 32);
+  std::uint32_t c2 = static_cast<std::uint32_t>(counter_hi), c3 = static_cast<std::uint32_t>(counter_hi >> 32);
+  std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
+  for (int r = 0; r < kRounds; ++r) {
+    std::uint32_t hi0, lo0, hi1, lo1;
+    mulhilo(kMul0, c0, hi0, lo0);
+    mulhilo(kMul1, c2, hi1, lo1);
+    std::uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+    c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+    k0 += kWeyl0;
+    k1 += kWeyl1;
+  }
+  return {c0, c1, c2, c3};
+}
+
+void philox4x32_batch(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t first_lo,
+                      std::uint32_t out[4 * kPhiloxBatch]) noexcept {
+  MULTIHEAD_DISPATCH(philox4x32_batch)(key, counter_hi, first_lo, out);
+}
+
 std::uint32_t Rng::next_u32() {
   if (lane_ == 4) {
     block_ = philox4x32(seed_, stream_, counter_++);
@@ -115,3 +136,4 @@ float Rng::normal(float mean, float stddev) {
 }
 
 }  // namespace multihead
+#endif  // HWY_ONCE

@@ -12,10 +12,19 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_fused.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "dispatch.h"
 #include "attention_tiles.h"
 #include "simd_rows.h"
 
-namespace multihead {
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
 
 using namespace attention_tiles;
 
@@ -138,6 +147,42 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
   }
 }
 
+// One function for each element type: HWY_EXPORT takes no templates.
+void attention_fused_forward_f32(HeadsView<float> out, float* lse, HeadsView<const float> q, HeadsView<const float> k,
+    HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_forward<float>(out, lse, q, k, v, masks, d, scale, dropout, tiles);
+}
+void attention_fused_forward_bf16(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
+    HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_forward<BF16>(out, lse, q, k, v, masks, d, scale, dropout, tiles);
+}
+void attention_fused_forward_f16(HeadsView<F16> out, float* lse, HeadsView<const F16> q, HeadsView<const F16> k,
+    HeadsView<const F16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_forward<F16>(out, lse, q, k, v, masks, d, scale, dropout, tiles);
+}
+
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(attention_fused_forward_f32);
+HWY_EXPORT(attention_fused_forward_bf16);
+HWY_EXPORT(attention_fused_forward_f16);
+
+template <typename T>
+void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
+    HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_forward_f32), MULTIHEAD_DISPATCH(attention_fused_forward_bf16),
+                      MULTIHEAD_DISPATCH(attention_fused_forward_f16))(out, lse, q, k, v, masks, d, scale, dropout,
+                                                                       tiles);
+}
+
 template void attention_fused_forward<float>(HeadsView<float>, float*, HeadsView<const float>, HeadsView<const float>,
                                              HeadsView<const float>, const AttentionMasks<float>&, const AttentionDims&,
                                              float, const AttentionDropout&, const AttentionTiles&);
@@ -149,3 +194,4 @@ template void attention_fused_forward<F16>(HeadsView<F16>, float*, HeadsView<con
                                            float, const AttentionDropout&, const AttentionTiles&);
 
 }  // namespace multihead
+#endif  // HWY_ONCE

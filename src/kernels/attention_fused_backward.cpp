@@ -10,10 +10,19 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_fused_backward.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "dispatch.h"
 #include "attention_tiles.h"
 #include "simd_rows.h"
 
-namespace multihead {
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
 
 using namespace attention_tiles;
 
@@ -167,6 +176,47 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   if (rel.active()) add_relative_grads(rel, rel_grads.f32(), d.B * d.H, d.D, d.Dv);
 }
 
+// One function for each element type: HWY_EXPORT takes no templates.
+void attention_fused_backward_f32(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+    HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q, HeadsView<const float> k,
+    HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_backward<float>(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+}
+void attention_fused_backward_bf16(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+    HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q, HeadsView<const BF16> k,
+    HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_backward<BF16>(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+}
+void attention_fused_backward_f16(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+    HeadsView<const F16> out, HeadsView<const float> dout, HeadsView<const F16> q, HeadsView<const F16> k,
+    HeadsView<const F16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_backward<F16>(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+}
+
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(attention_fused_backward_f32);
+HWY_EXPORT(attention_fused_backward_bf16);
+HWY_EXPORT(attention_fused_backward_f16);
+
+template <typename T>
+void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
+    HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q, HeadsView<const T> k,
+    HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_backward_f32),
+                      MULTIHEAD_DISPATCH(attention_fused_backward_bf16),
+                      MULTIHEAD_DISPATCH(attention_fused_backward_f16))(dq, dk, dv, lse, out, dout, q, k, v, masks, d,
+                                                                        scale, dropout, tiles);
+}
+
 template void attention_fused_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                               HeadsView<const float>, HeadsView<const float>, HeadsView<const float>,
                                               HeadsView<const float>, HeadsView<const float>,
@@ -184,3 +234,4 @@ template void attention_fused_backward<F16>(HeadsView<float>, HeadsView<float>, 
                                             const AttentionTiles&);
 
 }  // namespace multihead
+#endif  // HWY_ONCE

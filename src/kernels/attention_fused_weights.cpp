@@ -7,10 +7,19 @@
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/half.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_fused_weights.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "dispatch.h"
 #include "attention_tiles.h"
 #include "simd_rows.h"
 
-namespace multihead {
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
 
 using namespace attention_tiles;
 
@@ -80,6 +89,42 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
   }
 }
 
+// One function for each element type: HWY_EXPORT takes no templates.
+void attention_fused_weights_f32(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
+    HeadsView<const float> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_weights<float>(weights, average_heads, lse, q, k, masks, d, scale, dropout, tiles);
+}
+void attention_fused_weights_bf16(float* weights, bool average_heads, const float* lse, HeadsView<const BF16> q,
+    HeadsView<const BF16> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_weights<BF16>(weights, average_heads, lse, q, k, masks, d, scale, dropout, tiles);
+}
+void attention_fused_weights_f16(float* weights, bool average_heads, const float* lse, HeadsView<const F16> q,
+    HeadsView<const F16> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  HWY_NAMESPACE::attention_fused_weights<F16>(weights, average_heads, lse, q, k, masks, d, scale, dropout, tiles);
+}
+
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(attention_fused_weights_f32);
+HWY_EXPORT(attention_fused_weights_bf16);
+HWY_EXPORT(attention_fused_weights_f16);
+
+template <typename T>
+void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
+    HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_weights_f32), MULTIHEAD_DISPATCH(attention_fused_weights_bf16),
+                      MULTIHEAD_DISPATCH(attention_fused_weights_f16))(weights, average_heads, lse, q, k, masks, d,
+                                                                       scale, dropout, tiles);
+}
+
 template void attention_fused_weights<float>(float*, bool, const float*, HeadsView<const float>, HeadsView<const float>,
                                              const AttentionMasks<float>&, const AttentionDims&, float,
                                              const AttentionDropout&, const AttentionTiles&);
@@ -91,3 +136,4 @@ template void attention_fused_weights<F16>(float*, bool, const float*, HeadsView
                                            const AttentionDropout&, const AttentionTiles&);
 
 }  // namespace multihead
+#endif  // HWY_ONCE

@@ -2,7 +2,17 @@
 // relative positions fall on a (query block, key block) tile, the small
 // products of relative positions, and the fp32 kernels' tile products.
 // Internal header of src/kernels.
-#pragma once
+// Compiled once for each Highway target of the file that includes it (after
+// hwy/foreach_target.h), into that target's namespace: the usual include
+// guard, toggled by Highway on each pass.
+#if defined(MULTIHEAD_KERNELS_ATTENTION_TILES_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MULTIHEAD_KERNELS_ATTENTION_TILES_H_
+#undef MULTIHEAD_KERNELS_ATTENTION_TILES_H_
+#else
+#define MULTIHEAD_KERNELS_ATTENTION_TILES_H_
+#endif
+
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +30,8 @@
 #include "simd_rows.h"
 #include "tile_gemm.h"
 
-namespace multihead::attention_tiles {
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE::attention_tiles {
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -389,4 +400,7 @@ inline void check_tiles(const AttentionTiles& t) {
                      t.k_block);
 }
 
-}  // namespace multihead::attention_tiles
+}  // namespace multihead::HWY_NAMESPACE::attention_tiles
+HWY_AFTER_NAMESPACE();
+
+#endif  // MULTIHEAD_KERNELS_ATTENTION_TILES_H_

@@ -1,7 +1,5 @@
 #include "multihead/kernels/dropout.h"
 
-#include <hwy/highway.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,24 +7,20 @@
 
 #include "multihead/core/rng.h"
 
-namespace multihead {
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/dropout.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/highway.h>
+
+#include "dispatch.h"
+
+// The masks in vectors, once for each Highway target.
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
 namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Elements a Philox batch serves: 8 per block.
-constexpr std::uint64_t kSpan = 8 * kPhiloxBatch;
-
-// The batch's 16-bit draws: element e of the span is half e mod 2 of word
-// e / 2 of the batch's output, which in memory (little-endian, as on every
-// target built for) is simply the e-th 16-bit value.
-void draws16(const DropoutSpec& spec, std::uint64_t first, std::uint16_t r[kSpan]) {
-  std::uint32_t words[4 * kPhiloxBatch];
-  philox4x32_batch(spec.seed, spec.stream, first / 8, words);
-  static_assert(sizeof(words) == kSpan * sizeof(std::uint16_t));
-  std::memcpy(r, words, sizeof(words));
-}
 
 // Bits [at, at + nb) of a row of keep bits, nb < 64 (LSB first in 64-bit
 // words): a vector's mask at a time, at most 16 lanes of floats on x86.
@@ -82,6 +76,49 @@ void apply_mask(float* y, const float* x, const std::uint16_t* r, std::int64_t n
   }
 }
 
+}  // namespace
+
+void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
+                           const std::uint64_t* bits, std::int64_t at) {
+  const hn::ScalableTag<float> df;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  const float ks = dropout_scale<float>(spec);
+  const auto vk = hn::Set(df, ks);
+  std::int64_t j = 0;
+  for (; j + N <= n; j += N) {
+    const std::uint64_t v = get_bits(bits, at + j, static_cast<int>(N));
+    std::uint8_t m[8];
+    std::memcpy(m, &v, sizeof(v));
+    const auto keep = hn::LoadMaskBits(df, m);
+    hn::StoreU(hn::IfThenElseZero(keep, hn::Mul(hn::LoadU(df, x + j), vk)), df, y + j);
+  }
+  for (; j < n; ++j) y[j] = get_bits(bits, at + j, 1) ? x[j] * ks : 0.0f;
+}
+
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(apply_mask);
+HWY_EXPORT(dropout_row_from_bits);
+
+namespace {
+
+// Elements a Philox batch serves: 8 per block.
+constexpr std::uint64_t kSpan = 8 * kPhiloxBatch;
+
+// The batch's 16-bit draws: element e of the span is half e mod 2 of word
+// e / 2 of the batch's output, which in memory (little-endian, as on every
+// target built for) is simply the e-th 16-bit value.
+void draws16(const DropoutSpec& spec, std::uint64_t first, std::uint16_t r[kSpan]) {
+  std::uint32_t words[4 * kPhiloxBatch];
+  philox4x32_batch(spec.seed, spec.stream, first / 8, words);
+  static_assert(sizeof(words) == kSpan * sizeof(std::uint16_t));
+  std::memcpy(r, words, sizeof(words));
+}
+
 // Elements [lo, hi) of x into y (which may be x), element j having index
 // base + j in the stream.
 // With bits (float only), element j's keep bit goes to bit at + j of bits.
@@ -101,7 +138,7 @@ void dropout_range(T* y, const T* x, std::int64_t lo, std::int64_t hi, std::uint
     const std::uint16_t* rs = r + (idx - first);
     const auto n = static_cast<std::int64_t>(stop - idx);
     if constexpr (std::is_same_v<T, float>) {
-      apply_mask(ys, xs, rs, n, threshold, ks, bits, at + static_cast<std::int64_t>(idx - base));
+      MULTIHEAD_DISPATCH(apply_mask)(ys, xs, rs, n, threshold, ks, bits, at + static_cast<std::int64_t>(idx - base));
     } else {
       for (std::int64_t j = 0; j < n; ++j) ys[j] = rs[j] >= threshold ? xs[j] * ks : T(0);
     }
@@ -146,22 +183,11 @@ void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, c
 
 void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
                            const std::uint64_t* bits, std::int64_t at) {
-  const hn::ScalableTag<float> df;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
-  const float ks = dropout_scale<float>(spec);
-  const auto vk = hn::Set(df, ks);
-  std::int64_t j = 0;
-  for (; j + N <= n; j += N) {
-    const std::uint64_t v = get_bits(bits, at + j, static_cast<int>(N));
-    std::uint8_t m[8];
-    std::memcpy(m, &v, sizeof(v));
-    const auto keep = hn::LoadMaskBits(df, m);
-    hn::StoreU(hn::IfThenElseZero(keep, hn::Mul(hn::LoadU(df, x + j), vk)), df, y + j);
-  }
-  for (; j < n; ++j) y[j] = get_bits(bits, at + j, 1) ? x[j] * ks : 0.0f;
+  MULTIHEAD_DISPATCH(dropout_row_from_bits)(y, x, n, spec, bits, at);
 }
 
 template void dropout_inplace<float>(float*, std::int64_t, std::uint64_t, const DropoutSpec&);
 template void dropout_inplace<double>(double*, std::int64_t, std::uint64_t, const DropoutSpec&);
 
 }  // namespace multihead
+#endif  // HWY_ONCE

@@ -1,16 +1,114 @@
 #include "multihead/kernels/half.h"
 
-#include <hwy/highway.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "multihead/core/error.h"
 
-namespace multihead {
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/half.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "dispatch.h"
+
+// The conversions in vectors, once for each Highway target.
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
+
+namespace {
+
+// The bf16 bits of u's lanes (fp32 bit patterns), as float_to_bf16, in the
+// low halves of the lanes.
+template <class DU, class V>
+V bf16_bits(DU du, V u) {
+  const auto one = hn::Set(du, 1u), bias = hn::Set(du, 0x7FFFu), abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  const auto inf = hn::Set(du, 0x7F800000u), quiet = hn::Set(du, 0x400000u);
+  const auto rounded = hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one)));
+  const auto nan = hn::Gt(hn::And(u, abs_mask), inf);
+  return hn::ShiftRight<16>(hn::IfThenElse(nan, hn::Or(u, quiet), rounded));
+}
+
+// Stores the low halves of bits' lanes: they fit 16 bits, so the saturating
+// signed demotion is exact.
+template <class DU, class V>
+void store_bf16(DU du, V bits, std::uint16_t* dst) {
+  const hn::Rebind<std::uint16_t, DU> d16;
+  const hn::RebindToSigned<DU> di;
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, dst);
+}
+
+}  // namespace
+
+void convert_f32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) {
+  const hn::ScalableTag<std::uint32_t> du;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(du));
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N)
+    store_bf16(du, bf16_bits(du, hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i))), dst + i);
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
+void narrow_adding(BF16* dst, float* sums, const float* src, std::int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  auto* out = reinterpret_cast<std::uint16_t*>(dst);
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto v = hn::LoadU(df, src + i);
+    hn::StoreU(hn::Add(hn::LoadU(df, sums + i), v), df, sums + i);
+    store_bf16(du, bf16_bits(du, hn::BitCast(du, v)), out + i);
+  }
+  for (; i < n; ++i) sums[i] += src[i], out[i] = float_to_bf16(src[i]);
+}
+
+void convert_bf16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) {
+  const hn::ScalableTag<std::uint32_t> du;
+  const hn::Rebind<std::uint16_t, decltype(du)> d16;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(du));
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto w = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + i)));
+    hn::StoreU(w, du, reinterpret_cast<std::uint32_t*>(dst + i));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+
+void convert_f32_to_f16(std::uint16_t* dst, const float* src, std::int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, reinterpret_cast<hwy::float16_t*>(dst + i));
+  for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+
+void convert_f16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
+  std::int64_t i = 0;
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(src + i))), df, dst + i);
+  for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
+}
+
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(convert_f32_to_bf16);
+HWY_EXPORT(narrow_adding);
+HWY_EXPORT(convert_bf16_to_f32);
+HWY_EXPORT(convert_f32_to_f16);
+HWY_EXPORT(convert_f16_to_f32);
 
 // bf16 is the top half of an fp32. Round to nearest even by adding 0x7FFF
 // plus the lowest kept bit before truncating; a NaN is truncated instead
@@ -62,82 +160,24 @@ float f16_to_float(std::uint16_t h) noexcept {
   return x;
 }
 
-namespace {
-
-// The bf16 bits of u's lanes (fp32 bit patterns), as float_to_bf16, in the
-// low halves of the lanes.
-template <class DU, class V>
-V bf16_bits(DU du, V u) {
-  const auto one = hn::Set(du, 1u), bias = hn::Set(du, 0x7FFFu), abs_mask = hn::Set(du, 0x7FFFFFFFu);
-  const auto inf = hn::Set(du, 0x7F800000u), quiet = hn::Set(du, 0x400000u);
-  const auto rounded = hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one)));
-  const auto nan = hn::Gt(hn::And(u, abs_mask), inf);
-  return hn::ShiftRight<16>(hn::IfThenElse(nan, hn::Or(u, quiet), rounded));
-}
-
-// Stores the low halves of bits' lanes: they fit 16 bits, so the saturating
-// signed demotion is exact.
-template <class DU, class V>
-void store_bf16(DU du, V bits, std::uint16_t* dst) {
-  const hn::Rebind<std::uint16_t, DU> d16;
-  const hn::RebindToSigned<DU> di;
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, dst);
-}
-
-}  // namespace
-
 void convert_f32_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) noexcept {
-  const hn::ScalableTag<std::uint32_t> du;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(du));
-  std::int64_t i = 0;
-  for (; i + N <= n; i += N)
-    store_bf16(du, bf16_bits(du, hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i))), dst + i);
-  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+  MULTIHEAD_DISPATCH(convert_f32_to_bf16)(dst, src, n);
 }
 
 void narrow_adding(BF16* dst, float* sums, const float* src, std::int64_t n) noexcept {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
-  auto* out = reinterpret_cast<std::uint16_t*>(dst);
-  std::int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto v = hn::LoadU(df, src + i);
-    hn::StoreU(hn::Add(hn::LoadU(df, sums + i), v), df, sums + i);
-    store_bf16(du, bf16_bits(du, hn::BitCast(du, v)), out + i);
-  }
-  for (; i < n; ++i) sums[i] += src[i], out[i] = float_to_bf16(src[i]);
+  MULTIHEAD_DISPATCH(narrow_adding)(dst, sums, src, n);
 }
 
 void convert_bf16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) noexcept {
-  const hn::ScalableTag<std::uint32_t> du;
-  const hn::Rebind<std::uint16_t, decltype(du)> d16;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(du));
-  std::int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto w = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + i)));
-    hn::StoreU(w, du, reinterpret_cast<std::uint32_t*>(dst + i));
-  }
-  for (; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  MULTIHEAD_DISPATCH(convert_bf16_to_f32)(dst, src, n);
 }
 
 void convert_f32_to_f16(std::uint16_t* dst, const float* src, std::int64_t n) noexcept {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
-  std::int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, reinterpret_cast<hwy::float16_t*>(dst + i));
-  for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
+  MULTIHEAD_DISPATCH(convert_f32_to_f16)(dst, src, n);
 }
 
 void convert_f16_to_f32(float* dst, const std::uint16_t* src, std::int64_t n) noexcept {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
-  std::int64_t i = 0;
-  for (; i + N <= n; i += N)
-    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(src + i))), df, dst + i);
-  for (; i < n; ++i) dst[i] = f16_to_float(src[i]);
+  MULTIHEAD_DISPATCH(convert_f16_to_f32)(dst, src, n);
 }
 
 namespace {
@@ -202,3 +242,4 @@ void round_to_storage(Tensor& x, DType to) {
 }
 
 }  // namespace multihead
+#endif  // HWY_ONCE

@@ -1,7 +1,5 @@
 #include "multihead/kernels/layer_norm.h"
 
-#include <hwy/highway.h>
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -11,7 +9,17 @@
 #include "multihead/core/error.h"
 #include "multihead/kernels/half.h"
 
-namespace multihead {
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/layer_norm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "dispatch.h"
+
+// The rows, once for each Highway target.
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
 namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
@@ -87,6 +95,18 @@ void backward_row(float* dx, const float* dy, const float* x, float m, float rs,
   for (; i < d; ++i) dx[i] = rs * (g_tail(i) - sum_g * inv_d - (x[i] - m) * rs * sum_gx * inv_d);
 }
 
+}  // namespace
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace multihead {
+
+HWY_EXPORT(forward_row);
+HWY_EXPORT(backward_row);
+
+namespace {
+
 // Parameter gradients reduce over rows: dgamma += sum_n g * xhat, dbeta +=
 // sum_n g, with x_at(i) and g_at(i) reading element i = n * d + j. Each
 // column's sum runs over the rows in order (for_column_ranges), so the
@@ -128,7 +148,7 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
     const T* xr = x + n * d;
     T* yr = y + n * d;
     if constexpr (std::is_same_v<T, float>) {
-      forward_row(yr, mean[n], rstd[n], xr, gamma, beta, d, eps);
+      MULTIHEAD_DISPATCH(forward_row)(yr, mean[n], rstd[n], xr, gamma, beta, d, eps);
       continue;
     }
     // Two passes (mean, then variance around it) for accuracy with large means.
@@ -159,7 +179,7 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
     const T* dyr = dy + n * d;
     T* dxr = dx + n * d;
     if constexpr (std::is_same_v<T, float>) {
-      backward_row(dxr, dyr, xr, mean[n], rstd[n], gamma, d);
+      MULTIHEAD_DISPATCH(backward_row)(dxr, dyr, xr, mean[n], rstd[n], gamma, d);
       continue;
     }
     T sum_g = T(0), sum_gx = T(0);
@@ -198,7 +218,7 @@ void residual_layer_norm_forward(float* y, float* mean, float* rstd, float* s, T
       if (drop.active()) dropout_inplace(h, d, static_cast<std::uint64_t>(n * d), drop);
       const float* xr = x + n * d;
       for (std::int64_t i = 0; i < d; ++i) h[i] += xr[i];
-      forward_row(y + n * d, mean[n], rstd[n], h, gamma, beta, d, eps);
+      MULTIHEAD_DISPATCH(forward_row)(y + n * d, mean[n], rstd[n], h, gamma, beta, d, eps);
       if (saved) narrow(saved + n * d, h, d);
     }
   }
@@ -231,7 +251,7 @@ void residual_layer_norm_backward(float* dh, float* ds, float* dgamma, float* db
         hr = h_row.data();
       }
       float* dhr = dh + n * d;
-      backward_row(dhr, g, hr, mean[n], rstd[n], gamma, d);
+      MULTIHEAD_DISPATCH(backward_row)(dhr, g, hr, mean[n], rstd[n], gamma, d);
       if (dh_extra) {
         const float* e = dh_extra + n * d;
         for (std::int64_t i = 0; i < d; ++i) dhr[i] += e[i];
@@ -275,3 +295,4 @@ MULTIHEAD_INSTANTIATE(F16)
 #undef MULTIHEAD_INSTANTIATE
 
 }  // namespace multihead
+#endif  // HWY_ONCE

@@ -8,13 +8,28 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <hwy/highway.h>
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/threading.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/machine.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "dispatch.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE {
+// The target a kernel call runs on: asked through the dispatch itself.
+const char* dispatched_target() { return hwy::TargetName(HWY_TARGET); }
+}  // namespace multihead::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace multihead {
 namespace {
 
@@ -47,8 +62,14 @@ void read_cpuinfo(MachineInfo& m) {
   if (m.cpu.empty()) m.cpu = "unknown CPU";
 }
 
-// Highway's static target (the library is built for the CPU it runs on) in
-// the usual words.
+HWY_EXPORT(dispatched_target);
+#if HWY_COMPILE_ONLY_STATIC
+constexpr const char* kKernelDispatch = "build time";
+#else
+constexpr const char* kKernelDispatch = "run time";
+#endif
+
+// Highway's target in the usual words.
 std::string simd_level(std::string_view target) {
   if (target.rfind("AVX3", 0) == 0) return "AVX-512";
   if (target == "AVX2") return "AVX2";
@@ -72,11 +93,19 @@ const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
 
 }  // namespace
 
+void cap_kernel_targets() {
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+  // Every x86 target better than AVX2 has a lower bit than HWY_AVX2's.
+  if ((isa & avx512) != avx512) hwy::DisableTargets(HWY_AVX2 - 1);
+}
+
 MachineInfo machine_info() {
   MachineInfo m;
   read_cpuinfo(m);
-  m.kernel_target = hwy::TargetName(HWY_STATIC_TARGET);
+  m.kernel_target = MULTIHEAD_DISPATCH(dispatched_target)();
   m.kernel_simd = simd_level(m.kernel_target);
+  m.kernel_dispatch = kKernelDispatch;
   m.gemm_backend = gemm_backend_name(gemm_backend());
   m.gemm_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
   m.bf16_path = bf16_path_name(bf16_path());
@@ -92,11 +121,13 @@ std::string machine_summary(const MachineInfo& m) {
 
 std::string machine_details(const MachineInfo& m) {
   return fmt::format(
-      "cpu: {} ({})\nkernels: {} (Highway target {}, chosen at build time)\n"
+      "cpu: {} ({})\nkernels: {} (Highway target {}, chosen {})\n"
       "gemm: {}, oneDNN ISA {} (chosen at run time; ONEDNN_MAX_CPU_ISA lowers it)\n"
       "bf16 products: {} (fp16 always computes in fp32)\nthreads: {}",
       m.cpu, m.cpu_simd.empty() ? std::string("no SIMD flags found") : fmt::format("{}", fmt::join(m.cpu_simd, " ")),
-      m.kernel_simd, m.kernel_target, m.gemm_backend, m.gemm_isa, m.bf16_path, m.threads);
+      m.kernel_simd, m.kernel_target,
+      m.kernel_dispatch == "run time" ? "at run time, at most oneDNN's ISA" : "at build time (-march=native)",
+      m.gemm_backend, m.gemm_isa, m.bf16_path, m.threads);
 }
 
 void to_json(nlohmann::json& j, const MachineInfo& m) {
@@ -104,6 +135,7 @@ void to_json(nlohmann::json& j, const MachineInfo& m) {
        {"cpu_simd", m.cpu_simd},
        {"kernel_simd", m.kernel_simd},
        {"kernel_target", m.kernel_target},
+       {"kernel_dispatch", m.kernel_dispatch},
        {"gemm_backend", m.gemm_backend},
        {"gemm_isa", m.gemm_isa},
        {"bf16_path", m.bf16_path},
@@ -111,3 +143,4 @@ void to_json(nlohmann::json& j, const MachineInfo& m) {
 }
 
 }  // namespace multihead
+#endif  // HWY_ONCE

@@ -1,6 +1,14 @@
-// Vectorised row operations for the fused attention kernels (Google Highway,
-// compiled for the build machine's widest vectors). Internal header.
-#pragma once
+// Vectorised row operations for the fused attention kernels (Google
+// Highway). Internal header.
+// Compiled once for each Highway target of the file that includes it (after
+// hwy/foreach_target.h), into that target's namespace: the usual include
+// guard, toggled by Highway on each pass.
+#if defined(MULTIHEAD_KERNELS_SIMD_ROWS_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MULTIHEAD_KERNELS_SIMD_ROWS_H_
+#undef MULTIHEAD_KERNELS_SIMD_ROWS_H_
+#else
+#define MULTIHEAD_KERNELS_SIMD_ROWS_H_
+#endif
 
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
@@ -11,7 +19,8 @@
 #include <cstring>
 #include <limits>
 
-namespace multihead::simd {
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE::simd {
 
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
@@ -291,4 +300,7 @@ inline void dropout_softmax_grad_row(float* dp, const float* p, const float* pd,
   for (; j < n; ++j) dp[j] = pd[j] * dp[j] - p[j] * delta;
 }
 
-}  // namespace multihead::simd
+}  // namespace multihead::HWY_NAMESPACE::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // MULTIHEAD_KERNELS_SIMD_ROWS_H_

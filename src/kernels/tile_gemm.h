@@ -16,7 +16,15 @@
 // few L1 sets and defeat the prefetchers, and the products ran 20-30% slower
 // (AMX Xeon, head dimension 64). pack_panels_t lays K^T or V^T out as one
 // contiguous panel per block.
-#pragma once
+// Compiled once for each Highway target of the file that includes it (after
+// hwy/foreach_target.h), into that target's namespace: the usual include
+// guard, toggled by Highway on each pass.
+#if defined(MULTIHEAD_KERNELS_TILE_GEMM_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MULTIHEAD_KERNELS_TILE_GEMM_H_
+#undef MULTIHEAD_KERNELS_TILE_GEMM_H_
+#else
+#define MULTIHEAD_KERNELS_TILE_GEMM_H_
+#endif
 
 #include <hwy/highway.h>
 
@@ -25,7 +33,8 @@
 
 #include "multihead/kernels/transpose.h"
 
-namespace multihead::simd {
+HWY_BEFORE_NAMESPACE();
+namespace multihead::HWY_NAMESPACE::simd {
 
 namespace hn_gemm = hwy::HWY_NAMESPACE;
 
@@ -151,4 +160,7 @@ inline void tile_gemm(float* C, std::int64_t ldc, const float* A, std::int64_t l
   }
 }
 
-}  // namespace multihead::simd
+}  // namespace multihead::HWY_NAMESPACE::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // MULTIHEAD_KERNELS_TILE_GEMM_H_

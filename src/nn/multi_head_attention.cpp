@@ -14,52 +14,6 @@
 
 namespace multihead {
 
-void MultiheadAttentionConfig::validate() const {
-  check<ConfigError>(embed_dim > 0 && embed_dim <= kMaxWidth, "embed_dim must be in [1, {}], got {}", kMaxWidth,
-                     embed_dim);
-  check<ConfigError>(num_heads > 0 && num_heads <= embed_dim, "num_heads must be in [1, embed_dim], got {}", num_heads);
-  check<ConfigError>(kdim <= kMaxWidth && vdim <= kMaxWidth, "kdim ({}) and vdim ({}) must be at most {}", kdim, vdim,
-                     kMaxWidth);
-  check<ConfigError>(embed_dim % num_heads == 0, "embed_dim ({}) must be divisible by num_heads ({})", embed_dim,
-                     num_heads);
-  check<ConfigError>(kdim >= 0 && vdim >= 0, "kdim ({}) and vdim ({}) must be positive", kdim, vdim);
-  check<ConfigError>(dropout >= 0.0 && dropout <= 1.0, "dropout must be in [0, 1], got {}", dropout);
-  check<ConfigError>(positions != AttentionPositions::kRope || head_dim() % 2 == 0,
-                     "rotary positions need an even head dimension, got {}", head_dim());
-  check<ConfigError>(positions != AttentionPositions::kRelative || relative_clip >= 0,
-                     "relative_clip must be >= 0, got {}", relative_clip);
-  check<ConfigError>(rope_theta > 0, "rope_theta must be positive, got {}", rope_theta);
-  check<ConfigError>(num_kv_heads >= 0 && num_heads % kv_heads() == 0,
-                     "num_kv_heads ({}) must divide num_heads ({})", num_kv_heads, num_heads);
-  check<ConfigError>(variant != AttentionVariant::kSlidingWindow || (window_left >= -1 && window_right >= -1),
-                     "window sizes must be >= -1 (unlimited), got {} and {}", window_left, window_right);
-  check<ConfigError>(variant != AttentionVariant::kBlockSparse ||
-                         (sparse_block > 0 && sparse_neighbours >= 0 && global_tokens >= 0),
-                     "block_sparse needs a positive block, and neighbours and global tokens >= 0");
-  check<ConfigError>(variant != AttentionVariant::kLinear || (positions != AttentionPositions::kRelative &&
-                                                             positions != AttentionPositions::kAlibi),
-                     "linear attention has no scores for relative or ALiBi positions to act on");
-}
-
-AttentionVariant parse_attention_variant(std::string_view name) {
-  if (name == "full") return AttentionVariant::kFull;
-  if (name == "sliding_window") return AttentionVariant::kSlidingWindow;
-  if (name == "block_sparse") return AttentionVariant::kBlockSparse;
-  if (name == "linear") return AttentionVariant::kLinear;
-  throw ConfigError(fmt::format(
-      "attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"{}\"", name));
-}
-
-std::string_view attention_variant_name(AttentionVariant v) {
-  switch (v) {
-    case AttentionVariant::kFull: return "full";
-    case AttentionVariant::kSlidingWindow: return "sliding_window";
-    case AttentionVariant::kBlockSparse: return "block_sparse";
-    case AttentionVariant::kLinear: return "linear";
-  }
-  return "?";
-}
-
 MultiheadAttention::MultiheadAttention(ParamStore& store, const std::string& prefix,
                                        const MultiheadAttentionConfig& cfg)
     : cfg_(cfg), store_(&store) {
@@ -143,20 +97,6 @@ void MultiheadAttention::set_head_mask(std::vector<std::uint8_t> masked) {
 
 namespace {
 
-// Zeroes the columns of masked heads in rows of width E (any float storage:
-// zero bits are +0 in each).
-void zero_heads(Tensor& t, const std::vector<std::uint8_t>& masked, std::int64_t head_dim) {
-  if (masked.empty()) return;
-  const std::int64_t E = t.dim(-1), rows = t.numel() / E;
-  const std::size_t es = dtype_size(t.dtype());
-  char* p = static_cast<char*>(t.raw());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::size_t h = 0; h < masked.size(); ++h)
-      if (masked[h])
-        std::memset(p + (r * E + static_cast<std::int64_t>(h) * head_dim) * static_cast<std::int64_t>(es), 0,
-                    es * static_cast<std::size_t>(head_dim));
-}
-
 // Checks a mask's dtype and returns whether it is bool.
 bool mask_is_bool(const Tensor& m, std::string_view what) {
   check<ShapeError>(m.dtype() == DType::kBool || m.dtype() == DType::kF32, "{} must be BOOL or F32, got {}", what,
@@ -178,6 +118,20 @@ void append_position(T* dst, const T* src, std::int64_t ld_src, const float* bia
 }
 
 }  // namespace
+
+// Zeroes the columns of masked heads in rows of width E (any float storage:
+// zero bits are +0 in each).
+void MultiheadAttention::zero_masked_heads(Tensor& t, std::int64_t head_dim) const {
+  if (head_mask_.empty()) return;
+  const std::int64_t E = t.dim(-1), rows = t.numel() / E;
+  const std::size_t es = dtype_size(t.dtype());
+  char* p = static_cast<char*>(t.raw());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::size_t h = 0; h < head_mask_.size(); ++h)
+      if (head_mask_[h])
+        std::memset(p + (r * E + static_cast<std::int64_t>(h) * head_dim) * static_cast<std::int64_t>(es), 0,
+                    es * static_cast<std::size_t>(head_dim));
+}
 
 // Self-attention keeps q, k, v side by side in one (B, L, E + 2 KE) buffer.
 template <typename T>
@@ -404,7 +358,7 @@ void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_we
     attention_ref_forward<float>({c.attn.f32(), L * E, E, d.Dv}, c.probs.f32(), q_view<float>(), k_view<float>(),
                                  v_view<float>(), masks, d, scale, c.dropout);
   }
-  zero_heads(c.attn, head_mask_, d.Dv);
+  zero_masked_heads(c.attn, d.Dv);
 }
 
 MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall& call) const {
@@ -459,187 +413,14 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   return out;
 }
 
-namespace {
-
-// Gradients of grouped key/value heads: the kernels write one gradient per
-// query head into full (B, S, H*D); each stored head gets its group's sum.
-void sum_groups(HeadsView<float> dst, const Tensor& full, std::int64_t B, std::int64_t S, std::int64_t kv_heads,
-                std::int64_t group, std::int64_t D) {
-  const std::int64_t E = kv_heads * group * D;
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t s = 0; s < S; ++s) {
-      const float* src = full.f32() + (b * S + s) * E;
-      float* out = dst.ptr + b * dst.batch_stride + s * dst.row_stride;
-      for (std::int64_t kh = 0; kh < kv_heads; ++kh)
-        for (std::int64_t e = 0; e < D; ++e) {
-          float acc = 0.0f;
-          for (std::int64_t g = 0; g < group; ++g) acc += src[(kh * group + g) * D + e];
-          out[kh * D + e] = acc;
-        }
-    }
-}
-
-}  // namespace
-
-Tensor MultiheadAttention::out_proj_backward(const Tensor& grad_output) {
-  const Cache& c = cache_;
-  const std::int64_t E = cfg_.embed_dim, N = c.dims.B * c.dims.L;
-  // d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
-  Tensor d_attn = Tensor::empty({c.dims.B, c.dims.L, E});
-  visit_float_storage(c.store, [&](auto tag) {
-    using T = decltype(tag);
-    linear_backward_stored<T>(d_attn.f32(), E, false, store_->grad(out_proj_weight_),
-                              cfg_.bias ? store_->grad(out_proj_bias_) : nullptr, grad_output.f32(), E,
-                              c.attn.data<T>(), E, store_->data(out_proj_weight_), N, E, E);
-  });
-  zero_heads(d_attn, head_mask_, c.dims.Dv);
-  return d_attn;
-}
-
-MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d_attn) {
-  Cache& c = cache_;
-  const AttentionDims& d = c.dims;
-  const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in, KE = cfg_.kv_dim(), PW = E + 2 * KE;
-  const std::int64_t group = cfg_.group();
-  ProjectionGrads g;
-  HeadsView<float> dq_view, dk_view, dv_view;
-  if (c.self) {
-    g.qkv = Tensor::empty({B, L, PW});
-    dq_view = {g.qkv.f32(), L * PW, PW, d.D};
-    dk_view = {g.qkv.f32() + E, L * PW, PW, d.D};
-    dv_view = {g.qkv.f32() + E + KE, L * PW, PW, d.Dv};
-  } else {
-    g.q = Tensor::empty({B, L, E});
-    g.k = Tensor::empty({B, S, KE});
-    g.v = Tensor::empty({B, S, KE});
-    dq_view = {g.q.f32(), L * E, E, d.D};
-    dk_view = {g.k.f32(), S * KE, KE, d.D};
-    dv_view = {g.v.f32(), S * KE, KE, d.Dv};
-  }
-  // With extra positions the kernel writes (B, S', KE) gradients, split afterwards.
-  const bool extended = c.k_ext.defined();
-  const HeadsView<float> dk_target = dk_view, dv_target = dv_view;
-  Tensor dk_ext, dv_ext;
-  if (extended) {
-    dk_ext = Tensor::empty({B, d.S, KE});
-    dv_ext = Tensor::empty({B, d.S, KE});
-    dk_view = {dk_ext.f32(), d.S * KE, KE, d.D};
-    dv_view = {dv_ext.f32(), d.S * KE, KE, d.Dv};
-  }
-  // Grouped heads: per-query-head gradients first, summed afterwards.
-  HeadsView<float> dk_kernel = dk_view, dv_kernel = dv_view;
-  Tensor dk_full, dv_full;
-  if (group > 1) {
-    dk_full = Tensor::empty({B, d.S, E});
-    dv_full = Tensor::empty({B, d.S, E});
-    dk_kernel = {dk_full.f32(), d.S * E, E, d.D};
-    dv_kernel = {dv_full.f32(), d.S * E, E, d.Dv};
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  const HeadsView<const float> dout_view{d_attn.f32(), L * E, E, d.Dv};
-  if (cfg_.variant == AttentionVariant::kLinear) {
-    LinearAttentionArgs<float> la;
-    la.key_padding = c.masks.key_padding_bool;
-    la.causal = c.masks.causal != CausalAlign::kNone;
-    linear_attention_backward<float>(dq_view, dk_kernel, dv_kernel, dout_view, q_view<float>(), k_view<float>(),
-                                     v_view<float>(), d, la);
-  } else if (c.impl == AttentionImpl::kFused) {
-    visit_float_storage(c.store, [&](auto tag) {
-      using T = decltype(tag);
-      attention_fused_backward<T>(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.data<T>(), L * E, E, d.Dv},
-                                  dout_view, q_view<T>(), k_view<T>(), v_view<T>(), c.masks, d, scale, c.dropout,
-                                  c.tiles);
-    });
-  } else {
-    attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view<float>(),
-                                  k_view<float>(), v_view<float>(), c.masks, d, scale, c.dropout);
-  }
-  // Backward runs once per forward: what only the kernel read can go now.
-  d_attn = Tensor();
-  c.attn = Tensor(), c.probs = Tensor(), c.keep_bits = Tensor();
-  c.dropout.keep_bits = nullptr;
-  if (group > 1) {
-    sum_groups(dk_view, dk_full, B, d.S, cfg_.kv_heads(), group, d.D);
-    sum_groups(dv_view, dv_full, B, d.S, cfg_.kv_heads(), group, d.Dv);
-    dk_full = Tensor(), dv_full = Tensor();
-  }
-  if (extended) {
-    // The first S positions belong to the projected key/value; position S is
-    // bias_k/bias_v when add_bias_kv; the zero position has no parameter.
-    for (std::int64_t b = 0; b < B; ++b) {
-      for (std::int64_t s = 0; s < S; ++s) {
-        std::memcpy(dk_target.ptr + b * dk_target.batch_stride + s * dk_target.row_stride,
-                    dk_ext.f32() + (b * d.S + s) * KE, sizeof(float) * KE);
-        std::memcpy(dv_target.ptr + b * dv_target.batch_stride + s * dv_target.row_stride,
-                    dv_ext.f32() + (b * d.S + s) * KE, sizeof(float) * KE);
-      }
-      if (cfg_.add_bias_kv) {
-        float* gk = store_->grad(bias_k_);
-        float* gv = store_->grad(bias_v_);
-        const float* sk = dk_ext.f32() + (b * d.S + S) * KE;
-        const float* sv = dv_ext.f32() + (b * d.S + S) * KE;
-        for (std::int64_t e = 0; e < KE; ++e) gk[e] += sk[e], gv[e] += sv[e];
-      }
-    }
-  }
-  // Through the rotation: its gradient is the inverse rotation.
-  if (cfg_.positions == AttentionPositions::kRope) {
-    const HeadsView<float> dq_h =
-        c.self ? HeadsView<float>{g.qkv.f32(), L * PW, PW, d.D} : HeadsView<float>{g.q.f32(), L * E, E, d.D};
-    rotate(dq_h, dk_target, S, true);
-  }
-  return g;
-}
-
-MultiheadAttentionGrads MultiheadAttention::in_proj_backward(const ProjectionGrads& dp) {
-  Cache& c = cache_;
-  const std::int64_t E = cfg_.embed_dim, B = c.dims.B, L = c.dims.L, S = c.S_in, KE = cfg_.kv_dim();
-  const std::int64_t PW = E + 2 * KE;
-  MultiheadAttentionGrads g;
-  float* gb_in = cfg_.bias ? store_->grad(in_proj_bias_) : nullptr;
-  const std::int64_t row0[3] = {0, E, E + KE};
-  auto gbias_part = [&](int i) { return gb_in ? gb_in + row0[i] : nullptr; };
-  c.qkv = Tensor(), c.q = Tensor(), c.k = Tensor(), c.v = Tensor(), c.k_ext = Tensor(), c.v_ext = Tensor();
-  // dx = dY W, dW += dY^T x, with x as saved (fp32 or 16-bit).
-  auto project_back = [&](Tensor& dx, const SavedTensor& x, const float* dy, std::int64_t lddy, const float* w,
-                          float* gw, float* gb, std::int64_t N, std::int64_t in, std::int64_t out) {
-    const Tensor& xs = x.stored();
-    visit_float_storage(xs.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      linear_backward_stored<T>(dx.f32(), in, false, gw, gb, dy, lddy, xs.template data<T>(), in, w, N, in, out);
-    });
-  };
-  if (c.self) {
-    g.query = Tensor::empty({B, L, E});
-    project_back(g.query, c.query, dp.qkv.f32(), PW, store_->data(in_proj_weight_), store_->grad(in_proj_weight_),
-                 gb_in, B * L, E, PW);
-    return g;
-  }
-  const SavedTensor& value = c.value.defined() ? c.value : c.key;
-  const bool packed = cfg_.packed_in_proj();
-  const std::int64_t kd = cfg_.key_dim(), vd = cfg_.value_dim();
-  float* w[3] = {packed ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_),
-                 packed ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_),
-                 packed ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_)};
-  float* gw[3] = {packed ? store_->grad(in_proj_weight_) : store_->grad(q_proj_weight_),
-                  packed ? store_->grad(in_proj_weight_) + E * E : store_->grad(k_proj_weight_),
-                  packed ? store_->grad(in_proj_weight_) + (E + KE) * E : store_->grad(v_proj_weight_)};
-  g.query = Tensor::empty({B, L, E});
-  g.key = Tensor::empty({B, S, kd});
-  g.value = Tensor::empty({B, S, vd});
-  project_back(g.query, c.query, dp.q.f32(), E, w[0], gw[0], gbias_part(0), B * L, E, E);
-  project_back(g.key, c.key, dp.k.f32(), KE, w[1], gw[1], gbias_part(1), B * S, kd, KE);
-  project_back(g.value, value, dp.v.f32(), KE, w[2], gw[2], gbias_part(2), B * S, vd, KE);
-  return g;
-}
-
-MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
-  Cache& c = cache_;
-  check(c.valid, "MultiheadAttention::backward called without a preceding forward");
-  c.valid = false;  // backward consumes the cache
-  expect_shape(grad_output, {c.dims.B, c.dims.L, cfg_.embed_dim}, "grad_output");
-  const ProjectionGrads dp = attend_backward(out_proj_backward(grad_output));
-  return in_proj_backward(dp);
-}
+// The backward pass (multi_head_attention_backward.cpp) reads the cache through these too.
+#define MULTIHEAD_INSTANTIATE(T)                                      \
+  template HeadsView<const T> MultiheadAttention::q_view<T>() const; \
+  template HeadsView<const T> MultiheadAttention::k_view<T>() const; \
+  template HeadsView<const T> MultiheadAttention::v_view<T>() const;
+MULTIHEAD_INSTANTIATE(float)
+MULTIHEAD_INSTANTIATE(BF16)
+MULTIHEAD_INSTANTIATE(F16)
+#undef MULTIHEAD_INSTANTIATE
 
 }  // namespace multihead

@@ -252,15 +252,12 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
 
   job.train.steps = job.budget.steps(static_cast<std::int64_t>(tr.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
-  ParamStore store;
-  VisionTransformer model(store, job.model);
-  prepare_for_training(model, store, job.train);
-  progress.log("model: " + job.model.describe(store.numel()));
-  ImageClassificationTask task(model, job, train, val);
+  ModelToTrain<VisionTransformer> m(job.model, job.train, progress);
+  ImageClassificationTask task(m.model, job, train, val);
   FitPlan plan;
   plan.epoch_examples = tr;
   plan.unit = "img/s";
-  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
 
   ImageClassificationResult result;
   if (fitted.validation) result.validation_accuracy = fitted.validation->accuracy.value_or(0);
@@ -268,7 +265,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   result.skipped_steps = fitted.skipped_steps;
   result.train_seconds = fitted.seconds;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  std::tie(result.test_loss, result.test_accuracy) = evaluate(model, test, test_idx, job.train.precision);
+  std::tie(result.test_loss, result.test_accuracy) = evaluate(m.model, test, test_idx, job.train.precision);
   check_finite_result("the test loss", result.test_loss);
   run.write_results({{"test_accuracy", result.test_accuracy},
                      {"test_loss", result.test_loss},
@@ -280,8 +277,8 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   report.rows = {{"test accuracy", fmt::format("{:.2f}% ({} images)", 100 * result.test_accuracy, test_idx.size())},
                  {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation_accuracy)},
                  {"training", fitted.summary()},
-                 {"model", job.model.describe(store.numel())}};
-  report.sections = attention_section(model, gather(test.pixels, {0}), test.labels[0], job.report_title, run);
+                 {"model", job.model.describe(m.store.numel())}};
+  report.sections = attention_section(m.model, gather(test.pixels, {0}), test.labels[0], job.report_title, run);
   write_run_report(run, fitted, report);
   return result;
 }

@@ -215,16 +215,13 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   const std::int64_t L = job.train.seq_len;
   check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");
 
-  ParamStore store;
-  LanguageModel model(store, job.model);
-  prepare_for_training(model, store, job.train);
-  progress.log("model: " + job.model.describe(store.numel()));
-  LanguageModelTask task(model, job, train_ids, val_ids);
+  ModelToTrain<LanguageModel> m(job.model, job.train, progress);
+  LanguageModelTask task(m.model, job, train_ids, val_ids);
   FitPlan plan;
   plan.eval_every = job.eval_every;
   plan.throughput_key = "tokens_per_s";
   plan.loss_unit = " nats/token";
-  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
 
   LanguageModelResult result;
   if (fitted.validation) result.validation_loss = fitted.validation->loss;
@@ -233,7 +230,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   result.skipped_steps = fitted.skipped_steps;
   result.train_seconds = fitted.seconds;
   result.tokens_per_s = fitted.items_per_s;
-  result.sample = tok->decode(generate(model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
+  result.sample = tok->decode(generate(m.model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
   run.write_results({{"validation_loss", result.validation_loss},
                      {"steps", result.steps},
                      {"skipped_steps", result.skipped_steps},
@@ -245,19 +242,19 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
                                                  result.validation_loss / std::log(2.0))},
                  {"training", fitted.summary()},
                  {"batches", fmt::format("{} windows of {} tokens", job.train.batch, L)},
-                 {"model", job.model.describe(store.numel())},
+                 {"model", job.model.describe(m.store.numel())},
                  {"data", job.text_path}};
   report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n## Attention\n\n",
                                 job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);
   {
     std::vector<std::int64_t> ids = tok->encode(result.sample);
     ids.resize(std::min<std::size_t>(ids.size(), 128));
-    AttentionMaps all = language_model_attention(model, *tok, ids, 0, Precision::kF32);
+    AttentionMaps all = language_model_attention(m.model, *tok, ids, 0, Precision::kF32);
     report.sections += report_explorer(
         run, {job.report_title, fmt::format("the first {} tokens of the sample", all.T), {std::move(all)}});
   }
   report.sections += "The last layer's heads over the sample's start (colours from 0 to each head's largest weight):\n\n";
-  for (const auto& f : write_heatmaps(model, *tok, result.sample, run))
+  for (const auto& f : write_heatmaps(m.model, *tok, result.sample, run))
     report.sections += fmt::format("![{0}](plots/{0})\n", f);
   write_run_report(run, fitted, report);
   return result;

@@ -16,384 +16,13 @@
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/tasks/attention_explorer.h"
 #include "multihead/train/fit.h"
+#include "pronunciation_data.h"
 
 namespace multihead {
 
 using json = nlohmann::json;
 
-std::vector<std::string> utf8_characters(const std::string& word) {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < word.size();) {
-    const unsigned char c = static_cast<unsigned char>(word[i]);
-    const std::size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    out.push_back(word.substr(i, n));
-    i += n;
-  }
-  return out;
-}
-
-std::vector<std::int64_t> PronunciationVocab::encode_word(const std::string& word) const {
-  std::vector<std::int64_t> ids;
-  for (const std::string& ch : utf8_characters(word)) {
-    const auto it = std::find(letters.begin(), letters.end(), ch);
-    ids.push_back(it == letters.end() ? kUnknownLetter : 2 + (it - letters.begin()));
-  }
-  return ids;
-}
-
-std::vector<std::int64_t> PronunciationVocab::encode_phonemes(const std::vector<std::string>& ps) const {
-  std::vector<std::int64_t> ids;
-  for (const std::string& p : ps) {
-    const auto it = std::find(phonemes.begin(), phonemes.end(), p);
-    check<IoError>(it != phonemes.end(), "phoneme {} is not in the vocabulary", p);
-    ids.push_back(3 + (it - phonemes.begin()));
-  }
-  return ids;
-}
-
-std::vector<std::string> PronunciationVocab::decode_phonemes(const std::vector<std::int64_t>& ids) const {
-  std::vector<std::string> out;
-  for (std::int64_t id : ids)
-    out.push_back(id >= 3 && id < 3 + static_cast<std::int64_t>(phonemes.size()) ? phonemes[static_cast<std::size_t>(id - 3)]
-                                                                                  : "<?>");
-  return out;
-}
-
-json PronunciationVocab::to_json() const { return json{{"letters", letters}, {"phonemes", phonemes}}; }
-
-PronunciationVocab PronunciationVocab::from_json(const json& j, const std::string& source) {
-  check<IoError>(j.is_object() && j.contains("letters") && j.contains("phonemes"),
-                 "{}: expected an object with letters and phonemes", source);
-  PronunciationVocab v;
-  try {
-    v.letters = j.at("letters").get<std::vector<std::string>>();
-    v.phonemes = j.at("phonemes").get<std::vector<std::string>>();
-  } catch (const json::exception& e) {
-    throw IoError(fmt::format("{}: {}", source, e.what()));
-  }
-  return v;
-}
-
-PronunciationJob::PronunciationJob() {
-  model.source_vocab = 64;  // until the data is read
-  model.model.vocab_size = 96;
-  model.model.num_layers = 3;
-  model.model.layer.d_model = 256;
-  model.model.layer.nhead = 4;
-  model.model.layer.dim_feedforward = 1024;
-  model.model.layer.dropout = 0.1;
-  model.model.layer.norm_first = true;
-  model.model.positions = PositionKind::kSinusoidal;
-  model.model.max_len = 64;
-  train.batch = 128;
-  train.schedule.base_lr = 1e-3;
-  train.schedule.warmup_steps = 400;
-  train.schedule.decay = Decay::kCosine;
-  train.schedule.min_lr = 1e-5;
-  train.clip_grad_norm = 1.0;
-  train.adamw.weight_decay = 0.01;
-  // bf16 widens to fp32 where the CPU has no bf16 units.
-  train.precision = Precision::kBF16;
-  decode.beam = 4;
-  decode.length_penalty = 1.0;
-  decode.max_len = 40;
-}
-
-json to_json(const PronunciationJob& j) {
-  json train = train_config_json(j.train);
-  j.budget.write(train);
-  return json{{"task", PronunciationJob::kTask},
-              {"data",
-               {{"path", j.data_path},
-                {"keep_stress", j.keep_stress},
-                {"validation_fraction", j.validation_fraction},
-                {"test_fraction", j.test_fraction},
-                {"validation_words", j.validation_words},
-                {"train_max_letters", j.train_max_letters}}},
-              {"eval_every", j.eval_every},
-              {"model", model_config_json(j.model.model)},
-              {"decoder_layers", j.model.decoder_layers},
-              {"label_smoothing", j.label_smoothing},
-              {"decode", {{"beam", j.decode.beam}, {"length_penalty", j.decode.length_penalty}, {"max_len", j.decode.max_len}}},
-              {"eval_batch", j.eval_batch},
-              {"train", train},
-              {"threads", j.threads},
-              {"title", j.report_title}};
-}
-
-PronunciationJob PronunciationJob::from_json(const json& root, const std::string& src) {
-  PronunciationJob job;
-  ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
-  job.label_smoothing = r.get_number("label_smoothing", job.label_smoothing);
-  job.eval_batch = r.get_int("eval_batch", job.eval_batch);
-  job.eval_every = r.get_int("eval_every", job.eval_every);
-  job.model.decoder_layers = r.get_int("decoder_layers", job.model.decoder_layers);
-  const json data = r.get_object("data");
-  ConfigReader d(data, src + ": data");
-  job.data_path = d.get_string("path", job.data_path);
-  job.keep_stress = d.get_bool("keep_stress", job.keep_stress);
-  job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
-  job.test_fraction = d.get_number("test_fraction", job.test_fraction);
-  job.validation_words = d.get_int("validation_words", job.validation_words);
-  job.train_max_letters = d.get_int("train_max_letters", job.train_max_letters);
-  d.finish();
-  if (r.has("decode")) {
-    const json dec = r.get_object("decode");
-    ConfigReader dr(dec, src + ": decode");
-    job.decode.beam = dr.get_int("beam", job.decode.beam);
-    job.decode.length_penalty = dr.get_number("length_penalty", job.decode.length_penalty);
-    job.decode.max_len = dr.get_int("max_len", job.decode.max_len);
-    dr.finish();
-  }
-  job.model.model = read_model_section(r, src, job.model.model.vocab_size);
-  job.train = read_train_section(r, src, &job.budget);
-  r.finish();
-  job.validate(src);
-  return job;
-}
-
-void PronunciationJob::validate(const std::string& where) const {
-  budget.validate(where);
-  auto fraction = [&](double f, const char* name) {
-    check<ConfigError>(f > 0 && f < 0.5, "{}: {} must be in (0, 0.5), got {}", where, name, f);
-  };
-  fraction(validation_fraction, "validation_fraction");
-  fraction(test_fraction, "test_fraction");
-  check<ConfigError>(validation_words >= 0 && eval_every >= 0 && train_max_letters >= 0,
-                     "{}: validation_words, eval_every and train_max_letters must be non-negative", where);
-  check<ConfigError>(label_smoothing >= 0 && label_smoothing < 1, "{}: label_smoothing must be in [0, 1), got {}",
-                     where, label_smoothing);
-  check<ConfigError>(eval_batch > 0, "{}: eval_batch must be positive, got {}", where, eval_batch);
-  DecodeOptions d = decode;
-  d.n_best = 1;
-  try {
-    d.validate();
-  } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("{}: decode: {}", where, e.what()));
-  }
-  model.validate();
-}
-
-void apply_overrides(PronunciationJob& job, const JobOverrides& o) {
-  refuse_flags({{"--source", o.source.has_value()},
-                {"--tokenizer", o.tokenizer.has_value()},
-                {"--max-len", o.max_len.has_value()},
-                {"--vocab-size", o.vocab_size.has_value()}},
-               "pronunciation jobs");
-  if (o.data) job.data_path = *o.data;
-  if (o.epochs) job.budget.epochs = *o.epochs;
-  if (o.steps) job.budget.max_steps = *o.steps;
-  TokenizerConfig letters;  // the letters are the vocabulary
-  apply_token_model_overrides(o, job.model.model, job.train, letters, job.threads);
-  job.validate("the flags");
-}
-
-std::string cmudict_spelling(const std::string& word) {
-  std::string upper = word;
-  for (char& c : upper)
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-  return upper;
-}
-
 namespace {
-
-// Each word's hypotheses (letter ids; options.n_best of them, or the greedy
-// one when the beam is 1), decoded `batch` words at a time, words of similar
-// length together (a batch decodes until its longest word is done).
-std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
-                                                       const std::vector<const std::vector<std::int64_t>*>& letters,
-                                                       const DecodeOptions& o, std::int64_t batch) {
-  std::vector<std::size_t> order(letters.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return letters[a]->size() < letters[b]->size(); });
-  std::vector<std::vector<Hypothesis>> out(letters.size());
-  for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(batch)) {
-    stop_point();
-    const std::size_t end = std::min(order.size(), i + static_cast<std::size_t>(batch));
-    std::vector<const std::vector<std::int64_t>*> part;
-    for (std::size_t k = i; k < end; ++k) part.push_back(letters[order[k]]);
-    const LetterBatch b = letter_batch(part);
-    std::size_t k = i;
-    if (o.beam == 1) {
-      for (Hypothesis& h : greedy_decode(model, b.ids, &b.padding, o)) out[order[k++]] = {std::move(h)};
-    } else {
-      for (auto& hyps : beam_search(model, b.ids, &b.padding, o)) out[order[k++]] = std::move(hyps);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-LetterBatch letter_batch(const std::vector<const std::vector<std::int64_t>*>& words) {
-  const std::int64_t B = static_cast<std::int64_t>(words.size());
-  std::int64_t S = 1;
-  for (const auto* w : words) S = std::max<std::int64_t>(S, static_cast<std::int64_t>(w->size()));
-  LetterBatch b{Tensor({B, S}, DType::kI64), Tensor({B, S}, DType::kBool)};
-  for (std::int64_t r = 0; r < B; ++r) {
-    const auto& ls = *words[static_cast<std::size_t>(r)];
-    for (std::int64_t s = 0; s < S; ++s) {
-      const bool pad = s >= static_cast<std::int64_t>(ls.size());
-      b.ids.data<std::int64_t>()[r * S + s] = pad ? PronunciationVocab::kPad : ls[static_cast<std::size_t>(s)];
-      b.padding.data<std::uint8_t>()[r * S + s] = pad;
-    }
-  }
-  return b;
-}
-
-namespace {
-
-// The dictionary split by word, and every split's pronunciations encoded.
-struct PronunciationData {
-  CmuDict dict;
-  PronunciationVocab vocab;
-  std::vector<std::int64_t> train_words, validation_words, test_words;  // indices into dict.words
-  std::vector<std::vector<std::int64_t>> letters;                       // per word
-  std::vector<std::vector<std::vector<std::int64_t>>> phonemes;         // per word, per variant
-  // Training examples: (word, variant) pairs, as word * kVariantStride + variant.
-  std::vector<std::int64_t> train_pairs, validation_pairs;
-  static constexpr std::int64_t kVariantStride = 64;
-  const std::vector<std::int64_t>& letters_of(std::int64_t pair) const {
-    return letters[static_cast<std::size_t>(pair / kVariantStride)];
-  }
-  const std::vector<std::int64_t>& phonemes_of(std::int64_t pair) const {
-    return phonemes[static_cast<std::size_t>(pair / kVariantStride)][static_cast<std::size_t>(pair % kVariantStride)];
-  }
-  std::int64_t pronunciations(const std::vector<std::int64_t>& words) const {
-    std::int64_t n = 0;
-    for (auto w : words) n += static_cast<std::int64_t>(dict.words[static_cast<std::size_t>(w)].pronunciations.size());
-    return n;
-  }
-};
-
-std::vector<std::int64_t> pairs_of(const PronunciationData& d, const std::vector<std::int64_t>& words) {
-  std::vector<std::int64_t> pairs;
-  for (auto w : words)
-    for (std::size_t v = 0; v < d.phonemes[static_cast<std::size_t>(w)].size(); ++v)
-      pairs.push_back(w * PronunciationData::kVariantStride + static_cast<std::int64_t>(v));
-  return pairs;
-}
-
-PronunciationData load_data(const PronunciationJob& job, const PronunciationVocab* saved_vocab) {
-  check<IoError>(std::filesystem::exists(job.data_path), "{}: CMUdict is not there; run scripts/setup.sh --data first",
-                 job.data_path);
-  PronunciationData d;
-  d.dict = load_cmudict(job.data_path, job.keep_stress);
-  const SplitIndices s = split_indices(static_cast<std::int64_t>(d.dict.words.size()), job.validation_fraction,
-                                       job.test_fraction, job.train.seed);
-  d.train_words = s.train, d.validation_words = s.validation, d.test_words = s.test;
-  check<IoError>(!d.train_words.empty() && !d.test_words.empty() && !d.validation_words.empty(),
-                 "{}: too few words ({}) for the splits", job.data_path, d.dict.words.size());
-  if (saved_vocab) {
-    d.vocab = *saved_vocab;
-  } else {  // from the training words
-    std::set<std::string> letters, phonemes;
-    for (auto w : d.train_words) {
-      const CmuWord& cw = d.dict.words[static_cast<std::size_t>(w)];
-      for (auto& ch : utf8_characters(cw.word)) letters.insert(ch);
-      for (const auto& p : cw.pronunciations) phonemes.insert(p.begin(), p.end());
-    }
-    d.vocab.letters.assign(letters.begin(), letters.end());
-    d.vocab.phonemes.assign(phonemes.begin(), phonemes.end());
-  }
-  d.letters.resize(d.dict.words.size());
-  d.phonemes.resize(d.dict.words.size());
-  for (std::size_t w = 0; w < d.dict.words.size(); ++w) {
-    const CmuWord& cw = d.dict.words[w];
-    check<IoError>(static_cast<std::int64_t>(cw.pronunciations.size()) < PronunciationData::kVariantStride,
-                   "{}: {} has {} pronunciations", job.data_path, cw.word, cw.pronunciations.size());
-    d.letters[w] = d.vocab.encode_word(cw.word);
-    for (const auto& p : cw.pronunciations) {
-      // A phoneme only outside the training words cannot be predicted: kept
-      // out of the vocabulary, it scores as an error in the test.
-      std::vector<std::string> known;
-      for (const auto& symbol : p)
-        if (std::find(d.vocab.phonemes.begin(), d.vocab.phonemes.end(), symbol) != d.vocab.phonemes.end())
-          known.push_back(symbol);
-      d.phonemes[w].push_back(d.vocab.encode_phonemes(known));
-    }
-  }
-  if (job.train_max_letters > 0) {
-    auto longer = [&](std::int64_t w) {
-      return static_cast<std::int64_t>(d.letters[static_cast<std::size_t>(w)].size()) > job.train_max_letters;
-    };
-    std::erase_if(d.train_words, longer);
-    std::erase_if(d.validation_words, longer);
-    check<IoError>(!d.train_words.empty() && !d.validation_words.empty(),
-                   "{}: no training words of at most {} letters", job.data_path, job.train_max_letters);
-  }
-  d.train_pairs = pairs_of(d, d.train_words);
-  d.validation_pairs = pairs_of(d, d.validation_words);
-  // Validation batches words of similar length together (less padding).
-  std::stable_sort(d.validation_pairs.begin(), d.validation_pairs.end(), [&](std::int64_t a, std::int64_t b) {
-    return d.letters_of(a).size() < d.letters_of(b).size();
-  });
-  return d;
-}
-
-// A teacher-forced batch: source letters (B, S) with padding, the decoder's
-// input (B, T) = start + phonemes, and targets (B T) = phonemes + end, the
-// padding ignored.
-struct Seq2SeqBatch {
-  Tensor source, padding, target_in, targets;
-  std::int64_t tokens = 0;
-};
-
-Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t> pairs) {
-  const std::int64_t B = static_cast<std::int64_t>(pairs.size());
-  std::int64_t T = 1;
-  std::vector<const std::vector<std::int64_t>*> words;
-  for (auto p : pairs) {
-    T = std::max<std::int64_t>(T, 1 + static_cast<std::int64_t>(d.phonemes_of(p).size()));
-    words.push_back(&d.letters_of(p));
-  }
-  LetterBatch letters = letter_batch(words);
-  Seq2SeqBatch b{std::move(letters.ids), std::move(letters.padding), Tensor({B, T}, DType::kI64),
-                 Tensor({B * T}, DType::kI64), 0};
-  for (std::int64_t r = 0; r < B; ++r) {
-    const auto& ps = d.phonemes_of(pairs[static_cast<std::size_t>(r)]);
-    const std::int64_t n = static_cast<std::int64_t>(ps.size());
-    for (std::int64_t t = 0; t < T; ++t) {
-      b.target_in.data<std::int64_t>()[r * T + t] =
-          t == 0 ? PronunciationVocab::kStart : t <= n ? ps[static_cast<std::size_t>(t - 1)] : PronunciationVocab::kPad;
-      b.targets.data<std::int64_t>()[r * T + t] =
-          t < n ? ps[static_cast<std::size_t>(t)] : t == n ? PronunciationVocab::kEnd : kIgnoreIndex;
-    }
-    b.tokens += n + 1;
-  }
-  return b;
-}
-
-DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam) {
-  DecodeOptions o = job.decode;
-  o.beam = beam;
-  o.n_best = 1;
-  o.start_token = PronunciationVocab::kStart;
-  o.end_token = PronunciationVocab::kEnd;
-  o.precision = job.train.precision;
-  return o;
-}
-
-// The best pronunciation of each word, decoded in batches.
-std::vector<TokenSeq> decode_words(EncoderDecoder& model, const PronunciationData& d,
-                                   const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch) {
-  std::vector<const std::vector<std::int64_t>*> letters;
-  for (auto w : words) letters.push_back(&d.letters[static_cast<std::size_t>(w)]);
-  std::vector<TokenSeq> out;
-  for (const auto& hyps : decode_in_batches(model, letters, o, batch))
-    out.push_back(d.vocab.decode_phonemes(hyps.front().tokens));
-  return out;
-}
-
-std::vector<std::vector<TokenSeq>> references(const PronunciationData& d, const std::vector<std::int64_t>& words) {
-  std::vector<std::vector<TokenSeq>> refs;
-  for (auto w : words) refs.push_back(d.dict.words[static_cast<std::size_t>(w)].pronunciations);
-  return refs;
-}
 
 class PronunciationTask final : public TrainingTask {
  public:
@@ -642,11 +271,8 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   job.train.schedule.total_steps = job.train.steps;
   job.validate("the job");
 
-  ParamStore store;
-  EncoderDecoder model(store, job.model);
-  prepare_for_training(model, store, job.train);
-  progress.log("model: " + job.model.describe(store.numel()));
-  PronunciationTask task(model, job, data);
+  ModelToTrain<EncoderDecoder> m(job.model, job.train, progress);
+  PronunciationTask task(m.model, job, data);
   FitPlan plan;
   plan.epoch_examples = data.train_pairs;
   // Both sides pad to the batch's longest word or pronunciation.
@@ -657,7 +283,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   plan.throughput_key = "phonemes_per_s";
   plan.loss_unit = " nats/phoneme";
   plan.eval_every = job.eval_every;
-  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.seconds;
@@ -669,7 +295,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   for (std::size_t i = 0; i < fitted.curves.eval_step.size(); ++i)
     r.validation_curve.emplace_back(static_cast<std::int64_t>(fitted.curves.eval_step[i]), fitted.curves.eval_accuracy[i]);
 
-  const TestOutcome t = test_model(model, job, data);
+  const TestOutcome t = test_model(m.model, job, data);
   r.test = t.overall;
   r.longer_than_training = t.longer;
   r.by_length = t.by_length;
@@ -699,7 +325,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
                            job.decode.beam, job.decode.length_penalty)},
       {"validation word accuracy", fmt::format("{:.2f}% (greedy)", 100 * r.validation_word_accuracy)},
       {"training", fitted.summary()},
-      {"model", job.model.describe(store.numel())},
+      {"model", job.model.describe(m.store.numel())},
       {"data", fmt::format("{}: train {} words ({} pronunciations), validation {} ({}), test {} ({}); stress {}",
                            job.data_path, r.train_words, r.train_pronunciations, r.validation_words,
                            r.validation_pronunciations, r.test_words, r.test_pronunciations,
@@ -707,7 +333,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
                    (job.train_max_letters > 0
                         ? fmt::format("; trained on words of at most {} letters", job.train_max_letters)
                         : std::string())}};
-  report.sections = report_sections(model, job, data, t, run);
+  report.sections = report_sections(m.model, job, data, t, run);
   write_run_report(run, fitted, report);
   return r;
 }

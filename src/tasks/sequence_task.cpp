@@ -208,16 +208,13 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   job.model.max_len = std::max(job.model.max_len, longest);
   job.train.schedule.total_steps = job.train.steps;
   job.model.validate();
-  ParamStore store;
-  LanguageModel model(store, job.model);
-  prepare_for_training(model, store, job.train);
-  progress.log(fmt::format("task: {} of {} symbols, trained on lengths {}..{}; model: {}",
-                           synthetic_kind_name(job.task.kind), job.task.symbols, job.task.min_len, job.task.max_len,
-                           job.model.describe(store.numel())));
-  SequenceTrainingTask task(model, job);
+  progress.log(fmt::format("task: {} of {} symbols, trained on lengths {}..{}", synthetic_kind_name(job.task.kind),
+                           job.task.symbols, job.task.min_len, job.task.max_len));
+  ModelToTrain<LanguageModel> m(job.model, job.train, progress);
+  SequenceTrainingTask task(m.model, job);
   FitPlan plan;
   plan.unit = "seq/s";
-  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
 
   // No validation here: the last step's loss stands for the final weights.
   if (!fitted.curves.loss.empty()) check_finite_result("the last step's loss", fitted.curves.loss.back());
@@ -230,7 +227,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps - fitted.first_step, 1));
   std::vector<double> lx, la;
   for (auto L : job.test_lengths) {
-    r.by_length.push_back(evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
+    r.by_length.push_back(evaluate_length(m.model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
                                           job.train.precision));
     lx.push_back(static_cast<double>(L));
     la.push_back(r.by_length.back().sequence_accuracy);
@@ -251,7 +248,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   report.rows = {{"task", fmt::format("{} of {} symbols, trained on lengths {} to {}", synthetic_kind_name(job.task.kind),
                                       job.task.symbols, job.task.min_len, job.task.max_len)},
                  {"training", fmt::format("{} ({:.1f} ms a step)", fitted.summary(), r.ms_per_step)},
-                 {"model", job.model.describe(store.numel())}};
+                 {"model", job.model.describe(m.store.numel())}};
   report.sections = "## Accuracy by length\n\n| length | token accuracy | sequence accuracy |\n|---|---|---|\n";
   for (const auto& a : r.by_length)
     report.sections +=

@@ -244,15 +244,12 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
 
-  ParamStore store;
-  SequenceClassifier model(store, job.model);
-  prepare_for_training(model, store, job.train);
-  progress.log("model: " + job.model.describe(store.numel()));
-  TextClassificationTask task(model, job, data, encoded);
+  ModelToTrain<SequenceClassifier> m(job.model, job.train, progress);
+  TextClassificationTask task(m.model, job, data, encoded);
   FitPlan plan;
   plan.epoch_examples = data.train;
   plan.throughput_key = "tokens_per_s";
-  const FitResult fitted = fit(task, store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
 
   TextClassificationResult result;
   if (fitted.validation) result.validation = {fitted.validation->loss, fitted.validation->accuracy.value_or(0), fitted.validation->examples};
@@ -261,7 +258,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   result.skipped_steps = fitted.skipped_steps;
   result.tokens_per_s = fitted.items_per_s;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  result.test = evaluate(model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
+  result.test = evaluate(m.model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
   check_finite_result("the test loss", result.test.loss);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},
@@ -276,7 +273,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   // Attention of every layer and head for the first test example, titled with its true label.
   const std::size_t ex = static_cast<std::size_t>(data.test.front());
   const std::vector<std::string> heatmaps = write_heatmaps(
-      classifier_attention(model, *tok, encoded[ex], std::min<std::int64_t>(job.max_len, 48),
+      classifier_attention(m.model, *tok, encoded[ex], std::min<std::int64_t>(job.max_len, 48),
                            data.dataset.label_names, Precision::kF32),
       run.file("plots"), "attention_layer",
       fmt::format(" (label: {})", data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)]));
@@ -286,7 +283,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       {"test loss", fmt::format("{:.4f}", result.test.loss)},
       {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation.accuracy)},
       {"training", fitted.summary()},
-      {"model", job.model.describe(store.numel())},
+      {"model", job.model.describe(m.store.numel())},
       {"data", fmt::format("{} ({}), {} train / {} validation / {} test", job.source, job.data_path, data.train.size(),
                            data.validation.size(), data.test.size())},
       {"tokenizer", fmt::format("{} ({} tokens)", tok->kind(), tok->vocab_size())}};
@@ -294,7 +291,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
       "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
   const std::string label = data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)];
-  AttentionMaps whole = classifier_attention(model, *tok, encoded[ex], job.max_len, data.dataset.label_names,
+  AttentionMaps whole = classifier_attention(m.model, *tok, encoded[ex], job.max_len, data.dataset.label_names,
                                              Precision::kF32, true);
   report.sections += report_explorer(
       run, {job.report_title,

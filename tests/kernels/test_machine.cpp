@@ -38,13 +38,20 @@ TEST(Machine, AgreesWithTheCpuFlags) {
   const MachineInfo m = machine_info();
   EXPECT_FALSE(m.cpu.empty());
   EXPECT_NE(m.cpu, "unknown CPU");
-  // The kernels are built for this CPU (-march=native), so their level is one the CPU has.
+  // The kernels' level is one the CPU has; AVX-512 wherever the CPU has it, unless oneDNN's ISA
+  // is held below it (the portable build follows oneDNN's ceiling down).
   if (m.kernel_simd == "AVX-512") {
     EXPECT_TRUE(has(m.cpu_simd, "avx512f")) << m.kernel_target;
   } else {
     EXPECT_EQ(m.kernel_simd, "AVX2") << m.kernel_target;
     EXPECT_TRUE(has(m.cpu_simd, "avx2"));
-    EXPECT_FALSE(has(m.cpu_simd, "avx512f"));
+    if (m.kernel_dispatch == "build time") EXPECT_FALSE(has(m.cpu_simd, "avx512f"));
+  }
+  if (m.kernel_dispatch == "run time") {
+    EXPECT_EQ(m.kernel_simd, m.gemm_isa.rfind("avx512", 0) == 0 ? "AVX-512" : "AVX2")
+        << m.kernel_target << " under oneDNN ISA " << m.gemm_isa;
+  } else {
+    EXPECT_EQ(m.kernel_dispatch, "build time");
   }
   // oneDNN's ceiling is the best the CPU offers unless ONEDNN_MAX_CPU_ISA lowers it.
   if (std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr) {
@@ -61,7 +68,7 @@ TEST(Machine, AgreesWithTheCpuFlags) {
 
 TEST(Machine, GoesToJson) {
   const nlohmann::json j = machine_info();
-  for (const char* key : {"cpu", "cpu_simd", "kernel_simd", "kernel_target", "gemm_backend", "gemm_isa", "bf16_path", "threads"})
+  for (const char* key : {"cpu", "cpu_simd", "kernel_simd", "kernel_target", "kernel_dispatch", "gemm_backend", "gemm_isa", "bf16_path", "threads"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["threads"].get<int>(), num_threads());
   EXPECT_TRUE(j["cpu_simd"].is_array());

@@ -14,6 +14,9 @@
 namespace multihead {
 namespace {
 
+// The build's baseline Highway target, as this file is compiled.
+namespace simd = HWY_NAMESPACE::simd;
+
 // exp of every x through exp_shift_sum with no shift.
 std::vector<float> row_exp(std::vector<float> x) {
   simd::exp_shift_sum(x.data(), static_cast<std::int64_t>(x.size()), 0.0f);

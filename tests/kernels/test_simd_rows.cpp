@@ -19,6 +19,9 @@
 namespace multihead {
 namespace {
 
+// The build's baseline Highway target, as this file is compiled.
+namespace simd = HWY_NAMESPACE::simd;
+
 std::int64_t lanes() { return static_cast<std::int64_t>(simd::hn::Lanes(simd::DF())); }
 
 // n random values in [-4, 4) at an address one float past a 64-byte boundary.

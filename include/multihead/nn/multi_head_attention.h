@@ -240,6 +240,8 @@ class MultiheadAttention : public Module {
   void rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const;  // k: kv heads
   // Applies the variant's pattern to the masks.
   void add_pattern(AttentionMasks<float>& masks) const;
+  // Zeroes the columns of the heads set_head_mask masked, in rows of width E.
+  void zero_masked_heads(Tensor& t, std::int64_t head_dim) const;
   // Head views of the projected, possibly extended, q/k/v in the cache, stored as T.
   template <typename T>
   HeadsView<const T> q_view() const;

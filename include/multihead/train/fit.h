@@ -132,16 +132,26 @@ std::string skipped_steps_note(std::int64_t skipped);
 FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
               const nlohmann::json& config, RunDir& run, Progress& progress);
 
-// Gives a freshly built model its initial weights from the run's seed and
-// turns on gradient checkpointing when asked: the setup every task makes
-// before fit.
+// A model of the job's config built in its own parameter store, given its
+// initial weights from the run's seed and gradient checkpointing when asked,
+// and named in the log ("model: " and its description): the setup every task
+// makes before fit. The model points into the store: neither moves.
 template <typename Model>
-void prepare_for_training(Model& model, ParamStore& store, const TrainConfig& train) {
-  store.finalize();
-  Rng rng(train.seed);
-  model.init(rng);
-  model.encoder().set_checkpointing(train.checkpoint_layers);
-}
+struct ModelToTrain {
+  ParamStore store;
+  Model model;
+
+  template <typename Config>
+  ModelToTrain(const Config& config, const TrainConfig& train, Progress& progress) : model(store, config) {
+    store.finalize();
+    Rng rng(train.seed);
+    model.init(rng);
+    model.encoder().set_checkpointing(train.checkpoint_layers);
+    progress.log("model: " + config.describe(store.numel()));
+  }
+  ModelToTrain(const ModelToTrain&) = delete;
+  ModelToTrain& operator=(const ModelToTrain&) = delete;
+};
 
 // Softmax cross-entropy of logits (..., C) against one target a row (rows
 // with kIgnoreIndex are left out), with label smoothing as PyTorch's, mean
