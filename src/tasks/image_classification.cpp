@@ -37,9 +37,7 @@ json to_json(const ImageClassificationJob& j) {
 ImageClassificationJob ImageClassificationJob::from_json(const json& root, const std::string& src) {
   ImageClassificationJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
+  read_job_basics(job, r, src);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
   job.data_dir = d.get_string("path", job.data_dir);

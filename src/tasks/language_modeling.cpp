@@ -50,11 +50,9 @@ json to_json(const LanguageModelJob& j) {
 LanguageModelJob LanguageModelJob::from_json(const json& root, const std::string& src) {
   LanguageModelJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
+  read_job_basics(job, r, src);
   job.eval_every = r.get_int("eval_every", job.eval_every);
   job.eval_windows = r.get_int("eval_windows", job.eval_windows);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
   job.text_path = d.get_string("path", std::string());

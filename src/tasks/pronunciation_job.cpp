@@ -112,9 +112,7 @@ json to_json(const PronunciationJob& j) {
 PronunciationJob PronunciationJob::from_json(const json& root, const std::string& src) {
   PronunciationJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
+  read_job_basics(job, r, src);
   job.label_smoothing = r.get_number("label_smoothing", job.label_smoothing);
   job.eval_batch = r.get_int("eval_batch", job.eval_batch);
   job.eval_every = r.get_int("eval_every", job.eval_every);

@@ -51,9 +51,7 @@ json to_json(const SequenceTaskJob& j) {
 SequenceTaskJob SequenceTaskJob::from_json(const json& root, const std::string& src) {
   SequenceTaskJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task") == kTask, "{}: task must be {}", src, kTask);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
+  read_job_basics(job, r, src);
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
   job.task.kind = parse_synthetic_kind(d.get_string("kind", std::string("reverse")));

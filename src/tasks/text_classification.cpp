@@ -42,11 +42,8 @@ nlohmann::json to_json(const TextClassificationJob& j) {
 TextClassificationJob TextClassificationJob::from_json(const json& root, const std::string& src) {
   TextClassificationJob job;
   ConfigReader r(root, src);
-  check<ConfigError>(r.get_string("task", std::string(kTask)) == kTask, "{}: task must be {}", src,
-                     kTask);
+  read_job_basics(job, r, src, /*task_required=*/false);
   job.max_len = r.get_int("max_len", job.max_len);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
   // Sections are read with their own readers, so their unknown keys are errors too.
   const json data = r.get_object("data");
   ConfigReader d(data, src + ": data");
