@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "multihead/core/error.h"
 #include "multihead/core/rng.h"
 #include "multihead/core/tensor.h"
 
@@ -143,5 +144,15 @@ class ScratchFolder : public ::testing::Test {
  private:
   bool make_;
 };
+
+// The message of the multihead error f throws, or "no error".
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 }  // namespace multihead::test

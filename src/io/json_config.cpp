@@ -1,5 +1,7 @@
 #include "multihead/io/json_config.h"
 
+#include <limits>
+
 #include "multihead/core/error.h"
 
 namespace multihead {
@@ -92,6 +94,58 @@ json ConfigReader::get_object(const std::string& key) {
   const json& v = value(key);
   check<ConfigError>(v.is_object(), "{}: '{}' must be an object", source_, key);
   return v;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, std::string& value) {
+  value = get_string(key, value);
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, bool& value) {
+  value = get_bool(key, value);
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, double& value) {
+  value = get_number(key, value);
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, std::int64_t& value) {
+  value = get_int(key, value);
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, std::uint64_t& value) {
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  check<ConfigError>(value <= kMax, "{}: the default of '{}' is out of range", source_, key);
+  const std::int64_t v = get_int(key, static_cast<std::int64_t>(value));
+  check<ConfigError>(v >= 0, "{}: '{}' must be >= 0, got {}", source_, key, v);
+  value = static_cast<std::uint64_t>(v);
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, std::vector<std::int64_t>& value) {
+  value = get_positive_ints(key, value);
+  return *this;
+}
+
+ConfigError ConfigReader::in_source(const ConfigError& e) const {
+  return ConfigError(fmt::format("{}: {}", source_, e.what()));
+}
+
+ConfigReader& ConfigReader::section(const std::string& key, const std::function<void(ConfigReader&)>& keys) {
+  const json obj = get_object(key);
+  ConfigReader r(obj, source_ + ": " + key);
+  keys(r);
+  r.finish();
+  return *this;
+}
+
+ConfigWriter& ConfigWriter::section(const std::string& key, const std::function<void(ConfigWriter&)>& keys) {
+  ConfigWriter w(out_[key] = json::object());
+  keys(w);
+  return *this;
 }
 
 void ConfigReader::finish() const {

@@ -19,48 +19,15 @@ namespace multihead {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-json to_json(const ImageClassificationJob& j) {
-  json model = {{"image_size", j.model.image_size}, {"patch", j.model.patch}, {"channels", j.model.channels},
-           {"num_layers", j.model.num_layers}, {"d_model", j.model.layer.d_model}, {"nhead", j.model.layer.nhead},
-           {"dim_feedforward", j.model.layer.dim_feedforward}, {"dropout", j.model.layer.dropout},
-           {"norm_first", j.model.layer.norm_first}, {"num_classes", j.model.num_classes}};
-  json train = train_config_json(j.train);
-  j.budget.write(train);
-  return json{{"task", ImageClassificationJob::kTask},
-              {"data", {{"path", j.data_dir}, {"validation_examples", j.validation_examples}, {"limit_train", j.limit_train}}},
-              {"model", model},
-              {"train", train},
-              {"threads", j.threads},
-              {"title", j.report_title}};
-}
+// results.json: the result but its peak memory (in the metrics and the report).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ImageClassificationResult, test_accuracy, test_loss, validation_accuracy,
+                                   train_seconds, steps, skipped_steps)
 
-ImageClassificationJob ImageClassificationJob::from_json(const json& root, const std::string& src) {
-  ImageClassificationJob job;
-  ConfigReader r(root, src);
-  read_job_basics(job, r, src);
-  const json data = r.get_object("data");
-  ConfigReader d(data, src + ": data");
-  job.data_dir = d.get_string("path", job.data_dir);
-  job.validation_examples = d.get_int("validation_examples", job.validation_examples);
-  job.limit_train = d.get_int("limit_train", 0);
-  d.finish();
-  const json model = r.get_object("model");
-  ConfigReader m(model, src + ": model");
-  job.model.image_size = m.get_int("image_size", 28);
-  job.model.patch = m.get_int("patch", 4);
-  job.model.channels = m.get_int("channels", 1);
-  job.model.num_layers = m.get_int("num_layers", 4);
-  job.model.layer.d_model = m.get_int("d_model", 64);
-  job.model.layer.nhead = m.get_int("nhead", 4);
-  job.model.layer.dim_feedforward = m.get_int("dim_feedforward", 128);
-  job.model.layer.dropout = m.get_number("dropout", 0.1);
-  job.model.layer.norm_first = m.get_bool("norm_first", true);
-  job.model.num_classes = m.get_int("num_classes", 10);
-  m.finish();
-  job.train = read_train_section(r, src, &job.budget);
-  r.finish();
-  job.validate(src);
-  return job;
+ImageClassificationJob::ImageClassificationJob() {
+  model.layer.d_model = 64;
+  model.layer.nhead = 4;
+  model.layer.dim_feedforward = 128;
+  model.layer.norm_first = true;
 }
 
 void ImageClassificationJob::validate(const std::string& where) const {
@@ -71,15 +38,9 @@ void ImageClassificationJob::validate(const std::string& where) const {
 }
 
 void apply_overrides(ImageClassificationJob& job, const JobOverrides& o) {
-  refuse_flags({{"--source", o.source.has_value()},
-                {"--positions", o.positions.has_value()},
-                {"--tokenizer", o.tokenizer.has_value()},
-                {"--max-len", o.max_len.has_value()},
-                {"--vocab-size", o.vocab_size.has_value()}},
-               "image jobs");
+  refuse_flags(o, {"--source", "--positions", "--tokenizer", "--max-len", "--vocab-size"}, "image jobs");
   if (o.data) job.data_dir = *o.data;
-  if (o.epochs) job.budget.epochs = *o.epochs;
-  if (o.steps) job.budget.max_steps = *o.steps;
+  apply_budget_overrides(o, job.budget);
   apply_training_overrides(o, job.train, job.model.layer, job.model.num_layers, job.threads);
   job.validate("the flags");
 }
@@ -153,14 +114,11 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
 
 std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir, int threads) {
   set_num_threads(threads);
-  ParamStore store;
-  VisionTransformer model(store, job.model);
-  store.finalize();
-  load_checkpoint_weights(store, last_checkpoint_path(run_dir));
+  TrainedModel<VisionTransformer> m(job.model, run_dir);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-  const auto [loss, accuracy] = evaluate(model, test, idx, job.train.precision);
+  const auto [loss, accuracy] = evaluate(m.model, test, idx, job.train.precision);
   check_finite_result("the test loss", loss);
   return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * accuracy, loss)};
 }
@@ -265,12 +223,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   std::tie(result.test_loss, result.test_accuracy) = evaluate(m.model, test, test_idx, job.train.precision);
   check_finite_result("the test loss", result.test_loss);
-  run.write_results({{"test_accuracy", result.test_accuracy},
-                     {"test_loss", result.test_loss},
-                     {"validation_accuracy", result.validation_accuracy},
-                     {"train_seconds", result.train_seconds},
-                     {"steps", result.steps},
-                     {"skipped_steps", result.skipped_steps}});
+  run.write_results(result);
   RunReport report{job.report_title, {}, ""};
   report.rows = {{"test accuracy", fmt::format("{:.2f}% ({} images)", 100 * result.test_accuracy, test_idx.size())},
                  {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation_accuracy)},

@@ -20,59 +20,16 @@ namespace multihead {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// results.json
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LanguageModelResult, validation_loss, steps, skipped_steps, train_seconds,
+                                   tokens_per_s, sample)
+
 LanguageModelJob::LanguageModelJob() {
   tokenizer.kind = TokenizerKind::kChar;
   tokenizer.vocab_size = 256;
   model.vocab_size = tokenizer.vocab_size;  // until the tokenizer is trained
   model.positions = PositionKind::kRope;
   model.max_len = 4096;
-}
-
-json to_json(const LanguageModelJob& j) {
-  return json{{"task", LanguageModelJob::kTask},
-              {"data", {{"path", j.text_path}, {"validation_fraction", j.validation_fraction}}},
-              {"tokenizer", tokenizer_config_json(j.tokenizer)},
-              {"model", model_config_json(j.model)},
-              {"train", train_config_json(j.train)},
-              {"eval_every", j.eval_every},
-              {"eval_windows", j.eval_windows},
-              {"sample",
-               {{"prompt", j.prompt},
-                {"tokens", j.sample_tokens},
-                {"temperature", j.sampling.temperature},
-                {"top_k", j.sampling.top_k},
-                {"top_p", j.sampling.top_p},
-                {"seed", j.sampling.seed}}},
-              {"threads", j.threads},
-              {"title", j.report_title}};
-}
-
-LanguageModelJob LanguageModelJob::from_json(const json& root, const std::string& src) {
-  LanguageModelJob job;
-  ConfigReader r(root, src);
-  read_job_basics(job, r, src);
-  job.eval_every = r.get_int("eval_every", job.eval_every);
-  job.eval_windows = r.get_int("eval_windows", job.eval_windows);
-  const json data = r.get_object("data");
-  ConfigReader d(data, src + ": data");
-  job.text_path = d.get_string("path", std::string());
-  job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
-  d.finish();
-  job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
-  job.model = read_model_section(r, src, job.tokenizer.vocab_size);
-  job.train = read_train_section(r, src);
-  const json sample = r.get_object("sample");
-  ConfigReader s(sample, src + ": sample");
-  job.prompt = s.get_string("prompt", job.prompt);
-  job.sample_tokens = s.get_int("tokens", job.sample_tokens);
-  job.sampling.temperature = s.get_number("temperature", job.sampling.temperature);
-  job.sampling.top_k = s.get_int("top_k", job.sampling.top_k);
-  job.sampling.top_p = s.get_number("top_p", job.sampling.top_p);
-  job.sampling.seed = static_cast<std::uint64_t>(s.get_int("seed", 1));
-  s.finish();
-  r.finish();
-  job.validate(src);
-  return job;
 }
 
 void LanguageModelJob::validate(const std::string& where) const {
@@ -84,7 +41,7 @@ void LanguageModelJob::validate(const std::string& where) const {
 }
 
 void apply_overrides(LanguageModelJob& job, const JobOverrides& o) {
-  refuse_flags({{"--epochs", o.epochs.has_value()}, {"--source", o.source.has_value()}}, "language models");
+  refuse_flags(o, {"--epochs", "--source"}, "language models");
   if (o.data) job.text_path = *o.data;
   if (o.steps) job.train.steps = *o.steps;
   if (o.max_len) job.train.seq_len = *o.max_len;
@@ -229,12 +186,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   result.train_seconds = fitted.seconds;
   result.tokens_per_s = fitted.items_per_s;
   result.sample = tok->decode(generate(m.model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
-  run.write_results({{"validation_loss", result.validation_loss},
-                     {"steps", result.steps},
-                     {"skipped_steps", result.skipped_steps},
-                     {"train_seconds", result.train_seconds},
-                     {"tokens_per_s", result.tokens_per_s},
-                     {"sample", result.sample}});
+  run.write_results(result);
   RunReport report{job.report_title, {}, ""};
   report.rows = {{"validation loss", fmt::format("{:.4f} nats/token ({:.3f} bits)", result.validation_loss,
                                                  result.validation_loss / std::log(2.0))},

@@ -1,5 +1,9 @@
 #include "multihead/tasks/overrides.h"
 
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,15 +13,28 @@
 
 namespace multihead {
 
-void refuse_flags(const std::vector<std::pair<std::string, bool>>& flags, const std::string& what) {
-  std::vector<std::string> given;
-  for (const auto& [name, is_given] : flags)
-    if (is_given) given.push_back(name);
+void refuse_flags(const JobOverrides& o, std::initializer_list<std::string_view> flags, const std::string& what) {
+  const std::pair<std::string_view, bool> all[] = {
+      {"--data", o.data.has_value()},         {"--source", o.source.has_value()},
+      {"--epochs", o.epochs.has_value()},     {"--positions", o.positions.has_value()},
+      {"--tokenizer", o.tokenizer.has_value()}, {"--max-len", o.max_len.has_value()},
+      {"--vocab-size", o.vocab_size.has_value()}};
+  std::vector<std::string_view> given;
+  for (std::string_view flag : flags) {
+    const auto it = std::find_if(std::begin(all), std::end(all), [&](const auto& f) { return f.first == flag; });
+    if (it == std::end(all)) throw std::invalid_argument(fmt::format("refuse_flags: no flag {}", flag));
+    if (it->second) given.push_back(flag);
+  }
   if (given.empty()) return;
-  const std::string last = given.back();
+  const std::string_view last = given.back();
   given.pop_back();
-  const std::string names = given.empty() ? last : fmt::format("{} and {}", fmt::join(given, ", "), last);
+  const std::string names = given.empty() ? std::string(last) : fmt::format("{} and {}", fmt::join(given, ", "), last);
   throw ConfigError(fmt::format("{} {} not apply to {}", names, given.empty() ? "does" : "do", what));
+}
+
+void apply_budget_overrides(const JobOverrides& o, EpochBudget& budget) {
+  if (o.epochs) budget.epochs = *o.epochs;
+  if (o.steps) budget.max_steps = *o.steps;
 }
 
 void apply_training_overrides(const JobOverrides& o, TrainConfig& t, TransformerLayerConfig& layer,

@@ -87,60 +87,6 @@ PronunciationJob::PronunciationJob() {
   decode.max_len = 40;
 }
 
-json to_json(const PronunciationJob& j) {
-  json train = train_config_json(j.train);
-  j.budget.write(train);
-  return json{{"task", PronunciationJob::kTask},
-              {"data",
-               {{"path", j.data_path},
-                {"keep_stress", j.keep_stress},
-                {"validation_fraction", j.validation_fraction},
-                {"test_fraction", j.test_fraction},
-                {"validation_words", j.validation_words},
-                {"train_max_letters", j.train_max_letters}}},
-              {"eval_every", j.eval_every},
-              {"model", model_config_json(j.model.model)},
-              {"decoder_layers", j.model.decoder_layers},
-              {"label_smoothing", j.label_smoothing},
-              {"decode", {{"beam", j.decode.beam}, {"length_penalty", j.decode.length_penalty}, {"max_len", j.decode.max_len}}},
-              {"eval_batch", j.eval_batch},
-              {"train", train},
-              {"threads", j.threads},
-              {"title", j.report_title}};
-}
-
-PronunciationJob PronunciationJob::from_json(const json& root, const std::string& src) {
-  PronunciationJob job;
-  ConfigReader r(root, src);
-  read_job_basics(job, r, src);
-  job.label_smoothing = r.get_number("label_smoothing", job.label_smoothing);
-  job.eval_batch = r.get_int("eval_batch", job.eval_batch);
-  job.eval_every = r.get_int("eval_every", job.eval_every);
-  job.model.decoder_layers = r.get_int("decoder_layers", job.model.decoder_layers);
-  const json data = r.get_object("data");
-  ConfigReader d(data, src + ": data");
-  job.data_path = d.get_string("path", job.data_path);
-  job.keep_stress = d.get_bool("keep_stress", job.keep_stress);
-  job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
-  job.test_fraction = d.get_number("test_fraction", job.test_fraction);
-  job.validation_words = d.get_int("validation_words", job.validation_words);
-  job.train_max_letters = d.get_int("train_max_letters", job.train_max_letters);
-  d.finish();
-  if (r.has("decode")) {
-    const json dec = r.get_object("decode");
-    ConfigReader dr(dec, src + ": decode");
-    job.decode.beam = dr.get_int("beam", job.decode.beam);
-    job.decode.length_penalty = dr.get_number("length_penalty", job.decode.length_penalty);
-    job.decode.max_len = dr.get_int("max_len", job.decode.max_len);
-    dr.finish();
-  }
-  job.model.model = read_model_section(r, src, job.model.model.vocab_size);
-  job.train = read_train_section(r, src, &job.budget);
-  r.finish();
-  job.validate(src);
-  return job;
-}
-
 void PronunciationJob::validate(const std::string& where) const {
   budget.validate(where);
   auto fraction = [&](double f, const char* name) {
@@ -164,14 +110,9 @@ void PronunciationJob::validate(const std::string& where) const {
 }
 
 void apply_overrides(PronunciationJob& job, const JobOverrides& o) {
-  refuse_flags({{"--source", o.source.has_value()},
-                {"--tokenizer", o.tokenizer.has_value()},
-                {"--max-len", o.max_len.has_value()},
-                {"--vocab-size", o.vocab_size.has_value()}},
-               "pronunciation jobs");
+  refuse_flags(o, {"--source", "--tokenizer", "--max-len", "--vocab-size"}, "pronunciation jobs");
   if (o.data) job.data_path = *o.data;
-  if (o.epochs) job.budget.epochs = *o.epochs;
-  if (o.steps) job.budget.max_steps = *o.steps;
+  apply_budget_overrides(o, job.budget);
   TokenizerConfig letters;  // the letters are the vocabulary
   apply_token_model_overrides(o, job.model.model, job.train, letters, job.threads);
   job.validate("the flags");

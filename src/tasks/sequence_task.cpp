@@ -33,41 +33,6 @@ SequenceTaskJob::SequenceTaskJob() {
   train.clip_grad_norm = 1.0;
 }
 
-json to_json(const SequenceTaskJob& j) {
-  return json{{"task", SequenceTaskJob::kTask},
-              {"data",
-               {{"kind", synthetic_kind_name(j.task.kind)},
-                {"symbols", j.task.symbols},
-                {"min_len", j.task.min_len},
-                {"max_len", j.task.max_len},
-                {"test_lengths", j.test_lengths},
-                {"eval_batches", j.eval_batches}}},
-              {"model", model_config_json(j.model)},
-              {"train", train_config_json(j.train)},
-              {"threads", j.threads},
-              {"title", j.report_title}};
-}
-
-SequenceTaskJob SequenceTaskJob::from_json(const json& root, const std::string& src) {
-  SequenceTaskJob job;
-  ConfigReader r(root, src);
-  read_job_basics(job, r, src);
-  const json data = r.get_object("data");
-  ConfigReader d(data, src + ": data");
-  job.task.kind = parse_synthetic_kind(d.get_string("kind", std::string("reverse")));
-  job.task.symbols = d.get_int("symbols", job.task.symbols);
-  job.task.min_len = d.get_int("min_len", job.task.min_len);
-  job.task.max_len = d.get_int("max_len", job.task.max_len);
-  job.eval_batches = d.get_int("eval_batches", job.eval_batches);
-  job.test_lengths = d.get_positive_ints("test_lengths", job.test_lengths);
-  d.finish();
-  job.model = read_model_section(r, src, job.task.vocab_size());
-  job.train = read_train_section(r, src);
-  r.finish();
-  job.validate(src);
-  return job;
-}
-
 void SequenceTaskJob::validate(const std::string& where) const {
   check<ConfigError>(task.symbols > 0 && task.min_len > 0 && task.min_len <= task.max_len,
                      "{}: the task needs symbols > 0 and 0 < min_len <= max_len", where);
@@ -75,12 +40,7 @@ void SequenceTaskJob::validate(const std::string& where) const {
 }
 
 void apply_overrides(SequenceTaskJob& job, const JobOverrides& o) {
-  refuse_flags({{"--epochs", o.epochs.has_value()},
-                {"--source", o.source.has_value()},
-                {"--data", o.data.has_value()},
-                {"--tokenizer", o.tokenizer.has_value()},
-                {"--max-len", o.max_len.has_value()},
-                {"--vocab-size", o.vocab_size.has_value()}},
+  refuse_flags(o, {"--epochs", "--source", "--data", "--tokenizer", "--max-len", "--vocab-size"},
                "synthetic sequence tasks");
   if (o.steps) job.train.steps = *o.steps;
   TokenizerConfig none;  // the task's symbols are its vocabulary
@@ -134,14 +94,11 @@ std::string length_line(const LengthAccuracy& a) {
 
 std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir, int threads) {
   set_num_threads(threads);
-  ParamStore store;
-  LanguageModel model(store, job.model);
-  store.finalize();
-  load_checkpoint_weights(store, last_checkpoint_path(run_dir));
+  TrainedModel<LanguageModel> m(job.model, run_dir);
   std::vector<std::string> lines;
   for (auto L : job.test_lengths)
     lines.push_back(length_line(
-        evaluate_length(model, job.task, L, job.eval_batches, job.train.batch, job.train.seed, job.train.precision)));
+        evaluate_length(m.model, job.task, L, job.eval_batches, job.train.batch, job.train.seed, job.train.precision)));
   return lines;
 }
 

@@ -19,50 +19,6 @@ namespace multihead {
 
 using json = nlohmann::json;
 
-nlohmann::json to_json(const TextClassificationJob& j) {
-  json train = train_config_json(j.train);
-  j.budget.write(train);
-  return json{{"task", TextClassificationJob::kTask},
-              {"data",
-               {{"source", j.source},
-                {"path", j.data_path},
-                {"strip_headers", j.strip_headers},
-                {"text_column", j.text_column},
-                {"label_column", j.label_column},
-                {"validation_fraction", j.validation_fraction},
-                {"test_fraction", j.test_fraction}}},
-              {"tokenizer", tokenizer_config_json(j.tokenizer)},
-              {"model", model_config_json(j.model)},
-              {"train", train},
-              {"max_len", j.max_len},
-              {"threads", j.threads},
-              {"title", j.report_title}};
-}
-
-TextClassificationJob TextClassificationJob::from_json(const json& root, const std::string& src) {
-  TextClassificationJob job;
-  ConfigReader r(root, src);
-  read_job_basics(job, r, src, /*task_required=*/false);
-  job.max_len = r.get_int("max_len", job.max_len);
-  // Sections are read with their own readers, so their unknown keys are errors too.
-  const json data = r.get_object("data");
-  ConfigReader d(data, src + ": data");
-  job.source = d.get_string("source", job.source);
-  job.data_path = d.get_string("path", std::string());
-  job.strip_headers = d.get_bool("strip_headers", true);
-  job.text_column = d.get_string("text_column", job.text_column);
-  job.label_column = d.get_string("label_column", job.label_column);
-  job.validation_fraction = d.get_number("validation_fraction", job.validation_fraction);
-  job.test_fraction = d.get_number("test_fraction", job.test_fraction);
-  d.finish();
-  job.tokenizer = read_tokenizer_section(r, src, job.tokenizer);
-  job.model = read_model_section(r, src, job.tokenizer.vocab_size);
-  job.train = read_train_section(r, src, &job.budget);
-  r.finish();
-  job.validate(src);
-  return job;
-}
-
 void TextClassificationJob::validate(const std::string& where) const {
   budget.validate(where);
   check<ConfigError>(max_len > 1, "{}: max_len must be at least 2, got {}", where, max_len);
@@ -71,9 +27,8 @@ void TextClassificationJob::validate(const std::string& where) const {
 void apply_overrides(TextClassificationJob& job, const JobOverrides& o) {
   if (o.data) job.data_path = *o.data;
   if (o.source) job.source = *o.source;
-  if (o.epochs) job.budget.epochs = *o.epochs;
   if (o.max_len) job.max_len = *o.max_len;
-  if (o.steps) job.budget.max_steps = *o.steps;
+  apply_budget_overrides(o, job.budget);
   apply_token_model_overrides(o, job.model, job.train, job.tokenizer, job.threads);
   job.validate("the flags");
 }

@@ -15,6 +15,7 @@
 #include "multihead/io/run_dir.h"
 #include "multihead/io/state_dict.h"
 #include "multihead/tasks/jobs.h"
+#include "multihead/train/fit.h"
 
 namespace multihead {
 
@@ -30,30 +31,36 @@ std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& t
   return ids;
 }
 
-// What every loaded run has: its tokenizer, checked against the vocabulary
-// its config names, and its weights.
+// The tokenizer of a run directory, checked against the vocabulary its
+// config names (before any weights are read).
+std::unique_ptr<Tokenizer> run_tokenizer(const std::string& dir, std::int64_t vocab_size) {
+  std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(dir) / "tokenizer").string());
+  check_run_vocabulary(vocab_size, *tok, dir);
+  return tok;
+}
+
+// What every loaded run of a token model has: its job, its tokenizer and
+// its model with the last checkpoint's weights.
+template <typename Job, typename Model>
 class LoadedRun : public TrainedRun {
+ public:
+  const char* task() const override { return Job::kTask; }
+
  protected:
-  LoadedRun(const std::string& dir, Precision precision, std::int64_t vocab_size)
-      : dir_(dir), precision_(precision), tok_(Tokenizer::load((fs::path(dir) / "tokenizer").string())) {
-    check_run_vocabulary(vocab_size, *tok_, dir);
-  }
-  void load_weights() {
-    store_.finalize();
-    load_checkpoint_weights(store_, last_checkpoint_path(dir_));
-  }
-  std::string dir_;
+  LoadedRun(const Job& job, const std::string& dir, Precision precision)
+      : job_(job), precision_(precision), tok_(run_tokenizer(dir, job.model.vocab_size)), trained_(job.model, dir) {}
+
+  Job job_;
   Precision precision_;
   std::unique_ptr<Tokenizer> tok_;
-  ParamStore store_;
+  TrainedModel<Model> trained_;
+  Model& model_ = trained_.model;
 };
 
-class ClassifierRun final : public LoadedRun {
+class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClassifier> {
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
-      : LoadedRun(dir, precision, job.model.vocab_size), job_(job) {
-    model_ = std::make_unique<SequenceClassifier>(store_, job_.model);
-    load_weights();
+      : LoadedRun(job, dir, precision) {
     // results.json names the classes (runs made before it did: their numbers).
     const fs::path results = fs::path(dir) / "results.json";
     if (fs::exists(results)) {
@@ -66,7 +73,6 @@ class ClassifierRun final : public LoadedRun {
       for (std::int64_t c = 0; c < job_.model.num_classes; ++c) labels_.push_back(std::to_string(c));
   }
 
-  const char* task() const override { return TextClassificationJob::kTask; }
   std::vector<std::string> labels() const override { return labels_; }
 
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
@@ -79,7 +85,7 @@ class ClassifierRun final : public LoadedRun {
       std::vector<const std::vector<std::int64_t>*> part;
       for (std::size_t i = b0; i < b1; ++i) part.push_back(&ids[i]);
       TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, true);
-      Tensor logits = model_->forward(tb.ids, &tb.padding, ctx);  // (B, C)
+      Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);  // (B, C)
       const std::int64_t C = logits.dim(1);
       for (std::int64_t r = 0; r < logits.dim(0); ++r) {
         const float* z = logits.f32() + r * C;
@@ -91,7 +97,7 @@ class ClassifierRun final : public LoadedRun {
         p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
         out.push_back(std::move(p));
       }
-      model_->clear_cache();
+      model_.clear_cache();
     }
     return out;
   }
@@ -106,42 +112,31 @@ class ClassifierRun final : public LoadedRun {
   }
 
  private:
-  TextClassificationJob job_;
-  std::unique_ptr<SequenceClassifier> model_;
   std::vector<std::string> labels_;
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens, bool ablate) {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
-    return classifier_attention(*model_, *tok_, encode_text(*tok_, text, "the text"),
+    return classifier_attention(model_, *tok_, encode_text(*tok_, text, "the text"),
                                 std::min(max_tokens, job_.max_len), labels_, precision_, ablate);
   }
 };
 
-class LanguageModelRun final : public LoadedRun {
+class LanguageModelRun final : public LoadedRun<LanguageModelJob, LanguageModel> {
  public:
   LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
-      : LoadedRun(dir, precision, job.model.vocab_size), job_(job) {
-    model_ = std::make_unique<LanguageModel>(store_, job_.model);
-    load_weights();
-  }
-
-  const char* task() const override { return LanguageModelJob::kTask; }
+      : LoadedRun(job, dir, precision) {}
 
   std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling) override {
     const std::vector<std::int64_t> ids = encode_text(*tok_, prompt, "the prompt");
-    return tok_->decode(multihead::generate(*model_, ids, tokens, sampling, job_.train.seq_len, precision_));
+    return tok_->decode(multihead::generate(model_, ids, tokens, sampling, job_.train.seq_len, precision_));
   }
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
     std::vector<std::int64_t> ids = encode_text(*tok_, text, "the text");
     ids.resize(std::min<std::size_t>(ids.size(), static_cast<std::size_t>(max_tokens)));
-    return language_model_attention(*model_, *tok_, ids, 0, precision_);
+    return language_model_attention(model_, *tok_, ids, 0, precision_);
   }
-
- private:
-  LanguageModelJob job_;
-  std::unique_ptr<LanguageModel> model_;
 };
 
 // A pronunciation run: no tokenizer, its own vocabulary (vocab.json).

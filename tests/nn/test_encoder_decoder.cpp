@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "multihead/nn/encoder_decoder.h"
+#include "tasks/small_encoder_decoder.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -14,19 +16,14 @@ namespace {
 using test::all_close;
 using test::random_tensor;
 
+// The decoding tests' small model, with more encoder than decoder layers,
+// narrower, and relative positions clipped at 3.
 EncoderDecoderConfig small_model(PositionKind positions, bool norm_first) {
-  EncoderDecoderConfig c;
-  c.source_vocab = 7;
-  c.model.vocab_size = 9;
-  c.model.num_layers = 2;
-  c.decoder_layers = 1;
+  EncoderDecoderConfig c = test::small_encoder_decoder(7, 9, positions);
+  std::swap(c.model.num_layers, c.decoder_layers);  // 2 encoder layers, 1 decoder layer
   c.model.layer.d_model = 8;
-  c.model.layer.nhead = 2;
   c.model.layer.dim_feedforward = 12;
-  c.model.layer.dropout = 0.0;
   c.model.layer.norm_first = norm_first;
-  c.model.positions = positions;
-  c.model.max_len = 16;
   c.model.relative_clip = 3;
   return c;
 }

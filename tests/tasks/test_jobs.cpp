@@ -2,8 +2,13 @@
 // as each kind of job takes them.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
 #include "multihead/core/error.h"
 #include "multihead/tasks/presets.h"
+#include "test_util.h"
 
 namespace multihead {
 namespace {
@@ -97,35 +102,70 @@ TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
   EXPECT_EQ(w.model.decoder_depth(), w.model.model.num_layers);
 }
 
+// The error applying `flags` to `job` gives ("no error" when none).
+std::string refusal(Job job, const JobOverrides& flags) {
+  return test::error_message([&] { apply_overrides(job, flags); });
+}
+
 TEST(Jobs, FlagsThatMeanNothingForAKindAreRefusedByName) {
   JobOverrides flags;
   flags.positions = "rope";
   flags.vocab_size = 100;
-  Job image = preset_job("fashion-mnist");
-  try {
-    apply_overrides(image, flags);
-    ADD_FAILURE() << "no error";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "--positions and --vocab-size do not apply to image jobs");
-  }
+  EXPECT_EQ(refusal(preset_job("fashion-mnist"), flags), "--positions and --vocab-size do not apply to image jobs");
   JobOverrides data;
   data.data = "somewhere";
-  Job seq = preset_job("reverse");
-  EXPECT_THROW(apply_overrides(seq, data), ConfigError);
+  EXPECT_EQ(refusal(preset_job("reverse"), data), "--data does not apply to synthetic sequence tasks");
   JobOverrides tokenizer;
   tokenizer.tokenizer = "bpe";
-  Job words = preset_job("cmudict");
-  try {
-    apply_overrides(words, tokenizer);
-    ADD_FAILURE() << "no error";
-  } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "--tokenizer does not apply to pronunciation jobs");
-  }
+  EXPECT_EQ(refusal(preset_job("cmudict"), tokenizer), "--tokenizer does not apply to pronunciation jobs");
+  JobOverrides epochs;
+  epochs.epochs = 2;
+  epochs.source = "csv";
+  EXPECT_EQ(refusal(preset_job("moby-dick"), epochs), "--epochs and --source do not apply to language models");
   JobOverrides bad;
   bad.batch = 30;
   bad.grad_accumulation = 4;
-  Job text = preset_job("spam");
-  EXPECT_THROW(apply_overrides(text, bad), ConfigError);
+  EXPECT_NE(refusal(preset_job("spam"), bad), "no error");
+  EXPECT_EQ(refusal(preset_job("spam"), JobOverrides{}), "no error");
+  // A flag name the list does not know is a mistake in the caller.
+  EXPECT_THROW(refuse_flags(JobOverrides{}, {"--colour"}, "image jobs"), std::invalid_argument);
+}
+
+// Each kind's config: what is left out keeps the kind's own defaults, and
+// every key to_json writes, from_json reads back.
+TEST(Jobs, AConfigWithOnlyItsTaskIsTheKindsDefaultJob) {
+  auto check = [](const auto& defaults) {
+    using Kind = std::decay_t<decltype(defaults)>;
+    const json written = to_json(defaults);
+    EXPECT_EQ(to_json(Kind::from_json(written, "c.json")), written) << Kind::kTask;
+    const json own = to_json(Kind::from_json(json{{"task", Kind::kTask}}, "c.json"));
+    for (const char* key : {"data", "title", "threads"})
+      if (written.contains(key)) {
+        EXPECT_EQ(own[key], written[key]) << Kind::kTask << " " << key;
+      }
+  };
+  check(TextClassificationJob());
+  check(LanguageModelJob());
+  check(ImageClassificationJob());
+  check(SequenceTaskJob());
+  check(PronunciationJob());
+  // The image model's section is the job's own (no shared model reader).
+  EXPECT_EQ(to_json(ImageClassificationJob::from_json(json{{"task", "image_classification"}}, "c.json"))["model"],
+            to_json(ImageClassificationJob())["model"]);
+  // Only the first kind may leave its task out.
+  EXPECT_NO_THROW(TextClassificationJob::from_json(json::object(), "c.json"));
+  EXPECT_THROW(LanguageModelJob::from_json(json::object(), "c.json"), ConfigError);
+}
+
+TEST(Jobs, ConfigErrorsNameTheSectionAndKey) {
+  auto error = [](const json& config) { return test::error_message([&] { job_from_json(config, "c.json"); }); };
+  EXPECT_EQ(error(json{{"task", "language_modeling"}, {"sample", {{"seed", -3}}}}),
+            "c.json: sample: 'seed' must be >= 0, got -3");
+  EXPECT_EQ(error(json{{"task", "pronunciation"}, {"decode", {{"beams", 2}}}}), "c.json: decode: unknown key 'beams'");
+  EXPECT_EQ(error(json{{"task", "sequence_task"}, {"data", {{"kind", "shuffle"}}}}),
+            "c.json: data: synthetic task must be copy, reverse or sort, got \"shuffle\"");
+  EXPECT_EQ(error(json{{"task", "image_classification"}, {"model", {{"d_model", "wide"}}}}),
+            "c.json: model: 'd_model' must be an integer");
 }
 
 }  // namespace

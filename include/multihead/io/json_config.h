@@ -1,8 +1,22 @@
 // Strict reading of JSON configs: every value is type-checked, and a key the
 // reader never asked for is an error (a typo must not be silently ignored).
+//
+// A config section is best described once, as a list of its keys that
+// ConfigReader and ConfigWriter both run:
+//
+//   template <class Keys, class S>  // S: Settings to read, const Settings to write
+//   void settings_keys(Keys& k, S& s) {
+//     k("count", s.count)("rate", s.rate);
+//     k.named("shape", s.shape, shape_name, parse_shape);
+//     k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
+//   }
+//
+// Reading, a key that is absent keeps the member's value, so the struct's
+// own initialisers are the config's defaults.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -10,6 +24,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "multihead/core/error.h"
 
 namespace multihead {
 
@@ -34,9 +50,37 @@ class ConfigReader {
   std::vector<double> get_numbers(const std::string& key, std::size_t n, std::vector<double> fallback);
   // Throws ConfigError on the first key that was never read.
   void finish() const;
+  const std::string& source() const { return source_; }
+
+  // The key list's side of reading: `value` is the default and the result.
+  // Unsigned integers refuse negative values; a vector of integers is
+  // get_positive_ints's list.
+  ConfigReader& operator()(const std::string& key, std::string& value);
+  ConfigReader& operator()(const std::string& key, bool& value);
+  ConfigReader& operator()(const std::string& key, double& value);
+  ConfigReader& operator()(const std::string& key, std::int64_t& value);
+  ConfigReader& operator()(const std::string& key, std::uint64_t& value);
+  ConfigReader& operator()(const std::string& key, std::vector<std::int64_t>& value);
+  // An enum kept as its name: from_name reads it (throwing ConfigError for
+  // an unknown name), to_name writes it.
+  template <typename E, typename Name, typename Parse>
+  ConfigReader& named(const std::string& key, E& value, Name to_name, Parse from_name) {
+    const std::string given = get_string(key, std::string(to_name(value)));
+    try {
+      value = from_name(given);
+    } catch (const ConfigError& e) {
+      throw in_source(e);
+    }
+    return *this;
+  }
+  // A nested object, read with its own reader (so its unknown keys are
+  // errors too) by keys(ConfigReader&).
+  ConfigReader& section(const std::string& key, const std::function<void(ConfigReader&)>& keys);
 
  private:
   const nlohmann::json& value(const std::string& key);
+  // e, its message led by the source ("c.json: data: ...").
+  ConfigError in_source(const ConfigError& e) const;
   template <typename T>
   T get_typed(const std::string& key, std::optional<T> fallback, bool (nlohmann::json::*is_type)() const noexcept,
               const char* type_name);
@@ -44,6 +88,27 @@ class ConfigReader {
   const nlohmann::json& obj_;
   std::string source_;
   std::set<std::string> used_;
+};
+
+// The key list's side of writing: every key with its value.
+class ConfigWriter {
+ public:
+  explicit ConfigWriter(nlohmann::json& out) : out_(out) {}
+
+  template <typename T>
+  ConfigWriter& operator()(const std::string& key, const T& value) {
+    out_[key] = value;
+    return *this;
+  }
+  template <typename E, typename Name, typename Parse>
+  ConfigWriter& named(const std::string& key, const E& value, Name to_name, Parse /*from_name*/) {
+    out_[key] = std::string(to_name(value));
+    return *this;
+  }
+  ConfigWriter& section(const std::string& key, const std::function<void(ConfigWriter&)>& keys);
+
+ private:
+  nlohmann::json& out_;
 };
 
 }  // namespace multihead

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/tasks/overrides.h"
 #include "multihead/nn/models.h"
 #include "multihead/train/progress.h"
@@ -15,23 +16,37 @@
 
 namespace multihead {
 
-struct ImageClassificationJob {
+struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   static constexpr const char* kTask = "image_classification";
   // Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::int64_t validation_examples = 5000;  // held out of the training files
   std::int64_t limit_train = 0;             // 0: all
-  VisionConfig model;
+  VisionConfig model;  // a small pre-norm encoder (the constructor)
   TrainConfig train;
   EpochBudget budget{5, 0};
-  int threads = 0;
   std::string report_title = "Fashion-MNIST: a Vision Transformer";
 
-  static ImageClassificationJob from_json(const nlohmann::json& j, const std::string& source);
+  ImageClassificationJob();
   void validate(const std::string& where) const;
+  // The config's keys beside task, threads and title: one list that
+  // from_json reads and to_json writes (tasks/job_config.h).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& j) {
+    k.section("data", [&](auto& d) {
+      d("path", j.data_dir)("validation_examples", j.validation_examples)("limit_train", j.limit_train);
+    });
+    k.section("model", [&](auto& m) {
+      m("image_size", j.model.image_size)("patch", j.model.patch)("channels", j.model.channels);
+      m("num_layers", j.model.num_layers)("num_classes", j.model.num_classes);
+      auto& layer = j.model.layer;
+      m("d_model", layer.d_model)("nhead", layer.nhead)("dim_feedforward", layer.dim_feedforward);
+      m("dropout", layer.dropout)("norm_first", layer.norm_first);
+    });
+    k.train(j.train, &j.budget);
+  }
 };
 
-nlohmann::json to_json(const ImageClassificationJob& job);
 // The flags: data, epochs, steps (a cap), and the training and layer ones;
 // token flags (source, positions, tokenizer, max_len, vocab_size) are refused.
 void apply_overrides(ImageClassificationJob& job, const JobOverrides& flags);

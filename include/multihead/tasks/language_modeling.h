@@ -11,6 +11,7 @@
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/tasks/overrides.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/train/progress.h"
@@ -18,7 +19,7 @@
 
 namespace multihead {
 
-struct LanguageModelJob {
+struct LanguageModelJob : JobConfig<LanguageModelJob> {
   static constexpr const char* kTask = "language_modeling";
   std::string text_path;              // a file or a folder of .txt files
   double validation_fraction = 0.1;   // the end of the text
@@ -30,14 +31,26 @@ struct LanguageModelJob {
   std::string prompt = "Call me";
   std::int64_t sample_tokens = 400;
   SamplingConfig sampling{0.8, 0, 0.95, 1};
-  int threads = 0;
   std::string report_title = "Language model";
   LanguageModelJob();
-  static LanguageModelJob from_json(const nlohmann::json& j, const std::string& source);
   void validate(const std::string& where) const;
+  // The config's keys beside task, threads and title: one list that
+  // from_json reads and to_json writes (tasks/job_config.h).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& j) {
+    k("eval_every", j.eval_every)("eval_windows", j.eval_windows);
+    k.section("data", [&](auto& d) { d("path", j.text_path)("validation_fraction", j.validation_fraction); });
+    k.tokenizer(j.tokenizer);
+    k.model(j.model, j.tokenizer.vocab_size);
+    k.train(j.train);
+    k.section("sample", [&](auto& s) {
+      s("prompt", j.prompt)("tokens", j.sample_tokens);
+      s("temperature", j.sampling.temperature)("top_k", j.sampling.top_k)("top_p", j.sampling.top_p);
+      s("seed", j.sampling.seed);
+    });
+  }
 };
 
-nlohmann::json to_json(const LanguageModelJob& job);
 // The flags: data, steps, max_len (the window), and the token model's.
 void apply_overrides(LanguageModelJob& job, const JobOverrides& flags);
 

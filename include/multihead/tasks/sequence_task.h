@@ -10,27 +10,37 @@
 
 #include "multihead/data/synthetic.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/tasks/overrides.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
-struct SequenceTaskJob {
+struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   static constexpr const char* kTask = "sequence_task";
   SyntheticTask task;                          // its min_len / max_len are the training range
   std::vector<std::int64_t> test_lengths = {16, 32, 64};
   std::int64_t eval_batches = 8;               // batches of train.batch sequences per test length
   ModelConfig model;
   TrainConfig train;
-  int threads = 0;
   std::string report_title = "Synthetic sequence task";
   SequenceTaskJob();  // the "reverse" preset
-  static SequenceTaskJob from_json(const nlohmann::json& j, const std::string& source);
   void validate(const std::string& where) const;
+  // The config's keys beside task, threads and title: one list that
+  // from_json reads and to_json writes (tasks/job_config.h).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& j) {
+    k.section("data", [&](auto& d) {
+      d.named("kind", j.task.kind, synthetic_kind_name, parse_synthetic_kind);
+      d("symbols", j.task.symbols)("min_len", j.task.min_len)("max_len", j.task.max_len);
+      d("test_lengths", j.test_lengths)("eval_batches", j.eval_batches);
+    });
+    k.model(j.model, j.task.vocab_size());
+    k.train(j.train);
+  }
 };
 
-nlohmann::json to_json(const SequenceTaskJob& job);
 // The flags: steps and the token model's; data flags are refused.
 void apply_overrides(SequenceTaskJob& job, const JobOverrides& flags);
 

@@ -13,14 +13,16 @@
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/tasks/overrides.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
-struct TextClassificationJob {
+struct TextClassificationJob : JobConfig<TextClassificationJob> {
   static constexpr const char* kTask = "text_classification";
+  static constexpr bool kTaskOptional = true;  // the first kind of job: the default
   // Data: "spamassassin" (data_path: the corpus's data folder), "aclimdb"
   // (data_path: the aclImdb folder; its test split is the test set), "csv" or
   // "tsv" (data_path: the file, with text_column and label_column).
@@ -35,16 +37,27 @@ struct TextClassificationJob {
   EpochBudget budget{3, 0};
   std::int64_t max_len = 256;  // tokens per example, [CLS] included
   std::int64_t eval_batch = 64;
-  int threads = 0;
   std::string report_title = "Text classification";
 
-  // Reads a job (the format to_json writes); unknown keys are errors.
-  static TextClassificationJob from_json(const nlohmann::json& j, const std::string& source);
+  TextClassificationJob() { model.vocab_size = tokenizer.vocab_size; }  // until the tokenizer is trained
   // ConfigError, naming `where`, for a value out of range.
   void validate(const std::string& where) const;
+  // The config's keys beside task, threads and title: one list that
+  // from_json reads and to_json writes (tasks/job_config.h).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& j) {
+    k("max_len", j.max_len);
+    k.section("data", [&](auto& d) {
+      d("source", j.source)("path", j.data_path)("strip_headers", j.strip_headers);
+      d("text_column", j.text_column)("label_column", j.label_column);
+      d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction);
+    });
+    k.tokenizer(j.tokenizer);
+    k.model(j.model, j.tokenizer.vocab_size);
+    k.train(j.train, &j.budget);
+  }
 };
 
-nlohmann::json to_json(const TextClassificationJob& job);
 // The flags: data, source, epochs, max_len, steps (a cap), and the token
 // model's (tasks/overrides.h).
 void apply_overrides(TextClassificationJob& job, const JobOverrides& flags);

@@ -22,6 +22,7 @@
 
 #include "multihead/core/rng.h"
 #include "multihead/io/run_dir.h"
+#include "multihead/io/state_dict.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/trainer.h"
 
@@ -151,6 +152,22 @@ struct ModelToTrain {
   }
   ModelToTrain(const ModelToTrain&) = delete;
   ModelToTrain& operator=(const ModelToTrain&) = delete;
+};
+
+// A model of a finished run: built from its config, with the weights of the
+// run directory's last checkpoint (what evaluating a run starts from).
+template <typename Model>
+struct TrainedModel {
+  ParamStore store;
+  Model model;
+
+  template <typename Config>
+  TrainedModel(const Config& config, const std::string& run_dir) : model(store, config) {
+    store.finalize();
+    load_checkpoint_weights(store, last_checkpoint_path(run_dir));
+  }
+  TrainedModel(const TrainedModel&) = delete;
+  TrainedModel& operator=(const TrainedModel&) = delete;
 };
 
 // Softmax cross-entropy of logits (..., C) against one target a row (rows

@@ -82,17 +82,6 @@ nlohmann::json train_config_json(const TrainConfig& t);
 // A job's "threads" (0: all cores), checked (check_threads).
 int read_threads(ConfigReader& job);
 
-// The keys every job's config has beside its own, read into job: "task",
-// which must name the job's kind (Job::kTask; a missing one means it where
-// task_required is false), "threads" and "title".
-template <typename Job>
-void read_job_basics(Job& job, ConfigReader& r, const std::string& src, bool task_required = true) {
-  const std::string task = task_required ? r.get_string("task") : r.get_string("task", std::string(Job::kTask));
-  check<ConfigError>(task == Job::kTask, "{}: task must be {}", src, Job::kTask);
-  job.threads = read_threads(r);
-  job.report_title = r.get_string("title", job.report_title);
-}
-
 // A seed given as a signed number (flags or JSON), refused below 0 rather
 // than wrapped to a huge unsigned one.
 std::uint64_t checked_seed(std::int64_t seed);

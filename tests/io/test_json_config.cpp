@@ -1,0 +1,99 @@
+// Config key lists (io/json_config.h): one list read and written, absent
+// keys keeping their defaults, and every error naming the file and key.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "multihead/core/error.h"
+#include "multihead/io/json_config.h"
+#include "test_util.h"
+
+namespace multihead {
+namespace {
+
+using json = nlohmann::json;
+
+enum class Shape { kRound, kSquare };
+const char* shape_name(Shape s) { return s == Shape::kSquare ? "square" : "round"; }
+Shape parse_shape(const std::string& s) {
+  if (s == "round") return Shape::kRound;
+  if (s == "square") return Shape::kSquare;
+  throw ConfigError("shape must be round or square, got '" + s + "'");
+}
+
+struct Settings {
+  std::string name = "plain";
+  bool on = true;
+  double rate = 0.5;
+  std::int64_t count = 3;
+  std::uint64_t seed = 7;
+  std::vector<std::int64_t> lengths = {1, 2};
+  Shape shape = Shape::kRound;
+  std::int64_t depth = 4;  // in the "inner" section
+};
+
+template <typename Keys, typename S>
+void settings_keys(Keys& k, S& s) {
+  k("name", s.name)("on", s.on)("rate", s.rate)("count", s.count)("seed", s.seed)("lengths", s.lengths);
+  k.named("shape", s.shape, shape_name, parse_shape);
+  k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
+}
+
+json write(const Settings& s) {
+  json out;
+  ConfigWriter w(out);
+  settings_keys(w, s);
+  return out;
+}
+
+Settings read(const json& config) {
+  Settings s;
+  ConfigReader r(config, "s.json");
+  settings_keys(r, s);
+  r.finish();
+  return s;
+}
+
+std::string read_error(const json& config) {
+  return test::error_message([&] { read(config); });
+}
+
+TEST(ConfigKeys, WhatIsWrittenReadsBackTheSame) {
+  Settings s;
+  s.name = "custom";
+  s.on = false;
+  s.rate = 0.125;
+  s.count = -2;
+  s.seed = 99;
+  s.lengths = {4, 8, 16};
+  s.shape = Shape::kSquare;
+  s.depth = 9;
+  const json config = write(s);
+  EXPECT_EQ(config, json::parse(R"({"name": "custom", "on": false, "rate": 0.125, "count": -2, "seed": 99,
+                                    "lengths": [4, 8, 16], "shape": "square", "inner": {"depth": 9}})"));
+  EXPECT_EQ(write(read(config)), config);
+}
+
+TEST(ConfigKeys, AbsentKeysKeepTheStructsDefaults) {
+  const Settings defaults;
+  EXPECT_EQ(write(read(json::object())), write(defaults));
+  const Settings s = read(json{{"count", 11}, {"inner", json::object()}});
+  EXPECT_EQ(s.count, 11);
+  EXPECT_EQ(s.depth, defaults.depth);
+  EXPECT_EQ(s.shape, Shape::kRound);
+}
+
+TEST(ConfigKeys, ErrorsNameTheFileTheSectionAndTheKey) {
+  EXPECT_EQ(read_error(json{{"cuont", 1}}), "s.json: unknown key 'cuont'");
+  EXPECT_EQ(read_error(json{{"inner", {{"deep", 1}}}}), "s.json: inner: unknown key 'deep'");
+  EXPECT_EQ(read_error(json{{"inner", 3}}), "s.json: 'inner' must be an object");
+  EXPECT_EQ(read_error(json{{"count", 1.5}}), "s.json: 'count' must be an integer");
+  EXPECT_EQ(read_error(json{{"on", "yes"}}), "s.json: 'on' must be true or false");
+  EXPECT_EQ(read_error(json{{"seed", -1}}), "s.json: 'seed' must be >= 0, got -1");
+  EXPECT_EQ(read_error(json{{"lengths", {1, 0}}}), "s.json: 'lengths' must be a list of positive integers");
+  EXPECT_EQ(read_error(json{{"shape", "oval"}}), "s.json: shape must be round or square, got 'oval'");
+}
+
+}  // namespace
+}  // namespace multihead
