@@ -107,8 +107,8 @@ class ConfigWriter {
   }
   ConfigWriter& section(const std::string& key, const std::function<void(ConfigWriter&)>& keys);
 
- private:
-  nlohmann::json& out_;
+ protected:
+  nlohmann::json& out_;  // the object written into
 };
 
 }  // namespace multihead

@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
-#include "multihead/core/threading.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
@@ -51,7 +50,7 @@ class JobReader : public ConfigReader {
 // Writing: every key, the shared sections whole.
 class JobWriter : public ConfigWriter {
  public:
-  explicit JobWriter(nlohmann::json& out) : ConfigWriter(out), out_(out) {}
+  using ConfigWriter::ConfigWriter;
 
   JobWriter& tokenizer(const TokenizerConfig& t) {
     out_["tokenizer"] = tokenizer_config_json(t);
@@ -67,9 +66,6 @@ class JobWriter : public ConfigWriter {
     out_["train"] = std::move(section);
     return *this;
   }
-
- private:
-  nlohmann::json& out_;
 };
 
 template <typename Kind>
