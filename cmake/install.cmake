@@ -24,7 +24,7 @@ install(FILES ${CMAKE_BINARY_DIR}/multiheadConfig.cmake ${CMAKE_BINARY_DIR}/mult
 
 # pkg-config: the library is static, so everything it links is in Libs and Requires (a plain
 # `pkg-config --libs multihead` links), and the prefix is found from the file's own place.
-set(MULTIHEAD_PC_REQUIRES "fmt nlohmann_json libhwy sentencepiece cairo cpp-httplib zlib")
+set(MULTIHEAD_PC_REQUIRES "fmt nlohmann_json libhwy sentencepiece cairo zlib")
 if(MULTIHEAD_HAVE_MPI)
   string(APPEND MULTIHEAD_PC_REQUIRES " ompi-c")
 endif()

@@ -34,7 +34,8 @@ packages=(
   zlib1g-dev               # find_package(ZLIB): gzip-compressed IDX files
   libsentencepiece-dev     # pkg_check_modules(sentencepiece): subword tokenizers
   libcairo2-dev            # pkg_check_modules(cairo): PNG plots and heatmaps in run reports
-  libcpp-httplib-dev       # pkg_check_modules(cpp-httplib): the HTTP server of multihead serve
+  libboost-dev             # find_package(Boost): Boost.Beast and Asio, the HTTP server of multihead serve
+  libcpp-httplib-dev       # pkg_check_modules(cpp-httplib) in tests/: the server tests' HTTP client
   fonts-dejavu-core        # no lookup: the font cairo draws plot text with, at run time
   libgtest-dev libgmock-dev  # find_package(GTest) in tests/
   python3-dev              # find_package(Python3 ... Development.Module) in python/: the Python package

@@ -6,8 +6,13 @@
     run.predict(["Win money now", "Meeting at 3"])   # [{'label': 'spam', 'probabilities': {...}}, ...]
     run.attention("Win money now")                   # tokens and (layers, heads, T, T) weights
     multihead.load_run("runs/moby-dick").generate("Call me", tokens=100)
+
+The library's errors are multihead.Error (a ValueError) and its kinds ShapeError, ConfigError and
+IoError; memory it cannot have is a MemoryError.
 """
 
-from ._multihead import TrainedRun, __version__, load_run, machine, set_num_threads
+from ._multihead import (ConfigError, Error, IoError, ShapeError, TrainedRun, __version__, load_run, machine,
+                         set_num_threads)
 
-__all__ = ["TrainedRun", "__version__", "load_run", "machine", "set_num_threads"]
+__all__ = ["ConfigError", "Error", "IoError", "ShapeError", "TrainedRun", "__version__", "load_run", "machine",
+           "set_num_threads"]

@@ -40,12 +40,14 @@ def _check_tensor(name, t, dtypes=tuple(_DTYPES)):
 
 
 def _rows(t):
-    """t (B, P, X) as the kernels read it: last dimension contiguous."""
-    return t if t.stride(-1) == 1 else t.contiguous()
+    """t (B, P, X) as the kernels read it: the last dimension contiguous and rows at least X apart.
 
-
-def _view(t):
-    return _mh.View(t.data_ptr(), t.stride(0), t.stride(1))
+    Anything else (transposed, expanded along positions with stride 0, overlapping rows from
+    as_strided) is copied; a batch dimension expanded with stride 0 is read in place.
+    """
+    if t.stride(-1) == 1 and t.stride(-2) >= t.shape[-1]:
+        return t
+    return t.contiguous()
 
 
 def _seed(dropout_p):
@@ -64,7 +66,7 @@ class _MaskSet:
     def _keep(self, t):
         t = t.contiguous()
         self.tensors.append(t)
-        return t.data_ptr()
+        return t
 
     def key_padding(self, mask):
         if mask.dtype == torch.bool or mask.dtype == torch.uint8:
@@ -88,30 +90,25 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, heads, mask_set, scale, dropout_p, need_weights, average):
         B, L, S = q.shape[0], q.shape[1], k.shape[1]
-        D, Dv = q.shape[2] // heads, v.shape[2] // heads
-        dims = [B, heads, L, S, D, Dv]
+        Dv = v.shape[2] // heads
         seed = _seed(dropout_p)
         out = q.new_empty(B, L, heads * Dv)
         weights = None
         if q.dtype == torch.float64:
             saved = q.new_empty(B, heads, L, S)  # the probabilities
-            _mh.ref_forward(_view(out), saved.data_ptr(), _view(q), _view(k), _view(v), dims, mask_set.masks,
-                            scale, dropout_p, seed)
+            _mh.ref_forward(out, saved, q, k, v, heads, mask_set.masks, scale, dropout_p, seed)
             if need_weights:
                 weights = q.new_empty((B, L, S) if average else (B, heads, L, S))
-                _mh.ref_weights(weights.data_ptr(), saved.data_ptr(), dims, average, dropout_p, seed)
+                _mh.ref_weights(weights, saved, average, dropout_p, seed)
         else:
-            dtype = _DTYPES[q.dtype]
             saved = torch.empty(B, heads, L, dtype=torch.float32)  # the log-sum-exp of each row
-            _mh.fused_forward(dtype, _view(out), saved.data_ptr(), _view(q), _view(k), _view(v), dims,
-                              mask_set.masks, scale, dropout_p, seed)
+            _mh.fused_forward(out, saved, q, k, v, heads, mask_set.masks, scale, dropout_p, seed)
             if need_weights:
                 weights = torch.empty((B, L, S) if average else (B, heads, L, S), dtype=torch.float32)
-                _mh.fused_weights(dtype, weights.data_ptr(), average, saved.data_ptr(), _view(q), _view(k), dims,
-                                  mask_set.masks, scale, dropout_p, seed)
+                _mh.fused_weights(weights, average, saved, q, k, heads, mask_set.masks, scale, dropout_p, seed)
                 weights = weights.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, saved)
-        ctx.args = (dims, mask_set, scale, dropout_p, seed)
+        ctx.args = (heads, mask_set, scale, dropout_p, seed)
         if weights is not None:
             ctx.mark_non_differentiable(weights)
         return out, weights
@@ -119,18 +116,16 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dweights):
         q, k, v, out, saved = ctx.saved_tensors
-        dims, mask_set, scale, dropout_p, seed = ctx.args
+        heads, mask_set, scale, dropout_p, seed = ctx.args
         grad_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         dout = dout.to(grad_dtype).contiguous()
         dq = torch.empty(q.shape, dtype=grad_dtype)
         dk = torch.empty(k.shape, dtype=grad_dtype)
         dv = torch.empty(v.shape, dtype=grad_dtype)
         if q.dtype == torch.float64:
-            _mh.ref_backward(_view(dq), _view(dk), _view(dv), saved.data_ptr(), _view(dout), _view(q), _view(k),
-                             _view(v), dims, mask_set.masks, scale, dropout_p, seed)
+            _mh.ref_backward(dq, dk, dv, saved, dout, q, k, v, heads, mask_set.masks, scale, dropout_p, seed)
         else:
-            _mh.fused_backward(_DTYPES[q.dtype], _view(dq), _view(dk), _view(dv), saved.data_ptr(), _view(out),
-                               _view(dout), _view(q), _view(k), _view(v), dims, mask_set.masks, scale, dropout_p,
+            _mh.fused_backward(dq, dk, dv, saved, out, dout, q, k, v, heads, mask_set.masks, scale, dropout_p,
                                seed)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
 

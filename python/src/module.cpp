@@ -1,11 +1,15 @@
-// multihead._multihead: the attention kernels for Python. The Python side
-// (multihead/torch.py) checks every tensor (device, dtype, shape, strides)
-// and passes raw pointers to memory that PyTorch owns, so nothing is copied;
-// these functions only trust what it checked. Errors of the library arrive in
-// Python as ValueError; the GIL is released while the kernels run. Trained
-// runs (tasks/trained_run.h) are exposed as they are.
+// multihead._multihead: the attention kernels for Python. They take the
+// torch tensors themselves and use PyTorch's memory in place (nothing is
+// copied); multihead/torch.py arranges the layouts. Errors of the library
+// arrive in Python as multihead.Error (a ValueError) and its kinds; the GIL
+// is released while the kernels run. Trained runs (tasks/trained_run.h) are
+// exposed as they are.
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -15,6 +19,7 @@
 #include "multihead/core/error.h"
 #include "multihead/core/tensor.h"
 #include "multihead/core/threading.h"
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/machine.h"
@@ -26,33 +31,104 @@ namespace py = pybind11;
 namespace multihead::python {
 namespace {
 
-// A (B, positions, H * head_dim) view whose last dimension is contiguous:
-// (pointer, batch stride, row stride), strides in elements. Head h starts at
-// h * head_dim.
-struct View {
+// Every tensor is read from the torch.Tensor itself (pointer, shape,
+// strides, dtype), never from numbers the caller states, and checked against
+// what the kernel will do with it: a tensor that does not fit is a ValueError,
+// never memory read out of bounds. The Python objects stay referenced for the
+// call, so their memory lives while the kernels run without the GIL.
+struct TensorArg {
   std::uintptr_t ptr = 0;
-  std::int64_t batch_stride = 0, row_stride = 0;
+  std::vector<std::int64_t> shape, strides;
+  std::string dtype;  // "float32", "bfloat16", "float64", "uint8", ...
+
+  std::int64_t dim() const { return static_cast<std::int64_t>(shape.size()); }
+  bool contiguous() const {
+    std::int64_t expect = 1;
+    for (std::int64_t i = dim() - 1; i >= 0; --i) {
+      if (shape[static_cast<std::size_t>(i)] != 1 && strides[static_cast<std::size_t>(i)] != expect) return false;
+      expect *= shape[static_cast<std::size_t>(i)];
+    }
+    return true;
+  }
+  std::string shape_text() const { return fmt::format("({})", fmt::join(shape, ", ")); }
 };
 
-template <typename T>
-HeadsView<T> heads(const View& v, std::int64_t head_dim) {
-  return {reinterpret_cast<T*>(v.ptr), v.batch_stride, v.row_stride, head_dim, 1};
+TensorArg tensor_arg(py::handle t, const char* name) {
+  check<ShapeError>(py::hasattr(t, "data_ptr") && py::hasattr(t, "stride") && py::hasattr(t, "dtype"),
+                    "{} must be a torch.Tensor", name);
+  check<ShapeError>(py::str(t.attr("device").attr("type")).cast<std::string>() == "cpu", "{} must be on the CPU",
+                    name);
+  check<ShapeError>(py::str(t.attr("layout")).cast<std::string>() == "torch.strided", "{} must be a dense tensor",
+                    name);
+  TensorArg a;
+  a.ptr = t.attr("data_ptr")().cast<std::uintptr_t>();
+  a.shape = t.attr("shape").cast<std::vector<std::int64_t>>();
+  a.strides = t.attr("stride")().cast<std::vector<std::int64_t>>();
+  std::string dtype = py::str(t.attr("dtype")).cast<std::string>();
+  a.dtype = dtype.rfind("torch.", 0) == 0 ? dtype.substr(6) : dtype;
+  for (const std::int64_t st : a.strides) check<ShapeError>(st >= 0, "{} has a negative stride", name);
+  return a;
 }
 
-// Masks as the Python side passes them: pointers (0: none) with
-// nn.MultiheadAttention's polarity (nonzero bool = masked, floats added).
+void expect_dtype(const TensorArg& a, const char* name, const std::string& dtype) {
+  check<ShapeError>(a.dtype == dtype, "{} must be {}, got {}", name, dtype, a.dtype);
+}
+
+void expect_shape(const TensorArg& a, const char* name, const std::vector<std::int64_t>& shape) {
+  const TensorArg want{0, shape, {}, ""};
+  check<ShapeError>(a.shape == shape, "{} must be {}, got {}", name, want.shape_text(), a.shape_text());
+}
+
+// A (B, positions, H * head_dim) tensor whose last dimension is contiguous,
+// as the kernels read heads from it: head h starts at h * head_dim.
+template <typename T>
+HeadsView<T> heads(const TensorArg& a, const char* name, std::int64_t H) {
+  check<ShapeError>(a.dim() == 3, "{} must be 3-D (batch, positions, heads * features), got {}", name,
+                    a.shape_text());
+  check<ShapeError>(a.shape[2] % H == 0 && a.shape[2] > 0, "{}'s {} features do not split into {} heads", name,
+                    a.shape[2], H);
+  check<ShapeError>(a.strides[2] == 1 || a.shape[2] == 1, "{}'s last dimension must be contiguous", name);
+  return {reinterpret_cast<T*>(a.ptr), a.strides[0], a.strides[1], a.shape[2] / H, 1};
+}
+
+// An output the kernel writes whole: contiguous, so that no two elements share memory.
+template <typename T>
+T* written(const TensorArg& a, const char* name, const std::string& dtype, const std::vector<std::int64_t>& shape) {
+  expect_dtype(a, name, dtype);
+  expect_shape(a, name, shape);
+  check<ShapeError>(a.contiguous(), "{} must be contiguous", name);
+  return reinterpret_cast<T*>(a.ptr);
+}
+
+// Masks with nn.MultiheadAttention's polarity (nonzero uint8 = masked, floats
+// added): torch tensors, or None.
 struct Masks {
-  std::uintptr_t key_padding_bool = 0, key_padding_add = 0, attn_bool = 0, attn_add = 0;
+  py::object key_padding_bool = py::none(), key_padding_add = py::none(), attn_bool = py::none(),
+             attn_add = py::none();
   bool attn_per_head = false, causal = false;
   std::int64_t masked_cols = -1;  // keys the masks cover (-1: all); later ones are never masked
 
+  // Checked against the call's sizes: key padding (B, cols), attn (L, cols) or (B*H, L, cols), contiguous.
   template <typename T>
-  AttentionMasks<T> get() const {
+  AttentionMasks<T> get(const AttentionDims& d, const std::string& float_dtype) const {
+    check<ShapeError>(masked_cols >= -1 && masked_cols <= d.S, "masked_cols must be in [-1, {}], got {}", d.S,
+                      masked_cols);
+    const std::int64_t cols = masked_cols < 0 ? d.S : masked_cols;
+    const std::vector<std::int64_t> padding{d.B, cols};
+    const std::vector<std::int64_t> attn =
+        attn_per_head ? std::vector<std::int64_t>{d.B * d.H, d.L, cols} : std::vector<std::int64_t>{d.L, cols};
+    auto mask = [](const py::object& t, const char* name, const std::string& dtype,
+                   const std::vector<std::int64_t>& shape) -> std::uintptr_t {
+      if (t.is_none()) return 0;
+      const TensorArg a = tensor_arg(t, name);
+      return reinterpret_cast<std::uintptr_t>(written<char>(a, name, dtype, shape));
+    };
     AttentionMasks<T> m;
-    m.key_padding_bool = reinterpret_cast<const std::uint8_t*>(key_padding_bool);
-    m.key_padding_add = reinterpret_cast<const T*>(key_padding_add);
-    m.attn_bool = reinterpret_cast<const std::uint8_t*>(attn_bool);
-    m.attn_add = reinterpret_cast<const T*>(attn_add);
+    m.key_padding_bool =
+        reinterpret_cast<const std::uint8_t*>(mask(key_padding_bool, "key_padding_mask", "uint8", padding));
+    m.key_padding_add = reinterpret_cast<const T*>(mask(key_padding_add, "key_padding_mask", float_dtype, padding));
+    m.attn_bool = reinterpret_cast<const std::uint8_t*>(mask(attn_bool, "attn_mask", "uint8", attn));
+    m.attn_add = reinterpret_cast<const T*>(mask(attn_add, "attn_mask", float_dtype, attn));
     m.attn_per_head = attn_per_head;
     m.causal = causal ? CausalAlign::kTopLeft : CausalAlign::kNone;
     m.masked_cols = masked_cols;
@@ -60,12 +136,22 @@ struct Masks {
   }
 };
 
-AttentionDims dims_of(const std::vector<std::int64_t>& d) {
-  check<ShapeError>(d.size() == 6, "dims are (B, H, L, S, D, Dv), got {} numbers", d.size());
-  return {d[0], d[1], d[2], d[3], d[4], d[5]};
+// The sizes of a call, from q (B, L, H*D), k (B, S, H*D) and v (B, S, H*Dv).
+AttentionDims dims_of(const TensorArg& q, const TensorArg& k, const TensorArg& v, std::int64_t H) {
+  check<ShapeError>(H >= 1, "heads must be at least 1, got {}", H);
+  check<ShapeError>(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
+                    "query, key and value must be 3-D (batch, positions, features), got {}, {} and {}",
+                    q.shape_text(), k.shape_text(), v.shape_text());
+  check<ShapeError>(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0] && v.shape[1] == k.shape[1] &&
+                        k.shape[2] == q.shape[2],
+                    "key must be ({}, S, {}) and value ({}, S, Ev), got {} and {}", q.shape[0], q.shape[2],
+                    q.shape[0], k.shape_text(), v.shape_text());
+  check<ShapeError>(q.shape[2] % H == 0 && v.shape[2] % H == 0 && q.shape[2] > 0 && v.shape[2] > 0,
+                    "the features of query ({}) and value ({}) must split into {} heads", q.shape[2], v.shape[2], H);
+  return {q.shape[0], H, q.shape[1], k.shape[1], q.shape[2] / H, v.shape[2] / H};
 }
 
-// dtype: "float32" or "bfloat16", the tensors' element type (the masks' floats are float32).
+// dtype: float32 or bfloat16, the fused kernels' element types.
 template <typename F>
 void by_dtype(const std::string& dtype, F&& f) {
   if (dtype == "float32") f(float{});
@@ -73,74 +159,138 @@ void by_dtype(const std::string& dtype, F&& f) {
   else throw ShapeError("the fused kernels take float32 or bfloat16 tensors, got " + dtype);
 }
 
-void fused_forward(const std::string& dtype, const View& out, std::uintptr_t lse, const View& q, const View& k,
-                   const View& v, const std::vector<std::int64_t>& dims, const Masks& masks, double scale,
-                   double dropout_p, std::uint64_t seed) {
-  const AttentionDims d = dims_of(dims);
-  by_dtype(dtype, [&](auto tag) {
+struct Call {
+  TensorArg q, k, v;
+  AttentionDims d;
+  Call(py::handle q_, py::handle k_, py::handle v_, std::int64_t H)
+      : q(tensor_arg(q_, "query")), k(tensor_arg(k_, "key")), v(tensor_arg(v_, "value")) {
+    d = dims_of(q, k, v, H);
+    check<ShapeError>(k.dtype == q.dtype && v.dtype == q.dtype, "query, key and value must have one dtype, got {}, "
+                      "{} and {}", q.dtype, k.dtype, v.dtype);
+  }
+  std::vector<std::int64_t> lse_shape() const { return {d.B, d.H, d.L}; }
+  std::vector<std::int64_t> weights_shape(bool average) const {
+    return average ? std::vector<std::int64_t>{d.B, d.L, d.S} : std::vector<std::int64_t>{d.B, d.H, d.L, d.S};
+  }
+};
+
+void fused_forward(py::handle out, py::handle lse, py::handle q, py::handle k, py::handle v, std::int64_t heads_n,
+                   Masks masks, double scale, double dropout_p, std::uint64_t seed) {
+  const Call c(q, k, v, heads_n);
+  const TensorArg o = tensor_arg(out, "out");
+  float* lse_p = written<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
+  by_dtype(c.q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    attention_fused_forward<T>(heads<T>(out, d.Dv), reinterpret_cast<float*>(lse), heads<const T>(q, d.D),
-                               heads<const T>(k, d.D), heads<const T>(v, d.Dv),
-                               masks.get<float>(), d, static_cast<float>(scale),
+    T* out_p = written<T>(o, "out", c.q.dtype, {c.d.B, c.d.L, c.d.H * c.d.Dv});
+    const HeadsView<T> out_v{out_p, c.d.L * c.d.H * c.d.Dv, c.d.H * c.d.Dv, c.d.Dv, 1};
+    const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
+    const py::gil_scoped_release unlocked;
+    attention_fused_forward<T>(out_v, lse_p, heads<const T>(c.q, "query", c.d.H), heads<const T>(c.k, "key", c.d.H),
+                               heads<const T>(c.v, "value", c.d.H), m, c.d, static_cast<float>(scale),
                                AttentionDropout{static_cast<float>(dropout_p), seed, 0});
   });
 }
 
-void fused_backward(const std::string& dtype, const View& dq, const View& dk, const View& dv, std::uintptr_t lse,
-                    const View& out, const View& dout, const View& q, const View& k, const View& v,
-                    const std::vector<std::int64_t>& dims, const Masks& masks, double scale, double dropout_p,
-                    std::uint64_t seed) {
-  const AttentionDims d = dims_of(dims);
-  by_dtype(dtype, [&](auto tag) {
+// The gradients dq, dk, dv: contiguous float32 (float64 for the reference
+// kernels) of q's, k's and v's shapes.
+template <typename G>
+struct Grads {
+  HeadsView<G> dq, dk, dv;
+  Grads(py::handle dq_, py::handle dk_, py::handle dv_, const Call& c, const std::string& dtype) {
+    const AttentionDims& d = c.d;
+    dq = {written<G>(tensor_arg(dq_, "dq"), "dq", dtype, c.q.shape), d.L * d.H * d.D, d.H * d.D, d.D, 1};
+    dk = {written<G>(tensor_arg(dk_, "dk"), "dk", dtype, c.k.shape), d.S * d.H * d.D, d.H * d.D, d.D, 1};
+    dv = {written<G>(tensor_arg(dv_, "dv"), "dv", dtype, c.v.shape), d.S * d.H * d.Dv, d.H * d.Dv, d.Dv, 1};
+  }
+};
+
+// dout (B, L, H*Dv) in the gradients' dtype, last dimension contiguous.
+template <typename G>
+HeadsView<const G> dout_view(py::handle dout, const Call& c, const std::string& dtype) {
+  const TensorArg a = tensor_arg(dout, "dout");
+  expect_dtype(a, "dout", dtype);
+  expect_shape(a, "dout", {c.d.B, c.d.L, c.d.H * c.d.Dv});
+  return heads<const G>(a, "dout", c.d.H);
+}
+
+void fused_backward(py::handle dq, py::handle dk, py::handle dv, py::handle lse, py::handle out, py::handle dout,
+                    py::handle q, py::handle k, py::handle v, std::int64_t heads_n, Masks masks, double scale,
+                    double dropout_p, std::uint64_t seed) {
+  const Call c(q, k, v, heads_n);
+  const Grads<float> g(dq, dk, dv, c, "float32");
+  const float* lse_p = written<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
+  const HeadsView<const float> dout_v = dout_view<float>(dout, c, "float32");
+  const TensorArg o = tensor_arg(out, "out");
+  by_dtype(c.q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    attention_fused_backward<T>(heads<float>(dq, d.D), heads<float>(dk, d.D),
-                                heads<float>(dv, d.Dv), reinterpret_cast<const float*>(lse),
-                                heads<const T>(out, d.Dv), heads<const float>(dout, d.Dv), heads<const T>(q, d.D),
-                                heads<const T>(k, d.D), heads<const T>(v, d.Dv),
-                                masks.get<float>(), d, static_cast<float>(scale),
+    expect_dtype(o, "out", c.q.dtype);
+    expect_shape(o, "out", {c.d.B, c.d.L, c.d.H * c.d.Dv});
+    const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
+    const py::gil_scoped_release unlocked;
+    attention_fused_backward<T>(g.dq, g.dk, g.dv, lse_p, heads<const T>(o, "out", c.d.H), dout_v,
+                                heads<const T>(c.q, "query", c.d.H), heads<const T>(c.k, "key", c.d.H),
+                                heads<const T>(c.v, "value", c.d.H), m, c.d, static_cast<float>(scale),
                                 AttentionDropout{static_cast<float>(dropout_p), seed, 0});
   });
 }
 
-void fused_weights(const std::string& dtype, std::uintptr_t weights, bool average_heads, std::uintptr_t lse,
-                   const View& q, const View& k, const std::vector<std::int64_t>& dims, const Masks& masks,
-                   double scale, double dropout_p, std::uint64_t seed) {
-  const AttentionDims d = dims_of(dims);
-  by_dtype(dtype, [&](auto tag) {
+void fused_weights(py::handle weights, bool average_heads, py::handle lse, py::handle q, py::handle k,
+                   std::int64_t heads_n, Masks masks, double scale, double dropout_p, std::uint64_t seed) {
+  const Call c(q, k, k, heads_n);
+  float* w = written<float>(tensor_arg(weights, "weights"), "weights", "float32", c.weights_shape(average_heads));
+  const float* lse_p = written<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
+  by_dtype(c.q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    attention_fused_weights<T>(reinterpret_cast<float*>(weights), average_heads, reinterpret_cast<const float*>(lse),
-                               heads<const T>(q, d.D), heads<const T>(k, d.D), masks.get<float>(), d,
-                               static_cast<float>(scale), AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+    const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
+    const py::gil_scoped_release unlocked;
+    attention_fused_weights<T>(w, average_heads, lse_p, heads<const T>(c.q, "query", c.d.H),
+                               heads<const T>(c.k, "key", c.d.H), m, c.d, static_cast<float>(scale),
+                               AttentionDropout{static_cast<float>(dropout_p), seed, 0});
   });
 }
 
 // float64: the reference kernels, which keep the (B, H, L, S) probabilities.
-void ref_forward(const View& out, std::uintptr_t probs, const View& q, const View& k, const View& v,
-                 const std::vector<std::int64_t>& dims, const Masks& masks, double scale, double dropout_p,
-                 std::uint64_t seed) {
-  const AttentionDims d = dims_of(dims);
-  attention_ref_forward<double>(heads<double>(out, d.Dv), reinterpret_cast<double*>(probs), heads<const double>(q, d.D),
-                                heads<const double>(k, d.D), heads<const double>(v, d.Dv),
-                                masks.get<double>(), d, scale, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+void ref_forward(py::handle out, py::handle probs, py::handle q, py::handle k, py::handle v, std::int64_t heads_n,
+                 Masks masks, double scale, double dropout_p, std::uint64_t seed) {
+  const Call c(q, k, v, heads_n);
+  expect_dtype(c.q, "query", "float64");
+  const AttentionDims& d = c.d;
+  double* out_p = written<double>(tensor_arg(out, "out"), "out", "float64", {d.B, d.L, d.H * d.Dv});
+  double* p = written<double>(tensor_arg(probs, "probs"), "probs", "float64", {d.B, d.H, d.L, d.S});
+  const AttentionMasks<double> m = masks.get<double>(d, "float64");
+  const py::gil_scoped_release unlocked;
+  attention_ref_forward<double>({out_p, d.L * d.H * d.Dv, d.H * d.Dv, d.Dv, 1}, p,
+                                heads<const double>(c.q, "query", d.H), heads<const double>(c.k, "key", d.H),
+                                heads<const double>(c.v, "value", d.H), m, d, scale,
+                                AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
-void ref_backward(const View& dq, const View& dk, const View& dv, std::uintptr_t probs, const View& dout,
-                  const View& q, const View& k, const View& v, const std::vector<std::int64_t>& dims,
-                  const Masks& masks, double scale, double dropout_p, std::uint64_t seed) {
-  const AttentionDims d = dims_of(dims);
-  attention_ref_backward<double>(heads<double>(dq, d.D), heads<double>(dk, d.D),
-                                 heads<double>(dv, d.Dv), reinterpret_cast<const double*>(probs),
-                                 heads<const double>(dout, d.Dv), heads<const double>(q, d.D),
-                                 heads<const double>(k, d.D), heads<const double>(v, d.Dv),
-                                 masks.get<double>(), d, scale,
-                                 AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+void ref_backward(py::handle dq, py::handle dk, py::handle dv, py::handle probs, py::handle dout, py::handle q,
+                  py::handle k, py::handle v, std::int64_t heads_n, Masks masks, double scale,
+                  double dropout_p, std::uint64_t seed) {
+  const Call c(q, k, v, heads_n);
+  expect_dtype(c.q, "query", "float64");
+  const AttentionDims& d = c.d;
+  const Grads<double> g(dq, dk, dv, c, "float64");
+  const double* p = written<double>(tensor_arg(probs, "probs"), "probs", "float64", {d.B, d.H, d.L, d.S});
+  const HeadsView<const double> dout_v = dout_view<double>(dout, c, "float64");
+  const AttentionMasks<double> m = masks.get<double>(d, "float64");
+  const py::gil_scoped_release unlocked;
+  attention_ref_backward<double>(g.dq, g.dk, g.dv, p, dout_v, heads<const double>(c.q, "query", d.H),
+                                 heads<const double>(c.k, "key", d.H), heads<const double>(c.v, "value", d.H), m, d,
+                                 scale, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
-void ref_weights(std::uintptr_t weights, std::uintptr_t probs, const std::vector<std::int64_t>& dims,
-                 bool average_heads, double dropout_p, std::uint64_t seed) {
-  attention_weights_from_probs<double>(reinterpret_cast<double*>(weights), reinterpret_cast<const double*>(probs),
-                                       dims_of(dims), average_heads,
-                                       AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+void ref_weights(py::handle weights, py::handle probs, bool average_heads, double dropout_p, std::uint64_t seed) {
+  const TensorArg pa = tensor_arg(probs, "probs");
+  check<ShapeError>(pa.dim() == 4, "probs must be 4-D (B, H, L, S), got {}", pa.shape_text());
+  const AttentionDims d{pa.shape[0], pa.shape[1], pa.shape[2], pa.shape[3], 1, 1};
+  const double* p = written<double>(pa, "probs", "float64", pa.shape);
+  const std::vector<std::int64_t> shape =
+      average_heads ? std::vector<std::int64_t>{d.B, d.L, d.S} : std::vector<std::int64_t>{d.B, d.H, d.L, d.S};
+  double* w = written<double>(tensor_arg(weights, "weights"), "weights", "float64", shape);
+  const py::gil_scoped_release unlocked;
+  attention_weights_from_probs<double>(w, p, d, average_heads, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
 }  // namespace
@@ -150,12 +300,24 @@ PYBIND11_MODULE(_multihead, m) {
   using namespace multihead;
   using namespace multihead::python;
   m.doc() = "multihead's attention kernels (see multihead.torch for the PyTorch functions built on them)";
-  py::register_exception<Error>(m, "Error", PyExc_ValueError);
+  // The library's errors as Python exceptions: multihead.Error (a ValueError)
+  // and its kinds; the standard ones (std::bad_alloc, std::invalid_argument,
+  // ...) go through pybind11's own translations. The most derived are
+  // registered last, so that they are tried first.
+  auto error = py::register_exception<Error>(m, "Error", PyExc_ValueError);
+  py::register_exception<ShapeError>(m, "ShapeError", error.ptr());
+  py::register_exception<ConfigError>(m, "ConfigError", error.ptr());
+  py::register_exception<IoError>(m, "IoError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const MemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
 
-  py::class_<View>(m, "View")
-      .def(py::init<std::uintptr_t, std::int64_t, std::int64_t>(), py::arg("ptr"), py::arg("batch_stride"),
-           py::arg("row_stride"));
-  py::class_<Masks>(m, "Masks")
+  py::class_<Masks>(m, "Masks", "Masks with nn.MultiheadAttention's polarity: uint8 tensors (nonzero: masked) "
+                                "or float tensors (added), or None")
       .def(py::init<>())
       .def_readwrite("key_padding_bool", &Masks::key_padding_bool)
       .def_readwrite("key_padding_add", &Masks::key_padding_add)
@@ -166,15 +328,25 @@ PYBIND11_MODULE(_multihead, m) {
       .def_readwrite("masked_cols", &Masks::masked_cols);
 
   const auto release = py::call_guard<py::gil_scoped_release>();
-  m.def("fused_forward", &fused_forward, release);
-  m.def("fused_backward", &fused_backward, release);
-  m.def("fused_weights", &fused_weights, release);
-  m.def("ref_forward", &ref_forward, release);
-  m.def("ref_backward", &ref_backward, release);
-  m.def("ref_weights", &ref_weights, release);
+  using py::arg;
+  m.def("fused_forward", &fused_forward, arg("out"), arg("lse"), arg("query"), arg("key"), arg("value"),
+        arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
+  m.def("fused_backward", &fused_backward, arg("dq"), arg("dk"), arg("dv"), arg("lse"), arg("out"), arg("dout"),
+        arg("query"), arg("key"), arg("value"), arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"),
+        arg("seed"));
+  m.def("fused_weights", &fused_weights, arg("weights"), arg("average_heads"), arg("lse"), arg("query"), arg("key"),
+        arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
+  m.def("ref_forward", &ref_forward, arg("out"), arg("probs"), arg("query"), arg("key"), arg("value"), arg("heads"),
+        arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
+  m.def("ref_backward", &ref_backward, arg("dq"), arg("dk"), arg("dv"), arg("probs"), arg("dout"), arg("query"),
+        arg("key"), arg("value"), arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
+  m.def("ref_weights", &ref_weights, arg("weights"), arg("probs"), arg("average_heads"), arg("dropout_p"),
+        arg("seed"));
   py::class_<TrainedRun>(m, "TrainedRun", "A finished run of `multihead train` (multihead.load_run)")
       .def_property_readonly("task", &TrainedRun::task)
       .def_property_readonly("labels", &TrainedRun::labels, "A classifier's class names")
+      .def_property_readonly("warnings", &TrainedRun::warnings,
+                             "What the load noticed and worked around (a classifier without results.json)")
       .def(
           "predict",
           [](TrainedRun& run, const std::vector<std::string>& texts) {

@@ -53,8 +53,13 @@ def test_a_classifier_predicts_with_its_labels_and_shows_its_attention(classifie
     assert att["prediction"] in ("pos", "neg")
     with pytest.raises(ValueError, match="generate needs a language model run"):
         run.generate("good")
-    with pytest.raises(ValueError, match="invalid UTF-8|has no tokens"):
+    with pytest.raises(ValueError, match="has no text"):
         run.predict([""])
+    with pytest.raises(ValueError, match="has no text"):  # NUL alone is no more a text than a space
+        run.predict(["\x00"])
+    with pytest.raises(ValueError, match="has no text"):
+        run.predict([" \t "])
+    assert run.warnings == []
 
 
 def test_a_language_model_generates(tmp_path):

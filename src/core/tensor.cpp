@@ -31,13 +31,21 @@ std::size_t dtype_size(DType dt) noexcept {
 }
 
 std::string shape_str(const Shape& shape) {
+  // A message names a shape of any length in one short line: the first and
+  // last dimensions of a long one, and how many there are.
+  constexpr std::size_t kShown = 8;
+  const bool cut = shape.size() > kShown;
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (cut && i >= kShown / 2 && i < shape.size() - kShown / 2) {
+      if (i == kShown / 2) s += ", ...";
+      continue;
+    }
     if (i) s += ", ";
     s += std::to_string(shape[i]);
   }
   if (shape.size() == 1) s += ",";
-  return s + ")";
+  return s + ")" + (cut ? fmt::format(" [{} dimensions]", shape.size()) : "");
 }
 
 std::int64_t shape_numel(const Shape& shape) {

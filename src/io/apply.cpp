@@ -21,7 +21,7 @@ const Tensor* find(const TensorMap& m, const std::string& name) {
 void check_inputs(const TensorMap& inputs, const std::set<std::string>& known,
                   std::initializer_list<const char*> f32_names) {
   for (const auto& [name, t] : inputs)
-    check<ShapeError>(known.count(name) != 0, "inputs: unexpected tensor '{}'", name);
+    check<ShapeError>(known.count(name) != 0, "inputs: unexpected tensor '{}'", clip_text(name));
   for (const char* name : f32_names) {
     const Tensor* t = find(inputs, name);
     check<ShapeError>(t == nullptr || t->dtype() == DType::kF32, "inputs: '{}' must be F32, got {}", name,

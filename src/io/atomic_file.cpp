@@ -1,6 +1,7 @@
 #include "multihead/io/atomic_file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,31 @@ namespace multihead {
 namespace {
 
 std::string errno_str() { return std::strerror(errno); }
+
+// Opening a FIFO to read blocks until something opens it to write, forever
+// when nothing will. Opened without blocking, it is given kFifoWriterWaitMs
+// for a writer to appear (poll reports no hang-up before a writer has come),
+// then read to its end.
+constexpr int kFifoWriterWaitMs = 10'000;
+std::string read_fifo(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  check<IoError>(fd >= 0, "cannot open '{}': {}", path, errno_str());
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, kFifoWriterWaitMs);
+  std::string text;
+  if (ready > 0 && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
+    char buf[1 << 16];
+    ssize_t n = 0;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+      if (n > 0) text.append(buf, static_cast<std::size_t>(n));
+    const int err = n < 0 ? errno : 0;
+    ::close(fd);
+    check<IoError>(err == 0, "cannot read '{}': {}", path, std::strerror(err));
+    return text;
+  }
+  ::close(fd);
+  throw IoError(fmt::format("cannot read '{}': a FIFO that nothing wrote to in {} s", path, kFifoWriterWaitMs / 1000));
+}
 
 void write_all(int fd, std::string_view bytes, const std::string& path) {
   const char* p = bytes.data();
@@ -104,6 +130,7 @@ std::string read_file(const std::string& path) {
   // (a shell's <(...)) are read to their end.
   check<IoError>(!std::filesystem::is_character_file(status) && !std::filesystem::is_block_file(status),
                  "cannot read '{}': is a device, not a file", path);
+  if (std::filesystem::is_fifo(status)) return read_fifo(path);
   std::ifstream in(path, std::ios::binary);
   check<IoError>(in.good(), "cannot open '{}': {}", path, errno_str());
   std::ostringstream ss;

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "multihead/core/error.h"
+#include "multihead/io/json_keys.h"
 
 namespace multihead {
 
@@ -13,12 +14,16 @@ ConfigReader::ConfigReader(const json& obj, std::string source) : obj_(obj), sou
 }
 
 json ConfigReader::parse(std::string_view text, const std::string& source) {
+  json j;
   try {
-    return json::parse(text);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     // e.what() is one line: "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
     throw ConfigError(fmt::format("{}: invalid JSON ({})", source, e.what()));
   }
+  if (const std::optional<DuplicateKey> d = first_duplicate_key(text))
+    throw ConfigError(fmt::format("{}: '{}' is given twice", source, d->path));
+  return j;
 }
 
 bool ConfigReader::has(const std::string& key) const { return obj_.contains(key); }
@@ -150,7 +155,7 @@ ConfigWriter& ConfigWriter::section(const std::string& key, const std::function<
 
 void ConfigReader::finish() const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it)
-    check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'", source_, it.key());
+    check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'", source_, clip_text(it.key()));
 }
 
 }  // namespace multihead

@@ -139,6 +139,11 @@ void RunDir::write_json(const std::string& name, const nlohmann::json& j) const 
   if (owner_) write_file_atomic(file(name), j.dump(2) + "\n");
 }
 
+void RunDir::write_config(const nlohmann::json& config) {
+  config_ = config;
+  write_json("config.json", config);
+}
+
 void RunDir::write_text(const std::string& name, const std::string& text) const {
   if (owner_) write_file_atomic(file(name), text);
 }
@@ -163,8 +168,10 @@ void RunDir::append_metrics(const nlohmann::json& record) {
     metrics_ = open_for_append(file("metrics.jsonl"), true);
   }
   const std::string line = record.dump() + "\n";
-  check<IoError>(std::fwrite(line.data(), 1, line.size(), metrics_) == line.size() && std::fflush(metrics_) == 0,
-                 "cannot write '{}'", file("metrics.jsonl"));
+  errno = 0;
+  const bool written = std::fwrite(line.data(), 1, line.size(), metrics_) == line.size() && std::fflush(metrics_) == 0;
+  check<IoError>(written, "cannot write '{}': {}", file("metrics.jsonl"),
+                 errno != 0 ? std::strerror(errno) : "the write fell short");
   ++records_;
 }
 

@@ -4,12 +4,12 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
 #include "multihead/io/atomic_file.h"
+#include "multihead/io/json_keys.h"
 
 namespace multihead {
 namespace {
@@ -40,38 +40,10 @@ std::uint64_t json_uint(const json& v, const std::string& what, const std::strin
   return v.get<std::uint64_t>();
 }
 
-// Reads a JSON document, noting the first key repeated in its top-level
-// object; linear time. Malformed JSON ends the pass quietly (the real parse
-// that follows reports it).
-class TopLevelKeys final : public nlohmann::json_sax<json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return ++depth_, true; }
-  bool end_object() override { return --depth_, true; }
-  bool start_array(std::size_t) override { return ++depth_, true; }
-  bool end_array() override { return --depth_, true; }
-  bool key(string_t& k) override {
-    if (depth_ == 1 && !seen_.insert(k).second && !duplicate) duplicate = k;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
-  std::optional<std::string> duplicate;
-
- private:
-  int depth_ = 0;
-  std::unordered_set<std::string> seen_;
-};
-
-std::optional<std::string> first_duplicate_top_level_key(std::string_view text) {
-  TopLevelKeys keys;
-  json::sax_parse(text.begin(), text.end(), &keys, json::input_format_t::json, false);
-  return keys.duplicate;
+// The CRC-32 of a header's canonical text (without the checksum), continued over `size` data bytes.
+std::uint32_t header_and_data_crc(const std::string& header, const Bytef* data, std::uint64_t size) {
+  std::uint32_t crc = crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(header.data()), header.size());
+  return size > 0 ? crc32_z(crc, data, size) : crc;
 }
 
 }  // namespace
@@ -91,14 +63,16 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
   // nlohmann keeps the last of duplicate keys silently: a first SAX pass
   // finds them (its callback parser rescans the object after every entry,
   // quadratic in the number of tensors).
-  const std::optional<std::string> duplicate = first_duplicate_top_level_key(header);
+  const std::optional<DuplicateKey> duplicate = first_duplicate_key(header);
   json h;
   try {
     h = json::parse(header.begin(), header.end());
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: header is not valid JSON ({})", src, e.what()));
   }
-  check<IoError>(!duplicate, "{}: duplicate tensor name '{}' in header", src, duplicate.value_or(""));
+  if (duplicate && duplicate->depth == 1)
+    throw IoError(fmt::format("{}: duplicate tensor name '{}' in header", src, duplicate->key));
+  check<IoError>(!duplicate, "{}: duplicate key '{}' in header", src, duplicate ? duplicate->path : "");
   check<IoError>(h.is_object(), "{}: header is not a JSON object", src);
 
   const std::uint64_t data_size = bytes.size() - 8 - n;
@@ -116,7 +90,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
     check<IoError>(v.is_object(), "{}: entry '{}' is not an object", src, name);
     for (auto k = v.begin(); k != v.end(); ++k)
       check<IoError>(k.key() == "dtype" || k.key() == "shape" || k.key() == "data_offsets",
-                     "{}: entry '{}' has unknown field '{}'", src, name, k.key());
+                     "{}: entry '{}' has unknown field '{}'", src, clip_text(name), clip_text(k.key()));
     check<IoError>(v.contains("dtype") && v["dtype"].is_string(), "{}: entry '{}' lacks a string dtype", src, name);
     check<IoError>(v.contains("shape") && v["shape"].is_array(), "{}: entry '{}' lacks a shape array", src, name);
     check<IoError>(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
@@ -160,11 +134,18 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
     pos = e;
   }
   check<IoError>(pos == data_size, "{}: {} trailing bytes after the last tensor", src, data_size - pos);
-  if (const auto it = f.metadata_.find(std::string(kDataChecksumKey)); it != f.metadata_.end()) {
-    const auto* data = reinterpret_cast<const Bytef*>(bytes.data() + 8 + n);
-    const std::string crc = fmt::format("{:08x}", data_size > 0 ? crc32_z(crc32_z(0, nullptr, 0), data, data_size) : 0);
-    check<IoError>(crc == it->second, "{}: the data does not match its checksum ({} recorded, {} computed): the file is corrupt",
+  const auto* data = reinterpret_cast<const Bytef*>(bytes.data() + 8 + n);
+  if (const auto it = f.metadata_.find(std::string(kChecksumKey)); it != f.metadata_.end()) {
+    h["__metadata__"].erase(std::string(kChecksumKey));
+    const std::string crc = fmt::format("{:08x}", header_and_data_crc(h.dump(), data, data_size));
+    check<IoError>(crc == it->second,
+                   "{}: the header and data do not match their checksum ({} recorded, {} computed): the file is "
+                   "corrupt or was edited",
                    src, it->second, crc);
+  } else if (const auto dit = f.metadata_.find(std::string(kDataChecksumKey)); dit != f.metadata_.end()) {
+    const std::string crc = fmt::format("{:08x}", data_size > 0 ? crc32_z(crc32_z(0, nullptr, 0), data, data_size) : 0);
+    check<IoError>(crc == dit->second, "{}: the data does not match its checksum ({} recorded, {} computed): the file is corrupt",
+                   src, dit->second, crc);
   }
 
   f.data_start_ = static_cast<std::size_t>(8 + n);
@@ -210,11 +191,8 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, const
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   json h = json::object();
   std::map<std::string, std::string> meta = metadata;
-  std::uint32_t crc = crc32_z(0, nullptr, 0);
-  // (zlib restarts the CRC on a null buffer: empty tensors are left out.)
-  for (const auto& [name, t] : sorted)
-    if (t->nbytes() > 0) crc = crc32_z(crc, static_cast<const Bytef*>(t->raw()), t->nbytes());
-  meta[std::string(kDataChecksumKey)] = fmt::format("{:08x}", crc);
+  meta.erase(std::string(kChecksumKey));
+  meta.erase(std::string(kDataChecksumKey));
   h["__metadata__"] = meta;
   std::uint64_t off = 0;
   for (std::size_t i = 0; i < sorted.size(); ++i) {
@@ -226,6 +204,12 @@ std::string serialize_safetensors(const std::vector<std::pair<std::string, const
   }
   std::string header;
   try {
+    // The checksum covers the header without itself, then the data.
+    std::uint32_t crc = header_and_data_crc(h.dump(), nullptr, 0);
+    // (zlib restarts the CRC on a null buffer: empty tensors are left out.)
+    for (const auto& [name, t] : sorted)
+      if (t->nbytes() > 0) crc = crc32_z(crc, static_cast<const Bytef*>(t->raw()), t->nbytes());
+    h["__metadata__"][std::string(kChecksumKey)] = fmt::format("{:08x}", crc);
     header = h.dump();
   } catch (const json::exception&) {  // JSON holds UTF-8 text only
     throw ConfigError("cannot write safetensors: tensor names and metadata must be valid UTF-8");

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "multihead/io/run_dir.h"
+
 namespace multihead {
 
 TensorMap state_dict(const ParamStore& store) {
@@ -34,7 +36,7 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
   }
   if (!allow_extra)
     for (const auto& [name, t] : tensors)
-      check<ShapeError>(store.find(name).has_value(), "{}: unexpected tensor '{}'", what, name);
+      check<ShapeError>(store.find(name).has_value(), "{}: unexpected tensor '{}'", what, clip_text(name));
   // Only after every check: a failed load leaves the store untouched.
   for (std::size_t h = 0; h < store.entries().size(); ++h) {
     const auto& e = store.entry(h);
@@ -51,11 +53,14 @@ void check_checkpoint_format(const SafetensorsFile& f) {
   const auto it = meta.find("format");
   check<IoError>(it != meta.end() && it->second.starts_with("multihead-checkpoint-"), "{}: not a multihead checkpoint",
                  f.source());
-  check<IoError>(it->second == "multihead-checkpoint-1" || it->second == kCheckpointFormat,
-                 "{}: checkpoint format '{}' is not one this build reads (multihead-checkpoint-1 or {})", f.source(),
-                 it->second, kCheckpointFormat);
-  check<IoError>(it->second == "multihead-checkpoint-1" || meta.contains(std::string(kDataChecksumKey)),
+  const std::string& format = it->second;
+  check<IoError>(format == "multihead-checkpoint-1" || format == "multihead-checkpoint-2" || format == kCheckpointFormat,
+                 "{}: checkpoint format '{}' is not one this build reads (multihead-checkpoint-1, -2 or -3)",
+                 f.source(), format);
+  check<IoError>(format != "multihead-checkpoint-2" || meta.contains(std::string(kDataChecksumKey)),
                  "{}: checkpoint lacks the checksum of its data", f.source());
+  check<IoError>(format != kCheckpointFormat || meta.contains(std::string(kChecksumKey)),
+                 "{}: checkpoint lacks the checksum of its header and data", f.source());
 }
 
 TensorMap take_model_tensors(TensorMap& all) {
@@ -63,6 +68,54 @@ TensorMap take_model_tensors(TensorMap& all) {
   for (auto& [name, t] : all)
     if (!name.starts_with("optimizer.")) model.emplace(name, std::move(t));
   return model;
+}
+
+namespace {
+
+// "model.nhead" for the JSON pointer "/model/nhead".
+std::string dotted(const std::string& pointer) {
+  std::string s = pointer.substr(pointer.empty() ? 0 : 1);
+  std::replace(s.begin(), s.end(), '/', '.');
+  return s;
+}
+
+}  // namespace
+
+nlohmann::json architecture_of(const nlohmann::json& config) {
+  nlohmann::json a = nlohmann::json::object();
+  if (config.is_object())
+    for (const char* section : kArchitectureSections)
+      if (config.contains(section)) a[section] = config[section];
+  return a;
+}
+
+void check_config_matches_checkpoint(const nlohmann::json& config, const std::string& config_path,
+                                     const std::map<std::string, std::string>& checkpoint_meta,
+                                     const std::string& ckpt_path) {
+  const auto it = checkpoint_meta.find(std::string(kCheckpointConfigKey));
+  if (it == checkpoint_meta.end()) return;
+  const nlohmann::json recorded = nlohmann::json::parse(it->second, nullptr, false);
+  check<IoError>(recorded.is_object(), "{}: the architecture it records is not a JSON object", ckpt_path);
+  check<IoError>(config.is_object(), "{}: not a JSON object", config_path);
+  const nlohmann::json was = architecture_of(recorded), now = architecture_of(config);
+  const nlohmann::json patch = nlohmann::json::diff(was, now);
+  if (patch.empty()) return;
+  const nlohmann::json::json_pointer ptr(patch[0]["path"].get<std::string>());
+  throw ConfigError(fmt::format(
+      "{}: {} is {}, but the checkpoint {} was trained with {}: the config no longer describes its weights "
+      "(restore the key, or train again)",
+      config_path, dotted(ptr.to_string()), now.contains(ptr) ? now[ptr].dump() : "absent", ckpt_path,
+      was.contains(ptr) ? was[ptr].dump() : "it absent"));
+}
+
+void load_run_weights(ParamStore& store, const std::string& run_dir) {
+  const RunConfig config = read_run_config(run_dir);
+  const std::string path = last_checkpoint_path(run_dir);
+  const SafetensorsFile f = SafetensorsFile::read(path);
+  check_checkpoint_format(f);
+  check_config_matches_checkpoint(config.json, config.path, f.metadata(), path);
+  TensorMap all = f.all_tensors();
+  load_state_dict(store, take_model_tensors(all), path);
 }
 
 void load_checkpoint_weights(ParamStore& store, const std::string& path) {

@@ -9,6 +9,7 @@
 #include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_bf16.h"
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
@@ -178,6 +179,8 @@ template <typename T>
 void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
     HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  check_attention_dims(d, true);
+  check_attention_views(d, out, q, k, v);
   for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_forward_f32), MULTIHEAD_DISPATCH(attention_fused_forward_bf16),
                       MULTIHEAD_DISPATCH(attention_fused_forward_f16))(out, lse, q, k, v, masks, d, scale, dropout,
                                                                        tiles);

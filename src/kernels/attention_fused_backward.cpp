@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_bf16.h"
@@ -211,6 +212,12 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
     HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q, HeadsView<const T> k,
     HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  check_attention_dims(d, true);
+  check_attention_views(d, out, q, k, v);
+  check_heads_view("dout", dout, d.B * d.L, d.Dv);
+  check_heads_view("dq", dq, d.B * d.L, d.D);
+  check_heads_view("dk", dk, d.B * d.S, d.D);
+  check_heads_view("dv", dv, d.B * d.S, d.Dv);
   for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_backward_f32),
                       MULTIHEAD_DISPATCH(attention_fused_backward_bf16),
                       MULTIHEAD_DISPATCH(attention_fused_backward_f16))(dq, dk, dv, lse, out, dout, q, k, v, masks, d,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/half.h"
@@ -120,6 +121,9 @@ template <typename T>
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
     HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  check_attention_dims(d, true);
+  check_heads_view("query", q, d.B * d.L, d.D);
+  check_heads_view("key", k, d.B * d.S, d.D);
   for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_weights_f32), MULTIHEAD_DISPATCH(attention_fused_weights_bf16),
                       MULTIHEAD_DISPATCH(attention_fused_weights_f16))(weights, average_heads, lse, q, k, masks, d,
                                                                        scale, dropout, tiles);

@@ -1,9 +1,11 @@
 #include "multihead/kernels/attention_ref.h"
 
+#include <type_traits>
 #include <vector>
 
 #include "multihead/core/rng.h"
 #include "multihead/core/step_profile.h"
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/dropout.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/softmax.h"
@@ -42,6 +44,8 @@ template <typename T>
 void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
                            HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
                            const AttentionDropout& dropout) {
+  check_attention_dims(d, std::is_same_v<T, float>);
+  check_attention_views(d, out, q, k, v);
   const StepProfileScope profile(StepPart::kAttention);
   std::vector<T> dropped;
   const RelativePositions<T>& rel = masks.relative;
@@ -80,6 +84,14 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
                             HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
                             HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
                             const AttentionDropout& dropout) {
+  check_attention_dims(d, std::is_same_v<T, float>);
+  check_heads_view("dout", dout, d.B * d.L, d.Dv);
+  check_heads_view("query", q, d.B * d.L, d.D);
+  check_heads_view("key", k, d.B * d.S, d.D);
+  check_heads_view("value", v, d.B * d.S, d.Dv);
+  check_heads_view("dq", dq, d.B * d.L, d.D);
+  check_heads_view("dk", dk, d.B * d.S, d.D);
+  check_heads_view("dv", dv, d.B * d.S, d.Dv);
   const StepProfileScope profile(StepPart::kAttention);
   std::vector<T> dp(static_cast<std::size_t>(d.L * d.S));
   std::vector<T> dropped;

@@ -12,6 +12,17 @@ std::optional<Outcome> Batcher::Ticket::wait_for(std::chrono::milliseconds timeo
   return outcome_;
 }
 
+void Batcher::Ticket::on_done(std::function<void()> done) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!outcome_) {
+      on_done_ = std::move(done);
+      return;
+    }
+  }
+  done();
+}
+
 Batcher::Batcher(TrainedRun& run, BatchLimits limits) : run_(run), limits_(limits) {
   check<ConfigError>(limits_.max_batch >= 1, "--max-batch must be at least 1, got {}", limits_.max_batch);
   check<ConfigError>(limits_.max_wait.count() >= 0, "--max-wait-ms must be >= 0");
@@ -52,11 +63,14 @@ BatcherStats Batcher::stats() const {
 }
 
 void Batcher::finish(Ticket& t, Outcome o) {
+  std::function<void()> done;
   {
     std::lock_guard lock(t.mutex_);
     t.outcome_ = std::move(o);
+    done = std::move(t.on_done_);
   }
   t.done_.notify_all();
+  if (done) done();
 }
 
 void Batcher::work() {

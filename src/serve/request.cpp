@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/io/json_keys.h"
 #include "multihead/tasks/language_modeling.h"
 #include "multihead/tasks/pronunciation.h"
 
@@ -33,6 +34,8 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
                                      const RequestLimits& limits) {
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) refuse("the body is not valid JSON");
+  if (const std::optional<DuplicateKey> d = first_duplicate_key(body))
+    refuse(fmt::format("'{}' is given twice", clip_text(d->path)));
   if (!j.is_object()) refuse(fmt::format("the body must be a JSON object, got {}", j.type_name()));
   const bool lm = task == LanguageModelJob::kTask, words = task == PronunciationJob::kTask;
   PredictRequest r{{}, defaults};
@@ -64,7 +67,7 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
       if (key == "n_best") r.settings.n_best = integer(v, "n_best", 1, limits.max_beam);
       else r.settings.beam = integer(v, "beam", 0, limits.max_beam);
     } else {
-      refuse(fmt::format("unknown field '{}'", key));
+      refuse(fmt::format("unknown field '{}'", clip_text(key)));
     }
   }
   if (!j.contains("inputs")) refuse("the body has no 'inputs' (an array of strings)");

@@ -1,66 +1,129 @@
 #include "multihead/serve/server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <thread>
 
-#include "connection.h"
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/tasks/text_classification.h"
 #include "multihead/version.h"
+#include "session.h"
 
 namespace multihead {
 namespace {
 
 namespace fs = std::filesystem;
-using serve_detail::connection_socket;
-using serve_detail::peer_gone;
+namespace net = boost::asio;
+using net::ip::tcp;
+using serve_detail::http::request;
+using serve_detail::http::response;
+using serve_detail::http::string_body;
+using serve_detail::json_response;
+using serve_detail::Session;
 
-void reply(httplib::Response& res, int status, const nlohmann::json& body) {
-  res.status = status;
-  // Outputs are the model's text: bytes that are not UTF-8 are replaced, not refused.
-  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "application/json");
+// Threads that read and write every connection: the work on them is parsing
+// and copying bytes, never waiting, so two keep up with the model's thread.
+constexpr int kIoThreads = 2;
+// Files the process keeps open besides its connections (the run, the
+// listener, the standard streams, the libraries').
+constexpr std::int64_t kOtherFiles = 64;
+
+// A flag's value within [lo, hi], else a ConfigError naming the flag.
+void check_range(const char* flag, std::int64_t v, std::int64_t lo, std::int64_t hi) {
+  check<ConfigError>(v >= lo && v <= hi, "{} must be in [{}, {}], got {}", flag, lo, hi, v);
 }
 
-// The error a response of cpp-httplib's own making (no body yet) carries.
-std::string status_error(const httplib::Request& req, int status, std::int64_t max_body) {
-  switch (status) {
-    case 404: return fmt::format("no such endpoint: {} {}", req.method, req.path);
-    case 413: return fmt::format("the body is larger than {} bytes", max_body);
-    case 414: return "the request line is too long";
-    case 400: return "the request is not valid HTTP";
-    default: return fmt::format("the request cannot be served (HTTP status {})", status);
+// Room for `connections` open sockets (0: as many as the process may open
+// files for, up to kDefaultConnections): the soft limit on open files is
+// raised toward the hard one as far as they need, else a ConfigError says
+// what to do. Returns the connections there is room for.
+std::int64_t make_room_for(std::int64_t connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return connections > 0 ? connections : 1024;
+  const std::int64_t wanted = connections > 0 ? connections : ServeConfig::kDefaultConnections;
+  const auto needed = static_cast<rlim_t>(wanted + kOtherFiles);
+  if (lim.rlim_cur < needed) {
+    lim.rlim_cur = lim.rlim_max == RLIM_INFINITY ? needed : std::min(needed, lim.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    ::getrlimit(RLIMIT_NOFILE, &lim);
   }
+  const auto room = static_cast<std::int64_t>(lim.rlim_cur) - kOtherFiles;
+  if (connections == 0) {
+    check<ConfigError>(room >= 1, "the process may open only {} files (ulimit -n): too few to serve",
+                       static_cast<std::int64_t>(lim.rlim_cur));
+    return std::min(room, wanted);
+  }
+  check<ConfigError>(room >= connections,
+                     "--connections {} needs {} open files, and this process may have {} (ulimit -n): ask for "
+                     "fewer connections or raise the limit",
+                     connections, static_cast<std::int64_t>(needed), static_cast<std::int64_t>(lim.rlim_cur));
+  return connections;
 }
 
 }  // namespace
 
-struct ModelServer::Impl {
+void check_serve_config(const ServeConfig& c) {
+  check_range("--port", c.port, 0, 65535);
+  check_range("--connections", c.connections, 0, ServeConfig::kMaxConnections);
+  check_range("--max-batch", c.batching.max_batch, 1, kMaxServeCount);
+  check_range("--max-inputs", c.limits.max_inputs, 1, kMaxServeCount);
+  check_range("--max-input-bytes", c.limits.max_input_bytes, 1, kMaxServeBytes);
+  check_range("limits.max_tokens", c.limits.max_tokens, 0, kMaxServeCount);
+  check_range("limits.max_beam", c.limits.max_beam, 1, kMaxServeCount);
+  check_range("--max-body-bytes", c.max_body_bytes, 1, kMaxServeBytes);
+  check_range("--request-timeout-ms", c.request_timeout_ms, 100, 3'600'000);
+  check_range("--idle-timeout-ms", c.idle_timeout_ms, 100, 3'600'000);
+}
+
+struct ModelServer::Impl final : serve_detail::Endpoints {
   ServeConfig cfg;
-  std::string run_dir;
   std::unique_ptr<TrainedRun> run;
   std::string task;
   nlohmann::json model;  // GET /v1/model
   std::unique_ptr<Batcher> batcher;
-  httplib::Server http;
+  net::io_context ioc{kIoThreads};
+  tcp::acceptor acceptor{ioc};
+  serve_detail::SessionLimits limits;
   int port = 0;
-  std::atomic<bool> stopping{false}, serving{false};
-  std::atomic<std::int64_t> bad_requests{0};
+  std::int64_t connections = 0;  // open at once, at most
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::int64_t> bad_requests{0}, turned_away{0}, handler_failures{0};
+  std::mutex sessions_mutex;
+  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions;
 
-  void routes();
-  void predict(const httplib::Request& req, httplib::Response& res);
+  void listen();
+  void accept();
+
+  // Endpoints
+  response<string_body> answer(const request<string_body>& req) override;
+  std::shared_ptr<Batcher::Ticket> submit(const std::string& body,
+                                          std::optional<response<string_body>>& refused) override;
+  bool stopping() const override { return stopping_; }
+  void count_bad_request() override { ++bad_requests; }
+  void forget(const std::weak_ptr<Session>& s) {
+    std::lock_guard lock(sessions_mutex);
+    sessions.erase(s);
+  }
 };
 
 ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.cfg = std::move(config);
-  s.run_dir = run_dir;
-  check<ConfigError>(s.cfg.port >= 0 && s.cfg.port <= 65535, "--port must be in [0, 65535], got {}", s.cfg.port);
-  check<ConfigError>(s.cfg.connections >= 1, "--connections must be at least 1, got {}", s.cfg.connections);
+  check_serve_config(s.cfg);
+  s.connections = make_room_for(s.cfg.connections);
+  s.limits.max_body_bytes = static_cast<std::uint64_t>(s.cfg.max_body_bytes);
+  s.limits.idle_timeout = std::chrono::milliseconds(s.cfg.idle_timeout_ms);
+  s.limits.request_timeout = std::chrono::milliseconds(s.cfg.request_timeout_ms);
   s.run = TrainedRun::load(run_dir, s.cfg.threads, s.cfg.precision);
   s.task = s.run->task();
   check_answer_settings(*s.run, s.cfg.defaults);
@@ -77,32 +140,52 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
                {"max_input_bytes", s.cfg.limits.max_input_bytes},
                {"max_tokens", s.cfg.limits.max_tokens},
                {"max_beam", s.cfg.limits.max_beam},
-               {"max_body_bytes", s.cfg.max_body_bytes}}}};
+               {"max_body_bytes", s.cfg.max_body_bytes},
+               {"connections", s.connections},
+               {"request_timeout_ms", s.cfg.request_timeout_ms},
+               {"idle_timeout_ms", s.cfg.idle_timeout_ms}}}};
   if (s.task == TextClassificationJob::kTask) s.model["labels"] = s.run->labels();
   s.batcher = std::make_unique<Batcher>(*s.run, s.cfg.batching);
-  s.routes();
-  const int connections = s.cfg.connections;
-  s.http.new_task_queue = [connections] { return new httplib::ThreadPool(static_cast<std::size_t>(connections)); };
-  s.http.set_payload_max_length(static_cast<std::size_t>(s.cfg.max_body_bytes));
-  s.http.set_read_timeout(s.cfg.read_timeout_s, 0);
-  s.http.set_write_timeout(s.cfg.read_timeout_s, 0);
-  s.http.set_keep_alive_max_count(100000);  // a client's connection serves its requests until it closes it
-  s.http.set_keep_alive_timeout(2);         // idle this long: closed (and a stop waits no longer)
-  s.http.set_tcp_nodelay(true);              // an answer is one small write: send it now
-  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a
-  // second server on a port in use would bind and share it silently.
-  int listener = -1;
-  s.http.set_socket_options([&listener](int fd) {
-    const int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listener = fd;
+  s.listen();
+}
+
+void ModelServer::Impl::listen() {
+  const std::string where = fmt::format("{}:{}", cfg.host, cfg.port);
+  boost::system::error_code ec;
+  tcp::resolver resolver(ioc);
+  const auto found = resolver.resolve(cfg.host, std::to_string(cfg.port), tcp::resolver::passive, ec);
+  check<IoError>(!ec && !found.empty(), "cannot listen on {} (address in use, or not this machine's)", where);
+  const tcp::endpoint at = found.begin()->endpoint();
+  acceptor.open(at.protocol(), ec);
+  // SO_REUSEADDR only: with SO_REUSEPORT a second server on a port in use
+  // would bind and share it silently.
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(at, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  check<IoError>(!ec, "cannot listen on {} (address in use, or not this machine's)", where);
+  port = acceptor.local_endpoint().port();
+}
+
+void ModelServer::Impl::accept() {
+  if (stopping_) return;
+  acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor.is_open()) return;  // stopping
+    if (!ec) {
+      std::lock_guard lock(sessions_mutex);
+      if (static_cast<std::int64_t>(sessions.size()) >= connections) {
+        // Full: the newest connection is closed at once rather than queued
+        // behind clients that may never finish.
+        ++turned_away;
+        socket.close(ec);
+      } else {
+        auto session = std::make_shared<Session>(std::move(socket), *this, limits);
+        sessions.insert(session);
+        session->on_close([this, weak = std::weak_ptr<Session>(session)] { forget(weak); });
+        session->start();
+      }
+    }
+    accept();
   });
-  s.port = s.cfg.port == 0 ? s.http.bind_to_any_port(s.cfg.host) : s.cfg.port;
-  const bool bound = s.cfg.port == 0 ? s.port > 0 : s.http.bind_to_port(s.cfg.host, s.cfg.port);
-  check<IoError>(bound, "cannot listen on {}:{} (address in use, or not this machine's)", s.cfg.host, s.cfg.port);
-  // cpp-httplib listens with a backlog of 5 connections; under a burst of
-  // new connections the kernel would drop the rest. Listening again widens it.
-  if (listener >= 0) ::listen(listener, SOMAXCONN);
 }
 
 ModelServer::~ModelServer() {
@@ -111,100 +194,102 @@ ModelServer::~ModelServer() {
 }
 
 int ModelServer::port() const { return impl_->port; }
-std::string ModelServer::url() const { return fmt::format("http://{}:{}", impl_->cfg.host, impl_->port); }
+std::string ModelServer::url() const {
+  // An IPv6 address is bracketed in a URL (RFC 3986): http://[::1]:8080
+  const std::string& host = impl_->cfg.host;
+  return host.find(':') != std::string::npos ? fmt::format("http://[{}]:{}", host, impl_->port)
+                                             : fmt::format("http://{}:{}", host, impl_->port);
+}
 const TrainedRun& ModelServer::run() const { return *impl_->run; }
 
 BatcherStats ModelServer::stats() const { return impl_->batcher->stats(); }
 
 void ModelServer::serve() {
   Impl& s = *impl_;
-  s.serving = true;
-  if (!s.stopping) s.http.listen_after_bind();  // returns once every connection thread has finished
-  s.serving = false;
+  net::post(s.ioc, [&s] { s.accept(); });
+  // A handler that throws ends run() with its exception: the connection it
+  // served is lost, never the thread or the process, and run() goes on.
+  const auto run_io = [&s] {
+    for (;;) {
+      try {
+        s.ioc.run();  // returns once the listener is closed and every connection has ended
+        return;
+      } catch (const std::exception&) {
+        ++s.handler_failures;
+      }
+    }
+  };
+  std::vector<std::thread> more;
+  for (int t = 1; t < kIoThreads; ++t) more.emplace_back(run_io);
+  run_io();
+  for (std::thread& t : more) t.join();
   s.batcher->stop();
 }
 
 void ModelServer::stop() {
   Impl& s = *impl_;
-  s.stopping = true;
-  // A stop that comes while serve() is starting waits for it to listen.
-  while (s.serving && !s.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  s.http.stop();
-}
-
-void ModelServer::Impl::routes() {
-  http.Post("/v1/predict", [this](const httplib::Request& req, httplib::Response& res) { predict(req, res); });
-  http.Get("/v1/health", [this](const httplib::Request&, httplib::Response& res) {
-    const BatcherStats st = batcher->stats();
-    reply(res, 200,
-          {{"status", "ok"},
-           {"task", task},
-           {"requests", st.requests},
-           {"answered", st.answered},
-           {"refused", st.refused},
-           {"dropped", st.dropped},
-           {"bad_requests", bad_requests.load()},
-           {"batches", st.batches},
-           {"inputs", st.inputs},
-           {"queued", st.queued}});
-  });
-  http.Get("/v1/model", [this](const httplib::Request&, httplib::Response& res) { reply(res, 200, model); });
-  const auto wrong_method = [](const char* allowed) {
-    return [allowed](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allowed);
-      reply(res, 405, {{"error", fmt::format("{} takes {} requests, not {}", req.path, allowed, req.method)}});
-    };
-  };
-  http.Get("/v1/predict", wrong_method("POST"));
-  http.Post("/v1/health", wrong_method("GET"));
-  http.Post("/v1/model", wrong_method("GET"));
-  const std::int64_t max_body = cfg.max_body_bytes;
-  http.set_error_handler(httplib::Server::HandlerWithResponse([this, max_body](const httplib::Request& req,
-                                                                                 httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // a handler's own JSON error
-    ++bad_requests;
-    reply(res, res.status, {{"error", status_error(req, res.status, max_body)}});
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string why = "unknown";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
+  if (s.stopping_.exchange(true)) return;
+  net::post(s.ioc, [&s] {
+    boost::system::error_code ec;
+    s.acceptor.close(ec);
+    std::vector<std::shared_ptr<Session>> open;
+    {
+      std::lock_guard lock(s.sessions_mutex);
+      for (const auto& w : s.sessions)
+        if (auto p = w.lock()) open.push_back(std::move(p));
     }
-    reply(res, 500, {{"error", fmt::format("the server failed: {}", why)}});
+    for (const auto& p : open) p->stop();  // idle ones close; those answering close after their answer
   });
 }
 
-void ModelServer::Impl::predict(const httplib::Request& req, httplib::Response& res) {
+response<string_body> ModelServer::Impl::answer(const request<string_body>& req) {
+  const std::string target(req.target().data(), req.target().size());
+  const std::string path = target.substr(0, target.find('?'));
+  const std::string method(req.method_string().data(), req.method_string().size());
+  auto only = [&](const char* allowed) {
+    response<string_body> res =
+        json_response(405, {{"error", fmt::format("{} takes {} requests, not {}", path, allowed, clip_text(method))}});
+    res.set(serve_detail::http::field::allow, allowed);
+    return res;
+  };
+  const bool get = req.method() == serve_detail::http::verb::get;
+  if (path == "/v1/health") {
+    if (!get) return only("GET");
+    const BatcherStats st = batcher->stats();
+    return json_response(200, {{"status", "ok"},
+                               {"task", task},
+                               {"requests", st.requests},
+                               {"answered", st.answered},
+                               {"refused", st.refused},
+                               {"dropped", st.dropped},
+                               {"bad_requests", bad_requests.load()},
+                               {"turned_away", turned_away.load()},
+                               {"handler_failures", handler_failures.load()},
+                               {"batches", st.batches},
+                               {"inputs", st.inputs},
+                               {"queued", st.queued}});
+  }
+  if (path == "/v1/model") return get ? json_response(200, model) : only("GET");
+  if (path == "/v1/predict") return only("POST");
+  ++bad_requests;
+  return json_response(404, {{"error", fmt::format("no such endpoint: {} {}", clip_text(method), clip_text(path))}});
+}
+
+std::shared_ptr<Batcher::Ticket> ModelServer::Impl::submit(const std::string& body,
+                                                           std::optional<response<string_body>>& refused) {
   PredictRequest pr;
   try {
-    pr = parse_predict_request(req.body, task, cfg.defaults, cfg.limits);
+    pr = parse_predict_request(body, task, cfg.defaults, cfg.limits);
   } catch (const RequestError& e) {
     ++bad_requests;
-    reply(res, e.status, {{"error", e.what()}});
-    return;
+    refused = json_response(e.status, {{"error", e.what()}});
+    return nullptr;
   }
-  std::shared_ptr<Batcher::Ticket> ticket;
   try {
-    ticket = batcher->submit(std::move(pr));
+    return batcher->submit(std::move(pr));
   } catch (const ConfigError& e) {  // stopping
-    reply(res, 503, {{"error", e.what()}});
-    return;
-  }
-  const int fd = connection_socket(req);
-  for (;;) {
-    if (std::optional<Outcome> o = ticket->wait_for(std::chrono::milliseconds(20))) {
-      reply(res, o->status, o->body);
-      return;
-    }
-    if (fd >= 0 && peer_gone(fd)) {
-      ticket->abandon();  // nobody to answer: the batcher drops it unless its batch has begun
-      reply(res, 499, {{"error", "the client closed the connection"}});
-      return;
-    }
+    refused = json_response(503, {{"error", e.what()}});
+    return nullptr;
   }
 }
 

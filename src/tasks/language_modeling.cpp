@@ -233,7 +233,7 @@ std::unique_ptr<LoadedLm> load_run(const LanguageModelJob& job, const std::strin
   check_run_vocabulary(r->job.model.vocab_size, *r->tok, run_dir);
   r->model = std::make_unique<LanguageModel>(r->store, r->job.model);
   r->store.finalize();
-  load_checkpoint_weights(r->store, last_checkpoint_path(run_dir));
+  load_run_weights(r->store, run_dir);
   return r;
 }
 

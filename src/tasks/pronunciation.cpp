@@ -356,7 +356,7 @@ std::unique_ptr<LoadedPronouncer> load_pronunciation_run(const PronunciationJob&
   cfg.model.vocab_size = 3 + static_cast<std::int64_t>(run->vocab.phonemes.size());
   run->model = std::make_unique<EncoderDecoder>(run->store, cfg);
   run->store.finalize();
-  load_checkpoint_weights(run->store, last_checkpoint_path(run_dir));
+  load_run_weights(run->store, run_dir);
   return run;
 }
 

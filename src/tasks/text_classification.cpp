@@ -282,7 +282,7 @@ std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job,
   r->job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
   r->model = std::make_unique<SequenceClassifier>(r->store, r->job.model);
   r->store.finalize();
-  load_checkpoint_weights(r->store, last_checkpoint_path(run_dir));
+  load_run_weights(r->store, run_dir);
   for (std::int64_t i : data.test) {
     r->test_tokens.push_back(r->tokenizer->encode(data.dataset.examples[static_cast<std::size_t>(i)].text));
     r->test_labels.push_back(data.dataset.examples[static_cast<std::size_t>(i)].label);

@@ -23,9 +23,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The tokens of a text, checked: valid UTF-8 and at least one token.
+// The tokens of a text, checked: valid UTF-8, something besides white space
+// and control characters (NUL alone is no more a text than a space), and at
+// least one token.
 std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& text, const char* what) {
   check_utf8(text, what);
+  const bool blank = std::all_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u == 0x7f;
+  });
+  check<ConfigError>(!blank, "{} has no text (only white space or control characters)", what);
   std::vector<std::int64_t> ids = tok.encode(text);
   check<ConfigError>(!ids.empty(), "{} has no tokens", what);
   return ids;
@@ -61,19 +68,29 @@ class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClas
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
       : LoadedRun(job, dir, precision) {
-    // results.json names the classes (runs made before it did: their numbers).
+    // results.json names the classes. A run made before it existed has none:
+    // its classes are their numbers, and the run says so.
     const fs::path results = fs::path(dir) / "results.json";
-    if (fs::exists(results)) {
-      const nlohmann::json r = nlohmann::json::parse(read_file(results.string()), nullptr, false);
-      if (r.is_object() && r.contains("labels") && r["labels"].is_array() &&
-          static_cast<std::int64_t>(r["labels"].size()) == job_.model.num_classes)
-        for (const auto& l : r["labels"]) labels_.push_back(l.is_string() ? l.get<std::string>() : l.dump());
-    }
-    if (labels_.empty())
+    if (!fs::exists(results)) {
+      warnings_.push_back(fmt::format("{} has no results.json: the classes are named by their numbers, 0 to {}",
+                                      dir, job_.model.num_classes - 1));
       for (std::int64_t c = 0; c < job_.model.num_classes; ++c) labels_.push_back(std::to_string(c));
+      return;
+    }
+    const nlohmann::json r = ConfigReader::parse(read_file(results.string()), results.string());
+    check<IoError>(r.is_object() && r.contains("labels") && r["labels"].is_array(),
+                   "{}: lacks the list of class names (\"labels\") that the run recorded", results.string());
+    check<IoError>(static_cast<std::int64_t>(r["labels"].size()) == job_.model.num_classes,
+                   "{}: lists {} class names, but the model has {} classes", results.string(), r["labels"].size(),
+                   job_.model.num_classes);
+    for (const auto& l : r["labels"]) {
+      check<IoError>(l.is_string(), "{}: a class name is not a string: {}", results.string(), l.dump());
+      labels_.push_back(l.get<std::string>());
+    }
   }
 
   std::vector<std::string> labels() const override { return labels_; }
+  std::vector<std::string> warnings() const override { return warnings_; }
 
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
     std::vector<std::vector<std::int64_t>> ids;
@@ -113,6 +130,7 @@ class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClas
 
  private:
   std::vector<std::string> labels_;
+  std::vector<std::string> warnings_;
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens, bool ablate) {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);

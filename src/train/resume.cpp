@@ -5,6 +5,7 @@
 #include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/io/state_dict.h"
 
 namespace multihead {
 
@@ -56,7 +57,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trai
     // goes too, so that a later --resume cannot pick up another run's weights.
     std::error_code ec;
     std::filesystem::remove(last_checkpoint_path(run.path()), ec);
-    run.write_json("config.json", config);
+    run.write_config(config);
     return {};
   }
   const std::string path = run.file("config.json");
@@ -74,6 +75,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trai
                     run.path(), key, was, now));
   }
   const auto meta = trainer.load_checkpoint(last_checkpoint_path(run.path()));
+  check_config_matches_checkpoint(before, path, meta, last_checkpoint_path(run.path()));
   std::int64_t records = 0;
   if (auto it = meta.find("metrics.records"); it != meta.end()) {
     try {
@@ -83,7 +85,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trai
     }
   }
   // config.json is rewritten, so threads and the like show this run's values.
-  run.write_json("config.json", config);
+  run.write_config(config);
   return run.keep_metrics(records);
 }
 
@@ -91,6 +93,7 @@ void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std
   if (!run.writes()) return;
   std::map<std::string, std::string> meta = extra;
   meta["metrics.records"] = std::to_string(run.metrics_records());
+  meta[std::string(kCheckpointConfigKey)] = architecture_of(run.config()).dump();
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
 }
 

@@ -54,6 +54,15 @@ inline std::string idx(const std::vector<std::uint32_t>& shape, std::uint8_t val
   return b + std::string(n, static_cast<char>(value));
 }
 
+// A tiny two-class CSV (text,label: pos and neg), `rows` examples of each.
+inline void write_sentiment_csv(const fs::path& path, int rows) {
+  std::ofstream f(path);
+  f << "text,label\n";
+  const char* pos[] = {"good great fine", "great good day", "fine good nice", "nice great good"};
+  const char* neg[] = {"bad awful poor", "poor bad day", "awful poor bad", "bad poor nasty"};
+  for (int r = 0; r < rows; ++r) f << pos[r % 4] << ",pos\n" << neg[r % 4] << ",neg\n";
+}
+
 inline int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 class Cli : public ScratchFolder {

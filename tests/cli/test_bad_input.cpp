@@ -306,14 +306,14 @@ TEST_F(BadCheckpoint, CorruptOrUnknownCheckpointsAreRefused) {
     } catch (const IoError& e) {
       error = e.what();
     }
-    ASSERT_NE(error.find(": the data does not match its checksum ("), std::string::npos) << error;
-    EXPECT_NE(error.find("): the file is corrupt"), std::string::npos) << error;
+    ASSERT_NE(error.find(": the header and data do not match their checksum ("), std::string::npos) << error;
+    EXPECT_NE(error.find("): the file is corrupt or was edited"), std::string::npos) << error;
     expect_refused_checkpoint(flipped, error);
   }
   expect_refused_checkpoint(
       edited([](auto&, std::map<std::string, std::string>& m) { m["format"] = "multihead-checkpoint-9"; }),
-      ckpt + ": checkpoint format 'multihead-checkpoint-9' is not one this build reads (multihead-checkpoint-1 or "
-             "multihead-checkpoint-2)");
+      ckpt + ": checkpoint format 'multihead-checkpoint-9' is not one this build reads (multihead-checkpoint-1, -2 "
+             "or -3)");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,32 @@ TEST_F(Cli, UsageErrorsAreOneLineAndExitTwo) {
     EXPECT_EQ(count_lines(r.err), 1) << args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("multihead: error: ", 0), 0u) << r.err;
   }
+}
+
+// An empty path is refused, never read as "the default".
+TEST_F(Cli, EmptyPathsAreRefused) {
+  for (const char* args : {"train --out ''", "train --config ''", "experiment heads --out ''"}) {
+    CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("must name a path, not ''"), std::string::npos) << r.err;
+  }
+}
+
+// Opening a FIFO blocks until something writes to it: a config FIFO that
+// nothing writes is refused after a wait, one that is written is read.
+TEST_F(Cli, AFifoThatNothingWritesIsRefused) {
+  const fs::path fifo = dir / "config.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CliRun r = run("train --config " + fifo.string() + " --out " + (dir / "never").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "multihead: error: cannot read '" + fifo.string() + "': a FIFO that nothing wrote to in 10 s\n");
+  EXPECT_FALSE(fs::exists(dir / "never"));
+  std::thread writer([&] { std::ofstream(fifo) << "{"; });  // opens once the reader has
+  CliRun written = run("train --config " + fifo.string() + " --out " + (dir / "never").string());
+  writer.join();
+  EXPECT_EQ(written.code, 2);
+  EXPECT_NE(written.err.find(fifo.string() + ": invalid JSON ("), std::string::npos) << written.err;
 }
 
 TEST_F(Cli, ApplyReproducesAGoldenCase) {

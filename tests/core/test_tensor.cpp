@@ -54,5 +54,11 @@ TEST(Tensor, HugeShapeIsAnErrorNotAnOverflow) {
   EXPECT_THROW(shape_numel({1LL << 40, 1LL << 40}), ShapeError);
 }
 
+TEST(Tensor, ALongShapeIsNamedInOneShortLine) {
+  EXPECT_EQ(shape_str({2, 3}), "(2, 3)");
+  EXPECT_EQ(shape_str({7}), "(7,)");
+  EXPECT_EQ(shape_str(Shape(100000, 1)), "(1, 1, 1, 1, ..., 1, 1, 1, 1) [100000 dimensions]");
+}
+
 }  // namespace
 }  // namespace multihead

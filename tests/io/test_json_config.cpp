@@ -7,6 +7,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/json_config.h"
+#include "multihead/io/json_keys.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -93,6 +94,29 @@ TEST(ConfigKeys, ErrorsNameTheFileTheSectionAndTheKey) {
   EXPECT_EQ(read_error(json{{"seed", -1}}), "s.json: 'seed' must be >= 0, got -1");
   EXPECT_EQ(read_error(json{{"lengths", {1, 0}}}), "s.json: 'lengths' must be a list of positive integers");
   EXPECT_EQ(read_error(json{{"shape", "oval"}}), "s.json: shape must be round or square, got 'oval'");
+}
+
+// A key given twice is refused wherever it stands (nlohmann::json would keep
+// the last silently); the message names where, and quotes a long key cut short.
+TEST(ConfigKeys, DuplicateKeysAreRefusedAtAnyDepth) {
+  auto error = [](const std::string& text) {
+    try {
+      ConfigReader::parse(text, "c.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"task": "a", "task": "b"})"), "c.json: 'task' is given twice");
+  EXPECT_EQ(error(R"({"model": {"nhead": 2, "d_model": 8, "nhead": 4}})"), "c.json: 'model.nhead' is given twice");
+  EXPECT_EQ(error(R"({"a": [{"x": 1}, {"x": 1, "x": 2}]})"), "c.json: 'a[1].x' is given twice");
+  EXPECT_EQ(error(R"({"a": {"x": 1}, "b": {"x": 1}})"), "");  // the same key in two objects is no repeat
+  const DuplicateKey d = first_duplicate_key(R"({"k": 1, "k": 2})").value();
+  EXPECT_EQ(d.depth, 1);
+  EXPECT_FALSE(first_duplicate_key("[1, 2, {\"k\": 1}]").has_value());
+  EXPECT_FALSE(first_duplicate_key("{not json").has_value());
+  EXPECT_EQ(clip_text(std::string(500000, 'k')), std::string(64, 'k') + "... (500000 bytes)");
+  EXPECT_EQ(clip_text("short"), "short");
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ Command add_experiment(CLI::App& app) {
       "experiment", "Measure a claim about attention: heads, positions, positions-seq2seq, variants, head-analysis, optimisation or precision");
   sub->add_option("name", o->name, "heads, positions, positions-seq2seq, variants, head-analysis, optimisation or precision")->required();
   sub->add_flag("--quick", o->opt.quick, "Tiny sizes, seconds long (checks the pipeline; the numbers mean nothing)");
-  sub->add_option("--out", o->opt.out, "Results folder; the experiment writes OUT/NAME/")->capture_default_str();
+  sub->add_option("--out", o->opt.out, "Results folder; the experiment writes OUT/NAME/")
+      ->check(kNotEmpty)
+      ->capture_default_str();
   sub->add_option("--seeds", o->opt.seeds, "Seeds per setting")->capture_default_str();
   sub->add_option("--threads", o->opt.threads, "Threads (0: all cores)");
   sub->add_option("--spam", o->opt.spam_dir, "SpamAssassin data folder (default: where setup.sh --data puts it)");

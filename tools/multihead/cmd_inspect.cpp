@@ -20,7 +20,8 @@ Command add_inspect(CLI::App& app) {
       "inspect", "Per-layer, per-head attention of a trained model: heatmaps (PNG), or an explorer page (--html)");
   sub->add_option("--run", o->run, "Run directory of multihead train")->required();
   sub->add_option("--text", o->text, "Input text")->required();
-  sub->add_option("--out", o->out, "Folder for the PNGs (default <run>/inspect; with --html, only when given)");
+  sub->add_option("--out", o->out, "Folder for the PNGs (default <run>/inspect; with --html, only when given)")
+      ->check(kNotEmpty);
   sub->add_option("--html", o->html,
                   "Write one self-contained HTML page to explore every layer and head (opens from disk, no network)");
   sub->add_option("--max-tokens", o->max_tokens, "Tokens to show")->capture_default_str();

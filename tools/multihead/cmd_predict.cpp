@@ -110,6 +110,7 @@ Command add_predict(CLI::App& app) {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
             const auto run = TrainedRun::load(o->run, o->threads, precision);
+            for (const std::string& w : run->warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
             for (const std::string& line : predict(*run, *o, read_items(o->input))) fmt::print("{}\n", line);
           }};
 }

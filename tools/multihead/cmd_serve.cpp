@@ -35,6 +35,7 @@ void serve(ServeOpts& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ModelServer server(o.run, o.cfg);
+  for (const std::string& w : server.run().warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
   std::thread watcher([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
@@ -75,7 +76,15 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-body-bytes", o->cfg.max_body_bytes, "Bytes one request body may have (more: 413)")
       ->capture_default_str();
-  sub->add_option("--connections", o->cfg.connections, "Connections served at once (one thread each)")
+  sub->add_option("--connections", o->cfg.connections,
+                  fmt::format("Connections open at once (0: {}, or as many as the open-file limit allows); past "
+                              "them a new one is closed at once",
+                              ServeConfig::kDefaultConnections))
+      ->capture_default_str();
+  sub->add_option("--request-timeout-ms", o->cfg.request_timeout_ms,
+                  "A request's header and body must arrive within this, however slowly they drip")
+      ->capture_default_str();
+  sub->add_option("--idle-timeout-ms", o->cfg.idle_timeout_ms, "A connection idle this long between requests is closed")
       ->capture_default_str();
   sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
   return {sub, [o] { serve(*o); }};

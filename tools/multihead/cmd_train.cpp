@@ -107,8 +107,8 @@ Command add_train(CLI::App& app) {
       "Train a model (text or image classifier, language model, sequence task) and write a run directory with its "
       "report");
   sub->add_option("--preset", o->preset, preset_help())->capture_default_str();
-  sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it");
-  sub->add_option("--out", o->out, "Run directory (default runs/<preset>)");
+  sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it")->check(kNotEmpty);
+  sub->add_option("--out", o->out, "Run directory (default runs/<preset>)")->check(kNotEmpty);
   sub->add_option("--source", f.source, "Data source: spamassassin, aclimdb, csv or tsv");
   sub->add_option("--data", f.data, "Data path (folder or file)");
   sub->add_option("--epochs", f.epochs, "Passes over the training split (classification)");

@@ -16,6 +16,10 @@ struct Command {
   std::function<void()> run;
 };
 
+// For a path flag: an empty value is refused, never read as "the default".
+inline const CLI::Validator kNotEmpty(
+    [](std::string& s) { return s.empty() ? std::string("must name a path, not ''") : std::string(); }, "PATH");
+
 // A trained run (--run) and the settings of its answers (--tokens,
 // --temperature, ..., --n-best, --beam), as predict and serve both take them.
 void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -49,6 +50,14 @@ inline constexpr std::int64_t kMaxFeedforward = 1 << 20;  // dim_feedforward
 inline constexpr std::int64_t kMaxLayers = 1024;
 inline constexpr std::int64_t kMaxVocab = 1 << 24;   // vocabularies and classes
 inline constexpr std::int64_t kMaxLength = 1 << 20;  // positions
+
+// Text from outside (a key, a name) as an error message quotes it: at most
+// `max` bytes, a longer one cut with its length noted, so that one line stays
+// one readable line whatever a client sends.
+inline std::string clip_text(std::string_view s, std::size_t max = 64) {
+  if (s.size() <= max) return std::string(s);
+  return fmt::format("{}... ({} bytes)", s.substr(0, max), s.size());
+}
 
 // Throws E with a fmt-formatted message when `cond` is false.
 template <typename E = Error, typename... Args>

@@ -44,7 +44,7 @@ constexpr DType dtype_of<F16>() { return DType::kF16; }
 
 using Shape = std::vector<std::int64_t>;
 
-std::string shape_str(const Shape& shape);  // "(2, 3, 4)"
+std::string shape_str(const Shape& shape);  // "(2, 3, 4)"; past 8 dimensions "(1, 2, 3, 4, ..., 9) [N dimensions]"
 // Number of elements; throws ShapeError on a negative dimension or overflow.
 std::int64_t shape_numel(const Shape& shape);
 

@@ -51,6 +51,9 @@ class RunDir {
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const;  // path/name
   void write_json(const std::string& name, const nlohmann::json& j) const;
+  // config.json: the job's settings, kept for the checkpoints to record.
+  void write_config(const nlohmann::json& config);
+  const nlohmann::json& config() const { return config_; }
   void write_text(const std::string& name, const std::string& text) const;
   // results.json: the job's results, and under "machine" what they were
   // measured on (kernels/machine.h).
@@ -73,6 +76,7 @@ class RunDir {
   int lock_fd_ = -1;
   std::int64_t records_ = 0;
   std::FILE* metrics_ = nullptr;
+  nlohmann::json config_ = nlohmann::json::object();
 };
 
 }  // namespace multihead

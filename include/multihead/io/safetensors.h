@@ -19,9 +19,14 @@
 namespace multihead {
 
 inline constexpr std::uint64_t kSafetensorsMaxHeader = 100'000'000;
-// Every file written carries the CRC-32 of its data section in its metadata
-// under this key (8 hex digits); a file that has one is checked when read,
-// and refused when the data does not match. Files from elsewhere have none.
+// Every file written carries a CRC-32 in its metadata under kChecksumKey (8
+// hex digits): of its header, as nlohmann::json dumps it without that key,
+// followed by its data section, so that an edited name, shape or metadata
+// value is caught as surely as an edited weight. A file that has one is
+// checked when read and refused when it does not match. Files written before
+// it carry kDataChecksumKey, the CRC-32 of the data section alone, checked
+// the same way; files from elsewhere have neither.
+inline constexpr std::string_view kChecksumKey = "crc32";
 inline constexpr std::string_view kDataChecksumKey = "data_crc32";
 
 struct SafetensorsEntry {

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,11 +54,14 @@ struct BatcherStats {
 
 class Batcher {
  public:
-  // A submitted request, shared by its connection thread and the worker.
+  // A submitted request, shared by its connection and the worker.
   class Ticket {
    public:
     // The outcome once the worker has made it, else nothing after `timeout`.
     std::optional<Outcome> wait_for(std::chrono::milliseconds timeout);
+    // Calls `done` once the outcome is there: at once if it is, else from the
+    // worker's thread. A request dropped unanswered (abandoned) never calls it.
+    void on_done(std::function<void()> done);
     // The client is gone: the worker skips the request if it has not begun it.
     void abandon() { abandoned_ = true; }
 
@@ -69,6 +73,7 @@ class Batcher {
     std::mutex mutex_;
     std::condition_variable done_;
     std::optional<Outcome> outcome_;
+    std::function<void()> on_done_;
   };
 
   Batcher(TrainedRun& run, BatchLimits limits);

@@ -1,4 +1,4 @@
-// `multihead serve`: a trained run behind HTTP/1.1 (cpp-httplib), for other
+// `multihead serve`: a trained run behind HTTP/1.1 (Boost.Beast), for other
 // programs to use.
 //   POST /v1/predict  {"inputs": [...], settings...} -> {"outputs": [answer, ...]}
 //                     (answers as `predict --json` gives them; see serve/request.h)
@@ -19,7 +19,14 @@
 
 namespace multihead {
 
+// Bounds of the numeric settings: far past any use, small enough that no
+// setting can exhaust the machine by itself.
+inline constexpr std::int64_t kMaxServeCount = 1 << 20;  // inputs, batch size, tokens, beam
+inline constexpr std::int64_t kMaxServeBytes = 1 << 30;  // an input, a body
+
 struct ServeConfig {
+  static constexpr std::int64_t kDefaultConnections = 4096;
+  static constexpr std::int64_t kMaxConnections = 1 << 16;
   std::string host = "127.0.0.1";
   int port = 8080;                        // 0: any free port (port() says which)
   int threads = 0;                        // the model's (0: all cores)
@@ -27,10 +34,18 @@ struct ServeConfig {
   BatchLimits batching;
   RequestLimits limits;
   AnswerSettings defaults;                // for settings a request leaves out
-  int connections = 128;                  // connection threads: a slow client holds one, never the model
-  std::int64_t max_body_bytes = 1 << 20;  // larger bodies: 413
-  int read_timeout_s = 5;                 // a client silent this long mid-request is dropped
+  // Connections open at once (0: kDefaultConnections, or fewer where the
+  // process may not open that many files); past them a new one is closed at
+  // once. An idle or slow connection costs a socket and a buffer, no thread.
+  std::int64_t connections = 0;
+  std::int64_t max_body_bytes = 1 << 20;  // larger bodies, chunked or not: 413
+  std::int64_t request_timeout_ms = 10000;  // a request's header and body arrive within this, or it is dropped
+  std::int64_t idle_timeout_ms = 5000;      // a connection idle this long between requests is closed
 };
+
+// ConfigError naming the first flag out of its range (--port [0, 65535],
+// --connections [0, 2^16], --max-body-bytes [1, 2^30], ...).
+void check_serve_config(const ServeConfig& config);
 
 class ModelServer {
  public:

@@ -44,6 +44,9 @@ class TrainedRun {
   virtual ~TrainedRun() = default;
 
   virtual const char* task() const = 0;
+  // What the load noticed and worked around, one line each, for the caller
+  // to show (a classifier without results.json: classes named by number).
+  virtual std::vector<std::string> warnings() const { return {}; }
   // Classifiers: the class names (as the dataset named them when the run
   // recorded them, else "0", "1", ...) and each text's prediction.
   virtual std::vector<std::string> labels() const;

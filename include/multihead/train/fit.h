@@ -164,7 +164,7 @@ struct TrainedModel {
   template <typename Config>
   TrainedModel(const Config& config, const std::string& run_dir) : model(store, config) {
     store.finalize();
-    load_checkpoint_weights(store, last_checkpoint_path(run_dir));
+    load_run_weights(store, run_dir);
   }
   TrainedModel(const TrainedModel&) = delete;
   TrainedModel& operator=(const TrainedModel&) = delete;

@@ -1,0 +1,90 @@
+// One client connection of `multihead serve` (Boost.Beast over Asio): it
+// reads a request, answers it, and reads the next, so pipelined requests are
+// answered in order from what the buffer already holds. Every wait has a
+// deadline: an idle connection is closed after the idle timeout, and a
+// request's header and body must arrive within the request timeout, however
+// slowly they drip; the parser bounds the header and the body, chunked or not.
+// No thread waits for a client: a slow or idle one costs a socket and a
+// buffer, never a thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "multihead/serve/batcher.h"
+
+namespace multihead::serve_detail {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+
+// What a session needs of its server.
+class Endpoints {
+ public:
+  virtual ~Endpoints() = default;
+  // The answer to a request that is not POST /v1/predict (a GET, or an error).
+  virtual http::response<http::string_body> answer(const http::request<http::string_body>& req) = 0;
+  // POST /v1/predict: its ticket, or an error response (a malformed body, a stopping server).
+  virtual std::shared_ptr<Batcher::Ticket> submit(const std::string& body,
+                                                  std::optional<http::response<http::string_body>>& refused) = 0;
+  virtual bool stopping() const = 0;
+  virtual void count_bad_request() = 0;
+};
+
+struct SessionLimits {
+  std::uint64_t max_body_bytes = 1 << 20;
+  std::uint32_t max_header_bytes = 16 * 1024;
+  std::chrono::milliseconds idle_timeout{5000};     // between requests on a connection
+  std::chrono::milliseconds request_timeout{10000};  // a request's header and body; an answer's write
+};
+
+http::response<http::string_body> json_response(int status, const nlohmann::json& body, unsigned version = 11);
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(net::ip::tcp::socket socket, Endpoints& server, const SessionLimits& limits);
+  void start();
+  // Called once, when the connection closes.
+  void on_close(std::function<void()> f) { on_close_ = std::move(f); }
+  // The server is stopping: an idle connection closes now; one whose request
+  // is being answered closes after its answer.
+  void stop();
+
+ private:
+  void wait_for_request();
+  void read_request();
+  void read_body();
+  void on_read(beast::error_code ec);
+  void predict(const std::string& body);
+  void watch_client();
+  void on_outcome();
+  void reply(http::response<http::string_body> res);
+  void refuse(int status, const std::string& why);
+  void close();
+  void linger_close();
+  void drain();
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  Endpoints& server_;
+  SessionLimits limits_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> res_;
+  std::shared_ptr<Batcher::Ticket> ticket_;
+  net::steady_timer watch_;
+  unsigned version_ = 11;  // the request's HTTP version, which the answer takes
+  bool keep_alive_ = true;
+  bool busy_ = false;  // a request read and not yet answered
+  bool closed_ = false;
+  std::function<void()> on_close_;
+};
+
+}  // namespace multihead::serve_detail
