@@ -91,9 +91,11 @@ HeadsView<T> heads(const TensorArg& a, const char* name, std::int64_t H) {
   return {reinterpret_cast<T*>(a.ptr), a.strides[0], a.strides[1], a.shape[2] / H, 1};
 }
 
-// An output the kernel writes whole: contiguous, so that no two elements share memory.
+// A tensor of exactly this dtype and shape, contiguous: an output the kernel
+// writes whole (no two elements share memory), a saved statistic or a mask it
+// reads by plain offsets.
 template <typename T>
-T* written(const TensorArg& a, const char* name, const std::string& dtype, const std::vector<std::int64_t>& shape) {
+T* dense(const TensorArg& a, const char* name, const std::string& dtype, const std::vector<std::int64_t>& shape) {
   expect_dtype(a, name, dtype);
   expect_shape(a, name, shape);
   check<ShapeError>(a.contiguous(), "{} must be contiguous", name);
@@ -121,7 +123,7 @@ struct Masks {
                    const std::vector<std::int64_t>& shape) -> std::uintptr_t {
       if (t.is_none()) return 0;
       const TensorArg a = tensor_arg(t, name);
-      return reinterpret_cast<std::uintptr_t>(written<char>(a, name, dtype, shape));
+      return reinterpret_cast<std::uintptr_t>(dense<char>(a, name, dtype, shape));
     };
     AttentionMasks<T> m;
     m.key_padding_bool =
@@ -178,10 +180,10 @@ void fused_forward(py::handle out, py::handle lse, py::handle q, py::handle k, p
                    Masks masks, double scale, double dropout_p, std::uint64_t seed) {
   const Call c(q, k, v, heads_n);
   const TensorArg o = tensor_arg(out, "out");
-  float* lse_p = written<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
+  float* lse_p = dense<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
   by_dtype(c.q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T* out_p = written<T>(o, "out", c.q.dtype, {c.d.B, c.d.L, c.d.H * c.d.Dv});
+    T* out_p = dense<T>(o, "out", c.q.dtype, {c.d.B, c.d.L, c.d.H * c.d.Dv});
     const HeadsView<T> out_v{out_p, c.d.L * c.d.H * c.d.Dv, c.d.H * c.d.Dv, c.d.Dv, 1};
     const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
     const py::gil_scoped_release unlocked;
@@ -198,9 +200,9 @@ struct Grads {
   HeadsView<G> dq, dk, dv;
   Grads(py::handle dq_, py::handle dk_, py::handle dv_, const Call& c, const std::string& dtype) {
     const AttentionDims& d = c.d;
-    dq = {written<G>(tensor_arg(dq_, "dq"), "dq", dtype, c.q.shape), d.L * d.H * d.D, d.H * d.D, d.D, 1};
-    dk = {written<G>(tensor_arg(dk_, "dk"), "dk", dtype, c.k.shape), d.S * d.H * d.D, d.H * d.D, d.D, 1};
-    dv = {written<G>(tensor_arg(dv_, "dv"), "dv", dtype, c.v.shape), d.S * d.H * d.Dv, d.H * d.Dv, d.Dv, 1};
+    dq = {dense<G>(tensor_arg(dq_, "dq"), "dq", dtype, c.q.shape), d.L * d.H * d.D, d.H * d.D, d.D, 1};
+    dk = {dense<G>(tensor_arg(dk_, "dk"), "dk", dtype, c.k.shape), d.S * d.H * d.D, d.H * d.D, d.D, 1};
+    dv = {dense<G>(tensor_arg(dv_, "dv"), "dv", dtype, c.v.shape), d.S * d.H * d.Dv, d.H * d.Dv, d.Dv, 1};
   }
 };
 
@@ -218,7 +220,7 @@ void fused_backward(py::handle dq, py::handle dk, py::handle dv, py::handle lse,
                     double dropout_p, std::uint64_t seed) {
   const Call c(q, k, v, heads_n);
   const Grads<float> g(dq, dk, dv, c, "float32");
-  const float* lse_p = written<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
+  const float* lse_p = dense<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
   const HeadsView<const float> dout_v = dout_view<float>(dout, c, "float32");
   const TensorArg o = tensor_arg(out, "out");
   by_dtype(c.q.dtype, [&](auto tag) {
@@ -237,8 +239,8 @@ void fused_backward(py::handle dq, py::handle dk, py::handle dv, py::handle lse,
 void fused_weights(py::handle weights, bool average_heads, py::handle lse, py::handle q, py::handle k,
                    std::int64_t heads_n, Masks masks, double scale, double dropout_p, std::uint64_t seed) {
   const Call c(q, k, k, heads_n);
-  float* w = written<float>(tensor_arg(weights, "weights"), "weights", "float32", c.weights_shape(average_heads));
-  const float* lse_p = written<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
+  float* w = dense<float>(tensor_arg(weights, "weights"), "weights", "float32", c.weights_shape(average_heads));
+  const float* lse_p = dense<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
   by_dtype(c.q.dtype, [&](auto tag) {
     using T = decltype(tag);
     const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
@@ -255,8 +257,8 @@ void ref_forward(py::handle out, py::handle probs, py::handle q, py::handle k, p
   const Call c(q, k, v, heads_n);
   expect_dtype(c.q, "query", "float64");
   const AttentionDims& d = c.d;
-  double* out_p = written<double>(tensor_arg(out, "out"), "out", "float64", {d.B, d.L, d.H * d.Dv});
-  double* p = written<double>(tensor_arg(probs, "probs"), "probs", "float64", {d.B, d.H, d.L, d.S});
+  double* out_p = dense<double>(tensor_arg(out, "out"), "out", "float64", {d.B, d.L, d.H * d.Dv});
+  double* p = dense<double>(tensor_arg(probs, "probs"), "probs", "float64", {d.B, d.H, d.L, d.S});
   const AttentionMasks<double> m = masks.get<double>(d, "float64");
   const py::gil_scoped_release unlocked;
   attention_ref_forward<double>({out_p, d.L * d.H * d.Dv, d.H * d.Dv, d.Dv, 1}, p,
@@ -272,7 +274,7 @@ void ref_backward(py::handle dq, py::handle dk, py::handle dv, py::handle probs,
   expect_dtype(c.q, "query", "float64");
   const AttentionDims& d = c.d;
   const Grads<double> g(dq, dk, dv, c, "float64");
-  const double* p = written<double>(tensor_arg(probs, "probs"), "probs", "float64", {d.B, d.H, d.L, d.S});
+  const double* p = dense<double>(tensor_arg(probs, "probs"), "probs", "float64", {d.B, d.H, d.L, d.S});
   const HeadsView<const double> dout_v = dout_view<double>(dout, c, "float64");
   const AttentionMasks<double> m = masks.get<double>(d, "float64");
   const py::gil_scoped_release unlocked;
@@ -285,10 +287,10 @@ void ref_weights(py::handle weights, py::handle probs, bool average_heads, doubl
   const TensorArg pa = tensor_arg(probs, "probs");
   check<ShapeError>(pa.dim() == 4, "probs must be 4-D (B, H, L, S), got {}", pa.shape_text());
   const AttentionDims d{pa.shape[0], pa.shape[1], pa.shape[2], pa.shape[3], 1, 1};
-  const double* p = written<double>(pa, "probs", "float64", pa.shape);
+  const double* p = dense<double>(pa, "probs", "float64", pa.shape);
   const std::vector<std::int64_t> shape =
       average_heads ? std::vector<std::int64_t>{d.B, d.L, d.S} : std::vector<std::int64_t>{d.B, d.H, d.L, d.S};
-  double* w = written<double>(tensor_arg(weights, "weights"), "weights", "float64", shape);
+  double* w = dense<double>(tensor_arg(weights, "weights"), "weights", "float64", shape);
   const py::gil_scoped_release unlocked;
   attention_weights_from_probs<double>(w, p, d, average_heads, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
