@@ -2,6 +2,7 @@
 // partial output, and `apply` reproducing a PyTorch golden case.
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -85,6 +86,24 @@ TEST_F(Cli, AFifoThatNothingWritesIsRefused) {
   writer.join();
   EXPECT_EQ(written.code, 2);
   EXPECT_NE(written.err.find(fifo.string() + ": invalid JSON ("), std::string::npos) << written.err;
+}
+
+// A full disk under metrics.jsonl is an error that says why. The disk is a
+// 16 KiB tmpfs (skipped where this process may not mount one).
+TEST_F(Cli, AFullDiskUnderTheMetricsLogSaysWhy) {
+  const fs::path small = dir / "small";
+  fs::create_directories(small);
+  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=16k") != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the whale swam on. the sea was calm.\n";
+  std::ofstream(dir / "tiny.txt") << text;
+  CliRun r = run("train --preset moby-dick --data " + (dir / "tiny.txt").string() +
+                 " --steps 2000 --d-model 16 --num-heads 2 --num-layers 1 --batch 2 --max-len 8 --threads 1 "
+                 "--quiet --out " + (small / "run").string());
+  ::umount2(small.c_str(), MNT_DETACH);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "multihead: error: cannot write '" + (small / "run" / "metrics.jsonl").string() +
+                       "': No space left on device\n");
 }
 
 TEST_F(Cli, ApplyReproducesAGoldenCase) {
