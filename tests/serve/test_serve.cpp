@@ -21,6 +21,7 @@
 
 #include "cli/cli_run.h"
 #include "multihead/data/cmudict.h"
+#include "multihead/serve/server.h"
 
 namespace multihead::test {
 namespace {
@@ -629,6 +630,22 @@ TEST_F(Serve, ConnectionsPastTheLimitAreTurnedAway) {
   ::close(fd);
   EXPECT_NE(got.find("\"turned_away\":1"), std::string::npos) << got;
   for (int h : held) ::close(h);
+}
+
+// An IPv6 address is bracketed in the URL the server prints (RFC 3986).
+TEST_F(Serve, AnIpv6HostIsPrintedInBrackets) {
+  const fs::path run_dir = classifier();
+  ServeConfig cfg;
+  cfg.host = "::1";
+  cfg.port = 0;
+  cfg.threads = 1;
+  std::unique_ptr<ModelServer> server;
+  try {
+    server = std::make_unique<ModelServer>(run_dir.string(), cfg);
+  } catch (const IoError& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  EXPECT_EQ(server->url(), "http://[::1]:" + std::to_string(server->port()));
 }
 
 // Every numeric flag has a range; a value outside it exits 2 naming the flag
