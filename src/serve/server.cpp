@@ -81,6 +81,7 @@ void check_serve_config(const ServeConfig& c) {
   check_range("limits.max_tokens", c.limits.max_tokens, 0, kMaxServeCount);
   check_range("limits.max_beam", c.limits.max_beam, 1, kMaxServeCount);
   check_range("--max-body-bytes", c.max_body_bytes, 1, kMaxServeBytes);
+  check_range("--max-bodies-bytes", c.max_bodies_bytes, c.max_body_bytes, kMaxServeBytes * 16);
   check_range("--request-timeout-ms", c.request_timeout_ms, 100, 3'600'000);
   check_range("--idle-timeout-ms", c.idle_timeout_ms, 100, 3'600'000);
 }
@@ -98,6 +99,7 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
   std::int64_t connections = 0;  // open at once, at most
   std::atomic<bool> stopping_{false};
   std::atomic<std::int64_t> bad_requests{0}, turned_away{0}, handler_failures{0};
+  std::atomic<std::uint64_t> bodies_held{0};
   std::mutex sessions_mutex;
   std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions;
 
@@ -110,6 +112,14 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
                                           std::optional<response<string_body>>& refused) override;
   bool stopping() const override { return stopping_; }
   void count_bad_request() override { ++bad_requests; }
+  bool reserve_body(std::uint64_t bytes) override {
+    std::uint64_t held = bodies_held.load();
+    do {
+      if (held + bytes > static_cast<std::uint64_t>(cfg.max_bodies_bytes)) return false;
+    } while (!bodies_held.compare_exchange_weak(held, held + bytes));
+    return true;
+  }
+  void release_body(std::uint64_t bytes) override { bodies_held -= bytes; }
   void forget(const std::weak_ptr<Session>& s) {
     std::lock_guard lock(sessions_mutex);
     sessions.erase(s);
@@ -141,6 +151,7 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
                {"max_tokens", s.cfg.limits.max_tokens},
                {"max_beam", s.cfg.limits.max_beam},
                {"max_body_bytes", s.cfg.max_body_bytes},
+               {"max_bodies_bytes", s.cfg.max_bodies_bytes},
                {"connections", s.connections},
                {"request_timeout_ms", s.cfg.request_timeout_ms},
                {"idle_timeout_ms", s.cfg.idle_timeout_ms}}}};

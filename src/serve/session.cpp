@@ -70,8 +70,17 @@ void Session::read_request() {
   http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec,
                                                                                   std::size_t) {
     if (ec) return self->on_read(ec);
+    const auto& header = self->parser_->get();
+    const bool has_body = self->parser_->chunked() || self->parser_->content_length().value_or(0) > 0;
+    if (has_body) {
+      const std::uint64_t share = self->parser_->chunked() ? self->limits_.max_body_bytes
+                                                           : *self->parser_->content_length();
+      if (!self->server_.reserve_body(share))
+        return self->refuse(503, "the server holds as many request bodies as it takes; try again shortly");
+      self->reserved_ = share;
+    }
     // A client that asks before sending its body (curl does past 1 KiB) is told to go on.
-    const auto expect = self->parser_->get()[http::field::expect];
+    const auto expect = header[http::field::expect];
     if (!beast::iequals(expect, "100-continue")) return self->read_body();
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     net::async_write(self->stream_, net::buffer(kContinue.data(), kContinue.size()),
@@ -159,6 +168,7 @@ void Session::reply(http::response<http::string_body> res) {
   stream_.expires_after(limits_.request_timeout);  // a client that does not read its answer
   http::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
     self->busy_ = false;
+    self->release_body();
     if (ec) return self->close();
     if (!self->res_.keep_alive()) return self->linger_close();
     self->wait_for_request();
@@ -182,9 +192,14 @@ void Session::drain() {
   });
 }
 
+void Session::release_body() {
+  if (reserved_ > 0) server_.release_body(std::exchange(reserved_, 0));
+}
+
 void Session::close() {
   if (closed_) return;
   closed_ = true;
+  release_body();
   watch_.cancel();
   beast::error_code ec;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);

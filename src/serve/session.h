@@ -37,6 +37,11 @@ class Endpoints {
                                                   std::optional<http::response<http::string_body>>& refused) = 0;
   virtual bool stopping() const = 0;
   virtual void count_bad_request() = 0;
+  // Request bodies held across all connections are bounded: a request takes
+  // its share (its Content-Length, or the body limit when chunked) before its
+  // body is read, and gives it back once answered. False: no room now.
+  virtual bool reserve_body(std::uint64_t bytes) = 0;
+  virtual void release_body(std::uint64_t bytes) = 0;
 };
 
 struct SessionLimits {
@@ -71,6 +76,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close();
   void linger_close();
   void drain();
+  void release_body();
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -84,6 +90,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool busy_ = false;  // a request read and not yet answered
   bool closed_ = false;
+  std::uint64_t reserved_ = 0;  // body bytes held against the server's budget
   std::function<void()> on_close_;
 };
 

@@ -610,6 +610,39 @@ TEST_F(Serve, MalformedFramingIsAnsweredAtOnceAndClosed) {
   }
 }
 
+// Request bodies held across connections are bounded by --max-bodies-bytes:
+// clients that announce bodies and never send them hold their share until
+// they go, and a request past the budget gets 503, not memory.
+TEST_F(Serve, BodiesHeldAcrossConnectionsAreBounded) {
+  const fs::path run_dir = classifier();
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1", "--max-body-bytes", "1024",
+                        "--max-bodies-bytes", "2048"});
+  std::vector<int> holders;
+  for (int k = 0; k < 2; ++k) {
+    holders.push_back(connect_to(server.port));
+    const std::string head = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n{";
+    ASSERT_EQ(::send(holders.back(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string request = raw_predict(json{{"inputs", {"good"}}}.dump(), "Connection: close\r\n");
+  auto ask = [&] {
+    const int fd = connect_to(server.port);
+    EXPECT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+    const std::string got = read_all(fd);
+    ::close(fd);
+    return got;
+  };
+  const std::string refused = ask();
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503 ", 0), 0u) << refused;
+  EXPECT_NE(refused.find("the server holds as many request bodies as it takes"), std::string::npos) << refused;
+  ::close(holders.back());  // its share comes back
+  holders.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string answered = ask();
+  EXPECT_EQ(answered.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answered;
+  for (int h : holders) ::close(h);
+}
+
 // Past --connections, a new connection is closed at once, and counted.
 TEST_F(Serve, ConnectionsPastTheLimitAreTurnedAway) {
   const fs::path run_dir = classifier();
@@ -661,6 +694,7 @@ TEST_F(Serve, NumericFlagsOutsideTheirRangesExitTwo) {
       {"--max-input-bytes -1", "--max-input-bytes must be in [1, 1073741824], got -1"},
       {"--max-body-bytes -1", "--max-body-bytes must be in [1, 1073741824], got -1"},
       {"--max-body-bytes 0", "--max-body-bytes must be in [1, 1073741824], got 0"},
+      {"--max-bodies-bytes 1000", "--max-bodies-bytes must be in [1048576, 17179869184], got 1000"},
       {"--max-batch 0", "--max-batch must be in [1, 1048576], got 0"},
       {"--port 70000", "--port must be in [0, 65535], got 70000"},
   };

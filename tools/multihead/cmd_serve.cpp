@@ -76,6 +76,10 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-body-bytes", o->cfg.max_body_bytes, "Bytes one request body may have (more: 413)")
       ->capture_default_str();
+  sub->add_option("--max-bodies-bytes", o->cfg.max_bodies_bytes,
+                  "Bytes of request bodies held at once across connections until answered (a chunked body counts "
+                  "as --max-body-bytes; more: 503)")
+      ->capture_default_str();
   sub->add_option("--connections", o->cfg.connections,
                   fmt::format("Connections open at once (0: {}, or as many as the open-file limit allows); past "
                               "them a new one is closed at once",

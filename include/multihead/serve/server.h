@@ -39,6 +39,10 @@ struct ServeConfig {
   // once. An idle or slow connection costs a socket and a buffer, no thread.
   std::int64_t connections = 0;
   std::int64_t max_body_bytes = 1 << 20;  // larger bodies, chunked or not: 413
+  // Request bodies held at once across all connections, until answered (a
+  // chunked one counts as max_body_bytes); a request past it: 503. With the
+  // defaults, 256 bodies of the largest size.
+  std::int64_t max_bodies_bytes = std::int64_t{256} << 20;
   std::int64_t request_timeout_ms = 10000;  // a request's header and body arrive within this, or it is dropped
   std::int64_t idle_timeout_ms = 5000;      // a connection idle this long between requests is closed
 };
