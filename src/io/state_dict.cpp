@@ -108,21 +108,29 @@ void check_config_matches_checkpoint(const nlohmann::json& config, const std::st
       was.contains(ptr) ? was[ptr].dump() : "it absent"));
 }
 
+namespace {
+
+// The model tensors of a checkpoint read and format-checked by the caller.
+void load_model_tensors(ParamStore& store, const SafetensorsFile& f) {
+  TensorMap all = f.all_tensors();
+  load_state_dict(store, take_model_tensors(all), f.source());
+}
+
+}  // namespace
+
 void load_run_weights(ParamStore& store, const std::string& run_dir) {
   const RunConfig config = read_run_config(run_dir);
   const std::string path = last_checkpoint_path(run_dir);
   const SafetensorsFile f = SafetensorsFile::read(path);
   check_checkpoint_format(f);
   check_config_matches_checkpoint(config.json, config.path, f.metadata(), path);
-  TensorMap all = f.all_tensors();
-  load_state_dict(store, take_model_tensors(all), path);
+  load_model_tensors(store, f);
 }
 
 void load_checkpoint_weights(ParamStore& store, const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::read(path);
   check_checkpoint_format(f);
-  TensorMap all = f.all_tensors();
-  load_state_dict(store, take_model_tensors(all), path);
+  load_model_tensors(store, f);
 }
 
 }  // namespace multihead

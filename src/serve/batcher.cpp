@@ -1,15 +1,15 @@
 #include "multihead/serve/batcher.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "multihead/tasks/answers.h"
 
 namespace multihead {
 
-std::optional<Outcome> Batcher::Ticket::wait_for(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  done_.wait_for(lock, timeout, [&] { return outcome_.has_value(); });
-  return outcome_;
+std::optional<Outcome> Batcher::Ticket::take() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(outcome_, std::nullopt);
 }
 
 void Batcher::Ticket::on_done(std::function<void()> done) {
@@ -69,7 +69,6 @@ void Batcher::finish(Ticket& t, Outcome o) {
     t.outcome_ = std::move(o);
     done = std::move(t.on_done_);
   }
-  t.done_.notify_all();
   if (done) done();
 }
 

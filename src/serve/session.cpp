@@ -148,7 +148,7 @@ void Session::watch_client() {
 void Session::on_outcome() {
   if (!ticket_) return;  // the client went first
   watch_.cancel();
-  const std::optional<Outcome> o = ticket_->wait_for(std::chrono::milliseconds(0));
+  const std::optional<Outcome> o = ticket_->take();
   ticket_.reset();
   reply(json_response(o->status, o->body));
 }

@@ -57,8 +57,8 @@ class Batcher {
   // A submitted request, shared by its connection and the worker.
   class Ticket {
    public:
-    // The outcome once the worker has made it, else nothing after `timeout`.
-    std::optional<Outcome> wait_for(std::chrono::milliseconds timeout);
+    // The outcome, moved out, once the worker has made it; else nothing.
+    std::optional<Outcome> take();
     // Calls `done` once the outcome is there: at once if it is, else from the
     // worker's thread. A request dropped unanswered (abandoned) never calls it.
     void on_done(std::function<void()> done);
@@ -71,7 +71,6 @@ class Batcher {
     std::chrono::steady_clock::time_point arrived_;
     std::atomic<bool> abandoned_{false};
     std::mutex mutex_;
-    std::condition_variable done_;
     std::optional<Outcome> outcome_;
     std::function<void()> on_done_;
   };
