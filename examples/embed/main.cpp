@@ -1,14 +1,11 @@
-// A program that uses an installed multihead: one self-attention layer (E=64, H=4), forward and
-// backward on random input (B=2, L=12), and the norms of what came out. With the same seed,
-// `multihead demo --seed S` prints the same three norms.
+// A program that uses an installed multihead's core layer alone (multihead::core): one
+// self-attention layer (E=64, H=4), forward and backward on random input (B=2, L=12), and the
+// norms of what came out. With the same seed, `multihead demo --seed S` prints the same three norms.
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
 
-#include "multihead/core/rng.h"
-#include "multihead/nn/multi_head_attention.h"
-#include "multihead/nn/param_store.h"
-#include "multihead/version.h"
+#include "multihead/multihead.h"
 
 template <class Values>
 double norm(const Values& values) {

@@ -23,6 +23,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/machine.h"
+#include "multihead/nn/attention_kernel.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/version.h"
 
@@ -187,9 +188,9 @@ void fused_forward(py::handle out, py::handle lse, py::handle q, py::handle k, p
     const HeadsView<T> out_v{out_p, c.d.L * c.d.H * c.d.Dv, c.d.H * c.d.Dv, c.d.Dv, 1};
     const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
     const py::gil_scoped_release unlocked;
-    attention_fused_forward<T>(out_v, lse_p, heads<const T>(c.q, "query", c.d.H), heads<const T>(c.k, "key", c.d.H),
-                               heads<const T>(c.v, "value", c.d.H), m, c.d, static_cast<float>(scale),
-                               AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+    attention_stored_forward<T>(out_v, lse_p, heads<const T>(c.q, "query", c.d.H), heads<const T>(c.k, "key", c.d.H),
+                                heads<const T>(c.v, "value", c.d.H), m, c.d, static_cast<float>(scale),
+                                AttentionDropout{static_cast<float>(dropout_p), seed, 0});
   });
 }
 
@@ -229,10 +230,10 @@ void fused_backward(py::handle dq, py::handle dk, py::handle dv, py::handle lse,
     expect_shape(o, "out", {c.d.B, c.d.L, c.d.H * c.d.Dv});
     const AttentionMasks<float> m = masks.get<float>(c.d, "float32");
     const py::gil_scoped_release unlocked;
-    attention_fused_backward<T>(g.dq, g.dk, g.dv, lse_p, heads<const T>(o, "out", c.d.H), dout_v,
-                                heads<const T>(c.q, "query", c.d.H), heads<const T>(c.k, "key", c.d.H),
-                                heads<const T>(c.v, "value", c.d.H), m, c.d, static_cast<float>(scale),
-                                AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+    attention_stored_backward<T>(g.dq, g.dk, g.dv, lse_p, heads<const T>(o, "out", c.d.H), dout_v,
+                                 heads<const T>(c.q, "query", c.d.H), heads<const T>(c.k, "key", c.d.H),
+                                 heads<const T>(c.v, "value", c.d.H), m, c.d, static_cast<float>(scale),
+                                 AttentionDropout{static_cast<float>(dropout_p), seed, 0});
   });
 }
 
@@ -418,7 +419,8 @@ PYBIND11_MODULE(_multihead, m) {
   m.def(
       "load_run",
       [](const std::filesystem::path& path, int threads, const std::string& precision) {
-        return TrainedRun::load(path.string(), threads,
+        set_num_threads(threads);
+        return TrainedRun::load(path.string(),
                                 precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
       },
       py::arg("path"), py::arg("threads") = 0, py::arg("precision") = "",

@@ -23,7 +23,6 @@ using bench::time_ms;
 AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   check<ConfigError>(cfg.batch > 0 && cfg.seq_len > 0, "batch and seq-len must be positive");
   check<ConfigError>(cfg.iters > 0 && cfg.warmup >= 0, "iters must be positive and warmup non-negative");
-  set_num_threads(cfg.threads);
   MultiheadAttentionConfig mc;
   mc.embed_dim = cfg.embed_dim;
   mc.num_heads = cfg.num_heads;
@@ -53,7 +52,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   auto layer_iter = [&] {
     MultiheadAttentionOutput out = mha.forward_self(x, nullptr, nullptr, call);
     if (cfg.backward) mha.backward(grad);
-    mha.clear_cache();
+    mha.release_saved();
   };
 
   AttentionBenchResult r;
@@ -163,10 +162,9 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   return r;
 }
 
-GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters,
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters,
                                bool bf16) {
   check<ConfigError>(M > 0 && N > 0 && K > 0 && iters > 0, "gemm sizes and iters must be positive");
-  set_num_threads(threads);
   Tensor a({M, K}), b({K, N}), c({M, N});
   Rng rng(0);
   for (float& v : a.span_f32()) v = rng.normal();

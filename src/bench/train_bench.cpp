@@ -5,10 +5,10 @@
 
 #include "multihead/bench/attention_bench.h"
 #include "multihead/core/allocator.h"
-#include "multihead/core/distributed.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/train/distributed.h"
 #include "multihead/train/trainer.h"
 #include "timing.h"
 
@@ -28,7 +28,6 @@ double train_step_flops(const TrainBenchConfig& c) {
 
 TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   check<ConfigError>(c.iters > 0 && c.warmup >= 0, "iters must be positive and warmup non-negative");
-  set_num_threads(c.threads);
   ModelConfig mc;
   mc.vocab_size = c.vocab_size;
   mc.num_layers = c.num_layers;
@@ -70,7 +69,7 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
     auto ce = cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), rows, c.num_classes, -100,
                             0.0, scale);
     model.backward(dlogits);
-    model.clear_cache();
+    model.release_saved();
     return ce.loss;
   };
 
@@ -114,7 +113,7 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   r.allreduce_wait_ms = median(wait_ms);
   r.flops_per_step = train_step_flops(c);
   r.gflops = r.flops_per_step / (r.ms / 1e3) / 1e9;
-  double sgemm = run_gemm_bench(4096, 1536, 512, c.threads, 10).gflops;
+  double sgemm = run_gemm_bench(4096, 1536, 512, 10).gflops;
   group.sum(std::span<double>(&sgemm, 1));  // the ranks measure side by side
   r.sgemm_gflops = sgemm;
   r.sgemm_fraction = r.gflops / r.sgemm_gflops;

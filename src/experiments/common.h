@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 
 #include "multihead/experiments/experiments.h"
-#include "multihead/io/run_dir.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 
 namespace multihead::experiment {
 

@@ -9,7 +9,7 @@
 #include "common.h"
 #include "multihead/core/rng.h"
 #include "multihead/data/batching.h"
-#include "multihead/io/plots.h"
+#include "multihead/report/plots.h"
 #include "multihead/tasks/presets.h"
 
 namespace multihead::experiment {
@@ -144,7 +144,7 @@ std::vector<Tensor> capture(LoadedTextClassifier& m, const std::vector<std::vect
   std::vector<Tensor> w;
   for (std::int64_t l = 0; l < m.model->encoder().num_layers(); ++l)
     w.push_back(m.model->encoder().layer(l).attention_weights().clone());
-  m.model->clear_cache();
+  m.model->release_saved();
   return w;
 }
 
@@ -208,7 +208,7 @@ ExperimentReport head_analysis_experiment(Context& c) {
       const std::string label = fmt::format("h{}", h);
       TextClassificationJob job = text_job(c, "spam", h);
       run_quietly(c, job, label, seed);
-      auto m = load_text_classification_run(c.run_dir(label, static_cast<std::int64_t>(seed)), c.opt.threads);
+      auto m = load_text_classification_run(c.run_dir(label, static_cast<std::int64_t>(seed)));
       layers = m->model->encoder().num_layers();
       const auto& jb = m->job;
       if (h == many) {

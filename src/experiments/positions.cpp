@@ -4,7 +4,7 @@
 #include <map>
 
 #include "common.h"
-#include "multihead/io/plots.h"
+#include "multihead/report/plots.h"
 #include "multihead/tasks/sequence_task.h"
 
 namespace multihead::experiment {

@@ -1,5 +1,6 @@
 #include "multihead/io/json_config.h"
 
+#include <cmath>
 #include <limits>
 
 #include "multihead/core/error.h"
@@ -8,6 +9,36 @@
 namespace multihead {
 
 using json = nlohmann::json;
+
+namespace {
+
+// 65536, not 65536.0; 1e-08 as it is.
+std::string bound_str(double v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e18) return fmt::format("{}", static_cast<std::int64_t>(v));
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+bool Range::contains(double v) const {
+  if (!std::isfinite(v)) return false;
+  return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+}
+
+std::string Range::text() const {
+  const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
+  if (has_lo && has_hi)
+    return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", bound_str(lo), bound_str(hi), hi_open ? ")" : "]");
+  if (has_lo) return fmt::format("{} {}", lo_open ? ">" : ">=", bound_str(lo));
+  if (has_hi) return fmt::format("{} {}", hi_open ? "<" : "<=", bound_str(hi));
+  return "";
+}
+
+void Range::check(const std::string& source, const std::string& key, double v) const {
+  if (contains(v)) return;
+  throw ConfigError(fmt::format("{}{} must be {}, got {}", source.empty() ? "" : source + ": ", key, text(),
+                                bound_str(v)));
+}
 
 ConfigReader::ConfigReader(const json& obj, std::string source) : obj_(obj), source_(std::move(source)) {
   check<ConfigError>(obj_.is_object(), "{}: expected a JSON object", source_);
@@ -135,6 +166,32 @@ ConfigReader& ConfigReader::operator()(const std::string& key, std::vector<std::
   return *this;
 }
 
+ConfigReader& ConfigReader::operator()(const std::string& key, std::int64_t& value, const Range& range) {
+  (*this)(key, value);
+  range.check(source_, key, static_cast<double>(value));
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, int& value, const Range& range) {
+  std::int64_t v = value;
+  (*this)(key, v, range);
+  value = static_cast<int>(v);
+  return *this;
+}
+
+ConfigReader& ConfigReader::operator()(const std::string& key, double& value, const Range& range) {
+  (*this)(key, value);
+  range.check(source_, key, value);
+  return *this;
+}
+
+ConfigReader& ConfigReader::pair(const std::string& key, double& first, double& second) {
+  const std::vector<double> v = get_numbers(key, 2, {first, second});
+  first = v[0];
+  second = v[1];
+  return *this;
+}
+
 ConfigError ConfigReader::in_source(const ConfigError& e) const {
   return ConfigError(fmt::format("{}: {}", source_, e.what()));
 }
@@ -150,6 +207,27 @@ ConfigReader& ConfigReader::section(const std::string& key, const std::function<
 ConfigWriter& ConfigWriter::section(const std::string& key, const std::function<void(ConfigWriter&)>& keys) {
   ConfigWriter w(out_[key] = json::object());
   keys(w);
+  return *this;
+}
+
+ConfigChecker& ConfigChecker::section(const std::string& key, const std::function<void(ConfigChecker&)>& keys) {
+  ConfigChecker inner;
+  inner.prefix_ = prefix_ + key + ".";
+  keys(inner);
+  return *this;
+}
+
+ConfigDescriber& ConfigDescriber::section(const std::string& key, const std::function<void(ConfigDescriber&)>& keys) {
+  ConfigDescriber inner;
+  inner.prefix_ = prefix_ + key + ".";
+  keys(inner);
+  rows_.insert(rows_.end(), inner.rows_.begin(), inner.rows_.end());
+  return *this;
+}
+
+ConfigDescriber& ConfigDescriber::add(const std::string& key, std::string type, std::string default_value,
+                                      std::string bounds) {
+  rows_.push_back({prefix_ + key, std::move(type), std::move(default_value), std::move(bounds)});
   return *this;
 }
 

@@ -17,6 +17,8 @@ Activation parse_activation(std::string_view name) {
   throw ConfigError(fmt::format("activation must be \"relu\" or \"gelu\", got \"{}\"", name));
 }
 
+std::string_view activation_name(Activation a) { return a == Activation::kGelu ? "gelu" : "relu"; }
+
 namespace {
 
 // Whether a stored value is above zero: for bf16, the bits of a positive

@@ -33,9 +33,6 @@ template <typename T>
 void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
                              HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  if constexpr (std::is_same_v<T, BF16>)
-    if (computes_in_bf16(DType::kBF16))
-      return attention_bf16_forward(out, lse, q, k, v, masks, d, scale, dropout, tiles);
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);

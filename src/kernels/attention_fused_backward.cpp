@@ -4,10 +4,10 @@
 
 #include <algorithm>
 
-#include "multihead/kernels/attention_checks.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/core/tensor.h"
 #include "multihead/kernels/attention_bf16.h"
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
@@ -33,9 +33,6 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
                               HeadsView<const T> k, HeadsView<const T> v, const AttentionMasks<float>& masks,
                               const AttentionDims& d, float scale, const AttentionDropout& dropout,
                               const AttentionTiles& tiles) {
-  if constexpr (std::is_same_v<T, BF16>)
-    if (computes_in_bf16(DType::kBF16))
-      return attention_bf16_backward(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(masks, d);

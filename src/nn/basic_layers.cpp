@@ -61,7 +61,7 @@ Tensor Linear::backward(const Tensor& dy) {
     linear_backward_stored<T>(dx.f32(), in_, false, store_->grad(w_), bias_ ? store_->grad(b_) : nullptr, dy.f32(),
                               out_, x.template data<T>(), in_, store_->data(w_), N, in_, out_);
   });
-  clear_cache();  // backward consumes what forward saved
+  release_saved();  // backward consumes what forward saved
   return dx;
 }
 
@@ -78,7 +78,7 @@ void LayerNorm::init(Rng&) {
   std::ranges::fill(store_->data_span(b_), 0.0f);
 }
 
-void LayerNorm::clear_cache() {
+void LayerNorm::release_saved() {
   x_.clear();
   mean_ = Tensor();
   rstd_ = Tensor();
@@ -101,7 +101,7 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   Tensor scratch;
   layer_norm_backward(dx.f32(), store_->grad(w_), store_->grad(b_), dy.f32(), x_.f32(scratch).f32(), mean_.f32(),
                       rstd_.f32(), store_->data(w_), N, d_);
-  clear_cache();  // backward consumes what forward saved
+  release_saved();  // backward consumes what forward saved
   return dx;
 }
 
@@ -140,7 +140,7 @@ LayerNorm::ResidualGrads LayerNorm::backward_residual(const Tensor& dy, const Te
                                     dh_extra ? dh_extra->f32() : nullptr, h.template data<T>(), mean_.f32(),
                                     rstd_.f32(), store_->data(w_), N, d_, drop);
   });
-  clear_cache();  // backward consumes what forward saved
+  release_saved();  // backward consumes what forward saved
   return g;
 }
 

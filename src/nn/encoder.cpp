@@ -45,9 +45,9 @@ void TransformerEncoder::init(Rng& rng) {
   if (norm_) norm_->init(rng);
 }
 
-void TransformerEncoder::clear_cache() {
-  for (auto& l : layers_) l->clear_cache();
-  if (norm_) norm_->clear_cache();
+void TransformerEncoder::release_saved() {
+  for (auto& l : layers_) l->release_saved();
+  if (norm_) norm_->release_saved();
   outputs_.clear();
   inputs_.clear();
   forwarded_ = false;
@@ -69,7 +69,7 @@ Tensor TransformerEncoder::forward(const Tensor& x, const AttentionMaskArgs& mas
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (checkpoint_) inputs_[i].save(*in, st);
     Tensor out = layers_[i]->forward(*in, masks, ctx);
-    if (checkpoint_) layers_[i]->clear_cache();
+    if (checkpoint_) layers_[i]->release_saved();
     in = pass_on(std::move(out), st, outputs_, h);
   }
   forwarded_ = true;
@@ -95,7 +95,7 @@ Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>&
   }
   if (!norm_) return h;
   Tensor out = norm_->forward(h);
-  norm_->clear_cache();
+  norm_->release_saved();
   return out;
 }
 
@@ -106,7 +106,7 @@ Tensor TransformerEncoder::backward(const Tensor& dy) {
     Tensor scratch;  // a 16-bit input widened; the layer keeps its own copies
     if (checkpoint_) layers_[i]->forward(inputs_[i].f32(scratch), masks_, ctx_);  // recompute, same dropout masks
     g = layers_[i]->backward(g);
-    if (checkpoint_) layers_[i]->clear_cache();
+    if (checkpoint_) layers_[i]->release_saved();
     store_->grads_final_from(first_offset_[i]);
   }
   return g;
@@ -129,9 +129,9 @@ void TransformerDecoder::init(Rng& rng) {
   if (norm_) norm_->init(rng);
 }
 
-void TransformerDecoder::clear_cache() {
-  for (auto& l : layers_) l->clear_cache();
-  if (norm_) norm_->clear_cache();
+void TransformerDecoder::release_saved() {
+  for (auto& l : layers_) l->release_saved();
+  if (norm_) norm_->release_saved();
   outputs_.clear();
   forwarded_ = false;
 }
@@ -179,7 +179,7 @@ Tensor TransformerDecoder::forward_cached(const Tensor& x, std::vector<KvCache>&
   }
   if (!norm_) return h;
   Tensor out = norm_->forward(h);
-  norm_->clear_cache();
+  norm_->release_saved();
   return out;
 }
 

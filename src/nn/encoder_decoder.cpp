@@ -59,12 +59,12 @@ void EncoderDecoder::init(Rng& rng) {
   if (cfg_.model.init == "xavier") xavier_uniform_all(*store_, rng);
 }
 
-void EncoderDecoder::clear_cache() {
-  source_embedding_.clear_cache();
-  target_embedding_.clear_cache();
-  encoder_.clear_cache();
-  decoder_.clear_cache();
-  output_.clear_cache();
+void EncoderDecoder::release_saved() {
+  source_embedding_.release_saved();
+  target_embedding_.release_saved();
+  encoder_.release_saved();
+  decoder_.release_saved();
+  output_.release_saved();
   x_ = Tensor(), y_ = Tensor(), memory_ = Tensor(), h_ = Tensor();
 }
 
@@ -103,11 +103,11 @@ EncodedMemory EncoderDecoder::encode(const Tensor& source, const Tensor* source_
   EncodedMemory m;
   if (source_padding) m.padding = source_padding->clone();
   Tensor x = source_embedding_.forward(source);
-  source_embedding_.clear_cache();
+  source_embedding_.release_saved();
   source_positions_.forward_inplace(x);
   const AttentionMaskArgs masks{m.padding.defined() ? &m.padding : nullptr, nullptr, CausalAlign::kNone};
   Tensor memory = encoder_.forward(x, masks, eval_context(p));
-  encoder_.clear_cache();
+  encoder_.release_saved();
   decoder_.cache_memory(memory, m.cross, p);
   return m;
 }
@@ -118,12 +118,12 @@ Tensor EncoderDecoder::decode_step(const Tensor& target, std::vector<KvCache>& s
                     "target ids have shape {}, expected ({}, T)", shape_str(target.shape()), memory.batch());
   const std::int64_t past = self_caches.empty() ? 0 : self_caches.front().length;
   Tensor y = target_embedding_.forward(target);
-  target_embedding_.clear_cache();
+  target_embedding_.release_saved();
   target_positions_.forward_inplace(y, past);
   Tensor h = decoder_.forward_cached(y, self_caches, memory.cross, memory.padding.defined() ? &memory.padding : nullptr,
                                      capacity, p);
   Tensor logits = output_.forward(h, p);
-  output_.clear_cache();
+  output_.release_saved();
   return logits;
 }
 

@@ -36,6 +36,8 @@ Pooling parse_pooling(std::string_view name) {
   throw ConfigError(fmt::format("pooling must be mean or cls, got \"{}\"", name));
 }
 
+std::string_view pooling_name(Pooling p) { return p == Pooling::kCls ? "cls" : "mean"; }
+
 AttentionPositions attention_positions(PositionKind kind) {
   return kind == PositionKind::kRelative ? AttentionPositions::kRelative
          : kind == PositionKind::kRope   ? AttentionPositions::kRope
@@ -60,13 +62,7 @@ std::string ModelConfig::describe(std::int64_t parameters) const {
 void ModelConfig::validate() const {
   layer.validate();
   layer_config().attention().validate();
-  check<ConfigError>(vocab_size > 0 && vocab_size <= kMaxVocab, "vocab_size must be in [1, {}], got {}", kMaxVocab,
-                     vocab_size);
-  check<ConfigError>(num_layers > 0 && num_layers <= kMaxLayers, "num_layers must be in [1, {}], got {}", kMaxLayers,
-                     num_layers);
-  check<ConfigError>(max_len > 0 && max_len <= kMaxLength, "max_len must be in [1, {}], got {}", kMaxLength, max_len);
-  check<ConfigError>(num_classes > 0 && num_classes <= kMaxVocab, "num_classes must be in [1, {}], got {}", kMaxVocab,
-                     num_classes);
+  check_keys(*this);
   check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"", init);
 }
 
@@ -140,10 +136,10 @@ void SequenceClassifier::init(Rng& rng) {
   if (cfg_.init == "xavier") xavier_uniform_all(*store_, rng);
 }
 
-void SequenceClassifier::clear_cache() {
-  embedding_.clear_cache();
-  encoder_.clear_cache();
-  classifier_.clear_cache();
+void SequenceClassifier::release_saved() {
+  embedding_.release_saved();
+  encoder_.release_saved();
+  classifier_.release_saved();
   x_ = Tensor(), h_ = Tensor(), pooled_ = Tensor();
 }
 
@@ -233,10 +229,10 @@ void LanguageModel::init(Rng& rng) {
   if (cfg_.init == "xavier") xavier_uniform_all(*store_, rng);
 }
 
-void LanguageModel::clear_cache() {
-  embedding_.clear_cache();
-  encoder_.clear_cache();
-  if (lm_head_) lm_head_->clear_cache();
+void LanguageModel::release_saved() {
+  embedding_.release_saved();
+  encoder_.release_saved();
+  if (lm_head_) lm_head_->release_saved();
   x_ = Tensor(), h_ = Tensor();
   h_saved_.clear();
 }
@@ -272,12 +268,12 @@ Tensor LanguageModel::forward_cached(const Tensor& ids, std::vector<KvCache>& ca
   check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, T)", shape_str(ids.shape()));
   const std::int64_t past = caches.empty() ? 0 : caches[0].length;
   Tensor x = embedding_.forward(ids);
-  embedding_.clear_cache();
+  embedding_.release_saved();
   positions_.forward_inplace(x, past);
   Tensor h = encoder_.forward_cached(x, caches, capacity, p);
   SavedTensor unused;  // no backward
   Tensor logits = logits_of(h, p, unused);
-  if (lm_head_) lm_head_->clear_cache();
+  if (lm_head_) lm_head_->release_saved();
   return logits;
 }
 
@@ -344,10 +340,10 @@ void VisionTransformer::init(Rng& rng) {
   classifier_.init(rng);
 }
 
-void VisionTransformer::clear_cache() {
-  patch_embedding_.clear_cache();
-  encoder_.clear_cache();
-  classifier_.clear_cache();
+void VisionTransformer::release_saved() {
+  patch_embedding_.release_saved();
+  encoder_.release_saved();
+  classifier_.release_saved();
   patches_ = Tensor(), x_ = Tensor(), h_ = Tensor(), cls_out_ = Tensor();
 }
 

@@ -10,6 +10,7 @@
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
+#include "multihead/nn/attention_kernel.h"
 #include "multihead/nn/init.h"
 
 namespace multihead {
@@ -70,8 +71,8 @@ void MultiheadAttention::init(Rng& rng) {
 }
 
 void MultiheadAttention::rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const {
-  const auto& d = cache_.dims;
-  rope_rotate(q, d.B, d.L, d.H, d.D, cache_.query_offset, cfg_.rope_theta, inverse);
+  const auto& d = saved_.dims;
+  rope_rotate(q, d.B, d.L, d.H, d.D, saved_.query_offset, cfg_.rope_theta, inverse);
   rope_rotate(k, d.B, S, cfg_.kv_heads(), d.D, 0, cfg_.rope_theta, inverse);
 }
 
@@ -87,7 +88,7 @@ void MultiheadAttention::add_pattern(AttentionMasks<float>& m) const {
   }
 }
 
-void MultiheadAttention::clear_cache() { cache_ = Cache{}; }
+void MultiheadAttention::release_saved() { saved_ = Saved{}; }
 
 void MultiheadAttention::set_head_mask(std::vector<std::uint8_t> masked) {
   check<ShapeError>(masked.empty() || static_cast<std::int64_t>(masked.size()) == cfg_.num_heads,
@@ -136,28 +137,28 @@ void MultiheadAttention::zero_masked_heads(Tensor& t, std::int64_t head_dim) con
 // Self-attention keeps q, k, v side by side in one (B, L, E + 2 KE) buffer.
 template <typename T>
 HeadsView<const T> MultiheadAttention::q_view() const {
-  const auto& d = cache_.dims;
+  const auto& d = saved_.dims;
   const std::int64_t E = cfg_.embed_dim, PW = E + 2 * cfg_.kv_dim();
-  if (cache_.self) return {cache_.qkv.data<T>(), d.L * PW, PW, d.D};
-  return {cache_.q.data<T>(), d.L * E, E, d.D};
+  if (saved_.self) return {saved_.qkv.data<T>(), d.L * PW, PW, d.D};
+  return {saved_.q.data<T>(), d.L * E, E, d.D};
 }
 
 template <typename T>
 HeadsView<const T> MultiheadAttention::k_view() const {
-  const auto& d = cache_.dims;
+  const auto& d = saved_.dims;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, g = cfg_.group();
-  if (cache_.k_ext.defined()) return {cache_.k_ext.data<T>(), d.S * KE, KE, d.D, g};
-  if (cache_.self) return {cache_.qkv.data<T>() + E, d.L * PW, PW, d.D, g};
-  return {cache_.k.data<T>(), d.S * KE, KE, d.D, g};
+  if (saved_.k_ext.defined()) return {saved_.k_ext.data<T>(), d.S * KE, KE, d.D, g};
+  if (saved_.self) return {saved_.qkv.data<T>() + E, d.L * PW, PW, d.D, g};
+  return {saved_.k.data<T>(), d.S * KE, KE, d.D, g};
 }
 
 template <typename T>
 HeadsView<const T> MultiheadAttention::v_view() const {
-  const auto& d = cache_.dims;
+  const auto& d = saved_.dims;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, g = cfg_.group();
-  if (cache_.v_ext.defined()) return {cache_.v_ext.data<T>(), d.S * KE, KE, d.Dv, g};
-  if (cache_.self) return {cache_.qkv.data<T>() + E + KE, d.L * PW, PW, d.Dv, g};
-  return {cache_.v.data<T>(), d.S * KE, KE, d.Dv, g};
+  if (saved_.v_ext.defined()) return {saved_.v_ext.data<T>(), d.S * KE, KE, d.Dv, g};
+  if (saved_.self) return {saved_.qkv.data<T>() + E + KE, d.L * PW, PW, d.Dv, g};
+  return {saved_.v.data<T>(), d.S * KE, KE, d.Dv, g};
 }
 
 AttentionMasks<float> MultiheadAttention::input_masks(const Tensor* key_padding_mask, const Tensor* attn_mask,
@@ -184,11 +185,11 @@ AttentionMasks<float> MultiheadAttention::input_masks(const Tensor* key_padding_
   return masks;
 }
 
-void MultiheadAttention::start_cache(const Tensor& query, const Tensor& key, const Tensor& value,
+void MultiheadAttention::start_saved(const Tensor& query, const Tensor& key, const Tensor& value,
                                      const MultiheadAttentionCall& call) {
   const std::int64_t B = query.dim(0), L = query.dim(1), S = key.dim(1);
-  cache_ = Cache{};
-  Cache& c = cache_;
+  saved_ = Saved{};
+  Saved& c = saved_;
   c.self = &query == &key && &key == &value && cfg_.packed_in_proj();
   c.store = call.precision != Precision::kF32 && call.impl == AttentionImpl::kFused &&
                     cfg_.variant != AttentionVariant::kLinear
@@ -215,7 +216,7 @@ void MultiheadAttention::start_cache(const Tensor& query, const Tensor& key, con
 }
 
 void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, const Tensor& value) {
-  Cache& c = cache_;
+  Saved& c = saved_;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE;
   const std::int64_t B = c.dims.B, L = c.dims.L, S = c.S_in;
   // Self-attention: one (B*L, E) x (E, E + 2 KE) GEMM into the packed
@@ -260,7 +261,7 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
 }
 
 void MultiheadAttention::add_positions(AttentionMasks<float>& masks) {
-  Cache& c = cache_;
+  Saved& c = saved_;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, L = c.dims.L, S = c.S_in;
   // Rotary positions turn the projected queries and keys in place, before
   // the extra positions are appended (bias_k has no position).
@@ -285,7 +286,7 @@ void MultiheadAttention::add_positions(AttentionMasks<float>& masks) {
 }
 
 void MultiheadAttention::store_projections() {
-  Cache& c = cache_;
+  Saved& c = saved_;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, B = c.dims.B, S = c.S_in;
   // 16-bit storage from here on: the projections are narrowed once, and the
   // kernels read them in 16 bits.
@@ -321,7 +322,7 @@ void MultiheadAttention::store_projections() {
 }
 
 void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_weights) {
-  Cache& c = cache_;
+  Saved& c = saved_;
   const AttentionDims& d = c.dims;
   const std::int64_t E = cfg_.embed_dim, B = d.B, H = d.H, L = d.L, S = c.S_in;
   c.masks = masks;
@@ -350,8 +351,8 @@ void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_we
     }
     visit_float_storage(c.store, [&](auto tag) {
       using T = decltype(tag);
-      attention_fused_forward<T>({c.attn.data<T>(), L * E, E, d.Dv}, c.lse.f32(), q_view<T>(), k_view<T>(),
-                                 v_view<T>(), masks, d, scale, c.dropout, c.tiles);
+      attention_stored_forward<T>({c.attn.data<T>(), L * E, E, d.Dv}, c.lse.f32(), q_view<T>(), k_view<T>(),
+                                  v_view<T>(), masks, d, scale, c.dropout, c.tiles);
     });
   } else {
     c.probs = Tensor::empty({B, H, L, d.S});
@@ -362,7 +363,7 @@ void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_we
 }
 
 MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall& call) const {
-  const Cache& c = cache_;
+  const Saved& c = saved_;
   const AttentionDims& d = c.dims;
   const std::int64_t E = cfg_.embed_dim, B = d.B, H = d.H, L = d.L;
   MultiheadAttentionOutput out;
@@ -403,13 +404,13 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     check<ShapeError>(t->dtype() == DType::kF32, "{} has dtype {}, expected {}", name, dtype_name(t->dtype()),
                       dtype_name(DType::kF32));
   AttentionMasks<float> masks = input_masks(key_padding_mask, attn_mask, call.causal, B, L, S);
-  start_cache(query, key, value, call);
+  start_saved(query, key, value, call);
   project_inputs(query, key, value);
   add_positions(masks);
   store_projections();
   attend(masks, call.need_weights);
   MultiheadAttentionOutput out = output(call);
-  cache_.valid = true;
+  saved_.valid = true;
   return out;
 }
 

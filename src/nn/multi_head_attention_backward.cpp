@@ -8,6 +8,7 @@
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
+#include "multihead/nn/attention_kernel.h"
 
 namespace multihead {
 
@@ -34,7 +35,7 @@ void sum_groups(HeadsView<float> dst, const Tensor& full, std::int64_t B, std::i
 }  // namespace
 
 Tensor MultiheadAttention::out_proj_backward(const Tensor& grad_output) {
-  const Cache& c = cache_;
+  const Saved& c = saved_;
   const std::int64_t E = cfg_.embed_dim, N = c.dims.B * c.dims.L;
   // d_attn (B*L, E) = dY W_o; dW_o += dY^T attn.
   Tensor d_attn = Tensor::empty({c.dims.B, c.dims.L, E});
@@ -49,7 +50,7 @@ Tensor MultiheadAttention::out_proj_backward(const Tensor& grad_output) {
 }
 
 MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d_attn) {
-  Cache& c = cache_;
+  Saved& c = saved_;
   const AttentionDims& d = c.dims;
   const std::int64_t E = cfg_.embed_dim, B = d.B, L = d.L, S = c.S_in, KE = cfg_.kv_dim(), PW = E + 2 * KE;
   const std::int64_t group = cfg_.group();
@@ -98,9 +99,9 @@ MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d
   } else if (c.impl == AttentionImpl::kFused) {
     visit_float_storage(c.store, [&](auto tag) {
       using T = decltype(tag);
-      attention_fused_backward<T>(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.data<T>(), L * E, E, d.Dv},
-                                  dout_view, q_view<T>(), k_view<T>(), v_view<T>(), c.masks, d, scale, c.dropout,
-                                  c.tiles);
+      attention_stored_backward<T>(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.data<T>(), L * E, E, d.Dv},
+                                   dout_view, q_view<T>(), k_view<T>(), v_view<T>(), c.masks, d, scale, c.dropout,
+                                   c.tiles);
     });
   } else {
     attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view<float>(),
@@ -144,7 +145,7 @@ MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d
 }
 
 MultiheadAttentionGrads MultiheadAttention::in_proj_backward(const ProjectionGrads& dp) {
-  Cache& c = cache_;
+  Saved& c = saved_;
   const std::int64_t E = cfg_.embed_dim, B = c.dims.B, L = c.dims.L, S = c.S_in, KE = cfg_.kv_dim();
   const std::int64_t PW = E + 2 * KE;
   MultiheadAttentionGrads g;
@@ -186,7 +187,7 @@ MultiheadAttentionGrads MultiheadAttention::in_proj_backward(const ProjectionGra
 }
 
 MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
-  Cache& c = cache_;
+  Saved& c = saved_;
   check(c.valid, "MultiheadAttention::backward called without a preceding forward");
   c.valid = false;  // backward consumes the cache
   expect_shape(grad_output, {c.dims.B, c.dims.L, cfg_.embed_dim}, "grad_output");

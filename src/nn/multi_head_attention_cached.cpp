@@ -9,6 +9,7 @@
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
+#include "multihead/nn/attention_kernel.h"
 #include "multihead/nn/multi_head_attention.h"
 
 namespace multihead {
@@ -83,8 +84,8 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
     visit_float_storage(st, [&](auto tag) {
       using S = decltype(tag);
       const HeadsView<const S> qv{qkv.data<S>(), T * PW, PW, D}, kv{cache.k.data<S>(), cap * KE, KE, D, group};
-      attention_fused_forward<S>({attn.data<S>(), T * E, E, D}, lse.f32(), qv, kv,
-                                 {cache.v.data<S>(), cap * KE, KE, D, group}, masks, d, scale, {});
+      attention_stored_forward<S>({attn.data<S>(), T * E, E, D}, lse.f32(), qv, kv,
+                                  {cache.v.data<S>(), cap * KE, KE, D, group}, masks, d, scale, {});
       if (weights) {
         *weights = Tensor::empty({B, H, T, cache.length});
         attention_fused_weights<S>(weights->f32(), false, lse.f32(), qv, kv, masks, d, scale, {});
@@ -163,8 +164,8 @@ Tensor MultiheadAttention::forward_memory(const Tensor& x, const KvCache& memory
   visit_float_storage(st, [&](auto tag) {
     using V = decltype(tag);
     const HeadsView<const V> qv{q.data<V>(), T * E, E, D}, kv{memory.k.data<V>(), S * KE, KE, D, cfg_.group()};
-    attention_fused_forward<V>({attn.data<V>(), T * E, E, D}, lse.f32(), qv, kv,
-                               {memory.v.data<V>(), S * KE, KE, D, cfg_.group()}, masks, d, scale, {});
+    attention_stored_forward<V>({attn.data<V>(), T * E, E, D}, lse.f32(), qv, kv,
+                                {memory.v.data<V>(), S * KE, KE, D, cfg_.group()}, masks, d, scale, {});
     if (weights) {
       *weights = Tensor::empty({B, H, T, S});
       attention_fused_weights<V>(weights->f32(), false, lse.f32(), qv, kv, masks, d, scale, {});

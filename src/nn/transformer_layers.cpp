@@ -66,7 +66,7 @@ void FeedForward::init(Rng& rng) {
   linear2_.init(rng);
 }
 
-void FeedForward::clear_cache() {
+void FeedForward::release_saved() {
   x_.clear();
   pre_ = Tensor();
   hid_ = Tensor();
@@ -222,7 +222,7 @@ Tensor FeedForward::backward(const Tensor& dy) {
       }
     }
   });
-  clear_cache();  // backward consumes what forward saved
+  release_saved();  // backward consumes what forward saved
   return dx;
 }
 
@@ -244,11 +244,11 @@ void TransformerEncoderLayer::init(Rng& rng) {
   norm2_.init(rng);
 }
 
-void TransformerEncoderLayer::clear_cache() {
-  self_attn_.clear_cache();
-  ff_.clear_cache();
-  norm1_.clear_cache();
-  norm2_.clear_cache();
+void TransformerEncoderLayer::release_saved() {
+  self_attn_.release_saved();
+  ff_.release_saved();
+  norm1_.release_saved();
+  norm2_.release_saved();
   n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor();
 }
 
@@ -297,7 +297,7 @@ Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, 
     Tensor h2 = ff_.forward(y1, eval);
     add_inplace(h2, y1);
     Tensor out = norm2_.forward(h2);
-    clear_cache();
+    release_saved();
     return out;
   }
   Tensor n1 = norm1_.forward(x);
@@ -306,7 +306,7 @@ Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, 
   Tensor n2 = norm2_.forward(h1);
   Tensor out = ff_.forward(n2, eval);
   add_inplace(out, h1);
-  clear_cache();
+  release_saved();
   return out;
 }
 
@@ -334,7 +334,7 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
     dx = norm1_.backward(self_attn_.backward(g1.s()).query);
     add_inplace(dx, g1.h);
   }
-  clear_cache();
+  release_saved();
   return dx;
 }
 
@@ -367,13 +367,13 @@ void TransformerDecoderLayer::init(Rng& rng) {
   norm3_.init(rng);
 }
 
-void TransformerDecoderLayer::clear_cache() {
-  self_attn_.clear_cache();
-  multihead_attn_.clear_cache();
-  ff_.clear_cache();
-  norm1_.clear_cache();
-  norm2_.clear_cache();
-  norm3_.clear_cache();
+void TransformerDecoderLayer::release_saved() {
+  self_attn_.release_saved();
+  multihead_attn_.release_saved();
+  ff_.release_saved();
+  norm1_.release_saved();
+  norm2_.release_saved();
+  norm3_.release_saved();
   n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor(), y2_ = Tensor(), n3_ = Tensor(),
   h3_ = Tensor();
 }
@@ -424,7 +424,7 @@ Tensor TransformerDecoderLayer::forward_cached(const Tensor& x, KvCache& self_ca
     Tensor h3 = ff_.forward(y2, eval);
     add_inplace(h3, y2);
     Tensor out = norm3_.forward(h3);
-    clear_cache();
+    release_saved();
     return out;
   }
   Tensor n1 = norm1_.forward(x);
@@ -436,7 +436,7 @@ Tensor TransformerDecoderLayer::forward_cached(const Tensor& x, KvCache& self_ca
   Tensor n3 = norm3_.forward(h2);
   Tensor out = ff_.forward(n3, eval);
   add_inplace(out, h2);
-  clear_cache();
+  release_saved();
   return out;
 }
 

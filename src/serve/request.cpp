@@ -1,12 +1,11 @@
 #include "multihead/serve/request.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "multihead/io/json_keys.h"
-#include "multihead/tasks/language_modeling.h"
-#include "multihead/tasks/pronunciation.h"
 
 namespace multihead {
 namespace {
@@ -30,14 +29,18 @@ double number(const nlohmann::json& v, const char* name) {
 
 }  // namespace
 
-PredictRequest parse_predict_request(const std::string& body, const std::string& task, const AnswerSettings& defaults,
+PredictRequest parse_predict_request(const std::string& body, const std::string& task,
+                                     const std::vector<std::string>& fields, const AnswerSettings& defaults,
                                      const RequestLimits& limits) {
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) refuse("the body is not valid JSON");
   if (const std::optional<DuplicateKey> d = first_duplicate_key(body))
     refuse(fmt::format("'{}' is given twice", clip_text(d->path)));
   if (!j.is_object()) refuse(fmt::format("the body must be a JSON object, got {}", j.type_name()));
-  const bool lm = task == LanguageModelJob::kTask, words = task == PronunciationJob::kTask;
+  const auto takes = [&](const std::string& key) {
+    if (std::find(fields.begin(), fields.end(), key) == fields.end())
+      refuse(fmt::format("'{}' does not apply to {} runs", key, task));
+  };
   PredictRequest r{{}, defaults};
   for (const auto& [key, v] : j.items()) {
     if (key == "inputs") {
@@ -54,7 +57,7 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
         r.inputs.push_back(s);
       }
     } else if (key == "tokens" || key == "temperature" || key == "top_k" || key == "top_p" || key == "seed") {
-      if (!lm) refuse(fmt::format("'{}' applies to language model runs only; this run's task is {}", key, task));
+      takes(key);
       if (key == "tokens") r.settings.tokens = integer(v, "tokens", 0, limits.max_tokens);
       if (key == "temperature") r.settings.sampling.temperature = number(v, "temperature");
       if (key == "top_p") r.settings.sampling.top_p = number(v, "top_p");
@@ -63,7 +66,7 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
         r.settings.sampling.seed =
             static_cast<std::uint64_t>(integer(v, "seed", 0, std::numeric_limits<std::int64_t>::max()));
     } else if (key == "n_best" || key == "beam") {
-      if (!words) refuse(fmt::format("'{}' applies to pronunciation runs only; this run's task is {}", key, task));
+      takes(key);
       if (key == "n_best") r.settings.n_best = integer(v, "n_best", 1, limits.max_beam);
       else r.settings.beam = integer(v, "beam", 0, limits.max_beam);
     } else {

@@ -15,7 +15,6 @@
 
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
-#include "multihead/tasks/text_classification.h"
 #include "multihead/version.h"
 #include "session.h"
 
@@ -90,6 +89,7 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
   ServeConfig cfg;
   std::unique_ptr<TrainedRun> run;
   std::string task;
+  std::vector<std::string> fields;  // the request fields the run takes beyond "inputs"
   nlohmann::json model;  // GET /v1/model
   std::unique_ptr<Batcher> batcher;
   net::io_context ioc{kIoThreads};
@@ -134,8 +134,9 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
   s.limits.max_body_bytes = static_cast<std::uint64_t>(s.cfg.max_body_bytes);
   s.limits.idle_timeout = std::chrono::milliseconds(s.cfg.idle_timeout_ms);
   s.limits.request_timeout = std::chrono::milliseconds(s.cfg.request_timeout_ms);
-  s.run = TrainedRun::load(run_dir, s.cfg.threads, s.cfg.precision);
+  s.run = TrainedRun::load(run_dir, s.cfg.precision);
   s.task = s.run->task();
+  s.fields = s.run->request_fields();
   check_answer_settings(*s.run, s.cfg.defaults);
   s.model = {{"task", s.task},
              {"run", fs::absolute(run_dir).string()},
@@ -155,7 +156,7 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
                {"connections", s.connections},
                {"request_timeout_ms", s.cfg.request_timeout_ms},
                {"idle_timeout_ms", s.cfg.idle_timeout_ms}}}};
-  if (s.task == TextClassificationJob::kTask) s.model["labels"] = s.run->labels();
+  s.run->describe(s.model);
   s.batcher = std::make_unique<Batcher>(*s.run, s.cfg.batching);
   s.listen();
 }
@@ -290,7 +291,7 @@ std::shared_ptr<Batcher::Ticket> ModelServer::Impl::submit(const std::string& bo
                                                            std::optional<response<string_body>>& refused) {
   PredictRequest pr;
   try {
-    pr = parse_predict_request(body, task, cfg.defaults, cfg.limits);
+    pr = parse_predict_request(body, task, fields, cfg.defaults, cfg.limits);
   } catch (const RequestError& e) {
     ++bad_requests;
     refused = json_response(e.status, {{"error", e.what()}});

@@ -8,8 +8,9 @@
 #include "multihead/data/idx.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/inspect.h"
 #include "multihead/train/fit.h"
@@ -35,14 +36,6 @@ void ImageClassificationJob::validate(const std::string& where) const {
   check<ConfigError>(validation_examples >= 0 && limit_train >= 0,
                      "{}: validation_examples and limit_train must be >= 0", where);
   model.validate();
-}
-
-void apply_overrides(ImageClassificationJob& job, const JobOverrides& o) {
-  refuse_flags(o, {"--source", "--positions", "--tokenizer", "--max-len", "--vocab-size"}, "image jobs");
-  if (o.data) job.data_dir = *o.data;
-  apply_budget_overrides(o, job.budget);
-  apply_training_overrides(o, job.train, job.model.layer, job.model.num_layers, job.threads);
-  job.validate("the flags");
 }
 
 namespace {
@@ -104,7 +97,7 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
     for (std::int64_t r = 0; r < B; ++r)
       correct += std::max_element(logits.f32() + r * C, logits.f32() + (r + 1) * C) - (logits.f32() + r * C) ==
                  labels[static_cast<std::size_t>(r)];
-    model.clear_cache();
+    model.release_saved();
   }
   const double n = static_cast<double>(idx.size());
   return {loss / n, static_cast<double>(correct) / n};
@@ -112,8 +105,7 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
 
 }  // namespace
 
-std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir, int threads) {
-  set_num_threads(threads);
+std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir) {
   TrainedModel<VisionTransformer> m(job.model, run_dir);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
@@ -181,7 +173,7 @@ std::string attention_section(VisionTransformer& model, const Tensor& image, std
   for (const auto& f :
        write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer"))
     s += fmt::format("![{0}](plots/{0})\n", f);
-  model.clear_cache();
+  model.release_saved();
   return s;
 }
 
@@ -189,7 +181,6 @@ std::string attention_section(VisionTransformer& model, const Tensor& image, std
 
 ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& run, Progress& progress) {
   ImageClassificationJob job = job_in;
-  set_num_threads(job.threads);
   Images train = load_split(job.data_dir, "train", job.model.image_size);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   // At least one image to train on after the validation split takes up to half.

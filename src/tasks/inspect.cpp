@@ -6,7 +6,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
-#include "multihead/io/plots.h"
+#include "multihead/report/plots.h"
 #include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
 
@@ -56,8 +56,8 @@ std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::st
 }
 
 InspectResult inspect_run(const std::string& run_dir, const std::string& text, const std::string& out_dir,
-                          std::int64_t max_tokens, int threads) {
-  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir, threads);
+                          std::int64_t max_tokens) {
+  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir);
   const AttentionMaps maps = run->attention(text, max_tokens);
   std::error_code ec;
   const bool existed = fs::exists(fs::symlink_status(out_dir));
@@ -77,8 +77,8 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
 }
 
 InspectResult inspect_run_html(const std::string& run_dir, const std::string& text, const std::string& html_path,
-                               std::int64_t max_tokens, int threads) {
-  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir, threads);
+                               std::int64_t max_tokens) {
+  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir);
   std::vector<AttentionMaps> views = run->attention_views(text, max_tokens);
   InspectResult r;
   r.tokens = views.front().tokens;

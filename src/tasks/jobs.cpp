@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "multihead/core/distributed.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/run_dir.h"
+#include "multihead/train/distributed.h"
 #include "multihead/train/fit.h"
+#include "multihead/train/run_dir.h"
 
 namespace multihead {
 
@@ -40,6 +40,10 @@ const char* job_task(const Job& job) {
   return std::visit([](const auto& j) { return std::decay_t<decltype(j)>::kTask; }, job);
 }
 
+int job_threads(const Job& job) {
+  return std::visit([](const auto& j) { return j.threads; }, job);
+}
+
 std::vector<std::string> job_tasks() { return task_names(std::make_index_sequence<std::variant_size_v<Job>>{}); }
 
 Job job_from_json(const nlohmann::json& config, const std::string& source) {
@@ -58,10 +62,6 @@ Job job_from_file(const std::string& path) { return job_from_json(ConfigReader::
 
 nlohmann::json to_json(const Job& job) {
   return std::visit([](const auto& j) { return to_json(j); }, job);
-}
-
-void apply_overrides(Job& job, const JobOverrides& flags) {
-  std::visit([&](auto& j) { apply_overrides(j, flags); }, job);
 }
 
 namespace {
@@ -123,13 +123,13 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   return lines;
 }
 
-std::vector<std::string> evaluate_run(const std::string& run_dir, int threads, std::optional<Precision> precision) {
+std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision) {
   const RunConfig cfg = read_run_config(run_dir);
   Job job = job_from_json(cfg.json, cfg.path);
   return std::visit(
       [&](auto& j) {
         if (precision) j.train.precision = *precision;
-        return evaluate_run(j, run_dir, threads);
+        return evaluate_run(j, run_dir);
       },
       job);
 }

@@ -8,10 +8,12 @@
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
+#include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
 
@@ -38,15 +40,6 @@ void LanguageModelJob::validate(const std::string& where) const {
   check<ConfigError>(validation_fraction > 0 && validation_fraction < 1,
                      "{}: validation_fraction must be between 0 and 1, got {}", where, validation_fraction);
   check<ConfigError>(sample_tokens >= 0, "{}: sample tokens must be >= 0, got {}", where, sample_tokens);
-}
-
-void apply_overrides(LanguageModelJob& job, const JobOverrides& o) {
-  refuse_flags(o, {"--epochs", "--source"}, "language models");
-  if (o.data) job.text_path = *o.data;
-  if (o.steps) job.train.steps = *o.steps;
-  if (o.max_len) job.train.seq_len = *o.max_len;
-  apply_token_model_overrides(o, job.model, job.train, job.tokenizer, job.threads);
-  job.validate("the flags");
 }
 
 namespace {
@@ -88,7 +81,7 @@ double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& va
     for (std::int64_t k = i; k < std::min(n, i + 16); ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
     Windows w = windows(val, starts, L);
     Tensor logits = model.forward(w.ids, eval_context(precision));
-    model.clear_cache();
+    model.release_saved();
     const std::int64_t rows = w.targets.numel();
     total += cross_entropy<float>(nullptr, logits.f32(), w.targets.data<std::int64_t>(), rows, logits.dim(2)).loss *
              static_cast<double>(rows);
@@ -153,7 +146,6 @@ std::vector<std::string> write_heatmaps(LanguageModel& model, const Tokenizer& t
 
 LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progress& progress) {
   LanguageModelJob job = job_in;
-  set_num_threads(job.threads);
   check<ConfigError>(!job.text_path.empty(), "no text path given");
   check<IoError>(fs::exists(job.text_path), "{}: no such text; run scripts/setup.sh --data for Moby-Dick",
                  job.text_path);
@@ -239,8 +231,7 @@ std::unique_ptr<LoadedLm> load_run(const LanguageModelJob& job, const std::strin
 
 }  // namespace
 
-std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir, int threads) {
-  set_num_threads(threads);
+std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir) {
   auto r = load_run(job, run_dir);
   const std::string text = load_text_corpus(r->job.text_path);
   const double loss = validation_loss(*r->model, r->tok->encode(text.substr(validation_split(text, r->job.validation_fraction))),
@@ -250,8 +241,8 @@ std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::st
 }
 
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
-                              const SamplingConfig& sampling, int threads, std::optional<Precision> precision) {
-  return TrainedRun::load(run_dir, threads, precision)->generate(prompt, tokens, sampling);
+                              const SamplingConfig& sampling, std::optional<Precision> precision) {
+  return TrainedRun::load(run_dir, precision)->generate(prompt, tokens, sampling);
 }
 
 }  // namespace multihead

@@ -11,10 +11,12 @@
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/plots.h"
-#include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/report/plots.h"
+#include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
+#include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
 #include "pronunciation_data.h"
 
@@ -48,7 +50,7 @@ class PronunciationTask final : public TrainingTask {
           std::min(data_.validation_pairs.size() - i, static_cast<std::size_t>(job_.eval_batch)));
       Seq2SeqBatch b = make_batch(data_, part);
       Tensor logits = model_.forward(b.source, &b.padding, b.target_in, ctx);
-      model_.clear_cache();
+      model_.release_saved();
       const CrossEntropyResult r = cross_entropy<float>(nullptr, logits.f32(), b.targets.data<std::int64_t>(),
                                                         b.targets.numel(), logits.dim(2));
       loss += r.loss * static_cast<double>(r.count);
@@ -244,7 +246,6 @@ DecoderAttentionMaps decoder_attention_maps(EncoderDecoder& model, const Pronunc
 
 PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progress& progress) {
   PronunciationJob job = job_in;
-  set_num_threads(job.threads);
   const PronunciationData data = load_data(job, nullptr);
   PronunciationResult r;
   r.train_words = static_cast<std::int64_t>(data.train_words.size());
@@ -385,8 +386,7 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
   return out;
 }
 
-std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads) {
-  set_num_threads(threads);
+std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir) {
   const std::unique_ptr<LoadedPronouncer> run = load_pronunciation_run(job, run_dir);
   const PronunciationData data = load_data(job, &run->vocab);
   const TestOutcome t = test_model(*run->model, job, data);

@@ -109,15 +109,6 @@ void PronunciationJob::validate(const std::string& where) const {
   model.validate();
 }
 
-void apply_overrides(PronunciationJob& job, const JobOverrides& o) {
-  refuse_flags(o, {"--source", "--tokenizer", "--max-len", "--vocab-size"}, "pronunciation jobs");
-  if (o.data) job.data_path = *o.data;
-  apply_budget_overrides(o, job.budget);
-  TokenizerConfig letters;  // the letters are the vocabulary
-  apply_token_model_overrides(o, job.model.model, job.train, letters, job.threads);
-  job.validate("the flags");
-}
-
 std::string cmudict_spelling(const std::string& word) {
   std::string upper = word;
   for (char& c : upper)

@@ -5,8 +5,9 @@
 
 #include "multihead/core/threading.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/plots.h"
-#include "multihead/io/state_dict.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/report/plots.h"
+#include "multihead/report/run_report.h"
 #include "multihead/train/fit.h"
 
 namespace multihead {
@@ -39,16 +40,6 @@ void SequenceTaskJob::validate(const std::string& where) const {
   check<ConfigError>(eval_batches > 0, "{}: eval_batches must be positive, got {}", where, eval_batches);
 }
 
-void apply_overrides(SequenceTaskJob& job, const JobOverrides& o) {
-  refuse_flags(o, {"--epochs", "--source", "--data", "--tokenizer", "--max-len", "--vocab-size"},
-               "synthetic sequence tasks");
-  if (o.steps) job.train.steps = *o.steps;
-  TokenizerConfig none;  // the task's symbols are its vocabulary
-  apply_token_model_overrides(o, job.model, job.train, none, job.threads);
-  job.model.vocab_size = job.task.vocab_size();
-  job.validate("the flags");
-}
-
 namespace {
 
 LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_task, std::int64_t length,
@@ -61,7 +52,7 @@ LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_
     // Test batches use their own seed stream, apart from training's.
     SyntheticBatch b = synthetic_batch(t, batch, seed ^ 0x7e57ull, static_cast<std::uint64_t>(i));
     Tensor logits = model.forward(b.ids, eval_context(precision));
-    model.clear_cache();
+    model.release_saved();
     const std::int64_t T = b.ids.dim(1), V = logits.dim(2);
     for (std::int64_t r = 0; r < batch; ++r) {
       bool all = true;
@@ -92,8 +83,7 @@ std::string length_line(const LengthAccuracy& a) {
 
 }  // namespace
 
-std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir, int threads) {
-  set_num_threads(threads);
+std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir) {
   TrainedModel<LanguageModel> m(job.model, run_dir);
   std::vector<std::string> lines;
   for (auto L : job.test_lengths)
@@ -156,7 +146,6 @@ class SequenceTrainingTask final : public TrainingTask {
 
 SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress& progress) {
   SequenceTaskJob job = job_in;
-  set_num_threads(job.threads);
   job.model.vocab_size = job.task.vocab_size();
   std::int64_t longest = job.task.max_tokens();
   for (auto L : job.test_lengths) longest = std::max(longest, 2 * L + 2);

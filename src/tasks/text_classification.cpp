@@ -6,12 +6,14 @@
 #include "multihead/core/threading.h"
 #include "multihead/data/batching.h"
 #include "multihead/data/text_datasets.h"
-#include "multihead/io/json_config.h"
 #include "multihead/io/atomic_file.h"
-#include "multihead/io/state_dict.h"
+#include "multihead/io/json_config.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
 #include "multihead/tasks/trained_run.h"
+#include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/resume.h"
 
@@ -22,15 +24,6 @@ using json = nlohmann::json;
 void TextClassificationJob::validate(const std::string& where) const {
   budget.validate(where);
   check<ConfigError>(max_len > 1, "{}: max_len must be at least 2, got {}", where, max_len);
-}
-
-void apply_overrides(TextClassificationJob& job, const JobOverrides& o) {
-  if (o.data) job.data_path = *o.data;
-  if (o.source) job.source = *o.source;
-  if (o.max_len) job.max_len = *o.max_len;
-  apply_budget_overrides(o, job.budget);
-  apply_token_model_overrides(o, job.model, job.train, job.tokenizer, job.threads);
-  job.validate("the flags");
 }
 
 namespace {
@@ -98,7 +91,7 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
       const float* z = logits.f32() + r * C;
       if (std::max_element(z, z + C) - z == part_labels[static_cast<std::size_t>(r)]) ++correct;
     }
-    model.clear_cache();
+    model.release_saved();
     m.examples += B;
   }
   m.loss = m.examples ? loss_sum / static_cast<double>(m.examples) : 0.0;
@@ -175,7 +168,6 @@ class TextClassificationTask final : public TrainingTask {
 
 TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress) {
   TextClassificationJob job = job_in;
-  set_num_threads(job.threads);
   PreparedData data = load_and_split(job);
   progress.log(fmt::format("data: {} examples ({} train, {} validation, {} test), labels {}",
                            data.dataset.examples.size(), data.train.size(), data.validation.size(), data.test.size(),
@@ -270,12 +262,10 @@ std::vector<std::string> summary_lines(const TextClassificationResult& r) {
 
 namespace {
 
-std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job, const std::string& run_dir,
-                                               int threads) {
+std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job, const std::string& run_dir) {
   namespace fs = std::filesystem;
   auto r = std::make_unique<LoadedTextClassifier>();
   r->job = job;
-  set_num_threads(threads);
   PreparedData data = load_and_split(r->job);
   r->tokenizer = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
   check_run_vocabulary(r->job.model.vocab_size, *r->tokenizer, run_dir);
@@ -292,13 +282,13 @@ std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job,
 
 }  // namespace
 
-std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads) {
+std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir) {
   const RunConfig cfg = read_run_config(run_dir);
-  return load_run(TextClassificationJob::from_json(cfg.json, cfg.path), run_dir, threads);
+  return load_run(TextClassificationJob::from_json(cfg.json, cfg.path), run_dir);
 }
 
-std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir, int threads) {
-  auto r = load_run(job, run_dir, threads);
+std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir) {
+  auto r = load_run(job, run_dir);
   const ClassificationMetrics m = evaluate_classifier(*r->model, r->test_tokens, r->test_labels, r->job.eval_batch,
                                                       r->job.max_len, r->job.train.precision);
   check_finite_result("the test loss", m.loss);

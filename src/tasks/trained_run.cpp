@@ -12,10 +12,11 @@
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/run_dir.h"
-#include "multihead/io/state_dict.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/tasks/answers.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/train/fit.h"
+#include "multihead/train/run_dir.h"
 
 namespace multihead {
 
@@ -91,6 +92,19 @@ class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClas
 
   std::vector<std::string> labels() const override { return labels_; }
   std::vector<std::string> warnings() const override { return warnings_; }
+  void describe(nlohmann::json& model) const override { model["labels"] = labels_; }
+
+  std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings&) override {
+    return batched_answers(
+        inputs,
+        [&](const std::vector<std::string>& texts) {
+          const std::vector<Prediction> got = predict(texts);
+          std::vector<nlohmann::json> out;
+          for (std::size_t i = 0; i < texts.size(); ++i) out.push_back(classified_answer(texts[i], got[i], labels_));
+          return out;
+        },
+        [&](const std::string& text) { predict({text}); });
+  }
 
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
     std::vector<std::vector<std::int64_t>> ids;
@@ -114,7 +128,7 @@ class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClas
         p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
         out.push_back(std::move(p));
       }
-      model_.clear_cache();
+      model_.release_saved();
     }
     return out;
   }
@@ -144,6 +158,30 @@ class LanguageModelRun final : public LoadedRun<LanguageModelJob, LanguageModel>
   LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
       : LoadedRun(job, dir, precision) {}
 
+  std::vector<std::string> request_fields() const override { return {"tokens", "temperature", "top_k", "top_p", "seed"}; }
+
+  void check_settings(const AnswerSettings& s) override {
+    TrainedRun::check_settings(s);
+    check<ConfigError>(s.tokens >= 0, "--tokens must be >= 0, got {}", s.tokens);
+    check<ConfigError>(s.sampling.temperature >= 0, "--temperature must be >= 0, got {}", s.sampling.temperature);
+    check<ConfigError>(s.sampling.top_p > 0 && s.sampling.top_p <= 1, "--top-p must be in (0, 1], got {}",
+                       s.sampling.top_p);
+    check<ConfigError>(s.sampling.top_k >= 0, "--top-k must be >= 0, got {}", s.sampling.top_k);
+  }
+
+  // One input at a time, each sampled from the settings' seed.
+  std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings& s) override {
+    std::vector<nlohmann::json> out;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      try {
+        out.push_back({{"input", inputs[i]}, {"output", generate(inputs[i], s.tokens, s.sampling)}});
+      } catch (const Error& e) {
+        throw InputError(i, e.what());
+      }
+    }
+    return out;
+  }
+
   std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling) override {
     const std::vector<std::int64_t> ids = encode_text(*tok_, prompt, "the prompt");
     return tok_->decode(multihead::generate(model_, ids, tokens, sampling, job_.train.seq_len, precision_));
@@ -166,6 +204,21 @@ class PronunciationRun final : public TrainedRun {
   }
 
   const char* task() const override { return PronunciationJob::kTask; }
+
+  std::vector<std::string> request_fields() const override { return {"n_best", "beam"}; }
+  void check_settings(const AnswerSettings& s) override { pronounce({}, s.n_best, s.beam); }  // checks, no word
+
+  std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings& s) override {
+    return batched_answers(
+        inputs,
+        [&](const std::vector<std::string>& words) {
+          const std::vector<std::vector<Pronounced>> got = pronounce(words, s.n_best, s.beam);
+          std::vector<nlohmann::json> out;
+          for (std::size_t i = 0; i < words.size(); ++i) out.push_back(pronounced_answer(words[i], got[i]));
+          return out;
+        },
+        [&](const std::string& word) { pronounce({word}, s.n_best, s.beam); });
+  }
 
   std::vector<std::vector<Pronounced>> pronounce(const std::vector<std::string>& words, std::int64_t n_best,
                                                  std::int64_t beam) override {
@@ -242,7 +295,7 @@ AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& t
       }
     }
   }
-  model.clear_cache();
+  model.release_saved();
   return maps;
 }
 
@@ -258,24 +311,44 @@ AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& to
   AttentionMaps maps = captured_attention(encoder, first_layer, std::move(tokens));
   maps.name = "causal self-attention";
   maps.causal = true;
-  model.clear_cache();
+  model.release_saved();
   return maps;
 }
 
-std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir, int threads,
+namespace {
+
+// The loaded run of each kind that has one, in the run's own precision
+// unless another is asked for; the kinds without one give none.
+std::unique_ptr<TrainedRun> load_kind(const TextClassificationJob& j, const std::string& dir,
+                                      std::optional<Precision> p) {
+  return std::make_unique<ClassifierRun>(j, dir, p.value_or(j.train.precision));
+}
+std::unique_ptr<TrainedRun> load_kind(const LanguageModelJob& j, const std::string& dir, std::optional<Precision> p) {
+  return std::make_unique<LanguageModelRun>(j, dir, p.value_or(j.train.precision));
+}
+std::unique_ptr<TrainedRun> load_kind(const PronunciationJob& j, const std::string& dir, std::optional<Precision> p) {
+  return std::make_unique<PronunciationRun>(j, dir, p.value_or(j.train.precision));
+}
+template <typename OtherJob>
+std::unique_ptr<TrainedRun> load_kind(const OtherJob&, const std::string&, std::optional<Precision>) {
+  return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir,
                                              std::optional<Precision> precision) {
   const RunConfig cfg = read_run_config(run_dir);
   const Job job = job_from_json(cfg.json, cfg.path);
-  set_num_threads(threads);
-  if (const auto* j = std::get_if<TextClassificationJob>(&job))
-    return std::make_unique<ClassifierRun>(*j, run_dir, precision.value_or(j->train.precision));
-  if (const auto* j = std::get_if<LanguageModelJob>(&job))
-    return std::make_unique<LanguageModelRun>(*j, run_dir, precision.value_or(j->train.precision));
-  if (const auto* j = std::get_if<PronunciationJob>(&job))
-    return std::make_unique<PronunciationRun>(*j, run_dir, precision.value_or(j->train.precision));
+  std::unique_ptr<TrainedRun> run = std::visit([&](const auto& j) { return load_kind(j, run_dir, precision); }, job);
+  if (run) return run;
   throw ConfigError(fmt::format("{}: inspect and load_run read text classification, language model and "
                                 "pronunciation runs, this run's task is '{}'",
                                 cfg.path, job_task(job)));
+}
+
+void TrainedRun::check_settings(const AnswerSettings& s) {
+  check<ConfigError>(s.n_best == 1 && s.beam == 0, "--n-best and --beam apply to pronunciation runs only");
 }
 
 std::vector<std::string> TrainedRun::labels() const {

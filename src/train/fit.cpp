@@ -8,11 +8,10 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
-#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/data/batching.h"
-#include "multihead/io/plots.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/train/distributed.h"
 #include "multihead/train/resume.h"
 
 namespace multihead {
@@ -258,27 +257,6 @@ CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* ta
   g.loss =
       cross_entropy(g.dlogits.f32(), logits.f32(), targets, rows, C, kIgnoreIndex, label_smoothing, grad_scale).loss;
   return g;
-}
-
-void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report) {
-  const TrainingCurves& c = fit.curves;
-  std::vector<Series> loss = {{"train (per step)", c.step, c.loss}};
-  if (!c.eval_step.empty()) loss.push_back({"validation", c.eval_step, c.eval_loss});
-  line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy", loss);
-  const bool accuracy = fit.validation && fit.validation->accuracy;
-  if (accuracy)
-    line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
-                  {{"validation", c.eval_step, c.eval_accuracy}});
-  c.memory.plot(run.file("plots/memory.png"));
-
-  std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);
-  for (const auto& [key, value] : report.rows) md += fmt::format("| {} | {} |\n", key, value);
-  md += "\n## Training curves\n\n![loss](plots/loss.png)\n\n";
-  if (accuracy) md += "![accuracy](plots/accuracy.png)\n\n";
-  md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";
-  md += report.sections;
-  md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";
-  run.write_report(md);
 }
 
 void check_finite_result(const char* what, double value) {

@@ -2,10 +2,11 @@
 
 #include <filesystem>
 
-#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
-#include "multihead/io/state_dict.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/train/checkpoint.h"
+#include "multihead/train/distributed.h"
 
 namespace multihead {
 

@@ -19,6 +19,16 @@ Decay parse_decay(std::string_view name) {
   throw ConfigError(fmt::format("schedule must be constant, cosine, linear or inverse_sqrt, got \"{}\"", name));
 }
 
+std::string_view decay_name(Decay d) {
+  switch (d) {
+    case Decay::kCosine: return "cosine";
+    case Decay::kLinear: return "linear";
+    case Decay::kInverseSqrt: return "inverse_sqrt";
+    case Decay::kConstant: break;
+  }
+  return "constant";
+}
+
 double LrSchedule::lr_at(std::int64_t step) const {
   if (step < warmup_steps) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (decay == Decay::kConstant) return base_lr;

@@ -5,11 +5,11 @@
 #include <optional>
 
 #include "multihead/core/allocator.h"
-#include "multihead/core/distributed.h"
 #include "multihead/core/process_memory.h"
 #include "multihead/core/step_profile.h"
-#include "multihead/io/plots.h"
-#include "multihead/io/state_dict.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/train/checkpoint.h"
+#include "multihead/train/distributed.h"
 
 namespace multihead {
 
@@ -97,15 +97,6 @@ void TrainingCurves::add_record(const nlohmann::json& r) {
     add_step(step_stats_from_json(r));
 }
 
-void MemoryCurve::plot(const std::string& path) const {
-  line_plot_png(path, "Memory per step (allocator peak)", "step", "MiB",
-                {{"peak", step_, peak_},
-                 {"activations", step_, act_},
-                 {"optimizer", step_, opt_},
-                 {"gradients", step_, grads_},
-                 {"parameters", step_, params_}});
-}
-
 Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
     : store_(&store), cfg_(cfg), opt_(make_optimizer(cfg, store)) {
   if (cfg.loss_scaling) scaler_ = std::make_unique<GradScaler>(cfg.scaler);
@@ -113,101 +104,115 @@ Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)
 
 std::int64_t Trainer::micro_batches() const { return cfg_.grad_accumulation * process_group().size(); }
 
+// The gradients' sum over the ranks. Under mpirun with overlap, the last
+// micro-batch's backward hands them to the sums piece by piece as they
+// become final (ParamStore's hook), from the end of the buffer down; the
+// rest goes when the pass is done. The pieces are cut at the store's
+// boundaries, the same on every rank. Every rank then holds the same
+// gradients and loss, and so makes the same decisions (skip, clip, scale)
+// and the same update.
+class Trainer::GradientSum {
+ public:
+  GradientSum(ProcessGroup& group, ParamStore& store, const TrainConfig& cfg)
+      : group_(group), store_(store), cfg_(cfg), grads_(store.all_grads()),
+        overlap_(group.size() > 1 && cfg.allreduce_overlap), unsummed_(store.numel()) {
+    if (overlap_) cuts_ = store.grads_boundaries();
+  }
+
+  // Around the backward of the step's last micro-batch on this rank: the
+  // store hands over what is final as it goes.
+  void begin_last_backward() {
+    if (!overlap_) return;
+    sums_.emplace(group_, cfg_.allreduce);
+    store_.set_grads_final_hook([this](std::int64_t offset) { hand_over_from(offset); });
+  }
+  void end_last_backward() {
+    if (overlap_) store_.set_grads_final_hook(nullptr);
+  }
+
+  // The gradients summed, and the loss (this rank's sum) summed too.
+  double finish(double loss) {
+    if (group_.size() == 1) return loss;
+    if (sums_) {
+      hand_over_from(0);
+      sums_->start(grads_.first(static_cast<std::size_t>(unsummed_)));
+      sums_->wait();
+    } else {
+      group_.sum(grads_, cfg_.allreduce);
+    }
+    group_.sum(std::span<double>(&loss, 1));
+    return loss;
+  }
+
+ private:
+  void hand_over_from(std::int64_t offset) {
+    while (!cuts_.empty() && cuts_.back() >= offset) {
+      sums_->start(
+          grads_.subspan(static_cast<std::size_t>(cuts_.back()), static_cast<std::size_t>(unsummed_ - cuts_.back())));
+      unsummed_ = cuts_.back();
+      cuts_.pop_back();
+    }
+  }
+
+  ProcessGroup& group_;
+  ParamStore& store_;
+  const TrainConfig& cfg_;
+  std::span<float> grads_;
+  bool overlap_;
+  std::optional<OverlappedSum> sums_;
+  std::vector<std::int64_t> cuts_;  // ascending
+  std::int64_t unsummed_;           // gradients [0, unsummed_) not yet handed over
+};
+
 StepStats Trainer::step(const MicroStep& fn) {
   StepStats s;
   s.step = step_;
   reset_peak_memory();
-  // The memory report, filled in on each way out of the step.
-  auto report_memory = [&] {
-    const MemoryStats m = memory_stats();
-    s.param_bytes = s.grad_bytes = store_->numel() * static_cast<std::int64_t>(sizeof(float));
-    s.optimizer_bytes = opt_->state_bytes();
-    s.peak_bytes = m.peak_bytes;
-    s.current_bytes = m.current_bytes;
-    s.rss_bytes = current_rss_bytes();
-    s.cached_bytes = m.cached_bytes;
-    s.activation_peak_bytes = m.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
-  };
   store_->zero_grad();
+  s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  GradientSum sum(process_group(), *store_, cfg_);
+  s.loss = sum.finish(accumulate(fn, s.loss_scale, sum)) / static_cast<double>(micro_batches());
+  s.lr = cfg_.schedule.lr_at(step_);
+  update(s);
+  ++step_;
+  report_memory(s);
+  return s;
+}
+
+double Trainer::accumulate(const MicroStep& fn, double loss_scale, GradientSum& sum) {
   ForwardContext ctx;
   ctx.training = true;
   ctx.seed = cfg_.seed;
   ctx.precision = cfg_.precision;
   // Rank r of N takes micro-batches r*A .. r*A+A-1 of the step's N*A: the
   // same micro-batches, and dropout masks, as one process with N*A.
-  ProcessGroup& group = process_group();
-  const std::int64_t micro = micro_batches(), first = group.rank() * cfg_.grad_accumulation;
-  s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  const std::span<float> grads = store_->all_grads();
-  // Under mpirun, the last micro-batch's backward hands the gradients to
-  // the sums piece by piece as they become final (ParamStore's hook), from
-  // the end of the buffer down; the rest goes when the pass is done. The
-  // pieces are cut at the store's boundaries, the same on every rank.
-  const bool overlap = group.size() > 1 && cfg_.allreduce_overlap;
-  std::optional<OverlappedSum> sums;
-  std::vector<std::int64_t> cuts;  // ascending
-  if (overlap) cuts = store_->grads_boundaries();
-  std::int64_t unsummed = store_->numel();  // gradients [0, unsummed) not yet handed over
-  auto hand_over_from = [&](std::int64_t offset) {
-    while (!cuts.empty() && cuts.back() >= offset) {
-      sums->start(grads.subspan(static_cast<std::size_t>(cuts.back()), static_cast<std::size_t>(unsummed - cuts.back())));
-      unsummed = cuts.back();
-      cuts.pop_back();
-    }
-  };
-  for (std::int64_t m = first; m < first + cfg_.grad_accumulation; ++m) {
+  const std::int64_t micro = micro_batches(), first = process_group().rank() * cfg_.grad_accumulation;
+  const std::int64_t last = first + cfg_.grad_accumulation - 1;
+  double loss = 0;
+  for (std::int64_t m = first; m <= last; ++m) {
     // Distinct dropout masks per micro-batch: the step counter advances by
     // micro-batch, so (step, micro) never repeats across the run.
     ctx.step = static_cast<std::uint64_t>(step_ * micro + m);
-    const bool hand_over = overlap && m + 1 == first + cfg_.grad_accumulation;
-    if (hand_over) {
-      sums.emplace(group, cfg_.allreduce);
-      store_->set_grads_final_hook(hand_over_from);
-    }
-    struct Unhook {
-      ParamStore* store;
+    if (m == last) sum.begin_last_backward();
+    struct EndLast {
+      GradientSum& sum;
       bool on;
-      ~Unhook() {
-        if (on) store->set_grads_final_hook(nullptr);
+      ~EndLast() {
+        if (on) sum.end_last_backward();
       }
-    } unhook{store_, hand_over};
-    s.loss += fn(m, ctx, s.loss_scale / static_cast<double>(micro));
+    } end_last{sum, m == last};
+    loss += fn(m, ctx, loss_scale / static_cast<double>(micro));
   }
-  if (group.size() > 1) {
-    // Every rank then holds the same gradients and loss, and so makes the
-    // same decisions below (skip, clip, scale) and the same update.
-    if (sums) {
-      hand_over_from(0);
-      sums->start(grads.first(static_cast<std::size_t>(unsummed)));
-      sums->wait();
-    } else {
-      group.sum(grads, cfg_.allreduce);
-    }
-    group.sum(std::span<double>(&s.loss, 1));
-  }
-  s.loss /= static_cast<double>(micro);
-  s.lr = cfg_.schedule.lr_at(step_);
-  // A step that cannot be taken: an overflow under loss scaling (expected
-  // now and then: the scale backs off), or a non-finite loss or gradient
-  // with on_nonfinite = skip. Either way no update is made and the record
-  // says so; a run where nothing but such steps happen stops.
-  auto skip = [&] {
-    s.skipped = true;
-    s.grad_norm = std::numeric_limits<double>::infinity();
-    ++step_;
-    ++skipped_, ++skipped_in_a_row_;
-    check<Error>(skipped_in_a_row_ < kMaxSkippedInARow,
-                 "training stopped at step {}: the last {} steps all had a non-finite loss or gradient", step_,
-                 kMaxSkippedInARow);
-    report_memory();
-    return s;
-  };
+  return loss;
+}
+
+void Trainer::update(StepStats& s) {
   if (scaler_) {
     // Unscale first, so clipping and the optimizer see true gradients; an
     // overflow skips the update and backs the scale off.
     const bool finite = scaler_->unscale(store_->all_grads()) && std::isfinite(s.loss);
     scaler_->update(!finite);
-    if (!finite) return skip();
+    if (!finite) return skip(s);
   }
   {
     const StepProfileScope profile(StepPart::kOptimizer);
@@ -218,18 +223,37 @@ StepStats Trainer::step(const MicroStep& fn) {
                  "training stopped at step {}: loss {}, gradient norm {} (not finite; on_nonfinite skip would skip "
                  "such steps)",
                  step_ + 1, nan_unsigned(s.loss), nan_unsigned(s.grad_norm));
-    return skip();
+    return skip(s);
   }
   skipped_in_a_row_ = 0;
-  {
-    // Clipping is a factor the optimizer applies as it reads each gradient:
-    // no pass of its own over the buffer.
-    const StepProfileScope profile(StepPart::kOptimizer);
-    opt_->step(*store_, s.lr, cfg_.clip_grad_norm > 0 ? clip_coefficient(s.grad_norm, cfg_.clip_grad_norm) : 1.0f);
-  }
-  ++step_;
-  report_memory();
-  return s;
+  // Clipping is a factor the optimizer applies as it reads each gradient:
+  // no pass of its own over the buffer.
+  const StepProfileScope profile(StepPart::kOptimizer);
+  opt_->step(*store_, s.lr, cfg_.clip_grad_norm > 0 ? clip_coefficient(s.grad_norm, cfg_.clip_grad_norm) : 1.0f);
+}
+
+// A step that cannot be taken: an overflow under loss scaling (expected now
+// and then: the scale backs off), or a non-finite loss or gradient with
+// on_nonfinite = skip. Either way no update is made and the record says so;
+// a run where nothing but such steps happen stops.
+void Trainer::skip(StepStats& s) {
+  s.skipped = true;
+  s.grad_norm = std::numeric_limits<double>::infinity();
+  ++skipped_, ++skipped_in_a_row_;
+  check<Error>(skipped_in_a_row_ < kMaxSkippedInARow,
+               "training stopped at step {}: the last {} steps all had a non-finite loss or gradient", step_ + 1,
+               kMaxSkippedInARow);
+}
+
+void Trainer::report_memory(StepStats& s) const {
+  const MemoryStats m = memory_stats();
+  s.param_bytes = s.grad_bytes = store_->numel() * static_cast<std::int64_t>(sizeof(float));
+  s.optimizer_bytes = opt_->state_bytes();
+  s.peak_bytes = m.peak_bytes;
+  s.current_bytes = m.current_bytes;
+  s.rss_bytes = current_rss_bytes();
+  s.cached_bytes = m.cached_bytes;
+  s.activation_peak_bytes = m.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
 }
 
 void Trainer::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra) const {

@@ -246,7 +246,7 @@ TEST_F(CrashSafety, ANonFiniteLossStopsTrainingOrIsSkippedAsAsked) {
 
   CliRun bad_flag = run(job + " --on-nonfinite sometimes --out " + out.string());
   EXPECT_EQ(bad_flag.code, 2);
-  EXPECT_EQ(bad_flag.err, "multihead: error: on_nonfinite must be stop or skip, got 'sometimes'\n");
+  EXPECT_EQ(bad_flag.err, "multihead: error: the flags: train: on_nonfinite must be stop or skip, got 'sometimes'\n");
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Job configs (text, language model, image, sequence task) and module
 // configs for `apply`, from arbitrary JSON text.
 #include "fuzz_target.h"
-#include "multihead/io/apply.h"
 #include "multihead/io/json_config.h"
+#include "multihead/nn/apply_module.h"
 #include "multihead/tasks/image_classification.h"
 #include "multihead/tasks/language_modeling.h"
 #include "multihead/tasks/sequence_task.h"

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "golden_case.h"
-#include "multihead/io/apply.h"
+#include "multihead/nn/apply_module.h"
 
 namespace multihead {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <cairo.h>
 
-#include "multihead/io/plots.h"
+#include "multihead/report/plots.h"
 
 namespace multihead {
 namespace {

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "multihead/core/error.h"
-#include "multihead/io/run_dir.h"
+#include "multihead/train/run_dir.h"
 #include "test_util.h"
 
 namespace multihead {

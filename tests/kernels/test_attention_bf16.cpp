@@ -23,6 +23,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
+#include "multihead/nn/attention_kernel.h"
 #include "amx_tiles.h"
 #include "attention_cases.h"
 #include "test_util.h"
@@ -278,34 +279,35 @@ TEST(Bf16Attention, AQueryOfNaNsGivesANaNRow) {
   set_bf16_widen(false);
 }
 
-// attention_fused_*<BF16> take the bf16 kernel exactly when the CPU
-// multiplies in bf16: same results as calling it directly.
-TEST(Bf16Attention, FusedEntryPointsDispatchByPath) {
+// attention_fused_forward<BF16> always widens to the fp32 tiles (a kernel
+// never hands off to another); attention_stored_forward<BF16>, what the
+// modules call, takes the bf16 kernel exactly when the CPU multiplies in
+// bf16: the same results as calling either directly.
+TEST(Bf16Attention, StoredEntryPointChoosesByPath) {
   Spec s{"dispatch", {1, 2, 40, 40, 16, 16}};
   s.causal = CausalAlign::kTopLeft;
   Data x = make(s);
   const AttentionDims& d = s.d;
   const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
   auto cv16 = [&](const std::vector<BF16>& v) { return view<const BF16>(v.data(), d, d.L, d.D); };
-  for (bool widen : {false, true}) {
-    set_bf16_widen(widen);
-    std::vector<BF16> direct(x.g.size()), fused(x.g.size());
-    std::vector<float> l1(static_cast<std::size_t>(d.H * d.L)), l2 = l1;
-    attention_bf16_forward(view(direct.data(), d, d.L, d.Dv), l1.data(), cv16(q16), cv16(k16), cv16(v16), x.masks, d,
-                           0.25f, {});
-    attention_fused_forward<BF16>(view(fused.data(), d, d.L, d.Dv), l2.data(), cv16(q16), cv16(k16), cv16(v16),
-                                  x.masks, d, 0.25f, {});
-    if (computes_in_bf16(DType::kBF16)) {
-      EXPECT_EQ(widened(direct), widened(fused)) << "the CPU's bf16 path goes to the bf16 kernel";
-    } else {  // the fp32 tiles on the widened values, O rounded at the end
-      std::vector<float> o32(x.g.size());
-      attention_fused_forward<float>(view(o32.data(), d, d.L, d.Dv), l1.data(), view<const float>(x.q.data(), d, d.L, d.D),
-                                     view<const float>(x.k.data(), d, d.L, d.D),
-                                     view<const float>(x.v.data(), d, d.L, d.D), x.masks, d, 0.25f, {});
-      EXPECT_EQ(widened(round_bf16(o32)), widened(fused)) << "the widening path keeps the fp32 tiles";
-    }
-  }
-  set_bf16_widen(false);
+  std::vector<BF16> direct(x.g.size()), fused(x.g.size()), stored(x.g.size());
+  std::vector<float> l1(static_cast<std::size_t>(d.H * d.L)), l2 = l1, l3 = l1;
+  attention_bf16_forward(view(direct.data(), d, d.L, d.Dv), l1.data(), cv16(q16), cv16(k16), cv16(v16), x.masks, d,
+                         0.25f, {});
+  attention_fused_forward<BF16>(view(fused.data(), d, d.L, d.Dv), l2.data(), cv16(q16), cv16(k16), cv16(v16), x.masks,
+                                d, 0.25f, {});
+  attention_stored_forward<BF16>(view(stored.data(), d, d.L, d.Dv), l3.data(), cv16(q16), cv16(k16), cv16(v16),
+                                 x.masks, d, 0.25f, {});
+  // The fused kernel: the fp32 tiles on the widened values, O rounded at the end.
+  std::vector<float> o32(x.g.size());
+  attention_fused_forward<float>(view(o32.data(), d, d.L, d.Dv), l1.data(), view<const float>(x.q.data(), d, d.L, d.D),
+                                 view<const float>(x.k.data(), d, d.L, d.D),
+                                 view<const float>(x.v.data(), d, d.L, d.D), x.masks, d, 0.25f, {});
+  EXPECT_EQ(widened(round_bf16(o32)), widened(fused)) << "the fused kernel keeps the fp32 tiles";
+  if (computes_in_bf16(DType::kBF16))
+    EXPECT_EQ(widened(direct), widened(stored)) << "the CPU's bf16 path goes to the bf16 kernel";
+  else
+    EXPECT_EQ(widened(fused), widened(stored)) << "without bf16 units, to the fused kernel";
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ TEST_P(EncoderDecoderPositions, CachedDecodingEqualsTeacherForcedRows) {
   model.init(rng);
   Batch b;
   const Tensor full = model.forward(b.source, &b.padding, b.target, eval_context(Precision::kF32));
-  model.clear_cache();
+  model.release_saved();
   const EncodedMemory memory = model.encode(b.source, &b.padding);
   std::vector<KvCache> caches;
   std::vector<Tensor> parts;
@@ -84,7 +84,7 @@ TEST_P(EncoderDecoderPositions, PaddedSourcePositionsAreIgnored) {
   model.init(rng);
   Batch b;
   const Tensor a = model.forward(b.source, &b.padding, b.target, eval_context(Precision::kF32));
-  model.clear_cache();
+  model.release_saved();
   Batch changed;
   changed.source.data<std::int64_t>()[8] = 3;
   changed.source.data<std::int64_t>()[9] = 6;
@@ -108,13 +108,13 @@ TEST_P(EncoderDecoderPositions, ParameterGradientsMatchFiniteDifferences) {
   ctx.training = true;
   auto loss = [&] {
     const double s = test::dot_loss(model.forward(b.source, &b.padding, b.target, ctx), g);
-    model.clear_cache();
+    model.release_saved();
     return s;
   };
   store.zero_grad();
   model.forward(b.source, &b.padding, b.target, ctx);
   model.backward(g);
-  model.clear_cache();
+  model.release_saved();
   for (std::size_t h = 0; h < store.entries().size(); ++h) {
     const auto& e = store.entry(h);
     std::span<float> values = store.data_span(h);

@@ -40,7 +40,7 @@ TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
   const std::int64_t T = static_cast<std::int64_t>(seq.size());
   Tensor ids = Tensor::from_i64({1, T}, seq);
   Tensor full = lm.forward(ids, eval_context(precision));
-  lm.clear_cache();
+  lm.release_saved();
   std::vector<KvCache> caches;
   // A prompt of 5 tokens, then one at a time.
   std::vector<Tensor> parts;
@@ -96,7 +96,7 @@ TEST_P(CachedWeights, AreTheRowsOfTheUncachedForward) {
   call.causal = CausalAlign::kTopLeft;
   call.precision = precision;
   const Tensor full = mha.forward_self(x, nullptr, nullptr, call).weights;  // (1, H, T, T)
-  mha.clear_cache();
+  mha.release_saved();
   ASSERT_EQ(full.shape(), (Shape{1, H, T, T}));
   const double tol = precision == Precision::kF32 ? 1e-6 : 1e-2;
   KvCache cache;

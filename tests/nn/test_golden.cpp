@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "golden_case.h"
-#include "multihead/io/apply.h"
+#include "multihead/nn/apply_module.h"
 #include "test_util.h"
 
 namespace multihead {

@@ -7,13 +7,13 @@
 
 #include "multihead/core/allocator.h"
 #include "multihead/kernels/attention_fused.h"
+#include "multihead/kernels/cross_entropy.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/encoder.h"
 #include "multihead/nn/models.h"
 #include "multihead/train/train_config.h"
-#include "multihead/kernels/cross_entropy.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -51,10 +51,6 @@ class HalfPrecision : public ::testing::TestWithParam<Precision> {};
 // tested against the reference in tests/kernels/test_attention_bf16.cpp.
 TEST_P(HalfPrecision, FusedKernelsEqualTheirFp32TwinOnTheStoredValues) {
   const DType st = storage_dtype(GetParam());
-  set_bf16_widen(true);
-  struct Restore {
-    ~Restore() { set_bf16_widen(false); }
-  } restore;
   const AttentionDims d{2, 3, 37, 41, 16, 16};
   Rng rng(5);
   Tensor q = random_tensor({d.B, d.L, d.H * d.D}, rng), k = random_tensor({d.B, d.S, d.H * d.D}, rng);
@@ -322,7 +318,7 @@ std::int64_t activation_peak(Precision p) {
   Tensor dlogits = Tensor::empty(logits.shape());
   cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), 16, 2);
   model.backward(dlogits);
-  model.clear_cache();
+  model.release_saved();
   return memory_stats().peak_bytes - base;
 }
 
@@ -349,14 +345,20 @@ TEST(MixedPrecisionConfig, ParsedWithFp16LossScalingByDefault) {
   auto read = [](const char* text) {
     const nlohmann::json j = nlohmann::json::parse(text);
     ConfigReader r(j, "train");
-    return read_train_config(r);
+    TrainConfig t;
+    TrainConfig::keys(r, t);
+    r.finish();
+    return t;
   };
   const TrainConfig fp16 = read(R"({"precision": "fp16"})");
   EXPECT_EQ(fp16.precision, Precision::kF16);
   EXPECT_TRUE(fp16.loss_scaling);
   EXPECT_FALSE(read(R"({"precision": "bf16"})").loss_scaling);
   EXPECT_FALSE(read(R"({"precision": "fp16", "loss_scaling": false})").loss_scaling);
-  EXPECT_EQ(train_config_json(fp16)["precision"], "fp16");
+  nlohmann::json written;
+  ConfigWriter w(written);
+  TrainConfig::keys(w, fp16);
+  EXPECT_EQ(written["precision"], "fp16");
 }
 
 }  // namespace

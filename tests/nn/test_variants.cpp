@@ -107,7 +107,7 @@ TEST_P(Variants, CachedDecodingEqualsUncached) {
   std::vector<std::int64_t> seq = {2, 5, 7, 11, 3, 9, 9, 1, 16, 4, 6, 13};
   const std::int64_t T = static_cast<std::int64_t>(seq.size());
   Tensor full = lm.forward(Tensor::from_i64({1, T}, seq), ForwardContext{});
-  lm.clear_cache();
+  lm.release_saved();
   std::vector<KvCache> caches;
   std::vector<float> cached;
   for (std::int64_t t = 0; t < T; ++t) {

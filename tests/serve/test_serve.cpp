@@ -327,7 +327,7 @@ TEST_F(Serve, BadRequestsGetJsonErrorsAndServingGoesOn) {
       {"{\"inputs\": []}", 400, "'inputs' is empty"},
       {"{\"texts\": [\"good\"]}", 400, "unknown field 'texts'"},
       {"{\"inputs\": [\"good\"], \"mode\": 1}", 400, "unknown field 'mode'"},
-      {"{\"inputs\": [\"good\"], \"tokens\": 5}", 400, "'tokens' applies to language model runs only"},
+      {"{\"inputs\": [\"good\"], \"tokens\": 5}", 400, "'tokens' does not apply to text_classification runs"},
       {"{\"inputs\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", 400, "'inputs' has 5 items; at most 4"},
       {json{{"inputs", {std::string(65, 'x')}}}.dump(), 400, "inputs[0] is 65 bytes long; at most 64"},
       {json{{"inputs", {std::string(60, 'x')}}, {"pad", std::string(2000, ' ')}}.dump(), 413,
@@ -597,7 +597,7 @@ TEST_F(Serve, IdleAndDrippingConnectionsAreClosedOnTime) {
 TEST_F(Serve, MalformedFramingIsAnsweredAtOnceAndClosed) {
   const fs::path run_dir = classifier();
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
-  for (const std::string bad : {std::string("POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"),
+  for (const std::string& bad : {std::string("POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"),
                                 std::string("GARBAGE / NOT-HTTP\r\n\r\n")}) {
     const auto start = std::chrono::steady_clock::now();
     const int fd = connect_to(server.port);
@@ -671,7 +671,6 @@ TEST_F(Serve, AnIpv6HostIsPrintedInBrackets) {
   ServeConfig cfg;
   cfg.host = "::1";
   cfg.port = 0;
-  cfg.threads = 1;
   std::unique_ptr<ModelServer> server;
   try {
     server = std::make_unique<ModelServer>(run_dir.string(), cfg);

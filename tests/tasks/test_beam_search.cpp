@@ -34,7 +34,7 @@ struct Fixture {
     Tensor pad = Tensor::from_bool({1, S}, std::span(padding.data<std::uint8_t>() + b * S, static_cast<std::size_t>(S)));
     Tensor tgt = Tensor::from_i64({1, T}, prefix);
     const Tensor logits = model->forward(src, &pad, tgt, eval_context(Precision::kF32));
-    model->clear_cache();
+    model->release_saved();
     const float* z = logits.f32() + (T - 1) * kVocab;
     double m = z[0], sum = 0;
     for (std::int64_t v = 1; v < kVocab; ++v) m = std::max(m, double(z[v]));

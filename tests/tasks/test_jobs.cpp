@@ -2,12 +2,17 @@
 // as each kind of job takes them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "multihead/core/error.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/tasks/job_flags.h"
 #include "multihead/tasks/presets.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -53,48 +58,44 @@ TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
 }
 
 TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
-  JobOverrides flags;
-  flags.steps = 7;
-  flags.d_model = 32;
-  flags.num_heads = 2;
-  flags.attention = "sliding_window";
-  flags.window = 3;
-  flags.precision = "fp16";
-  flags.seed = 9;
+  std::vector<JobSetting> flags = {{"--steps", "7"},         {"--d-model", "32"},   {"--num-heads", "2"},
+                                   {"--attention", "sliding_window"}, {"--window", "3"}, {"--precision", "fp16"},
+                                   {"--seed", "9"}};
 
-  Job text = preset_job("spam");
-  apply_overrides(text, flags);
+  const Job text = apply_settings(preset_job("spam"), flags);
   const auto& t = std::get<TextClassificationJob>(text);
   EXPECT_EQ(t.budget.max_steps, 7);  // epoch jobs: a cap
   EXPECT_EQ(t.model.layer.d_model, 32);
   EXPECT_EQ(t.model.layer.pattern.window_left, 3);
+  EXPECT_EQ(t.model.layer.pattern.window_right, 3);
   EXPECT_EQ(t.train.precision, Precision::kF16);
-  EXPECT_TRUE(t.train.loss_scaling);
+  EXPECT_TRUE(t.train.loss_scaling);  // follows the precision the flag set
   EXPECT_EQ(t.train.seed, 9u);
+  // The other keys keep the preset's values; a key whose default follows
+  // another (dim_feedforward: 4 x d_model) keeps the value it had.
+  const auto& spam = std::get<TextClassificationJob>(preset_job("spam"));
+  EXPECT_EQ(t.model.layer.dim_feedforward, spam.model.layer.dim_feedforward);
+  EXPECT_EQ(t.train.schedule.total_steps, spam.train.schedule.total_steps);
 
-  Job lm = preset_job("moby-dick");
-  apply_overrides(lm, flags);
+  const Job lm = apply_settings(preset_job("moby-dick"), flags);
   EXPECT_EQ(std::get<LanguageModelJob>(lm).train.steps, 7);  // step jobs: the steps
 
-  // Image jobs take the layer's settings too (they were once dropped silently).
-  Job image = preset_job("fashion-mnist");
-  apply_overrides(image, flags);
+  // Image jobs take the layer's width and heads; their configs carry no attention pattern, so
+  // --attention and --window are refused there rather than lost from the run's config.
+  const Job image = apply_settings(preset_job("fashion-mnist"), {{"--steps", "7"}, {"--num-heads", "2"}});
   const auto& v = std::get<ImageClassificationJob>(image);
   EXPECT_EQ(v.budget.max_steps, 7);
   EXPECT_EQ(v.model.layer.nhead, 2);
-  EXPECT_EQ(v.model.layer.pattern.variant, AttentionVariant::kSlidingWindow);
 
   // The sequence task's vocabulary is its symbols, whatever the tokenizer defaults say.
-  Job seq = preset_job("reverse");
-  apply_overrides(seq, flags);
+  const Job seq = apply_settings(preset_job("reverse"), flags);
   const auto& s = std::get<SequenceTaskJob>(seq);
   EXPECT_EQ(s.model.vocab_size, s.task.vocab_size());
   EXPECT_EQ(s.train.steps, 7);
 
   // Pronunciation: an epoch job; the layer settings reach encoder and decoder alike.
-  Job words = preset_job("cmudict");
-  flags.positions = "alibi";
-  apply_overrides(words, flags);
+  flags.push_back({"--positions", "alibi"});
+  const Job words = apply_settings(preset_job("cmudict"), flags);
   const auto& w = std::get<PronunciationJob>(words);
   EXPECT_EQ(w.budget.max_steps, 7);
   EXPECT_EQ(w.model.model.layer.d_model, 32);
@@ -102,33 +103,87 @@ TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
   EXPECT_EQ(w.model.decoder_depth(), w.model.model.num_layers);
 }
 
-// The error applying `flags` to `job` gives ("no error" when none).
-std::string refusal(Job job, const JobOverrides& flags) {
-  return test::error_message([&] { apply_overrides(job, flags); });
+TEST(Jobs, SetSetsAnyKeyByItsPath) {
+  const Job job = apply_settings(preset_job("spam"), {{"--set", "model.rope_theta=500000"},
+                                                      {"--set", "train.betas=[0.8, 0.95]"},
+                                                      {"--set", "data.text_column=body"},
+                                                      {"--d-model", "64"},
+                                                      {"--set", "model.d_model=32"}});
+  const auto& t = std::get<TextClassificationJob>(job);
+  EXPECT_EQ(t.model.rope_theta, 500000.0);
+  EXPECT_EQ(t.train.adamw.beta1, 0.8);
+  EXPECT_EQ(t.train.adamw.beta2, 0.95);
+  EXPECT_EQ(t.text_column, "body");
+  EXPECT_EQ(t.model.layer.d_model, 32);  // in the order given: the last one wins
+}
+
+// The error applying `settings` to `job` gives ("no error" when none).
+std::string refusal(const Job& job, const std::vector<JobSetting>& settings) {
+  return test::error_message([&] { apply_settings(job, settings); });
 }
 
 TEST(Jobs, FlagsThatMeanNothingForAKindAreRefusedByName) {
-  JobOverrides flags;
-  flags.positions = "rope";
-  flags.vocab_size = 100;
-  EXPECT_EQ(refusal(preset_job("fashion-mnist"), flags), "--positions and --vocab-size do not apply to image jobs");
-  JobOverrides data;
-  data.data = "somewhere";
-  EXPECT_EQ(refusal(preset_job("reverse"), data), "--data does not apply to synthetic sequence tasks");
-  JobOverrides tokenizer;
-  tokenizer.tokenizer = "bpe";
-  EXPECT_EQ(refusal(preset_job("cmudict"), tokenizer), "--tokenizer does not apply to pronunciation jobs");
-  JobOverrides epochs;
-  epochs.epochs = 2;
-  epochs.source = "csv";
-  EXPECT_EQ(refusal(preset_job("moby-dick"), epochs), "--epochs and --source do not apply to language models");
-  JobOverrides bad;
-  bad.batch = 30;
-  bad.grad_accumulation = 4;
-  EXPECT_NE(refusal(preset_job("spam"), bad), "no error");
-  EXPECT_EQ(refusal(preset_job("spam"), JobOverrides{}), "no error");
-  // A flag name the list does not know is a mistake in the caller.
-  EXPECT_THROW(refuse_flags(JobOverrides{}, {"--colour"}, "image jobs"), std::invalid_argument);
+  EXPECT_EQ(refusal(preset_job("fashion-mnist"), {{"--vocab-size", "100"}, {"--positions", "rope"}}),
+            "--positions and --vocab-size do not apply to image jobs");
+  EXPECT_EQ(refusal(preset_job("fashion-mnist"), {{"--attention", "linear"}}),
+            "--attention does not apply to image jobs");
+  EXPECT_EQ(refusal(preset_job("reverse"), {{"--data", "somewhere"}}),
+            "--data does not apply to synthetic sequence tasks");
+  EXPECT_EQ(refusal(preset_job("reverse"), {{"--max-len", "9"}}),
+            "--max-len does not apply to synthetic sequence tasks");
+  EXPECT_EQ(refusal(preset_job("cmudict"), {{"--tokenizer", "bpe"}}), "--tokenizer does not apply to pronunciation jobs");
+  EXPECT_EQ(refusal(preset_job("moby-dick"), {{"--source", "csv"}, {"--epochs", "2"}}),
+            "--epochs and --source do not apply to language models");
+  EXPECT_EQ(refusal(preset_job("spam"), {}), "no error");
+}
+
+TEST(Jobs, ABadValueNamesItsFlagOrKey) {
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--batch", "30"}, {"--grad-accumulation", "4"}}),
+            "batch (30) must be a multiple of grad_accumulation (4)");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--epochs", "0"}}), "the flags: train: epochs must be in [1, 1000000], got 0");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--lr", "nan"}}), "the flags: train: lr must be > 0, got nan");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--d-model", "wide"}}), "--d-model: expected an integer, got 'wide'");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--checkpoint-layers", "maybe"}}),
+            "--checkpoint-layers: expected true or false, got 'maybe'");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--set", "model.colour=3"}}), "the flags: model: unknown key 'colour'");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--set", "model.d_model"}}),
+            "--set takes path=value (a key path such as model.d_model), got 'model.d_model'");
+}
+
+// Every key of every kind is described once, with the flag that sets it, and
+// docs/CONFIG.md is that description.
+TEST(Jobs, EveryKeyIsDescribedWithItsDefaultAndBounds) {
+  const std::vector<JobKeyRow> rows = job_key_rows();
+  auto row = [&](const std::string& path) {
+    const auto it = std::find_if(rows.begin(), rows.end(), [&](const JobKeyRow& r) { return r.key.path == path; });
+    EXPECT_NE(it, rows.end()) << path;
+    return it == rows.end() ? JobKeyRow{} : *it;
+  };
+  EXPECT_EQ(row("model.d_model").key.bounds, "in [1, 65536]");
+  EXPECT_EQ(row("model.d_model").key.type, "integer");
+  EXPECT_EQ(row("model.dim_feedforward").key.default_value, "4 x d_model");
+  EXPECT_EQ(row("train.lr").key.bounds, "> 0");
+  EXPECT_EQ(row("train.momentum").key.bounds, "in [0, 1)");
+  EXPECT_EQ(row("train.epochs").tasks,
+            (std::vector<std::string>{"text_classification", "image_classification", "pronunciation"}));
+  EXPECT_EQ(row("threads").tasks.size(), 5u);
+  // Every key a preset's config has is described, and every described key path is unique.
+  std::set<std::string> paths;
+  for (const JobKeyRow& r : rows) EXPECT_TRUE(paths.insert(r.key.path).second) << r.key.path;
+  for (const Preset& p : presets()) {
+    const json flat = to_json(p.make()).flatten();
+    for (const auto& item : flat.items()) {
+      std::string path = item.key().substr(1);
+      std::replace(path.begin(), path.end(), '/', '.');
+      // An array's elements ("train.betas.0") belong to its key.
+      const std::size_t dot = path.rfind('.');
+      if (dot != std::string::npos && path.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+        path = path.substr(0, dot);
+      EXPECT_TRUE(paths.count(path)) << p.name << ": " << path;
+    }
+  }
+  EXPECT_EQ(job_keys_markdown(), read_file((test::golden_dir().parent_path().parent_path() / "docs" / "CONFIG.md").string()))
+      << "docs/CONFIG.md is not current: multihead keys --markdown > docs/CONFIG.md";
 }
 
 // Each kind's config: what is left out keeps the kind's own defaults, and

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "multihead/io/atomic_file.h"
-#include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/nn/state_dict.h"
 #include "multihead/train/train_config.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -29,10 +29,15 @@ Tensor slice(const Tensor& t, std::int64_t i) {
 TEST(TrainParity, AdamWClassifierMatchesPyTorchLossesForTwentySteps) {
   const fs::path dir = test::golden_dir() / "train" / "classifier_adamw";
   const nlohmann::json j = ConfigReader::parse(read_file((dir / "config.json").string()), "config.json");
+  // The fixture's config is one flat object of the model's keys and the training's (no name is both's).
   ConfigReader r(j, "config.json");
-  const ModelConfig mc = read_model_config(r);
-  const TrainConfig tc = read_train_config(r);
+  ModelConfig mc;
+  TrainConfig tc;
+  ModelConfig::keys(r, mc);
+  TrainConfig::keys(r, tc);
   r.finish();
+  mc.validate();
+  tc.validate();
 
   ParamStore store;
   SequenceClassifier model(store, mc);

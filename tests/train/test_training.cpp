@@ -10,8 +10,8 @@
 
 #include "multihead/core/allocator.h"
 #include "multihead/io/atomic_file.h"
-#include "multihead/io/state_dict.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/nn/state_dict.h"
 #include "multihead/train/resume.h"
 #include "test_util.h"
 

@@ -2,8 +2,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "multihead/io/apply.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/nn/apply_module.h"
 
 namespace multihead::cli {
 

@@ -7,11 +7,12 @@
 #include "commands.h"
 #include "multihead/bench/attention_bench.h"
 #include "multihead/bench/train_bench.h"
-#include "multihead/core/distributed.h"
+#include "multihead/core/threading.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/models.h"
+#include "multihead/train/distributed.h"
 
 namespace multihead::cli {
 namespace {
@@ -25,6 +26,7 @@ struct BenchOpts {
   std::string gemm = "onednn";
   std::string positions = "none";
   bool json = false;
+  int threads = 0;  // 0: all cores
   std::int64_t m = 4096, n = 1536, k = 512;
   TrainBenchConfig train;
 };
@@ -97,7 +99,7 @@ void run_gemm(const BenchOpts& o) {
   check<ConfigError>(precision != Precision::kF16, "bench gemm: --precision must be fp32 or bf16 (fp16 has no product "
                      "of its own: it computes in fp32), got fp16");
   const bool bf16 = precision == Precision::kBF16;
-  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.threads, o.attn.iters, bf16);
+  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.iters, bf16);
   const MachineInfo machine = print_machine();
   const std::string backend = bf16 ? fmt::format("bf16 operands, {}", bf16_path_name(bf16_path())) : o.gemm;
   fmt::print("{} ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", bf16 ? "bf16 gemm" : "sgemm", backend,
@@ -204,15 +206,14 @@ Command add_bench(CLI::App& app) {
   train->add_option("--vocab-size", t.vocab_size, "Vocabulary size")->capture_default_str();
   train->add_option("--dropout", t.dropout, "Dropout")->capture_default_str();
   train->add_flag("--checkpoint-layers", t.checkpoint_layers, "Gradient checkpointing per layer");
-  train->add_option("--threads", t.threads, "Threads (0: all cores)")->capture_default_str();
-  train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
+    train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
   train->add_option("--warmup", t.warmup, "Untimed steps first")->capture_default_str();
   train->add_option("--allreduce-overlap", t.allreduce_overlap,
                     "Under mpirun, sum each layer's gradients beside the rest of the backward pass")
       ->capture_default_str();
   train->add_flag("--json", o->json, "End with one JSON line of the results");
+  for (CLI::App* s : {attn, gemm, train}) s->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   for (CLI::App* s : {attn, gemm}) {
-    s->add_option("--threads", c.threads, "Threads (0: all cores)")->capture_default_str();
     s->add_option("--iters", c.iters, "Timed iterations")->capture_default_str();
     s->add_flag("--json", o->json, "End with one JSON line of the results");
   }
@@ -226,6 +227,7 @@ Command add_bench(CLI::App& app) {
   for (CLI::App* s : {attn, gemm, train})
     s->add_option("--gemm", o->gemm, "fp32 GEMM backend: onednn or openblas")->capture_default_str();
   return {sub, [o, attn, train] {
+            set_num_threads(o->threads);
             set_gemm_backend(parse_gemm_backend(o->gemm));
             if (attn->parsed()) run_attention(*o);
             else if (train->parsed()) run_train(*o);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "multihead/core/threading.h"
 #include "multihead/tasks/inspect.h"
 
 namespace multihead::cli {
@@ -29,13 +30,14 @@ Command add_inspect(CLI::App& app) {
   return {sub, [o] {
             std::vector<std::string> wrote;
             InspectResult r;
+            set_num_threads(o->threads);
             if (!o->html.empty()) {
-              r = inspect_run_html(o->run, o->text, o->html, o->max_tokens, o->threads);
+              r = inspect_run_html(o->run, o->text, o->html, o->max_tokens);
               wrote.push_back(fmt::format("wrote the attention explorer to {}", o->html));
             }
             if (o->html.empty() || !o->out.empty()) {
               const std::string out = o->out.empty() ? o->run + "/inspect" : o->out;
-              r = inspect_run(o->run, o->text, out, o->max_tokens, o->threads);
+              r = inspect_run(o->run, o->text, out, o->max_tokens);
               wrote.push_back(fmt::format("wrote {} heatmaps to {}", r.files.size(), out));
             }
             fmt::print("tokens: {}\n", fmt::join(r.tokens, " | "));

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "multihead/core/error.h"
+#include "multihead/core/threading.h"
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/trained_run.h"
 
@@ -109,7 +110,8 @@ Command add_predict(CLI::App& app) {
             if (o->input.empty()) o->input = "-";
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
-            const auto run = TrainedRun::load(o->run, o->threads, precision);
+            set_num_threads(o->threads);
+            const auto run = TrainedRun::load(o->run, precision);
             for (const std::string& w : run->warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
             for (const std::string& line : predict(*run, *o, read_items(o->input))) fmt::print("{}\n", line);
           }};

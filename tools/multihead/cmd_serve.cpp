@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "multihead/core/threading.h"
 #include "multihead/serve/server.h"
 
 namespace multihead::cli {
@@ -18,6 +19,7 @@ namespace {
 struct ServeOpts {
   std::string run, precision;
   ServeConfig cfg;
+  int threads = 0;  // the model's (0: all cores)
   double max_wait_ms = std::chrono::duration<double, std::milli>(BatchLimits{}.max_wait).count();
 };
 
@@ -34,6 +36,7 @@ void serve(ServeOpts& o) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  set_num_threads(o.threads);
   ModelServer server(o.run, o.cfg);
   for (const std::string& w : server.run().warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
   std::thread watcher([&] {
@@ -64,7 +67,7 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--host", o->cfg.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", o->cfg.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str();
-  sub->add_option("--threads", o->cfg.threads, "Threads of the model (0: all cores)");
+  sub->add_option("--threads", o->threads, "Threads of the model (0: all cores)");
   sub->add_option("--max-batch", o->cfg.batching.max_batch, "Inputs answered together in one model call (1: none)")
       ->capture_default_str();
   sub->add_option("--max-wait-ms", o->max_wait_ms,

@@ -13,9 +13,11 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
-#include "multihead/core/distributed.h"
+#include "multihead/core/threading.h"
+#include "multihead/tasks/job_flags.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
+#include "multihead/train/distributed.h"
 #include "multihead/train/fit.h"
 
 namespace multihead::cli {
@@ -23,7 +25,7 @@ namespace {
 
 struct TrainOpts {
   std::string preset = "spam", config, out;
-  JobOverrides flags;
+  std::vector<JobSetting> settings;  // flags and --set, in the order given
   bool quiet = false, resume = false, overwrite = false;
 };
 
@@ -82,7 +84,8 @@ class StopOnSignals {
 
 void run_train(const TrainOpts& o) {
   Job job = o.config.empty() ? preset_job(o.preset) : job_from_file(o.config);
-  apply_overrides(job, o.flags);
+  job = apply_settings(job, o.settings);
+  set_num_threads(job_threads(job));
   const std::string out = !o.out.empty() ? o.out : o.config.empty() ? "runs/" + o.preset : "runs/job";
   // Under mpirun rank 0 speaks for the run.
   Progress progress(0, stderr, o.quiet || !process_group().primary());
@@ -101,7 +104,6 @@ std::string preset_help() {
 
 Command add_train(CLI::App& app) {
   auto o = std::make_shared<TrainOpts>();
-  JobOverrides& f = o->flags;
   CLI::App* sub = app.add_subcommand(
       "train",
       "Train a model (text or image classifier, language model, sequence task) and write a run directory with its "
@@ -109,51 +111,38 @@ Command add_train(CLI::App& app) {
   sub->add_option("--preset", o->preset, preset_help())->capture_default_str();
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it")->check(kNotEmpty);
   sub->add_option("--out", o->out, "Run directory (default runs/<preset>)")->check(kNotEmpty);
-  sub->add_option("--source", f.source, "Data source: spamassassin, aclimdb, csv or tsv");
-  sub->add_option("--data", f.data, "Data path (folder or file)");
-  sub->add_option("--epochs", f.epochs, "Passes over the training split (classification)");
-  sub->add_option("--steps", f.steps, "Training steps (for epoch jobs: a cap that cuts the last epoch short)");
-  sub->add_option("--d-model", f.d_model, "Model width");
-  sub->add_option("--num-heads", f.num_heads, "Attention heads");
-  sub->add_option("--num-layers", f.num_layers, "Encoder layers");
-  sub->add_option("--batch", f.batch, "Sequences per step");
-  sub->add_option("--max-len", f.max_len, "Tokens per example (classification) or window (language models)");
-  sub->add_option("--vocab-size", f.vocab_size, "Tokenizer vocabulary");
-  sub->add_option("--tokenizer", f.tokenizer, "sentencepiece, char or word");
-  sub->add_option("--lr", f.lr, "Peak learning rate");
-  sub->add_option("--optimizer", f.optimizer, "adamw or sgd");
-  sub->add_option("--schedule", f.schedule, "After warmup: constant, cosine, linear or inverse_sqrt");
-  sub->add_option("--warmup-steps", f.warmup, "Linear warmup steps");
-  sub->add_option("--clip-grad-norm", f.clip_grad_norm, "Clip the global gradient norm (0: off)");
-  sub->add_option("--weight-decay", f.weight_decay, "Weight decay");
-  sub->add_option("--dropout", f.dropout, "Dropout in every layer");
-  sub->add_option("--grad-accumulation", f.grad_accumulation, "Micro-batches per step");
-  sub->add_option("--positions", f.positions, "none, sinusoidal, learned, relative, rope or alibi");
-  sub->add_option("--attention", f.attention, "full, sliding_window, block_sparse or linear");
-  sub->add_option("--num-kv-heads", f.num_kv_heads, "Key/value heads (grouped-query attention; 1: multi-query)");
-  sub->add_option("--window", f.window, "Sliding window: keys on each side of a query (-1: unlimited)");
-  sub->add_option("--block-size", f.block_size, "Block-sparse: positions per block");
-  sub->add_option("--seed", f.seed, "Seed of the splits, initialisation, shuffling and dropout");
-  sub->add_option("--threads", f.threads, "Threads (0: all cores)");
-  sub->add_flag("--checkpoint-layers", f.checkpoint_layers, "Gradient checkpointing per layer");
-  sub->add_option("--precision", f.precision,
-                  fmt::format("Activations kept in fp32, bf16 or fp16 (weights stay fp32; fp16 turns on loss "
-                              "scaling); {}",
-                              kPrecisionCompute));
-  sub->add_option("--checkpoint-every", f.checkpoint_every,
-                  "Steps between checkpoints (0: after each epoch or evaluation and at the end)");
+  // Each flag sets the config keys it aliases (tasks/job_flags.h), in the order given, after the config is read.
+  for (const JobFlag& f : job_flags()) {
+    const std::string flag(f.flag);
+    if (f.is_switch)
+      sub->add_flag_function(flag, [o, flag](std::int64_t) { o->settings.push_back({flag, "true"}); },
+                             std::string(f.help))
+          ->trigger_on_parse();
+    else
+      sub->add_option_function<std::string>(flag, [o, flag](const std::string& v) { o->settings.push_back({flag, v}); },
+                                            std::string(f.help))
+          ->trigger_on_parse();
+  }
+  sub->add_option_function<std::string>("--set", [o](const std::string& v) { o->settings.push_back({"--set", v}); },
+                                        "Set any config key: --set model.rope_theta=500000 (repeatable; the keys "
+                                        "are listed below)")
+      ->trigger_on_parse()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->footer(job_keys_text());
   sub->add_flag("--resume", o->resume,
                 "Continue the run in --out from its last checkpoint (with the same settings), or start it");
   sub->add_flag("--overwrite", o->overwrite, "Replace the run in --out (without this, train refuses a directory that holds one)")
       ->excludes("--resume");
-  sub->add_option("--allreduce", f.allreduce,
-                  "Under mpirun, how gradients are summed over the ranks: mpi (MPI_Allreduce, default) or ordered (a "
-                  "fixed-order sum, the same bits on every run)");
-  sub->add_option("--allreduce-overlap", f.allreduce_overlap,
-                  "Under mpirun, start summing a layer's gradients as soon as its backward is done (default true)");
-  sub->add_option("--on-nonfinite", f.on_nonfinite, "A NaN or Inf loss or gradient: stop (default) or skip the update");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};
+}
+
+Command add_keys(CLI::App& app) {
+  auto markdown = std::make_shared<bool>(false);
+  CLI::App* sub = app.add_subcommand(
+      "keys", "List every key of a job config: its type, default and bounds, and the flag that sets it");
+  sub->add_flag("--markdown", *markdown, "As docs/CONFIG.md: Markdown tables");
+  return {sub, [markdown] { fmt::print("{}", *markdown ? job_keys_markdown() : job_keys_text()); }};
 }
 
 Command add_generate(CLI::App& app) {
@@ -181,7 +170,8 @@ Command add_generate(CLI::App& app) {
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
-            fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, o->threads, precision));
+            set_num_threads(o->threads);
+            fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, precision));
           }};
 }
 
@@ -201,7 +191,8 @@ Command add_eval(CLI::App& app) {
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
-            for (const std::string& line : evaluate_run(o->run, o->threads, precision)) fmt::print("{}\n", line);
+            set_num_threads(o->threads);
+            for (const std::string& line : evaluate_run(o->run, precision)) fmt::print("{}\n", line);
           }};
 }
 

@@ -31,6 +31,7 @@ Command add_eval(CLI::App& app);
 Command add_experiment(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_inspect(CLI::App& app);
+Command add_keys(CLI::App& app);
 Command add_predict(CLI::App& app);
 Command add_serve(CLI::App& app);
 Command add_train(CLI::App& app);

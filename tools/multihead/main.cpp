@@ -12,10 +12,10 @@
 
 #include "commands.h"
 #include "multihead/core/allocator.h"
-#include "multihead/core/distributed.h"
 #include "multihead/kernels/machine.h"
-#include "multihead/version.h"
+#include "multihead/train/distributed.h"
 #include "multihead/train/fit.h"
+#include "multihead/version.h"
 
 namespace {
 
@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   });
   app.require_subcommand(1);
   std::vector<multihead::cli::Command> commands = {multihead::cli::add_train(app), multihead::cli::add_eval(app), multihead::cli::add_generate(app),
+                                                     multihead::cli::add_keys(app),
                                                      multihead::cli::add_inspect(app), multihead::cli::add_predict(app), multihead::cli::add_serve(app),
                                                      multihead::cli::add_apply(app), multihead::cli::add_bench(app),
                                                      multihead::cli::add_demo(app),

@@ -16,7 +16,6 @@ struct AttentionBenchConfig {
   bool backward = false;  // time forward + backward
   bool causal = false;
   bool need_weights = false;
-  int threads = 0;  // 0: all cores
   int warmup = 2;
   int iters = 10;
   AttentionImpl impl = AttentionImpl::kFused;
@@ -58,7 +57,6 @@ struct GemmBenchResult {
 // C (M, N) = A (M, K) B (K, N) through the same products the library uses:
 // the fp32 GEMM backend, or with bf16 = true bf16 A and B with an fp32 C
 // (gemm_bf16: the CPU's bf16 units where it has them, bf16_path()).
-GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int threads, int iters,
-                               bool bf16 = false);
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters, bool bf16 = false);
 
 }  // namespace multihead

@@ -16,7 +16,6 @@ struct TrainBenchConfig {
   double dropout = 0.1;
   bool checkpoint_layers = false;
   Precision precision = Precision::kF32;  // activations; fp16 adds loss scaling
-  int threads = 0;
   bool allreduce_overlap = true;  // under mpirun: TrainConfig::allreduce_overlap
   int warmup = 1;
   int iters = 5;

@@ -1,26 +1,35 @@
 // Strict reading of JSON configs: every value is type-checked, and a key the
 // reader never asked for is an error (a typo must not be silently ignored).
 //
-// A config section is best described once, as a list of its keys that
-// ConfigReader and ConfigWriter both run:
+// A settings struct is described once, as a list of its keys, a static
+// member template that every visitor runs: ConfigReader reads it,
+// ConfigWriter writes it, ConfigChecker checks its bounds (the struct's
+// validate()), ConfigDescriber lists it (docs/CONFIG.md, `train --help`):
 //
-//   template <class Keys, class S>  // S: Settings to read, const Settings to write
-//   void settings_keys(Keys& k, S& s) {
-//     k("count", s.count)("rate", s.rate);
-//     k.named("shape", s.shape, shape_name, parse_shape);
-//     k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
-//   }
+//   struct Settings {
+//     std::int64_t count = 4;
+//     double rate = 0.5;
+//     template <class Keys, class S>  // S: Settings to read, const Settings otherwise
+//     static void keys(Keys& k, S& s) {
+//       k("count", s.count, between(1, 64))("rate", s.rate, positive());
+//       k.named("shape", s.shape, shape_name, parse_shape);
+//       k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
+//     }
+//   };
 //
 // Reading, a key that is absent keeps the member's value, so the struct's
-// own initialisers are the config's defaults.
+// own initialisers are the config's defaults; with_default gives the few
+// whose default follows another key (dim_feedforward: 4 x d_model).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +37,26 @@
 #include "multihead/core/error.h"
 
 namespace multihead {
+
+// The bounds of a numeric key: [lo, hi], either end open or unbounded. A
+// floating-point value must also be finite.
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+
+  bool contains(double v) const;
+  // "in [1, 65536]", ">= 0", "> 0", "in [0, 1)"
+  std::string text() const;
+  // ConfigError "{source}: {key} must be {text}, got {v}" when v is outside
+  // (no source: none in the message).
+  void check(const std::string& source, const std::string& key, double v) const;
+};
+constexpr Range between(double lo, double hi) { return {lo, hi, false, false}; }
+constexpr Range at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
+constexpr Range at_most(double hi) { return {-std::numeric_limits<double>::infinity(), hi, false, false}; }
+constexpr Range positive() { return {0, std::numeric_limits<double>::infinity(), true, false}; }
+constexpr Range below_one() { return {0, 1, false, true}; }  // [0, 1)
 
 class ConfigReader {
  public:
@@ -61,6 +90,29 @@ class ConfigReader {
   ConfigReader& operator()(const std::string& key, std::int64_t& value);
   ConfigReader& operator()(const std::string& key, std::uint64_t& value);
   ConfigReader& operator()(const std::string& key, std::vector<std::int64_t>& value);
+  // The same, then checked against its bounds.
+  ConfigReader& operator()(const std::string& key, std::int64_t& value, const Range& range);
+  ConfigReader& operator()(const std::string& key, int& value, const Range& range);
+  ConfigReader& operator()(const std::string& key, double& value, const Range& range);
+  // A key whose default follows other keys: absent, value = fallback.
+  // `default_text` says so in the key's description.
+  template <typename T>
+  ConfigReader& with_default(const std::string& key, T& value, const T& fallback, const Range& range,
+                             const char* /*default_text*/) {
+    if (!has(key)) {
+      value = fallback;
+      used_.insert(key);
+      return *this;
+    }
+    return (*this)(key, value, range);
+  }
+  template <typename T>
+  ConfigReader& with_default(const std::string& key, T& value, const T& fallback, const char* /*default_text*/) {
+    if (!has(key)) value = fallback;
+    return (*this)(key, value);
+  }
+  // A pair of numbers kept as a two-element array (PyTorch's betas).
+  ConfigReader& pair(const std::string& key, double& first, double& second);
   // An enum kept as its name: from_name reads it (throwing ConfigError for
   // an unknown name), to_name writes it.
   template <typename E, typename Name, typename Parse>
@@ -100,6 +152,18 @@ class ConfigWriter {
     out_[key] = value;
     return *this;
   }
+  template <typename T>
+  ConfigWriter& operator()(const std::string& key, const T& value, const Range& /*range*/) {
+    return (*this)(key, value);
+  }
+  template <typename T, typename... Rest>
+  ConfigWriter& with_default(const std::string& key, const T& value, const T& /*fallback*/, const Rest&...) {
+    return (*this)(key, value);
+  }
+  ConfigWriter& pair(const std::string& key, double first, double second) {
+    out_[key] = {first, second};
+    return *this;
+  }
   template <typename E, typename Name, typename Parse>
   ConfigWriter& named(const std::string& key, const E& value, Name to_name, Parse /*from_name*/) {
     out_[key] = std::string(to_name(value));
@@ -109,6 +173,102 @@ class ConfigWriter {
 
  protected:
   nlohmann::json& out_;  // the object written into
+};
+
+// The key list's side of validate(): every value within its bounds
+// (ConfigError "{key} must be ..., got ..." otherwise).
+class ConfigChecker {
+ public:
+  template <typename T>
+  ConfigChecker& operator()(const std::string& /*key*/, const T& /*value*/) {
+    return *this;
+  }
+  template <typename T>
+  ConfigChecker& operator()(const std::string& key, const T& value, const Range& range) {
+    range.check("", prefix_ + key, static_cast<double>(value));
+    return *this;
+  }
+  template <typename T, typename... Rest>
+  ConfigChecker& with_default(const std::string& key, const T& value, const T& /*fallback*/, const Range& range,
+                              const Rest&...) {
+    return (*this)(key, value, range);
+  }
+  template <typename T>
+  ConfigChecker& with_default(const std::string& /*key*/, const T& /*value*/, const T& /*fallback*/,
+                              const char* /*default_text*/) {
+    return *this;
+  }
+  ConfigChecker& pair(const std::string& /*key*/, double /*first*/, double /*second*/) { return *this; }
+  template <typename E, typename Name, typename Parse>
+  ConfigChecker& named(const std::string& /*key*/, const E& /*value*/, Name /*to_name*/, Parse /*from_name*/) {
+    return *this;
+  }
+  ConfigChecker& section(const std::string& key, const std::function<void(ConfigChecker&)>& keys);
+
+ private:
+  std::string prefix_;  // "section." inside a section
+};
+
+// Checks a settings struct's bounds by its key list.
+template <typename S>
+void check_keys(const S& s) {
+  ConfigChecker c;
+  S::keys(c, s);
+}
+
+// The key list's side of documentation: a row a key, in the list's order.
+struct KeyDescription {
+  std::string path;  // "train.lr"
+  std::string type;  // "integer", "number", "boolean", "string", "name", "list of integers", "pair of numbers"
+  std::string default_value;  // as JSON, or what the default follows
+  std::string bounds;         // "in [1, 65536]", or empty
+};
+
+class ConfigDescriber {
+ public:
+  // A struct's own rows (the defaults are its values).
+  template <typename T>
+  ConfigDescriber& operator()(const std::string& key, const T& value) {
+    return add(key, type_name<T>(), nlohmann::json(value).dump(), "");
+  }
+  template <typename T>
+  ConfigDescriber& operator()(const std::string& key, const T& value, const Range& range) {
+    return add(key, type_name<T>(), nlohmann::json(value).dump(), range.text());
+  }
+  template <typename T>
+  ConfigDescriber& with_default(const std::string& key, const T& /*value*/, const T& /*fallback*/, const Range& range,
+                                const char* default_text) {
+    return add(key, type_name<T>(), default_text, range.text());
+  }
+  template <typename T>
+  ConfigDescriber& with_default(const std::string& key, const T& /*value*/, const T& /*fallback*/,
+                                const char* default_text) {
+    return add(key, type_name<T>(), default_text, "");
+  }
+  ConfigDescriber& pair(const std::string& key, double first, double second) {
+    return add(key, "pair of numbers", nlohmann::json({first, second}).dump(), "");
+  }
+  template <typename E, typename Name, typename Parse>
+  ConfigDescriber& named(const std::string& key, const E& value, Name to_name, Parse /*from_name*/) {
+    return add(key, "name", nlohmann::json(std::string(to_name(value))).dump(), "");
+  }
+  ConfigDescriber& section(const std::string& key, const std::function<void(ConfigDescriber&)>& keys);
+
+  const std::vector<KeyDescription>& rows() const { return rows_; }
+
+ private:
+  template <typename T>
+  static const char* type_name() {
+    if constexpr (std::is_same_v<T, bool>) return "boolean";
+    else if constexpr (std::is_integral_v<T>) return "integer";
+    else if constexpr (std::is_floating_point_v<T>) return "number";
+    else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return "list of integers";
+    else return "string";
+  }
+  ConfigDescriber& add(const std::string& key, std::string type, std::string default_value, std::string bounds);
+
+  std::string prefix_;
+  std::vector<KeyDescription> rows_;
 };
 
 }  // namespace multihead

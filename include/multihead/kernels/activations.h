@@ -14,6 +14,7 @@ enum class Activation : std::uint8_t { kRelu, kGelu };
 
 // Parses "relu" / "gelu"; throws ConfigError otherwise.
 Activation parse_activation(std::string_view name);
+std::string_view activation_name(Activation a);
 
 // y = f(x), (n). y may alias x.
 template <typename T>

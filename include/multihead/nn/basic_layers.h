@@ -18,7 +18,7 @@ class Linear : public Module {
   Linear(ParamStore& store, const std::string& prefix, std::int64_t in, std::int64_t out, bool bias = true);
   // nn.Linear's default: weight and bias uniform in +-1/sqrt(in).
   void init(Rng& rng) override;
-  void clear_cache() override { x_.clear(); }
+  void release_saved() override { x_.clear(); }
   // (..., in) -> (..., out). In fp32 x must outlive backward; in bf16 / fp16
   // a 16-bit copy is kept instead.
   Tensor forward(const Tensor& x, Precision p = Precision::kF32);
@@ -42,7 +42,7 @@ class LayerNorm : public Module {
  public:
   LayerNorm(ParamStore& store, const std::string& prefix, std::int64_t d, double eps = 1e-5);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   Tensor forward(const Tensor& x, Precision p = Precision::kF32);  // as Linear::forward
   Tensor backward(const Tensor& dy);
 
@@ -102,7 +102,7 @@ class Embedding : public Module {
  public:
   Embedding(ParamStore& store, const std::string& prefix, std::int64_t num, std::int64_t dim);
   void init(Rng& rng) override;
-  void clear_cache() override { ids_ = nullptr; }
+  void release_saved() override { ids_ = nullptr; }
   // ids: I64 of any shape, each in [0, num); returns (..., dim). ids must outlive backward.
   Tensor forward(const Tensor& ids);
   void backward(const Tensor& dy);  // adds into the weight gradient

@@ -21,7 +21,7 @@ class TransformerEncoder : public Module {
   TransformerEncoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
                      std::int64_t num_layers, bool final_norm);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   void set_checkpointing(bool on) { checkpoint_ = on; }
 
   // x: (B, L, d_model); x and the masks must outlive backward.
@@ -56,7 +56,7 @@ class TransformerDecoder : public Module {
   TransformerDecoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
                      std::int64_t num_layers, bool final_norm);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   // x: (B, L, d_model), memory: (B, S, d_model); both, and the masks, must outlive backward.
   Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMaskArgs& self_masks,
                  const AttentionMaskArgs& memory_masks, const ForwardContext& ctx);

@@ -50,7 +50,7 @@ class EncoderDecoder : public Module {
  public:
   EncoderDecoder(ParamStore& store, const EncoderDecoderConfig& cfg);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   const EncoderDecoderConfig& config() const { return cfg_; }
   TransformerEncoder& encoder() { return encoder_; }
   TransformerDecoder& decoder() { return decoder_; }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "multihead/io/json_config.h"
 #include "multihead/nn/encoder.h"
 
 namespace multihead {
@@ -29,6 +30,7 @@ std::string_view position_kind_name(PositionKind kind);
 // none, sinusoidal and learned do not (kNone: they are added to the embeddings).
 AttentionPositions attention_positions(PositionKind kind);
 Pooling parse_pooling(std::string_view name);
+std::string_view pooling_name(Pooling p);
 
 struct ModelConfig {
   std::int64_t vocab_size = 0;
@@ -48,6 +50,32 @@ struct ModelConfig {
   // "pytorch": each module's own PyTorch initialisation; "xavier": then
   // xavier_uniform on every matrix, as nn.Transformer does.
   std::string init = "pytorch";
+
+  // The keys of a job config's "model" section (io/json_config.h). The
+  // section's own defaults for the layer: d_model 128, nhead 4 and
+  // dim_feedforward 4 x d_model; vocab_size, when absent, is
+  // vocab_default (the tokenizer's or the data's).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& m, std::int64_t vocab_default = 0) {
+    k.with_default("vocab_size", m.vocab_size, vocab_default, between(1, kMaxVocab), "the tokenizer's or data's");
+    k("num_classes", m.num_classes, between(1, kMaxVocab));
+    k.with_default("d_model", m.layer.d_model, std::int64_t{128}, between(1, kMaxWidth), "128");
+    k.with_default("nhead", m.layer.nhead, std::int64_t{4}, "4");
+    k("num_layers", m.num_layers, between(1, kMaxLayers));
+    k.with_default("dim_feedforward", m.layer.dim_feedforward, 4 * m.layer.d_model, between(1, kMaxFeedforward),
+                   "4 x d_model");
+    k("dropout", m.layer.dropout, between(0, 1));
+    k.named("activation", m.layer.activation, activation_name, parse_activation);
+    k("layer_norm_eps", m.layer.layer_norm_eps, positive());
+    k("norm_first", m.layer.norm_first)("final_norm", m.final_norm);
+    k.named("positions", m.positions, position_kind_name, parse_position_kind);
+    k("max_len", m.max_len, between(1, kMaxLength));
+    k("relative_clip", m.relative_clip)("relative_values", m.relative_values);
+    k("rope_theta", m.rope_theta, positive());
+    k.named("pooling", m.pooling, pooling_name, parse_pooling);
+    k("tie_embeddings", m.tie_embeddings)("init", m.init);
+    AttentionPattern::keys(k, m.layer.pattern);
+  }
 
   void validate() const;
   // The layer config with the attention positions filled in.
@@ -82,7 +110,7 @@ class SequenceClassifier : public Module {
  public:
   SequenceClassifier(ParamStore& store, const ModelConfig& cfg);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   // ids (B, L) I64; padding (B, L) bool, true = padding, or null. Returns logits (B, num_classes).
   // ids and padding must outlive backward.
   Tensor forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx);
@@ -106,7 +134,7 @@ class LanguageModel : public Module {
  public:
   LanguageModel(ParamStore& store, const ModelConfig& cfg);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   // ids (B, L) I64. Returns logits (B, L, vocab). Causal (top-left) self-attention.
   Tensor forward(const Tensor& ids, const ForwardContext& ctx);
   void backward(const Tensor& dlogits);
@@ -159,7 +187,7 @@ class VisionTransformer : public Module {
  public:
   VisionTransformer(ParamStore& store, const VisionConfig& cfg);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   // images: (B, channels, size, size) F32. Returns logits (B, num_classes).
   Tensor forward(const Tensor& images, const ForwardContext& ctx);
   void backward(const Tensor& dlogits);

@@ -23,7 +23,7 @@ class Module {
   virtual ~Module() = default;
   virtual void init(Rng& rng) = 0;
   // Frees what forward saved for backward.
-  virtual void clear_cache() = 0;
+  virtual void release_saved() = 0;
 };
 
 // What a forward pass needs beyond its inputs. Every dropout site draws from

@@ -16,6 +16,7 @@
 
 #include "multihead/core/precision.h"
 #include "multihead/core/tensor.h"
+#include "multihead/io/json_config.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/linear_attention.h"
@@ -56,6 +57,17 @@ struct AttentionPattern {
   // Grouped-query attention: key/value heads, each shared by
   // num_heads / num_kv_heads query heads (1: multi-query). 0: num_heads.
   std::int64_t num_kv_heads = 0;
+
+  // The pattern's config keys (io/json_config.h), in every config that
+  // carries an attention: "attention", "window_left", "window_right",
+  // "sparse_block", "sparse_neighbours", "global_tokens", "num_kv_heads".
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& p) {
+    k.named("attention", p.variant, attention_variant_name, parse_attention_variant);
+    k("window_left", p.window_left)("window_right", p.window_right);
+    k("sparse_block", p.sparse_block)("sparse_neighbours", p.sparse_neighbours)("global_tokens", p.global_tokens);
+    k("num_kv_heads", p.num_kv_heads);
+  }
 };
 
 // Constructor arguments, named as in PyTorch (positions and the pattern are multihead's own).
@@ -134,7 +146,7 @@ class MultiheadAttention : public Module {
   // PyTorch's _reset_parameters: xavier_uniform in-projections, zero biases,
   // nn.Linear's default for out_proj.weight, xavier_normal bias_k and bias_v.
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
 
   // Cross-attention, or self-attention when key and value are the same object
   // as query (then one fused QKV GEMM, as PyTorch's `query is key` check).
@@ -178,7 +190,7 @@ class MultiheadAttention : public Module {
   void set_head_mask(std::vector<std::uint8_t> masked);
 
  private:
-  struct Cache {
+  struct Saved {
     SavedTensor query, key, value;  // the inputs; self-attention saves query only
     bool self = false;
     DType store = DType::kF32;    // of qkv, q, k, v, k_ext, v_ext and attn
@@ -203,16 +215,16 @@ class MultiheadAttention : public Module {
   // against (B, L, S):
   AttentionMasks<float> input_masks(const Tensor* key_padding_mask, const Tensor* attn_mask, CausalAlign causal,
                                     std::int64_t B, std::int64_t L, std::int64_t S) const;
-  // A fresh cache: what is saved for backward, sizes, precision, dropout, tiles.
-  void start_cache(const Tensor& query, const Tensor& key, const Tensor& value, const MultiheadAttentionCall& call);
-  // Q, K, V = the in-projections of query, key, value, into the cache (fp32).
+  // Fresh saved activations: what backward reads, sizes, precision, dropout, tiles.
+  void start_saved(const Tensor& query, const Tensor& key, const Tensor& value, const MultiheadAttentionCall& call);
+  // Q, K, V = the in-projections of query, key, value, into the saved activations (fp32).
   void project_inputs(const Tensor& query, const Tensor& key, const Tensor& value);
   // Positions: RoPE rotates Q and K; ALiBi and relative positions, and the
   // variant's pattern, go into the masks.
   void add_positions(AttentionMasks<float>& masks);
   // Q, K, V in their storage precision, with bias_k / zero positions appended.
   void store_projections();
-  // The attention output before out_proj, (B, L, E), into the cache.
+  // The attention output before out_proj, (B, L, E), into the saved activations.
   void attend(const AttentionMasks<float>& masks, bool need_weights);
   // out_proj of the attention output, and the weights when asked for.
   MultiheadAttentionOutput output(const MultiheadAttentionCall& call) const;
@@ -242,7 +254,7 @@ class MultiheadAttention : public Module {
   void add_pattern(AttentionMasks<float>& masks) const;
   // Zeroes the columns of the heads set_head_mask masked, in rows of width E.
   void zero_masked_heads(Tensor& t, std::int64_t head_dim) const;
-  // Head views of the projected, possibly extended, q/k/v in the cache, stored as T.
+  // Head views of the projected, possibly extended, q/k/v in the saved activations, stored as T.
   template <typename T>
   HeadsView<const T> q_view() const;
   template <typename T>
@@ -267,7 +279,7 @@ class MultiheadAttention : public Module {
   ParamStore::Handle relative_value_ = kNone;  // (2 * clip + 1, head_dim)
   std::vector<float> alibi_slopes_;            // (H)
   std::vector<std::uint8_t> head_mask_;        // (H) or empty
-  Cache cache_;
+  Saved saved_;
 };
 
 }  // namespace multihead

@@ -55,7 +55,7 @@ class FeedForward {
  public:
   FeedForward(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
   void init(Rng& rng);
-  void clear_cache();
+  void release_saved();
   Tensor forward(const Tensor& x, const ForwardContext& ctx);  // (..., d) -> (..., d); x as Linear::forward
   Tensor backward(const Tensor& dy);
 
@@ -73,7 +73,7 @@ class TransformerEncoderLayer : public Module {
  public:
   TransformerEncoderLayer(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   // x: (B, L, d_model); must outlive backward.
   Tensor forward(const Tensor& x, const AttentionMaskArgs& masks, const ForwardContext& ctx);
   Tensor backward(const Tensor& dy);
@@ -106,7 +106,7 @@ class TransformerDecoderLayer : public Module {
  public:
   TransformerDecoderLayer(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg);
   void init(Rng& rng) override;
-  void clear_cache() override;
+  void release_saved() override;
   // x: (B, L, d_model) target, memory: (B, S, d_model); both must outlive backward.
   Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMaskArgs& self_masks,
                  const AttentionMaskArgs& memory_masks, const ForwardContext& ctx);

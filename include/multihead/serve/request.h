@@ -34,11 +34,13 @@ struct PredictRequest {
   AnswerSettings settings;
 };
 
-// Parses and checks a body for a run of the given task (a TrainedRun's
-// task()): RequestError on anything malformed, mistyped, unknown, not for
-// this task or beyond the limits. It touches no model, so any thread may call
-// it; the settings' finer checks are answer()'s, in the thread that runs the model.
-PredictRequest parse_predict_request(const std::string& body, const std::string& task, const AnswerSettings& defaults,
+// Parses and checks a body for a run of the given task that takes `fields`
+// beyond "inputs" (a TrainedRun's task() and request_fields()): RequestError
+// on anything malformed, mistyped, unknown, not for this run or beyond the
+// limits. It touches no model, so any thread may call it; the settings'
+// finer checks are answer()'s, in the thread that runs the model.
+PredictRequest parse_predict_request(const std::string& body, const std::string& task,
+                                     const std::vector<std::string>& fields, const AnswerSettings& defaults,
                                      const RequestLimits& limits);
 
 }  // namespace multihead

@@ -29,7 +29,6 @@ struct ServeConfig {
   static constexpr std::int64_t kMaxConnections = 1 << 16;
   std::string host = "127.0.0.1";
   int port = 8080;                        // 0: any free port (port() says which)
-  int threads = 0;                        // the model's (0: all cores)
   std::optional<Precision> precision;     // of the activations (default: the run's)
   BatchLimits batching;
   RequestLimits limits;

@@ -42,7 +42,27 @@ class InputError : public ConfigError {
   std::size_t index;
 };
 
-// The answer to each input, in order. Classifiers and pronunciation runs take
+// The answers of each kind, shaped here so that every kind's look alike.
+nlohmann::json classified_answer(const std::string& input, const Prediction& p, const std::vector<std::string>& labels);
+nlohmann::json pronounced_answer(const std::string& input, const std::vector<Pronounced>& ps);
+
+// The answers of a batched call; when the batch fails, each input alone, so
+// that the error names the input that caused it (InputError).
+template <typename Batch, typename One>
+std::vector<nlohmann::json> batched_answers(const std::vector<std::string>& inputs, Batch batch, One one) {
+  try {
+    return batch(inputs);
+  } catch (const Error&) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) try {
+        one(inputs[i]);
+      } catch (const Error& e) {
+        throw InputError(i, e.what());
+      }
+    throw;
+  }
+}
+
+// The answer to each input, in order (the run's kind answers: TrainedRun::answer). Classifiers and pronunciation runs take
 // the inputs in batches (an answer equal, up to rounding, to that input's
 // alone); a language model continues them one by one, each sampled from
 // settings.sampling.seed. Settings are checked first; a bad input throws

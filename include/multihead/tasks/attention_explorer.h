@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "multihead/io/run_dir.h"
 #include "multihead/tasks/inspect.h"
+#include "multihead/train/run_dir.h"
 
 namespace multihead {
 

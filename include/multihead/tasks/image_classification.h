@@ -7,17 +7,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "multihead/io/run_dir.h"
-#include "multihead/tasks/job_config.h"
-#include "multihead/tasks/overrides.h"
 #include "multihead/nn/models.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   static constexpr const char* kTask = "image_classification";
+  static constexpr const char* kNoun = "image jobs";  // in messages: "--epochs does not apply to image jobs"
   // Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::int64_t validation_examples = 5000;  // held out of the training files
@@ -47,9 +47,6 @@ struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   }
 };
 
-// The flags: data, epochs, steps (a cap), and the training and layer ones;
-// token flags (source, positions, tokenizer, max_len, vocab_size) are refused.
-void apply_overrides(ImageClassificationJob& job, const JobOverrides& flags);
 
 struct ImageClassificationResult {
   double validation_accuracy = 0, test_accuracy = 0, test_loss = 0;
@@ -64,6 +61,6 @@ std::vector<std::string> summary_lines(const ImageClassificationResult& result);
 
 // The test accuracy of the model saved in a run directory whose
 // config.json holds `job`, as a line.
-std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir, int threads);
+std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir);
 
 }  // namespace multihead

@@ -52,10 +52,10 @@ struct InspectResult {
 // pronunciation). Writes out_dir/layer{l}_head{h}.png for the first
 // max_tokens tokens of text.
 InspectResult inspect_run(const std::string& run_dir, const std::string& text, const std::string& out_dir,
-                          std::int64_t max_tokens, int threads);
+                          std::int64_t max_tokens);
 // The same input as one attention explorer page (tasks/attention_explorer.h)
 // at html_path, with every kind of attention the model has.
 InspectResult inspect_run_html(const std::string& run_dir, const std::string& text, const std::string& html_path,
-                               std::int64_t max_tokens, int threads);
+                               std::int64_t max_tokens);
 
 }  // namespace multihead

@@ -12,10 +12,13 @@
 
 #include <concepts>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
+#include "multihead/core/threading.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
@@ -23,50 +26,54 @@
 
 namespace multihead {
 
-// Reading: ConfigReader's keys, plus the sections every kind of job shares,
-// each with its own strict reader (train/train_config.h).
-class JobReader : public ConfigReader {
+// The sections every kind of job shares, for each side of the key lists
+// (Base: ConfigReader, ConfigWriter or ConfigDescriber): "tokenizer",
+// "model" and "train", each read by its struct's own key list into a fresh
+// struct, so that its defaults are the struct's, and validated once read.
+template <typename Base>
+class JobKeys : public Base {
  public:
-  using ConfigReader::ConfigReader;
+  using Base::Base;
+  static constexpr bool kReads = std::is_same_v<Base, ConfigReader>;
 
   // "tokenizer": absent keys keep t's values.
-  JobReader& tokenizer(TokenizerConfig& t) {
-    t = read_tokenizer_section(*this, source(), t);
+  template <typename T>
+  JobKeys& tokenizer(T& t) {
+    this->section("tokenizer", [&](Base& s) { TokenizerConfig::keys(s, t); });
     return *this;
   }
   // "model": vocab_size, when the config has none, is the one given (the
   // data's or the tokenizer's, until it is known).
-  JobReader& model(ModelConfig& m, std::int64_t vocab_size) {
-    m = read_model_section(*this, source(), vocab_size);
+  template <typename M>
+  JobKeys& model(M& m, std::int64_t vocab_size) {
+    if constexpr (kReads) m = ModelConfig{};
+    const ModelConfig fresh;
+    const ModelConfig& described = std::is_same_v<Base, ConfigDescriber> ? fresh : m;
+    this->section("model", [&](Base& s) {
+      if constexpr (kReads) ModelConfig::keys(s, m, vocab_size);
+      else ModelConfig::keys(s, described, vocab_size);
+    });
+    if constexpr (kReads) m.validate();
     return *this;
   }
   // "train", with the epoch budget's keys for jobs that train in epochs.
-  JobReader& train(TrainConfig& t, EpochBudget* budget = nullptr) {
-    t = read_train_section(*this, source(), budget);
+  template <typename T, typename B = EpochBudget>
+  JobKeys& train(T& t, B* budget = nullptr) {
+    if constexpr (kReads) t = TrainConfig{};
+    const TrainConfig fresh;
+    const TrainConfig& described = std::is_same_v<Base, ConfigDescriber> ? fresh : t;
+    this->section("train", [&](Base& s) {
+      if (budget) EpochBudget::keys(s, *budget);
+      if constexpr (kReads) TrainConfig::keys(s, t);
+      else TrainConfig::keys(s, described);
+    });
+    if constexpr (kReads) t.validate();
     return *this;
   }
 };
-
-// Writing: every key, the shared sections whole.
-class JobWriter : public ConfigWriter {
- public:
-  using ConfigWriter::ConfigWriter;
-
-  JobWriter& tokenizer(const TokenizerConfig& t) {
-    out_["tokenizer"] = tokenizer_config_json(t);
-    return *this;
-  }
-  JobWriter& model(const ModelConfig& m, std::int64_t /*vocab_size: m's own is written*/) {
-    out_["model"] = model_config_json(m);
-    return *this;
-  }
-  JobWriter& train(const TrainConfig& t, const EpochBudget* budget = nullptr) {
-    nlohmann::json section = train_config_json(t);
-    if (budget) budget->write(section);
-    out_["train"] = std::move(section);
-    return *this;
-  }
-};
+using JobReader = JobKeys<ConfigReader>;
+using JobWriter = JobKeys<ConfigWriter>;
+using JobDescriber = JobKeys<ConfigDescriber>;
 
 template <typename Kind>
 struct JobConfig {
@@ -82,14 +89,24 @@ struct JobConfig {
     const std::string task =
         Kind::kTaskOptional ? r.get_string("task", std::string(Kind::kTask)) : r.get_string("task");
     check<ConfigError>(task == Kind::kTask, "{}: task must be {}", source, Kind::kTask);
-    job.threads = read_threads(r);
-    r("title", job.report_title);
+    r("threads", job.threads, between(0, kMaxThreads))("title", job.report_title);
     Kind::keys(r, job);
     r.finish();
     job.validate(source);
     return job;
   }
 };
+
+// Every key of a kind's config: its type, its default (a default job's)
+// and its bounds, in the order of its key list.
+template <typename Kind>
+std::vector<KeyDescription> describe_keys() {
+  const Kind job;
+  JobDescriber d;
+  d("task", std::string(Kind::kTask))("threads", job.threads, between(0, kMaxThreads))("title", job.report_title);
+  Kind::keys(d, job);
+  return d.rows();
+}
 
 // Every key of the job's config, with its value.
 template <typename Kind>

@@ -4,7 +4,7 @@
 //
 // Adding a task: its header and file under tasks/ giving, for its job type
 // XJob (with XJob::kTask, the "task" key of its configs), XJob::from_json,
-// to_json, apply_overrides, run_job, summary_lines and evaluate_run; then
+// to_json (its key list), kNoun, run_job, summary_lines and evaluate_run; then
 // its type in Job below. Nothing else dispatches on the kind.
 #pragma once
 
@@ -16,14 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/precision.h"
-#include "multihead/io/run_dir.h"
 #include "multihead/tasks/image_classification.h"
 #include "multihead/tasks/language_modeling.h"
-#include "multihead/tasks/overrides.h"
 #include "multihead/tasks/pronunciation.h"
 #include "multihead/tasks/sequence_task.h"
 #include "multihead/tasks/text_classification.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 
 namespace multihead {
 
@@ -40,9 +39,6 @@ std::vector<std::string> job_tasks();
 Job job_from_json(const nlohmann::json& config, const std::string& source);
 Job job_from_file(const std::string& path);
 nlohmann::json to_json(const Job& job);
-// The flags, applied as the job's kind takes them (a flag that means
-// nothing for it is a ConfigError).
-void apply_overrides(Job& job, const JobOverrides& flags);
 
 // Trains `job` into the run directory `out`, which `mode` says what to do
 // with (RunDir: a new or empty one; resume from its last checkpoint when
@@ -52,10 +48,14 @@ void apply_overrides(Job& job, const JobOverrides& flags);
 // train` prints: the results, and where the report is.
 std::vector<std::string> train_job(const Job& job, const std::string& out, RunMode mode, Progress& progress);
 
+// The thread count a job's config asks for (0: all cores), which its entry
+// point sets (set_num_threads) before running it.
+int job_threads(const Job& job);
+
 // Evaluates the model of the run in run_dir, whatever its kind, in the
 // run's own precision or `precision`; returns the lines `multihead eval`
-// prints.
-std::vector<std::string> evaluate_run(const std::string& run_dir, int threads,
-                                      std::optional<Precision> precision = std::nullopt);
+// prints. Like every call of the library, on the threads the entry point
+// set (set_num_threads).
+std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead

@@ -10,17 +10,17 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/data/tokenizer.h"
-#include "multihead/io/run_dir.h"
-#include "multihead/tasks/job_config.h"
-#include "multihead/tasks/overrides.h"
 #include "multihead/tasks/generation.h"
+#include "multihead/tasks/job_config.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct LanguageModelJob : JobConfig<LanguageModelJob> {
   static constexpr const char* kTask = "language_modeling";
+  static constexpr const char* kNoun = "language models";  // in messages: "--epochs does not apply to language models"
   std::string text_path;              // a file or a folder of .txt files
   double validation_fraction = 0.1;   // the end of the text
   TokenizerConfig tokenizer;          // char by default
@@ -51,8 +51,6 @@ struct LanguageModelJob : JobConfig<LanguageModelJob> {
   }
 };
 
-// The flags: data, steps, max_len (the window), and the token model's.
-void apply_overrides(LanguageModelJob& job, const JobOverrides& flags);
 
 struct LanguageModelResult {
   double validation_loss = 0;  // nats per token
@@ -67,11 +65,11 @@ std::vector<std::string> summary_lines(const LanguageModelResult& result);
 
 // The validation loss (nats per token) of the model saved in a run
 // directory whose config.json holds `job`, as a line.
-std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir, int threads);
+std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir);
 
 // Loads the model of a run directory and continues `prompt`; precision by default the run's own.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
-                              const SamplingConfig& sampling, int threads,
+                              const SamplingConfig& sampling,
                               std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead

@@ -13,14 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "multihead/io/run_dir.h"
 #include "multihead/nn/encoder_decoder.h"
 #include "multihead/tasks/beam_search.h"
 #include "multihead/tasks/inspect.h"
 #include "multihead/tasks/job_config.h"
-#include "multihead/tasks/overrides.h"
 #include "multihead/tasks/sequence_metrics.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
@@ -47,6 +46,7 @@ std::string cmudict_spelling(const std::string& word);
 
 struct PronunciationJob : JobConfig<PronunciationJob> {
   static constexpr const char* kTask = "pronunciation";
+  static constexpr const char* kNoun = "pronunciation jobs";  // in messages: "--epochs does not apply to pronunciation jobs"
   std::string data_path = kCmudictPath;
   bool keep_stress = true;
   double validation_fraction = 0.02, test_fraction = 0.05;  // of the words
@@ -88,8 +88,6 @@ struct PronunciationJob : JobConfig<PronunciationJob> {
   }
 };
 
-// The flags: data, epochs, steps (a cap), and the token model's.
-void apply_overrides(PronunciationJob& job, const JobOverrides& flags);
 
 struct LengthScores {
   std::int64_t min_len = 0, max_len = 0;  // letters, inclusive
@@ -163,6 +161,6 @@ struct Pronounced {
 std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
                                                      DecodeOptions options);
 // The test scores of the model saved in run_dir, as lines.
-std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir, int threads);
+std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir);
 
 }  // namespace multihead

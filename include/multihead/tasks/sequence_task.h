@@ -9,16 +9,16 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/data/synthetic.h"
-#include "multihead/io/run_dir.h"
 #include "multihead/tasks/job_config.h"
-#include "multihead/tasks/overrides.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   static constexpr const char* kTask = "sequence_task";
+  static constexpr const char* kNoun = "synthetic sequence tasks";  // in messages: "--epochs does not apply to synthetic sequence tasks"
   SyntheticTask task;                          // its min_len / max_len are the training range
   std::vector<std::int64_t> test_lengths = {16, 32, 64};
   std::int64_t eval_batches = 8;               // batches of train.batch sequences per test length
@@ -41,8 +41,6 @@ struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   }
 };
 
-// The flags: steps and the token model's; data flags are refused.
-void apply_overrides(SequenceTaskJob& job, const JobOverrides& flags);
 
 struct LengthAccuracy {
   std::int64_t length = 0;
@@ -64,6 +62,6 @@ std::vector<std::string> summary_lines(const SequenceTaskResult& result);
 
 // The accuracies by test length of the model saved in a run directory whose
 // config.json holds `job`, a line each.
-std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir, int threads);
+std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir);
 
 }  // namespace multihead

@@ -12,16 +12,16 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/data/tokenizer.h"
-#include "multihead/io/run_dir.h"
 #include "multihead/tasks/job_config.h"
-#include "multihead/tasks/overrides.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
 
 struct TextClassificationJob : JobConfig<TextClassificationJob> {
   static constexpr const char* kTask = "text_classification";
+  static constexpr const char* kNoun = "text classifiers";  // in messages: "--epochs does not apply to text classifiers"
   static constexpr bool kTaskOptional = true;  // the first kind of job: the default
   // Data: "spamassassin" (data_path: the corpus's data folder), "aclimdb"
   // (data_path: the aclImdb folder; its test split is the test set), "csv" or
@@ -58,9 +58,6 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   }
 };
 
-// The flags: data, source, epochs, max_len, steps (a cap), and the token
-// model's (tasks/overrides.h).
-void apply_overrides(TextClassificationJob& job, const JobOverrides& flags);
 
 struct ClassificationMetrics {
   double loss = 0, accuracy = 0;
@@ -89,7 +86,7 @@ struct LoadedTextClassifier {
   std::vector<std::vector<std::int64_t>> test_tokens;
   std::vector<std::int64_t> test_labels;
 };
-std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir, int threads);
+std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir);
 
 // Accuracy and mean loss over tokenised examples, in batches (eval mode).
 ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
@@ -98,6 +95,6 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::
 
 // The test accuracy and loss of the model saved in a run directory, whose
 // config.json holds `job` (with the precision to evaluate in), as lines.
-std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir, int threads);
+std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir);
 
 }  // namespace multihead

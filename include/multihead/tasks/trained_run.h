@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "multihead/core/precision.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/generation.h"
@@ -30,6 +32,8 @@ AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& to
                                        const std::vector<std::int64_t>& ids, std::int64_t first_layer,
                                        Precision precision);
 
+struct AnswerSettings;  // tasks/answers.h
+
 struct Prediction {
   std::string label;                 // the most likely class
   std::vector<double> probabilities;  // of every class, in labels() order
@@ -39,11 +43,23 @@ class TrainedRun {
  public:
   // Text classification, language model and pronunciation runs; another
   // kind is a ConfigError naming it. precision: of the activations (default the run's).
-  static std::unique_ptr<TrainedRun> load(const std::string& run_dir, int threads = 0,
+  static std::unique_ptr<TrainedRun> load(const std::string& run_dir,
                                           std::optional<Precision> precision = std::nullopt);
   virtual ~TrainedRun() = default;
 
   virtual const char* task() const = 0;
+
+  // Each kind answers in its own way, and these are the one place that
+  // depends on it: the answer to each input as JSON (tasks/answers.h, which
+  // checks the settings first), the checks of the settings, the request
+  // fields `multihead serve` takes for it beyond "inputs", and what its
+  // /v1/model description adds (a classifier: its labels).
+  virtual std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings& s) = 0;
+  // ConfigError naming a setting that does not fit this kind or is out of range.
+  virtual void check_settings(const AnswerSettings& s);
+  virtual std::vector<std::string> request_fields() const { return {}; }
+  virtual void describe(nlohmann::json& /*model*/) const {}
+
   // What the load noticed and worked around, one line each, for the caller
   // to show (a classifier without results.json: classes named by number).
   virtual std::vector<std::string> warnings() const { return {}; }

@@ -21,9 +21,10 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/rng.h"
-#include "multihead/io/run_dir.h"
-#include "multihead/io/state_dict.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/train/checkpoint.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/trainer.h"
 
 namespace multihead {
@@ -187,7 +188,7 @@ double cross_entropy_backward(Model& model, const Tensor& logits, const std::int
                               double label_smoothing = 0.0) {
   CrossEntropyGrad g = cross_entropy_grad(logits, targets, grad_scale, label_smoothing);
   model.backward(g.dlogits);
-  model.clear_cache();
+  model.release_saved();
   return g.loss;
 }
 
@@ -195,16 +196,5 @@ double cross_entropy_backward(Model& model, const Tensor& logits, const std::int
 // are NaN or infinite (a run trained with on_nonfinite skip can end so), and
 // train and eval fail rather than report it as a result.
 void check_finite_result(const char* what, double value);
-
-// A run's report.md: the title, a table of the task's rows, the training
-// curves (loss; validation accuracy when there was any), the memory by
-// part, then the task's own sections. Draws plots/loss.png,
-// plots/accuracy.png and plots/memory.png.
-struct RunReport {
-  std::string title;
-  std::vector<std::pair<std::string, std::string>> rows;
-  std::string sections;  // Markdown, "## ..." headings
-};
-void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report);
 
 }  // namespace multihead

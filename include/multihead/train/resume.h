@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/data/tokenizer.h"
-#include "multihead/io/run_dir.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/trainer.h"
 
 namespace multihead {

@@ -15,6 +15,7 @@ namespace multihead {
 
 enum class Decay : std::uint8_t { kConstant, kCosine, kLinear, kInverseSqrt };
 Decay parse_decay(std::string_view name);
+std::string_view decay_name(Decay d);
 
 struct LrSchedule {
   double base_lr = 1e-3;

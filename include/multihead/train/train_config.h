@@ -1,16 +1,17 @@
-// The optimisation side of a training run, and how model and training
-// configs are read from JSON (keys named as in PyTorch where PyTorch has a
-// name for them).
+// The optimisation side of a training run, with the keys of a job config's
+// "train" section (named as in PyTorch where PyTorch has a name for them).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
-#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
+#include "multihead/core/precision.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
+#include "multihead/train/distributed.h"
 #include "multihead/train/grad_scaler.h"
 #include "multihead/train/optimizer.h"
 #include "multihead/train/schedule.h"
@@ -28,6 +29,9 @@ enum class OptimizerKind { kAdamW, kSgd };
 // "adamw" or "sgd"; anything else is a ConfigError.
 OptimizerKind parse_optimizer(const std::string& s);
 const char* optimizer_name(OptimizerKind k);
+
+// Bounds on step counts, checked before any arithmetic on them.
+inline constexpr std::int64_t kMaxEpochs = 1'000'000, kMaxSteps = 1'000'000'000'000, kMaxBatch = 1 << 20;
 
 struct TrainConfig {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
@@ -50,59 +54,62 @@ struct TrainConfig {
   // Steps between checkpoints; 0: only where the job checkpoints anyway
   // (after each epoch or evaluation, and at the end).
   std::int64_t checkpoint_every = 0;
-  // How gradients are summed when mpirun runs several ranks (core/distributed.h),
+  // How gradients are summed when mpirun runs several ranks (train/distributed.h),
   // and whether the sums of a layer's gradients start as soon as its backward
   // is done, beside the rest of the backward pass.
   Allreduce allreduce = Allreduce::kMpi;
   bool allreduce_overlap = true;
+
+  // The keys of a job config's "train" section (io/json_config.h), named as
+  // PyTorch's arguments where it has them (lr, betas, eps, weight_decay).
+  // weight_decay is AdamW's and SGD's both.
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& t) {
+    k.named("optimizer", t.optimizer, optimizer_name, parse_optimizer);
+    k("lr", t.schedule.base_lr, positive())("min_lr", t.schedule.min_lr, at_least(0));
+    k("warmup_steps", t.schedule.warmup_steps, between(0, kMaxSteps));
+    k.named("schedule", t.schedule.decay, decay_name, parse_decay);
+    k.pair("betas", t.adamw.beta1, t.adamw.beta2);
+    k("eps", t.adamw.eps, positive());
+    k.with_default("weight_decay", t.adamw.weight_decay, t.optimizer == OptimizerKind::kAdamW ? 0.01 : 0.0,
+                   at_least(0), "0.01 with adamw, 0 with sgd");
+    if constexpr (!std::is_const_v<Self>) t.sgd.weight_decay = t.adamw.weight_decay;
+    k("momentum", t.sgd.momentum, below_one())("nesterov", t.sgd.nesterov);
+    k("clip_grad_norm", t.clip_grad_norm, at_least(0));
+    k("grad_accumulation", t.grad_accumulation, at_least(1));
+    k("steps", t.steps, between(0, kMaxSteps));
+    k.with_default("total_steps", t.schedule.total_steps, t.steps, at_most(kMaxSteps), "steps");
+    k("batch", t.batch, between(1, kMaxBatch))("seq_len", t.seq_len, between(1, kMaxLength));
+    k("seed", t.seed)("checkpoint_layers", t.checkpoint_layers);
+    k.named("precision", t.precision, precision_name, parse_precision);
+    // fp16 needs loss scaling to keep small gradients from flushing to zero.
+    k.with_default("loss_scaling", t.loss_scaling, t.precision == Precision::kF16, "true with fp16");
+    k.named("on_nonfinite", t.on_nonfinite, nonfinite_name, parse_nonfinite);
+    k("checkpoint_every", t.checkpoint_every, at_least(0));
+    k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce);
+    k("allreduce_overlap", t.allreduce_overlap);
+  }
 
   // Every value in its range (ConfigError naming the key otherwise): what
   // a job config and the command-line flags are both checked by.
   void validate() const;
 };
 
-// Reads and type-checks the keys; the caller calls r.finish() after reading
-// everything it expects.
-ModelConfig read_model_config(ConfigReader& r);
-TrainConfig read_train_config(ConfigReader& r);
-
-// The "tokenizer" and "model" sections of a job config: the tokenizer's
-// vocabulary size stands in for the model's until a tokenizer is trained.
-TokenizerConfig read_tokenizer_section(ConfigReader& job, const std::string& source, TokenizerConfig defaults);
-ModelConfig read_model_section(ConfigReader& job, const std::string& source, std::int64_t vocab_size);
-nlohmann::json tokenizer_config_json(const TokenizerConfig& t);
-
-// The keys read_model_config / read_train_config read, with their values
-// (vocab_size and num_classes are left to the job: they come from the data).
-nlohmann::json model_config_json(const ModelConfig& m);
-nlohmann::json train_config_json(const TrainConfig& t);
 // How long a job that trains in epochs trains: every epoch in full, or
 // max_steps steps when that is fewer (0: no cap; the last epoch trained is
 // then cut short). Kept in the train section as "epochs" and "max_steps".
-// A job's "threads" (0: all cores), checked (check_threads).
-int read_threads(ConfigReader& job);
-
-// A seed given as a signed number (flags or JSON), refused below 0 rather
-// than wrapped to a huge unsigned one.
-std::uint64_t checked_seed(std::int64_t seed);
-
-// Bounds on step counts, checked before any arithmetic on them.
-inline constexpr std::int64_t kMaxEpochs = 1'000'000, kMaxSteps = 1'000'000'000'000, kMaxBatch = 1 << 20;
-
 struct EpochBudget {
   std::int64_t epochs = 3;
   std::int64_t max_steps = 0;
-  void read(ConfigReader& train_section);
-  void write(nlohmann::json& train_section) const;
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& b) {
+    k("epochs", b.epochs, between(1, kMaxEpochs))("max_steps", b.max_steps, between(0, kMaxSteps));
+  }
   // ConfigError naming `where` for a value out of range.
   void validate(const std::string& where) const;
   // train.steps for `examples` training examples in batches of `batch`.
   std::int64_t steps(std::int64_t examples, std::int64_t batch) const;
 };
-
-// A job config's "train" section, every key checked: the training settings
-// and, for jobs that train in epochs, their budget.
-TrainConfig read_train_section(ConfigReader& job, const std::string& source, EpochBudget* budget = nullptr);
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
 

@@ -48,8 +48,12 @@ class MemoryCurve {
   // "peak 123 MiB: parameters 10, gradients 10, optimizer 20, activations 83"
   static std::string text(const StepStats& s);
   static nlohmann::json json(const StepStats& s);
-  // PNG of the parts and the peak against the step.
-  void plot(const std::string& path) const;
+  // The steps, and against them (MiB) the peak and each part, named.
+  const std::vector<double>& steps() const { return step_; }
+  std::vector<std::pair<std::string, const std::vector<double>*>> lines() const {
+    return {{"peak", &peak_}, {"activations", &act_}, {"optimizer", &opt_}, {"gradients", &grads_},
+            {"parameters", &params_}};
+  }
   std::int64_t max_activation_bytes() const { return max_activation_bytes_; }
 
  private:
@@ -81,11 +85,14 @@ class Trainer {
   // (unscaled) loss. grad_scale includes the loss scale when loss scaling
   // is on; the trainer unscales before clipping. Under mpirun each rank
   // runs its own grad_accumulation of the micro-batches and the step sums
-  // the gradients over the ranks (core/distributed.h).
+  // the gradients over the ranks (train/distributed.h).
   using MicroStep = std::function<double(std::int64_t micro, const ForwardContext& ctx, double grad_scale)>;
 
   Trainer(ParamStore& store, const TrainConfig& cfg);
 
+  // One step: accumulate (every micro-batch's forward and backward), reduce
+  // (the gradients and loss summed over the ranks) and update (unscale,
+  // skip a non-finite step, clip, the optimizer's step).
   StepStats step(const MicroStep& fn);
   std::int64_t steps_done() const { return step_; }
   // A step's micro-batches over all ranks: grad_accumulation × ranks.
@@ -102,6 +109,17 @@ class Trainer {
   std::map<std::string, std::string> load_checkpoint(const std::string& path);
 
  private:
+  class GradientSum;  // the sum over the ranks, overlapped with the last backward
+  // This rank's micro-batches, their gradients added into the store; the
+  // sum of their losses.
+  double accumulate(const MicroStep& fn, double loss_scale, GradientSum& sum);
+  // Takes s's gradients to an update, or skips the step (s.skipped); s has
+  // the loss, scale and learning rate.
+  void update(StepStats& s);
+  void skip(StepStats& s);
+  // The step's memory, by part, into s.
+  void report_memory(StepStats& s) const;
+
   ParamStore* store_;
   TrainConfig cfg_;
   std::unique_ptr<Optimizer> opt_;

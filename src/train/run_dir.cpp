@@ -1,4 +1,4 @@
-#include "multihead/io/run_dir.h"
+#include "multihead/train/run_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "multihead/core/distributed.h"
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/kernels/machine.h"
+#include "multihead/train/distributed.h"
 
 namespace multihead {
 

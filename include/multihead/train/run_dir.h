@@ -31,7 +31,7 @@ enum class RunMode {
   kOverwrite,  // a run there is removed first
 };
 
-// Under mpirun (core/distributed.h) rank 0 owns the run directory; on the
+// Under mpirun (train/distributed.h) rank 0 owns the run directory; on the
 // other ranks a RunDir only reads (a resumed run's checkpoint, the
 // tokenizer rank 0 trained): it creates, locks and writes nothing. Ranks on
 // several hosts therefore need the directory on a shared filesystem to

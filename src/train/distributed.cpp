@@ -1,4 +1,4 @@
-#include "multihead/core/distributed.h"
+#include "multihead/train/distributed.h"
 
 #include <signal.h>
 

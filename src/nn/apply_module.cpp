@@ -1,12 +1,11 @@
-#include "multihead/io/apply.h"
+#include "multihead/nn/apply_module.h"
 
 #include <cstring>
 #include <set>
 
-#include "multihead/io/attention_config.h"
 #include "multihead/io/json_config.h"
-#include "multihead/io/state_dict.h"
 #include "multihead/nn/multi_head_attention.h"
+#include "multihead/nn/state_dict.h"
 #include "multihead/nn/transformer_layers.h"
 
 namespace multihead {
@@ -71,7 +70,7 @@ TransformerLayerConfig read_layer_config(ConfigReader& r) {
   c.activation = parse_activation(r.get_string("activation", std::string("relu")));
   c.layer_norm_eps = r.get_number("layer_norm_eps", 1e-5);
   c.norm_first = r.get_bool("norm_first", false);
-  read_attention_pattern(r, c.pattern);
+  AttentionPattern::keys(r, c.pattern);
   check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
   return c;
 }
@@ -142,7 +141,7 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
   cfg.add_zero_attn = r.get_bool("add_zero_attn", false);
   cfg.kdim = r.get_int_or_null("kdim", 0);
   cfg.vdim = r.get_int_or_null("vdim", 0);
-  read_attention_pattern(r, cfg);
+  AttentionPattern::keys(r, static_cast<AttentionPattern&>(cfg));
   check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
   MultiheadAttentionCall call;
   call.need_weights = r.get_bool("need_weights", true);

@@ -1,4 +1,6 @@
-// Parameters by name, as PyTorch's state_dict: what safetensors files carry.
+// Training checkpoints: a safetensors file of the model's and optimizer's
+// tensors whose metadata names its format, carries checksums, and records the
+// sections of the job config that describe the model.
 #pragma once
 
 #include <map>
@@ -11,19 +13,6 @@
 #include "multihead/nn/param_store.h"
 
 namespace multihead {
-
-// Copies of every parameter, under its state_dict name.
-TensorMap state_dict(const ParamStore& store);
-
-// Copies tensors into the store by name. Strict, as PyTorch's default: every
-// parameter present with its exact shape and F32 dtype, and (unless
-// allow_extra) no tensor the store does not know. `what` names the source in
-// messages.
-void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::string& what = "weights",
-                     bool allow_extra = false);
-
-// load_state_dict from the tensors of one safetensors file, named by its path in messages.
-void load_state_dict_file(ParamStore& store, const std::string& path, bool allow_extra = false);
 
 // A checkpoint's model tensors, moved out of `all`: all but the optimizer's
 // state ("optimizer." names), which stays in `all`.

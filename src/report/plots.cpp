@@ -1,4 +1,4 @@
-#include "multihead/io/plots.h"
+#include "multihead/report/plots.h"
 
 #include <cairo.h>
 
