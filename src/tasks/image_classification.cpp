@@ -83,11 +83,11 @@ Tensor gather(const Tensor& pixels, const std::vector<std::int64_t>& idx) {
 }
 
 std::pair<double, double> evaluate(VisionTransformer& model, const Images& data, const std::vector<std::int64_t>& idx,
-                                   Precision precision) {
+                                   Precision precision, StopRequest* stop = nullptr) {
   double loss = 0;
   std::int64_t correct = 0;
   for (const auto& b : epoch_batches(idx, 256, 0, 0, false)) {
-    stop_point();
+    stop_point(stop);
     Tensor x = gather(data.pixels, b);
     std::vector<std::int64_t> labels;
     for (auto i : b) labels.push_back(data.labels[static_cast<std::size_t>(i)]);
@@ -179,7 +179,8 @@ std::string attention_section(VisionTransformer& model, const Tensor& image, std
 
 }  // namespace
 
-ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& run, Progress& progress) {
+ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& run, Progress& progress,
+                                  StopRequest* stop) {
   ImageClassificationJob job = job_in;
   Images train = load_split(job.data_dir, "train", job.model.image_size);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
@@ -204,7 +205,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   FitPlan plan;
   plan.epoch_examples = tr;
   plan.unit = "img/s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
 
   ImageClassificationResult result;
   if (fitted.validation) result.validation_accuracy = fitted.validation->accuracy.value_or(0);
@@ -212,7 +213,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   result.skipped_steps = fitted.skipped_steps;
   result.train_seconds = fitted.seconds;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  std::tie(result.test_loss, result.test_accuracy) = evaluate(m.model, test, test_idx, job.train.precision);
+  std::tie(result.test_loss, result.test_accuracy) = evaluate(m.model, test, test_idx, job.train.precision, stop);
   check_finite_result("the test loss", result.test_loss);
   run.write_results(result);
   RunReport report{job.report_title, {}, ""};

@@ -84,14 +84,15 @@ Job with_absolute_data_path(Job job) {
 
 }  // namespace
 
-std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress) {
+std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress,
+                                   StopRequest* stop) {
   namespace fs = std::filesystem;
   const Job job = with_absolute_data_path(given);
   if (!process_group().primary()) {
     // Another rank under mpirun: it trains its share; rank 0 writes the run.
     RunDir follower(out, mode);
     try {
-      std::visit([&](const auto& j) { run_job(j, follower, progress); }, job);
+      std::visit([&](const auto& j) { run_job(j, follower, progress, stop); }, job);
     } catch (const FollowerFinished&) {
       return {};
     }
@@ -102,7 +103,7 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   // A refused directory is left as it was (it may be another run's).
   std::optional<RunDir> run(std::in_place, out, mode);
   try {
-    lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, *run, progress)); }, job);
+    lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, *run, progress, stop)); }, job);
     lines.push_back(fmt::format("report: {}", run->file("report.md")));
   } catch (...) {
     // Without a checkpoint nothing of the run can be resumed: what it wrote

@@ -76,7 +76,6 @@ double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& va
   double total = 0;
   std::int64_t count = 0;
   for (std::int64_t i = 0; i < n; i += 16) {
-    stop_point();
     std::vector<std::int64_t> starts;
     for (std::int64_t k = i; k < std::min(n, i + 16); ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
     Windows w = windows(val, starts, L);
@@ -144,7 +143,7 @@ std::vector<std::string> write_heatmaps(LanguageModel& model, const Tokenizer& t
 
 }  // namespace
 
-LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progress& progress) {
+LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progress& progress, StopRequest* stop) {
   LanguageModelJob job = job_in;
   check<ConfigError>(!job.text_path.empty(), "no text path given");
   check<IoError>(fs::exists(job.text_path), "{}: no such text; run scripts/setup.sh --data for Moby-Dick",
@@ -168,7 +167,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   plan.eval_every = job.eval_every;
   plan.throughput_key = "tokens_per_s";
   plan.loss_unit = " nats/token";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
 
   LanguageModelResult result;
   if (fitted.validation) result.validation_loss = fitted.validation->loss;

@@ -80,10 +80,11 @@ struct TestOutcome {
   double seconds = 0;
 };
 
-TestOutcome test_model(EncoderDecoder& model, const PronunciationJob& job, const PronunciationData& d) {
+TestOutcome test_model(EncoderDecoder& model, const PronunciationJob& job, const PronunciationData& d,
+                       StopRequest* stop = nullptr) {
   TestOutcome t;
   const auto start = std::chrono::steady_clock::now();
-  t.predictions = decode_words(model, d, d.test_words, decode_options(job, job.decode.beam), job.eval_batch);
+  t.predictions = decode_words(model, d, d.test_words, decode_options(job, job.decode.beam), job.eval_batch, stop);
   t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto refs = references(d, d.test_words);
   t.overall = score_sequences(t.predictions, refs);
@@ -244,7 +245,7 @@ DecoderAttentionMaps decoder_attention_maps(EncoderDecoder& model, const Pronunc
   return out;
 }
 
-PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progress& progress) {
+PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progress& progress, StopRequest* stop) {
   PronunciationJob job = job_in;
   const PronunciationData data = load_data(job, nullptr);
   PronunciationResult r;
@@ -284,7 +285,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   plan.throughput_key = "phonemes_per_s";
   plan.loss_unit = " nats/phoneme";
   plan.eval_every = job.eval_every;
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.seconds;
@@ -296,7 +297,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   for (std::size_t i = 0; i < fitted.curves.eval_step.size(); ++i)
     r.validation_curve.emplace_back(static_cast<std::int64_t>(fitted.curves.eval_step[i]), fitted.curves.eval_accuracy[i]);
 
-  const TestOutcome t = test_model(m.model, job, data);
+  const TestOutcome t = test_model(m.model, job, data, stop);
   r.test = t.overall;
   r.longer_than_training = t.longer;
   r.by_length = t.by_length;

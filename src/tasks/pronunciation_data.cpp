@@ -14,14 +14,15 @@ namespace multihead {
 
 std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
                                                        const std::vector<const std::vector<std::int64_t>*>& letters,
-                                                       const DecodeOptions& o, std::int64_t batch) {
+                                                       const DecodeOptions& o, std::int64_t batch,
+                                                       StopRequest* stop) {
   std::vector<std::size_t> order(letters.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return letters[a]->size() < letters[b]->size(); });
   std::vector<std::vector<Hypothesis>> out(letters.size());
   for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(batch)) {
-    stop_point();
+    stop_point(stop);
     const std::size_t end = std::min(order.size(), i + static_cast<std::size_t>(batch));
     std::vector<const std::vector<std::int64_t>*> part;
     for (std::size_t k = i; k < end; ++k) part.push_back(letters[order[k]]);
@@ -157,11 +158,12 @@ DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam) {
 }
 
 std::vector<TokenSeq> decode_words(EncoderDecoder& model, const PronunciationData& d,
-                                   const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch) {
+                                   const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch,
+                                   StopRequest* stop) {
   std::vector<const std::vector<std::int64_t>*> letters;
   for (auto w : words) letters.push_back(&d.letters[static_cast<std::size_t>(w)]);
   std::vector<TokenSeq> out;
-  for (const auto& hyps : decode_in_batches(model, letters, o, batch))
+  for (const auto& hyps : decode_in_batches(model, letters, o, batch, stop))
     out.push_back(d.vocab.decode_phonemes(hyps.front().tokens));
   return out;
 }

@@ -58,11 +58,13 @@ DecodeOptions decode_options(const PronunciationJob& job, std::int64_t beam);
 // length together (a batch decodes until its longest word is done).
 std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
                                                        const std::vector<const std::vector<std::int64_t>*>& letters,
-                                                       const DecodeOptions& o, std::int64_t batch);
+                                                       const DecodeOptions& o, std::int64_t batch,
+                                                       StopRequest* stop = nullptr);
 
 // The best pronunciation of each word, decoded in batches.
 std::vector<TokenSeq> decode_words(EncoderDecoder& model, const PronunciationData& d,
-                                   const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch);
+                                   const std::vector<std::int64_t>& words, const DecodeOptions& o, std::int64_t batch,
+                                   StopRequest* stop = nullptr);
 
 // Each word's pronunciations in the dictionary.
 std::vector<std::vector<TokenSeq>> references(const PronunciationData& d, const std::vector<std::int64_t>& words);

@@ -43,12 +43,13 @@ void SequenceTaskJob::validate(const std::string& where) const {
 namespace {
 
 LengthAccuracy evaluate_length(LanguageModel& model, const SyntheticTask& train_task, std::int64_t length,
-                               std::int64_t batches, std::int64_t batch, std::uint64_t seed, Precision precision) {
+                               std::int64_t batches, std::int64_t batch, std::uint64_t seed, Precision precision,
+                               StopRequest* stop = nullptr) {
   SyntheticTask t = train_task;
   t.min_len = t.max_len = length;
   std::int64_t tokens = 0, right = 0, seqs = 0, seqs_right = 0;
   for (std::int64_t i = 0; i < batches; ++i) {
-    stop_point();
+    stop_point(stop);
     // Test batches use their own seed stream, apart from training's.
     SyntheticBatch b = synthetic_batch(t, batch, seed ^ 0x7e57ull, static_cast<std::uint64_t>(i));
     Tensor logits = model.forward(b.ids, eval_context(precision));
@@ -144,7 +145,7 @@ class SequenceTrainingTask final : public TrainingTask {
 
 }  // namespace
 
-SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress& progress) {
+SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress& progress, StopRequest* stop) {
   SequenceTaskJob job = job_in;
   job.model.vocab_size = job.task.vocab_size();
   std::int64_t longest = job.task.max_tokens();
@@ -158,7 +159,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   SequenceTrainingTask task(m.model, job);
   FitPlan plan;
   plan.unit = "seq/s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
 
   // No validation here: the last step's loss stands for the final weights.
   if (!fitted.curves.loss.empty()) check_finite_result("the last step's loss", fitted.curves.loss.back());
@@ -172,7 +173,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   std::vector<double> lx, la;
   for (auto L : job.test_lengths) {
     r.by_length.push_back(evaluate_length(m.model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
-                                          job.train.precision));
+                                          job.train.precision, stop));
     lx.push_back(static_cast<double>(L));
     la.push_back(r.by_length.back().sequence_accuracy);
     run.append_metrics({{"test_length", L}, {"token_accuracy", r.by_length.back().token_accuracy},

@@ -71,13 +71,13 @@ PreparedData load_and_split(const TextClassificationJob& job) {
 ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
                                          const std::vector<const std::vector<std::int64_t>*>& seqs,
                                          const std::vector<std::int64_t>& labels, std::int64_t batch,
-                                         std::int64_t max_len, Precision precision) {
+                                         std::int64_t max_len, Precision precision, StopRequest* stop = nullptr) {
   ClassificationMetrics m;
   const ForwardContext ctx = eval_context(precision);
   double loss_sum = 0;
   std::int64_t correct = 0;
   for (std::size_t b0 = 0; b0 < seqs.size(); b0 += static_cast<std::size_t>(batch)) {
-    stop_point();
+    stop_point(stop);
     const std::size_t b1 = std::min(seqs.size(), b0 + static_cast<std::size_t>(batch));
     const std::vector<const std::vector<std::int64_t>*> part(seqs.begin() + static_cast<std::ptrdiff_t>(b0),
                                                              seqs.begin() + static_cast<std::ptrdiff_t>(b1));
@@ -102,14 +102,14 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
 // Accuracy over the examples idx of a dataset.
 ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& encoded,
                                const TextDataset& ds, const std::vector<std::int64_t>& idx, std::int64_t batch,
-                               std::int64_t max_len, Precision precision) {
+                               std::int64_t max_len, Precision precision, StopRequest* stop = nullptr) {
   std::vector<const std::vector<std::int64_t>*> seqs;
   std::vector<std::int64_t> labels;
   for (std::int64_t i : idx) {
     seqs.push_back(&encoded[static_cast<std::size_t>(i)]);
     labels.push_back(ds.examples[static_cast<std::size_t>(i)].label);
   }
-  return evaluate_sequences(model, seqs, labels, batch, max_len, precision);
+  return evaluate_sequences(model, seqs, labels, batch, max_len, precision, stop);
 }
 
 }  // namespace
@@ -166,7 +166,8 @@ class TextClassificationTask final : public TrainingTask {
 
 }  // namespace
 
-TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress) {
+TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress,
+                                 StopRequest* stop) {
   TextClassificationJob job = job_in;
   PreparedData data = load_and_split(job);
   progress.log(fmt::format("data: {} examples ({} train, {} validation, {} test), labels {}",
@@ -193,7 +194,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   FitPlan plan;
   plan.epoch_examples = data.train;
   plan.throughput_key = "tokens_per_s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress);
+  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
 
   TextClassificationResult result;
   if (fitted.validation) result.validation = {fitted.validation->loss, fitted.validation->accuracy.value_or(0), fitted.validation->examples};
@@ -202,7 +203,8 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   result.skipped_steps = fitted.skipped_steps;
   result.tokens_per_s = fitted.items_per_s;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  result.test = evaluate(m.model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision);
+  result.test =
+      evaluate(m.model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision, stop);
   check_finite_result("the test loss", result.test.loss);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},

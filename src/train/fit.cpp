@@ -17,22 +17,15 @@
 namespace multihead {
 
 namespace {
-std::atomic<int> g_stop_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free, "request_stop runs in signal handlers");
-// Set when fit returns, so that stop_point takes a stop asked for in the
-// evaluation after training; cleared when fit starts.
-std::atomic<bool> g_trained{false};
 
 const char* signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
+
 }  // namespace
 
-void request_stop(int signal) noexcept { g_stop_signal.store(signal, std::memory_order_relaxed); }
-
-void stop_point() {
-  if (!g_trained.load(std::memory_order_relaxed)) return;
-  const int sig = g_stop_signal.exchange(0, std::memory_order_relaxed);
+void stop_point(StopRequest* stop) {
+  const int sig = stop ? stop->take() : 0;
   if (sig == 0) return;
   throw Interrupted(sig, fmt::format("stopped by {} in the test after training; the trained model is saved: the same "
                                      "command with --resume runs the test again",
@@ -55,12 +48,13 @@ namespace {
 class Loop {
  public:
   Loop(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan, RunDir& run,
-       Progress& progress)
+       Progress& progress, StopRequest* stop)
       : task_(task),
         train_(train),
         plan_(plan),
         run_(run),
         progress_(progress),
+        stop_(stop),
         store_(store),
         trainer_(store, train) {}
 
@@ -180,7 +174,7 @@ class Loop {
   // stands (unless the epoch's validation just wrote one), then Interrupted.
   void stop_if_asked(bool checkpointed = false) {
     // Every rank stops after the same step: a signal any rank took counts.
-    const int sig = static_cast<int>(group_.max(g_stop_signal.exchange(0, std::memory_order_relaxed)));
+    const int sig = static_cast<int>(group_.max(stop_ ? stop_->take() : 0));
     if (sig == 0) return;
     if (!checkpointed) save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(trainer_.steps_done())}});
     throw Interrupted(sig, fmt::format("stopped by {} after step {}; its checkpoint is saved: the same command with "
@@ -216,6 +210,7 @@ class Loop {
   const FitPlan& plan_;
   RunDir& run_;
   Progress& progress_;
+  StopRequest* stop_;  // may be null: no stop is asked for
   ParamStore& store_;
   Trainer trainer_;
   ProcessGroup& group_ = process_group();
@@ -227,17 +222,14 @@ class Loop {
 }  // namespace
 
 FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
-              const json& config, RunDir& run, Progress& progress) {
+              const json& config, RunDir& run, Progress& progress, StopRequest* stop) {
   check<ConfigError>(train.steps >= 0 && train.batch > 0, "steps must be >= 0 and batch positive");
   const std::int64_t ranks = process_group().size(), shares = ranks * train.grad_accumulation;
   check<ConfigError>(ranks == 1 || train.batch % shares == 0,
                      "batch ({}) must be a multiple of ranks × grad_accumulation ({} × {}) so that every rank "
                      "trains on an equal share",
                      train.batch, ranks, train.grad_accumulation);
-  g_trained.store(false, std::memory_order_relaxed);
-  FitResult result = Loop(task, store, train, plan, run, progress).run(config);
-  g_trained.store(true, std::memory_order_relaxed);
-  return result;
+  return Loop(task, store, train, plan, run, progress, stop).run(config);
 }
 
 std::string skipped_steps_note(std::int64_t skipped) {

@@ -51,9 +51,9 @@ class ToyTask final : public TrainingTask {
   }
 
   Validation validate() override {
-    if (stop_in_validation) {  // as a Ctrl-C while validating, which reaches its stop points
-      request_stop(SIGINT);
-      stop_point();
+    if (stop_in_validation) {  // as a Ctrl-C while validating, whose stop points (null inside fit) leave it to fit
+      stop->request(SIGINT);
+      stop_point(nullptr);
     }
     validated_after.push_back(static_cast<std::int64_t>(micro_batches.size()));
     return {1.0 / static_cast<double>(validated_after.size()), 0.5, 3};
@@ -63,6 +63,7 @@ class ToyTask final : public TrainingTask {
   std::vector<std::int64_t> steps_asked, validated_after;
   std::int64_t fail_at_micro_batch = -1;
   bool stop_in_validation = false;
+  StopRequest* stop = nullptr;
 
  private:
   ParamStore& store_;
@@ -212,12 +213,16 @@ TEST_F(Fit, WithoutValidationTheLastStepIsCheckpointed) {
 struct ToyRun {
   ParamStore store;
   ToyTask task{store};
-  ToyRun() { store.finalize(); }
+  StopRequest stop;
+  ToyRun() {
+    store.finalize();
+    task.stop = &stop;
+  }
   FitResult fit_in(const std::string& dir, const TrainConfig& train, const FitPlan& plan,
                    RunMode mode = RunMode::kNew) {
     RunDir run(dir, mode);
     Progress quiet(0, stderr, true);
-    return fit(task, store, train, plan, json{{"toy", 1}}, run, quiet);
+    return fit(task, store, train, plan, json{{"toy", 1}}, run, quiet, &stop);
   }
 };
 
@@ -262,7 +267,7 @@ TEST_F(Fit, AStopRequestCheckpointsTheStepAndTheRunResumesAsIfNeverStopped) {
   whole.fit_in(run_dir("whole"), train, plan);
   {
     ToyRun stopped;
-    request_stop(SIGINT);
+    stopped.stop.request(SIGINT);
     try {
       stopped.fit_in(run_dir("stopped"), train, plan);
       FAIL() << "fit did not stop";
@@ -283,9 +288,9 @@ TEST_F(Fit, AStopRequestCheckpointsTheStepAndTheRunResumesAsIfNeverStopped) {
   EXPECT_EQ(resumed.store.all_data()[0], whole.store.all_data()[0]);
 }
 
-// Inside fit a stop point leaves a stop to fit, which checkpoints the step
-// it reached; once fit has returned, a stop ends the evaluation that follows
-// at its next stop point, once.
+// Inside fit the stop points are given no stop, which leaves it to fit: it
+// checkpoints the step it reached; the evaluation after fit is given the
+// job's stop and ends at its next stop point, once.
 TEST_F(Fit, StopPointsTakeAStopOnlyAfterTraining) {
   {
     ToyRun stopped;
@@ -303,10 +308,11 @@ TEST_F(Fit, StopPointsTakeAStopOnlyAfterTraining) {
   }
   ToyRun trained;
   trained.fit_in(run_dir("trained"), toy_train(2, 4, 1), ten_examples());
-  EXPECT_NO_THROW(stop_point());  // no stop asked for
-  request_stop(SIGTERM);
+  EXPECT_NO_THROW(stop_point(&trained.stop));  // no stop asked for
+  trained.stop.request(SIGTERM);
+  EXPECT_NO_THROW(stop_point(nullptr));  // a stop point given no stop
   try {
-    stop_point();
+    stop_point(&trained.stop);
     FAIL() << "the stop point did not stop";
   } catch (const Interrupted& e) {
     EXPECT_EQ(e.signal(), SIGTERM);
@@ -314,7 +320,7 @@ TEST_F(Fit, StopPointsTakeAStopOnlyAfterTraining) {
                  "stopped by SIGTERM in the test after training; the trained model is saved: the same command with "
                  "--resume runs the test again");
   }
-  EXPECT_NO_THROW(stop_point());  // taken once
+  EXPECT_NO_THROW(stop_point(&trained.stop));  // taken once
 }
 
 TEST(FitReport, SummaryNamesStepsEpochsTimeAndThroughput) {

@@ -41,20 +41,20 @@ struct TrainOpts {
 // a Ctrl-C there corrupted the heap.
 class StopOnSignals {
  public:
-  StopOnSignals() {
+  explicit StopOnSignals(StopRequest& stop) {
     sigemptyset(&signals_);
     sigaddset(&signals_, SIGINT);
     sigaddset(&signals_, SIGTERM);
     sigaddset(&signals_, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &signals_, &old_mask_);
-    waiter_ = std::thread([this] {
+    waiter_ = std::thread([this, &stop] {
       for (bool asked = false;;) {
         int sig = 0;
         if (sigwait(&signals_, &sig) != 0) continue;
         if (done_.load()) return;
         if (!asked) {
           asked = true;
-          request_stop(sig);
+          stop.request(sig);
           continue;
         }
         // The second: the default action, here and now.
@@ -89,9 +89,10 @@ void run_train(const TrainOpts& o) {
   const std::string out = !o.out.empty() ? o.out : o.config.empty() ? "runs/" + o.preset : "runs/job";
   // Under mpirun rank 0 speaks for the run.
   Progress progress(0, stderr, o.quiet || !process_group().primary());
-  const StopOnSignals stop_on_signals;
+  StopRequest stop;
+  const StopOnSignals stop_on_signals(stop);
   const RunMode mode = o.resume ? RunMode::kResume : o.overwrite ? RunMode::kOverwrite : RunMode::kNew;
-  for (const std::string& line : train_job(job, out, mode, progress)) fmt::print("{}\n", line);
+  for (const std::string& line : train_job(job, out, mode, progress, &stop)) fmt::print("{}\n", line);
 }
 
 std::string preset_help() {

@@ -16,7 +16,9 @@ inline constexpr int kMaxThreads = 1024;
 void check_threads(std::int64_t n);
 
 // Sets the thread count for OpenMP regions and for BLAS; 0 means all cores.
-// Checks n (check_threads).
+// Checks n (check_threads). The count belongs to the process, so the library
+// never calls this: the entry points do, once, before they call the library
+// (each CLI command, the Python module).
 void set_num_threads(int n);
 int num_threads();
 

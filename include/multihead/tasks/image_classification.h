@@ -9,6 +9,7 @@
 
 #include "multihead/nn/models.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
@@ -56,7 +57,8 @@ struct ImageClassificationResult {
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-ImageClassificationResult run_job(const ImageClassificationJob& job, RunDir& run, Progress& progress);
+ImageClassificationResult run_job(const ImageClassificationJob& job, RunDir& run, Progress& progress,
+                                   StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const ImageClassificationResult& result);
 
 // The test accuracy of the model saved in a run directory whose

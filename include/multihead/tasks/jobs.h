@@ -46,7 +46,10 @@ nlohmann::json to_json(const Job& job);
 // first checkpoint removes what it wrote (and the directory, when it made
 // it); a later failure keeps the checkpoints, which are worth resuming from. Returns the lines `multihead
 // train` prints: the results, and where the report is.
-std::vector<std::string> train_job(const Job& job, const std::string& out, RunMode mode, Progress& progress);
+// A stop asked for of `stop` (may be null) ends it after the step under way,
+// with a checkpoint there, or in the test after training (Interrupted).
+std::vector<std::string> train_job(const Job& job, const std::string& out, RunMode mode, Progress& progress,
+                                   StopRequest* stop = nullptr);
 
 // The thread count a job's config asks for (0: all cores), which its entry
 // point sets (set_num_threads) before running it.

@@ -12,6 +12,7 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
@@ -60,7 +61,8 @@ struct LanguageModelResult {
   std::string sample;
 };
 
-LanguageModelResult run_job(const LanguageModelJob& job, RunDir& run, Progress& progress);
+LanguageModelResult run_job(const LanguageModelJob& job, RunDir& run, Progress& progress,
+                                   StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const LanguageModelResult& result);
 
 // The validation loss (nats per token) of the model saved in a run

@@ -18,6 +18,7 @@
 #include "multihead/tasks/inspect.h"
 #include "multihead/tasks/job_config.h"
 #include "multihead/tasks/sequence_metrics.h"
+#include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
@@ -109,7 +110,8 @@ struct PronunciationResult {
   double train_seconds = 0, decode_seconds = 0;
 };
 
-PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress);
+PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress,
+                                   StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const PronunciationResult& result);
 
 // Letter ids of words (B lists) as a batch: ids (B, S) and padding (B, S),

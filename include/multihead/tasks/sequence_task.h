@@ -10,6 +10,7 @@
 
 #include "multihead/data/synthetic.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
@@ -57,7 +58,8 @@ struct SequenceTaskResult {
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-SequenceTaskResult run_job(const SequenceTaskJob& job, RunDir& run, Progress& progress);
+SequenceTaskResult run_job(const SequenceTaskJob& job, RunDir& run, Progress& progress,
+                                   StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const SequenceTaskResult& result);
 
 // The accuracies by test length of the model saved in a run directory whose

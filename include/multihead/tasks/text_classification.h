@@ -13,6 +13,7 @@
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/train_config.h"
@@ -73,7 +74,8 @@ struct TextClassificationResult {
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-TextClassificationResult run_job(const TextClassificationJob& job, RunDir& run, Progress& progress);
+TextClassificationResult run_job(const TextClassificationJob& job, RunDir& run, Progress& progress,
+                                   StopRequest* stop = nullptr);
 // "test accuracy: ...", "training: ...": what `multihead train` prints.
 std::vector<std::string> summary_lines(const TextClassificationResult& result);
 

@@ -11,6 +11,7 @@
 // sections (write_run_report).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -29,17 +30,29 @@
 
 namespace multihead {
 
-// A stop asked for from outside, as the CLI's SIGINT, SIGTERM and SIGUSR1 handlers
-// ask: fit finishes the step under way, saves a checkpoint and throws
-// Interrupted. Async-signal-safe; the library installs no handler itself.
-void request_stop(int signal) noexcept;
+// A stop asked for from outside a job, as the CLI asks on SIGINT, SIGTERM and
+// SIGUSR1. The entry point owns one and hands it to the job (train_job, run_job,
+// fit): fit finishes the step under way, saves a checkpoint and throws
+// Interrupted; the evaluation after training takes it at its stop points.
+// request() is async-signal-safe; the library installs no handler itself.
+class StopRequest {
+ public:
+  void request(int signal) noexcept { signal_.store(signal, std::memory_order_relaxed); }
+  // The signal asked for and not yet taken (0: none); taking it clears it.
+  int take() noexcept { return signal_.exchange(0, std::memory_order_relaxed); }
+
+ private:
+  static_assert(std::atomic<int>::is_always_lock_free, "request() runs in signal handlers");
+  std::atomic<int> signal_{0};
+};
 
 // A point between batches of the evaluation that follows training (the
-// test): once fit has returned in this process, a stop asked for ends the
-// job there with Interrupted; the trained model is saved, and --resume runs
-// that evaluation again. Inside fit (validation) it does nothing: fit takes
-// the stop after the step under way and checkpoints it.
-void stop_point();
+// test): a stop asked for of `stop` ends the job there with Interrupted; the
+// trained model is saved, and --resume runs that evaluation again. With no
+// stop (null: a validation inside fit, which takes a stop after the step
+// under way and checkpoints it, or the evaluation of a finished run) it
+// does nothing.
+void stop_point(StopRequest* stop);
 
 class Interrupted : public Error {
  public:
@@ -132,7 +145,7 @@ std::string skipped_steps_note(std::int64_t skipped);
 // (train.batch a multiple of ranks × grad_accumulation), rank 0 alone
 // validates and writes, and the others end with FollowerFinished.
 FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
-              const nlohmann::json& config, RunDir& run, Progress& progress);
+              const nlohmann::json& config, RunDir& run, Progress& progress, StopRequest* stop = nullptr);
 
 // A model of the job's config built in its own parameter store, given its
 // initial weights from the run's seed and gradient checkpointing when asked,
