@@ -271,8 +271,9 @@ std::vector<JobKeyRow> job_key_rows() {
   // The task key's default is each kind's own name: one row saying so.
   for (JobKeyRow& r : rows)
     if (r.key.path == "task") {
+      r.key.type = "name";
       r.key.default_value = "text_classification";
-      r.key.type = "name: " + fmt::format("{}", fmt::join(job_tasks(), ", "));
+      r.key.bounds = fmt::format("one of {}", fmt::join(job_tasks(), ", "));
       r.defaults_by_task.clear();
     }
   return rows;

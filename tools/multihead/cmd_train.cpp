@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -112,9 +113,14 @@ Command add_train(CLI::App& app) {
   sub->add_option("--preset", o->preset, preset_help())->capture_default_str();
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it")->check(kNotEmpty);
   sub->add_option("--out", o->out, "Run directory (default runs/<preset>)")->check(kNotEmpty);
-  // Each flag sets the config keys it aliases (tasks/job_flags.h), in the order given, after the config is read.
+  // Each flag sets the config keys it aliases (tasks/job_flags.h), in the order given, after the config is read;
+  // its value is named by the type of the first of them.
+  std::map<std::string, std::string> key_types;
+  for (const JobKeyRow& r : job_key_rows()) key_types[r.key.path] = r.key.type;
   for (const JobFlag& f : job_flags()) {
     const std::string flag(f.flag);
+    const std::string& type = key_types[std::string(f.keys.front().second)];
+    const char* value_name = type == "integer" ? "INT" : type == "number" ? "FLOAT" : type == "boolean" ? "BOOL" : "TEXT";
     if (f.is_switch)
       sub->add_flag_function(flag, [o, flag](std::int64_t) { o->settings.push_back({flag, "true"}); },
                              std::string(f.help))
@@ -122,11 +128,13 @@ Command add_train(CLI::App& app) {
     else
       sub->add_option_function<std::string>(flag, [o, flag](const std::string& v) { o->settings.push_back({flag, v}); },
                                             std::string(f.help))
+          ->type_name(value_name)
           ->trigger_on_parse();
   }
   sub->add_option_function<std::string>("--set", [o](const std::string& v) { o->settings.push_back({"--set", v}); },
                                         "Set any config key: --set model.rope_theta=500000 (repeatable; the keys "
                                         "are listed below)")
+      ->type_name("PATH=VALUE")
       ->trigger_on_parse()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->footer(job_keys_text());
