@@ -73,7 +73,8 @@ TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
   EXPECT_EQ(t.train.seed, 9u);
   // The other keys keep the preset's values; a key whose default follows
   // another (dim_feedforward: 4 x d_model) keeps the value it had.
-  const auto& spam = std::get<TextClassificationJob>(preset_job("spam"));
+  const Job spam_job = preset_job("spam");
+  const auto& spam = std::get<TextClassificationJob>(spam_job);
   EXPECT_EQ(t.model.layer.dim_feedforward, spam.model.layer.dim_feedforward);
   EXPECT_EQ(t.train.schedule.total_steps, spam.train.schedule.total_steps);
 
