@@ -51,7 +51,6 @@ install(FILES ${CMAKE_BINARY_DIR}/multiheadConfig.cmake ${CMAKE_BINARY_DIR}/mult
 # and Requires (a plain `pkg-config --libs multihead-core` links), and the prefix is found from the
 # file's own place. multihead.pc is every layer.
 file(RELATIVE_PATH MULTIHEAD_PC_TO_PREFIX ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
-set(MULTIHEAD_PC_NAME_core "multihead-core")
 set(MULTIHEAD_PC_DESCRIPTION_core "Transformer multi-head attention on the CPU: tensors, kernels, layers, state_dict I/O")
 set(MULTIHEAD_PC_REQUIRES_core "fmt nlohmann_json libhwy zlib")
 set(MULTIHEAD_PC_LIBS_core "-lmultihead_core ${OPENBLAS_LIBRARY} -ldnnl -fopenmp")

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "multihead/core/threading.h"
 #include "multihead/data/batching.h"
 #include "multihead/data/idx.h"
 #include "multihead/io/atomic_file.h"

@@ -93,8 +93,10 @@ std::vector<std::string> split_path(std::string_view path) {
   }
 }
 
-const json* find_path(const json& j, std::string_view path) {
-  const json* at = &j;
+// The value at `path` (json or const json), or null.
+template <typename Json>
+Json* find_path(Json& j, std::string_view path) {
+  Json* at = &j;
   for (const std::string& part : split_path(path)) {
     if (!at->is_object()) return nullptr;
     const auto it = at->find(part);
@@ -115,13 +117,10 @@ json& make_path(json& j, std::string_view path) {
 }
 
 void erase_path(json& j, std::string_view path) {
-  const std::vector<std::string> parts = split_path(path);
-  json* at = &j;
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    if (!at->is_object() || !at->contains(parts[i])) return;
-    at = &(*at)[parts[i]];
-  }
-  if (at->is_object()) at->erase(parts.back());
+  const std::size_t dot = path.rfind('.');
+  const bool top = dot == std::string_view::npos;
+  json* parent = top ? &j : find_path(j, path.substr(0, dot));
+  if (parent && parent->is_object()) parent->erase(std::string(path.substr(top ? 0 : dot + 1)));
 }
 
 // The keys `f` sets in a job of kind `task` whose config is `config`; none

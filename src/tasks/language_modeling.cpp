@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 
-#include "multihead/core/threading.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"

@@ -6,7 +6,6 @@
 #include <map>
 #include <set>
 
-#include "multihead/core/threading.h"
 #include "multihead/data/cmudict.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "multihead/core/threading.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/state_dict.h"
 #include "multihead/report/plots.h"

@@ -7,7 +7,6 @@
 #include <fmt/ranges.h>
 
 #include "multihead/core/error.h"
-#include "multihead/core/threading.h"
 #include "multihead/data/batching.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"

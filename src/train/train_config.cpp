@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "multihead/core/threading.h"
 
 namespace multihead {
 

@@ -137,7 +137,7 @@ Command add_train(CLI::App& app) {
       ->type_name("PATH=VALUE")
       ->trigger_on_parse()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->footer(job_keys_text());
+  sub->footer([] { return job_keys_text(); });  // made only when --help prints it
   sub->add_flag("--resume", o->resume,
                 "Continue the run in --out from its last checkpoint (with the same settings), or start it");
   sub->add_flag("--overwrite", o->overwrite, "Replace the run in --out (without this, train refuses a directory that holds one)")
