@@ -313,10 +313,12 @@ std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std
   return std::make_unique<SentencePieceTokenizer>(std::move(proto));
 }
 
-void check_run_vocabulary(std::int64_t config_vocab_size, const Tokenizer& tok, const std::string& run_dir) {
-  check<IoError>(config_vocab_size == tok.vocab_size(),
+std::unique_ptr<Tokenizer> load_run_tokenizer(const std::string& run_dir, std::int64_t config_vocab_size) {
+  std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
+  check<IoError>(config_vocab_size == tok->vocab_size(),
                  "{}: config.json has vocab_size {} but the run's tokenizer has {} tokens", run_dir, config_vocab_size,
-                 tok.vocab_size());
+                 tok->vocab_size());
+  return tok;
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {

@@ -138,13 +138,14 @@ std::vector<Tensor> capture(LoadedTextClassifier& m, const std::vector<std::vect
   std::vector<const std::vector<std::int64_t>*> ptrs;
   for (const auto& s : seqs) ptrs.push_back(&s);
   TokenBatch tb = make_token_batch(ptrs, std::vector<std::int64_t>(seqs.size(), 0), max_len, true);
-  m.model->encoder().set_capture_weights(true);
-  m.model->forward(tb.ids, &tb.padding, eval_context(m.job.train.precision));
-  m.model->encoder().set_capture_weights(false);
+  SequenceClassifier& model = m.model();
+  model.encoder().set_capture_weights(true);
+  model.forward(tb.ids, &tb.padding, eval_context(m.job.train.precision));
+  model.encoder().set_capture_weights(false);
   std::vector<Tensor> w;
-  for (std::int64_t l = 0; l < m.model->encoder().num_layers(); ++l)
-    w.push_back(m.model->encoder().layer(l).attention_weights().clone());
-  m.model->release_saved();
+  for (std::int64_t l = 0; l < model.encoder().num_layers(); ++l)
+    w.push_back(model.encoder().layer(l).attention_weights().clone());
+  model.release_saved();
   return w;
 }
 
@@ -208,13 +209,15 @@ ExperimentReport head_analysis_experiment(Context& c) {
       const std::string label = fmt::format("h{}", h);
       TextClassificationJob job = text_job(c, "spam", h);
       run_quietly(c, job, label, seed);
-      auto m = load_text_classification_run(c.run_dir(label, static_cast<std::int64_t>(seed)));
-      layers = m->model->encoder().num_layers();
-      const auto& jb = m->job;
+      LoadedTextClassifier loaded(c.run_dir(label, static_cast<std::int64_t>(seed)));
+      SequenceClassifier& model = loaded.model();
+      const TokenizedExamples test = classifier_test_split(loaded.job, *loaded.tokenizer);
+      layers = model.encoder().num_layers();
+      const auto& jb = loaded.job;
       if (h == many) {
         // Ablation over the test split.
         const double base =
-            evaluate_classifier(*m->model, m->test_tokens, m->test_labels, jb.eval_batch, jb.max_len, jb.train.precision)
+            evaluate_classifier(model, test.tokens, test.labels, jb.eval_batch, jb.max_len, jb.train.precision)
                 .accuracy;
         base_acc.push_back(base);
         std::vector<double> drops;
@@ -222,9 +225,9 @@ ExperimentReport head_analysis_experiment(Context& c) {
           for (std::int64_t head = 0; head < h; ++head) {
             std::vector<std::uint8_t> mask(static_cast<std::size_t>(h), 0);
             mask[static_cast<std::size_t>(head)] = 1;
-            MultiheadAttention& attn = m->model->encoder().layer(l).self_attention();
+            MultiheadAttention& attn = model.encoder().layer(l).self_attention();
             attn.set_head_mask(mask);
-            const double acc = evaluate_classifier(*m->model, m->test_tokens, m->test_labels, jb.eval_batch,
+            const double acc = evaluate_classifier(model, test.tokens, test.labels, jb.eval_batch,
                                                    jb.max_len, jb.train.precision)
                                    .accuracy;
             attn.set_head_mask({});
@@ -239,8 +242,8 @@ ExperimentReport head_analysis_experiment(Context& c) {
         cheap.push_back(static_cast<double>(std::count_if(drops.begin(), drops.end(), [](double d) { return d < 0.005; })));
         // Diversity on the first test examples.
         std::vector<std::vector<std::int64_t>> first(
-            m->test_tokens.begin(), m->test_tokens.begin() + std::min<std::ptrdiff_t>(examples, static_cast<std::ptrdiff_t>(m->test_tokens.size())));
-        std::vector<Tensor> w = capture(*m, first, jb.max_len);
+            test.tokens.begin(), test.tokens.begin() + std::min<std::ptrdiff_t>(examples, static_cast<std::ptrdiff_t>(test.tokens.size())));
+        std::vector<Tensor> w = capture(loaded, first, jb.max_len);
         for (std::int64_t l = 0; l < layers; ++l) {
           const Tensor& t = w[static_cast<std::size_t>(l)];  // (B, H, L, L)
           const std::int64_t B = t.dim(0), H = t.dim(1), L = t.dim(2);
@@ -259,11 +262,11 @@ ExperimentReport head_analysis_experiment(Context& c) {
       // Dispersion against length: test examples at least that long, cut to it.
       for (std::int64_t L : lengths) {
         std::vector<std::vector<std::int64_t>> cut;
-        for (const auto& s : m->test_tokens)
+        for (const auto& s : test.tokens)
           if (static_cast<std::int64_t>(s.size()) >= L - 1 && static_cast<std::int64_t>(cut.size()) < examples)
             cut.emplace_back(s.begin(), s.begin() + (L - 1));  // [CLS] makes L
         if (cut.empty()) continue;
-        const Dispersion d = dispersion(capture(*m, cut, L), top_k);
+        const Dispersion d = dispersion(capture(loaded, cut, L), top_k);
         entropy[{h, L}].push_back(d.entropy);
         outside[{h, L}].push_back(d.outside_top);
         runs.push_back({{"seed", seed}, {"heads", h}, {"length", L}, {"examples", cut.size()},

@@ -81,6 +81,11 @@ std::string ConfigReader::get_string(const std::string& key, std::optional<std::
 }
 
 std::int64_t ConfigReader::get_int(const std::string& key, std::optional<std::int64_t> fallback) {
+  // An unsigned value above int64's range is refused as such, not wrapped.
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  if (has(key) && obj_.at(key).is_number_unsigned())
+    check<ConfigError>(obj_.at(key).get<std::uint64_t>() <= static_cast<std::uint64_t>(kMax),
+                       "{}: '{}' must be at most {}, got {}", source_, key, kMax, obj_.at(key).dump());
   return get_typed<std::int64_t>(key, fallback, &json::is_number_integer, "an integer");
 }
 

@@ -45,42 +45,52 @@ void add_param_grads(TensorMap& result, ParamStore& store) {
   }
 }
 
-CausalAlign read_causal(ConfigReader& r, const char* flag) {
-  const bool is_causal = r.get_bool(flag, false);
-  const std::string align = r.get_string("causal_alignment", std::string("top_left"));
-  check<ConfigError>(align == "top_left" || align == "bottom_right",
-                     "causal_alignment must be \"top_left\" or \"bottom_right\", got \"{}\"", align);
-  if (!is_causal) return CausalAlign::kNone;
-  return align == "top_left" ? CausalAlign::kTopLeft : CausalAlign::kBottomRight;
-}
+// The keys every module call takes beside its constructor's: the causal
+// flag (named as the module's forward names it), its alignment, dropout's
+// switch and seed, and batch_first, which must stay true.
+struct CallKeys {
+  bool batch_first = true;
+  bool is_causal = false;
+  CausalAlign alignment = CausalAlign::kTopLeft;
+  ForwardContext context;
 
-ForwardContext read_context(ConfigReader& r) {
-  ForwardContext ctx;
-  ctx.training = r.get_bool("training", false);
-  ctx.seed = static_cast<std::uint64_t>(r.get_int("seed", 0));
-  return ctx;
-}
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& c, const char* causal_key) {
+    k("batch_first", c.batch_first)(causal_key, c.is_causal);
+    k.named("causal_alignment", c.alignment, alignment_name, parse_alignment);
+    k("training", c.context.training)("seed", c.context.seed);
+  }
+  static std::string_view alignment_name(CausalAlign a) {
+    return a == CausalAlign::kBottomRight ? "bottom_right" : "top_left";
+  }
+  static CausalAlign parse_alignment(std::string_view name) {
+    check<ConfigError>(name == "top_left" || name == "bottom_right",
+                       "causal_alignment must be \"top_left\" or \"bottom_right\", got \"{}\"", name);
+    return name == "top_left" ? CausalAlign::kTopLeft : CausalAlign::kBottomRight;
+  }
+
+  // Reads the keys, then the rest of the module's must have been read too.
+  void read(ConfigReader& r, const char* causal_key) {
+    keys(r, *this, causal_key);
+    r.finish();
+    check<ConfigError>(batch_first, "batch_first must be true: multihead is batch-first (B, L, E)");
+  }
+  CausalAlign causal() const { return is_causal ? alignment : CausalAlign::kNone; }
+};
 
 TransformerLayerConfig read_layer_config(ConfigReader& r) {
   TransformerLayerConfig c;
-  c.d_model = r.get_int("d_model");
-  c.nhead = r.get_int("nhead");
-  c.dim_feedforward = r.get_int("dim_feedforward", 2048);
-  c.dropout = r.get_number("dropout", 0.1);
-  c.activation = parse_activation(r.get_string("activation", std::string("relu")));
-  c.layer_norm_eps = r.get_number("layer_norm_eps", 1e-5);
-  c.norm_first = r.get_bool("norm_first", false);
-  AttentionPattern::keys(r, c.pattern);
-  check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
+  TransformerLayerConfig::keys(r, c);
   return c;
 }
 
 TensorMap apply_encoder_layer(ConfigReader& r, const TensorMap& weights, const TensorMap& inputs) {
   const TransformerLayerConfig cfg = read_layer_config(r);
+  CallKeys call;
+  call.read(r, "is_causal");
+  const ForwardContext& ctx = call.context;
   AttentionMaskArgs masks;
-  masks.causal = read_causal(r, "is_causal");
-  const ForwardContext ctx = read_context(r);
-  r.finish();
+  masks.causal = call.causal();
   check_inputs(inputs, {"src", "src_key_padding_mask", "src_mask", "grad_output"}, {"src", "grad_output"});
   const Tensor& src = require(inputs, "src");
   masks.key_padding_mask = find(inputs, "src_key_padding_mask");
@@ -101,10 +111,11 @@ TensorMap apply_encoder_layer(ConfigReader& r, const TensorMap& weights, const T
 
 TensorMap apply_decoder_layer(ConfigReader& r, const TensorMap& weights, const TensorMap& inputs) {
   const TransformerLayerConfig cfg = read_layer_config(r);
+  CallKeys call;
+  call.read(r, "tgt_is_causal");
+  const ForwardContext& ctx = call.context;
   AttentionMaskArgs self_masks, memory_masks;
-  self_masks.causal = read_causal(r, "tgt_is_causal");
-  const ForwardContext ctx = read_context(r);
-  r.finish();
+  self_masks.causal = call.causal();
   check_inputs(inputs,
                {"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
                 "grad_output"},
@@ -133,24 +144,14 @@ TensorMap apply_decoder_layer(ConfigReader& r, const TensorMap& weights, const T
 
 TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& inputs) {
   MultiheadAttentionConfig cfg;
-  cfg.embed_dim = r.get_int("embed_dim");
-  cfg.num_heads = r.get_int("num_heads");
-  cfg.dropout = r.get_number("dropout", 0.0);
-  cfg.bias = r.get_bool("bias", true);
-  cfg.add_bias_kv = r.get_bool("add_bias_kv", false);
-  cfg.add_zero_attn = r.get_bool("add_zero_attn", false);
-  cfg.kdim = r.get_int_or_null("kdim", 0);
-  cfg.vdim = r.get_int_or_null("vdim", 0);
-  AttentionPattern::keys(r, static_cast<AttentionPattern&>(cfg));
-  check<ConfigError>(r.get_bool("batch_first", true), "batch_first must be true: multihead is batch-first (B, L, E)");
+  MultiheadAttentionConfig::keys(r, cfg);
   MultiheadAttentionCall call;
-  call.need_weights = r.get_bool("need_weights", true);
-  call.average_attn_weights = r.get_bool("average_attn_weights", true);
-  call.causal = read_causal(r, "is_causal");
-  const ForwardContext ctx = read_context(r);
-  call.training = ctx.training;
-  call.dropout_seed = ctx.seed;
-  r.finish();
+  r("need_weights", call.need_weights)("average_attn_weights", call.average_attn_weights);
+  CallKeys keys;
+  keys.read(r, "is_causal");
+  call.causal = keys.causal();
+  call.training = keys.context.training;
+  call.dropout_seed = keys.context.seed;
 
   check_inputs(inputs, {"query", "key", "value", "key_padding_mask", "attn_mask", "grad_output"},
                {"query", "key", "value", "grad_output"});

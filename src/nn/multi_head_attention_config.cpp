@@ -6,15 +6,13 @@
 namespace multihead {
 
 void MultiheadAttentionConfig::validate() const {
-  check<ConfigError>(embed_dim > 0 && embed_dim <= kMaxWidth, "embed_dim must be in [1, {}], got {}", kMaxWidth,
-                     embed_dim);
+  check_keys(*this);
   check<ConfigError>(num_heads > 0 && num_heads <= embed_dim, "num_heads must be in [1, embed_dim], got {}", num_heads);
   check<ConfigError>(kdim <= kMaxWidth && vdim <= kMaxWidth, "kdim ({}) and vdim ({}) must be at most {}", kdim, vdim,
                      kMaxWidth);
   check<ConfigError>(embed_dim % num_heads == 0, "embed_dim ({}) must be divisible by num_heads ({})", embed_dim,
                      num_heads);
   check<ConfigError>(kdim >= 0 && vdim >= 0, "kdim ({}) and vdim ({}) must be positive", kdim, vdim);
-  check<ConfigError>(dropout >= 0.0 && dropout <= 1.0, "dropout must be in [0, 1], got {}", dropout);
   check<ConfigError>(positions != AttentionPositions::kRope || head_dim() % 2 == 0,
                      "rotary positions need an even head dimension, got {}", head_dim());
   check<ConfigError>(positions != AttentionPositions::kRelative || relative_clip >= 0,

@@ -23,13 +23,9 @@ MultiheadAttentionConfig TransformerLayerConfig::attention() const {
 }
 
 void TransformerLayerConfig::validate() const {
-  check<ConfigError>(d_model > 0 && d_model <= kMaxWidth, "d_model must be in [1, {}], got {}", kMaxWidth, d_model);
+  check_keys(*this);
   check<ConfigError>(nhead > 0 && nhead <= d_model, "nhead must be in [1, d_model], got {}", nhead);
   check<ConfigError>(d_model % nhead == 0, "d_model ({}) must be divisible by nhead ({})", d_model, nhead);
-  check<ConfigError>(dim_feedforward > 0 && dim_feedforward <= kMaxFeedforward,
-                     "dim_feedforward must be in [1, {}], got {}", kMaxFeedforward, dim_feedforward);
-  check<ConfigError>(dropout >= 0.0 && dropout <= 1.0, "dropout must be in [0, 1], got {}", dropout);
-  check<ConfigError>(layer_norm_eps > 0.0, "layer_norm_eps must be positive, got {}", layer_norm_eps);
 }
 
 namespace {

@@ -1,10 +1,11 @@
 #include "multihead/serve/request.h"
 
 #include <algorithm>
-#include <limits>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/io/json_config.h"
 #include "multihead/io/json_keys.h"
 
 namespace multihead {
@@ -12,19 +13,17 @@ namespace {
 
 [[noreturn]] void refuse(const std::string& why) { throw RequestError(400, why); }
 
-std::int64_t integer(const nlohmann::json& v, const char* name, std::int64_t lo, std::int64_t hi) {
-  if (!v.is_number_integer()) refuse(fmt::format("'{}' must be an integer, got {}", name, v.type_name()));
-  // Unsigned values above int64's range read as such, not wrapped.
-  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
-    refuse(fmt::format("'{}' must be at most {}, got {}", name, hi, v.dump()));
-  const std::int64_t x = v.get<std::int64_t>();
-  if (x < lo || x > hi) refuse(fmt::format("'{}' must be in [{}, {}], got {}", name, lo, hi, x));
-  return x;
-}
-
-double number(const nlohmann::json& v, const char* name) {
-  if (!v.is_number()) refuse(fmt::format("'{}' must be a number, got {}", name, v.type_name()));
-  return v.get<double>();
+// The names of the settings a request may carry, from their key list.
+const std::set<std::string>& setting_names() {
+  static const std::set<std::string> names = [] {
+    ConfigDescriber d;
+    const AnswerSettings settings;
+    AnswerSettings::keys(d, settings, 1, 1);
+    std::set<std::string> out;
+    for (const KeyDescription& row : d.rows()) out.insert(row.path);
+    return out;
+  }();
+  return names;
 }
 
 }  // namespace
@@ -37,11 +36,8 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
   if (const std::optional<DuplicateKey> d = first_duplicate_key(body))
     refuse(fmt::format("'{}' is given twice", clip_text(d->path)));
   if (!j.is_object()) refuse(fmt::format("the body must be a JSON object, got {}", j.type_name()));
-  const auto takes = [&](const std::string& key) {
-    if (std::find(fields.begin(), fields.end(), key) == fields.end())
-      refuse(fmt::format("'{}' does not apply to {} runs", key, task));
-  };
   PredictRequest r{{}, defaults};
+  nlohmann::json settings = nlohmann::json::object();
   for (const auto& [key, v] : j.items()) {
     if (key == "inputs") {
       if (!v.is_array()) refuse(fmt::format("'inputs' must be an array of strings, got {}", v.type_name()));
@@ -56,22 +52,19 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
           refuse(fmt::format("inputs[{}] is {} bytes long; at most {} are taken", i, s.size(), limits.max_input_bytes));
         r.inputs.push_back(s);
       }
-    } else if (key == "tokens" || key == "temperature" || key == "top_k" || key == "top_p" || key == "seed") {
-      takes(key);
-      if (key == "tokens") r.settings.tokens = integer(v, "tokens", 0, limits.max_tokens);
-      if (key == "temperature") r.settings.sampling.temperature = number(v, "temperature");
-      if (key == "top_p") r.settings.sampling.top_p = number(v, "top_p");
-      if (key == "top_k") r.settings.sampling.top_k = integer(v, "top_k", 0, std::numeric_limits<std::int64_t>::max());
-      if (key == "seed")
-        r.settings.sampling.seed =
-            static_cast<std::uint64_t>(integer(v, "seed", 0, std::numeric_limits<std::int64_t>::max()));
-    } else if (key == "n_best" || key == "beam") {
-      takes(key);
-      if (key == "n_best") r.settings.n_best = integer(v, "n_best", 1, limits.max_beam);
-      else r.settings.beam = integer(v, "beam", 0, limits.max_beam);
+    } else if (setting_names().count(key) != 0) {
+      if (std::find(fields.begin(), fields.end(), key) == fields.end())
+        refuse(fmt::format("'{}' does not apply to {} runs", key, task));
+      settings[key] = v;
     } else {
       refuse(fmt::format("unknown field '{}'", clip_text(key)));
     }
+  }
+  try {
+    ConfigReader reader(settings, "the body");
+    AnswerSettings::keys(reader, r.settings, limits.max_tokens, limits.max_beam);
+  } catch (const ConfigError& e) {
+    refuse(e.what());
   }
   if (!j.contains("inputs")) refuse("the body has no 'inputs' (an array of strings)");
   return r;

@@ -11,6 +11,7 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
+#include "multihead/tasks/loaded_run.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
@@ -207,33 +208,11 @@ std::vector<std::string> summary_lines(const LanguageModelResult& r) {
           fmt::format("sample:\n{}", r.sample)};
 }
 
-namespace {
-
-struct LoadedLm {
-  LanguageModelJob job;
-  std::unique_ptr<Tokenizer> tok;
-  ParamStore store;
-  std::unique_ptr<LanguageModel> model;
-};
-
-std::unique_ptr<LoadedLm> load_run(const LanguageModelJob& job, const std::string& run_dir) {
-  auto r = std::make_unique<LoadedLm>();
-  r->job = job;
-  r->tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  check_run_vocabulary(r->job.model.vocab_size, *r->tok, run_dir);
-  r->model = std::make_unique<LanguageModel>(r->store, r->job.model);
-  r->store.finalize();
-  load_run_weights(r->store, run_dir);
-  return r;
-}
-
-}  // namespace
-
 std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir) {
-  auto r = load_run(job, run_dir);
-  const std::string text = load_text_corpus(r->job.text_path);
-  const double loss = validation_loss(*r->model, r->tok->encode(text.substr(validation_split(text, r->job.validation_fraction))),
-                                      r->job.train.seq_len, r->job.eval_windows, r->job.train.precision);
+  LoadedRun<LanguageModelJob, LanguageModel> r(job, run_dir);
+  const std::string text = load_text_corpus(r.job.text_path);
+  const double loss = validation_loss(r.model(), r.tokenizer->encode(text.substr(validation_split(text, r.job.validation_fraction))),
+                                      r.job.train.seq_len, r.job.eval_windows, r.job.train.precision);
   check_finite_result("the validation loss", loss);
   return {fmt::format("validation loss: {:.4f} nats/token", loss)};
 }

@@ -346,20 +346,23 @@ std::vector<std::string> summary_lines(const PronunciationResult& r) {
   return lines;
 }
 
-std::unique_ptr<LoadedPronouncer> load_pronunciation_run(const PronunciationJob& job, const std::string& run_dir) {
-  auto run = std::make_unique<LoadedPronouncer>();
-  run->job = job;
-  const std::string vocab_path = (std::filesystem::path(run_dir) / "vocab.json").string();
-  run->vocab = PronunciationVocab::from_json(ConfigReader::parse(read_file(vocab_path), vocab_path), vocab_path);
-  // The vocabularies' sizes come from the data, as in run_job: config.json leaves them out.
-  EncoderDecoderConfig& cfg = run->job.model;
-  cfg.source_vocab = 2 + static_cast<std::int64_t>(run->vocab.letters.size());
-  cfg.model.vocab_size = 3 + static_cast<std::int64_t>(run->vocab.phonemes.size());
-  run->model = std::make_unique<EncoderDecoder>(run->store, cfg);
-  run->store.finalize();
-  load_run_weights(run->store, run_dir);
-  return run;
+namespace {
+
+PronunciationVocab read_run_vocab(const std::string& run_dir) {
+  const std::string path = (std::filesystem::path(run_dir) / "vocab.json").string();
+  return PronunciationVocab::from_json(ConfigReader::parse(read_file(path), path), path);
 }
+
+PronunciationJob with_vocab_sizes(PronunciationJob job, const PronunciationVocab& vocab) {
+  job.model.source_vocab = 2 + static_cast<std::int64_t>(vocab.letters.size());
+  job.model.model.vocab_size = 3 + static_cast<std::int64_t>(vocab.phonemes.size());
+  return job;
+}
+
+}  // namespace
+
+LoadedPronouncer::LoadedPronouncer(const PronunciationJob& job_in, const std::string& run_dir)
+    : vocab(read_run_vocab(run_dir)), job(with_vocab_sizes(job_in, vocab)), trained(job.model, run_dir) {}
 
 std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
                                                      DecodeOptions o) {
@@ -378,7 +381,7 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
   std::vector<const std::vector<std::int64_t>*> letters;
   for (const auto& w : ids) letters.push_back(&w);
   std::vector<std::vector<Pronounced>> out;
-  for (const auto& hyps : decode_in_batches(*run.model, letters, o, run.job.eval_batch)) {
+  for (const auto& hyps : decode_in_batches(run.model(), letters, o, run.job.eval_batch)) {
     std::vector<Pronounced> p;
     for (const Hypothesis& h : hyps) p.push_back({run.vocab.decode_phonemes(h.tokens), h.log_prob, h.score, h.ended});
     out.push_back(std::move(p));
@@ -387,9 +390,9 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
 }
 
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir) {
-  const std::unique_ptr<LoadedPronouncer> run = load_pronunciation_run(job, run_dir);
-  const PronunciationData data = load_data(job, &run->vocab);
-  const TestOutcome t = test_model(*run->model, job, data);
+  LoadedPronouncer run(job, run_dir);
+  const PronunciationData data = load_data(job, &run.vocab);
+  const TestOutcome t = test_model(run.model(), job, data);
   return test_lines(t.overall, t.by_length, t.longer);
 }
 

@@ -261,37 +261,25 @@ std::vector<std::string> summary_lines(const TextClassificationResult& r) {
                       skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s)};
 }
 
-namespace {
-
-std::unique_ptr<LoadedTextClassifier> load_run(const TextClassificationJob& job, const std::string& run_dir) {
-  namespace fs = std::filesystem;
-  auto r = std::make_unique<LoadedTextClassifier>();
-  r->job = job;
-  PreparedData data = load_and_split(r->job);
-  r->tokenizer = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
-  check_run_vocabulary(r->job.model.vocab_size, *r->tokenizer, run_dir);
-  r->job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
-  r->model = std::make_unique<SequenceClassifier>(r->store, r->job.model);
-  r->store.finalize();
-  load_run_weights(r->store, run_dir);
+TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok) {
+  const PreparedData data = load_and_split(job);
+  const auto classes = static_cast<std::int64_t>(data.dataset.label_names.size());
+  check<ConfigError>(classes == job.model.num_classes, "{} now has {} classes; the run's model was trained on {}",
+                     job.data_path, classes, job.model.num_classes);
+  TokenizedExamples out;
   for (std::int64_t i : data.test) {
-    r->test_tokens.push_back(r->tokenizer->encode(data.dataset.examples[static_cast<std::size_t>(i)].text));
-    r->test_labels.push_back(data.dataset.examples[static_cast<std::size_t>(i)].label);
+    const auto& e = data.dataset.examples[static_cast<std::size_t>(i)];
+    out.tokens.push_back(tok.encode(e.text));
+    out.labels.push_back(e.label);
   }
-  return r;
-}
-
-}  // namespace
-
-std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir) {
-  const RunConfig cfg = read_run_config(run_dir);
-  return load_run(TextClassificationJob::from_json(cfg.json, cfg.path), run_dir);
+  return out;
 }
 
 std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir) {
-  auto r = load_run(job, run_dir);
-  const ClassificationMetrics m = evaluate_classifier(*r->model, r->test_tokens, r->test_labels, r->job.eval_batch,
-                                                      r->job.max_len, r->job.train.precision);
+  LoadedTextClassifier r(job, run_dir);
+  const TokenizedExamples test = classifier_test_split(r.job, *r.tokenizer);
+  const ClassificationMetrics m = evaluate_classifier(r.model(), test.tokens, test.labels, r.job.eval_batch,
+                                                      r.job.max_len, r.job.train.precision);
   check_finite_result("the test loss", m.loss);
   return {test_line(m)};
 }

@@ -14,6 +14,7 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/jobs.h"
+#include "multihead/tasks/loaded_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/run_dir.h"
 
@@ -38,36 +39,27 @@ std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& t
   return ids;
 }
 
-// The tokenizer of a run directory, checked against the vocabulary its
-// config names (before any weights are read).
-std::unique_ptr<Tokenizer> run_tokenizer(const std::string& dir, std::int64_t vocab_size) {
-  std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(dir) / "tokenizer").string());
-  check_run_vocabulary(vocab_size, *tok, dir);
-  return tok;
-}
-
 // What every loaded run of a token model has: its job, its tokenizer and
-// its model with the last checkpoint's weights.
+// its model with the last checkpoint's weights (tasks/loaded_run.h).
 template <typename Job, typename Model>
-class LoadedRun : public TrainedRun {
+class TokenModelRun : public TrainedRun {
  public:
   const char* task() const override { return Job::kTask; }
 
  protected:
-  LoadedRun(const Job& job, const std::string& dir, Precision precision)
-      : job_(job), precision_(precision), tok_(run_tokenizer(dir, job.model.vocab_size)), trained_(job.model, dir) {}
+  TokenModelRun(const Job& job, const std::string& dir, Precision precision) : loaded_(job, dir), precision_(precision) {}
 
-  Job job_;
+  LoadedRun<Job, Model> loaded_;
   Precision precision_;
-  std::unique_ptr<Tokenizer> tok_;
-  TrainedModel<Model> trained_;
-  Model& model_ = trained_.model;
+  const Job& job_ = loaded_.job;
+  const std::unique_ptr<Tokenizer>& tok_ = loaded_.tokenizer;
+  Model& model_ = loaded_.model();
 };
 
-class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClassifier> {
+class ClassifierRun final : public TokenModelRun<TextClassificationJob, SequenceClassifier> {
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
-      : LoadedRun(job, dir, precision) {
+      : TokenModelRun(job, dir, precision) {
     // results.json names the classes. A run made before it existed has none:
     // its classes are their numbers, and the run says so.
     const fs::path results = fs::path(dir) / "results.json";
@@ -152,10 +144,10 @@ class ClassifierRun final : public LoadedRun<TextClassificationJob, SequenceClas
   }
 };
 
-class LanguageModelRun final : public LoadedRun<LanguageModelJob, LanguageModel> {
+class LanguageModelRun final : public TokenModelRun<LanguageModelJob, LanguageModel> {
  public:
   LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
-      : LoadedRun(job, dir, precision) {}
+      : TokenModelRun(job, dir, precision) {}
 
   std::vector<std::string> request_fields() const override { return {"tokens", "temperature", "top_k", "top_p", "seed"}; }
 
@@ -198,7 +190,7 @@ class LanguageModelRun final : public LoadedRun<LanguageModelJob, LanguageModel>
 class PronunciationRun final : public TrainedRun {
  public:
   PronunciationRun(const PronunciationJob& job, const std::string& dir, Precision precision)
-      : run_(load_pronunciation_run(job, dir)) {
+      : run_(std::make_unique<LoadedPronouncer>(job, dir)) {
     run_->job.train.precision = precision;
   }
 
@@ -236,7 +228,7 @@ class PronunciationRun final : public TrainedRun {
     letters.resize(std::min<std::size_t>(letters.size(), static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1))));
     std::string word;
     for (const auto& l : letters) word += l;
-    return encoder_self_attention(*run_->model, run_->vocab.encode_word(word), letters, run_->job.train.precision);
+    return encoder_self_attention(run_->model(), run_->vocab.encode_word(word), letters, run_->job.train.precision);
   }
 
   // The encoder's self-attention, then the decoder's cross-attention over
@@ -247,7 +239,7 @@ class PronunciationRun final : public TrainedRun {
     std::string word;
     for (const auto& l : encoder.tokens) word += l;
     const std::vector<Pronounced> best = pronounce({word}, 1, 1).front();
-    DecoderAttentionMaps decoder = decoder_attention_maps(*run_->model, run_->vocab, run_->vocab.encode_word(word),
+    DecoderAttentionMaps decoder = decoder_attention_maps(run_->model(), run_->vocab, run_->vocab.encode_word(word),
                                                           encoder.tokens,
                                                           run_->vocab.encode_phonemes(best.front().phonemes),
                                                           run_->job.train.precision);

@@ -1,7 +1,8 @@
 // A run directory that no longer matches its checkpoint is refused: a
 // config.json edited in a key that keeps every weight's shape (nhead,
 // norm_first), a results.json that is garbage or names another number of
-// classes, a checkpoint whose header was edited. A run without results.json
+// classes, a checkpoint whose header was edited, data whose classes are no
+// longer the model's. A run without results.json
 // still predicts, and says which names it gave the classes.
 #include <gtest/gtest.h>
 
@@ -81,6 +82,21 @@ TEST_F(RunMismatch, AConfigThatKeepsTheShapesButNotTheModelIsRefused) {
   EXPECT_EQ(read_file(ckpt), before);
   // Restored, the run predicts as before.
   write_file_atomic(cfg, config);
+  CliRun p = run(predict);
+  EXPECT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(p.out, good_predictions);
+}
+
+// eval re-reads the data for its test split: data that has gained a class
+// since the run is refused by name, not evaluated against the wrong head.
+TEST_F(RunMismatch, DataWithOtherClassesThanTheModelIsRefusedByEval) {
+  const fs::path data = dir / "tiny.csv";
+  std::ofstream(data, std::ios::app) << "so so meh,neutral\nokay so so,neutral\n";
+  CliRun r = run("eval --run " + out.string() + " --threads 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "multihead: error: " + data.string() + " now has 3 classes; the run's model was trained on 2\n");
+  EXPECT_TRUE(r.out.empty());
+  // predict reads no data, and answers as before.
   CliRun p = run(predict);
   EXPECT_EQ(p.code, 0) << p.err;
   EXPECT_EQ(p.out, good_predictions);

@@ -51,7 +51,13 @@ TEST_F(ApplyErrors, BadConfigs) {
             "m.json: missing required key 'embed_dim'");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"is_causal":true,"causal_alignment":"left"})",
                      weights, inputs),
-            "causal_alignment must be \"top_left\" or \"bottom_right\", got \"left\"");
+            "m.json: causal_alignment must be \"top_left\" or \"bottom_right\", got \"left\"");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"kdim":"8"})", weights, inputs),
+            "m.json: 'kdim' must be an integer");
+  EXPECT_EQ(error_of(R"({"type":"TransformerEncoderLayer","d_model":16,"nhead":4,"dropout":1.5})", weights, inputs),
+            "m.json: dropout must be in [0, 1], got 1.5");
+  EXPECT_EQ(error_of(R"({"type":"TransformerEncoderLayer","nhead":4})", weights, inputs),
+            "m.json: missing required key 'd_model'");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"batch_first":false})", weights,
                      inputs),
             "batch_first must be true: multihead is batch-first (B, L, E)");

@@ -2,6 +2,7 @@
 // keys keeping their defaults, and every error naming the file and key.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,14 @@ struct Settings {
   std::vector<std::int64_t> lengths = {1, 2};
   Shape shape = Shape::kRound;
   std::int64_t depth = 4;  // in the "inner" section
+  std::int64_t width = 16;  // required
+  std::int64_t kdim = 0;    // 0 written and read as null
 };
 
 template <typename Keys, typename S>
 void settings_keys(Keys& k, S& s) {
   k("name", s.name)("on", s.on)("rate", s.rate)("count", s.count)("seed", s.seed)("lengths", s.lengths);
+  k.required("width", s.width, between(1, 64)).or_null("kdim", s.kdim, 0);
   k.named("shape", s.shape, shape_name, parse_shape);
   k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
 }
@@ -70,30 +74,58 @@ TEST(ConfigKeys, WhatIsWrittenReadsBackTheSame) {
   s.lengths = {4, 8, 16};
   s.shape = Shape::kSquare;
   s.depth = 9;
+  s.width = 32;
   const json config = write(s);
   EXPECT_EQ(config, json::parse(R"({"name": "custom", "on": false, "rate": 0.125, "count": -2, "seed": 99,
-                                    "lengths": [4, 8, 16], "shape": "square", "inner": {"depth": 9}})"));
+                                    "lengths": [4, 8, 16], "width": 32, "kdim": null, "shape": "square",
+                                    "inner": {"depth": 9}})"));
   EXPECT_EQ(write(read(config)), config);
+  s.kdim = 5;
+  EXPECT_EQ(write(s)["kdim"], 5);
+  EXPECT_EQ(read(write(s)).kdim, 5);
 }
 
 TEST(ConfigKeys, AbsentKeysKeepTheStructsDefaults) {
   const Settings defaults;
-  EXPECT_EQ(write(read(json::object())), write(defaults));
-  const Settings s = read(json{{"count", 11}, {"inner", json::object()}});
+  EXPECT_EQ(write(read(json{{"width", 16}})), write(defaults));
+  const Settings s = read(json{{"width", 16}, {"count", 11}, {"inner", json::object()}});
   EXPECT_EQ(s.count, 11);
   EXPECT_EQ(s.depth, defaults.depth);
   EXPECT_EQ(s.shape, Shape::kRound);
 }
 
 TEST(ConfigKeys, ErrorsNameTheFileTheSectionAndTheKey) {
-  EXPECT_EQ(read_error(json{{"cuont", 1}}), "s.json: unknown key 'cuont'");
-  EXPECT_EQ(read_error(json{{"inner", {{"deep", 1}}}}), "s.json: inner: unknown key 'deep'");
-  EXPECT_EQ(read_error(json{{"inner", 3}}), "s.json: 'inner' must be an object");
-  EXPECT_EQ(read_error(json{{"count", 1.5}}), "s.json: 'count' must be an integer");
-  EXPECT_EQ(read_error(json{{"on", "yes"}}), "s.json: 'on' must be true or false");
-  EXPECT_EQ(read_error(json{{"seed", -1}}), "s.json: 'seed' must be >= 0, got -1");
-  EXPECT_EQ(read_error(json{{"lengths", {1, 0}}}), "s.json: 'lengths' must be a list of positive integers");
-  EXPECT_EQ(read_error(json{{"shape", "oval"}}), "s.json: shape must be round or square, got 'oval'");
+  auto with_width = [](json j) {
+    j["width"] = 16;
+    return j;
+  };
+  EXPECT_EQ(read_error(with_width({{"cuont", 1}})), "s.json: unknown key 'cuont'");
+  EXPECT_EQ(read_error(with_width({{"inner", {{"deep", 1}}}})), "s.json: inner: unknown key 'deep'");
+  EXPECT_EQ(read_error(with_width({{"inner", 3}})), "s.json: 'inner' must be an object");
+  EXPECT_EQ(read_error(with_width({{"count", 1.5}})), "s.json: 'count' must be an integer");
+  EXPECT_EQ(read_error(with_width({{"on", "yes"}})), "s.json: 'on' must be true or false");
+  EXPECT_EQ(read_error(with_width({{"seed", -1}})), "s.json: 'seed' must be >= 0, got -1");
+  // An integer beyond int64 is refused as given, not wrapped to a negative one.
+  EXPECT_EQ(read_error(with_width({{"count", 18446744073709551615ull}})),
+            "s.json: 'count' must be at most 9223372036854775807, got 18446744073709551615");
+  EXPECT_EQ(read_error(with_width({{"lengths", {1, 0}}})), "s.json: 'lengths' must be a list of positive integers");
+  EXPECT_EQ(read_error(with_width({{"shape", "oval"}})), "s.json: shape must be round or square, got 'oval'");
+  EXPECT_EQ(read_error(with_width({{"kdim", "4"}})), "s.json: 'kdim' must be an integer");
+  EXPECT_EQ(read_error(json::object()), "s.json: missing required key 'width'");
+  EXPECT_EQ(read_error(json{{"width", 65}}), "s.json: width must be in [1, 64], got 65");
+}
+
+TEST(ConfigKeys, TheDescriptionNamesRequiredAndNullableKeys) {
+  ConfigDescriber d;
+  const Settings settings;
+  settings_keys(d, settings);
+  std::map<std::string, KeyDescription> rows;
+  for (const KeyDescription& r : d.rows()) rows[r.path] = r;
+  EXPECT_EQ(rows.at("width").default_value, "required");
+  EXPECT_EQ(rows.at("width").bounds, "in [1, 64]");
+  EXPECT_EQ(rows.at("kdim").type, "integer or null");
+  EXPECT_EQ(rows.at("kdim").default_value, "null");
+  EXPECT_EQ(rows.at("inner.depth").default_value, "4");
 }
 
 // A key given twice is refused wherever it stands (nlohmann::json would keep

@@ -49,9 +49,10 @@ struct TokenizerConfig {
 // Trains on `texts` (the training split only).
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts);
 
-// A run's tokenizer and its config.json agree on the vocabulary size; a run
-// where they differ was edited or mixed from two runs, and every command
-// that loads it refuses it the same way (IoError naming `run_dir`).
-void check_run_vocabulary(std::int64_t config_vocab_size, const Tokenizer& tok, const std::string& run_dir);
+// A run directory's tokenizer (run_dir/tokenizer), checked against the
+// vocabulary size its config.json records: a run where they differ was
+// edited or mixed from two runs, and every command that loads it refuses it
+// the same way (IoError naming `run_dir`).
+std::unique_ptr<Tokenizer> load_run_tokenizer(const std::string& run_dir, std::int64_t config_vocab_size);
 
 }  // namespace multihead

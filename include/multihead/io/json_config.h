@@ -12,6 +12,8 @@
 //     template <class Keys, class S>  // S: Settings to read, const Settings otherwise
 //     static void keys(Keys& k, S& s) {
 //       k("count", s.count, between(1, 64))("rate", s.rate, positive());
+//       k.required("width", s.width, between(1, 4096));  // no default: must be given
+//       k.or_null("kdim", s.kdim, 0);                     // null (None) reads as 0
 //       k.named("shape", s.shape, shape_name, parse_shape);
 //       k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
 //     }
@@ -111,6 +113,18 @@ class ConfigReader {
     if (!has(key)) value = fallback;
     return (*this)(key, value);
   }
+  // A key that must be given (the struct's value is no default).
+  template <typename T, typename... Bounds>
+  ConfigReader& required(const std::string& key, T& value, const Bounds&... range) {
+    check<ConfigError>(has(key), "{}: missing required key '{}'", source_, key);
+    return (*this)(key, value, range...);
+  }
+  // An integer that may be null (PyTorch's None), read as `null_value`.
+  ConfigReader& or_null(const std::string& key, std::int64_t& value, std::int64_t null_value) {
+    value = get_int_or_null(key, value);
+    if (has(key) && obj_.at(key).is_null()) value = null_value;
+    return *this;
+  }
   // A pair of numbers kept as a two-element array (PyTorch's betas).
   ConfigReader& pair(const std::string& key, double& first, double& second);
   // An enum kept as its name: from_name reads it (throwing ConfigError for
@@ -160,6 +174,14 @@ class ConfigWriter {
   ConfigWriter& with_default(const std::string& key, const T& value, const T& /*fallback*/, const Rest&...) {
     return (*this)(key, value);
   }
+  template <typename T, typename... Bounds>
+  ConfigWriter& required(const std::string& key, const T& value, const Bounds&... /*range*/) {
+    return (*this)(key, value);
+  }
+  ConfigWriter& or_null(const std::string& key, std::int64_t value, std::int64_t null_value) {
+    out_[key] = value == null_value ? nlohmann::json(nullptr) : nlohmann::json(value);
+    return *this;
+  }
   ConfigWriter& pair(const std::string& key, double first, double second) {
     out_[key] = {first, second};
     return *this;
@@ -198,6 +220,13 @@ class ConfigChecker {
                               const char* /*default_text*/) {
     return *this;
   }
+  template <typename T, typename... Bounds>
+  ConfigChecker& required(const std::string& key, const T& value, const Bounds&... range) {
+    return (*this)(key, value, range...);
+  }
+  ConfigChecker& or_null(const std::string& /*key*/, std::int64_t /*value*/, std::int64_t /*null_value*/) {
+    return *this;
+  }
   ConfigChecker& pair(const std::string& /*key*/, double /*first*/, double /*second*/) { return *this; }
   template <typename E, typename Name, typename Parse>
   ConfigChecker& named(const std::string& /*key*/, const E& /*value*/, Name /*to_name*/, Parse /*from_name*/) {
@@ -219,8 +248,9 @@ void check_keys(const S& s) {
 // The key list's side of documentation: a row a key, in the list's order.
 struct KeyDescription {
   std::string path;  // "train.lr"
-  std::string type;  // "integer", "number", "boolean", "string", "name", "list of integers", "pair of numbers"
-  std::string default_value;  // as JSON, or what the default follows
+  // "integer", "number", "boolean", "string", "name", "list of integers", "pair of numbers", "integer or null"
+  std::string type;
+  std::string default_value;  // as JSON, what the default follows, or "required"
   std::string bounds;         // "in [1, 65536]", or empty
 };
 
@@ -244,6 +274,13 @@ class ConfigDescriber {
   ConfigDescriber& with_default(const std::string& key, const T& /*value*/, const T& /*fallback*/,
                                 const char* default_text) {
     return add(key, type_name<T>(), default_text, "");
+  }
+  template <typename T>
+  ConfigDescriber& required(const std::string& key, const T& /*value*/, const Range& range = {}) {
+    return add(key, type_name<T>(), "required", range.text());
+  }
+  ConfigDescriber& or_null(const std::string& key, std::int64_t value, std::int64_t null_value) {
+    return add(key, "integer or null", value == null_value ? "null" : nlohmann::json(value).dump(), "");
   }
   ConfigDescriber& pair(const std::string& key, double first, double second) {
     return add(key, "pair of numbers", nlohmann::json({first, second}).dump(), "");

@@ -59,14 +59,15 @@ struct ModelConfig {
   static void keys(Keys& k, Self& m, std::int64_t vocab_default = 0) {
     k.with_default("vocab_size", m.vocab_size, vocab_default, between(1, kMaxVocab), "the tokenizer's or data's");
     k("num_classes", m.num_classes, between(1, kMaxVocab));
-    k.with_default("d_model", m.layer.d_model, std::int64_t{128}, between(1, kMaxWidth), "128");
+    using Layer = TransformerLayerConfig;
+    k.with_default("d_model", m.layer.d_model, std::int64_t{128}, Layer::kWidth, "128");
     k.with_default("nhead", m.layer.nhead, std::int64_t{4}, "4");
     k("num_layers", m.num_layers, between(1, kMaxLayers));
-    k.with_default("dim_feedforward", m.layer.dim_feedforward, 4 * m.layer.d_model, between(1, kMaxFeedforward),
+    k.with_default("dim_feedforward", m.layer.dim_feedforward, 4 * m.layer.d_model, Layer::kFeedforward,
                    "4 x d_model");
-    k("dropout", m.layer.dropout, between(0, 1));
+    k("dropout", m.layer.dropout, Layer::kDropout);
     k.named("activation", m.layer.activation, activation_name, parse_activation);
-    k("layer_norm_eps", m.layer.layer_norm_eps, positive());
+    k("layer_norm_eps", m.layer.layer_norm_eps, Layer::kNormEps);
     k("norm_first", m.layer.norm_first)("final_norm", m.final_norm);
     k.named("positions", m.positions, position_kind_name, parse_position_kind);
     k("max_len", m.max_len, between(1, kMaxLength));

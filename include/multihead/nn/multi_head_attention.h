@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "multihead/core/precision.h"
@@ -84,6 +85,20 @@ struct MultiheadAttentionConfig : AttentionPattern {
   double rope_theta = 10000.0;
   std::int64_t relative_clip = 16;
   bool relative_values = true;
+
+  // The constructor's keys as PyTorch names them (apply's module JSON):
+  // embed_dim and num_heads have no default there; kdim and vdim may be
+  // null (None, embed_dim's). Positions are the layer's and the model's to
+  // set. num_heads's bound follows embed_dim and is validate()'s.
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& c) {
+    k.required("embed_dim", c.embed_dim, between(1, kMaxWidth)).required("num_heads", c.num_heads);
+    k("dropout", c.dropout, between(0, 1))("bias", c.bias);
+    k("add_bias_kv", c.add_bias_kv)("add_zero_attn", c.add_zero_attn);
+    k.or_null("kdim", c.kdim, 0).or_null("vdim", c.vdim, 0);
+    AttentionPattern::keys(k, static_cast<std::conditional_t<std::is_const_v<Self>, const AttentionPattern,
+                                                             AttentionPattern>&>(c));
+  }
 
   std::int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
   std::int64_t value_dim() const { return vdim > 0 ? vdim : embed_dim; }

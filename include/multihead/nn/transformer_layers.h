@@ -36,6 +36,25 @@ struct TransformerLayerConfig {
   bool relative_values = true;
   AttentionPattern pattern;  // of self-attention; see multi_head_attention.h
 
+  // The bounds of the layer's sizes, the same wherever a config sets them
+  // (these keys, and the model section's).
+  static constexpr Range kWidth = between(1, kMaxWidth);
+  static constexpr Range kFeedforward = between(1, kMaxFeedforward);
+  static constexpr Range kDropout = between(0, 1);
+  static constexpr Range kNormEps = positive();
+
+  // The constructor's keys as PyTorch names them (apply's module JSON);
+  // d_model and nhead have no default there. nhead's bound, [1, d_model],
+  // follows d_model and is validate()'s.
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& c) {
+    k.required("d_model", c.d_model, kWidth).required("nhead", c.nhead);
+    k("dim_feedforward", c.dim_feedforward, kFeedforward)("dropout", c.dropout, kDropout);
+    k.named("activation", c.activation, activation_name, parse_activation);
+    k("layer_norm_eps", c.layer_norm_eps, kNormEps)("norm_first", c.norm_first);
+    AttentionPattern::keys(k, c.pattern);
+  }
+
   MultiheadAttentionConfig attention() const;
   void validate() const;
 };

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
+#include "multihead/io/json_config.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/trained_run.h"
 
@@ -22,6 +23,18 @@ struct AnswerSettings {
   std::int64_t tokens = 200;                // language models: tokens generated
   SamplingConfig sampling{0.8, 0, 0.95, 0};  // language models
   std::int64_t n_best = 1, beam = 0;        // pronunciation runs (beam 0: the run's, at least n_best)
+
+  // The settings' keys, as a request to `multihead serve` names them (a
+  // kind takes those of its TrainedRun::request_fields()); max_tokens and
+  // max_beam bound tokens, n_best and beam.
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& s, std::int64_t max_tokens, std::int64_t max_beam) {
+    k("tokens", s.tokens, between(0, static_cast<double>(max_tokens)));
+    k("temperature", s.sampling.temperature, at_least(0))("top_k", s.sampling.top_k, at_least(0));
+    k("top_p", s.sampling.top_p, Range{0, 1, true, false})("seed", s.sampling.seed);
+    k("n_best", s.n_best, between(1, static_cast<double>(max_beam)));
+    k("beam", s.beam, between(0, static_cast<double>(max_beam)));
+  }
   bool operator==(const AnswerSettings& o) const {
     return tokens == o.tokens && sampling.temperature == o.sampling.temperature && sampling.top_k == o.sampling.top_k &&
            sampling.top_p == o.sampling.top_p && sampling.seed == o.sampling.seed && n_best == o.n_best &&

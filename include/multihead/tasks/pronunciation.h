@@ -141,13 +141,21 @@ DecoderAttentionMaps decoder_attention_maps(EncoderDecoder& model, const Pronunc
                                             const std::vector<std::int64_t>& phoneme_ids, Precision precision);
 
 // A trained run loaded back: its job, vocabulary and model.
+// A trained pronunciation run loaded back: its vocabularies (vocab.json),
+// its job with the model's vocabulary sizes taken from them (config.json
+// leaves them out, as run_job derives them from the data) and the model
+// with the last checkpoint's weights.
 struct LoadedPronouncer {
-  PronunciationJob job;
+  LoadedPronouncer(const PronunciationJob& job, const std::string& run_dir);
+  LoadedPronouncer(const LoadedPronouncer&) = delete;
+  LoadedPronouncer& operator=(const LoadedPronouncer&) = delete;
+
+  EncoderDecoder& model() { return trained.model; }
+
   PronunciationVocab vocab;
-  ParamStore store;
-  std::unique_ptr<EncoderDecoder> model;
+  PronunciationJob job;
+  TrainedModel<EncoderDecoder> trained;
 };
-std::unique_ptr<LoadedPronouncer> load_pronunciation_run(const PronunciationJob& job, const std::string& run_dir);
 
 struct Pronounced {
   std::vector<std::string> phonemes;

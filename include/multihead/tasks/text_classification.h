@@ -13,6 +13,7 @@
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/loaded_run.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
@@ -79,16 +80,18 @@ TextClassificationResult run_job(const TextClassificationJob& job, RunDir& run, 
 // "test accuracy: ...", "training: ...": what `multihead train` prints.
 std::vector<std::string> summary_lines(const TextClassificationResult& result);
 
-// A trained run loaded back: its job, tokenizer, model and tokenised test split.
-struct LoadedTextClassifier {
-  TextClassificationJob job;
-  std::unique_ptr<Tokenizer> tokenizer;
-  ParamStore store;
-  std::unique_ptr<SequenceClassifier> model;
-  std::vector<std::vector<std::int64_t>> test_tokens;
-  std::vector<std::int64_t> test_labels;
+// A trained classifier run loaded back (tasks/loaded_run.h).
+using LoadedTextClassifier = LoadedRun<TextClassificationJob, SequenceClassifier>;
+
+// Examples as token ids with their labels.
+struct TokenizedExamples {
+  std::vector<std::vector<std::int64_t>> tokens;
+  std::vector<std::int64_t> labels;
 };
-std::unique_ptr<LoadedTextClassifier> load_text_classification_run(const std::string& run_dir);
+// The test split of the job's data, split as training split it and
+// tokenised by the run's tokenizer. Data whose classes are no longer the
+// model's is a ConfigError naming both counts.
+TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok);
 
 // Accuracy and mean loss over tokenised examples, in batches (eval mode).
 ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
