@@ -13,6 +13,7 @@
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear_attention.h"
 #include "multihead/kernels/positions.h"
+#include "multihead/nn/attention_kernel.h"
 #include "timing.h"
 
 namespace multihead {
@@ -101,7 +102,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   Tensor lse({B, H, L});
   Tensor probs = cfg.impl == AttentionImpl::kReference ? Tensor({B, H, L, L}) : Tensor();
   AttentionDims d{B, H, L, L, D, D};
-  AttentionMasks<float> masks;
+  ScoreTerms<float> terms;
+  AttentionMasks<float>& masks = terms.masks;
   masks.causal = call.causal;
   if (cfg.variant == AttentionVariant::kSlidingWindow) masks.window_left = masks.window_right = cfg.window;
   // Position terms the kernel itself adds (rotary positions turn q and k
@@ -110,12 +112,14 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   Tensor rel = cfg.positions == AttentionPositions::kRelative ? Tensor({4, nb, D}) : Tensor();
   if (rel.defined()) {
     for (float& v : rel.span_f32()) v = 0.1f * rng.normal();
-    masks.relative.rel_k = rel.f32(), masks.relative.rel_v = rel.f32() + nb * D;
-    masks.relative.d_rel_k = rel.f32() + 2 * nb * D, masks.relative.d_rel_v = rel.f32() + 3 * nb * D;
-    masks.relative.clip = cfg.relative_clip;
+    terms.positions.relative.rel_k = rel.f32(), terms.positions.relative.rel_v = rel.f32() + nb * D;
+    terms.positions.relative.clip = cfg.relative_clip;
   }
+  const RelativePositionGrads<float> d_relative =
+      rel.defined() ? RelativePositionGrads<float>{rel.f32() + 2 * nb * D, rel.f32() + 3 * nb * D}
+                    : RelativePositionGrads<float>{};
   const std::vector<float> slopes = alibi_slopes(H);
-  if (cfg.positions == AttentionPositions::kAlibi) masks.alibi_slopes = slopes.data();
+  if (cfg.positions == AttentionPositions::kAlibi) terms.positions.alibi_slopes = slopes.data();
   AttentionTiles tiles = cfg.tiles;
   if (cfg.variant == AttentionVariant::kBlockSparse) {
     masks.sparse_block = cfg.block_size, masks.sparse_neighbours = 1;
@@ -139,22 +143,25 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
       linear_attention_forward<float>(ow, qv, kv, vv, d, la);
       if (cfg.backward) linear_attention_backward<float>(dqw, dkw, dvw, gv, qv, kv, vv, d, la);
     } else if (cfg.impl == AttentionImpl::kFused && st == DType::kF32) {
-      attention_fused_forward(ow, lse.f32(), qv, kv, vv, masks, d, scale, {}, tiles);
+      attention_fused_forward(ow, lse.f32(), qv, kv, vv, terms, d, scale, {}, tiles);
       if (cfg.backward)
-        attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, masks, d, scale, {}, tiles);
+        attention_fused_backward(dqw, dkw, dvw, lse.f32(), ov, gv, qv, kv, vv, terms, d, scale, {}, tiles, d_relative);
     } else if (cfg.impl == AttentionImpl::kFused) {
       visit_float_storage(st, [&](auto tag) {
         using T = decltype(tag);
         const T* p = qkv16.data<T>();
         const HeadsView<const T> q16{p, L * PW, PW, D}, k16{p + E, L * PW, PW, D, G}, v16{p + E + KE, L * PW, PW, D, G};
-        attention_fused_forward<T>({o16.data<T>(), L * E, E, D}, lse.f32(), q16, k16, v16, masks, d, scale, {}, tiles);
+        // The kernel the layer runs for this storage (bf16 products where the CPU has them).
+        attention_stored_forward<T>({o16.data<T>(), L * E, E, D}, lse.f32(), q16, k16, v16, terms, d, scale, {},
+                                    tiles);
         if (cfg.backward)
-          attention_fused_backward<T>(dqw, dkw, dvw, lse.f32(), {o16.data<T>(), L * E, E, D}, gv, q16, k16, v16,
-                                      masks, d, scale, {}, tiles);
+          attention_stored_backward<T>(dqw, dkw, dvw, lse.f32(), {o16.data<T>(), L * E, E, D}, gv, q16, k16, v16,
+                                       terms, d, scale, {}, tiles, d_relative);
       });
     } else {
-      attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, masks, d, scale, {});
-      if (cfg.backward) attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, masks, d, scale, {});
+      attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, terms, d, scale, {});
+      if (cfg.backward)
+        attention_ref_backward<float>(dqw, dkw, dvw, probs.f32(), gv, qv, kv, vv, terms, d, scale, {}, d_relative);
     }
   };
   r.attention_ms = median(time_ms(cfg.warmup, cfg.iters, kernel_iter));

@@ -28,15 +28,15 @@ namespace multihead::HWY_NAMESPACE {
 using namespace bf16_blocks;
 
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
-                            HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d,
+                            HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d,
                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
-  const MaskGeometry geo(masks, d);
-  const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
+  const MaskGeometry geo(terms, d);
+  const std::int64_t Br = query_block(tiles, terms.masks), Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
-  const RelativePositions<float>& rel = masks.relative;
+  const RelativePositions<float>& rel = terms.positions.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   using C = Carver;
   // Per thread, for one run of Sr keys at a time: scores (Br, Sr) fp32 and
@@ -114,7 +114,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
                                  rel.rel_v ? nb : 0, true)) {
             if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
             if (rel.rel_v)
-              bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
+              bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, terms.positions.query_offset + i0 + r, rel);
           }
           round_operand(run.row(pb, r), x, run.n);
         }
@@ -141,9 +141,9 @@ namespace multihead {
 HWY_EXPORT(attention_bf16_forward);
 
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  MULTIHEAD_DISPATCH(attention_bf16_forward)(out, lse, q, k, v, masks, d, scale, dropout, tiles);
+  MULTIHEAD_DISPATCH(attention_bf16_forward)(out, lse, q, k, v, terms, d, scale, dropout, tiles);
 }
 
 }  // namespace multihead

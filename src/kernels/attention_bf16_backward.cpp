@@ -29,14 +29,14 @@ using namespace bf16_blocks;
 
 void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
                              HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q,
-                             HeadsView<const BF16> k, HeadsView<const BF16> v, const AttentionMasks<float>& masks,
+                             HeadsView<const BF16> k, HeadsView<const BF16> v, const ScoreTerms<float>& terms,
                              const AttentionDims& d, float scale, const AttentionDropout& dropout,
-                             const AttentionTiles& tiles) {
+                             const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
-  const MaskGeometry geo(masks, d);
-  const std::int64_t Br = query_block(tiles, masks), Bc = tiles.k_block;
-  const RelativePositions<float>& rel = masks.relative;
+  const MaskGeometry geo(terms, d);
+  const std::int64_t Br = query_block(tiles, terms.masks), Bc = tiles.k_block;
+  const RelativePositions<float>& rel = terms.positions.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   using C = Carver;
   // Per thread, for one run of Sr keys at a time: P, dropout(P) when
@@ -185,7 +185,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             // out_i also held sum_j pd_ij rel_v[c]: rel_v's gradient gains the
             // bucket sums of pd times dO_i.
             if (rel.rel_v)
-              bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, masks.query_offset + i0 + r, rel);
+              bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, terms.positions.query_offset + i0 + r, rel);
             if (kv_on_tiles) pack_as_produced(pp, pd, r, nr, run.n);
             else round_operand(run.row(b16, r), x, run.n);
           }
@@ -201,7 +201,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
           // dS rounded for the products.
           for (std::int64_t r = 0; r < nr; ++r) {
             float* x = run.row(dp, r);
-            const std::int64_t qpos = masks.query_offset + i0 + r, jm = masked_keys(geo, run.j0, run.n);
+            const std::int64_t qpos = terms.positions.query_offset + i0 + r, jm = masked_keys(geo, run.j0, run.n);
             if (rel.rel_v) add_bucket_terms(x, jm, run.j0, qpos, da + (i0 + r) * nb, rel);
             if (dropout.active())
               simd::dropout_softmax_grad_row(x, run.row(p, r), run.row(pd, r), run.n, delta[i0 + r]);
@@ -242,7 +242,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
       hwy::FlushStream();  // the streamed rows, before any other thread reads them
     }
   }
-  if (rel.active()) add_relative_grads(rel, rel_grads.f32(), d.B * d.H, d.D, d.Dv);
+  if (rel.active()) add_relative_grads(rel, d_relative, rel_grads.f32(), d.B * d.H, d.D, d.Dv);
 }
 
 }  // namespace multihead::HWY_NAMESPACE
@@ -255,9 +255,9 @@ HWY_EXPORT(attention_bf16_backward);
 
 void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
     HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  MULTIHEAD_DISPATCH(attention_bf16_backward)(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  MULTIHEAD_DISPATCH(attention_bf16_backward)(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
 }
 
 }  // namespace multihead

@@ -30,15 +30,15 @@ using namespace attention_tiles;
 template <typename T>
 void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
                               HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q,
-                              HeadsView<const T> k, HeadsView<const T> v, const AttentionMasks<float>& masks,
+                              HeadsView<const T> k, HeadsView<const T> v, const ScoreTerms<float>& terms,
                               const AttentionDims& d, float scale, const AttentionDropout& dropout,
-                              const AttentionTiles& tiles) {
+                              const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
-  const MaskGeometry geo(masks, d);
+  const MaskGeometry geo(terms, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const TileMath tm{tiles_use_blas(tiles, d)};
-  const RelativePositions<float>& rel = masks.relative;
+  const RelativePositions<float>& rel = terms.positions.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // Per thread: P, dropout(P) and dP tiles (Br, Bc); dK, dV accumulators
   // (Bc, D), (Bc, Dv); delta_i = dO_i . O_i (L); K^T and V^T of a key tile
@@ -138,7 +138,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             std::fill(gb, gb + nr * nb, 0.0f);
             for (std::int64_t r = 0; r < nr; ++r) {
               const float* dar = da + (i0 + r) * nb;
-              const std::int64_t qpos = masks.query_offset + i0 + r;
+              const std::int64_t qpos = terms.positions.query_offset + i0 + r;
               add_bucket_terms(dp + r * Bc, jm, j0, qpos, dar, rel);
               bucket_sums(gb + r * nb, pv + r * Bc, jm, j0, qpos, rel);
             }
@@ -155,7 +155,7 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
             // of dS, dQ += scale * g rel_k and rel_k's gradient += scale * g^T Q.
             std::fill(gb, gb + nr * nb, 0.0f);
             for (std::int64_t r = 0; r < nr; ++r)
-              bucket_sums(gb + r * nb, dp + r * Bc, jm, j0, masks.query_offset + i0 + r, rel);
+              bucket_sums(gb + r * nb, dp + r * Bc, jm, j0, terms.positions.query_offset + i0 + r, rel);
             small_ab(dq.at(b, h) + i0 * dq.row_stride, gb, rel.rel_k, nr, d.D, nb, scale, dq.row_stride, nb);
             small_atb(drk, gb, nb, qi, d.D, nr, nb, d.D, scale);
           }
@@ -171,27 +171,27 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
       hwy::FlushStream();  // the streamed rows, before any other thread reads them
     }
   }
-  if (rel.active()) add_relative_grads(rel, rel_grads.f32(), d.B * d.H, d.D, d.Dv);
+  if (rel.active()) add_relative_grads(rel, d_relative, rel_grads.f32(), d.B * d.H, d.D, d.Dv);
 }
 
 // One function for each element type: HWY_EXPORT takes no templates.
 void attention_fused_backward_f32(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
     HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q, HeadsView<const float> k,
-    HeadsView<const float> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  HWY_NAMESPACE::attention_fused_backward<float>(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+    HeadsView<const float> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  HWY_NAMESPACE::attention_fused_backward<float>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
 }
 void attention_fused_backward_bf16(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
     HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  HWY_NAMESPACE::attention_fused_backward<BF16>(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  HWY_NAMESPACE::attention_fused_backward<BF16>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
 }
 void attention_fused_backward_f16(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
     HeadsView<const F16> out, HeadsView<const float> dout, HeadsView<const F16> q, HeadsView<const F16> k,
-    HeadsView<const F16> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  HWY_NAMESPACE::attention_fused_backward<F16>(dq, dk, dv, lse, out, dout, q, k, v, masks, d, scale, dropout, tiles);
+    HeadsView<const F16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  HWY_NAMESPACE::attention_fused_backward<F16>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
 }
 
 }  // namespace multihead::HWY_NAMESPACE
@@ -207,8 +207,8 @@ HWY_EXPORT(attention_fused_backward_f16);
 template <typename T>
 void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
     HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q, HeadsView<const T> k,
-    HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+    HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
   check_attention_dims(d, true);
   check_attention_views(d, out, q, k, v);
   check_heads_view("dout", dout, d.B * d.L, d.Dv);
@@ -217,25 +217,25 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
   check_heads_view("dv", dv, d.B * d.S, d.Dv);
   for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_backward_f32),
                       MULTIHEAD_DISPATCH(attention_fused_backward_bf16),
-                      MULTIHEAD_DISPATCH(attention_fused_backward_f16))(dq, dk, dv, lse, out, dout, q, k, v, masks, d,
-                                                                        scale, dropout, tiles);
+                      MULTIHEAD_DISPATCH(attention_fused_backward_f16))(dq, dk, dv, lse, out, dout, q, k, v, terms, d,
+                                                                        scale, dropout, tiles, d_relative);
 }
 
 template void attention_fused_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                               HeadsView<const float>, HeadsView<const float>, HeadsView<const float>,
                                               HeadsView<const float>, HeadsView<const float>,
-                                              const AttentionMasks<float>&, const AttentionDims&, float,
-                                              const AttentionDropout&, const AttentionTiles&);
+                                              const ScoreTerms<float>&, const AttentionDims&, float,
+                                              const AttentionDropout&, const AttentionTiles&, const RelativePositionGrads<float>&);
 template void attention_fused_backward<BF16>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                              HeadsView<const BF16>, HeadsView<const float>, HeadsView<const BF16>,
-                                             HeadsView<const BF16>, HeadsView<const BF16>, const AttentionMasks<float>&,
+                                             HeadsView<const BF16>, HeadsView<const BF16>, const ScoreTerms<float>&,
                                              const AttentionDims&, float, const AttentionDropout&,
-                                             const AttentionTiles&);
+                                             const AttentionTiles&, const RelativePositionGrads<float>&);
 template void attention_fused_backward<F16>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                             HeadsView<const F16>, HeadsView<const float>, HeadsView<const F16>,
-                                            HeadsView<const F16>, HeadsView<const F16>, const AttentionMasks<float>&,
+                                            HeadsView<const F16>, HeadsView<const F16>, const ScoreTerms<float>&,
                                             const AttentionDims&, float, const AttentionDropout&,
-                                            const AttentionTiles&);
+                                            const AttentionTiles&, const RelativePositionGrads<float>&);
 
 }  // namespace multihead
 #endif  // HWY_ONCE

@@ -26,14 +26,14 @@ using namespace attention_tiles;
 
 template <typename T>
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
-                             HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& d,
+                             HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& d,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_tiles(tiles);
-  const MaskGeometry geo(masks, d);
+  const MaskGeometry geo(terms, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const TileMath tm{tiles_use_blas(tiles, d)};
-  const RelativePositions<float>& rel = masks.relative;
+  const RelativePositions<float>& rel = terms.positions.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   // P (Br, Bc), K^T (D, Bc) in panels, qa (Br, nb); 16-bit storage: a query
   // block (Br, D) and a key tile (Bc, D), widened.
@@ -92,19 +92,19 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
 
 // One function for each element type: HWY_EXPORT takes no templates.
 void attention_fused_weights_f32(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
-    HeadsView<const float> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    HeadsView<const float> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  HWY_NAMESPACE::attention_fused_weights<float>(weights, average_heads, lse, q, k, masks, d, scale, dropout, tiles);
+  HWY_NAMESPACE::attention_fused_weights<float>(weights, average_heads, lse, q, k, terms, d, scale, dropout, tiles);
 }
 void attention_fused_weights_bf16(float* weights, bool average_heads, const float* lse, HeadsView<const BF16> q,
-    HeadsView<const BF16> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    HeadsView<const BF16> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  HWY_NAMESPACE::attention_fused_weights<BF16>(weights, average_heads, lse, q, k, masks, d, scale, dropout, tiles);
+  HWY_NAMESPACE::attention_fused_weights<BF16>(weights, average_heads, lse, q, k, terms, d, scale, dropout, tiles);
 }
 void attention_fused_weights_f16(float* weights, bool average_heads, const float* lse, HeadsView<const F16> q,
-    HeadsView<const F16> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    HeadsView<const F16> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
-  HWY_NAMESPACE::attention_fused_weights<F16>(weights, average_heads, lse, q, k, masks, d, scale, dropout, tiles);
+  HWY_NAMESPACE::attention_fused_weights<F16>(weights, average_heads, lse, q, k, terms, d, scale, dropout, tiles);
 }
 
 }  // namespace multihead::HWY_NAMESPACE
@@ -119,24 +119,24 @@ HWY_EXPORT(attention_fused_weights_f16);
 
 template <typename T>
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
-    HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& d, float scale,
+    HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_attention_dims(d, true);
   check_heads_view("query", q, d.B * d.L, d.D);
   check_heads_view("key", k, d.B * d.S, d.D);
   for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_weights_f32), MULTIHEAD_DISPATCH(attention_fused_weights_bf16),
-                      MULTIHEAD_DISPATCH(attention_fused_weights_f16))(weights, average_heads, lse, q, k, masks, d,
+                      MULTIHEAD_DISPATCH(attention_fused_weights_f16))(weights, average_heads, lse, q, k, terms, d,
                                                                        scale, dropout, tiles);
 }
 
 template void attention_fused_weights<float>(float*, bool, const float*, HeadsView<const float>, HeadsView<const float>,
-                                             const AttentionMasks<float>&, const AttentionDims&, float,
+                                             const ScoreTerms<float>&, const AttentionDims&, float,
                                              const AttentionDropout&, const AttentionTiles&);
 template void attention_fused_weights<BF16>(float*, bool, const float*, HeadsView<const BF16>, HeadsView<const BF16>,
-                                            const AttentionMasks<float>&, const AttentionDims&, float,
+                                            const ScoreTerms<float>&, const AttentionDims&, float,
                                             const AttentionDropout&, const AttentionTiles&);
 template void attention_fused_weights<F16>(float*, bool, const float*, HeadsView<const F16>, HeadsView<const F16>,
-                                           const AttentionMasks<float>&, const AttentionDims&, float,
+                                           const ScoreTerms<float>&, const AttentionDims&, float,
                                            const AttentionDropout&, const AttentionTiles&);
 
 }  // namespace multihead

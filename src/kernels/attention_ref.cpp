@@ -42,14 +42,14 @@ T dot_n(const T* a, const T* b, std::int64_t n) {
 
 template <typename T>
 void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
-                           HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
-                           const AttentionDropout& dropout) {
+                           HeadsView<const T> v, const ScoreTerms<std::type_identity_t<T>>& terms,
+                           const AttentionDims& d, T scale, const AttentionDropout& dropout) {
   check_attention_dims(d, std::is_same_v<T, float>);
   check_attention_views(d, out, q, k, v);
   const StepProfileScope profile(StepPart::kAttention);
   std::vector<T> dropped;
-  const RelativePositions<T>& rel = masks.relative;
-  const std::int64_t cols = masks.masked_cols < 0 ? d.S : masks.masked_cols;
+  const RelativePositions<T>& rel = terms.positions.relative;
+  const std::int64_t cols = terms.masks.masked_cols < 0 ? d.S : terms.masks.masked_cols;
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.H; ++h) {
       T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
@@ -58,10 +58,10 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
            p, d.S);
       for (std::int64_t i = 0; i < d.L; ++i) {
         T* row = p + i * d.S;
-        for (std::int64_t j = 0; j < d.S; ++j) row[j] += masks.bias(d, b, h, i, j);
+        for (std::int64_t j = 0; j < d.S; ++j) row[j] += terms.bias(d, b, h, i, j);
         if (rel.active())
           for (std::int64_t j = 0; j < cols; ++j)
-            row[j] += scale * dot_n(q.at(b, h) + i * q.row_stride, rel.rel_k + rel.bucket(masks.query_offset + i, j) * d.D, d.D);
+            row[j] += scale * dot_n(q.at(b, h) + i * q.row_stride, rel.rel_k + rel.bucket(terms.positions.query_offset + i, j) * d.D, d.D);
         softmax_row(row, d.S);
       }
       const T* pv = dropped_probs<T>(p, dropped, d, b, h, dropout);
@@ -71,7 +71,7 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
         for (std::int64_t i = 0; i < d.L; ++i) {
           T* o = out.at(b, h) + i * out.row_stride;
           for (std::int64_t j = 0; j < cols; ++j) {
-            const T* rv = rel.rel_v + rel.bucket(masks.query_offset + i, j) * d.Dv;
+            const T* rv = rel.rel_v + rel.bucket(terms.positions.query_offset + i, j) * d.Dv;
             for (std::int64_t e = 0; e < d.Dv; ++e) o[e] += pv[i * d.S + j] * rv[e];
           }
         }
@@ -82,8 +82,9 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
 template <typename T>
 void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const T* probs,
                             HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
-                            HeadsView<const T> v, const AttentionMasks<T>& masks, const AttentionDims& d, T scale,
-                            const AttentionDropout& dropout) {
+                            HeadsView<const T> v, const ScoreTerms<std::type_identity_t<T>>& terms,
+                            const AttentionDims& d, T scale, const AttentionDropout& dropout,
+                            const RelativePositionGrads<std::type_identity_t<T>>& d_relative) {
   check_attention_dims(d, std::is_same_v<T, float>);
   check_heads_view("dout", dout, d.B * d.L, d.Dv);
   check_heads_view("query", q, d.B * d.L, d.D);
@@ -95,8 +96,8 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
   const StepProfileScope profile(StepPart::kAttention);
   std::vector<T> dp(static_cast<std::size_t>(d.L * d.S));
   std::vector<T> dropped;
-  const RelativePositions<T>& rel = masks.relative;
-  const std::int64_t cols = masks.masked_cols < 0 ? d.S : masks.masked_cols;
+  const RelativePositions<T>& rel = terms.positions.relative;
+  const std::int64_t cols = terms.masks.masked_cols < 0 ? d.S : terms.masks.masked_cols;
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.H; ++h) {
       const T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
@@ -112,10 +113,10 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
         for (std::int64_t i = 0; i < d.L; ++i) {
           const T* go = dout.at(b, h) + i * dout.row_stride;
           for (std::int64_t j = 0; j < cols; ++j) {
-            const std::int64_t c = rel.bucket(masks.query_offset + i, j);
+            const std::int64_t c = rel.bucket(terms.positions.query_offset + i, j);
             dp[static_cast<std::size_t>(i * d.S + j)] += dot_n(go, rel.rel_v + c * d.Dv, d.Dv);
-            if (rel.d_rel_v)
-              for (std::int64_t e = 0; e < d.Dv; ++e) rel.d_rel_v[c * d.Dv + e] += pv[i * d.S + j] * go[e];
+            if (d_relative.d_rel_v)
+              for (std::int64_t e = 0; e < d.Dv; ++e) d_relative.d_rel_v[c * d.Dv + e] += pv[i * d.S + j] * go[e];
           }
         }
       if (dropout.active()) apply_dropout(dp.data(), d, b, h, dropout);
@@ -131,11 +132,11 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
           T* gq = dq.at(b, h) + i * dq.row_stride;
           const T* qi = q.at(b, h) + i * q.row_stride;
           for (std::int64_t j = 0; j < cols; ++j) {
-            const std::int64_t c = rel.bucket(masks.query_offset + i, j);
+            const std::int64_t c = rel.bucket(terms.positions.query_offset + i, j);
             const T g = scale * dp[static_cast<std::size_t>(i * d.S + j)];
             for (std::int64_t e = 0; e < d.D; ++e) gq[e] += g * rel.rel_k[c * d.D + e];
-            if (rel.d_rel_k)
-              for (std::int64_t e = 0; e < d.D; ++e) rel.d_rel_k[c * d.D + e] += g * qi[e];
+            if (d_relative.d_rel_k)
+              for (std::int64_t e = 0; e < d.D; ++e) d_relative.d_rel_k[c * d.D + e] += g * qi[e];
           }
         }
     }
@@ -165,12 +166,12 @@ void attention_weights_from_probs(T* weights, const T* probs, const AttentionDim
 
 #define MULTIHEAD_INSTANTIATE(T)                                                                                  \
   template void attention_ref_forward<T>(HeadsView<T>, T*, HeadsView<const T>, HeadsView<const T>,               \
-                                         HeadsView<const T>, const AttentionMasks<T>&, const AttentionDims&, T,   \
+                                         HeadsView<const T>, const ScoreTerms<T>&, const AttentionDims&, T,      \
                                          const AttentionDropout&);                                                \
   template void attention_ref_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, const T*, HeadsView<const T>, \
                                           HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,             \
-                                          const AttentionMasks<T>&, const AttentionDims&, T,                      \
-                                          const AttentionDropout&);                                               \
+                                          const ScoreTerms<T>&, const AttentionDims&, T, const AttentionDropout&, \
+                                          const RelativePositionGrads<T>&);                                       \
   template void attention_weights_from_probs<T>(T*, const T*, const AttentionDims&, bool, const AttentionDropout&);
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(double)

@@ -72,18 +72,19 @@ struct TilePlan {
 
 struct MaskGeometry {
   const AttentionMasks<float>& m;
+  const ScorePositions<float>& pos;
   const AttentionDims& d;
   std::int64_t cols;    // keys the masks cover
   std::int64_t offset;  // causal: query i sees keys j <= i + offset
-  bool has_tensor_masks;
+  bool has_tensor_masks;  // masks or position terms that act score by score
 
-  MaskGeometry(const AttentionMasks<float>& masks, const AttentionDims& dims)
-      : m(masks),
+  MaskGeometry(const ScoreTerms<float>& terms, const AttentionDims& dims)
+      : m(terms.masks),
+        pos(terms.positions),
         d(dims),
-        cols(masks.masked_cols < 0 ? dims.S : masks.masked_cols),
-        offset(masks.causal == CausalAlign::kBottomRight ? cols - dims.L : 0),
-        has_tensor_masks(masks.key_padding_bool || masks.key_padding_add || masks.attn_bool || masks.attn_add ||
-                         masks.alibi_slopes || masks.relative.active()) {}
+        cols(m.masked_cols < 0 ? dims.S : m.masked_cols),
+        offset(m.causal == CausalAlign::kBottomRight ? cols - dims.L : 0),
+        has_tensor_masks(m.key_padding_bool || m.key_padding_add || m.attn_bool || m.attn_add || pos.active()) {}
 
   TilePlan plan(std::int64_t b, std::int64_t i0, std::int64_t nr, std::int64_t j0, std::int64_t nc) const {
     TilePlan p;
@@ -157,14 +158,14 @@ struct MaskGeometry {
         const float* am = m.attn_add + a;
         for (std::int64_t c = 0; c < jm; ++c) row[c] += am[c];
       }
-      if (m.relative.active()) {
-        const float* qar = qa + r * m.relative.buckets();
-        const std::int64_t qpos = m.query_offset + i;
-        add_bucket_terms(row, jm, j0, qpos, qar, m.relative);
+      if (pos.relative.active()) {
+        const float* qar = qa + r * pos.relative.buckets();
+        const std::int64_t qpos = pos.query_offset + i;
+        add_bucket_terms(row, jm, j0, qpos, qar, pos.relative);
       }
-      if (m.alibi_slopes) {
-        const float slope = m.alibi_slopes[h];
-        const std::int64_t qpos = m.query_offset + i - j0;
+      if (pos.alibi_slopes) {
+        const float slope = pos.alibi_slopes[h];
+        const std::int64_t qpos = pos.query_offset + i - j0;
         for (std::int64_t c = 0; c < jm; ++c) row[c] -= slope * static_cast<float>(qpos > c ? qpos - c : c - qpos);
       }
       if (m.key_padding_bool) {
@@ -313,16 +314,16 @@ struct RelativeGradSlot {
 };
 
 // Adds the relative-position gradients of every (batch, head), g (BH, nb,
-// D + Dv), into rel's d_rel_k and d_rel_v, in a fixed order so that the sum
+// D + Dv), into out's d_rel_k and d_rel_v, in a fixed order so that the sum
 // does not depend on which thread ran which head.
-inline void add_relative_grads(const RelativePositions<float>& rel, const float* g, std::int64_t BH, std::int64_t D,
-                               std::int64_t Dv) {
+inline void add_relative_grads(const RelativePositions<float>& rel, const RelativePositionGrads<float>& out,
+                               const float* g, std::int64_t BH, std::int64_t D, std::int64_t Dv) {
   const std::int64_t nb = rel.buckets();
   for (std::int64_t bh = 0; bh < BH; ++bh, g += nb * (D + Dv)) {
-    if (rel.d_rel_k)
-      for (std::int64_t e = 0; e < nb * D; ++e) rel.d_rel_k[e] += g[e];
-    if (rel.d_rel_v && rel.rel_v)
-      for (std::int64_t e = 0; e < nb * Dv; ++e) rel.d_rel_v[e] += g[nb * D + e];
+    if (out.d_rel_k)
+      for (std::int64_t e = 0; e < nb * D; ++e) out.d_rel_k[e] += g[e];
+    if (out.d_rel_v && rel.rel_v)
+      for (std::int64_t e = 0; e < nb * Dv; ++e) out.d_rel_v[e] += g[nb * D + e];
   }
 }
 

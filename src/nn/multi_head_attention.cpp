@@ -260,7 +260,19 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   project(c.v, 0, KE, value, saved_value, wv, bias_part(2), B * S, cfg_.value_dim(), KE);
 }
 
-void MultiheadAttention::add_positions(AttentionMasks<float>& masks) {
+ScorePositions<float> MultiheadAttention::score_positions(std::int64_t query_offset) const {
+  ScorePositions<float> p;
+  p.query_offset = query_offset;
+  if (cfg_.positions == AttentionPositions::kAlibi) p.alibi_slopes = alibi_slopes_.data();
+  if (cfg_.positions == AttentionPositions::kRelative) {
+    p.relative.rel_k = store_->data(relative_key_);
+    p.relative.rel_v = relative_value_ != kNone ? store_->data(relative_value_) : nullptr;
+    p.relative.clip = cfg_.relative_clip;
+  }
+  return p;
+}
+
+void MultiheadAttention::add_positions(ScoreTerms<float>& terms) {
   Saved& c = saved_;
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim(), PW = E + 2 * KE, L = c.dims.L, S = c.S_in;
   // Rotary positions turn the projected queries and keys in place, before
@@ -271,18 +283,8 @@ void MultiheadAttention::add_positions(AttentionMasks<float>& masks) {
     const std::int64_t ldq = c.self ? PW : E, ldk = c.self ? PW : KE;
     rotate({qp, L * ldq, ldq, c.dims.D}, {kp, S * ldk, ldk, c.dims.D}, S, false);
   }
-  masks.query_offset = c.query_offset;
-  if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
-  if (cfg_.positions == AttentionPositions::kRelative) {
-    masks.relative.rel_k = store_->data(relative_key_);
-    masks.relative.d_rel_k = store_->grad(relative_key_);
-    if (relative_value_ != kNone) {
-      masks.relative.rel_v = store_->data(relative_value_);
-      masks.relative.d_rel_v = store_->grad(relative_value_);
-    }
-    masks.relative.clip = cfg_.relative_clip;
-  }
-  add_pattern(masks);
+  terms.positions = score_positions(c.query_offset);
+  add_pattern(terms.masks);
 }
 
 void MultiheadAttention::store_projections() {
@@ -321,11 +323,12 @@ void MultiheadAttention::store_projections() {
   });
 }
 
-void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_weights) {
+void MultiheadAttention::attend(const ScoreTerms<float>& terms, bool need_weights) {
   Saved& c = saved_;
   const AttentionDims& d = c.dims;
   const std::int64_t E = cfg_.embed_dim, B = d.B, H = d.H, L = d.L, S = c.S_in;
-  c.masks = masks;
+  c.terms = terms;
+  const AttentionMasks<float>& masks = terms.masks;
   c.attn = Tensor::empty({B, L, E}, c.store);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   if (cfg_.variant == AttentionVariant::kLinear) {
@@ -352,12 +355,12 @@ void MultiheadAttention::attend(const AttentionMasks<float>& masks, bool need_we
     visit_float_storage(c.store, [&](auto tag) {
       using T = decltype(tag);
       attention_stored_forward<T>({c.attn.data<T>(), L * E, E, d.Dv}, c.lse.f32(), q_view<T>(), k_view<T>(),
-                                  v_view<T>(), masks, d, scale, c.dropout, c.tiles);
+                                  v_view<T>(), terms, d, scale, c.dropout, c.tiles);
     });
   } else {
     c.probs = Tensor::empty({B, H, L, d.S});
     attention_ref_forward<float>({c.attn.f32(), L * E, E, d.Dv}, c.probs.f32(), q_view<float>(), k_view<float>(),
-                                 v_view<float>(), masks, d, scale, c.dropout);
+                                 v_view<float>(), terms, d, scale, c.dropout);
   }
   zero_masked_heads(c.attn, d.Dv);
 }
@@ -380,7 +383,7 @@ MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall
       visit_float_storage(c.store, [&](auto tag) {
         using T = decltype(tag);
         attention_fused_weights<T>(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view<T>(),
-                                   k_view<T>(), c.masks, d, scale, c.dropout, c.tiles);
+                                   k_view<T>(), c.terms, d, scale, c.dropout, c.tiles);
       });
     else
       attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
@@ -403,12 +406,12 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   for (const auto& [t, name] : {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}})
     check<ShapeError>(t->dtype() == DType::kF32, "{} has dtype {}, expected {}", name, dtype_name(t->dtype()),
                       dtype_name(DType::kF32));
-  AttentionMasks<float> masks = input_masks(key_padding_mask, attn_mask, call.causal, B, L, S);
+  ScoreTerms<float> terms(input_masks(key_padding_mask, attn_mask, call.causal, B, L, S));
   start_saved(query, key, value, call);
   project_inputs(query, key, value);
-  add_positions(masks);
+  add_positions(terms);
   store_projections();
-  attend(masks, call.need_weights);
+  attend(terms, call.need_weights);
   MultiheadAttentionOutput out = output(call);
   saved_.valid = true;
   return out;

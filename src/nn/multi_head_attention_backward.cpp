@@ -92,20 +92,27 @@ MultiheadAttention::ProjectionGrads MultiheadAttention::attend_backward(Tensor d
   const HeadsView<const float> dout_view{d_attn.f32(), L * E, E, d.Dv};
   if (cfg_.variant == AttentionVariant::kLinear) {
     LinearAttentionArgs<float> la;
-    la.key_padding = c.masks.key_padding_bool;
-    la.causal = c.masks.causal != CausalAlign::kNone;
+    la.key_padding = c.terms.masks.key_padding_bool;
+    la.causal = c.terms.masks.causal != CausalAlign::kNone;
     linear_attention_backward<float>(dq_view, dk_kernel, dv_kernel, dout_view, q_view<float>(), k_view<float>(),
                                      v_view<float>(), d, la);
-  } else if (c.impl == AttentionImpl::kFused) {
-    visit_float_storage(c.store, [&](auto tag) {
-      using T = decltype(tag);
-      attention_stored_backward<T>(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.data<T>(), L * E, E, d.Dv},
-                                   dout_view, q_view<T>(), k_view<T>(), v_view<T>(), c.masks, d, scale, c.dropout,
-                                   c.tiles);
-    });
   } else {
-    attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view<float>(),
-                                  k_view<float>(), v_view<float>(), c.masks, d, scale, c.dropout);
+    // The relative-position embeddings' gradients, added by the kernel.
+    RelativePositionGrads<float> d_relative;
+    if (cfg_.positions == AttentionPositions::kRelative) {
+      d_relative.d_rel_k = store_->grad(relative_key_);
+      if (relative_value_ != kNone) d_relative.d_rel_v = store_->grad(relative_value_);
+    }
+    if (c.impl == AttentionImpl::kFused)
+      visit_float_storage(c.store, [&](auto tag) {
+        using T = decltype(tag);
+        attention_stored_backward<T>(dq_view, dk_kernel, dv_kernel, c.lse.f32(), {c.attn.data<T>(), L * E, E, d.Dv},
+                                     dout_view, q_view<T>(), k_view<T>(), v_view<T>(), c.terms, d, scale, c.dropout,
+                                     c.tiles, d_relative);
+      });
+    else
+      attention_ref_backward<float>(dq_view, dk_kernel, dv_kernel, c.probs.f32(), dout_view, q_view<float>(),
+                                    k_view<float>(), v_view<float>(), c.terms, d, scale, c.dropout, d_relative);
   }
   // Backward runs once per forward: what only the kernel read can go now.
   d_attn = Tensor();

@@ -69,26 +69,20 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
     cache.length = past + T;
     // New query t sits at position past + t: bottom-right causal alignment.
     const AttentionDims d{B, H, T, cache.length, D, D};
-    AttentionMasks<float> masks;
-    masks.causal = CausalAlign::kBottomRight;
-    masks.query_offset = past;
-    add_pattern(masks);
-    if (cfg_.positions == AttentionPositions::kAlibi) masks.alibi_slopes = alibi_slopes_.data();
-    if (cfg_.positions == AttentionPositions::kRelative) {
-      masks.relative.rel_k = store_->data(relative_key_);
-      masks.relative.rel_v = relative_value_ != kNone ? store_->data(relative_value_) : nullptr;
-      masks.relative.clip = cfg_.relative_clip;
-    }
+    ScoreTerms<float> terms;
+    terms.masks.causal = CausalAlign::kBottomRight;
+    add_pattern(terms.masks);
+    terms.positions = score_positions(past);
     Tensor lse = Tensor::empty({B, H, T});
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     visit_float_storage(st, [&](auto tag) {
       using S = decltype(tag);
       const HeadsView<const S> qv{qkv.data<S>(), T * PW, PW, D}, kv{cache.k.data<S>(), cap * KE, KE, D, group};
       attention_stored_forward<S>({attn.data<S>(), T * E, E, D}, lse.f32(), qv, kv,
-                                  {cache.v.data<S>(), cap * KE, KE, D, group}, masks, d, scale, {});
+                                  {cache.v.data<S>(), cap * KE, KE, D, group}, terms, d, scale, {});
       if (weights) {
         *weights = Tensor::empty({B, H, T, cache.length});
-        attention_fused_weights<S>(weights->f32(), false, lse.f32(), qv, kv, masks, d, scale, {});
+        attention_fused_weights<S>(weights->f32(), false, lse.f32(), qv, kv, terms, d, scale, {});
       }
     });
   }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "multihead/train/train_config.h"
+
 namespace multihead {
 namespace {
 
@@ -125,6 +127,11 @@ void Sgd::load_state(const ParamStore& store, const TensorMap& in, const std::ma
   check<IoError>(it != meta.end() && it->second == "SGD", "checkpoint holds no SGD state");
   load_slot(store, buf_, "momentum_buffer", in);
   steps_ = meta_int(meta, "optimizer.step");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {
+  if (cfg.optimizer == OptimizerKind::kSgd) return std::make_unique<Sgd>(store, cfg.sgd);
+  return std::make_unique<AdamW>(store, cfg.adamw);
 }
 
 }  // namespace multihead

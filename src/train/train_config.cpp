@@ -49,9 +49,4 @@ std::int64_t EpochBudget::steps(std::int64_t examples, std::int64_t batch) const
   return max_steps > 0 ? std::min(all, max_steps) : all;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store) {
-  if (cfg.optimizer == OptimizerKind::kSgd) return std::make_unique<Sgd>(store, cfg.sgd);
-  return std::make_unique<AdamW>(store, cfg.adamw);
-}
-
 }  // namespace multihead

@@ -45,7 +45,7 @@ struct Data {
   std::vector<float> q, k, v, g;
   std::vector<std::uint8_t> kpm_b, attn_b;
   std::vector<float> kpm_f, attn_f, slopes, rel_k, rel_v;
-  AttentionMasks<float> masks;
+  ScoreTerms<float> terms;  // the masks, and the positions acting on the scores
   AttentionDropout drop;
 };
 
@@ -63,20 +63,20 @@ inline Data make(const Spec& s) {
   x.v = vec(d.B * d.S * d.H * d.Dv);
   x.g = vec(d.B * d.L * d.H * d.Dv);
   const std::int64_t cols = d.S - s.extra_cols;
-  x.masks.masked_cols = cols;
-  x.masks.causal = s.causal;
-  x.masks.attn_per_head = s.per_head;
+  x.terms.masks.masked_cols = cols;
+  x.terms.masks.causal = s.causal;
+  x.terms.masks.attn_per_head = s.per_head;
   if (s.kpm_bool) {
     x.kpm_b.resize(static_cast<std::size_t>(d.B * cols));
     for (auto& m : x.kpm_b) m = rng.uniform() < 0.3f;
     if (s.fully_masked) std::fill_n(x.kpm_b.begin(), cols, 1);  // batch 0: every key padded
     if (s.pad_tail > 0) std::fill_n(x.kpm_b.begin() + 2 * cols - s.pad_tail, s.pad_tail, 1);
     std::fill_n(x.kpm_b.begin(), s.pad_head, 1);
-    x.masks.key_padding_bool = x.kpm_b.data();
+    x.terms.masks.key_padding_bool = x.kpm_b.data();
   }
   if (s.kpm_float) {
     x.kpm_f = vec(d.B * cols);
-    x.masks.key_padding_add = x.kpm_f.data();
+    x.terms.masks.key_padding_add = x.kpm_f.data();
   }
   const std::int64_t rows = (s.per_head ? d.B * d.H : 1) * d.L;
   if (s.attn_bool || s.fully_masked) {
@@ -85,32 +85,32 @@ inline Data make(const Spec& s) {
       for (auto& m : x.attn_b) m = rng.uniform() < 0.3f;
     if (s.fully_masked)
       for (std::int64_t r = 0; r < rows; r += d.L) std::fill_n(x.attn_b.begin() + r * cols, cols, 1);
-    x.masks.attn_bool = x.attn_b.data();
+    x.terms.masks.attn_bool = x.attn_b.data();
   }
   if (s.attn_float) {
     x.attn_f = vec(rows * cols);
     if (s.fully_masked)  // a float -inf row masks too
       std::fill_n(x.attn_f.begin() + (d.L - 1) * cols, cols, -std::numeric_limits<float>::infinity());
-    x.masks.attn_add = x.attn_f.data();
+    x.terms.masks.attn_add = x.attn_f.data();
   }
   x.drop = AttentionDropout{s.dropout, 99, 3};
-  x.masks.query_offset = s.query_offset;
-  x.masks.window_left = s.window_left;
-  x.masks.window_right = s.window_right;
-  x.masks.sparse_block = s.sparse_block;
-  x.masks.sparse_neighbours = s.sparse_neighbours;
-  x.masks.global_tokens = s.global_tokens;
+  x.terms.positions.query_offset = s.query_offset;
+  x.terms.masks.window_left = s.window_left;
+  x.terms.masks.window_right = s.window_right;
+  x.terms.masks.sparse_block = s.sparse_block;
+  x.terms.masks.sparse_neighbours = s.sparse_neighbours;
+  x.terms.masks.global_tokens = s.global_tokens;
   if (s.alibi) {
     x.slopes = alibi_slopes(d.H);
-    x.masks.alibi_slopes = x.slopes.data();
+    x.terms.positions.alibi_slopes = x.slopes.data();
   }
   if (s.rel_clip >= 0) {
     x.rel_k = vec((2 * s.rel_clip + 1) * d.D);
-    x.masks.relative.rel_k = x.rel_k.data();
-    x.masks.relative.clip = s.rel_clip;
+    x.terms.positions.relative.rel_k = x.rel_k.data();
+    x.terms.positions.relative.clip = s.rel_clip;
     if (s.rel_values) {
       x.rel_v = vec((2 * s.rel_clip + 1) * d.Dv);
-      x.masks.relative.rel_v = x.rel_v.data();
+      x.terms.positions.relative.rel_v = x.rel_v.data();
     }
   }
   return x;
@@ -281,14 +281,13 @@ inline Reference reference(const Spec& s, const Data& x, float scale) {
   r.out.resize(x.g.size());
   r.probs.resize(static_cast<std::size_t>(d.B * d.H * d.L * d.S));
   attention_ref_forward<float>(view(r.out.data(), d, d.L, d.Dv), r.probs.data(), cv(x.q, d.L, d.D),
-                               cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.masks, d, scale, x.drop);
+                               cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop);
   r.drk.resize(x.rel_k.size()), r.drv.resize(x.rel_v.size());
-  AttentionMasks<float> masks = x.masks;
-  masks.relative.d_rel_k = r.drk.data(), masks.relative.d_rel_v = r.drv.data();
   r.dq.resize(x.q.size()), r.dk.resize(x.k.size()), r.dv.resize(x.v.size());
   attention_ref_backward<float>(view(r.dq.data(), d, d.L, d.D), view(r.dk.data(), d, d.S, d.D),
                                 view(r.dv.data(), d, d.S, d.Dv), r.probs.data(), cv(x.g, d.L, d.Dv),
-                                cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks, d, scale, x.drop);
+                                cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop,
+                                {r.drk.data(), r.drv.data()});
   return r;
 }
 

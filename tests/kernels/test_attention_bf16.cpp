@@ -110,11 +110,11 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
   const test::Reference ref = test::reference(s, x, scale);
   std::vector<float> out_f(x.g.size()), lse_f(static_cast<std::size_t>(d.B * d.H * d.L));
   attention_fused_forward<float>(view(out_f.data(), d, d.L, d.Dv), lse_f.data(), cv(x.q, d.L, d.D),
-                                 cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.masks, d, scale, x.drop, s.tiles);
+                                 cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles);
   std::vector<BF16> out16(x.g.size(), BF16{float_to_bf16(7.0f)});
   std::vector<float> lse(lse_f.size(), 7.0f);
   attention_bf16_forward(view(out16.data(), d, d.L, d.Dv), lse.data(), cv16(q16, d.L, d.D), cv16(k16, d.S, d.D),
-                         cv16(v16, d.S, d.Dv), x.masks, d, scale, x.drop, s.tiles);
+                         cv16(v16, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles);
   EXPECT_TRUE(within_bf16(widened(out16), ref.out, 3)) << "output";
   for (std::size_t i = 0; i < lse.size(); ++i) {
     if (std::isinf(lse_f[i])) EXPECT_EQ(lse[i], lse_f[i]) << "lse " << i;
@@ -122,12 +122,11 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
   }
 
   std::vector<float> drk(x.rel_k.size()), drv(x.rel_v.size());
-  AttentionMasks<float> masks_b = x.masks;
-  masks_b.relative.d_rel_k = drk.data(), masks_b.relative.d_rel_v = drv.data();
   std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
   attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
                           lse.data(), cv16(out16, d.L, d.Dv), cv(x.g, d.L, d.Dv), cv16(q16, d.L, d.D),
-                          cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), masks_b, d, scale, x.drop, s.tiles);
+                          cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles,
+                          {drk.data(), drv.data()});
   EXPECT_TRUE(within_bf16(dq, ref.dq, 6)) << "dq";
   EXPECT_TRUE(within_bf16(dk, ref.dk, 6)) << "dk";
   EXPECT_TRUE(within_bf16(dv, ref.dv, 6)) << "dv";
@@ -143,16 +142,15 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
   std::vector<BF16> out_b(out16.size());
   std::vector<float> lse_b(lse.size());
   attention_bf16_forward(view(out_b.data(), d, d.L, d.Dv), lse_b.data(), cv16(q16, d.L, d.D), cv16(k16, d.S, d.D),
-                         cv16(v16, d.S, d.Dv), x.masks, d, scale, drop, s.tiles);
+                         cv16(v16, d.S, d.Dv), x.terms, d, scale, drop, s.tiles);
   EXPECT_TRUE(test::same_bits(widened(out_b), widened(out16))) << "output";
   EXPECT_TRUE(test::same_bits(lse_b, lse)) << "lse";
   std::vector<float> drk_b(x.rel_k.size()), drv_b(x.rel_v.size());
-  masks_b.relative.d_rel_k = drk_b.data(), masks_b.relative.d_rel_v = drv_b.data();
   std::vector<float> dq_b(x.q.size()), dk_b(x.k.size()), dv_b(x.v.size());
   attention_bf16_backward(view(dq_b.data(), d, d.L, d.D), view(dk_b.data(), d, d.S, d.D),
                           view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv16(out16, d.L, d.Dv), cv(x.g, d.L, d.Dv),
-                          cv16(q16, d.L, d.D), cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), masks_b, d, scale, drop,
-                          s.tiles);
+                          cv16(q16, d.L, d.D), cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), x.terms, d, scale, drop,
+                          s.tiles, {drk_b.data(), drv_b.data()});
   test::expect_same_bits({{"dq", dq_b, dq}, {"dk", dk_b, dk}, {"dv", dv_b, dv}, {"d_rel_k", drk_b, drk},
                           {"d_rel_v", drv_b, drv}});
 }
@@ -194,13 +192,13 @@ TEST(Bf16Attention, FullyMaskedRowsGiveExactZeros) {
     std::vector<float> lse(static_cast<std::size_t>(d.B * d.H * d.L), 7.0f);
     attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
                            view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                           x.masks, d, 0.5f, {});
+                           x.terms, d, 0.5f, {});
     std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
     attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
                             lse.data(), view<const BF16>(out.data(), d, d.L, d.Dv),
                             view<const float>(x.g.data(), d, d.L, d.Dv), view<const BF16>(q16.data(), d, d.L, d.D),
                             view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                            x.masks, d, 0.5f, {});
+                            x.terms, d, 0.5f, {});
     const std::vector<float> o = widened(out);
     const std::int64_t row = d.H * d.D;  // D == Dv
     for (std::int64_t b = 0; b < d.B; ++b)
@@ -232,7 +230,7 @@ std::vector<float> forward_rounded(Data& x, const AttentionDims& d, std::vector<
   lse.assign(static_cast<std::size_t>(d.H * d.L), 0.0f);
   attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
                          view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                         x.masks, d, 0.5f, {}, AttentionTiles{8, 8});
+                         x.terms, d, 0.5f, {}, AttentionTiles{8, 8});
   return widened(out);
 }
 
@@ -292,17 +290,17 @@ TEST(Bf16Attention, StoredEntryPointChoosesByPath) {
   auto cv16 = [&](const std::vector<BF16>& v) { return view<const BF16>(v.data(), d, d.L, d.D); };
   std::vector<BF16> direct(x.g.size()), fused(x.g.size()), stored(x.g.size());
   std::vector<float> l1(static_cast<std::size_t>(d.H * d.L)), l2 = l1, l3 = l1;
-  attention_bf16_forward(view(direct.data(), d, d.L, d.Dv), l1.data(), cv16(q16), cv16(k16), cv16(v16), x.masks, d,
+  attention_bf16_forward(view(direct.data(), d, d.L, d.Dv), l1.data(), cv16(q16), cv16(k16), cv16(v16), x.terms, d,
                          0.25f, {});
-  attention_fused_forward<BF16>(view(fused.data(), d, d.L, d.Dv), l2.data(), cv16(q16), cv16(k16), cv16(v16), x.masks,
+  attention_fused_forward<BF16>(view(fused.data(), d, d.L, d.Dv), l2.data(), cv16(q16), cv16(k16), cv16(v16), x.terms,
                                 d, 0.25f, {});
   attention_stored_forward<BF16>(view(stored.data(), d, d.L, d.Dv), l3.data(), cv16(q16), cv16(k16), cv16(v16),
-                                 x.masks, d, 0.25f, {});
+                                 x.terms, d, 0.25f, {});
   // The fused kernel: the fp32 tiles on the widened values, O rounded at the end.
   std::vector<float> o32(x.g.size());
   attention_fused_forward<float>(view(o32.data(), d, d.L, d.Dv), l1.data(), view<const float>(x.q.data(), d, d.L, d.D),
                                  view<const float>(x.k.data(), d, d.L, d.D),
-                                 view<const float>(x.v.data(), d, d.L, d.D), x.masks, d, 0.25f, {});
+                                 view<const float>(x.v.data(), d, d.L, d.D), x.terms, d, 0.25f, {});
   EXPECT_EQ(widened(round_bf16(o32)), widened(fused)) << "the fused kernel keeps the fp32 tiles";
   if (computes_in_bf16(DType::kBF16))
     EXPECT_EQ(widened(direct), widened(stored)) << "the CPU's bf16 path goes to the bf16 kernel";

@@ -37,26 +37,24 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
   const test::Reference ref = test::reference(s, x, scale);
   std::vector<float> out_f(x.g.size(), 7.0f), lse(static_cast<std::size_t>(d.B * d.H * d.L));
   attention_fused_forward(view(out_f.data(), d, d.L, d.Dv), lse.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D),
-                          cv(x.v, d.S, d.Dv), x.masks, d, scale, x.drop, s.tiles);
+                          cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles);
   EXPECT_TRUE(all_close_v(out_f, ref.out, 1e-5, 1e-4)) << "output";
 
   for (bool avg : {false, true}) {
     std::size_t n = static_cast<std::size_t>(d.B * (avg ? 1 : d.H) * d.L * d.S);
     std::vector<float> w_r(n), w_f(n, 7.0f);
     attention_weights_from_probs(w_r.data(), ref.probs.data(), d, avg, x.drop);
-    attention_fused_weights(w_f.data(), avg, lse.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), x.masks, d, scale,
+    attention_fused_weights(w_f.data(), avg, lse.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), x.terms, d, scale,
                             x.drop, s.tiles);
     EXPECT_TRUE(all_close_v(w_f, w_r, 1e-5, 1e-4)) << (avg ? "averaged weights" : "weights");
   }
 
   std::vector<float> drk_f(x.rel_k.size()), drv_f(x.rel_v.size());
-  AttentionMasks<float> masks_f = x.masks;
-  masks_f.relative.d_rel_k = drk_f.data(), masks_f.relative.d_rel_v = drv_f.data();
   std::vector<float> dq_f(x.q.size(), 7.0f), dk_f(x.k.size(), 7.0f), dv_f(x.v.size(), 7.0f);
   attention_fused_backward(view(dq_f.data(), d, d.L, d.D), view(dk_f.data(), d, d.S, d.D),
                            view(dv_f.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
-                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks_f, d, scale, x.drop,
-                           s.tiles);
+                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop,
+                           s.tiles, {drk_f.data(), drv_f.data()});
   EXPECT_TRUE(all_close_v(dq_f, ref.dq, 1e-5, 1e-4)) << "dq";
   EXPECT_TRUE(all_close_v(dk_f, ref.dk, 1e-5, 1e-4)) << "dk";
   EXPECT_TRUE(all_close_v(dv_f, ref.dv, 1e-5, 1e-4)) << "dv";
@@ -72,16 +70,15 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
   drop.keep_bits = bits.data();
   std::vector<float> out_b(out_f.size()), lse_b(lse.size());
   attention_fused_forward(view(out_b.data(), d, d.L, d.Dv), lse_b.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D),
-                          cv(x.v, d.S, d.Dv), x.masks, d, scale, drop, s.tiles);
+                          cv(x.v, d.S, d.Dv), x.terms, d, scale, drop, s.tiles);
   EXPECT_TRUE(test::same_bits(out_b, out_f)) << "output";
   EXPECT_TRUE(test::same_bits(lse_b, lse)) << "lse";
   std::vector<float> drk_b(x.rel_k.size()), drv_b(x.rel_v.size());
-  masks_f.relative.d_rel_k = drk_b.data(), masks_f.relative.d_rel_v = drv_b.data();
   std::vector<float> dq_b(x.q.size()), dk_b(x.k.size()), dv_b(x.v.size());
   attention_fused_backward(view(dq_b.data(), d, d.L, d.D), view(dk_b.data(), d, d.S, d.D),
                            view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
-                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), masks_f, d, scale, drop,
-                           s.tiles);
+                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, drop,
+                           s.tiles, {drk_b.data(), drv_b.data()});
   test::expect_same_bits({{"dq", dq_b, dq_f}, {"dk", dk_b, dk_f}, {"dv", dv_b, dv_f}, {"d_rel_k", drk_b, drk_f},
                           {"d_rel_v", drv_b, drv_f}});
 }
@@ -132,7 +129,7 @@ TEST(FusedAttention, FullyMaskedRowsGiveZerosAndInfiniteLse) {
   std::vector<float> out(x.g.size(), 7.0f), lse(static_cast<std::size_t>(d.B * d.H * d.L));
   attention_fused_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const float>(x.q.data(), d, d.L, d.D),
                           view<const float>(x.k.data(), d, d.S, d.D), view<const float>(x.v.data(), d, d.S, d.Dv),
-                          x.masks, d, 0.5f, x.drop);
+                          x.terms, d, 0.5f, x.drop);
   for (std::int64_t i = 0; i < d.L * d.Dv; ++i) EXPECT_EQ(out[static_cast<std::size_t>(i)], 0.0f);  // batch 0
   for (std::int64_t i = 0; i < d.L; ++i) EXPECT_EQ(lse[static_cast<std::size_t>(i)], std::numeric_limits<float>::infinity());
 }
@@ -156,8 +153,8 @@ TEST(FusedAttention, ANaNKeyReachesTheQueriesThatSeeIt) {
       std::vector<float> out(x.g.size(), 7.0f), lse(static_cast<std::size_t>(d.B * d.H * d.L));
       const auto q = view<const float>(x.q.data(), d, d.L, d.D), k = view<const float>(x.k.data(), d, d.S, d.D),
                  v = view<const float>(x.v.data(), d, d.S, d.Dv);
-      attention_ref_forward<float>(view(ref.data(), d, d.L, d.Dv), probs.data(), q, k, v, x.masks, d, 0.5f, x.drop);
-      attention_fused_forward(view(out.data(), d, d.L, d.Dv), lse.data(), q, k, v, x.masks, d, 0.5f, x.drop, tiles);
+      attention_ref_forward<float>(view(ref.data(), d, d.L, d.Dv), probs.data(), q, k, v, x.terms, d, 0.5f, x.drop);
+      attention_fused_forward(view(out.data(), d, d.L, d.Dv), lse.data(), q, k, v, x.terms, d, 0.5f, x.drop, tiles);
       for (std::int64_t i = 0; i < d.L; ++i)
         for (std::int64_t h = 0; h < d.H; ++h)
           for (std::int64_t e = 0; e < d.Dv; ++e) {
@@ -184,7 +181,7 @@ TEST(FusedAttention, AQueryOfNaNsGivesANaNRow) {
     std::vector<float> out(x.g.size(), 7.0f), lse(static_cast<std::size_t>(d.B * d.H * d.L));
     attention_fused_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const float>(x.q.data(), d, d.L, d.D),
                             view<const float>(x.k.data(), d, d.S, d.D), view<const float>(x.v.data(), d, d.S, d.Dv),
-                            x.masks, d, 0.5f, x.drop, tiles);
+                            x.terms, d, 0.5f, x.drop, tiles);
     for (std::int64_t i = 0; i < d.L; ++i)
       for (std::int64_t e = 0; e < d.Dv; ++e)
         ASSERT_EQ(std::isnan(out[static_cast<std::size_t>(i * d.Dv + e)]), i == 3) << "query " << i;

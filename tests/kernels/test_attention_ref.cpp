@@ -40,7 +40,8 @@ struct Problem {
   std::vector<std::uint8_t> kpm_b, attn_b;
   std::vector<double> kpm_f, attn_f;
   std::vector<double> slopes, rel_k, rel_v, d_rel_k, d_rel_v;
-  AttentionMasks<double> masks;
+  ScoreTerms<double> terms;  // the masks, and the positions acting on the scores
+  RelativePositionGrads<double> d_relative;
   AttentionDropout drop;
 
   Problem(AttentionDims dims, MaskSpec s, std::uint64_t seed) : d(dims), spec(s) {
@@ -49,20 +50,20 @@ struct Problem {
     k = random_vector(d.B * d.S * d.H * d.D, rng);
     v = random_vector(d.B * d.S * d.H * d.Dv, rng);
     const std::int64_t cols = d.S - s.extra_cols;
-    masks.masked_cols = cols;
-    masks.causal = s.causal;
+    terms.masks.masked_cols = cols;
+    terms.masks.causal = s.causal;
     if (s.kpm_bool) {
       kpm_b.resize(d.B * cols);
       for (auto& m : kpm_b) m = rng.uniform() < 0.3f;
       for (std::int64_t b = 0; b < d.B; ++b) kpm_b[b * cols] = 0;
-      masks.key_padding_bool = kpm_b.data();
+      terms.masks.key_padding_bool = kpm_b.data();
     }
     if (s.kpm_float) {
       kpm_f = random_vector(d.B * cols, rng);
-      masks.key_padding_add = kpm_f.data();
+      terms.masks.key_padding_add = kpm_f.data();
     }
     const std::int64_t attn_n = (s.per_head ? d.B * d.H : 1) * d.L * cols;
-    masks.attn_per_head = s.per_head;
+    terms.masks.attn_per_head = s.per_head;
     if (s.attn_bool || s.fully_masked_row) {
       attn_b.assign(attn_n, 0);
       if (s.attn_bool)
@@ -72,30 +73,30 @@ struct Problem {
         for (std::int64_t r = 0; r < attn_n / cols; ++r)
           if (r % d.L == 1)
             for (std::int64_t j = 0; j < cols; ++j) attn_b[r * cols + j] = 1;  // ...except query 1
-      masks.attn_bool = attn_b.data();
+      terms.masks.attn_bool = attn_b.data();
     }
     if (s.attn_float) {
       attn_f = random_vector(attn_n, rng);
-      masks.attn_add = attn_f.data();
+      terms.masks.attn_add = attn_f.data();
     }
     drop = AttentionDropout{s.dropout, seed, 11};
-    masks.query_offset = s.query_offset;
+    terms.positions.query_offset = s.query_offset;
     if (s.alibi) {
       for (std::int64_t h = 0; h < d.H; ++h) slopes.push_back(0.5 / static_cast<double>(h + 1));
-      masks.alibi_slopes = slopes.data();
+      terms.positions.alibi_slopes = slopes.data();
     }
     if (s.rel_clip >= 0) {
       const std::int64_t nb = 2 * s.rel_clip + 1;
       rel_k = random_vector(nb * d.D, rng);
       d_rel_k.assign(rel_k.size(), 0.0);
-      masks.relative.rel_k = rel_k.data();
-      masks.relative.d_rel_k = d_rel_k.data();
-      masks.relative.clip = s.rel_clip;
+      terms.positions.relative.rel_k = rel_k.data();
+      d_relative.d_rel_k = d_rel_k.data();
+      terms.positions.relative.clip = s.rel_clip;
       if (s.rel_values) {
         rel_v = random_vector(nb * d.Dv, rng);
         d_rel_v.assign(rel_v.size(), 0.0);
-        masks.relative.rel_v = rel_v.data();
-        masks.relative.d_rel_v = d_rel_v.data();
+        terms.positions.relative.rel_v = rel_v.data();
+        d_relative.d_rel_v = d_rel_v.data();
       }
     }
   }
@@ -111,7 +112,7 @@ struct Problem {
   std::vector<double> forward(std::vector<double>* probs_out = nullptr) const {
     std::vector<double> out(d.B * d.L * d.H * d.Dv), probs(d.B * d.H * d.L * d.S);
     attention_ref_forward<double>(mview(out, d.L, d.Dv), probs.data(), view(q, d.L, d.D), view(k, d.S, d.D),
-                                  view(v, d.S, d.Dv), masks, d, scale(), drop);
+                                  view(v, d.S, d.Dv), terms, d, scale(), drop);
     if (probs_out) *probs_out = probs;
     return out;
   }
@@ -204,7 +205,7 @@ TEST_P(AttentionRef, GradientsMatchFiniteDifferences) {
   std::vector<double> dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
   attention_ref_backward<double>(p.mview(dq, d.L, d.D), p.mview(dk, d.S, d.D), p.mview(dv, d.S, d.Dv), probs.data(),
                                  p.view(G, d.L, d.Dv), p.view(p.q, d.L, d.D), p.view(p.k, d.S, d.D),
-                                 p.view(p.v, d.S, d.Dv), p.masks, d, p.scale(), p.drop);
+                                 p.view(p.v, d.S, d.Dv), p.terms, d, p.scale(), p.drop, p.d_relative);
   EXPECT_TRUE(all_close_v(dq, numeric_grad(loss, p.q), test::kFdAtol, test::kFdRtol)) << "dq";
   EXPECT_TRUE(all_close_v(dk, numeric_grad(loss, p.k), test::kFdAtol, test::kFdRtol)) << "dk";
   EXPECT_TRUE(all_close_v(dv, numeric_grad(loss, p.v), test::kFdAtol, test::kFdRtol)) << "dv";
@@ -289,7 +290,7 @@ TEST(AttentionRefSemantics, FullyMaskedRowGivesZerosAndZeroGradients) {
   std::vector<double> G(out.size(), 1.0), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
   attention_ref_backward<double>(p.mview(dq, d.L, d.D), p.mview(dk, d.S, d.D), p.mview(dv, d.S, d.Dv), probs.data(),
                                  p.view(G, d.L, d.Dv), p.view(p.q, d.L, d.D), p.view(p.k, d.S, d.D),
-                                 p.view(p.v, d.S, d.Dv), p.masks, d, p.scale(), p.drop);
+                                 p.view(p.v, d.S, d.Dv), p.terms, d, p.scale(), p.drop, p.d_relative);
   for (double g : dq) EXPECT_TRUE(std::isfinite(g));
   for (std::int64_t h = 0; h < d.H; ++h)
     for (std::int64_t e = 0; e < d.D; ++e) EXPECT_EQ(dq[((0 * d.L + 1) * d.H + h) * d.D + e], 0.0);

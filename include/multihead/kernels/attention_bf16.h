@@ -31,14 +31,15 @@ namespace multihead {
 
 // out: (B, L, H, Dv) view, written; lse: (B, H, L), written.
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
-                            HeadsView<const BF16> v, const AttentionMasks<float>& masks, const AttentionDims& dims,
+                            HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& dims,
                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
 
-// dq, dk, dv: written, not accumulated.
+// dq, dk, dv: written, not accumulated; the relative-position gradients
+// added into d_relative.
 void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
                              HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q,
-                             HeadsView<const BF16> k, HeadsView<const BF16> v, const AttentionMasks<float>& masks,
+                             HeadsView<const BF16> k, HeadsView<const BF16> v, const ScoreTerms<float>& terms,
                              const AttentionDims& dims, float scale, const AttentionDropout& dropout,
-                             const AttentionTiles& tiles = {});
+                             const AttentionTiles& tiles = {}, const RelativePositionGrads<float>& d_relative = {});
 
 }  // namespace multihead

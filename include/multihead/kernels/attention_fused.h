@@ -45,24 +45,25 @@ struct AttentionTiles {
 // q: (B, L, H, D), k: (B, S, H, D), v: (B, S, H, Dv) views.
 template <typename T>
 void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
-                             HeadsView<const T> v, const AttentionMasks<float>& masks, const AttentionDims& dims,
+                             HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& dims,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
 
 // dq (B, L, H, D), dk (B, S, H, D), dv (B, S, H, Dv): written, not accumulated.
-// out and lse are the forward's results; dout is the gradient of out.
+// out and lse are the forward's results; dout is the gradient of out. The
+// relative-position embeddings' gradients are added into d_relative.
 template <typename T>
 void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
                               HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q,
-                              HeadsView<const T> k, HeadsView<const T> v, const AttentionMasks<float>& masks,
+                              HeadsView<const T> k, HeadsView<const T> v, const ScoreTerms<float>& terms,
                               const AttentionDims& dims, float scale, const AttentionDropout& dropout,
-                              const AttentionTiles& tiles = {});
+                              const AttentionTiles& tiles = {}, const RelativePositionGrads<float>& d_relative = {});
 
 // The weights nn.MultiheadAttention returns, recomputed tile by tile from the
 // saved lse: (B, H, L, S) per head, or (B, L, S) averaged over heads; after
 // dropout when dropout is active.
 template <typename T>
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
-                             HeadsView<const T> k, const AttentionMasks<float>& masks, const AttentionDims& dims,
+                             HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& dims,
                              float scale, const AttentionDropout& dropout, const AttentionTiles& tiles = {});
 
 }  // namespace multihead

@@ -1,5 +1,6 @@
 // Shared vocabulary of the attention kernels: sizes, strided head views,
-// masks (with PyTorch nn.MultiheadAttention polarity) and dropout.
+// masks (with PyTorch nn.MultiheadAttention polarity), the positions that act
+// on the scores, and dropout.
 #pragma once
 
 #include <cstdint>
@@ -42,21 +43,43 @@ enum class CausalAlign : std::uint8_t { kNone, kTopLeft, kBottomRight };
 // Shaw et al. (2018) relative positions. Key j, seen from query i, uses the
 // bucket c = clamp(j - (query_offset + i), -clip, clip) + clip:
 //   score_ij += scale * q_i . rel_k[c]          out_i += sum_j p_ij rel_v[c]
-// The embeddings are shared by all heads and batch elements. Backward adds
-// their gradients into d_rel_k and d_rel_v.
+// The embeddings are shared by all heads and batch elements.
 template <typename T>
 struct RelativePositions {
   const T* rel_k = nullptr;  // (2*clip + 1, D); null: no relative positions
   const T* rel_v = nullptr;  // (2*clip + 1, Dv), or null for keys only
   std::int64_t clip = 0;
-  T* d_rel_k = nullptr;  // backward only
-  T* d_rel_v = nullptr;
 
   bool active() const { return rel_k != nullptr; }
   std::int64_t buckets() const { return 2 * clip + 1; }
   std::int64_t bucket(std::int64_t query_pos, std::int64_t j) const {
     const std::int64_t r = j - query_pos;
     return (r < -clip ? -clip : r > clip ? clip : r) + clip;
+  }
+};
+
+// Where a backward pass adds the relative-position embeddings' gradients
+// (the shapes of rel_k and rel_v); null: not wanted.
+template <typename T>
+struct RelativePositionGrads {
+  T* d_rel_k = nullptr;  // (2*clip + 1, D), accumulated
+  T* d_rel_v = nullptr;  // (2*clip + 1, Dv), accumulated
+};
+
+// The positions that act on the scores inside attention, apart from the
+// masks: ALiBi (Press et al. 2022) adds -slope[h] * |query_offset + i - j|
+// to every score of head h whose key is under the masks; relative positions
+// add their terms to the same keys. Read only.
+template <typename T>
+struct ScorePositions {
+  const T* alibi_slopes = nullptr;  // (H); null: no ALiBi
+  std::int64_t query_offset = 0;    // position of query 0, counted in keys
+  RelativePositions<T> relative;
+
+  bool active() const { return alibi_slopes != nullptr || relative.active(); }
+  T alibi(std::int64_t h, std::int64_t i, std::int64_t j) const {
+    const std::int64_t dist = query_offset + i - j;
+    return -alibi_slopes[h] * static_cast<T>(dist < 0 ? -dist : dist);
   }
 };
 
@@ -75,11 +98,6 @@ struct AttentionMasks {
   bool attn_per_head = false;                      // true: attn mask is (B*H, L, masked_cols)
   CausalAlign causal = CausalAlign::kNone;
   std::int64_t masked_cols = -1;  // -1: all S keys
-  // ALiBi (Press et al. 2022): -slope[h] * |query_offset + i - j| is added to
-  // every score of head h whose key is under the masks.
-  const T* alibi_slopes = nullptr;  // (H)
-  std::int64_t query_offset = 0;    // position of query 0, counted in keys
-  RelativePositions<T> relative;     // applies to the keys under the masks
   // Sparse patterns, on positions aligned bottom-right as FlashAttention's
   // window: query i sits at position p_i = i + masked_cols - L.
   //   sliding window: query i sees keys p_i - window_left .. p_i + window_right
@@ -118,11 +136,28 @@ struct AttentionMasks {
     T add = T(0);
     if (key_padding_add) add += key_padding_add[b * cols + j];
     if (attn_add) add += attn_add[a];
-    if (alibi_slopes) {
-      const std::int64_t dist = query_offset + i - j;
-      add -= alibi_slopes[h] * static_cast<T>(dist < 0 ? -dist : dist);
-    }
     return add;
+  }
+};
+
+// Everything a score is made of beside scale * q . k: the masks, and the
+// positions that act inside attention. What the attention kernels read; a
+// call without positions passes its masks alone.
+template <typename T>
+struct ScoreTerms {
+  ScoreTerms(const AttentionMasks<T>& m = {}, const ScorePositions<T>& p = {})  // NOLINT: masks alone convert
+      : masks(m), positions(p) {}
+
+  AttentionMasks<T> masks;
+  ScorePositions<T> positions;
+
+  // The masks' bias for score (b, h, i, j) with ALiBi's term, on the keys
+  // under the masks (-inf when masked out). Relative positions, which
+  // depend on q, are the kernels' to add.
+  T bias(const AttentionDims& d, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    const T x = masks.bias(d, b, h, i, j);
+    const std::int64_t cols = masks.masked_cols < 0 ? d.S : masks.masked_cols;
+    return positions.alibi_slopes && j < cols ? x + positions.alibi(h, i, j) : x;
   }
 };
 

@@ -1,7 +1,7 @@
 // Positional encodings that act inside attention rather than on the input:
 // rotary embeddings (RoPE) on queries and keys, and the ALiBi slopes (the
 // bias itself is applied in the kernels' score computation, see
-// AttentionMasks::alibi_slopes).
+// ScorePositions::alibi_slopes).
 #pragma once
 
 #include <cstdint>

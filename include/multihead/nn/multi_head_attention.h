@@ -212,7 +212,7 @@ class MultiheadAttention : public Module {
     AttentionDims dims;           // S here is S' = S + extra positions
     std::int64_t S_in = 0;        // key length as given
     AttentionDropout dropout;
-    AttentionMasks<float> masks;
+    ScoreTerms<float> terms;      // the masks and the positions acting on the scores
     AttentionImpl impl = AttentionImpl::kFused;
     AttentionTiles tiles;
     std::int64_t query_offset = 0;
@@ -234,13 +234,16 @@ class MultiheadAttention : public Module {
   void start_saved(const Tensor& query, const Tensor& key, const Tensor& value, const MultiheadAttentionCall& call);
   // Q, K, V = the in-projections of query, key, value, into the saved activations (fp32).
   void project_inputs(const Tensor& query, const Tensor& key, const Tensor& value);
-  // Positions: RoPE rotates Q and K; ALiBi and relative positions, and the
-  // variant's pattern, go into the masks.
-  void add_positions(AttentionMasks<float>& masks);
+  // Positions: RoPE rotates Q and K; ALiBi and relative positions go into
+  // the score terms' positions, the variant's pattern into their masks.
+  void add_positions(ScoreTerms<float>& terms);
+  // ALiBi's slopes and the relative-position tables, for queries starting
+  // at query_offset among the keys.
+  ScorePositions<float> score_positions(std::int64_t query_offset) const;
   // Q, K, V in their storage precision, with bias_k / zero positions appended.
   void store_projections();
   // The attention output before out_proj, (B, L, E), into the saved activations.
-  void attend(const AttentionMasks<float>& masks, bool need_weights);
+  void attend(const ScoreTerms<float>& terms, bool need_weights);
   // out_proj of the attention output, and the weights when asked for.
   MultiheadAttentionOutput output(const MultiheadAttentionCall& call) const;
 

@@ -70,4 +70,8 @@ class Sgd : public Optimizer {
   Tensor buf_;  // (numel)
 };
 
+struct TrainConfig;  // train/train_config.h
+// The optimizer cfg.optimizer names, with its settings, over store's parameters.
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
+
 }  // namespace multihead

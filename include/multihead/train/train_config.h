@@ -111,6 +111,4 @@ struct EpochBudget {
   std::int64_t steps(std::int64_t examples, std::int64_t batch) const;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, const ParamStore& store);
-
 }  // namespace multihead
