@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "multihead/core/error.h"
@@ -18,8 +19,6 @@ namespace {
 constexpr std::int64_t kTileRows = 16;   // rows of every tile
 constexpr std::int64_t kTileK = 32;      // bf16 values along K in an A tile (64 bytes)
 constexpr std::int64_t kTileValues = 512;  // a packed B tile: 16 rows of 32 bf16
-
-std::atomic<bool> g_disabled{false};
 
 // Linux hands a process the 8 KiB of tile state only on request.
 bool tile_state_granted() {
@@ -115,9 +114,14 @@ const BF16* a_tile(const BF16* A, std::int64_t lda, std::int64_t M, std::int64_t
 
 }  // namespace
 
-bool usable() { return !g_disabled.load() && bf16_path() == Bf16Path::kAmx && tile_state_granted(); }
-
-void set_enabled(bool enabled) { g_disabled.store(!enabled); }
+bool usable() {
+  static const bool tiles = [] {
+    const char* env = std::getenv("MULTIHEAD_AMX_TILES");
+    const bool off = env != nullptr && std::string_view(env) == "off";
+    return !off && bf16_path() == Bf16Path::kAmx && tile_state_granted();
+  }();
+  return tiles;
+}
 
 std::int64_t packed_size(std::int64_t K, std::int64_t N) {
   return (K + kTileK - 1) / kTileK * kTileK * ((N + kTileRows - 1) / kTileRows * kTileRows);

@@ -21,11 +21,11 @@
 
 namespace multihead::amx {
 
-// Whether the products below may run in this process.
+// Whether the products below may run in this process: fixed when first
+// asked. MULTIHEAD_AMX_TILES=off in the environment sends the attention
+// kernel's products to oneDNN's matmul instead, the path the tests compare
+// against on a CPU with AMX (tests/CMakeLists.txt).
 bool usable();
-// Off (false) sends the attention kernel's products back to oneDNN, so the
-// tests run both paths in one process.
-void set_enabled(bool enabled);
 
 // A packed right-hand operand B (K, N): tiles of 32 x 16 values (1 KiB),
 // column block by column block, each column block's tiles along K; values

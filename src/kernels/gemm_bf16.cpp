@@ -4,7 +4,6 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -17,8 +16,6 @@
 
 namespace multihead {
 namespace {
-
-std::atomic<bool> g_force_widen{false};
 
 Bf16Path cpu_bf16_path() {
   // Read once: oneDNN fixes its ISA when it first dispatches.
@@ -174,7 +171,7 @@ void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, void* C,
 
 }  // namespace
 
-Bf16Path bf16_path() { return g_force_widen.load() ? Bf16Path::kWiden : cpu_bf16_path(); }
+Bf16Path bf16_path() { return cpu_bf16_path(); }
 
 const char* bf16_path_name(Bf16Path p) {
   switch (p) {
@@ -184,8 +181,6 @@ const char* bf16_path_name(Bf16Path p) {
   }
   return "fp32 (widened)";
 }
-
-void set_bf16_widen(bool widen) { g_force_widen.store(widen); }
 
 void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,
                std::int64_t lda, const BF16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {

@@ -1,8 +1,7 @@
 // The bf16 attention kernel against the fp32 reference on the same
 // bf16-rounded Q, K and V, for every case of the fused kernel's suite
 // (sizes, masks, positions, sparse patterns, dropout, fully masked rows),
-// on the CPU's bf16 path (AMX tiles where it has them), on oneDNN's bf16
-// matmul with the tiles off, and on the widening path every CPU runs.
+// on the path this process takes (see Bf16AttentionVsReference).
 //
 // Tolerances follow from bf16's unit roundoff u = 2^-8: the kernel rounds
 // the weights P (and, in backward, dO and dS) to bf16, each a relative error
@@ -73,29 +72,15 @@ std::vector<float> widened(const std::vector<BF16>& x) {
   return ::testing::AssertionSuccess() << "max error " << worst / (kUnitRoundoff * scale + 1e-30) << " u max|ref|";
 }
 
-// How the products run: the CPU's way (AMX tiles where it has them), widened
-// to fp32, or on oneDNN's bf16 matmul with the tiles turned off.
-enum class Products { kCpu, kWiden, kOneDnn };
-
-class Bf16AttentionVsReference : public ::testing::TestWithParam<std::tuple<Spec, Products>> {
- protected:
-  void SetUp() override {
-    set_bf16_widen(std::get<1>(GetParam()) == Products::kWiden);
-    amx::set_enabled(std::get<1>(GetParam()) != Products::kOneDnn);
-  }
-  void TearDown() override {
-    set_bf16_widen(false);
-    amx::set_enabled(true);
-  }
-};
+// On the CPU's path: AMX tiles, oneDNN's bf16 matmul or widened to fp32.
+// The other paths are the same tests in processes of their own
+// (tests/CMakeLists.txt): oneDNN held below bf16 units (widened), held to
+// AVX512-BF16, and on an AMX CPU with MULTIHEAD_AMX_TILES=off (oneDNN's
+// AMX matmul for the products the tiles would take).
+class Bf16AttentionVsReference : public ::testing::TestWithParam<Spec> {};
 
 TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
-  const Spec& s = std::get<0>(GetParam());
-  const Products products = std::get<1>(GetParam());
-  if (products != Products::kWiden && bf16_path() == Bf16Path::kWiden)
-    GTEST_SKIP() << "this CPU has no bf16 units: its path is the widening one, tested beside";
-  if (products == Products::kOneDnn && bf16_path() != Bf16Path::kAmx)
-    GTEST_SKIP() << "no AMX tiles here: the CPU's path is oneDNN's, tested beside";
+  const Spec& s = GetParam();
   const AttentionDims& d = s.d;
   Data x = make(s);
   const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
@@ -164,62 +149,47 @@ std::vector<Spec> bf16_specs() {
   return out;
 }
 
-std::string suffix(Products p) {
-  switch (p) {
-    case Products::kCpu: return "_cpu";
-    case Products::kWiden: return "_widen";
-    case Products::kOneDnn: break;
-  }
-  return "_onednn";
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, Bf16AttentionVsReference,
-                         ::testing::Combine(::testing::ValuesIn(bf16_specs()),
-                                            ::testing::Values(Products::kCpu, Products::kWiden, Products::kOneDnn)),
-                         [](const auto& p) { return std::get<0>(p.param).name + suffix(std::get<1>(p.param)); });
+INSTANTIATE_TEST_SUITE_P(Cases, Bf16AttentionVsReference, ::testing::ValuesIn(bf16_specs()),
+                         [](const auto& p) { return p.param.name; });
 
 // Fully masked queries (no key at all, or a row of -inf) get O = 0 and
 // lse = +inf, and pass no gradient: exactly, as in fp32.
 TEST(Bf16Attention, FullyMaskedRowsGiveExactZeros) {
-  for (bool widen : {false, true}) {
-    set_bf16_widen(widen);
-    Spec s{"x", {2, 2, 6, 9, 8, 8}};
-    s.fully_masked = s.kpm_bool = s.attn_float = true;  // batch 0 has no keys; query 0 masked, query L-1 all -inf
-    Data x = make(s);
-    const AttentionDims& d = s.d;
-    const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
-    std::vector<BF16> out(x.g.size(), BF16{float_to_bf16(7.0f)});
-    std::vector<float> lse(static_cast<std::size_t>(d.B * d.H * d.L), 7.0f);
-    attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
-                           view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                           x.terms, d, 0.5f, {});
-    std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
-    attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
-                            lse.data(), view<const BF16>(out.data(), d, d.L, d.Dv),
-                            view<const float>(x.g.data(), d, d.L, d.Dv), view<const BF16>(q16.data(), d, d.L, d.D),
-                            view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                            x.terms, d, 0.5f, {});
-    const std::vector<float> o = widened(out);
-    const std::int64_t row = d.H * d.D;  // D == Dv
-    for (std::int64_t b = 0; b < d.B; ++b)
-      for (std::int64_t i = 0; i < d.L; ++i) {
-        const bool masked = b == 0 || i == 0 || i == d.L - 1;
-        for (std::int64_t h = 0; h < d.H; ++h) {
-          EXPECT_EQ(std::isinf(lse[static_cast<std::size_t>((b * d.H + h) * d.L + i)]), masked) << b << " " << i;
-          if (!masked) continue;
-          for (std::int64_t e = 0; e < d.D; ++e) {
-            const std::size_t at = static_cast<std::size_t>((b * d.L + i) * row + h * d.D + e);
-            EXPECT_EQ(o[at], 0.0f);
-            EXPECT_EQ(dq[at], 0.0f);
-          }
+  Spec s{"x", {2, 2, 6, 9, 8, 8}};
+  s.fully_masked = s.kpm_bool = s.attn_float = true;  // batch 0 has no keys; query 0 masked, query L-1 all -inf
+  Data x = make(s);
+  const AttentionDims& d = s.d;
+  const std::vector<BF16> q16 = round_bf16(x.q), k16 = round_bf16(x.k), v16 = round_bf16(x.v);
+  std::vector<BF16> out(x.g.size(), BF16{float_to_bf16(7.0f)});
+  std::vector<float> lse(static_cast<std::size_t>(d.B * d.H * d.L), 7.0f);
+  attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
+                         view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
+                         x.terms, d, 0.5f, {});
+  std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
+  attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
+                          lse.data(), view<const BF16>(out.data(), d, d.L, d.Dv),
+                          view<const float>(x.g.data(), d, d.L, d.Dv), view<const BF16>(q16.data(), d, d.L, d.D),
+                          view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
+                          x.terms, d, 0.5f, {});
+  const std::vector<float> o = widened(out);
+  const std::int64_t row = d.H * d.D;  // D == Dv
+  for (std::int64_t b = 0; b < d.B; ++b)
+    for (std::int64_t i = 0; i < d.L; ++i) {
+      const bool masked = b == 0 || i == 0 || i == d.L - 1;
+      for (std::int64_t h = 0; h < d.H; ++h) {
+        EXPECT_EQ(std::isinf(lse[static_cast<std::size_t>((b * d.H + h) * d.L + i)]), masked) << b << " " << i;
+        if (!masked) continue;
+        for (std::int64_t e = 0; e < d.D; ++e) {
+          const std::size_t at = static_cast<std::size_t>((b * d.L + i) * row + h * d.D + e);
+          EXPECT_EQ(o[at], 0.0f);
+          EXPECT_EQ(dq[at], 0.0f);
         }
       }
-    for (std::int64_t e = 0; e < d.S * row; ++e) {  // batch 0: no query sees a key
-      EXPECT_EQ(dk[static_cast<std::size_t>(e)], 0.0f);
-      EXPECT_EQ(dv[static_cast<std::size_t>(e)], 0.0f);
     }
+  for (std::int64_t e = 0; e < d.S * row; ++e) {  // batch 0: no query sees a key
+    EXPECT_EQ(dk[static_cast<std::size_t>(e)], 0.0f);
+    EXPECT_EQ(dv[static_cast<std::size_t>(e)], 0.0f);
   }
-  set_bf16_widen(false);
 }
 
 // The bf16 kernel's forward (8 x 8 tiles, scale 0.5) on x, rounded to bf16 in place:
@@ -238,43 +208,36 @@ std::vector<float> forward_rounded(Data& x, const AttentionDims& d, std::vector<
 // softmax) and no other: masked keys are skipped or set to -inf.
 TEST(Bf16Attention, ANaNKeyReachesTheQueriesThatSeeIt) {
   const AttentionDims d{1, 2, 20, 20, 8, 8};
-  for (bool widen : {false, true})
-    for (CausalAlign causal : {CausalAlign::kNone, CausalAlign::kTopLeft}) {
-      set_bf16_widen(widen);
-      Spec s{"nan", d};
-      s.causal = causal;
-      Data x = make(s);
-      x.k[static_cast<std::size_t>(5 * d.H * d.D + 2)] = std::nanf("");  // key 5, head 0, dimension 2
-      std::vector<float> lse;
-      const std::vector<float> o = forward_rounded(x, d, lse);
-      for (std::int64_t i = 0; i < d.L; ++i)
-        for (std::int64_t h = 0; h < d.H; ++h)
-          for (std::int64_t e = 0; e < d.Dv; ++e) {
-            const bool sees = h == 0 && (causal == CausalAlign::kNone || i >= 5);
-            ASSERT_EQ(std::isnan(o[static_cast<std::size_t>((i * d.H + h) * d.Dv + e)]), sees)
-                << "query " << i << " head " << h << (widen ? " widened" : "");
-          }
-    }
-  set_bf16_widen(false);
+  for (CausalAlign causal : {CausalAlign::kNone, CausalAlign::kTopLeft}) {
+    Spec s{"nan", d};
+    s.causal = causal;
+    Data x = make(s);
+    x.k[static_cast<std::size_t>(5 * d.H * d.D + 2)] = std::nanf("");  // key 5, head 0, dimension 2
+    std::vector<float> lse;
+    const std::vector<float> o = forward_rounded(x, d, lse);
+    for (std::int64_t i = 0; i < d.L; ++i)
+      for (std::int64_t h = 0; h < d.H; ++h)
+        for (std::int64_t e = 0; e < d.Dv; ++e) {
+          const bool sees = h == 0 && (causal == CausalAlign::kNone || i >= 5);
+          ASSERT_EQ(std::isnan(o[static_cast<std::size_t>((i * d.H + h) * d.Dv + e)]), sees)
+              << "query " << i << " head " << h;
+        }
+  }
 }
 
 // A query of NaNs scores NaN against every key: its row is NaN, never the
 // zeros of a fully masked row; the other queries are untouched.
 TEST(Bf16Attention, AQueryOfNaNsGivesANaNRow) {
   const AttentionDims d{1, 1, 12, 12, 8, 8};
-  for (bool widen : {false, true}) {
-    set_bf16_widen(widen);
-    Spec s{"nanq", d};
-    Data x = make(s);
-    for (std::int64_t e = 0; e < d.D; ++e) x.q[static_cast<std::size_t>(3 * d.D + e)] = std::nanf("");
-    std::vector<float> lse;
-    const std::vector<float> o = forward_rounded(x, d, lse);
-    for (std::int64_t i = 0; i < d.L; ++i)
-      for (std::int64_t e = 0; e < d.Dv; ++e)
-        ASSERT_EQ(std::isnan(o[static_cast<std::size_t>(i * d.Dv + e)]), i == 3) << "query " << i;
-    EXPECT_TRUE(std::isnan(lse[3]));
-  }
-  set_bf16_widen(false);
+  Spec s{"nanq", d};
+  Data x = make(s);
+  for (std::int64_t e = 0; e < d.D; ++e) x.q[static_cast<std::size_t>(3 * d.D + e)] = std::nanf("");
+  std::vector<float> lse;
+  const std::vector<float> o = forward_rounded(x, d, lse);
+  for (std::int64_t i = 0; i < d.L; ++i)
+    for (std::int64_t e = 0; e < d.Dv; ++e)
+      ASSERT_EQ(std::isnan(o[static_cast<std::size_t>(i * d.Dv + e)]), i == 3) << "query " << i;
+  EXPECT_TRUE(std::isnan(lse[3]));
 }
 
 // attention_fused_forward<BF16> always widens to the fp32 tiles (a kernel

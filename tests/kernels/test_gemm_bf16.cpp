@@ -77,14 +77,11 @@ void check_case(const Case& g, bool in_parallel_region = false) {
   }
 }
 
-// Runs the test body on the CPU's path and on the widening path.
-class Bf16Paths : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override { set_bf16_widen(GetParam()); }
-  void TearDown() override { set_bf16_widen(false); }
-};
+// On the CPU's path (bf16_path()); the widening path where the CPU has bf16
+// units is the same tests under ONEDNN_MAX_CPU_ISA=AVX512_CORE (ctest
+// bf16_paths_without_bf16_units).
 
-TEST_P(Bf16Paths, MatchesTheReferenceForEveryTransposeAndOddSizes) {
+TEST(Bf16Paths, MatchesTheReferenceForEveryTransposeAndOddSizes) {
   const Trans no = Trans::kNo, yes = Trans::kYes;
   for (Trans ta : {no, yes})
     for (Trans tb : {no, yes})
@@ -92,12 +89,12 @@ TEST_P(Bf16Paths, MatchesTheReferenceForEveryTransposeAndOddSizes) {
         check_case({M, N, K, ta, tb, 1.0f, 0.0f});
 }
 
-TEST_P(Bf16Paths, AppliesAlphaAndBeta) {
+TEST(Bf16Paths, AppliesAlphaAndBeta) {
   for (auto [alpha, beta] : {std::pair{0.5f, 1.0f}, {-2.0f, 0.25f}, {1.0f, -1.0f}})
     check_case({9, 23, 11, Trans::kNo, Trans::kYes, alpha, beta});
 }
 
-TEST_P(Bf16Paths, EmptyProducts) {
+TEST(Bf16Paths, EmptyProducts) {
   check_case({5, 6, 0, Trans::kNo, Trans::kNo, 1.0f, 0.0f});
   check_case({5, 6, 0, Trans::kYes, Trans::kNo, 1.0f, 0.5f});
   check_case({0, 6, 4, Trans::kNo, Trans::kNo, 1.0f, 0.0f});
@@ -105,7 +102,7 @@ TEST_P(Bf16Paths, EmptyProducts) {
 
 // The bias row added by the product equals the reference plus the bias, for
 // every transpose, an empty product (the bias alone) and a reused primitive.
-TEST_P(Bf16Paths, AddsABiasRowToEveryRow) {
+TEST(Bf16Paths, AddsABiasRowToEveryRow) {
   const Trans no = Trans::kNo, yes = Trans::kYes;
   for (Trans ta : {no, yes})
     for (Trans tb : {no, yes})
@@ -131,7 +128,7 @@ TEST_P(Bf16Paths, AddsABiasRowToEveryRow) {
 // product (with its bias) rounded by narrow, padding untouched; and results
 // in bf16's subnormal range (scaled operands) come out as narrow rounds them
 // or as zero, never otherwise.
-TEST_P(Bf16Paths, WritesBf16RoundedAsTheFp32ProductThenNarrow) {
+TEST(Bf16Paths, WritesBf16RoundedAsTheFp32ProductThenNarrow) {
   const Trans no = Trans::kNo, yes = Trans::kYes;
   for (Trans tb : {no, yes})
     for (bool with_bias : {false, true})
@@ -170,14 +167,14 @@ TEST_P(Bf16Paths, WritesBf16RoundedAsTheFp32ProductThenNarrow) {
 }
 
 // The same shape twice reuses the cached primitive, from several threads at once.
-TEST_P(Bf16Paths, CachedPrimitivesInsideAParallelRegion) {
+TEST(Bf16Paths, CachedPrimitivesInsideAParallelRegion) {
   check_case({96, 72, 40, Trans::kNo, Trans::kYes, 1.0f, 1.0f});
   check_case({96, 72, 40, Trans::kNo, Trans::kYes, 1.0f, 1.0f}, true);
 }
 
 // The bf16 linear kernels equal the fp32 ones on the rounded values: x and
 // W as stored, dy rounded to bf16 for the two products of backward.
-TEST_P(Bf16Paths, LinearKernelsEqualFp32OnTheRoundedValues) {
+TEST(Bf16Paths, LinearKernelsEqualFp32OnTheRoundedValues) {
   Rng rng(6);
   const std::int64_t N = 300, in = 24, out = 10;
   Tensor x = test::random_tensor({N, in}, rng), w = test::random_tensor({out, in}, rng);
@@ -203,7 +200,7 @@ TEST_P(Bf16Paths, LinearKernelsEqualFp32OnTheRoundedValues) {
 // columns: each column still sums its rows in order, the bits of the serial
 // loop, with dy's rows strided and the columns not a whole number of blocks.
 // The rounded dy the products read is the same rows rounded.
-TEST_P(Bf16Paths, BiasGradientsSumEachColumnInRowOrder) {
+TEST(Bf16Paths, BiasGradientsSumEachColumnInRowOrder) {
   Rng rng(7);
   const std::int64_t N = 300, in = 8, out = 301, lddy = out + 3;
   Tensor x = test::random_tensor({N, in}, rng), w = test::random_tensor({out, in}, rng);
@@ -233,7 +230,7 @@ TEST_P(Bf16Paths, BiasGradientsSumEachColumnInRowOrder) {
 // on bf16 units an input below fp32's normal range becomes a zero, which
 // the units read as narrow()'s subnormal anyway: products on either
 // rounding are the same bits.
-TEST_P(Bf16Paths, OperandsRoundAsNarrowAndTheProductsSeeTheSameValues) {
+TEST(Bf16Paths, OperandsRoundAsNarrowAndTheProductsSeeTheSameValues) {
   const bool units = bf16_path() != Bf16Path::kWiden;
   Rng rng(5);
   const std::int64_t n = 37;  // two whole vectors and a partial one
@@ -274,9 +271,6 @@ TEST_P(Bf16Paths, OperandsRoundAsNarrowAndTheProductsSeeTheSameValues) {
   EXPECT_EQ(outer1, outer2);
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuAndWiden, Bf16Paths, ::testing::Values(false, true),
-                         [](const auto& p) { return std::string(p.param ? "widen" : "cpu"); });
-
 // The path follows oneDNN's ISA: bf16 units where the CPU (and
 // ONEDNN_MAX_CPU_ISA) allow them, widening otherwise; machine_info says which.
 TEST(Bf16Path, FollowsOneDnnsIsa) {
@@ -286,10 +280,6 @@ TEST(Bf16Path, FollowsOneDnnsIsa) {
   if (m.gemm_isa == "avx512_core_amx") EXPECT_EQ(p, Bf16Path::kAmx);
   else if (m.gemm_isa == "avx512_core_bf16") EXPECT_EQ(p, Bf16Path::kAvx512Bf16);
   else EXPECT_EQ(p, Bf16Path::kWiden) << m.gemm_isa;
-  set_bf16_widen(true);
-  EXPECT_EQ(bf16_path(), Bf16Path::kWiden);
-  set_bf16_widen(false);
-  EXPECT_EQ(bf16_path(), p);
 }
 
 }  // namespace

@@ -116,6 +116,21 @@ TEST(Jobs, SetSetsAnyKeyByItsPath) {
   EXPECT_EQ(t.train.adamw.beta2, 0.95);
   EXPECT_EQ(t.text_column, "body");
   EXPECT_EQ(t.model.layer.d_model, 32);  // in the order given: the last one wins
+  // A key added to a key list is settable with nothing else to change: train.dampening.
+  const Job sgd = apply_settings(preset_job("spam"), {{"--set", "train.optimizer=sgd"},
+                                                      {"--set", "train.momentum=0.9"},
+                                                      {"--set", "train.dampening=0.25"}});
+  EXPECT_EQ(std::get<TextClassificationJob>(sgd).train.sgd.dampening, 0.25);
+  EXPECT_EQ(test::error_message([&] {
+              apply_settings(preset_job("spam"), {{"--set", "train.optimizer=sgd"},
+                                                  {"--set", "train.nesterov=true"},
+                                                  {"--set", "train.momentum=0.9"},
+                                                  {"--set", "train.dampening=0.25"}});
+            }),
+            "nesterov needs a momentum and no dampening (as torch.optim.SGD), got momentum 0.9 "
+            "and dampening 0.25");
+  EXPECT_EQ(test::error_message([&] { apply_settings(preset_job("spam"), {{"--set", "train.dampening=2"}}); }),
+            "the flags: train: dampening must be in [0, 1], got 2");
 }
 
 // The error applying `settings` to `job` gives ("no error" when none).

@@ -360,6 +360,28 @@ TEST(Optimizers, SgdMomentumFollowsPyTorch) {
   EXPECT_NEAR(store.all_data()[0], p0 - 0.1 * (0.9 * 0.6 + (0.5 + 0.1 * p0)), 1e-6);
 }
 
+// Dampening scales each new gradient into the momentum buffer by
+// 1 - dampening, after the first step (which takes the gradient whole).
+// Expected values: torch.optim.SGD(lr=0.1, momentum=0.9, dampening=0.5,
+// weight_decay=0.1), PyTorch 1.13, in float64.
+TEST(Optimizers, SgdDampeningFollowsPyTorch) {
+  ParamStore store;
+  store.add("w", {2});
+  store.finalize();
+  store.all_data()[0] = 1.0f, store.all_data()[1] = -2.0f;
+  SgdConfig c;
+  c.momentum = 0.9, c.dampening = 0.5, c.weight_decay = 0.1;
+  Sgd opt(store, c);
+  const float grads[3][2] = {{0.5f, 0.25f}, {-0.3f, 0.75f}, {0.1f, -0.2f}};
+  const double torch[3][2] = {{0.94, -2.005}, {0.8963, -2.036975}, {0.8474885, -2.045567625}};
+  for (int s = 0; s < 3; ++s) {
+    store.all_grads()[0] = grads[s][0], store.all_grads()[1] = grads[s][1];
+    opt.step(store, 0.1, 1.0f);
+    EXPECT_NEAR(store.all_data()[0], torch[s][0], 1e-6) << "step " << s + 1;
+    EXPECT_NEAR(store.all_data()[1], torch[s][1], 1e-6) << "step " << s + 1;
+  }
+}
+
 TEST(Optimizers, AdamWFirstStepMovesByLearningRate) {
   // After one step m/sqrt(v) = sign(g) (bias-corrected), so p moves by lr.
   ParamStore store;

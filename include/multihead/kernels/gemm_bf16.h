@@ -25,14 +25,12 @@ enum class Bf16Path : std::uint8_t {
   kWiden,       // operands widened to fp32, fp32 GEMM
 };
 
-// The path gemm_bf16 takes in this process: the CPU's (as oneDNN dispatches,
-// so ONEDNN_MAX_CPU_ISA lowers it), unless set_bf16_widen(true) forces kWiden.
+// The path gemm_bf16 takes in this process: the CPU's, as oneDNN dispatches,
+// fixed when first asked. ONEDNN_MAX_CPU_ISA lowers it, which is how the
+// tests run the other paths (tests/CMakeLists.txt).
 Bf16Path bf16_path();
 // "amx", "avx512_bf16" or "fp32 (widened)".
 const char* bf16_path_name(Bf16Path p);
-// Forces the widening path (true) or returns to the CPU's (false); tests use
-// it to run both paths in one process.
-void set_bf16_widen(bool widen);
 
 // Whether activations stored as `storage` are multiplied in bf16 here: BF16
 // storage on a CPU whose bf16 path is not kWiden.

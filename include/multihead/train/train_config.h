@@ -74,7 +74,8 @@ struct TrainConfig {
     k.with_default("weight_decay", t.adamw.weight_decay, t.optimizer == OptimizerKind::kAdamW ? 0.01 : 0.0,
                    at_least(0), "0.01 with adamw, 0 with sgd");
     if constexpr (!std::is_const_v<Self>) t.sgd.weight_decay = t.adamw.weight_decay;
-    k("momentum", t.sgd.momentum, below_one())("nesterov", t.sgd.nesterov);
+    k("momentum", t.sgd.momentum, below_one())("dampening", t.sgd.dampening, between(0, 1));
+    k("nesterov", t.sgd.nesterov);
     k("clip_grad_norm", t.clip_grad_norm, at_least(0));
     k("grad_accumulation", t.grad_accumulation, at_least(1));
     k("steps", t.steps, between(0, kMaxSteps));
