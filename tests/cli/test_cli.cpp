@@ -636,7 +636,7 @@ TEST_F(Cli, TrainRejectsBadInput) {
       {"train --config " + (dir / "translation.json").string(),
        "multihead: error: " + (dir / "translation.json").string() +
            ": task must be one of text_classification, language_modeling, image_classification, sequence_task, pronunciation, "
-           "got 'translation'\n"},
+           "word_stress, got 'translation'\n"},
       {"train --on-nonfinite ignore", "multihead: error: the flags: train: on_nonfinite must be stop or skip, got 'ignore'\n"},
       {"train --allreduce fast", "multihead: error: the flags: train: allreduce must be mpi or ordered, got 'fast'\n"},
       {"eval --run " + (dir / "nothing").string(),

@@ -39,7 +39,8 @@ TEST(Jobs, EveryPresetReadsBackFromItsConfigAsTheSameKindAndSettings) {
 
 TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
   EXPECT_EQ(job_tasks(), (std::vector<std::string>{"text_classification", "language_modeling",
-                                                    "image_classification", "sequence_task", "pronunciation"}));
+                                                    "image_classification", "sequence_task", "pronunciation",
+                                                    "word_stress"}));
   // A config without a task is a text classifier's.
   json config = to_json(preset_job("spam"));
   config.erase("task");
@@ -50,7 +51,7 @@ TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "c.json: task must be one of text_classification, language_modeling, image_classification, "
-                 "sequence_task, pronunciation, got 'translation'");
+                 "sequence_task, pronunciation, word_stress, got 'translation'");
   }
   EXPECT_THROW(job_from_json(json{{"task", 3}}, "c.json"), ConfigError);
   EXPECT_THROW(job_from_json(json::array(), "c.json"), ConfigError);
@@ -181,8 +182,8 @@ TEST(Jobs, EveryKeyIsDescribedWithItsDefaultAndBounds) {
   EXPECT_EQ(row("train.lr").key.bounds, "> 0");
   EXPECT_EQ(row("train.momentum").key.bounds, "in [0, 1)");
   EXPECT_EQ(row("train.epochs").tasks,
-            (std::vector<std::string>{"text_classification", "image_classification", "pronunciation"}));
-  EXPECT_EQ(row("threads").tasks.size(), 5u);
+            (std::vector<std::string>{"text_classification", "image_classification", "pronunciation", "word_stress"}));
+  EXPECT_EQ(row("threads").tasks, job_tasks());  // every kind
   // Every key a preset's config has is described, and every described key path is unique.
   std::set<std::string> paths;
   for (const JobKeyRow& r : rows) EXPECT_TRUE(paths.insert(r.key.path).second) << r.key.path;
@@ -215,11 +216,10 @@ TEST(Jobs, AConfigWithOnlyItsTaskIsTheKindsDefaultJob) {
         EXPECT_EQ(own[key], written[key]) << Kind::kTask << " " << key;
       }
   };
-  check(TextClassificationJob());
-  check(LanguageModelJob());
-  check(ImageClassificationJob());
-  check(SequenceTaskJob());
-  check(PronunciationJob());
+  // Every kind in the registry, a new one included without a line here.
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (check(std::variant_alternative_t<I, Job>()), ...);
+  }(std::make_index_sequence<std::variant_size_v<Job>>{});
   // The image model's section is the job's own (no shared model reader).
   EXPECT_EQ(to_json(ImageClassificationJob::from_json(json{{"task", "image_classification"}}, "c.json"))["model"],
             to_json(ImageClassificationJob())["model"]);

@@ -21,13 +21,15 @@
 #include "multihead/tasks/pronunciation.h"
 #include "multihead/tasks/sequence_task.h"
 #include "multihead/tasks/text_classification.h"
+#include "multihead/tasks/word_stress.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 
 namespace multihead {
 
 using Job =
-    std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob, PronunciationJob>;
+    std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob, PronunciationJob,
+                 WordStressJob>;
 
 // The kind's name: "text_classification", "language_modeling", ...
 const char* job_task(const Job& job);
