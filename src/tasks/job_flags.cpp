@@ -26,10 +26,10 @@ const std::vector<JobFlag>& job_flags() {
       {"--epochs", "Passes over the training split (classification)", {{kAny, "train.epochs"}}},
       {"--steps",
        "Training steps (for epoch jobs: a cap that cuts the last epoch short)",
-       {{"text_classification", "train.max_steps"},
-        {"image_classification", "train.max_steps"},
-        {"pronunciation", "train.max_steps"},
-        {kAny, "train.steps"}}},
+       {{kAny, "train.max_steps"}, {kAny, "train.steps"}},
+       false,
+       {},
+       true},
       {"--source", "Data source: spamassassin, aclimdb, csv or tsv", {{kAny, "data.source"}}},
       {"--data", "Data path (folder or file)", {{kAny, "data.path"}}},
       {"--d-model", "Model width", {{kAny, "model.d_model"}}},
@@ -132,6 +132,11 @@ std::vector<std::string> flag_keys(const JobFlag& f, std::string_view task, cons
     else if (kind.empty()) general.emplace_back(path);
   }
   if (!own.empty()) return own;
+  if (f.first_present) {
+    for (const std::string& path : general)
+      if (find_path(config, path)) return {path};
+    return {};
+  }
   if (general.empty() || !find_path(config, general.front())) return {};
   std::vector<std::string> present;
   for (const std::string& path : general)

@@ -81,6 +81,16 @@ TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
 
   const Job lm = apply_settings(preset_job("moby-dick"), flags);
   EXPECT_EQ(std::get<LanguageModelJob>(lm).train.steps, 7);  // step jobs: the steps
+  // Which --steps sets follows from the keys a kind has, not its name: a
+  // kind that trains in epochs takes the cap, whichever it is.
+  const auto steps_of = [](const Job& job) {
+    return std::visit([](const auto& j) { return std::pair{j.train.steps, to_json(j)["train"].value("max_steps", -1)}; },
+                      apply_settings(job, {{"--steps", "7"}}));
+  };
+  EXPECT_EQ(steps_of(WordStressJob()).second, 7);
+  EXPECT_EQ(steps_of(WordStressJob()).first, WordStressJob().train.steps);
+  EXPECT_EQ(steps_of(PronunciationJob()).second, 7);
+  EXPECT_EQ(steps_of(SequenceTaskJob()), (std::pair<std::int64_t, int>{7, -1}));
 
   // Image jobs take the layer's width and heads; their configs carry no attention pattern, so
   // --attention and --window are refused there rather than lost from the run's config.

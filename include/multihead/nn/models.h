@@ -179,6 +179,14 @@ struct VisionConfig {
   std::int64_t num_classes = 10;
 
   std::int64_t patches() const { return (image_size / patch) * (image_size / patch); }
+  // The keys of an image job's "model" section (io/json_config.h).
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& m) {
+    k("image_size", m.image_size)("patch", m.patch)("channels", m.channels);
+    k("num_layers", m.num_layers)("num_classes", m.num_classes);
+    k("d_model", m.layer.d_model)("nhead", m.layer.nhead)("dim_feedforward", m.layer.dim_feedforward);
+    k("dropout", m.layer.dropout)("norm_first", m.layer.norm_first);
+  }
   void validate() const;
   // "ViT, 49 patches of 4x4, 4 layers, d_model 96, 4 heads, 300010 parameters".
   std::string describe(std::int64_t parameters) const;

@@ -26,6 +26,12 @@ struct DecodeOptions {
   std::int64_t n_best = 1;    // hypotheses returned per input, at most beam
   std::int64_t start_token = 0, end_token = 1;
   Precision precision = Precision::kF32;
+  // The keys a job's "decode" section sets (io/json_config.h); n_best, the
+  // tokens and the precision are the caller's, per call.
+  template <typename Keys, typename Self>
+  static void keys(Keys& k, Self& o) {
+    k("beam", o.beam)("length_penalty", o.length_penalty)("max_len", o.max_len);
+  }
   void validate() const;
 };
 

@@ -37,13 +37,7 @@ struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
     k.section("data", [&](auto& d) {
       d("path", j.data_dir)("validation_examples", j.validation_examples)("limit_train", j.limit_train);
     });
-    k.section("model", [&](auto& m) {
-      m("image_size", j.model.image_size)("patch", j.model.patch)("channels", j.model.channels);
-      m("num_layers", j.model.num_layers)("num_classes", j.model.num_classes);
-      auto& layer = j.model.layer;
-      m("d_model", layer.d_model)("nhead", layer.nhead)("dim_feedforward", layer.dim_feedforward);
-      m("dropout", layer.dropout)("norm_first", layer.norm_first);
-    });
+    k.section("model", [&](auto& m) { VisionConfig::keys(m, j.model); });
     k.train(j.train, &j.budget);
   }
 };

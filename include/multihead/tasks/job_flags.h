@@ -26,6 +26,9 @@ struct JobFlag {
   // A key whose default follows this one, taken out when the flag is given
   // so that it follows the new value (--precision: train.loss_scaling).
   std::string_view rederives = {};
+  // Only the first of the general paths that the config has (--steps: an
+  // epoch job's cap, train.max_steps, else train.steps), not all of them.
+  bool first_present = false;
 };
 
 // Every flag, in the order --help lists them.

@@ -80,9 +80,7 @@ struct PronunciationJob : JobConfig<PronunciationJob> {
       d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction);
       d("validation_words", j.validation_words)("train_max_letters", j.train_max_letters);
     });
-    k.section("decode", [&](auto& d) {
-      d("beam", j.decode.beam)("length_penalty", j.decode.length_penalty)("max_len", j.decode.max_len);
-    });
+    k.section("decode", [&](auto& d) { DecodeOptions::keys(d, j.decode); });
     k("decoder_layers", j.model.decoder_layers);
     k.model(j.model.model, j.model.model.vocab_size);
     k.train(j.train, &j.budget);
