@@ -217,7 +217,7 @@ ExperimentReport head_analysis_experiment(Context& c) {
       if (h == many) {
         // Ablation over the test split.
         const double base =
-            evaluate_classifier(model, test.tokens, test.labels, jb.eval_batch, jb.max_len, jb.train.precision)
+            evaluate_classifier(model, test, jb.eval_batch, jb.max_len, jb.train.precision)
                 .accuracy;
         base_acc.push_back(base);
         std::vector<double> drops;
@@ -227,9 +227,8 @@ ExperimentReport head_analysis_experiment(Context& c) {
             mask[static_cast<std::size_t>(head)] = 1;
             MultiheadAttention& attn = model.encoder().layer(l).self_attention();
             attn.set_head_mask(mask);
-            const double acc = evaluate_classifier(model, test.tokens, test.labels, jb.eval_batch,
-                                                   jb.max_len, jb.train.precision)
-                                   .accuracy;
+            const double acc =
+                evaluate_classifier(model, test, jb.eval_batch, jb.max_len, jb.train.precision).accuracy;
             attn.set_head_mask({});
             drops.push_back(base - acc);
             runs.push_back({{"seed", seed}, {"layer", l}, {"head", head}, {"accuracy_without", acc}, {"baseline", base}});

@@ -66,6 +66,20 @@ PreparedData load_and_split(const TextClassificationJob& job) {
   return p;
 }
 
+// The token sequences and labels of the examples idx.
+struct Gathered {
+  std::vector<const std::vector<std::int64_t>*> seqs;
+  std::vector<std::int64_t> labels;
+};
+Gathered gather(const TokenizedExamples& examples, std::span<const std::int64_t> idx) {
+  Gathered g;
+  for (std::int64_t i : idx) {
+    g.seqs.push_back(&examples.tokens[static_cast<std::size_t>(i)]);
+    g.labels.push_back(examples.labels[static_cast<std::size_t>(i)]);
+  }
+  return g;
+}
+
 // Accuracy and mean loss over the sequences seqs[i] with labels[i], in batches.
 ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
                                          const std::vector<const std::vector<std::int64_t>*>& seqs,
@@ -98,70 +112,47 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
   return m;
 }
 
-// Accuracy over the examples idx of a dataset.
-ClassificationMetrics evaluate(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& encoded,
-                               const TextDataset& ds, const std::vector<std::int64_t>& idx, std::int64_t batch,
-                               std::int64_t max_len, Precision precision, StopRequest* stop = nullptr) {
-  std::vector<const std::vector<std::int64_t>*> seqs;
-  std::vector<std::int64_t> labels;
-  for (std::int64_t i : idx) {
-    seqs.push_back(&encoded[static_cast<std::size_t>(i)]);
-    labels.push_back(ds.examples[static_cast<std::size_t>(i)].label);
-  }
-  return evaluate_sequences(model, seqs, labels, batch, max_len, precision, stop);
-}
-
 }  // namespace
 
-ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
-                                          const std::vector<std::int64_t>& labels, std::int64_t batch,
-                                          std::int64_t max_len, Precision precision) {
-  std::vector<const std::vector<std::int64_t>*> seqs;
-  for (const auto& t : tokens) seqs.push_back(&t);
-  return evaluate_sequences(model, seqs, labels, batch, max_len, precision);
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                                          std::span<const std::int64_t> idx, std::int64_t batch, std::int64_t max_len,
+                                          Precision precision, StopRequest* stop) {
+  const Gathered g = gather(examples, idx);
+  return evaluate_sequences(model, g.seqs, g.labels, batch, max_len, precision, stop);
+}
+
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                                          std::int64_t batch, std::int64_t max_len, Precision precision) {
+  std::vector<std::int64_t> all(examples.tokens.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+  return evaluate_classifier(model, examples, all, batch, max_len, precision);
+}
+
+MicroBatchLoss ClassifierTrainingTask::micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
+                                                  double grad_scale) {
+  const Gathered g = gather(examples_, examples);
+  TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len_, true);
+  Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);
+  return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale), tb.tokens};
+}
+
+Validation ClassifierTrainingTask::validate() {
+  const ClassificationMetrics m =
+      evaluate_classifier(model_, examples_, validation_, eval_batch_, max_len_, precision_);
+  return {m.loss, m.accuracy, m.examples};
 }
 
 namespace {
 
-std::vector<std::vector<std::int64_t>> encode_all(const Tokenizer& tok, const TextDataset& ds) {
-  std::vector<std::vector<std::int64_t>> out(ds.examples.size());
+// Every example's tokens and label.
+TokenizedExamples encode_all(const Tokenizer& tok, const TextDataset& ds) {
+  TokenizedExamples out;
+  out.tokens.resize(ds.examples.size());
 #pragma omp parallel for schedule(dynamic, 16)
-  for (std::size_t i = 0; i < ds.examples.size(); ++i) out[i] = tok.encode(ds.examples[i].text);
+  for (std::size_t i = 0; i < ds.examples.size(); ++i) out.tokens[i] = tok.encode(ds.examples[i].text);
+  for (const auto& e : ds.examples) out.labels.push_back(e.label);
   return out;
 }
-
-// Training: batches of tokenised examples, cross-entropy of the class.
-class TextClassificationTask final : public TrainingTask {
- public:
-  TextClassificationTask(SequenceClassifier& model, const TextClassificationJob& job, const PreparedData& data,
-                         const std::vector<std::vector<std::int64_t>>& encoded)
-      : model_(model), job_(job), data_(data), encoded_(encoded) {}
-
-  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
-                            double grad_scale) override {
-    std::vector<const std::vector<std::int64_t>*> seqs;
-    std::vector<std::int64_t> labels;
-    for (std::int64_t i : examples) {
-      seqs.push_back(&encoded_[static_cast<std::size_t>(i)]);
-      labels.push_back(data_.dataset.examples[static_cast<std::size_t>(i)].label);
-    }
-    TokenBatch tb = make_token_batch(seqs, labels, job_.max_len, true);
-    Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);
-    return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale), tb.tokens};
-  }
-
-  Validation validate() override {
-    const ClassificationMetrics m = evaluate(model_, encoded_, data_.dataset, data_.validation, job_.eval_batch,
-                                             job_.max_len, job_.train.precision);
-    return {m.loss, m.accuracy, m.examples};
-  }
-
- private:
-  SequenceClassifier& model_;
-  const TextClassificationJob& job_;
-  const PreparedData& data_;
-  const std::vector<std::vector<std::int64_t>>& encoded_;
-};
 
 }  // namespace
 
@@ -179,7 +170,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   std::vector<std::string> train_texts;
   for (std::int64_t i : data.train) train_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
   std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, train_texts);
-  const std::vector<std::vector<std::int64_t>> encoded = encode_all(*tok, data.dataset);
+  const TokenizedExamples encoded = encode_all(*tok, data.dataset);
   progress.log(fmt::format("tokenizer: {} with {} tokens", tok->kind(), tok->vocab_size()));
 
   job.model.vocab_size = tok->vocab_size();
@@ -189,7 +180,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   job.train.schedule.total_steps = job.train.steps;
 
   ModelToTrain<SequenceClassifier> m(job.model, job.train, progress);
-  TextClassificationTask task(m.model, job, data, encoded);
+  ClassifierTrainingTask task(m.model, encoded, data.validation, job.max_len, job.eval_batch, job.train.precision);
   FitPlan plan;
   plan.epoch_examples = data.train;
   plan.throughput_key = "tokens_per_s";
@@ -203,7 +194,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   result.tokens_per_s = fitted.items_per_s;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   result.test =
-      evaluate(m.model, encoded, data.dataset, data.test, job.eval_batch, job.max_len, job.train.precision, stop);
+      evaluate_classifier(m.model, encoded, data.test, job.eval_batch, job.max_len, job.train.precision, stop);
   check_finite_result("the test loss", result.test.loss);
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},
@@ -218,7 +209,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   // Attention of every layer and head for the first test example, titled with its true label.
   const std::size_t ex = static_cast<std::size_t>(data.test.front());
   const std::vector<std::string> heatmaps = write_heatmaps(
-      classifier_attention(m.model, *tok, encoded[ex], std::min<std::int64_t>(job.max_len, 48),
+      classifier_attention(m.model, *tok, encoded.tokens[ex], std::min<std::int64_t>(job.max_len, 48),
                            data.dataset.label_names, Precision::kF32),
       run.file("plots"), "attention_layer",
       fmt::format(" (label: {})", data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)]));
@@ -236,7 +227,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
       "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
   const std::string label = data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)];
-  AttentionMaps whole = classifier_attention(m.model, *tok, encoded[ex], job.max_len, data.dataset.label_names,
+  AttentionMaps whole = classifier_attention(m.model, *tok, encoded.tokens[ex], job.max_len, data.dataset.label_names,
                                              Precision::kF32, true);
   report.sections += report_explorer(
       run, {job.report_title,
@@ -278,8 +269,8 @@ TokenizedExamples classifier_test_split(const TextClassificationJob& job, const 
 std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir) {
   LoadedTextClassifier r(job, run_dir);
   const TokenizedExamples test = classifier_test_split(r.job, *r.tokenizer);
-  const ClassificationMetrics m = evaluate_classifier(r.model(), test.tokens, test.labels, r.job.eval_batch,
-                                                      r.job.max_len, r.job.train.precision);
+  const ClassificationMetrics m =
+      evaluate_classifier(r.model(), test, r.job.eval_batch, r.job.max_len, r.job.train.precision);
   check_finite_result("the test loss", m.loss);
   return {test_line(m)};
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 
-#include "multihead/data/batching.h"
 #include "multihead/data/cmudict.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
@@ -48,9 +47,7 @@ namespace {
 // The dictionary's words that have a class, as letter ids and labels, split
 // by word (with the job's seed).
 struct StressData {
-  std::vector<std::vector<std::int64_t>> letters;
-  std::vector<std::int64_t> labels;
-  std::vector<std::string> words;
+  TokenizedExamples examples;  // the words' letters, and their classes
   SplitIndices split;
 };
 
@@ -69,62 +66,25 @@ StressData load_data(const WordStressJob& job) {
   StressData d;
   for (const CmuWord& w : dict.words)
     if (const std::optional<std::int64_t> c = stress_class(w.pronunciations)) {
-      d.letters.push_back(encode_letters(w.word));
-      d.labels.push_back(*c);
-      d.words.push_back(w.word);
+      d.examples.tokens.push_back(encode_letters(w.word));
+      d.examples.labels.push_back(*c);
     }
-  d.split = split_indices(static_cast<std::int64_t>(d.labels.size()), job.validation_fraction, job.test_fraction,
-                          job.train.seed);
+  const auto words = static_cast<std::int64_t>(d.examples.labels.size());
+  d.split = split_indices(words, job.validation_fraction, job.test_fraction, job.train.seed);
   check<IoError>(!d.split.train.empty() && !d.split.test.empty(),
-                 "{}: too few words of two or more syllables ({}) for the requested splits", job.data_path,
-                 d.labels.size());
+                 "{}: too few words of two or more syllables ({}) for the requested splits", job.data_path, words);
   return d;
 }
 
 ClassificationMetrics evaluate_split(SequenceClassifier& model, const StressData& d,
-                                     const std::vector<std::int64_t>& idx, const WordStressJob& job) {
-  std::vector<std::vector<std::int64_t>> tokens;
-  std::vector<std::int64_t> labels;
-  for (std::int64_t i : idx) {
-    tokens.push_back(d.letters[static_cast<std::size_t>(i)]);
-    labels.push_back(d.labels[static_cast<std::size_t>(i)]);
-  }
-  return evaluate_classifier(model, tokens, labels, job.eval_batch, job.max_letters, job.train.precision);
+                                     const std::vector<std::int64_t>& idx, const WordStressJob& job,
+                                     StopRequest* stop = nullptr) {
+  return evaluate_classifier(model, d.examples, idx, job.eval_batch, job.max_letters, job.train.precision, stop);
 }
 
 std::string test_line(double accuracy, std::int64_t words, double loss) {
   return fmt::format("test accuracy: {:.2f}% ({} words), test loss {:.4f}", 100 * accuracy, words, loss);
 }
-
-// Training: batches of words, cross-entropy of the stressed syllable's class.
-class WordStressTask final : public TrainingTask {
- public:
-  WordStressTask(SequenceClassifier& model, const WordStressJob& job, const StressData& data)
-      : model_(model), job_(job), data_(data) {}
-
-  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
-                            double grad_scale) override {
-    std::vector<const std::vector<std::int64_t>*> seqs;
-    std::vector<std::int64_t> labels;
-    for (std::int64_t i : examples) {
-      seqs.push_back(&data_.letters[static_cast<std::size_t>(i)]);
-      labels.push_back(data_.labels[static_cast<std::size_t>(i)]);
-    }
-    TokenBatch tb = make_token_batch(seqs, labels, job_.max_letters, true);
-    Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);
-    return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale), tb.tokens};
-  }
-
-  Validation validate() override {
-    const ClassificationMetrics m = evaluate_split(model_, data_, data_.split.validation, job_);
-    return {m.loss, m.accuracy, m.examples};
-  }
-
- private:
-  SequenceClassifier& model_;
-  const WordStressJob& job_;
-  const StressData& data_;
-};
 
 }  // namespace
 
@@ -132,11 +92,12 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   WordStressJob job = job_in;
   const StressData data = load_data(job);
   std::array<std::int64_t, WordStressJob::kClasses> counts{};
-  for (std::int64_t i : data.split.train) ++counts[static_cast<std::size_t>(data.labels[static_cast<std::size_t>(i)])];
+  for (std::int64_t i : data.split.train)
+    ++counts[static_cast<std::size_t>(data.examples.labels[static_cast<std::size_t>(i)])];
   const auto majority = static_cast<std::int64_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
   progress.log(fmt::format("data: {} words of two or more syllables ({} train, {} validation, {} test); training "
                            "words by stressed syllable: {} first, {} second, {} third, {} later",
-                           data.labels.size(), data.split.train.size(), data.split.validation.size(),
+                           data.examples.labels.size(), data.split.train.size(), data.split.validation.size(),
                            data.split.test.size(), counts[0], counts[1], counts[2], counts[3]));
 
   job.model.vocab_size = WordStressJob::kLetterTokens;
@@ -146,7 +107,8 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   job.train.schedule.total_steps = job.train.steps;
 
   ModelToTrain<SequenceClassifier> m(job.model, job.train, progress);
-  WordStressTask task(m.model, job, data);
+  ClassifierTrainingTask task(m.model, data.examples, data.split.validation, job.max_letters, job.eval_batch,
+                              job.train.precision);
   FitPlan plan;
   plan.epoch_examples = data.split.train;
   plan.throughput_key = "tokens_per_s";
@@ -158,13 +120,12 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.seconds;
   r.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  stop_point(stop);
-  const ClassificationMetrics test = evaluate_split(m.model, data, data.split.test, job);
+  const ClassificationMetrics test = evaluate_split(m.model, data, data.split.test, job, stop);
   check_finite_result("the test loss", test.loss);
   r.test_accuracy = test.accuracy, r.test_loss = test.loss, r.test_words = test.examples;
   r.majority_accuracy = static_cast<double>(std::count_if(data.split.test.begin(), data.split.test.end(),
                                                           [&](std::int64_t i) {
-                                                            return data.labels[static_cast<std::size_t>(i)] == majority;
+                                                            return data.examples.labels[static_cast<std::size_t>(i)] == majority;
                                                           })) /
                         static_cast<double>(data.split.test.size());
   run.append_metrics({{"step", r.steps}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
@@ -185,7 +146,7 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
                  {"training", fitted.summary()},
                  {"model", job.model.describe(m.store.numel())},
                  {"data", fmt::format("{}: {} words of two or more syllables, {} train / {} validation / {} test",
-                                      job.data_path, data.labels.size(), data.split.train.size(),
+                                      job.data_path, data.examples.labels.size(), data.split.train.size(),
                                       data.split.validation.size(), data.split.test.size())}};
   write_run_report(run, fitted, report);
   return r;

@@ -83,7 +83,7 @@ std::vector<std::string> summary_lines(const TextClassificationResult& result);
 // A trained classifier run loaded back (tasks/loaded_run.h).
 using LoadedTextClassifier = LoadedRun<TextClassificationJob, SequenceClassifier>;
 
-// Examples as token ids with their labels.
+// Examples as token ids with their labels, addressed by index.
 struct TokenizedExamples {
   std::vector<std::vector<std::int64_t>> tokens;
   std::vector<std::int64_t> labels;
@@ -93,10 +93,37 @@ struct TokenizedExamples {
 // model's is a ConfigError naming both counts.
 TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok);
 
-// Accuracy and mean loss over tokenised examples, in batches (eval mode).
-ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const std::vector<std::vector<std::int64_t>>& tokens,
-                                          const std::vector<std::int64_t>& labels, std::int64_t batch,
-                                          std::int64_t max_len, Precision precision);
+// Accuracy and mean loss over the examples idx, in batches of `batch`
+// ([CLS] first, cut to max_len tokens; eval mode), taking a stop at each batch.
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                                          std::span<const std::int64_t> idx, std::int64_t batch, std::int64_t max_len,
+                                          Precision precision, StopRequest* stop = nullptr);
+// The same over every example.
+ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                                          std::int64_t batch, std::int64_t max_len, Precision precision);
+
+// Training a sequence classifier on tokenised examples: batches of examples
+// ([CLS] first, cut to max_len tokens), the cross-entropy of their labels;
+// validation over the examples `validation`. Text classification and word
+// stress train so.
+class ClassifierTrainingTask final : public TrainingTask {
+ public:
+  ClassifierTrainingTask(SequenceClassifier& model, const TokenizedExamples& examples,
+                         std::vector<std::int64_t> validation, std::int64_t max_len, std::int64_t eval_batch,
+                         Precision precision)
+      : model_(model), examples_(examples), validation_(std::move(validation)), max_len_(max_len),
+        eval_batch_(eval_batch), precision_(precision) {}
+  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
+                            double grad_scale) override;
+  Validation validate() override;
+
+ private:
+  SequenceClassifier& model_;
+  const TokenizedExamples& examples_;
+  std::vector<std::int64_t> validation_;
+  std::int64_t max_len_, eval_batch_;
+  Precision precision_;
+};
 
 // The test accuracy and loss of the model saved in a run directory, whose
 // config.json holds `job` (with the precision to evaluate in), as lines.
