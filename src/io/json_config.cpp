@@ -89,12 +89,14 @@ std::int64_t ConfigReader::get_int(const std::string& key, std::optional<std::in
   return get_typed<std::int64_t>(key, fallback, &json::is_number_integer, "an integer");
 }
 
-std::int64_t ConfigReader::get_int_or_null(const std::string& key, std::int64_t fallback) {
+ConfigReader& ConfigReader::or_null(const std::string& key, std::int64_t& value, std::int64_t null_value) {
   if (has(key) && obj_.at(key).is_null()) {
     used_.insert(key);
-    return fallback;
+    value = null_value;
+  } else {
+    value = get_int(key, value);
   }
-  return get_int(key, fallback);
+  return *this;
 }
 
 double ConfigReader::get_number(const std::string& key, std::optional<double> fallback) {

@@ -87,11 +87,15 @@ void AdamW::load_state(const ParamStore& store, const TensorMap& in, const std::
   steps_ = meta_int(meta, "optimizer.step");
 }
 
-Sgd::Sgd(const ParamStore& store, const SgdConfig& cfg) : cfg_(cfg), buf_({store.numel()}) {
-  check<ConfigError>(cfg.momentum >= 0 && cfg.weight_decay >= 0, "SGD momentum and weight_decay must be >= 0");
-  check<ConfigError>(!cfg.nesterov || (cfg.momentum > 0 && cfg.dampening == 0),
-                     "Nesterov momentum requires a momentum and zero dampening");
+void SgdConfig::validate() const {
+  check<ConfigError>(momentum >= 0 && weight_decay >= 0, "SGD momentum and weight_decay must be >= 0");
+  check<ConfigError>(!nesterov || (momentum > 0 && dampening == 0),
+                     "nesterov needs a momentum and no dampening (as torch.optim.SGD), got momentum {} and "
+                     "dampening {}",
+                     momentum, dampening);
 }
+
+Sgd::Sgd(const ParamStore& store, const SgdConfig& cfg) : cfg_(cfg), buf_({store.numel()}) { cfg.validate(); }
 
 void Sgd::step(ParamStore& store, double lr, float grad_scale) {
   const bool first = steps_ == 0;

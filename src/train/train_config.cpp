@@ -28,10 +28,7 @@ void TrainConfig::validate() const {
                      "betas must be in [0, 1), got {} and {}", adamw.beta1, adamw.beta2);
   check<ConfigError>(sgd.weight_decay >= 0 && std::isfinite(sgd.weight_decay), "weight_decay must be >= 0, got {}",
                      sgd.weight_decay);
-  check<ConfigError>(optimizer != OptimizerKind::kSgd || !sgd.nesterov || (sgd.momentum > 0 && sgd.dampening == 0),
-                     "nesterov needs a momentum and no dampening (as torch.optim.SGD), got momentum {} and "
-                     "dampening {}",
-                     sgd.momentum, sgd.dampening);
+  if (optimizer == OptimizerKind::kSgd) sgd.validate();
   check<ConfigError>(batch % grad_accumulation == 0 || grad_accumulation == 1,
                      "batch ({}) must be a multiple of grad_accumulation ({})", batch, grad_accumulation);
 }

@@ -69,8 +69,6 @@ class ConfigReader {
   bool has(const std::string& key) const;
   std::string get_string(const std::string& key, std::optional<std::string> fallback = std::nullopt);
   std::int64_t get_int(const std::string& key, std::optional<std::int64_t> fallback = std::nullopt);
-  // A null value (PyTorch's None) gives the fallback.
-  std::int64_t get_int_or_null(const std::string& key, std::int64_t fallback);
   double get_number(const std::string& key, std::optional<double> fallback = std::nullopt);
   bool get_bool(const std::string& key, std::optional<bool> fallback = std::nullopt);
   // A nested object (an empty one when the key is absent).
@@ -120,11 +118,7 @@ class ConfigReader {
     return (*this)(key, value, range...);
   }
   // An integer that may be null (PyTorch's None), read as `null_value`.
-  ConfigReader& or_null(const std::string& key, std::int64_t& value, std::int64_t null_value) {
-    value = get_int_or_null(key, value);
-    if (has(key) && obj_.at(key).is_null()) value = null_value;
-    return *this;
-  }
+  ConfigReader& or_null(const std::string& key, std::int64_t& value, std::int64_t null_value);
   // A pair of numbers kept as a two-element array (PyTorch's betas).
   ConfigReader& pair(const std::string& key, double& first, double& second);
   // An enum kept as its name: from_name reads it (throwing ConfigError for

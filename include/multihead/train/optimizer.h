@@ -53,6 +53,9 @@ class AdamW : public Optimizer {
 struct SgdConfig {
   double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+  // ConfigError for what torch.optim.SGD refuses too: a negative momentum or
+  // weight decay, nesterov without momentum or with dampening.
+  void validate() const;
 };
 
 // g += wd * p;  buf = momentum * buf + (1 - dampening) * g (buf = g at the
