@@ -41,6 +41,7 @@ packages=(
   python3-dev              # find_package(Python3 ... Development.Module) in python/: the Python package
   pybind11-dev             # find_package(pybind11) in python/
   python3-torch python3-numpy  # python/tests (against PyTorch's modules), the fixture generator, bench/*.py
+  python3-onnx             # python/tests/test_to_torch.py: onnx.checker on torch.onnx.export's files
   python3-pytest           # add_test(python) in python/, add_test(mpi) in tests/: pytest
   python3-setuptools python3-wheel  # setup.py, pyproject.toml's build backend: pip install --no-build-isolation .
   python3-pip python3-venv # add_test(pip_install) in python/: a venv and pip

@@ -6,13 +6,14 @@
     run.predict(["Win money now", "Meeting at 3"])   # [{'label': 'spam', 'probabilities': {...}}, ...]
     run.attention("Win money now")                   # tokens and (layers, heads, T, T) weights
     multihead.load_run("runs/moby-dick").generate("Call me", tokens=100)
+    module = multihead.load_run("runs/spam").to_torch()  # a torch.nn.Module with the run's weights
 
 The library's errors are multihead.Error (a ValueError) and its kinds ShapeError, ConfigError and
 IoError; memory it cannot have is a MemoryError.
 """
 
-from ._multihead import (ConfigError, Error, IoError, ShapeError, TrainedRun, __version__, load_run, machine,
-                         set_num_threads)
+from ._multihead import ConfigError, Error, IoError, ShapeError, Tokenizer, __version__, machine, set_num_threads
+from .run import Run, load_run
 
-__all__ = ["ConfigError", "Error", "IoError", "ShapeError", "TrainedRun", "__version__", "load_run", "machine",
+__all__ = ["ConfigError", "Error", "IoError", "Run", "ShapeError", "Tokenizer", "__version__", "load_run", "machine",
            "set_num_threads"]

@@ -5,6 +5,7 @@
 // is released while the kernels run. Trained runs (tasks/trained_run.h) are
 // exposed as they are.
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,11 @@
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/attention_kernel.h"
+#include "multihead/data/tokenizer.h"
+#include "multihead/tasks/jobs.h"
 #include "multihead/tasks/trained_run.h"
+#include "multihead/train/checkpoint.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/version.h"
 
 namespace py = pybind11;
@@ -296,6 +301,23 @@ void ref_weights(py::handle weights, py::handle probs, bool average_heads, doubl
   attention_weights_from_probs<double>(w, p, d, average_heads, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
+// A copy of t as a NumPy array of its dtype (F32, I64 or BOOL).
+py::array to_numpy(const Tensor& t) {
+  const std::vector<std::int64_t> shape(t.shape().begin(), t.shape().end());
+  auto copy = [&](auto tag) {
+    using T = decltype(tag);
+    py::array_t<T> a(shape);
+    std::memcpy(a.mutable_data(), t.raw(), t.nbytes());
+    return py::array(a);
+  };
+  switch (t.dtype()) {
+    case DType::kF32: return copy(float{});
+    case DType::kI64: return copy(std::int64_t{});
+    case DType::kBool: return copy(bool{});
+    default: throw ShapeError(fmt::format("a {} tensor has no NumPy form here", dtype_name(t.dtype())));
+  }
+}
+
 }  // namespace
 }  // namespace multihead::python
 
@@ -426,6 +448,55 @@ PYBIND11_MODULE(_multihead, m) {
       py::arg("path"), py::arg("threads") = 0, py::arg("precision") = "",
       "The trained model of a run directory of `multihead train` (a text classifier, a language model or a "
       "pronunciation model)");
+  py::class_<Tokenizer>(m, "Tokenizer", "A run's tokenizer: text to token ids and back, as the run reads its data")
+      .def("encode", &Tokenizer::encode, py::arg("text"), "The text's token ids (no <cls> or <eos> added)")
+      .def("decode", &Tokenizer::decode, py::arg("ids"), "The text of token ids")
+      .def("piece", &Tokenizer::piece, py::arg("id"), "A printable label of one id")
+      .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
+      .def_property_readonly("kind", &Tokenizer::kind, "sentencepiece, char or word")
+      .def_property_readonly_static("pad_id", [](py::object) { return kPadId; })
+      .def_property_readonly_static("unk_id", [](py::object) { return kUnkId; })
+      .def_property_readonly_static("cls_id", [](py::object) { return kClsId; })
+      .def_property_readonly_static("eos_id", [](py::object) { return kEosId; });
+  m.def(
+      "run_config",
+      [](const std::filesystem::path& path) { return read_run_config(path.string()).json.dump(); },
+      py::arg("path"), release, "The job of a run directory, as config.json holds it (JSON text)");
+  m.def(
+      "run_tokenizer",
+      [](const std::filesystem::path& path, std::int64_t vocab_size) {
+        return load_run_tokenizer(path.string(), vocab_size);
+      },
+      py::arg("path"), py::arg("vocab_size"), release,
+      "A run directory's tokenizer, checked against the vocabulary size its config records");
+  m.def(
+      "run_weights",
+      [](const std::filesystem::path& path) {
+        TensorMap weights;
+        {
+          py::gil_scoped_release unlocked;
+          weights = run_weights(path.string());
+        }
+        py::dict out;
+        for (const auto& [name, t] : weights) out[py::str(name)] = to_numpy(t);
+        return out;
+      },
+      py::arg("path"), "The weights of a run's last checkpoint by state_dict name, as NumPy arrays");
+  m.def(
+      "sample_run_model",
+      [](const std::filesystem::path& path, std::int64_t examples, bool training) {
+        std::optional<ModelSample> sample;
+        {
+          py::gil_scoped_release unlocked;
+          sample.emplace(sample_run_model(path.string(), SampleSettings{examples, training}));
+        }
+        py::dict inputs;
+        for (const auto& [name, t] : sample->inputs) inputs[py::str(name)] = to_numpy(t);
+        return py::make_tuple(inputs, to_numpy(sample->logits));
+      },
+      py::arg("path"), py::arg("examples") = 8, py::arg("training") = false,
+      "A batch of the run's own test data as the model reads it, and the model's fp32 logits for it: "
+      "(inputs by name, logits); training: training mode with dropout 0");
   m.def("set_num_threads", &set_num_threads, py::arg("threads"),
         "Threads for the kernels (0: all cores), as the CLI's --threads");
   m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");

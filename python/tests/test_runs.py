@@ -109,6 +109,11 @@ def test_a_pronunciation_model_pronounces_words(tmp_path):
 def test_runs_that_cannot_be_loaded_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="cannot open"):
         multihead.load_run(tmp_path / "nothing")
+    # A sequence task's run loads (its config, weights and to_torch), and answers no text.
     out = train(tmp_path, "seq", "--preset", "reverse", "--steps", "2", "--d-model", "16", "--num-heads", "2")
-    with pytest.raises(ValueError, match="this run's task is 'sequence_task'"):
-        multihead.load_run(out)
+    run = multihead.load_run(out)
+    assert run.task == "sequence_task" and run.tokenizer is None and run.warnings == []
+    for call in (lambda: run.predict(["1 2"]), lambda: run.generate("1"), lambda: run.attention("1"),
+                 lambda: run.labels):
+        with pytest.raises(ValueError, match="this run's task is sequence_task"):
+            call()

@@ -114,6 +114,21 @@ std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const s
   return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * accuracy, loss)};
 }
 
+ModelSample sample_model(const ImageClassificationJob& job_in, const std::string& run_dir,
+                         const SampleSettings& settings) {
+  ImageClassificationJob job = job_in;
+  if (settings.training) job.model.layer.dropout = 0;
+  TrainedModel<VisionTransformer> m(job.model, run_dir);
+  const Images test = load_split(job.data_dir, "t10k", job.model.image_size);
+  std::vector<std::int64_t> idx;
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(settings.examples, static_cast<std::int64_t>(test.labels.size())); ++i)
+    idx.push_back(i);
+  Tensor images = gather(test.pixels, idx);
+  Tensor logits = m.model.forward(images, settings.context());
+  m.model.release_saved();
+  return std::move(ModelSample(std::move(logits)).input("images", std::move(images)));
+}
+
 std::vector<std::string> summary_lines(const ImageClassificationResult& r) {
   return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * r.test_accuracy, r.test_loss),
           fmt::format("training: {} steps{} in {:.1f} s", r.steps, skipped_steps_note(r.skipped_steps),

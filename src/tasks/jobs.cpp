@@ -124,6 +124,14 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   return lines;
 }
 
+ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& settings) {
+  check<ConfigError>(settings.examples > 0 && settings.examples <= kMaxBatch, "examples must be in [1, {}], got {}",
+                     kMaxBatch, settings.examples);
+  const RunConfig cfg = read_run_config(run_dir);
+  Job job = job_from_json(cfg.json, cfg.path);
+  return std::visit([&](auto& j) { return sample_model(j, run_dir, settings); }, job);
+}
+
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision) {
   const RunConfig cfg = read_run_config(run_dir);
   Job job = job_from_json(cfg.json, cfg.path);

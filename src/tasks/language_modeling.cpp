@@ -185,18 +185,22 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
                  {"batches", fmt::format("{} windows of {} tokens", job.train.batch, L)},
                  {"model", job.model.describe(m.store.numel())},
                  {"data", job.text_path}};
-  report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n## Attention\n\n",
+  report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n",
                                 job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);
-  {
+  if (!job.model.layer.pattern.has_weights()) {
+    report.sections += kNoAttentionWeights;
+  } else {
+    report.sections += "## Attention\n\n";
     std::vector<std::int64_t> ids = tok->encode(result.sample);
     ids.resize(std::min<std::size_t>(ids.size(), 128));
     AttentionMaps all = language_model_attention(m.model, *tok, ids, 0, Precision::kF32);
     report.sections += report_explorer(
         run, {job.report_title, fmt::format("the first {} tokens of the sample", all.T), {std::move(all)}});
+    report.sections +=
+        "The last layer's heads over the sample's start (colours from 0 to each head's largest weight):\n\n";
+    for (const auto& f : write_heatmaps(m.model, *tok, result.sample, run))
+      report.sections += fmt::format("![{0}](plots/{0})\n", f);
   }
-  report.sections += "The last layer's heads over the sample's start (colours from 0 to each head's largest weight):\n\n";
-  for (const auto& f : write_heatmaps(m.model, *tok, result.sample, run))
-    report.sections += fmt::format("![{0}](plots/{0})\n", f);
   write_run_report(run, fitted, report);
   return result;
 }
@@ -215,6 +219,25 @@ std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::st
                                       r.job.train.seq_len, r.job.eval_windows, r.job.train.precision);
   check_finite_result("the validation loss", loss);
   return {fmt::format("validation loss: {:.4f} nats/token", loss)};
+}
+
+ModelSample sample_model(const LanguageModelJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
+  LanguageModelJob job = job_in;
+  if (settings.training) job.model.layer.dropout = 0;
+  LoadedRun<LanguageModelJob, LanguageModel> r(job, run_dir);
+  const std::string text = load_text_corpus(r.job.text_path);
+  const std::vector<std::int64_t> val =
+      r.tokenizer->encode(text.substr(validation_split(text, r.job.validation_fraction)));
+  const std::int64_t L = r.job.train.seq_len, span = static_cast<std::int64_t>(val.size()) - L - 1;
+  check<IoError>(span > 0, "the validation text ({} tokens) is shorter than one window of {}", val.size(), L + 1);
+  // Windows spread over the validation text, as the validation loss reads it.
+  std::vector<std::int64_t> starts;
+  for (std::int64_t k = 0; k < settings.examples; ++k)
+    starts.push_back(span * k / std::max<std::int64_t>(settings.examples - 1, 1));
+  Windows w = windows(val, starts, L);
+  Tensor logits = r.model().forward(w.ids, settings.context());
+  r.model().release_saved();
+  return std::move(ModelSample(std::move(logits)).input("ids", std::move(w.ids)));
 }
 
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,

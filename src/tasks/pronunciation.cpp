@@ -389,6 +389,24 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
   return out;
 }
 
+ModelSample sample_model(const PronunciationJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
+  PronunciationJob job = job_in;
+  if (settings.training) job.model.model.layer.dropout = 0;
+  LoadedPronouncer run(job, run_dir);
+  const PronunciationData data = load_data(job, &run.vocab);
+  // The first test words' first pronunciations, teacher forced.
+  std::vector<std::int64_t> pairs;
+  for (std::size_t i = 0; i < data.test_words.size() && static_cast<std::int64_t>(pairs.size()) < settings.examples; ++i)
+    pairs.push_back(data.test_words[i] * PronunciationData::kVariantStride);
+  Seq2SeqBatch b = make_batch(data, pairs);
+  Tensor logits = run.model().forward(b.source, &b.padding, b.target_in, settings.context());
+  run.model().release_saved();
+  return std::move(ModelSample(std::move(logits))
+                       .input("source", std::move(b.source))
+                       .input("source_padding", std::move(b.padding))
+                       .input("target", std::move(b.target_in)));
+}
+
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir) {
   LoadedPronouncer run(job, run_dir);
   const PronunciationData data = load_data(job, &run.vocab);

@@ -92,6 +92,17 @@ std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::str
   return lines;
 }
 
+ModelSample sample_model(const SequenceTaskJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
+  SequenceTaskJob job = job_in;
+  if (settings.training) job.model.layer.dropout = 0;
+  TrainedModel<LanguageModel> m(job.model, run_dir);
+  // The first test batch's sequences, of the training lengths.
+  SyntheticBatch b = synthetic_batch(job.task, settings.examples, job.train.seed ^ 0x7e57ull, 0);
+  Tensor logits = m.model.forward(b.ids, settings.context());
+  m.model.release_saved();
+  return std::move(ModelSample(std::move(logits)).input("ids", std::move(b.ids)));
+}
+
 std::vector<std::string> summary_lines(const SequenceTaskResult& r) {
   std::vector<std::string> lines;
   for (const auto& a : r.by_length) lines.push_back(length_line(a));

@@ -156,6 +156,28 @@ TokenizedExamples encode_all(const Tokenizer& tok, const TextDataset& ds) {
 
 }  // namespace
 
+// The report's attention: every layer's and head's weights for one test
+// example, as heatmaps (its first 48 tokens) and in the explorer.
+std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, const std::vector<std::int64_t>& ids,
+                              std::int64_t label_id, const std::vector<std::string>& labels,
+                              const TextClassificationJob& job, RunDir& run) {
+  const std::string label = labels[static_cast<std::size_t>(label_id)];
+  const std::vector<std::string> heatmaps =
+      write_heatmaps(classifier_attention(model, tok, ids, std::min<std::int64_t>(job.max_len, 48), labels,
+                                          Precision::kF32),
+                     run.file("plots"), "attention_layer", fmt::format(" (label: {})", label));
+  std::string s =
+      "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
+      "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
+  AttentionMaps whole = classifier_attention(model, tok, ids, job.max_len, labels, Precision::kF32, true);
+  s += report_explorer(run, {job.report_title,
+                             fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label,
+                                         whole.prediction),
+                             {std::move(whole)}});
+  for (const auto& f : heatmaps) s += fmt::format("![{0}](plots/{0})\n", f);
+  return s;
+}
+
 TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress,
                                  StopRequest* stop) {
   TextClassificationJob job = job_in;
@@ -206,13 +228,6 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
                      {"tokens_per_s", result.tokens_per_s},
                      {"labels", data.dataset.label_names}});
 
-  // Attention of every layer and head for the first test example, titled with its true label.
-  const std::size_t ex = static_cast<std::size_t>(data.test.front());
-  const std::vector<std::string> heatmaps = write_heatmaps(
-      classifier_attention(m.model, *tok, encoded.tokens[ex], std::min<std::int64_t>(job.max_len, 48),
-                           data.dataset.label_names, Precision::kF32),
-      run.file("plots"), "attention_layer",
-      fmt::format(" (label: {})", data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)]));
   RunReport report{job.report_title, {}, ""};
   report.rows = {
       {"test accuracy", fmt::format("{:.2f}% ({} examples)", 100 * result.test.accuracy, result.test.examples)},
@@ -223,17 +238,11 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       {"data", fmt::format("{} ({}), {} train / {} validation / {} test", job.source, job.data_path, data.train.size(),
                            data.validation.size(), data.test.size())},
       {"tokenizer", fmt::format("{} ({} tokens)", tok->kind(), tok->vocab_size())}};
-  report.sections =
-      "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
-      "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
-  const std::string label = data.dataset.label_names[static_cast<std::size_t>(data.dataset.examples[ex].label)];
-  AttentionMaps whole = classifier_attention(m.model, *tok, encoded.tokens[ex], job.max_len, data.dataset.label_names,
-                                             Precision::kF32, true);
-  report.sections += report_explorer(
-      run, {job.report_title,
-            fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label, whole.prediction),
-            {std::move(whole)}});
-  for (const auto& f : heatmaps) report.sections += fmt::format("![{0}](plots/{0})\n", f);
+  report.sections = job.model.layer.pattern.has_weights()
+                        ? attention_section(m.model, *tok, encoded.tokens[static_cast<std::size_t>(data.test.front())],
+                                            data.dataset.examples[static_cast<std::size_t>(data.test.front())].label,
+                                            data.dataset.label_names, job, run)
+                        : std::string(kNoAttentionWeights);
   write_run_report(run, fitted, report);
   return result;
 }
@@ -264,6 +273,26 @@ TokenizedExamples classifier_test_split(const TextClassificationJob& job, const 
     out.labels.push_back(e.label);
   }
   return out;
+}
+
+ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                              std::span<const std::int64_t> idx, std::int64_t max_len, const SampleSettings& settings) {
+  const Gathered g = gather(examples, idx.first(std::min<std::size_t>(idx.size(), settings.examples)));
+  TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len, true);
+  Tensor logits = model.forward(tb.ids, &tb.padding, settings.context());
+  model.release_saved();
+  return std::move(ModelSample(std::move(logits)).input("ids", std::move(tb.ids)).input("padding", std::move(tb.padding)));
+}
+
+ModelSample sample_model(const TextClassificationJob& job_in, const std::string& run_dir,
+                         const SampleSettings& settings) {
+  TextClassificationJob job = job_in;
+  if (settings.training) job.model.layer.dropout = 0;
+  LoadedTextClassifier r(job, run_dir);
+  const TokenizedExamples test = classifier_test_split(r.job, *r.tokenizer);
+  std::vector<std::int64_t> all(test.tokens.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+  return sample_classifier(r.model(), test, all, r.job.max_len, settings);
 }
 
 std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir) {

@@ -257,6 +257,8 @@ class PronunciationRun final : public TrainedRun {
 AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& tok,
                                    const std::vector<std::int64_t>& ids, std::int64_t max_len,
                                    const std::vector<std::string>& labels, Precision precision, bool ablate) {
+  check<ConfigError>(model.config().layer.pattern.has_weights(),
+                     "this model's attention is linear: it computes no attention weights to show");
   TokenBatch tb = make_token_batch({&ids}, {0}, max_len, true);
   std::vector<std::string> tokens;
   for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) tokens.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
@@ -293,6 +295,8 @@ AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& t
 AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok,
                                        const std::vector<std::int64_t>& ids, std::int64_t first_layer,
                                        Precision precision) {
+  check<ConfigError>(model.config().layer.pattern.has_weights(),
+                     "this model's attention is linear: it computes no attention weights to show");
   std::vector<std::string> tokens;
   for (auto id : ids) tokens.push_back(tok.piece(id));
   TransformerEncoder& encoder = model.encoder();

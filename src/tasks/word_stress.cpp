@@ -159,6 +159,14 @@ std::vector<std::string> summary_lines(const WordStressResult& r) {
                       r.train_seconds)};
 }
 
+ModelSample sample_model(const WordStressJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
+  WordStressJob job = job_in;
+  if (settings.training) job.model.layer.dropout = 0;
+  TrainedModel<SequenceClassifier> m(job.model, run_dir);
+  const StressData data = load_data(job);
+  return sample_classifier(m.model, data.examples, data.split.test, job.max_letters, settings);
+}
+
 std::vector<std::string> evaluate_run(const WordStressJob& job, const std::string& run_dir) {
   TrainedModel<SequenceClassifier> m(job.model, run_dir);
   const StressData data = load_data(job);

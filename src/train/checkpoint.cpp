@@ -86,6 +86,16 @@ void load_run_weights(ParamStore& store, const std::string& run_dir) {
   load_model_tensors(store, f);
 }
 
+TensorMap run_weights(const std::string& run_dir) {
+  const RunConfig config = read_run_config(run_dir);
+  const std::string path = last_checkpoint_path(run_dir);
+  const SafetensorsFile f = SafetensorsFile::read(path);
+  check_checkpoint_format(f);
+  check_config_matches_checkpoint(config.json, config.path, f.metadata(), path);
+  TensorMap all = f.all_tensors();
+  return take_model_tensors(all);
+}
+
 void load_checkpoint_weights(ParamStore& store, const std::string& path) {
   const SafetensorsFile f = SafetensorsFile::read(path);
   check_checkpoint_format(f);

@@ -118,6 +118,7 @@ class SequenceClassifier : public Module {
   void backward(const Tensor& dlogits);
   TransformerEncoder& encoder() { return encoder_; }
   AbsolutePositions& positions() { return positions_; }
+  const ModelConfig& config() const { return cfg_; }
 
  private:
   ModelConfig cfg_;

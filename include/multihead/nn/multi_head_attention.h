@@ -59,6 +59,9 @@ struct AttentionPattern {
   // num_heads / num_kv_heads query heads (1: multi-query). 0: num_heads.
   std::int64_t num_kv_heads = 0;
 
+  // Linear attention computes no weights to show (inspect, reports).
+  bool has_weights() const { return variant != AttentionVariant::kLinear; }
+
   // The pattern's config keys (io/json_config.h), in every config that
   // carries an attention: "attention", "window_left", "window_right",
   // "sparse_block", "sparse_neighbours", "global_tokens", "num_kv_heads".

@@ -57,5 +57,8 @@ void write_attention_explorer(const std::string& path, const ExplorerPage& page)
 // A run report's link to the page, written as plots/explorer.html: the
 // Markdown paragraph that introduces it.
 std::string report_explorer(const RunDir& run, const ExplorerPage& page);
+// A report's attention section where the model's attention is linear.
+inline constexpr const char* kNoAttentionWeights =
+    "## Attention\n\nThe model's attention is linear: it computes no attention weights to show.\n\n";
 
 }  // namespace multihead

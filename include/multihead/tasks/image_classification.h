@@ -9,6 +9,7 @@
 
 #include "multihead/nn/models.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
@@ -58,5 +59,7 @@ std::vector<std::string> summary_lines(const ImageClassificationResult& result);
 // The test accuracy of the model saved in a run directory whose
 // config.json holds `job`, as a line.
 std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir);
+// The run's model on the first test images (tasks/model_sample.h).
+ModelSample sample_model(const ImageClassificationJob& job, const std::string& run_dir, const SampleSettings& settings);
 
 }  // namespace multihead

@@ -4,8 +4,8 @@
 //
 // Adding a task: its header and file under tasks/ giving, for its job type
 // XJob (with XJob::kTask, the "task" key of its configs), XJob::from_json,
-// to_json (its key list), kNoun, run_job, summary_lines and evaluate_run; then
-// its type in Job below. Nothing else dispatches on the kind.
+// to_json (its key list), kNoun, run_job, summary_lines, evaluate_run and
+// sample_model; then its type in Job below. Nothing else dispatches on the kind.
 #pragma once
 
 #include <optional>
@@ -62,5 +62,9 @@ int job_threads(const Job& job);
 // prints. Like every call of the library, on the threads the entry point
 // set (set_num_threads).
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision = std::nullopt);
+
+// The model of the run in run_dir on a batch of its own test data, in fp32,
+// whatever its kind (tasks/model_sample.h).
+ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& settings);
 
 }  // namespace multihead

@@ -12,6 +12,7 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
@@ -68,6 +69,9 @@ std::vector<std::string> summary_lines(const LanguageModelResult& result);
 // The validation loss (nats per token) of the model saved in a run
 // directory whose config.json holds `job`, as a line.
 std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir);
+// The run's model on windows of train.seq_len tokens spread over its
+// validation text (tasks/model_sample.h).
+ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const SampleSettings& settings);
 
 // Loads the model of a run directory and continues `prompt`; precision by default the run's own.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,

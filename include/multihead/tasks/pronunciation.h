@@ -17,6 +17,7 @@
 #include "multihead/tasks/beam_search.h"
 #include "multihead/tasks/inspect.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/model_sample.h"
 #include "multihead/tasks/sequence_metrics.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
@@ -170,5 +171,7 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
                                                      DecodeOptions options);
 // The test scores of the model saved in run_dir, as lines.
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir);
+// The run's model on the first test words, teacher forced (tasks/model_sample.h).
+ModelSample sample_model(const PronunciationJob& job, const std::string& run_dir, const SampleSettings& settings);
 
 }  // namespace multihead

@@ -10,6 +10,7 @@
 
 #include "multihead/data/synthetic.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
@@ -65,5 +66,7 @@ std::vector<std::string> summary_lines(const SequenceTaskResult& result);
 // The accuracies by test length of the model saved in a run directory whose
 // config.json holds `job`, a line each.
 std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir);
+// The run's model on sequences of the task (tasks/model_sample.h).
+ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir, const SampleSettings& settings);
 
 }  // namespace multihead

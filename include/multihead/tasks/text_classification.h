@@ -14,6 +14,7 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/job_config.h"
 #include "multihead/tasks/loaded_run.h"
+#include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
@@ -124,6 +125,13 @@ class ClassifierTrainingTask final : public TrainingTask {
   std::int64_t max_len_, eval_batch_;
   Precision precision_;
 };
+
+// The classifier's logits for the first settings.examples of the examples
+// idx, batched as training batches them ([CLS] first, cut to max_len tokens).
+ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                              std::span<const std::int64_t> idx, std::int64_t max_len, const SampleSettings& settings);
+// The run's model on the first examples of its test split (tasks/model_sample.h).
+ModelSample sample_model(const TextClassificationJob& job, const std::string& run_dir, const SampleSettings& settings);
 
 // The test accuracy and loss of the model saved in a run directory, whose
 // config.json holds `job` (with the precision to evaluate in), as lines.

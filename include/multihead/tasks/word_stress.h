@@ -16,6 +16,7 @@
 
 #include "multihead/nn/models.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/model_sample.h"
 #include "multihead/tasks/pronunciation.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
@@ -82,5 +83,7 @@ std::vector<std::string> summary_lines(const WordStressResult& result);
 // The test accuracy of the model saved in a run directory whose config.json
 // holds `job`, as a line.
 std::vector<std::string> evaluate_run(const WordStressJob& job, const std::string& run_dir);
+// The run's model on the first words of its test split (tasks/model_sample.h).
+ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const SampleSettings& settings);
 
 }  // namespace multihead

@@ -50,5 +50,7 @@ void check_config_matches_checkpoint(const nlohmann::json& config, const std::st
 // The weights of a run directory's last checkpoint, after checking the
 // run's config.json against it as above: what evaluating a run starts from.
 void load_run_weights(ParamStore& store, const std::string& run_dir);
+// The same weights as tensors by state_dict name, checked the same way.
+TensorMap run_weights(const std::string& run_dir);
 
 }  // namespace multihead

@@ -1,0 +1,114 @@
+"""multihead.load_run: a run directory of `multihead train`, for answers and for PyTorch."""
+
+import json
+import os
+
+from . import _multihead as _mh
+
+# The kinds whose models answer inputs here (predict, generate, pronounce, attention).
+_ANSWERING = ("text_classification", "language_modeling", "pronunciation")
+# The kinds whose inputs are text read by the run's tokenizer.
+_TOKENIZED = ("text_classification", "language_modeling")
+
+
+class Run:
+    """A finished run of `multihead train`: its job (config), its weights, its tokenizer, and its
+    model as a torch.nn.Module (to_torch). Classifiers predict, language models generate,
+    pronunciation runs pronounce, and those three show their attention.
+
+    threads: the kernels' threads (0: all cores); precision: of the activations ("" the run's).
+    """
+
+    def __init__(self, path, threads=0, precision=""):
+        self.path = os.fspath(path)
+        self.config = json.loads(_mh.run_config(self.path))
+        self.task = self.config.get("task", "text_classification")
+        if self.task in _ANSWERING:
+            self._answers = _mh.load_run(self.path, threads, precision)
+        else:
+            _mh.set_num_threads(threads)
+            self._answers = None
+        self.tokenizer = (_mh.run_tokenizer(self.path, self.config["model"]["vocab_size"])
+                          if self.task in _TOKENIZED else None)
+
+    def __repr__(self):
+        return f"multihead.Run({self.path!r}, task={self.task!r})"
+
+    def _answering(self, what):
+        if self._answers is None:
+            raise ValueError(f"{what} needs a text classification, language model or pronunciation run; this "
+                             f"run's task is {self.task}")
+        return self._answers
+
+    @property
+    def labels(self):
+        """A classifier's class names, in the order of its logits."""
+        return self._answering("labels").labels
+
+    @property
+    def warnings(self):
+        """What the load noticed and worked around (a classifier without results.json)."""
+        return self._answers.warnings if self._answers is not None else []
+
+    def predict(self, texts):
+        """Each text's label and class probabilities: [{'label': ..., 'probabilities': {...}}]."""
+        return self._answering("predict").predict(texts)
+
+    def generate(self, prompt, tokens=200, temperature=0.8, top_k=0, top_p=0.95, seed=0):
+        """A language model's continuation of prompt (temperature 0: greedy)."""
+        return self._answering("generate").generate(prompt, tokens, temperature, top_k, top_p, seed)
+
+    def pronounce(self, words, n_best=1, beam=0):
+        """A pronunciation run's n_best pronunciations of each word, best first."""
+        return self._answering("pronounce").pronounce(words, n_best, beam)
+
+    def attention(self, text, max_tokens=64):
+        """Every layer's and head's attention over text: {'tokens', 'weights' (layers, heads, T, T),
+        'prediction'}."""
+        return self._answering("attention").attention(text, max_tokens)
+
+    def state_dict(self):
+        """The last checkpoint's weights by PyTorch state_dict name, as torch tensors."""
+        import torch
+        return {name: torch.from_numpy(w) for name, w in _mh.run_weights(self.path).items()}
+
+    def to_torch(self, dropout=None):
+        """The run's model as a torch.nn.Module (multihead.modules) holding its weights under the
+        same names, in eval mode. It needs nothing but PyTorch: save it, fine-tune it, export it.
+        dropout: instead of the run's (0: training mode computes what eval mode does)."""
+        from . import modules
+        weights = self.state_dict()
+        model = dict(self.config["model"])
+        if dropout is not None:
+            model["dropout"] = dropout
+        for table in ("pos_embedding.weight", "source_positions.weight"):
+            if table in weights:  # a learned table's length is its checkpoint's
+                model["max_len"] = weights[table].shape[0]
+        if self.task in ("text_classification", "word_stress"):
+            module = modules.SequenceClassifier(model, weights["embedding.weight"].shape[0],
+                                                weights["classifier.weight"].shape[0])
+        elif self.task in ("language_modeling", "sequence_task"):
+            module = modules.LanguageModel(model, weights["embedding.weight"].shape[0])
+        elif self.task == "image_classification":
+            module = modules.VisionTransformer(model)
+        elif self.task == "pronunciation":
+            module = modules.EncoderDecoder(model, weights["source_embedding.weight"].shape[0],
+                                            weights["target_embedding.weight"].shape[0],
+                                            self.config.get("decoder_layers", 0))
+        else:
+            raise ValueError(f"to_torch does not know the task {self.task}")
+        module.load_state_dict(weights)
+        return module.eval()
+
+    def sample(self, examples=8, training=False):
+        """A batch of the run's own test data as its model reads it, and multihead's fp32 logits for
+        it: (inputs, logits), inputs a dict of torch tensors named as to_torch()'s forward arguments.
+        training: in training mode with dropout 0. What to check a module from to_torch() against."""
+        import torch
+        inputs, logits = _mh.sample_run_model(self.path, examples, training)
+        return {k: torch.from_numpy(v) for k, v in inputs.items()}, torch.from_numpy(logits)
+
+
+def load_run(path, threads=0, precision=""):
+    """The run directory of `multihead train` at path (multihead.Run)."""
+    return Run(path, threads, precision)

@@ -1,0 +1,209 @@
+"""Run.to_torch(): every job kind, and every kind of positions and attention, as a plain PyTorch
+module whose outputs on a batch of the run's own data are multihead's (fp32, relative 1e-4), in
+eval mode and in training mode with dropout 0; the export of a classifier and a language model to
+ONNX passes onnx.checker."""
+
+import io
+import json
+import os
+import random
+import struct
+import subprocess
+
+import pytest
+import torch
+
+import multihead
+from multihead import modules
+
+CLI = os.environ.get("MULTIHEAD_CLI", "build/multihead")
+
+TINY = {"d_model": 16, "nhead": 4, "num_layers": 2, "dim_feedforward": 24, "dropout": 0.1}
+TRAIN = {"batch": 4, "lr": 0.01, "max_steps": 3, "warmup_steps": 0}  # jobs in epochs
+STEPS = {"batch": 4, "lr": 0.01, "steps": 3, "warmup_steps": 0}  # jobs in steps
+
+
+def train(tmp_path, name, config):
+    (tmp_path / f"{name}.json").write_text(json.dumps(config))
+    out = tmp_path / name
+    subprocess.run([CLI, "train", "--quiet", "--threads", "1", "--config", str(tmp_path / f"{name}.json"), "--out",
+                    str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Small files of every kind of data the jobs read."""
+    d = tmp_path_factory.mktemp("data")
+    rng = random.Random(5)
+    words = ["good", "great", "fine", "nice", "bad", "awful", "poor", "nasty", "day", "film", "plot", "cast"]
+    with open(d / "reviews.csv", "w") as f:
+        f.write("text,label\n")
+        for r in range(80):
+            f.write(" ".join(rng.choice(words) for _ in range(rng.randint(3, 14))) + f",{'pos' if r % 2 else 'neg'}\n")
+    (d / "story.txt").write_text("the whale swam on and on. the sea was calm, the sky was grey.\n" * 40)
+    letters = "ABCDEFGHIKLMNOPRSTU"
+    phonemes = {"A": "AH0", "B": "B", "C": "K", "D": "D", "E": "EH1", "F": "F", "G": "G", "H": "HH", "I": "IH2",
+                "K": "K", "L": "L", "M": "M", "N": "N", "O": "OW1", "P": "P", "R": "R", "S": "S", "T": "T",
+                "U": "UW0"}
+    with open(d / "dict.txt", "w") as f:
+        seen = set()
+        while len(seen) < 160:
+            w = "".join(rng.choice(letters) for _ in range(rng.randint(3, 7))) + "EA"
+            if w not in seen:
+                seen.add(w)
+                f.write(w + "  " + " ".join(phonemes[c] for c in w[:-2]) + " IY1 AH0\n")
+    images = d / "images"
+    images.mkdir()
+    for split, n in (("train", 40), ("t10k", 10)):
+        pixels = bytes(rng.randrange(256) for _ in range(n * 8 * 8))
+        (images / f"{split}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 0x803, n, 8, 8) + pixels)
+        labels = bytes(rng.randrange(3) for _ in range(n))
+        (images / f"{split}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, n) + labels)
+    return d
+
+
+def classifier(data, **model):
+    return {"task": "text_classification", "max_len": 12,
+            "data": {"source": "csv", "path": str(data / "reviews.csv")},
+            "tokenizer": {"kind": "word", "vocab_size": 64}, "model": dict(TINY, **model), "train": TRAIN}
+
+
+def language_model(data, **model):
+    return {"task": "language_modeling", "data": {"path": str(data / "story.txt")}, "tokenizer": {"kind": "char"},
+            "eval_every": 3, "eval_windows": 2, "sample": {"tokens": 4}, "model": dict(TINY, **model),
+            "train": dict(STEPS, seq_len=16)}
+
+
+# Every kind of positions and attention, in the kinds that carry them.
+RUNS = {
+    "classifier-sinusoidal": lambda d: classifier(d),
+    "classifier-learned-cls-prenorm-gelu": lambda d: classifier(d, positions="learned", pooling="cls",
+                                                                norm_first=True, activation="gelu"),
+    "classifier-relative-sliding": lambda d: classifier(d, positions="relative", relative_clip=3,
+                                                        attention="sliding_window", window_left=2, window_right=1),
+    "classifier-relative-keys-block-sparse": lambda d: classifier(d, positions="relative", relative_values=False,
+                                                                  attention="block_sparse", sparse_block=4,
+                                                                  global_tokens=1),
+    "classifier-rope-gqa": lambda d: classifier(d, positions="rope", num_kv_heads=2),
+    "classifier-alibi-3-heads": lambda d: classifier(d, positions="alibi", d_model=18, nhead=3),
+    "classifier-linear": lambda d: classifier(d, positions="none", attention="linear"),
+    "classifier-rope-linear-mqa": lambda d: classifier(d, positions="rope", attention="linear", num_kv_heads=1),
+    "lm-sinusoidal-tied": lambda d: language_model(d, tie_embeddings=True),
+    "lm-alibi-sliding": lambda d: language_model(d, positions="alibi", attention="sliding_window", window_left=5,
+                                                 window_right=0),
+    "lm-rope-linear": lambda d: language_model(d, positions="rope", attention="linear"),
+    "lm-learned-block-sparse-gqa": lambda d: language_model(d, positions="learned", attention="block_sparse",
+                                                            sparse_block=4, num_kv_heads=2),
+    "lm-relative": lambda d: language_model(d, positions="relative", relative_clip=4),
+    "image": lambda d: {"task": "image_classification",
+                        "data": {"path": str(d / "images"), "validation_examples": 8},
+                        "model": {"image_size": 8, "patch": 4, "num_layers": 2, "num_classes": 3, "d_model": 16,
+                                  "nhead": 2, "dim_feedforward": 24, "dropout": 0.1, "norm_first": True},
+                        "train": TRAIN},
+    "sequence-task-rope": lambda d: {"task": "sequence_task",
+                                     "data": {"kind": "reverse", "symbols": 6, "min_len": 2, "max_len": 6,
+                                              "test_lengths": [6], "eval_batches": 1},
+                                     "model": dict(TINY, positions="rope"), "train": STEPS},
+    "pronunciation-sinusoidal": lambda d: {"task": "pronunciation", "eval_batch": 16,
+                                           "data": {"path": str(d / "dict.txt"), "validation_words": 4,
+                                                    "validation_fraction": 0.05, "test_fraction": 0.1},
+                                           "decode": {"beam": 1}, "model": dict(TINY, max_len=32),
+                                           "train": TRAIN},
+    "pronunciation-relative-gqa-prenorm": lambda d: {"task": "pronunciation", "eval_batch": 16, "decoder_layers": 1,
+                                                     "data": {"path": str(d / "dict.txt"), "validation_words": 4,
+                                                              "validation_fraction": 0.05, "test_fraction": 0.1},
+                                                     "decode": {"beam": 1},
+                                                     "model": dict(TINY, max_len=32, positions="relative",
+                                                                   relative_clip=3, num_kv_heads=2, norm_first=True),
+                                                     "train": TRAIN},
+    "word-stress-learned": lambda d: {"task": "word_stress", "eval_batch": 16,
+                                      "data": {"path": str(d / "dict.txt"), "test_fraction": 0.2},
+                                      "model": dict(TINY, positions="learned", max_len=16), "train": TRAIN},
+}
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    return {name: train(out, name, make(data)) for name, make in RUNS.items()}
+
+
+def assert_matches(got, want):
+    scale = want.abs().max().item()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * max(scale, 1.0))
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_the_module_computes_what_multihead_computes(runs, name):
+    run = multihead.load_run(runs[name], threads=1)
+    module = run.to_torch()
+    assert set(module.state_dict()) == set(run.state_dict())  # the checkpoint's names, nothing else
+    inputs, want = run.sample(6)
+    assert want.shape[0] == next(iter(inputs.values())).shape[0]
+    with torch.no_grad():
+        assert_matches(module(**inputs), want)
+    # Training mode, dropout 0: the same numbers through the training paths of both.
+    module = run.to_torch(dropout=0.0).train()
+    inputs, want = run.sample(6, training=True)
+    got = module(**inputs)
+    assert_matches(got.detach(), want)
+    got.sum().backward()  # and PyTorch can train it
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in module.parameters() if p.requires_grad)
+
+
+def test_the_modules_use_pytorchs_own_layers_where_it_has_them(runs):
+    plain = multihead.load_run(runs["classifier-sinusoidal"]).to_torch()
+    assert all(isinstance(l, torch.nn.TransformerEncoderLayer) for l in plain.encoder.layers)
+    assert all(isinstance(l, torch.nn.TransformerDecoderLayer)
+               for l in multihead.load_run(runs["pronunciation-sinusoidal"]).to_torch().decoder.layers)
+    rope = multihead.load_run(runs["classifier-rope-gqa"]).to_torch()
+    assert all(isinstance(l, modules.EncoderLayer) for l in rope.encoder.layers)
+
+
+def test_the_tokenizer_encodes_as_the_run_does(runs):
+    run = multihead.load_run(runs["classifier-sinusoidal"], threads=1)
+    inputs, _ = run.sample(3)
+    tok = run.tokenizer
+    assert tok.kind == "word" and tok.vocab_size <= 64 and tok.cls_id == 2 and tok.pad_id == 0
+    for text in ("good film", "awful plot cast day"):
+        ids = [tok.cls_id] + tok.encode(text)
+        assert tok.decode(tok.encode(text)) == text
+        logits = run.to_torch()(torch.tensor([ids]))
+        probs = torch.softmax(logits, -1)[0]
+        want = run.predict([text])[0]["probabilities"]
+        assert [want[label] for label in run.labels] == pytest.approx(probs.tolist(), rel=1e-4)
+    lm = multihead.load_run(runs["lm-sinusoidal-tied"], threads=1)
+    assert lm.tokenizer.kind == "char"
+    assert lm.tokenizer.decode(lm.tokenizer.encode("the whale")) == "the whale"
+    assert multihead.load_run(runs["image"]).tokenizer is None
+
+
+def test_a_run_without_answers_says_so(runs):
+    run = multihead.load_run(runs["image"], threads=1)
+    assert run.task == "image_classification"
+    with pytest.raises(ValueError, match="predict needs a text classification, language model or pronunciation"):
+        run.predict(["x"])
+    linear = multihead.load_run(runs["classifier-linear"], threads=1)
+    assert linear.predict(["good film"])[0]["label"] in ("pos", "neg")
+    with pytest.raises(ValueError, match="attention is linear: it computes no attention weights to show"):
+        linear.attention("good film")
+    assert "computes no attention weights" in (runs["classifier-linear"] / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name, inputs", [("classifier-sinusoidal", ("ids", "padding")),
+                                          ("lm-rope-linear", ("ids",))])
+def test_onnx_export_passes_the_checker(runs, name, inputs):
+    import onnx  # Debian's python3-onnx (scripts/setup.sh)
+    run = multihead.load_run(runs[name], threads=1)
+    module = run.to_torch()
+    sample, _ = run.sample(2)
+    args = tuple(sample[k] for k in inputs)
+    axes = {k: {0: "batch", 1: "length"} for k in inputs}
+    axes["logits"] = {0: "batch"} if len(inputs) == 2 else {0: "batch", 1: "length"}
+    f = io.BytesIO()
+    torch.onnx.export(module, args, f, input_names=list(inputs), output_names=["logits"], dynamic_axes=axes,
+                      opset_version=14)
+    model = onnx.load_from_string(f.getvalue())
+    onnx.checker.check_model(model)
+    assert [i.name for i in model.graph.input] == list(inputs)
