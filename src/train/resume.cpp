@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "multihead/core/error.h"
+#include "multihead/io/json_config.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/nn/state_dict.h"
 #include "multihead/train/checkpoint.h"
@@ -25,8 +26,43 @@ json comparable(json config) {
     config["train"].emplace("allreduce_overlap", true);
     config["train"].erase("checkpoint_every");
     config["train"].erase("on_nonfinite");
+    // The length, which a continued run changes (continue_schedule).
+    for (const char* key : {"steps", "total_steps", "epochs", "max_steps", "restart_step", "restart_lr"})
+      config["train"].erase(key);
   }
   return config;
+}
+
+std::int64_t train_int(const json& config, const char* key) {
+  const json* t = config.contains("train") ? &config["train"] : nullptr;
+  return t && t->contains(key) && (*t)[key].is_number_integer() ? (*t)[key].get<std::int64_t>() : 0;
+}
+
+// The schedule of a resumed run, in `config` (what config.json will say) and
+// in the trainer. The same length as before: the run's own schedule,
+// restart included. Another length (a finished run continued, or an
+// unfinished one given more or fewer steps): the decay restarts at the step
+// the checkpoint holds, from the rate of the step before it
+// (train/schedule.h).
+void continue_schedule(const json& before, const std::string& path, json& config, Trainer& trainer) {
+  if (!config.contains("train") || !config["train"].is_object() || !before.contains("train") ||
+      !before["train"].is_object())
+    return;  // a config without a train section has no schedule to continue
+  const std::int64_t done = trainer.steps_done(), was = train_int(before, "steps"), now = train_int(config, "steps");
+  json& train = config["train"];
+  if (now == was) {
+    train["restart_step"] = train_int(before, "restart_step");
+    train["restart_lr"] = before["train"].value("restart_lr", 0.0);
+  } else {
+    check<ConfigError>(now >= done, "cannot continue {}: it has trained {} steps, and this run would end after {}",
+                       path, done, now);
+    TrainConfig old;
+    ConfigReader reader(before["train"], path + ": train");
+    TrainConfig::keys(reader, old);
+    train["restart_step"] = done;
+    train["restart_lr"] = done > 0 ? old.schedule.lr_at(done - 1) : old.schedule.base_lr;
+  }
+  trainer.restart_decay(train["restart_step"].get<std::int64_t>(), train["restart_lr"].get<double>());
 }
 
 // True when the run was asked to resume and has a checkpoint to resume from.
@@ -52,7 +88,8 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
   return tok;
 }
 
-std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trainer) {
+std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& trainer) {
+  json config = config_in;
   if (!resumes_from_checkpoint(run)) {
     // A new run in a used directory replaces the run there: its checkpoint
     // goes too, so that a later --resume cannot pick up another run's weights.
@@ -85,6 +122,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config, Trainer& trai
       throw IoError(fmt::format("{}: metrics.records is not a number", last_checkpoint_path(run.path())));
     }
   }
+  continue_schedule(before, path, config, trainer);
   // config.json is rewritten, so threads and the like show this run's values.
   run.write_config(config);
   return run.keep_metrics(records);

@@ -35,10 +35,14 @@ double LrSchedule::lr_at(std::int64_t step) const {
   if (decay == Decay::kInverseSqrt)
     return base_lr * std::sqrt(static_cast<double>(std::max<std::int64_t>(warmup_steps, 1))) /
            std::sqrt(static_cast<double>(step + 1));
-  const double span = static_cast<double>(std::max<std::int64_t>(total_steps - warmup_steps, 1));
-  const double t = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
+  // A restart inside the warmup leaves the schedule as a run of the whole length has it.
+  const bool restarted = restart_step > 0 && restart_step >= warmup_steps && step >= restart_step;
+  const std::int64_t from = restarted ? restart_step : warmup_steps;
+  const double peak = restarted ? restart_lr : base_lr;
+  const double span = static_cast<double>(std::max<std::int64_t>(total_steps - from, 1));
+  const double t = std::clamp(static_cast<double>(step - from) / span, 0.0, 1.0);
   const double shape = decay == Decay::kCosine ? 0.5 * (1.0 + std::cos(std::numbers::pi * t)) : 1.0 - t;
-  return min_lr + (base_lr - min_lr) * shape;
+  return min_lr + (peak - min_lr) * shape;
 }
 
 namespace {

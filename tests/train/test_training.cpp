@@ -414,6 +414,30 @@ TEST(Schedules, WarmupThenDecay) {
   EXPECT_THROW(parse_decay("step"), ConfigError);
 }
 
+TEST(Schedules, AContinuedRunRestartsItsDecayFromWhereItStood) {
+  // 100 steps of cosine decay after 10 of warmup, continued at step 60 to 160.
+  LrSchedule s{1.0, 0.1, 10, 160, Decay::kCosine};
+  const double at_60 = LrSchedule{1.0, 0.1, 10, 110, Decay::kCosine}.lr_at(59);
+  s.restart_step = 60, s.restart_lr = at_60;
+  EXPECT_DOUBLE_EQ(s.lr_at(59), LrSchedule({1.0, 0.1, 10, 160, Decay::kCosine}).lr_at(59));  // before: as planned
+  EXPECT_NEAR(s.lr_at(60), at_60, 1e-12);
+  EXPECT_NEAR(s.lr_at(110), 0.1 + (at_60 - 0.1) * 0.5, 1e-12);
+  EXPECT_NEAR(s.lr_at(160), 0.1, 1e-12);
+  s.decay = Decay::kLinear;
+  EXPECT_NEAR(s.lr_at(110), 0.1 + (at_60 - 0.1) * 0.5, 1e-12);
+  // Rates that do not depend on the length ignore the restart.
+  for (const Decay d : {Decay::kConstant, Decay::kInverseSqrt}) {
+    LrSchedule plain{1.0, 0.1, 10, 160, d};
+    s.decay = d;
+    EXPECT_DOUBLE_EQ(s.lr_at(100), plain.lr_at(100));
+  }
+  // A restart inside the warmup: the warmup finishes and the decay spans the whole length.
+  LrSchedule early{1.0, 0.1, 10, 160, Decay::kCosine};
+  early.restart_step = 5, early.restart_lr = 0.5;
+  for (const std::int64_t step : {5, 9, 10, 85, 160})
+    EXPECT_DOUBLE_EQ(early.lr_at(step), LrSchedule({1.0, 0.1, 10, 160, Decay::kCosine}).lr_at(step)) << step;
+}
+
 TEST(Clipping, ScalesToTheMaxNorm) {
   std::vector<float> g = {3.0f, 4.0f};
   EXPECT_NEAR(clip_grad_norm(g, 1.0), 5.0, 1e-12);

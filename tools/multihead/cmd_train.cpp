@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -27,7 +28,7 @@ namespace {
 struct TrainOpts {
   std::string preset = "spam", config, out;
   std::vector<JobSetting> settings;  // flags and --set, in the order given
-  bool quiet = false, resume = false, overwrite = false;
+  bool quiet = false, resume = false, overwrite = false, preset_given = false;
 };
 
 // SIGINT and SIGTERM ask fit to stop after the step under way (it saves a
@@ -83,11 +84,19 @@ class StopOnSignals {
   std::thread waiter_;
 };
 
+// The job a config file, a preset, or (resuming without either) the run in
+// `out` describes.
+Job job_to_train(const TrainOpts& o, const std::string& out) {
+  if (!o.config.empty()) return job_from_file(o.config);
+  const std::string recorded = out + "/config.json";
+  if (o.resume && !o.preset_given && std::filesystem::exists(recorded)) return job_from_file(recorded);
+  return preset_job(o.preset);
+}
+
 void run_train(const TrainOpts& o) {
-  Job job = o.config.empty() ? preset_job(o.preset) : job_from_file(o.config);
-  job = apply_settings(job, o.settings);
-  set_num_threads(job_threads(job));
   const std::string out = !o.out.empty() ? o.out : o.config.empty() ? "runs/" + o.preset : "runs/job";
+  Job job = apply_settings(job_to_train(o, out), o.settings);
+  set_num_threads(job_threads(job));
   // Under mpirun rank 0 speaks for the run.
   Progress progress(0, stderr, o.quiet || !process_group().primary());
   StopRequest stop;
@@ -110,7 +119,9 @@ Command add_train(CLI::App& app) {
       "train",
       "Train a model (text or image classifier, language model, sequence task) and write a run directory with its "
       "report");
-  sub->add_option("--preset", o->preset, preset_help())->capture_default_str();
+  sub->add_option("--preset", o->preset, preset_help())
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->preset_given = true; });
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it")->check(kNotEmpty);
   sub->add_option("--out", o->out, "Run directory (default runs/<preset>)")->check(kNotEmpty);
   // Each flag sets the config keys it aliases (tasks/job_flags.h), in the order given, after the config is read;
@@ -139,7 +150,9 @@ Command add_train(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->footer([] { return job_keys_text(); });  // made only when --help prints it
   sub->add_flag("--resume", o->resume,
-                "Continue the run in --out from its last checkpoint (with the same settings), or start it");
+                "Continue the run in --out from its last checkpoint, or start it: with the settings its config.json "
+                "records unless --preset or --config is given; more --steps or --epochs continue a finished run "
+                "past its end (cosine and linear decay restart from the rate it stopped at)");
   sub->add_flag("--overwrite", o->overwrite, "Replace the run in --out (without this, train refuses a directory that holds one)")
       ->excludes("--resume");
   sub->add_flag("--quiet", o->quiet, "No progress output");

@@ -27,9 +27,13 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
 // Starts a job's training. A fresh run writes config.json, removes a
 // checkpoint a former run left in the directory, and returns no records.
 // A resumed one checks `config` against the run's config.json (threads,
-// checkpoint_every and on_nonfinite may differ; anything else is a
-// ConfigError naming the key), restores the trainer from the checkpoint,
-// trims metrics.jsonl to the records written before it, and returns those.
+// checkpoint_every and on_nonfinite may differ, and the length: steps,
+// epochs, max_steps; anything else is a ConfigError naming the key),
+// restores the trainer from the checkpoint, trims metrics.jsonl to the
+// records written before it, and returns those. A run resumed with another
+// length than it had (a finished run continued past its end) restarts its
+// decay at the checkpoint's step (train/schedule.h), which config.json then
+// records as train.restart_step and train.restart_lr.
 std::vector<nlohmann::json> start_or_resume(RunDir& run, const nlohmann::json& config, Trainer& trainer);
 
 // Writes checkpoints/last.safetensors with the metrics count and `extra`.

@@ -5,6 +5,14 @@
 //   linear:       lr = min + (base - min) * (1 - t)
 //   inverse_sqrt: lr = base * sqrt(warmup_steps) / sqrt(step + 1)   (sqrt(1) without warmup)
 // with t = (step - warmup) / (total - warmup) in [0, 1]. Steps count from 0.
+//
+// A run continued past its end (train --resume with more steps) restarts
+// the decay where it stood: from restart_step on, cosine and linear decay
+// from restart_lr, the rate of the step before, to min_lr over the steps
+// left, t = (step - restart_step) / (total - restart_step); a run continued
+// inside its warmup finishes it and decays over the whole length. Constant and
+// inverse_sqrt rates do not depend on the run's length, so a continued run
+// takes the rates a single run of the whole length would.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +31,8 @@ struct LrSchedule {
   std::int64_t warmup_steps = 0;
   std::int64_t total_steps = 1;
   Decay decay = Decay::kConstant;
+  std::int64_t restart_step = 0;  // 0: no restart
+  double restart_lr = 0.0;
 
   double lr_at(std::int64_t step) const;
 };

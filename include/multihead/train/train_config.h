@@ -80,6 +80,7 @@ struct TrainConfig {
     k("grad_accumulation", t.grad_accumulation, at_least(1));
     k("steps", t.steps, between(0, kMaxSteps));
     k.with_default("total_steps", t.schedule.total_steps, t.steps, at_most(kMaxSteps), "steps");
+    k("restart_step", t.schedule.restart_step, between(0, kMaxSteps))("restart_lr", t.schedule.restart_lr, at_least(0));
     k("batch", t.batch, between(1, kMaxBatch))("seq_len", t.seq_len, between(1, kMaxLength));
     k("seed", t.seed)("checkpoint_layers", t.checkpoint_layers);
     k.named("precision", t.precision, precision_name, parse_precision);

@@ -99,6 +99,11 @@ class Trainer {
   std::int64_t micro_batches() const;
   std::int64_t skipped_steps() const { return skipped_; }  // of steps_done(), those without an update
   const TrainConfig& config() const { return cfg_; }
+  // A continued run's decay restarts at `step` from rate `lr` (train/schedule.h).
+  void restart_decay(std::int64_t step, double lr) {
+    cfg_.schedule.restart_step = step;
+    cfg_.schedule.restart_lr = lr;
+  }
 
   // A checkpoint holds the parameters under their state_dict names, the
   // optimizer state ("optimizer.*"), and metadata: step, seed, and the
