@@ -456,21 +456,26 @@ def sinusoidal(max_len, d):
 
 
 class ParityClassifier(torch.nn.Module):
-    """The model multihead's SequenceClassifier builds, in torch.nn, with the same state_dict names."""
+    """The model multihead's SequenceClassifier builds, in torch.nn, with the same state_dict names:
+    sinusoidal positions (a buffer the state_dict leaves out) or learned ones (pos_embedding)."""
 
     def __init__(self, c):
         super().__init__()
         self.embedding = torch.nn.Embedding(c["vocab_size"], c["d_model"])
+        if c["positions"] == "learned":
+            self.pos_embedding = torch.nn.Embedding(c["max_len"], c["d_model"])
+        else:
+            self.register_buffer("pe", sinusoidal(c["max_len"], c["d_model"]), persistent=False)
         layer = torch.nn.TransformerEncoderLayer(c["d_model"], c["nhead"], c["dim_feedforward"], c["dropout"],
                                                  c["activation"], c["layer_norm_eps"], batch_first=True,
                                                  norm_first=c["norm_first"])
         self.encoder = torch.nn.TransformerEncoder(layer, c["num_layers"], norm=torch.nn.LayerNorm(c["d_model"]),
                                                    enable_nested_tensor=False)
         self.classifier = torch.nn.Linear(c["d_model"], c["num_classes"])
-        self.register_buffer("pe", sinusoidal(c["max_len"], c["d_model"]))
 
     def forward(self, ids, pad):
-        x = self.embedding(ids) + self.pe[: ids.shape[1]]
+        table = self.pos_embedding.weight if hasattr(self, "pos_embedding") else self.pe
+        x = self.embedding(ids) + table[: ids.shape[1]]
         h = self.encoder(x, src_key_padding_mask=pad)
         keep = (~pad).float().unsqueeze(-1)
         return self.classifier((h * keep).sum(1) / keep.sum(1))
@@ -528,6 +533,43 @@ def generate_train_parity():
     print(f"classifier_adamw: losses {losses[0]:.4f} -> {losses[-1]:.4f}")
 
 
+# A classifier trained in PyTorch, to be fine-tuned in multihead: learned positions, pre-norm, GELU.
+PYTORCH_INIT = dict(vocab_size=40, d_model=16, nhead=4, dim_feedforward=24, num_layers=2, num_classes=3, max_len=12,
+                    positions="learned", pooling="mean", final_norm=True, activation="gelu", norm_first=True,
+                    dropout=0.0, layer_norm_eps=1e-5)
+
+
+def generate_pytorch_init():
+    """A state_dict as PyTorch initialises and saves it, a batch, and PyTorch's loss and gradients of one step."""
+    c = PYTORCH_INIT
+    torch.manual_seed(11)
+    model = ParityClassifier(c)
+    for layer in model.encoder.layers:  # biases PyTorch starts at zero, made nonzero so that they are checked
+        with torch.no_grad():
+            layer.self_attn.in_proj_bias.normal_(0, 0.1)
+    gen = torch.Generator().manual_seed(12)
+    B, L = 5, 9
+    ids = torch.randint(0, c["vocab_size"], (B, L), generator=gen)
+    ids[:, 0] = 2  # <cls>
+    lengths = torch.tensor([9, 4, 7, 2, 9])
+    pad = torch.arange(L)[None, :] >= lengths[:, None]
+    labels = torch.tensor([0, 2, 1, 1, 2])
+    model.train()
+    loss = torch.nn.functional.cross_entropy(model(ids, pad), labels)
+    loss.backward()
+    d = os.path.join(ROOT, "train", "pytorch_init")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+        f.write("\n")
+    write_safetensors(os.path.join(d, "state_dict.safetensors"), model.state_dict())
+    write_safetensors(os.path.join(d, "batch.safetensors"), {"ids": ids, "padding": pad, "labels": labels})
+    expected = {n: p.grad for n, p in model.named_parameters()}
+    expected["loss"] = loss.detach().reshape(1)
+    write_safetensors(os.path.join(d, "expected.safetensors"), expected)
+    print(f"pytorch_init: loss {loss.item():.4f}")
+
+
 def main():
     torch.set_num_threads(1)
     out_dir = os.path.join(ROOT, "mha")
@@ -544,6 +586,7 @@ def main():
     print(f"wrote {len(LAYER_CASES)} cases to {os.path.relpath(layer_dir)}", file=sys.stderr)
     shutil.rmtree(os.path.join(ROOT, "train"), ignore_errors=True)
     generate_train_parity()
+    generate_pytorch_init()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ packages=(
   libcli11-dev             # find_package(CLI11)
   libhwy-dev               # find_package(hwy): Google Highway, portable SIMD
   zlib1g-dev               # find_package(ZLIB): gzip-compressed IDX files
+  libssl-dev               # find_package(OpenSSL ... Crypto): SHA-256 of the weights a run starts from
   libsentencepiece-dev     # pkg_check_modules(sentencepiece): subword tokenizers
   libcairo2-dev            # pkg_check_modules(cairo): PNG plots and heatmaps in run reports
   libboost-dev             # find_package(Boost): Boost.Beast and Asio, the HTTP server of multihead serve

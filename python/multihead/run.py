@@ -109,6 +109,13 @@ class Run:
         return {k: torch.from_numpy(v) for k, v in inputs.items()}, torch.from_numpy(logits)
 
 
+def save_state_dict(state_dict, path):
+    """Writes a PyTorch state_dict (name -> tensor) as a safetensors file of float32 tensors, which
+    `multihead train --init-from PATH` starts from (safetensors.torch.save_file writes the same)."""
+    _mh.save_state_dict(os.fspath(path), {name: t.detach().cpu().float().contiguous().numpy()
+                                          for name, t in state_dict.items()})
+
+
 def load_run(path, threads=0, precision=""):
     """The run directory of `multihead train` at path (multihead.Run)."""
     return Run(path, threads, precision)

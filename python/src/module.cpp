@@ -26,6 +26,7 @@
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/attention_kernel.h"
 #include "multihead/data/tokenizer.h"
+#include "multihead/io/safetensors.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/checkpoint.h"
@@ -497,6 +498,23 @@ PYBIND11_MODULE(_multihead, m) {
       py::arg("path"), py::arg("examples") = 8, py::arg("training") = false,
       "A batch of the run's own test data as the model reads it, and the model's fp32 logits for it: "
       "(inputs by name, logits); training: training mode with dropout 0");
+  m.def(
+      "save_state_dict",
+      [](const std::filesystem::path& path, const py::dict& tensors) {
+        TensorMap out;
+        for (const auto& [key, value] : tensors) {
+          const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(value);
+          const std::string name = py::str(key);
+          check<ShapeError>(static_cast<bool>(a), "'{}' is not an array of numbers", name);
+          Tensor t(Shape(a.shape(), a.shape() + a.ndim()));
+          std::memcpy(t.raw(), a.data(), t.nbytes());
+          out.emplace(name, std::move(t));
+        }
+        py::gil_scoped_release unlocked;
+        write_safetensors(path.string(), out);
+      },
+      py::arg("path"), py::arg("tensors"),
+      "Writes arrays by name as a safetensors file of F32 tensors (atomically)");
   m.def("set_num_threads", &set_num_threads, py::arg("threads"),
         "Threads for the kernels (0: all cores), as the CLI's --threads");
   m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");

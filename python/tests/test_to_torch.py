@@ -207,3 +207,31 @@ def test_onnx_export_passes_the_checker(runs, name, inputs):
     model = onnx.load_from_string(f.getvalue())
     onnx.checker.check_model(model)
     assert [i.name for i in model.graph.input] == list(inputs)
+
+
+def test_weights_changed_in_pytorch_fine_tune_in_multihead_and_come_back(runs, data, tmp_path):
+    import hashlib
+    source_dir = runs["classifier-rope-gqa"]
+    source = multihead.load_run(source_dir, threads=1)
+    module = source.to_torch(dropout=0.0).train()
+    inputs, _ = source.sample(6)
+    opt = torch.optim.SGD(module.parameters(), lr=0.5)
+    torch.nn.functional.cross_entropy(module(**inputs), torch.tensor([0, 1, 0, 1, 0, 1])).backward()
+    opt.step()
+    weights = tmp_path / "from_pytorch.safetensors"
+    multihead.save_state_dict(module.state_dict(), weights)
+    # A step too small to move anything: the run holds PyTorch's weights, under its tokenizer.
+    config = classifier(data, positions="rope", num_kv_heads=2)
+    config["tokenizer"] = {"from": str(source_dir)}
+    config["train"] = dict(TRAIN, max_steps=1, lr=1e-12, weight_decay=0.0)
+    config["train"]["init_from"] = str(weights)
+    tuned = multihead.load_run(train(tmp_path, "tuned", config), threads=1)
+    assert tuned.config["train"]["init_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert tuned.tokenizer.encode("good film") == source.tokenizer.encode("good film")
+    got = tuned.state_dict()
+    for name, w in module.state_dict().items():
+        torch.testing.assert_close(got[name], w, rtol=0, atol=1e-6)
+    # And back in PyTorch, the same outputs as multihead's.
+    inputs, want = tuned.sample(6)
+    with torch.no_grad():
+        assert_matches(tuned.to_torch()(**inputs), want)

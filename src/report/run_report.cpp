@@ -25,6 +25,15 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
 
   std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);
   for (const auto& [key, value] : report.rows) md += fmt::format("| {} | {} |\n", key, value);
+  // Where the weights started, when not from the model's initialisation.
+  const nlohmann::json& config = run.config();
+  if (config.contains("train") && !config["train"].value("init_from", std::string()).empty()) {
+    const nlohmann::json& t = config["train"];
+    const std::string skip = t.value("init_skip", std::string());
+    md += fmt::format("| started from | `{}` (SHA-256 `{}`){} |\n", t.value("init_from", std::string()),
+                      t.value("init_sha256", std::string()),
+                      skip.empty() ? "" : fmt::format("; parameters matching `{}` initialised afresh", skip));
+  }
   md += "\n## Training curves\n\n![loss](plots/loss.png)\n\n";
   if (accuracy) md += "![accuracy](plots/accuracy.png)\n\n";
   md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";

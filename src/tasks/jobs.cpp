@@ -77,6 +77,31 @@ Job with_absolute_data_path(Job job) {
         if constexpr (requires { j.data_path; }) absolute(j.data_path);
         if constexpr (requires { j.data_dir; }) absolute(j.data_dir);
         if constexpr (requires { j.text_path; }) absolute(j.text_path);
+        absolute(j.train.init_from);
+        if constexpr (requires { j.tokenizer; }) absolute(j.tokenizer.from);
+      },
+      job);
+  return job;
+}
+
+// A job that starts from another run's weights reads text with that run's
+// tokenizer unless it names another; the tokenizer section then describes
+// the tokenizer taken (its kind and size are the source run's).
+Job with_source_tokenizer(Job job) {
+  std::visit(
+      [](auto& j) {
+        if constexpr (requires { j.tokenizer; }) {
+          TokenizerConfig& t = j.tokenizer;
+          if (t.from.empty() && std::filesystem::is_directory(j.train.init_from)) t.from = j.train.init_from;
+          if (t.from.empty()) return;
+          const RunConfig source = read_run_config(t.from);
+          check<ConfigError>(source.json.contains("tokenizer") && source.json["tokenizer"].is_object(),
+                             "{}: the run has no tokenizer to take", source.path);
+          const std::string from = t.from;
+          ConfigReader reader(source.json["tokenizer"], source.path + ": tokenizer");
+          TokenizerConfig::keys(reader, t);
+          t.from = from;
+        }
       },
       job);
   return job;
@@ -87,7 +112,7 @@ Job with_absolute_data_path(Job job) {
 std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress,
                                    StopRequest* stop) {
   namespace fs = std::filesystem;
-  const Job job = with_absolute_data_path(given);
+  const Job job = with_source_tokenizer(with_absolute_data_path(given));
   if (!process_group().primary()) {
     // Another rank under mpirun: it trains its share; rank 0 writes the run.
     RunDir follower(out, mode);

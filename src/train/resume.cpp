@@ -8,6 +8,7 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/distributed.h"
+#include "multihead/train/initial_weights.h"
 
 namespace multihead {
 
@@ -24,13 +25,30 @@ json comparable(json config) {
     // Runs written before the setting existed summed no gradients over ranks.
     config["train"].emplace("allreduce", "mpi");
     config["train"].emplace("allreduce_overlap", true);
+    config["train"].emplace("init_from", "");
+    config["train"].emplace("init_skip", "");
+    config["train"].erase("init_sha256");  // recorded by the run
     config["train"].erase("checkpoint_every");
     config["train"].erase("on_nonfinite");
     // The length, which a continued run changes (continue_schedule).
     for (const char* key : {"steps", "total_steps", "epochs", "max_steps", "restart_step", "restart_lr"})
       config["train"].erase(key);
   }
+  if (config.contains("tokenizer") && config["tokenizer"].is_object()) config["tokenizer"].emplace("from", "");
   return config;
+}
+
+// A new run whose config names weights to start from: they replace the
+// model's initialisation, and config.json records the file's SHA-256 (a
+// config that pins another is refused).
+void start_from_weights(json& config, Trainer& trainer) {
+  const TrainConfig& t = trainer.config();
+  if (t.init_from.empty()) return;
+  const InitialWeights w = read_initial_weights(t.init_from);
+  check<ConfigError>(t.init_sha256.empty() || t.init_sha256 == w.sha256,
+                     "{} has SHA-256 {}, the config's init_sha256 is {}", w.file, w.sha256, t.init_sha256);
+  apply_initial_weights(trainer.store(), w, t.init_skip);
+  config["train"]["init_sha256"] = w.sha256;
 }
 
 std::int64_t train_int(const json& config, const char* key) {
@@ -75,6 +93,11 @@ bool resumes_from_checkpoint(const RunDir& run) {
 std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
                                          const std::vector<std::string>& texts) {
   if (resumes_from_checkpoint(run)) return Tokenizer::load(run.file("tokenizer"));
+  if (!cfg.from.empty()) {  // another run's, kept in this run too
+    std::unique_ptr<Tokenizer> tok = Tokenizer::load((std::filesystem::path(cfg.from) / "tokenizer").string());
+    if (run.writes()) tok->save(run.file("tokenizer"));
+    return tok;
+  }
   // Under mpirun rank 0 trains it and the others load what it saved: every
   // rank must hold the same vocabulary.
   ProcessGroup& group = process_group();
@@ -95,6 +118,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
     // goes too, so that a later --resume cannot pick up another run's weights.
     std::error_code ec;
     std::filesystem::remove(last_checkpoint_path(run.path()), ec);
+    start_from_weights(config, trainer);
     run.write_config(config);
     return {};
   }

@@ -37,12 +37,15 @@ struct TokenizerConfig {
   std::string model_type = "bpe";      // sentencepiece: bpe | unigram
   std::int64_t vocab_size = 8000;      // a cap for char and word
   bool lowercase = true;               // word only
+  // A run directory whose tokenizer a new run takes instead of training one
+  // (fine-tuning); the other keys are then that run's.
+  std::string from;
 
   // The keys of a job config's "tokenizer" section (io/json_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& t) {
     k.named("kind", t.kind, tokenizer_kind_name, parse_tokenizer_kind);
-    k("model_type", t.model_type)("vocab_size", t.vocab_size);
+    k("model_type", t.model_type)("vocab_size", t.vocab_size)("from", t.from);
   }
 };
 

@@ -20,12 +20,15 @@
 namespace multihead {
 
 // The run's tokenizer: a resumed run loads the one its checkpoint was
-// trained with from tokenizer/; a fresh one trains it on `texts` and saves it there.
+// trained with from tokenizer/; a fresh one takes cfg.from's (another run's)
+// or trains it on `texts`, and saves it there.
 std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
                                          const std::vector<std::string>& texts);
 
-// Starts a job's training. A fresh run writes config.json, removes a
-// checkpoint a former run left in the directory, and returns no records.
+// Starts a job's training. A fresh run starts from the weights its config's
+// train.init_from names, if any (recording their SHA-256 in the config),
+// writes config.json, removes a checkpoint a former run left in the
+// directory, and returns no records.
 // A resumed one checks `config` against the run's config.json (threads,
 // checkpoint_every and on_nonfinite may differ, and the length: steps,
 // epochs, max_steps; anything else is a ConfigError naming the key),

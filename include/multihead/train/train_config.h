@@ -59,6 +59,11 @@ struct TrainConfig {
   // is done, beside the rest of the backward pass.
   Allreduce allreduce = Allreduce::kMpi;
   bool allreduce_overlap = true;
+  // Where a new run's weights start (train/initial_weights.h): a run
+  // directory or a safetensors file, "" for the model's own initialisation;
+  // the parameters init_skip matches keep theirs. init_sha256: the file's
+  // SHA-256, which a run records and a config may pin.
+  std::string init_from, init_skip, init_sha256;
 
   // The keys of a job config's "train" section (io/json_config.h), named as
   // PyTorch's arguments where it has them (lr, betas, eps, weight_decay).
@@ -90,6 +95,7 @@ struct TrainConfig {
     k("checkpoint_every", t.checkpoint_every, at_least(0));
     k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce);
     k("allreduce_overlap", t.allreduce_overlap);
+    k("init_from", t.init_from)("init_skip", t.init_skip)("init_sha256", t.init_sha256);
   }
 
   // Every value in its range (ConfigError naming the key otherwise): what

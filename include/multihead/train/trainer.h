@@ -99,6 +99,7 @@ class Trainer {
   std::int64_t micro_batches() const;
   std::int64_t skipped_steps() const { return skipped_; }  // of steps_done(), those without an update
   const TrainConfig& config() const { return cfg_; }
+  ParamStore& store() const { return *store_; }
   // A continued run's decay restarts at `step` from rate `lr` (train/schedule.h).
   void restart_decay(std::int64_t step, double lr) {
     cfg_.schedule.restart_step = step;

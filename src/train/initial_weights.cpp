@@ -1,0 +1,79 @@
+#include "multihead/train/initial_weights.h"
+
+#include <openssl/evp.h>
+
+#include <filesystem>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "multihead/core/error.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/nn/state_dict.h"
+#include "multihead/train/checkpoint.h"
+#include "multihead/train/run_dir.h"
+
+namespace multihead {
+
+std::string sha256_hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  check(EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) == 1,
+        "SHA-256 could not be computed");
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
+InitialWeights read_initial_weights(const std::string& from) {
+  namespace fs = std::filesystem;
+  InitialWeights w;
+  if (fs::is_directory(from)) {
+    w.file = last_checkpoint_path(from);
+    w.tensors = run_weights(from);
+  } else {
+    check<IoError>(fs::is_regular_file(from), "{}: no run directory or safetensors file there", from);
+    w.file = from;
+    TensorMap all = SafetensorsFile::read(from).all_tensors();
+    w.tensors = take_model_tensors(all);
+  }
+  w.sha256 = sha256_hex(read_file(w.file));
+  return w;
+}
+
+std::vector<std::string> apply_initial_weights(ParamStore& store, const InitialWeights& w, const std::string& skip) {
+  std::optional<std::regex> pattern;
+  if (!skip.empty()) {
+    try {
+      pattern.emplace(skip, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw ConfigError(fmt::format("init_skip '{}' is not a regular expression: {}", skip, e.what()));
+    }
+  }
+  auto skipped = [&](const std::string& name) { return pattern && std::regex_search(name, *pattern); };
+  // Everything is checked before any weight is copied: a refused file leaves the model as it was.
+  std::vector<std::pair<const ParamStore::Entry*, const Tensor*>> copies;
+  std::vector<std::string> kept;
+  for (const ParamStore::Entry& e : store.entries()) {
+    if (skipped(e.name)) {
+      kept.push_back(e.name);
+      continue;
+    }
+    const auto it = w.tensors.find(e.name);
+    check<ConfigError>(it != w.tensors.end(), "{} has no tensor '{}' of shape {} that the model has (skip it with "
+                       "--init-skip to keep its initialisation)", w.file, e.name, shape_str(e.shape));
+    check<ConfigError>(it->second.shape() == e.shape, "{}: '{}' has shape {}, the model's has {} (skip it with "
+                       "--init-skip to train it afresh)", w.file, e.name, shape_str(it->second.shape()),
+                       shape_str(e.shape));
+    check<ConfigError>(it->second.dtype() == DType::kF32, "{}: '{}' is {}; weights are read as F32", w.file, e.name,
+                       dtype_name(it->second.dtype()));
+    copies.emplace_back(&e, &it->second);
+  }
+  for (const auto& [name, t] : w.tensors)
+    check<ConfigError>(store.find(name) || skipped(name), "{}: '{}' of shape {} is no parameter of the model",
+                       w.file, name, shape_str(t.shape()));
+  for (const auto& [e, t] : copies) std::copy(t->f32(), t->f32() + e->numel, store.all_data().data() + e->offset);
+  return kept;
+}
+
+}  // namespace multihead
