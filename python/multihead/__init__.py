@@ -13,7 +13,7 @@ IoError; memory it cannot have is a MemoryError.
 """
 
 from ._multihead import ConfigError, Error, IoError, ShapeError, Tokenizer, __version__, machine, set_num_threads
-from .run import Run, load_run, save_state_dict
+from .run import Run, load_run, save_state_dict, train
 
 __all__ = ["ConfigError", "Error", "IoError", "Run", "ShapeError", "Tokenizer", "__version__", "load_run", "machine",
-           "save_state_dict", "set_num_threads"]
+           "save_state_dict", "set_num_threads", "train"]

@@ -21,6 +21,7 @@ class Run:
 
     def __init__(self, path, threads=0, precision=""):
         self.path = os.fspath(path)
+        self.stopped = False  # multihead.train: stopped before its end
         self.config = json.loads(_mh.run_config(self.path))
         self.task = self.config.get("task", "text_classification")
         if self.task in _ANSWERING:
@@ -114,6 +115,36 @@ def save_state_dict(state_dict, path):
     `multihead train --init-from PATH` starts from (safetensors.torch.save_file writes the same)."""
     _mh.save_state_dict(os.fspath(path), {name: t.detach().cpu().float().contiguous().numpy()
                                           for name, t in state_dict.items()})
+
+
+def train(config, out, on_step=None, resume=False, overwrite=False, quiet=True):
+    """Trains a job with the library's training loop, as `multihead train` does, into the run
+    directory `out`, and returns the run loaded (multihead.Run).
+
+    config: a dict in the JSON job format (docs/CONFIG.md), a preset's name ("spam", "reverse", ...)
+    or the path of a JSON file. resume: go on from the run in `out` (or continue it past its end
+    with more steps); overwrite: replace it. quiet=False prints the progress as the CLI does.
+    on_step(record) sees each record the run writes to metrics.jsonl, as a dict: a step's (step,
+    loss, lr, grad_norm, memory, ...) or a validation's (step, validation_loss, ...). Returning False
+    stops the run after that step with its checkpoint kept, as Ctrl-C does (which then raises
+    KeyboardInterrupt); resume=True goes on from there. The run's `stopped` says whether it stopped
+    before its end. Python threads run while it computes (the GIL is released).
+    """
+    if isinstance(config, dict):
+        kind, text = "json", json.dumps(config)
+    elif isinstance(config, (str, os.PathLike)) and (os.path.exists(config) or os.fspath(config).endswith(".json")):
+        kind, text = "file", os.fspath(config)
+    elif isinstance(config, str):
+        kind, text = "preset", config
+    else:
+        raise TypeError(f"config must be a dict, a preset name or a file, got {type(config).__name__}")
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other")
+    mode = "resume" if resume else "overwrite" if overwrite else "new"
+    stopped = _mh.train(kind, text, os.fspath(out), mode, on_step, quiet)
+    run = Run(out)
+    run.stopped = stopped
+    return run
 
 
 def load_run(path, threads=0, precision=""):

@@ -6,6 +6,7 @@
 // exposed as they are.
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/safetensors.h"
 #include "multihead/tasks/jobs.h"
+#include "multihead/tasks/presets.h"
+#include "multihead/train/fit.h"
+#include "multihead/train/progress.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/run_dir.h"
@@ -302,6 +306,55 @@ void ref_weights(py::handle weights, py::handle probs, bool average_heads, doubl
   attention_weights_from_probs<double>(w, p, d, average_heads, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
+// multihead.train: the library's one training loop (train_job) on a job
+// given as JSON text, a preset's name or a file, into `out`. The GIL is
+// released while it computes and taken for each record the run writes,
+// which goes to on_step as a dict: a False answer stops the run after that
+// step, its checkpoint kept, as SIGINT does the CLI; so does Ctrl-C
+// (KeyboardInterrupt, raised again when the run has stopped), and an
+// exception on_step raises (raised again the same way). Returns whether
+// the run stopped before its end.
+bool train(const std::string& kind, const std::string& config, const std::filesystem::path& out,
+           const std::string& mode, const py::object& on_step, bool quiet) {
+  const Job job = kind == "json"     ? job_from_json(ConfigReader::parse(config, "the config"), "the config")
+                  : kind == "preset" ? preset_job(config)
+                                     : job_from_file(config);
+  check<ConfigError>(mode == "new" || mode == "resume" || mode == "overwrite",
+                     "mode must be new, resume or overwrite, got '{}'", mode);
+  const RunMode run_mode = mode == "resume" ? RunMode::kResume : mode == "overwrite" ? RunMode::kOverwrite : RunMode::kNew;
+  set_num_threads(job_threads(job));
+  StopRequest stop;
+  std::optional<py::error_already_set> raised;  // by on_step, or KeyboardInterrupt
+  const py::object loads = py::module_::import("json").attr("loads");
+  Progress progress(0, stderr, quiet);
+  progress.set_observer([&](const nlohmann::json& record) {
+    const py::gil_scoped_acquire gil;
+    if (raised) return;
+    try {
+      // Ctrl-C arrives as Python's KeyboardInterrupt, where Python code can run.
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (on_step.is_none()) return;
+      const py::object answer = on_step(loads(record.dump()));
+      if (!answer.is_none() && !py::bool_(answer)) stop.request(kStopAskedByCaller);
+    } catch (py::error_already_set& e) {
+      raised.emplace(std::move(e));
+      stop.request(kStopAskedByCaller);
+    }
+  });
+  bool stopped = false;
+  {
+    const py::gil_scoped_release unlocked;
+    try {
+      train_job(job, out.string(), run_mode, progress, &stop);
+    } catch (const Interrupted&) {
+      stopped = true;
+    }
+  }
+  progress.set_observer(nullptr);
+  if (raised) throw std::move(*raised);
+  return stopped;
+}
+
 // A copy of t as a NumPy array of its dtype (F32, I64 or BOOL).
 py::array to_numpy(const Tensor& t) {
   const std::vector<std::int64_t> shape(t.shape().begin(), t.shape().end());
@@ -515,6 +568,10 @@ PYBIND11_MODULE(_multihead, m) {
       },
       py::arg("path"), py::arg("tensors"),
       "Writes arrays by name as a safetensors file of F32 tensors (atomically)");
+  m.def("train", &train, py::arg("kind"), py::arg("config"), py::arg("out"), py::arg("mode"), py::arg("on_step"),
+        py::arg("quiet"),
+        "Trains the job (kind: json, preset or file) into out; returns whether it stopped before its end "
+        "(multihead.train)");
   m.def("set_num_threads", &set_num_threads, py::arg("threads"),
         "Threads for the kernels (0: all cores), as the CLI's --threads");
   m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");

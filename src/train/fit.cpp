@@ -19,6 +19,7 @@ namespace multihead {
 namespace {
 
 const char* signal_name(int sig) {
+  if (sig == kStopAskedByCaller) return "the caller";
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
@@ -196,6 +197,7 @@ class Loop {
     if (epoch) rec["epoch"] = *epoch;
     if (v.accuracy) rec["validation_accuracy"] = *v.accuracy;
     run_.append_metrics(rec);
+    progress_.record(rec);
     if (epoch_end) save_run_checkpoint(run_, trainer_, {{"data.epoch", std::to_string(*epoch + 1)}});
     else save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(at)}});
     std::string line = epoch_end ? fmt::format("epoch {}", *epoch + 1)

@@ -163,6 +163,7 @@ void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std
 void finish_step(RunDir& run, Progress& progress, const Trainer& trainer, const StepStats& st, const json& record,
                  bool may_checkpoint) {
   run.append_metrics(record);
+  progress.record(record);
   if (st.skipped && !trainer.config().loss_scaling)
     progress.log(fmt::format("step {}: loss {}, gradient norm not finite; update skipped", st.step + 1, st.loss));
   const std::int64_t every = trainer.config().checkpoint_every;

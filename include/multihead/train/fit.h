@@ -35,6 +35,10 @@ namespace multihead {
 // fit): fit finishes the step under way, saves a checkpoint and throws
 // Interrupted; the evaluation after training takes it at its stop points.
 // request() is async-signal-safe; the library installs no handler itself.
+// What StopRequest::request takes beside a signal number: a stop the
+// program asked for (Python's on_step returning False).
+inline constexpr int kStopAskedByCaller = 1 << 16;
+
 class StopRequest {
  public:
   void request(int signal) noexcept { signal_.store(signal, std::memory_order_relaxed); }

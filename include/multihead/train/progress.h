@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace multihead {
 
@@ -24,6 +27,13 @@ class Progress {
   // A line of its own (clears the bar first on a terminal).
   void log(const std::string& line);
   void finish();
+  // Who watches the run's records (Python's on_step): `observer` sees each
+  // record as metrics.jsonl receives it, a step's or a validation's.
+  using Observer = std::function<void(const nlohmann::json&)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+  void record(const nlohmann::json& r) const {
+    if (observer_) observer_(r);
+  }
 
  private:
   std::int64_t total_;
@@ -31,6 +41,7 @@ class Progress {
   bool quiet_, tty_, bar_shown_ = false;
   std::int64_t log_every_, first_ = 0;
   std::chrono::steady_clock::time_point start_;
+  Observer observer_;
 };
 
 }  // namespace multihead

@@ -1,0 +1,135 @@
+"""multihead.train: the library's training loop from Python, with each record the run writes going
+to on_step, a clean stop (on_step's False, Ctrl-C, an exception in on_step) that keeps the
+checkpoint and resumes to the weights of an uninterrupted run, and the GIL released meanwhile."""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import multihead
+
+
+def job(data_path, epochs=3):
+    return {"task": "text_classification", "max_len": 8, "threads": 1,
+            "data": {"source": "csv", "path": str(data_path)}, "tokenizer": {"kind": "word", "vocab_size": 32},
+            "model": {"d_model": 16, "nhead": 2, "num_layers": 1, "dim_feedforward": 32},
+            "train": {"epochs": epochs, "batch": 8, "lr": 0.01, "warmup_steps": 0}}
+
+
+@pytest.fixture(scope="module")
+def reviews(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "reviews.csv"
+    with open(path, "w") as f:
+        f.write("text,label\n")
+        for _ in range(20):
+            f.write("good great fine day,pos\nbad awful poor day,neg\n")
+    return path
+
+
+def steps_of(records):
+    return [r["step"] for r in records if "loss" in r]
+
+
+def weights(run):
+    return {k: v.numpy() for k, v in run.state_dict().items()}
+
+
+def test_a_job_trains_with_every_record_seen_and_returns_the_run(reviews, tmp_path):
+    seen = []
+    run = multihead.train(job(reviews), tmp_path / "run", on_step=seen.append)
+    assert isinstance(run, multihead.Run) and not run.stopped
+    assert run.task == "text_classification" and sorted(run.labels) == ["neg", "pos"]
+    written = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert seen == [r for r in written if "test_loss" not in r]  # the steps' and validations' records
+    steps = steps_of(seen)
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 9
+    assert all({"loss", "lr", "grad_norm"} <= set(r) for r in seen if "loss" in r)
+    assert sum("validation_loss" in r for r in seen) == 3  # one an epoch
+    assert run.predict(["good great fine day"])[0]["label"] in ("pos", "neg")
+    # The same job from a file, and a preset's name that is no preset.
+    (tmp_path / "job.json").write_text(json.dumps(job(reviews, epochs=1)))
+    assert not multihead.train(str(tmp_path / "job.json"), tmp_path / "from-file").stopped
+    with pytest.raises(multihead.ConfigError, match="unknown preset 'spma'"):
+        multihead.train("spma", tmp_path / "nothing")
+    with pytest.raises(multihead.ConfigError, match="train: unknown key 'epoch'"):
+        multihead.train(dict(job(reviews), train={"epoch": 1}), tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(reviews, tmp_path_factory):
+    return weights(multihead.train(job(reviews), tmp_path_factory.mktemp("whole") / "run"))
+
+
+def test_on_step_stops_the_run_which_resumes_as_if_never_stopped(reviews, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+    run = multihead.train(job(reviews), out, on_step=lambda r: r.get("step") != 4 or "loss" not in r)
+    assert run.stopped
+    assert steps_of(json.loads(line) for line in open(out / "metrics.jsonl")) == [1, 2, 3, 4]
+    assert not (out / "results.json").exists()
+    run.predict(["good day"])  # the checkpoint of step 4 answers
+    resumed = multihead.train(job(reviews), out, resume=True)
+    assert not resumed.stopped
+    for name, w in weights(resumed).items():
+        np.testing.assert_array_equal(w, uninterrupted[name], err_msg=name)
+
+
+def test_ctrl_c_stops_the_run_and_raises_keyboard_interrupt(reviews, tmp_path, uninterrupted):
+    out = tmp_path / "run"
+
+    def interrupt(record):
+        if record.get("step") == 3 and "loss" in record:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: Python's handler raises KeyboardInterrupt here
+
+    with pytest.raises(KeyboardInterrupt):
+        multihead.train(job(reviews), out, on_step=interrupt)
+    assert steps_of(json.loads(line) for line in open(out / "metrics.jsonl")) == [1, 2, 3]
+    resumed = multihead.train(job(reviews), out, resume=True)
+    for name, w in weights(resumed).items():
+        np.testing.assert_array_equal(w, uninterrupted[name], err_msg=name)
+
+
+def test_an_exception_in_on_step_stops_the_run_and_is_raised(reviews, tmp_path):
+    def fail(record):
+        if record.get("step") == 2:
+            raise RuntimeError("the dashboard is down")
+
+    with pytest.raises(RuntimeError, match="the dashboard is down"):
+        multihead.train(job(reviews), tmp_path / "run", on_step=fail)
+    assert (tmp_path / "run" / "checkpoints" / "last.safetensors").exists()
+
+
+def test_python_threads_run_while_a_step_computes(tmp_path):
+    """A counter thread counts on while a step computes: between two steps' records it counts at
+    least a third of what it counts alone in that time. Were the GIL held, it would count only in the
+    few milliseconds the callbacks hand it over."""
+    (tmp_path / "text.txt").write_text("the whale swam on and on. the sea was calm, the sky was grey.\n" * 200)
+    lm = {"task": "language_modeling", "threads": 1, "data": {"path": str(tmp_path / "text.txt")},
+          "tokenizer": {"kind": "char"}, "eval_every": 100, "eval_windows": 1, "sample": {"tokens": 1},
+          "model": {"d_model": 128, "nhead": 4, "num_layers": 2},
+          "train": {"steps": 4, "batch": 16, "seq_len": 128, "warmup_steps": 0}}
+    ticks, done = [0], threading.Event()
+
+    def count():
+        while not done.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        t0, c0 = time.monotonic(), ticks[0]
+        time.sleep(0.2)
+        rate = (ticks[0] - c0) / (time.monotonic() - t0)  # alone, with the GIL to itself
+        marks = []
+        multihead.train(lm, tmp_path / "run", on_step=lambda r: marks.append((time.monotonic(), ticks[0])))
+    finally:
+        done.set()
+        t.join()
+    (t2, c2), (t3, c3) = marks[1], marks[2]  # steps 2 and 3
+    assert t3 - t2 > 0.02, "a step too short to tell"
+    assert c3 - c2 > rate * (t3 - t2) / 3, (c3 - c2, rate * (t3 - t2))
