@@ -11,7 +11,9 @@
 #   2. the README's main-job command up to its training, then that training
 #      cut to N steps (default 40) into runs/spam, `eval` of the run and one
 #      `inspect`;
-#   3. every command of the README's "Using multihead from other programs"
+#   3. every command of the README's "Your own data", "Fine-tuning", "From
+#      multihead to PyTorch and ONNX" and "Training from Python" (on
+#      runs/spam), then of "Using multihead from other programs"
 #      (install and embed by CMake and pkg-config, pip install into a venv,
 #      multihead serve on runs/spam answering curl).
 # The commands are read out of README.md itself. The first that fails is
@@ -62,6 +64,13 @@ main_setup=${main_cmd% && build/multihead train*}
 [[ $main_setup != "$main_cmd" ]] || die "README.md's main-job command does not end in '&& build/multihead train'"
 mapfile -t use_cmds < <(readme_blocks "Using multihead from other programs" | sed 's/ *$//' | grep .)
 [[ ${#use_cmds[@]} -gt 0 ]] || die "README.md has no sh block under 'Using multihead from other programs'"
+# The sections on a user's own data, fine-tuning, PyTorch and ONNX, and training from Python.
+guide_cmds=()
+for section in "Your own data" "Fine-tuning" "From multihead to PyTorch and ONNX" "Training from Python"; do
+  mapfile -t cmds < <(readme_blocks "$section" | sed 's/ *$//' | grep .)
+  [[ ${#cmds[@]} -gt 0 ]] || die "README.md has no sh block under '$section'"
+  guide_cmds+=("${cmds[@]}")
+done
 
 # --- The bare root, made once, from this machine's own mirror --------------
 source "$repo/scripts/lib/debian-root.sh"
@@ -144,7 +153,7 @@ run "test -s runs/spam/report.md && test -s runs/spam/results.json"
 run "build/multihead eval --run runs/spam"
 run "build/multihead inspect --run runs/spam --text 'Free money: click here to claim your prize' --out runs/spam/inspect"
 run "ls runs/spam/inspect/*.png >/dev/null"
-for cmd in "${use_cmds[@]}"; do run "$cmd"; done
+for cmd in "${guide_cmds[@]}" "${use_cmds[@]}"; do run "$cmd"; done
 
 find "$root/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache/debs/" {} +
-say "passed: the README's test command, its main job, and its install, embed, pip and serve commands on a fresh Debian $suite root ($SECONDS s)"
+say "passed: the README's test command, its main job, its own-data, fine-tuning, PyTorch and Python-training commands, and its install, embed, pip and serve commands on a fresh Debian $suite root ($SECONDS s)"
