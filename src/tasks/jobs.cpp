@@ -86,14 +86,17 @@ Job with_absolute_data_path(Job job) {
 
 // A job that starts from another run's weights reads text with that run's
 // tokenizer unless it names another; the tokenizer section then describes
-// the tokenizer taken (its kind and size are the source run's).
-Job with_source_tokenizer(Job job) {
+// the tokenizer taken (its kind and size are the source run's). A run that
+// resumes from its checkpoint has its own copy, and needs the source no
+// more: one that is gone leaves the section as the job has it.
+Job with_source_tokenizer(Job job, bool resumes) {
   std::visit(
-      [](auto& j) {
+      [resumes](auto& j) {
         if constexpr (requires { j.tokenizer; }) {
           TokenizerConfig& t = j.tokenizer;
           if (t.from.empty() && std::filesystem::is_directory(j.train.init_from)) t.from = j.train.init_from;
           if (t.from.empty()) return;
+          if (resumes && !std::filesystem::exists(std::filesystem::path(t.from) / "config.json")) return;
           const RunConfig source = read_run_config(t.from);
           check<ConfigError>(source.json.contains("tokenizer") && source.json["tokenizer"].is_object(),
                              "{}: the run has no tokenizer to take", source.path);
@@ -112,7 +115,8 @@ Job with_source_tokenizer(Job job) {
 std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress,
                                    StopRequest* stop) {
   namespace fs = std::filesystem;
-  const Job job = with_source_tokenizer(with_absolute_data_path(given));
+  const bool resumes = mode == RunMode::kResume && fs::exists(last_checkpoint_path(out));
+  const Job job = with_source_tokenizer(with_absolute_data_path(given), resumes);
   if (!process_group().primary()) {
     // Another rank under mpirun: it trains its share; rank 0 writes the run.
     RunDir follower(out, mode);

@@ -70,8 +70,12 @@ TEST_F(FineTune, ARunFineTunedOnOtherLabelsStartsFromTheSourceAndSaysSo) {
   const test::CliRun eval = test::run("eval --run " + path("tuned") + " --threads 1");
   ASSERT_EQ(eval.code, 0) << eval.err;
   EXPECT_EQ(eval.out.rfind("test accuracy: ", 0), 0u) << eval.out;
-  // The run resumes as any other (its start is not applied again).
+  // The run resumes as any other (its start is not applied again), and continues with the source gone.
   EXPECT_EQ(test::run("train --resume --out " + path("tuned") + " --threads 1 --quiet").code, 0);
+  std::filesystem::remove_all(path("source"));
+  const test::CliRun more = test::run("train --resume --epochs 3 --out " + path("tuned") + " --threads 1 --quiet");
+  EXPECT_EQ(more.code, 0) << more.err;
+  EXPECT_EQ(json::parse(read_file(path("tuned") + "/config.json"))["train"]["epochs"], 3);
 }
 
 TEST_F(FineTune, APinnedDigestThatDoesNotMatchIsRefused) {
