@@ -3,8 +3,8 @@
 #include <filesystem>
 
 #include "multihead/core/error.h"
-#include "multihead/io/json_config.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
 #include "multihead/nn/state_dict.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/distributed.h"
