@@ -16,7 +16,8 @@ Prints tokens per second (batch * seq_len / median step time) for each, and
 the ratios. The peers (torch_peer.py, `--torch`): Debian 12's PyTorch 1.13 and
 Debian 13's PyTorch 2.6 (whose encoder layers run scaled_dot_product_attention:
 each round times it held to its flash kernel and to its math kernel and keeps
-the faster, named), each on the OpenBLAS kernels best for the CPU, and
+the faster, named; and 2.6 again under torch.compile, default mode, its first
+step, which compiles, timed apart), each on the OpenBLAS kernels best for the CPU, and
 every program's sgemm rate is printed first. With `--precision bf16`
 multihead runs `bench train --precision bf16` and PyTorch its forward and loss
 under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights and AdamW
@@ -66,6 +67,9 @@ def torch_tokens_per_s(a):
 
     model = Classifier().train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    # torch.compile (default mode): Inductor compiles forward and backward into generated C++/OpenMP
+    # kernels on the CPU; the first step compiles and is timed apart.
+    forward = torch.compile(model) if a.compile else model
     ids = torch.randint(0, a.vocab_size, (a.batch, a.seq_len))
     labels = torch.arange(a.batch) % 2
 
@@ -74,11 +78,16 @@ def torch_tokens_per_s(a):
     def step():
         opt.zero_grad()
         with sdpa_kernel_held(a.sdpa), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.cross_entropy(model(ids).float(), labels)
+            loss = torch.nn.functional.cross_entropy(forward(ids).float(), labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
+    first_s = 0.0
+    if a.compile:
+        t0 = time.perf_counter()
+        step()
+        first_s = time.perf_counter() - t0
     # At least two steps and a second, as multihead's bench warms up.
     t0, warm = time.perf_counter(), 0
     while warm < 2 or time.perf_counter() - t0 < 1.0:
@@ -89,7 +98,13 @@ def torch_tokens_per_s(a):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return a.batch * a.seq_len / statistics.median(times), torch.__version__
+    generated = ""
+    if a.compile:
+        from torch._dynamo.utils import counters
+        graphs = counters["stats"]["unique_graphs"]
+        breaks = sum(counters["graph_break"].values())
+        generated = f"Inductor C++/OpenMP kernels, {graphs} graph{'s' if graphs != 1 else ''}, {breaks} graph breaks"
+    return a.batch * a.seq_len / statistics.median(times), torch.__version__, first_s, generated
 
 
 def main():
@@ -111,13 +126,17 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: multihead --precision bf16 against PyTorch under bf16 autocast")
     add_torch_argument(ap)
+    ap.add_argument("--no-compile", dest="torch_compile", action="store_false",
+                    help="leave out the torch.compile row (PyTorch 2.x peers)")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)  # the child compiles
     ap.add_argument("--sdpa", default="auto", help=argparse.SUPPRESS)  # the child's SDPA kernel
     a = ap.parse_args()
     if a.torch_child:
-        tps, version = torch_tokens_per_s(a)
+        tps, version, first_s, generated = torch_tokens_per_s(a)
         # "ms" lets run_fastest_kernel pick the faster kernel.
-        print(json.dumps({"tokens_per_s": tps, "version": version, "ms": a.batch * a.seq_len / tps * 1e3}))
+        print(json.dumps({"tokens_per_s": tps, "version": version, "ms": a.batch * a.seq_len / tps * 1e3,
+                          "first_s": first_s, "generated": generated}))
         return
     if a.rounds < 1 or a.iters < 1:
         ap.error("--rounds and --iters must be at least 1")
@@ -130,6 +149,8 @@ def main():
            "--threads", str(a.threads), "--iters", str(a.iters), "--precision", a.precision, "--json"]
     ours = {g: [] for g in backends}     # per round: bench train's JSON
     theirs = {p.name: [] for p in peer_list}  # per round: tokens/s and version
+    compiled = [p for p in peer_list if p.name != "1.13"] if a.torch_compile else []
+    theirs.update({p.name + " compiled": [] for p in compiled})
     child_args = [os.path.abspath(__file__), "--torch-child"] + sys.argv[1:]
     for _ in range(a.rounds):
         for g in backends:
@@ -137,6 +158,10 @@ def main():
             ours[g].append(json.loads(out.strip().splitlines()[-1]))
         for p in peer_list:
             theirs[p.name].append(run_fastest_kernel(p, lambda k: child_args + ["--sdpa", k], a.threads))
+        for p in compiled:  # SDPA's own choice of kernel inside the compiled graph
+            r = p.run(child_args + ["--sdpa", "auto", "--compile"], a.threads)
+            r["kernel_note"] = f" (first step {r['first_s']:.1f} s)"
+            theirs[p.name + " compiled"].append(r)
     tokens = a.batch * a.seq_len
     print(f"encoder classifier: d_model {a.d_model}, {a.num_heads} heads, {a.num_layers} layers, feed-forward "
           f"{a.dim_feedforward}, vocab {a.vocab_size}, batch {a.batch} x {a.seq_len}, dropout {a.dropout}, "
@@ -147,15 +172,18 @@ def main():
     for g, runs in ours.items():
         steps = ", ".join(f"{r['ms']:.0f}" for r in runs)
         print(f"| multihead ({g} GEMMs) | {statistics.median(r['tokens_per_s'] for r in runs):.0f} | {steps} |")
-    for p in peer_list:
-        ts = theirs[p.name]
+    for name, ts in theirs.items():
         steps = ", ".join(f"{tokens / t['tokens_per_s'] * 1e3:.0f}{t['kernel_note']}" for t in ts)
-        print(f"| PyTorch {ts[0]['version']} | {statistics.median(t['tokens_per_s'] for t in ts):.0f} | {steps} |")
+        label = f"PyTorch {ts[0]['version']}" + (" + torch.compile" if name.endswith(" compiled") else "")
+        print(f"| {label} | {statistics.median(t['tokens_per_s'] for t in ts):.0f} | {steps} |")
+    for p in compiled:
+        print(f"\ntorch.compile (default mode) of PyTorch {p.name} generated: {theirs[p.name + ' compiled'][0]['generated']}")
     print()
     for g, runs in ours.items():
-        for p in peer_list:
-            ratios = [r["tokens_per_s"] / t["tokens_per_s"] for r, t in zip(runs, theirs[p.name])]
-            print(f"speedup with {g} GEMMs over PyTorch {theirs[p.name][0]['version']}: {statistics.median(ratios):.2f}x "
+        for name, ts in theirs.items():
+            ratios = [r["tokens_per_s"] / t["tokens_per_s"] for r, t in zip(runs, ts)]
+            label = f"PyTorch {ts[0]['version']}" + (" + torch.compile" if name.endswith(" compiled") else "")
+            print(f"speedup with {g} GEMMs over {label}: {statistics.median(ratios):.2f}x "
                   f"(median of rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
         print(f"multihead peak {runs[0]['peak_bytes'] / 2**20:.0f} MiB allocated")
 

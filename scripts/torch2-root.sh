@@ -36,7 +36,12 @@ root=$cache/$suite-torch
 # libopenblas0-openmp: Debian's python3-torch calls whatever BLAS the system
 # has, and without it that is the reference BLAS (netlib), whose sgemm would
 # handicap the peer; Debian 12's PyTorch runs on the same OpenMP OpenBLAS.
-packages=(python3-torch python3-numpy libopenblas0-openmp)
+# torch.compile's Inductor writes C++/OpenMP kernels and builds them with g++
+# against Python's and libtorch's headers (python3-dev, python3-setuptools,
+# libtorch-dev); ONNX Runtime (python3-onnxruntime, with python3-onnx for the
+# export) is the inference peer a deployer picks.
+packages=(python3-torch python3-numpy libopenblas0-openmp g++ python3-dev python3-setuptools libtorch-dev
+          python3-onnx python3-onnxruntime)
 
 # .torch-complete holds the package list the root was made with, then PyTorch's version.
 made() { [[ -f $root/.torch-complete && $(head -n 1 "$root/.torch-complete") == "${packages[*]}" ]]; }
