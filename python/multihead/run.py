@@ -132,7 +132,7 @@ def train(config, out, on_step=None, resume=False, overwrite=False, quiet=True):
     """
     if isinstance(config, dict):
         kind, text = "json", json.dumps(config)
-    elif isinstance(config, (str, os.PathLike)) and (os.path.exists(config) or os.fspath(config).endswith(".json")):
+    elif isinstance(config, (str, os.PathLike)) and (os.path.isfile(config) or os.fspath(config).endswith(".json")):
         kind, text = "file", os.fspath(config)
     elif isinstance(config, str):
         kind, text = "preset", config
