@@ -135,7 +135,7 @@ class Attention(nn.Module):
                 blocked = blocked | (j > p + right)
         if self.attention == "block_sparse":
             block, neighbours, global_tokens = self.sparse
-            qb = torch.div(p, block, rounding_mode="floor")
+            qb = torch.where(p < 0, torch.full_like(p, -1), torch.div(p, block, rounding_mode="floor"))
             kb = torch.div(j, block, rounding_mode="floor")
             far = (kb < qb - neighbours) | (kb > qb + neighbours)
             blocked = blocked | (far & (j >= global_tokens) & (p >= global_tokens))
