@@ -168,8 +168,11 @@ class SentencePieceTokenizer : public Tokenizer {
   }
   std::string decode(const std::vector<std::int64_t>& ids) const override {
     std::vector<int> v;
-    for (std::int64_t i : ids)
+    for (std::int64_t i : ids) {
+      // Checked before narrowing to SentencePiece's int: 2^40 + 7 is no id 7.
+      check<ShapeError>(i < vocab_size(), "token id {} is outside the vocabulary [0, {})", i, vocab_size());
       if (i >= kNumSpecials) v.push_back(static_cast<int>(i));
+    }
     std::string out;
     const auto status = sp_.Decode(v, &out);
     check<Error>(status.ok(), "SentencePiece decode failed: {}", status.ToString());

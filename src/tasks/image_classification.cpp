@@ -114,10 +114,8 @@ std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const s
   return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * accuracy, loss)};
 }
 
-ModelSample sample_model(const ImageClassificationJob& job_in, const std::string& run_dir,
+ModelSample sample_model(const ImageClassificationJob& job, const std::string& run_dir,
                          const SampleSettings& settings) {
-  ImageClassificationJob job = job_in;
-  if (settings.training) job.model.layer.dropout = 0;
   TrainedModel<VisionTransformer> m(job.model, run_dir);
   const Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx;

@@ -158,7 +158,16 @@ ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& s
                      kMaxBatch, settings.examples);
   const RunConfig cfg = read_run_config(run_dir);
   Job job = job_from_json(cfg.json, cfg.path);
-  return std::visit([&](auto& j) { return sample_model(j, run_dir, settings); }, job);
+  return std::visit(
+      [&](auto& j) {
+        // Training mode with dropout 0: the model is built without it (an encoder-decoder's settings are nested).
+        if (settings.training) {
+          if constexpr (requires { j.model.layer.dropout; }) j.model.layer.dropout = 0;
+          else j.model.model.layer.dropout = 0;
+        }
+        return sample_model(j, run_dir, settings);
+      },
+      job);
 }
 
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision) {

@@ -69,15 +69,29 @@ std::size_t validation_split(const std::string& text, double validation_fraction
   return at == std::string::npos ? cut : at;
 }
 
+// The starts of n windows of L tokens (and the next one) spread evenly over
+// `tokens` tokens of validation text, first and last ends included.
+std::vector<std::int64_t> spread_windows(std::size_t tokens, std::int64_t L, std::int64_t n) {
+  const std::int64_t span = static_cast<std::int64_t>(tokens) - L - 1;
+  check<IoError>(span > 0, "the validation text ({} tokens) is shorter than one window of {}", tokens, L + 1);
+  std::vector<std::int64_t> starts;
+  for (std::int64_t k = 0; k < n; ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
+  return starts;
+}
+
+// The validation text of the job's data, tokenised.
+std::vector<std::int64_t> validation_tokens(const LanguageModelJob& job, const Tokenizer& tok) {
+  const std::string text = load_text_corpus(job.text_path);
+  return tok.encode(text.substr(validation_split(text, job.validation_fraction)));
+}
+
 double validation_loss(LanguageModel& model, const std::vector<std::int64_t>& val, std::int64_t L, std::int64_t n,
                        Precision precision) {
-  const std::int64_t span = static_cast<std::int64_t>(val.size()) - L - 1;
-  check<IoError>(span > 0, "the validation text ({} tokens) is shorter than one window of {}", val.size(), L + 1);
+  const std::vector<std::int64_t> all_starts = spread_windows(val.size(), L, n);
   double total = 0;
   std::int64_t count = 0;
   for (std::int64_t i = 0; i < n; i += 16) {
-    std::vector<std::int64_t> starts;
-    for (std::int64_t k = i; k < std::min(n, i + 16); ++k) starts.push_back(span * k / std::max<std::int64_t>(n - 1, 1));
+    const std::vector<std::int64_t> starts(all_starts.begin() + i, all_starts.begin() + std::min(n, i + 16));
     Windows w = windows(val, starts, L);
     Tensor logits = model.forward(w.ids, eval_context(precision));
     model.release_saved();
@@ -214,27 +228,18 @@ std::vector<std::string> summary_lines(const LanguageModelResult& r) {
 
 std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir) {
   LoadedRun<LanguageModelJob, LanguageModel> r(job, run_dir);
-  const std::string text = load_text_corpus(r.job.text_path);
-  const double loss = validation_loss(r.model(), r.tokenizer->encode(text.substr(validation_split(text, r.job.validation_fraction))),
-                                      r.job.train.seq_len, r.job.eval_windows, r.job.train.precision);
+  const double loss = validation_loss(r.model(), validation_tokens(r.job, *r.tokenizer), r.job.train.seq_len,
+                                      r.job.eval_windows, r.job.train.precision);
   check_finite_result("the validation loss", loss);
   return {fmt::format("validation loss: {:.4f} nats/token", loss)};
 }
 
-ModelSample sample_model(const LanguageModelJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
-  LanguageModelJob job = job_in;
-  if (settings.training) job.model.layer.dropout = 0;
+ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const SampleSettings& settings) {
   LoadedRun<LanguageModelJob, LanguageModel> r(job, run_dir);
-  const std::string text = load_text_corpus(r.job.text_path);
-  const std::vector<std::int64_t> val =
-      r.tokenizer->encode(text.substr(validation_split(text, r.job.validation_fraction)));
-  const std::int64_t L = r.job.train.seq_len, span = static_cast<std::int64_t>(val.size()) - L - 1;
-  check<IoError>(span > 0, "the validation text ({} tokens) is shorter than one window of {}", val.size(), L + 1);
+  const std::vector<std::int64_t> val = validation_tokens(r.job, *r.tokenizer);
   // Windows spread over the validation text, as the validation loss reads it.
-  std::vector<std::int64_t> starts;
-  for (std::int64_t k = 0; k < settings.examples; ++k)
-    starts.push_back(span * k / std::max<std::int64_t>(settings.examples - 1, 1));
-  Windows w = windows(val, starts, L);
+  const std::int64_t L = r.job.train.seq_len;
+  Windows w = windows(val, spread_windows(val.size(), L, settings.examples), L);
   Tensor logits = r.model().forward(w.ids, settings.context());
   r.model().release_saved();
   return std::move(ModelSample(std::move(logits)).input("ids", std::move(w.ids)));

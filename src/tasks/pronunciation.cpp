@@ -389,9 +389,7 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
   return out;
 }
 
-ModelSample sample_model(const PronunciationJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
-  PronunciationJob job = job_in;
-  if (settings.training) job.model.model.layer.dropout = 0;
+ModelSample sample_model(const PronunciationJob& job, const std::string& run_dir, const SampleSettings& settings) {
   LoadedPronouncer run(job, run_dir);
   const PronunciationData data = load_data(job, &run.vocab);
   // The first test words' first pronunciations, teacher forced.

@@ -92,9 +92,7 @@ std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::str
   return lines;
 }
 
-ModelSample sample_model(const SequenceTaskJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
-  SequenceTaskJob job = job_in;
-  if (settings.training) job.model.layer.dropout = 0;
+ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir, const SampleSettings& settings) {
   TrainedModel<LanguageModel> m(job.model, run_dir);
   // The first test batch's sequences, of the training lengths.
   SyntheticBatch b = synthetic_batch(job.task, settings.examples, job.train.seed ^ 0x7e57ull, 0);

@@ -123,9 +123,7 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const Token
 
 ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
                                           std::int64_t batch, std::int64_t max_len, Precision precision) {
-  std::vector<std::int64_t> all(examples.tokens.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
-  return evaluate_classifier(model, examples, all, batch, max_len, precision);
+  return evaluate_classifier(model, examples, examples.all(), batch, max_len, precision);
 }
 
 MicroBatchLoss ClassifierTrainingTask::micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
@@ -284,15 +282,11 @@ ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples
   return std::move(ModelSample(std::move(logits)).input("ids", std::move(tb.ids)).input("padding", std::move(tb.padding)));
 }
 
-ModelSample sample_model(const TextClassificationJob& job_in, const std::string& run_dir,
+ModelSample sample_model(const TextClassificationJob& job, const std::string& run_dir,
                          const SampleSettings& settings) {
-  TextClassificationJob job = job_in;
-  if (settings.training) job.model.layer.dropout = 0;
   LoadedTextClassifier r(job, run_dir);
   const TokenizedExamples test = classifier_test_split(r.job, *r.tokenizer);
-  std::vector<std::int64_t> all(test.tokens.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
-  return sample_classifier(r.model(), test, all, r.job.max_len, settings);
+  return sample_classifier(r.model(), test, test.all(), r.job.max_len, settings);
 }
 
 std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir) {

@@ -159,9 +159,7 @@ std::vector<std::string> summary_lines(const WordStressResult& r) {
                       r.train_seconds)};
 }
 
-ModelSample sample_model(const WordStressJob& job_in, const std::string& run_dir, const SampleSettings& settings) {
-  WordStressJob job = job_in;
-  if (settings.training) job.model.layer.dropout = 0;
+ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const SampleSettings& settings) {
   TrainedModel<SequenceClassifier> m(job.model, run_dir);
   const StressData data = load_data(job);
   return sample_classifier(m.model, data.examples, data.split.test, job.max_letters, settings);

@@ -133,6 +133,11 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     ASSERT_FALSE(ids.empty()) << kind;
     for (auto id : ids) EXPECT_TRUE(id >= 0 && id < tok->vocab_size()) << kind;
     EXPECT_EQ(tok->decode(ids), "the cat sat") << kind;
+    if (std::string(kind) == "sentencepiece") {
+      // An id past the vocabulary is refused whole, not narrowed to another id.
+      EXPECT_THROW(tok->decode({(std::int64_t{1} << 40) + ids[0]}), ShapeError);
+      EXPECT_THROW(tok->decode({tok->vocab_size()}), ShapeError);
+    }
     const fs::path d = dir / kind;
     fs::create_directories(d);
     tok->save(d.string());

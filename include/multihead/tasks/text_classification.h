@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,13 @@ using LoadedTextClassifier = LoadedRun<TextClassificationJob, SequenceClassifier
 struct TokenizedExamples {
   std::vector<std::vector<std::int64_t>> tokens;
   std::vector<std::int64_t> labels;
+
+  // Every example's index, 0 .. size - 1.
+  std::vector<std::int64_t> all() const {
+    std::vector<std::int64_t> idx(tokens.size());
+    std::iota(idx.begin(), idx.end(), std::int64_t{0});
+    return idx;
+  }
 };
 // The test split of the job's data, split as training split it and
 // tokenised by the run's tokenizer. Data whose classes are no longer the
