@@ -41,11 +41,12 @@ def alibi_slopes(num_heads):
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def rotate(x, theta):
-    """RoPE on x (B, H, L, D): the pair (x[2i], x[2i+1]) at position p turns by p * theta^(-2i / D)."""
+def rotate(x, theta, start=0):
+    """RoPE on x (B, H, L, D) at positions start .. start + L - 1: the pair (x[2i], x[2i+1]) at
+    position p turns by p * theta^(-2i / D)."""
     L, D = x.shape[-2], x.shape[-1]
     freq = torch.exp(torch.arange(D // 2, dtype=torch.float64) * (-2.0 * math.log(theta) / D))
-    angle = torch.arange(L, dtype=torch.float64)[:, None] * freq[None, :]  # (L, D/2)
+    angle = torch.arange(start, start + L, dtype=torch.float64)[:, None] * freq[None, :]  # (L, D/2)
     c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
@@ -171,6 +172,44 @@ class Attention(nn.Module):
             out = self._softmax(q, k, v, key_padding_mask, causal)
         out = out.transpose(1, 2).reshape(x.shape[0], L, E)
         return self.out_proj(out)
+
+    def step(self, x, past=None):
+        """Causal self-attention of T new tokens x (B, T, E) after the S cached ones: past is None or
+        (k, v), each (B, kv_heads, S, head_dim) with RoPE applied. Returns (out (B, T, E), (k, v) with
+        the new tokens appended): the rows forward(..., causal=True) gives for those tokens. Full
+        attention with positions "none", "rope" or "alibi"; PyTorch 2's scaled_dot_product_attention
+        where there is no ALiBi bias."""
+        if self.attention != "full" or self.positions not in ("none", "rope", "alibi"):
+            raise ValueError(f"step (a KV cache) takes full attention with no, rotary or ALiBi positions, not "
+                             f"{self.attention} attention with {self.positions} positions")
+        E, KE = self.embed_dim, self.kv_heads * self.head_dim
+        S = 0 if past is None else past[0].shape[2]
+        q = self._heads(x, 0, self.num_heads)
+        k = self._heads(x, E, self.kv_heads)
+        v = self._heads(x, E + KE, self.kv_heads)
+        if self.positions == "rope":
+            q, k = rotate(q, self.rope_theta, S), rotate(k, self.rope_theta, S)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        kh, vh = k, v
+        if self.kv_heads != self.num_heads:
+            group = self.num_heads // self.kv_heads
+            kh, vh = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        T = q.shape[2]
+        i = torch.arange(T, device=q.device)[:, None] + S  # the new tokens' positions
+        j = torch.arange(S + T, device=q.device)[None, :]
+        if self.positions != "alibi" and hasattr(F, "scaled_dot_product_attention"):
+            # One new token sees every key; a prompt with nothing cached is plain causal.
+            if T == 1 or S == 0:
+                out = F.scaled_dot_product_attention(q, kh, vh, is_causal=T > 1)
+            else:
+                out = F.scaled_dot_product_attention(q, kh, vh, attn_mask=j <= i)
+        else:
+            scores = torch.matmul(q, kh.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            if self.positions == "alibi":
+                scores = scores - self.alibi_slopes.to(scores.dtype)[:, None, None] * (i - j).abs().to(scores.dtype)
+            out = torch.matmul(torch.softmax(scores.masked_fill(j > i, float("-inf")), dim=-1), vh)
+        return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], T, E)), (k, v)
 
     def _softmax(self, q, k, v, key_padding_mask, causal):
         L, S = q.shape[2], k.shape[2]
@@ -347,8 +386,8 @@ class _Sinusoidal(nn.Module):
         super().__init__()
         self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
 
-    def forward(self, x):
-        return x + self.table[:x.shape[1]]
+    def forward(self, x, start=0):
+        return x + self.table[start:start + x.shape[1]]
 
 
 def _absolute_positions(kind, max_len, d_model):
@@ -359,10 +398,34 @@ def _absolute_positions(kind, max_len, d_model):
     return _Sinusoidal(max_len, d_model) if kind == "sinusoidal" else None
 
 
-def _add_positions(positions, x):
+def _add_positions(positions, x, start=0):
+    """x (B, L, d) at positions start .. start + L - 1, with absolute positions added (if any)."""
     if isinstance(positions, nn.Embedding):
-        return x + positions.weight[:x.shape[1]]
-    return positions(x) if positions is not None else x
+        return x + positions.weight[start:start + x.shape[1]]
+    return positions(x, start) if positions is not None else x
+
+
+def _stepping_attention(layer):
+    """What steps a layer's self-attention over a KV cache (Attention.step): its own Attention, or one
+    holding the very parameters of PyTorch's nn.MultiheadAttention (kept out of the module tree)."""
+    attn = layer.self_attn
+    if isinstance(attn, Attention):
+        return attn
+    step = Attention(attn.embed_dim, attn.num_heads)
+    step.in_proj_weight, step.in_proj_bias, step.out_proj = attn.in_proj_weight, attn.in_proj_bias, attn.out_proj
+    return step
+
+
+def _layer_step(layer, attn, x, past):
+    """An encoder layer (ours or nn.TransformerEncoderLayer: the same names) over new tokens x (B, T, d)
+    after the cached ones, causal, in eval mode: (output, the layer's cache with x's keys and values)."""
+    if layer.norm_first:
+        a, past = attn.step(layer.norm1(x), past)
+        x = x + a
+        return x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x)))), past
+    a, past = attn.step(x, past)
+    x = layer.norm1(x + a)
+    return layer.norm2(x + layer.linear2(layer.activation(layer.linear1(x)))), past
 
 
 class SequenceClassifier(nn.Module):
@@ -404,7 +467,39 @@ class LanguageModel(nn.Module):
 
     def forward(self, ids):
         h = self.encoder(_add_positions(self.pos_embedding, self.embedding(ids)), causal=True)
+        return self._logits(h)
+
+    def _logits(self, h):
         return self.lm_head(h) if self.lm_head is not None else F.linear(h, self.embedding.weight)
+
+    def forward_cached(self, ids, cache=None):
+        """Incremental decoding in eval mode (no dropout): the logits (B, T, vocabulary) of T new
+        tokens ids (B, T) after the cached ones, and the cache with them: a list of (keys, values)
+        per layer, each (B, kv_heads, length, head_dim); None to start. The rows forward() gives for
+        those tokens over the whole sequence. Full attention with absolute, rotary or ALiBi positions."""
+        if getattr(self, "_steppers", None) is None:
+            self._steppers = [_stepping_attention(layer) for layer in self.encoder.layers]
+        start = 0 if cache is None else cache[0][0].shape[2]
+        x = _add_positions(self.pos_embedding, self.embedding(ids), start)
+        new = []
+        for i, (layer, attn) in enumerate(zip(self.encoder.layers, self._steppers)):
+            x, kv = _layer_step(layer, attn, x, None if cache is None else cache[i])
+            new.append(kv)
+        if self.encoder.norm is not None:
+            x = self.encoder.norm(x)
+        return self._logits(x), new
+
+    def generate(self, ids, tokens):
+        """The greedy continuation of prompts ids (B, P) by `tokens` tokens, with a KV cache:
+        (B, P + tokens) ids. Unlike Run.generate, it does not restart past the training window."""
+        out = [ids]
+        logits, cache = self.forward_cached(ids)
+        for t in range(tokens):
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt)
+            if t + 1 < tokens:
+                logits, cache = self.forward_cached(nxt, cache)
+        return torch.cat(out, dim=1)
 
 
 class VisionTransformer(nn.Module):

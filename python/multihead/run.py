@@ -56,8 +56,13 @@ class Run:
         return self._answering("predict").predict(texts)
 
     def generate(self, prompt, tokens=200, temperature=0.8, top_k=0, top_p=0.95, seed=0):
-        """A language model's continuation of prompt (temperature 0: greedy)."""
-        return self._answering("generate").generate(prompt, tokens, temperature, top_k, top_p, seed)
+        """A language model's continuation of prompt (temperature 0: greedy). A list of prompts of
+        equal token count is continued together, a batch row each (one product per layer for all
+        at each step), and gives a list; the first is what that prompt alone gives."""
+        run = self._answering("generate")
+        if isinstance(prompt, (list, tuple)):
+            return run.generate_batch(list(prompt), tokens, temperature, top_k, top_p, seed)
+        return run.generate(prompt, tokens, temperature, top_k, top_p, seed)
 
     def pronounce(self, words, n_best=1, beam=0):
         """A pronunciation run's n_best pronunciations of each word, best first."""

@@ -455,6 +455,15 @@ PYBIND11_MODULE(_multihead, m) {
           py::arg("top_p") = 0.95, py::arg("seed") = 0, release,
           "A language model's continuation of prompt (temperature 0: greedy)")
       .def(
+          "generate_batch",
+          [](TrainedRun& run, const std::vector<std::string>& prompts, std::int64_t tokens, double temperature,
+             std::int64_t top_k, double top_p, std::uint64_t seed) {
+            return run.generate_batch(prompts, tokens, SamplingConfig{temperature, top_k, top_p, seed});
+          },
+          py::arg("prompts"), py::arg("tokens") = 200, py::arg("temperature") = 0.8, py::arg("top_k") = 0,
+          py::arg("top_p") = 0.95, py::arg("seed") = 0, release,
+          "Prompts of equal token count continued together, a batch row each")
+      .def(
           "pronounce",
           [](TrainedRun& run, const std::vector<std::string>& words, std::int64_t n_best, std::int64_t beam) {
             std::vector<std::vector<Pronounced>> got;

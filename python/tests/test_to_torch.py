@@ -96,6 +96,8 @@ RUNS = {
     "lm-learned-block-sparse-gqa": lambda d: language_model(d, positions="learned", attention="block_sparse",
                                                             sparse_block=4, num_kv_heads=2),
     "lm-relative": lambda d: language_model(d, positions="relative", relative_clip=4),
+    "lm-rope-gqa-prenorm": lambda d: language_model(d, positions="rope", num_kv_heads=2, norm_first=True),
+    "lm-alibi": lambda d: language_model(d, positions="alibi"),
     "image": lambda d: {"task": "image_classification",
                         "data": {"path": str(d / "images"), "validation_examples": 8},
                         "model": {"image_size": 8, "patch": 4, "num_layers": 2, "num_classes": 3, "d_model": 16,
@@ -189,6 +191,43 @@ def test_a_run_without_answers_says_so(runs):
     with pytest.raises(ValueError, match="attention is linear: it computes no attention weights to show"):
         linear.attention("good film")
     assert "computes no attention weights" in (runs["classifier-linear"] / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["lm-sinusoidal-tied", "lm-rope-gqa-prenorm", "lm-alibi"])
+def test_decoding_with_a_kv_cache_gives_the_whole_sequences_logits(runs, name):
+    run = multihead.load_run(runs[name], threads=1)
+    module = run.to_torch()
+    inputs, want = run.sample(3)
+    ids = inputs["ids"][:, :12]
+    with torch.no_grad():
+        whole = module(ids)
+        assert_matches(whole, want[:, :12])
+        # A prompt of five, two tokens in one step, then one at a time.
+        parts, cache = [], None
+        for a, b in ((0, 5), (5, 7)) + tuple((t, t + 1) for t in range(7, 12)):
+            logits, cache = module.forward_cached(ids[:, a:b], cache)
+            parts.append(logits)
+    assert_matches(torch.cat(parts, dim=1), whole)
+    assert len(cache) == 2 and cache[0][0].shape[2] == 12
+
+
+def test_greedy_generation_matches_multiheads_alone_and_in_a_batch(runs):
+    run = multihead.load_run(runs["lm-rope-gqa-prenorm"], threads=1)
+    prompts = ["the wha", "the sea", "sky was"]  # 7 characters each; 7 + 8 stays in the 16-token window
+    alone = [run.generate(p, tokens=8, temperature=0) for p in prompts]
+    assert run.generate(prompts, tokens=8, temperature=0) == alone
+    tok = run.tokenizer
+    with torch.no_grad():
+        got = run.to_torch().generate(torch.tensor([tok.encode(p) for p in prompts]), 8)
+    assert [tok.decode(row.tolist()) for row in got] == alone
+    # Sampled, each row draws from its own stream, the first from what generating it alone draws from.
+    sampled = run.generate(prompts, tokens=8, temperature=1.0, top_p=1.0, seed=3)
+    assert sampled[0] == run.generate(prompts[0], tokens=8, temperature=1.0, top_p=1.0, seed=3)
+    assert all(s.startswith(p) and len(s) == 15 for s, p in zip(sampled, prompts))
+    with pytest.raises(ValueError, match="prompts generated together need equal lengths, got 7 and 3 tokens"):
+        run.generate(["the wha", "sky"], tokens=2)
+    with pytest.raises(ValueError, match="step \\(a KV cache\\) takes full attention"):
+        multihead.load_run(runs["lm-alibi-sliding"]).to_torch().forward_cached(torch.tensor([[1, 2]]))
 
 
 @pytest.mark.parametrize("name, inputs", [("classifier-sinusoidal", ("ids", "padding")),

@@ -6,6 +6,11 @@
 
 namespace multihead {
 
+namespace {
+// The sampling streams of generation: row r of a batch draws from kGenerationStream + r.
+constexpr std::uint64_t kGenerationStream = 0x9e4e7a7e;
+}  // namespace
+
 std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingConfig& cfg, Rng& rng) {
   check<ConfigError>(cfg.temperature >= 0, "temperature must be >= 0, got {}", cfg.temperature);
   check<ConfigError>(cfg.top_p > 0 && cfg.top_p <= 1, "top_p must be in (0, 1], got {}", cfg.top_p);
@@ -36,40 +41,57 @@ std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingCon
   return order[static_cast<std::size_t>(keep - 1)];
 }
 
-std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt_in,
-                                   std::int64_t count, const SamplingConfig& cfg, std::int64_t context,
-                                   Precision precision) {
-  check<ConfigError>(!prompt_in.empty(), "generation needs a prompt of at least one token");
+std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt, std::int64_t count,
+                                   const SamplingConfig& cfg, std::int64_t context, Precision precision) {
+  return generate_batch(model, {prompt}, count, cfg, context, precision).front();
+}
+
+std::vector<std::vector<std::int64_t>> generate_batch(LanguageModel& model,
+                                                      const std::vector<std::vector<std::int64_t>>& prompts,
+                                                      std::int64_t count, const SamplingConfig& cfg,
+                                                      std::int64_t context, Precision precision) {
+  check<ConfigError>(!prompts.empty(), "generation needs at least one prompt");
+  const std::size_t P = prompts.front().size();
+  for (const auto& p : prompts) {
+    check<ConfigError>(!p.empty(), "generation needs a prompt of at least one token");
+    check<ConfigError>(p.size() == P, "prompts generated together need equal lengths, got {} and {} tokens", P,
+                       p.size());
+  }
   check<ConfigError>(count >= 0, "token count must be >= 0, got {}", count);
   check<ConfigError>(context == 0 || context >= 2, "context must be 0 (unbounded) or at least 2, got {}", context);
+  const auto B = static_cast<std::int64_t>(prompts.size());
   // A prompt longer than the context keeps its end.
-  const std::vector<std::int64_t> prompt =
-      context > 0 && static_cast<std::int64_t>(prompt_in.size()) > context
-          ? std::vector<std::int64_t>(prompt_in.end() - context, prompt_in.end())
-          : prompt_in;
-  const std::int64_t capacity = context > 0 ? context : static_cast<std::int64_t>(prompt.size()) + count;
+  const std::size_t fed = context > 0 ? std::min(P, static_cast<std::size_t>(context)) : P;
+  const std::int64_t capacity = context > 0 ? context : static_cast<std::int64_t>(fed) + count;
   if (model.config().positions == PositionKind::kSinusoidal || model.config().positions == PositionKind::kLearned)
     check<ConfigError>(capacity <= model.config().max_len,
                        "prompt and continuation ({} tokens) exceed the model's max_len ({})", capacity,
                        model.config().max_len);
-  Rng rng(cfg.seed, 0x9e4e7a7e);
+  std::vector<Rng> rngs;
+  for (std::int64_t r = 0; r < B; ++r) rngs.emplace_back(cfg.seed, kGenerationStream + static_cast<std::uint64_t>(r));
+  std::vector<std::vector<std::int64_t>> out = prompts;
+  // ids (B, T): the tokens each row feeds next, the last `n` of each row's output.
+  const auto feed = [&](std::size_t n) {
+    std::vector<std::int64_t> v;
+    for (const auto& row : out) v.insert(v.end(), row.end() - static_cast<std::ptrdiff_t>(n), row.end());
+    return Tensor::from_i64({B, static_cast<std::int64_t>(n)}, v);
+  };
   std::vector<KvCache> caches;
-  std::vector<std::int64_t> out = prompt_in;
-  Tensor ids = Tensor::from_i64({1, static_cast<std::int64_t>(prompt.size())}, prompt);
+  Tensor ids = feed(fed);
   const std::int64_t V = model.config().vocab_size;
   for (std::int64_t step = 0; step < count; ++step) {
     if (context > 0 && !caches.empty() && caches[0].length + ids.dim(1) > context) {
       // Restart from the recent half of the window (the new token included).
-      const std::int64_t keep = context / 2;
-      std::vector<std::int64_t> tail(out.end() - keep, out.end());
       caches.clear();
-      ids = Tensor::from_i64({1, keep}, tail);
+      ids = feed(static_cast<std::size_t>(context / 2));
     }
-    Tensor logits = model.forward_cached(ids, caches, capacity, precision);
-    const float* last = logits.f32() + (logits.dim(1) - 1) * V;
-    const std::int64_t next = sample_token(last, V, cfg, rng);
-    out.push_back(next);
-    ids = Tensor::from_i64({1, 1}, std::vector<std::int64_t>{next});
+    Tensor logits = model.forward_cached(ids, caches, capacity, precision);  // (B, T, V)
+    const std::int64_t T = logits.dim(1);
+    for (std::int64_t r = 0; r < B; ++r) {
+      const float* last = logits.f32() + (r * T + T - 1) * V;
+      out[static_cast<std::size_t>(r)].push_back(sample_token(last, V, cfg, rngs[static_cast<std::size_t>(r)]));
+    }
+    ids = feed(1);
   }
   return out;
 }

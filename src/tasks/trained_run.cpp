@@ -178,6 +178,16 @@ class LanguageModelRun final : public TokenModelRun<LanguageModelJob, LanguageMo
     return tok_->decode(multihead::generate(model_, ids, tokens, sampling, job_.train.seq_len, precision_));
   }
 
+  std::vector<std::string> generate_batch(const std::vector<std::string>& prompts, std::int64_t tokens,
+                                          const SamplingConfig& sampling) override {
+    std::vector<std::vector<std::int64_t>> ids;
+    for (const std::string& p : prompts) ids.push_back(encode_text(*tok_, p, "a prompt"));
+    std::vector<std::string> out;
+    for (const auto& row : multihead::generate_batch(model_, ids, tokens, sampling, job_.train.seq_len, precision_))
+      out.push_back(tok_->decode(row));
+    return out;
+  }
+
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
     std::vector<std::int64_t> ids = encode_text(*tok_, text, "the text");
@@ -355,6 +365,11 @@ std::vector<Prediction> TrainedRun::predict(const std::vector<std::string>&) {
 }
 
 std::string TrainedRun::generate(const std::string&, std::int64_t, const SamplingConfig&) {
+  throw ConfigError(fmt::format("generate needs a language model run; this run's task is {}", task()));
+}
+
+std::vector<std::string> TrainedRun::generate_batch(const std::vector<std::string>&, std::int64_t,
+                                                    const SamplingConfig&) {
   throw ConfigError(fmt::format("generate needs a language model run; this run's task is {}", task()));
 }
 

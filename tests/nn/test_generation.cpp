@@ -143,20 +143,33 @@ TEST(CachedWeights, LinearAttentionHasNoneToCapture) {
   EXPECT_NO_THROW(mha.forward_cached(test::random_tensor({1, 2, 8}, rng), cache, 4, Precision::kF32));
 }
 
-TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {
+// A language model of d_model 8 and two heads, initialised from seed.
+ModelConfig tiny_lm_config(std::int64_t vocab, std::int64_t layers, std::int64_t max_len, PositionKind positions) {
   ModelConfig mc;
-  mc.vocab_size = 11;
-  mc.num_layers = 1;
+  mc.vocab_size = vocab;
+  mc.num_layers = layers;
   mc.layer.d_model = 8;
   mc.layer.nhead = 2;
   mc.layer.dim_feedforward = 8;
-  mc.max_len = 8;  // absolute positions: a window past 8 would be an error
-  mc.positions = PositionKind::kLearned;
+  mc.max_len = max_len;
+  mc.positions = positions;
+  return mc;
+}
+
+struct TinyLm {
+  TinyLm(const ModelConfig& mc, std::uint64_t seed) : lm(store, mc) {
+    store.finalize();
+    Rng rng(seed);
+    lm.init(rng);
+  }
   ParamStore store;
-  LanguageModel lm(store, mc);
-  store.finalize();
-  Rng rng(1);
-  lm.init(rng);
+  LanguageModel lm;
+};
+
+TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {
+  // Absolute positions: a window past max_len 8 would be an error.
+  TinyLm tiny(tiny_lm_config(11, 1, 8, PositionKind::kLearned), 1);
+  LanguageModel& lm = tiny.lm;
   SamplingConfig greedy;
   greedy.temperature = 0;
   auto out = generate(lm, {2, 5, 6}, 30, greedy, 8);
@@ -164,6 +177,31 @@ TEST(Generation, BoundedContextRestartsInsideTheTrainedWindow) {
   EXPECT_THROW(generate(lm, {2, 5, 6}, 30, greedy, 0), ConfigError);  // unbounded: past max_len
   // Within the window, bounded and unbounded decoding agree.
   EXPECT_EQ(generate(lm, {2, 5, 6}, 5, greedy, 8), generate(lm, {2, 5, 6}, 5, greedy, 0));
+}
+
+// Prompts continued together, a batch row each, give what each gives alone
+// (greedy), across the restarts of a bounded context too; sampled, row 0
+// draws what generate draws and the rows draw from streams of their own.
+TEST(Generation, ABatchOfPromptsGivesEachPromptsContinuation) {
+  TinyLm tiny(tiny_lm_config(13, 2, 64, PositionKind::kRope), 4);
+  LanguageModel& lm = tiny.lm;
+  const std::vector<std::vector<std::int64_t>> prompts = {{2, 5, 6}, {7, 1, 1}, {12, 3, 0}};
+  SamplingConfig greedy;
+  greedy.temperature = 0;
+  for (const std::int64_t context : {std::int64_t{0}, std::int64_t{8}}) {
+    const auto together = generate_batch(lm, prompts, 12, greedy, context);
+    ASSERT_EQ(together.size(), prompts.size());
+    for (std::size_t r = 0; r < prompts.size(); ++r)
+      EXPECT_EQ(together[r], generate(lm, prompts[r], 12, greedy, context)) << "row " << r << ", context " << context;
+  }
+  SamplingConfig sampled;
+  sampled.seed = 9;
+  const std::vector<std::vector<std::int64_t>> same(3, prompts[0]);
+  const auto rows = generate_batch(lm, same, 12, sampled);
+  EXPECT_EQ(rows[0], generate(lm, prompts[0], 12, sampled));
+  EXPECT_TRUE(rows[1] != rows[0] || rows[2] != rows[0]);  // each row its own stream
+  EXPECT_THROW(generate_batch(lm, {{2, 5, 6}, {2, 5}}, 3, greedy), ConfigError);
+  EXPECT_THROW(generate_batch(lm, {}, 3, greedy), ConfigError);
 }
 
 TEST(Sampling, GreedyTopKTopPAndTemperature) {

@@ -30,5 +30,13 @@ std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingCon
 std::vector<std::int64_t> generate(LanguageModel& model, const std::vector<std::int64_t>& prompt, std::int64_t count,
                                    const SamplingConfig& cfg, std::int64_t context = 0,
                                    Precision precision = Precision::kF32);
+// Several prompts continued together, one batch row each (one product per
+// layer for all rows at every step): prompts of equal length, each row
+// sampled from its own stream (row 0's is generate()'s, so a batch of one
+// gives what generate gives). A ConfigError where the lengths differ.
+std::vector<std::vector<std::int64_t>> generate_batch(LanguageModel& model,
+                                                      const std::vector<std::vector<std::int64_t>>& prompts,
+                                                      std::int64_t count, const SamplingConfig& cfg,
+                                                      std::int64_t context = 0, Precision precision = Precision::kF32);
 
 }  // namespace multihead

@@ -69,6 +69,11 @@ class TrainedRun {
   virtual std::vector<Prediction> predict(const std::vector<std::string>& texts);
   // Language models: the prompt's continuation by `tokens` sampled tokens.
   virtual std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling);
+  // Several prompts of equal token count continued together, a batch row
+  // each (tasks/generation.h's generate_batch): the first row is what
+  // generate gives for its prompt.
+  virtual std::vector<std::string> generate_batch(const std::vector<std::string>& prompts, std::int64_t tokens,
+                                                  const SamplingConfig& sampling);
   // Pronunciation runs: the n_best best pronunciations of each word, by
   // beam search of width beam (0: the run's own).
   virtual std::vector<std::vector<Pronounced>> pronounce(const std::vector<std::string>& words, std::int64_t n_best,
