@@ -17,8 +17,9 @@
 #
 # Each run is in a private mount namespace (unshare), so nothing stays mounted
 # after it: /proc, /sys and a tmpfs /dev/shm for PyTorch, and this checkout's
-# bench/ folder bound at its own path, so a benchmark's child script and its
-# imports are found where the parent names them. The environment passes
+# bench/ folder bound (read-only) at its own path, so a benchmark's child
+# script and its imports are found where the parent names them, and the
+# folder MULTIHEAD_TORCH2_SHARE names, if any, bound writable. The environment passes
 # through (thread counts, OPENBLAS_CORETYPE, GLIBC_TUNABLES), less the host's
 # Python paths.
 #
@@ -94,9 +95,14 @@ bench=$repo/bench
 # else the root's /.
 cwd=/
 [[ $PWD == "$bench" || $PWD == "$bench"/* ]] && cwd=$PWD
+# MULTIHEAD_TORCH2_SHARE names one more folder, bound writable at its own
+# path: where a benchmark and its PyTorch 2 children exchange files.
+share=${MULTIHEAD_TORCH2_SHARE:-}
+[[ -z $share || -d $share ]] || die "MULTIHEAD_TORCH2_SHARE=$share is not a folder"
 exec unshare --mount --propagation private -- /bin/bash -c '
   set -e
-  root=$1 bench=$2 cwd=$3; shift 3
+  root=$1 bench=$2 cwd=$3 share=$4; shift 4
+  if [[ -n $share ]]; then mkdir -p "$root$share" && mount --bind "$share" "$root$share"; fi
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm"
@@ -104,4 +110,4 @@ exec unshare --mount --propagation private -- /bin/bash -c '
   mount --bind -o ro "$bench" "$root$bench"
   cd "$root$cwd"
   exec chroot "$root" /usr/bin/env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV /bin/sh -c "cd \"\$0\" && exec /usr/bin/python3 \"\$@\"" "$cwd" "$@"
-' torch2-root "$root" "$bench" "$cwd" "$@"
+' torch2-root "$root" "$bench" "$cwd" "$share" "$@"

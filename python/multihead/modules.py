@@ -47,6 +47,9 @@ def rotate(x, theta, start=0):
     L, D = x.shape[-2], x.shape[-1]
     freq = torch.exp(torch.arange(D // 2, dtype=torch.float64) * (-2.0 * math.log(theta) / D))
     angle = torch.arange(start, start + L, dtype=torch.float64)[:, None] * freq[None, :]  # (L, D/2)
+    # Reduced modulo 2 pi in float64, then float32: cos and sin as exact as in float64 (multihead's),
+    # and ONNX Runtime, which has no float64 cos or sin, runs the exported graph.
+    angle = torch.remainder(angle, 2 * math.pi).float()
     c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
@@ -213,6 +216,13 @@ class Attention(nn.Module):
 
     def _softmax(self, q, k, v, key_padding_mask, causal):
         L, S = q.shape[2], k.shape[2]
+        if (not torch.is_grad_enabled() and self.attention == "full" and self.positions in ("none", "rope")
+                and hasattr(F, "scaled_dot_product_attention")):
+            # Inference on PyTorch 2: its fused kernel (and, exported, one masked softmax). Full attention
+            # leaves a query no key only where a whole sequence is padding, which nobody asks about.
+            blocked = self._blocked(L, S, key_padding_mask, causal, q.device)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked,
+                                                  dropout_p=self.dropout if self.training else 0.0)
         scale = 1.0 / math.sqrt(self.head_dim)
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, L, S)
         buckets = None
@@ -320,7 +330,7 @@ def _stack(layer, num_layers, final_norm, pytorch_layer, own_layer):
     norm or None."""
     args = {k: layer[k] for k in ("d_model", "nhead", "dim_feedforward", "dropout", "activation", "layer_norm_eps",
                                   "norm_first")}
-    if _plain(dict(layer["attention"], num_heads=layer["nhead"])):
+    if layer.get("pytorch_layers", True) and _plain(dict(layer["attention"], num_heads=layer["nhead"])):
         layers = [pytorch_layer(batch_first=True, **args) for _ in range(num_layers)]
     else:
         layers = [own_layer(attention=layer["attention"], **args) for _ in range(num_layers)]
@@ -363,8 +373,11 @@ class Decoder(nn.Module):
         return self.norm(x) if self.norm is not None else x
 
 
-def layer_settings(model):
-    """The layer settings of a job config's "model" section, with multihead's defaults."""
+def layer_settings(model, pytorch_layers=True):
+    """The layer settings of a job config's "model" section, with multihead's defaults.
+    pytorch_layers=False: our EncoderLayer / DecoderLayer even where PyTorch's would compute the same
+    (the same state_dict); torch.onnx.export traces those into a graph that takes any batch and
+    length, where nn.MultiheadAttention's traced graph keeps the length it was traced with."""
     d_model = model.get("d_model", 128)
     positions = model.get("positions", "sinusoidal")
     attention = {"positions": positions if positions in ("rope", "alibi", "relative") else "none",
@@ -376,7 +389,7 @@ def layer_settings(model):
     return {"d_model": d_model, "nhead": model.get("nhead", 4),
             "dim_feedforward": model.get("dim_feedforward", 4 * d_model), "dropout": model.get("dropout", 0.1),
             "activation": model.get("activation", "relu"), "layer_norm_eps": model.get("layer_norm_eps", 1e-5),
-            "norm_first": model.get("norm_first", False), "attention": attention}
+            "norm_first": model.get("norm_first", False), "attention": attention, "pytorch_layers": pytorch_layers}
 
 
 class _Sinusoidal(nn.Module):
@@ -432,9 +445,9 @@ class SequenceClassifier(nn.Module):
     """embedding -> positions -> encoder -> mean over the unpadded tokens (or the first, [CLS])
     -> classifier. forward(ids (B, L), padding (B, L) bool or None) -> logits (B, classes)."""
 
-    def __init__(self, model, vocab_size, num_classes):
+    def __init__(self, model, vocab_size, num_classes, pytorch_layers=True):
         super().__init__()
-        layer = layer_settings(model)
+        layer = layer_settings(model, pytorch_layers)
         d = layer["d_model"]
         self.pooling = model.get("pooling", "mean")
         self.embedding = nn.Embedding(vocab_size, d)
@@ -456,9 +469,9 @@ class LanguageModel(nn.Module):
     """embedding -> positions -> causal encoder -> lm_head (or the embedding matrix, tied).
     forward(ids (B, L)) -> logits (B, L, vocabulary)."""
 
-    def __init__(self, model, vocab_size):
+    def __init__(self, model, vocab_size, pytorch_layers=True):
         super().__init__()
-        layer = layer_settings(model)
+        layer = layer_settings(model, pytorch_layers)
         d = layer["d_model"]
         self.embedding = nn.Embedding(vocab_size, d)
         self.pos_embedding = _absolute_positions(model.get("positions", "sinusoidal"), model.get("max_len", 512), d)
@@ -507,11 +520,11 @@ class VisionTransformer(nn.Module):
     patch_embedding, cls_token first, learned pos_embedding (1, 1 + patches, d), the encoder (with
     its final norm), the [CLS] output through classifier. forward(images (B, C, S, S)) -> logits."""
 
-    def __init__(self, model):
+    def __init__(self, model, pytorch_layers=True):
         super().__init__()
         self.image_size, self.patch = model.get("image_size", 28), model.get("patch", 4)
         self.channels = model.get("channels", 1)
-        layer = layer_settings(dict(model, positions="none"))
+        layer = layer_settings(dict(model, positions="none"), pytorch_layers)
         d = layer["d_model"]
         patches = (self.image_size // self.patch) ** 2
         self.patch_embedding = nn.Linear(self.channels * self.patch * self.patch, d)
@@ -533,9 +546,9 @@ class EncoderDecoder(nn.Module):
     target_embedding -> positions -> decoder (causal, cross-attention to the memory) -> output.
     forward(source (B, S), source_padding (B, S) bool or None, target (B, T)) -> logits (B, T, V)."""
 
-    def __init__(self, model, source_vocab, target_vocab, decoder_layers=0):
+    def __init__(self, model, source_vocab, target_vocab, decoder_layers=0, pytorch_layers=True):
         super().__init__()
-        layer = layer_settings(model)
+        layer = layer_settings(model, pytorch_layers)
         d, kind, max_len = layer["d_model"], model.get("positions", "sinusoidal"), model.get("max_len", 512)
         num_layers = model.get("num_layers", 2)
         final_norm = model.get("final_norm", True)

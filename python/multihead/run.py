@@ -78,10 +78,13 @@ class Run:
         import torch
         return {name: torch.from_numpy(w) for name, w in _mh.run_weights(self.path).items()}
 
-    def to_torch(self, dropout=None):
+    def to_torch(self, dropout=None, pytorch_layers=True):
         """The run's model as a torch.nn.Module (multihead.modules) holding its weights under the
         same names, in eval mode. It needs nothing but PyTorch: save it, fine-tune it, export it.
-        dropout: instead of the run's (0: training mode computes what eval mode does)."""
+        dropout: instead of the run's (0: training mode computes what eval mode does).
+        pytorch_layers=False: multihead.modules' own layers throughout, even where PyTorch's
+        nn.TransformerEncoderLayer would compute the same; export to ONNX so, since the graph
+        torch.onnx.export traces from nn.MultiheadAttention keeps the length it was traced with."""
         from . import modules
         weights = self.state_dict()
         model = dict(self.config["model"])
@@ -92,19 +95,27 @@ class Run:
                 model["max_len"] = weights[table].shape[0]
         if self.task in ("text_classification", "word_stress"):
             module = modules.SequenceClassifier(model, weights["embedding.weight"].shape[0],
-                                                weights["classifier.weight"].shape[0])
+                                                weights["classifier.weight"].shape[0], pytorch_layers)
         elif self.task in ("language_modeling", "sequence_task"):
-            module = modules.LanguageModel(model, weights["embedding.weight"].shape[0])
+            module = modules.LanguageModel(model, weights["embedding.weight"].shape[0], pytorch_layers)
         elif self.task == "image_classification":
-            module = modules.VisionTransformer(model)
+            module = modules.VisionTransformer(model, pytorch_layers)
         elif self.task == "pronunciation":
             module = modules.EncoderDecoder(model, weights["source_embedding.weight"].shape[0],
                                             weights["target_embedding.weight"].shape[0],
-                                            self.config.get("decoder_layers", 0))
+                                            self.config.get("decoder_layers", 0), pytorch_layers)
         else:
             raise ValueError(f"to_torch does not know the task {self.task}")
         module.load_state_dict(weights)
         return module.eval()
+
+    def test_texts(self):
+        """A text classifier's test split, as its training split it (the data must still be where the
+        run read it): (texts, labels), labels by name."""
+        if self.task != "text_classification":
+            raise ValueError(f"test_texts needs a text classification run; this run's task is {self.task}")
+        texts, labels = _mh.run_test_texts(self.path)
+        return list(texts), list(labels)
 
     def sample(self, examples=8, training=False):
         """A batch of the run's own test data as its model reads it, and multihead's fp32 logits for

@@ -30,6 +30,7 @@
 #include "multihead/io/safetensors.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
+#include "multihead/tasks/text_classification.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
 #include "multihead/tasks/trained_run.h"
@@ -545,6 +546,22 @@ PYBIND11_MODULE(_multihead, m) {
         return out;
       },
       py::arg("path"), "The weights of a run's last checkpoint by state_dict name, as NumPy arrays");
+  m.def(
+      "run_test_texts",
+      [](const std::filesystem::path& path) {
+        std::vector<std::string> texts, labels;
+        {
+          py::gil_scoped_release unlocked;
+          const RunConfig cfg = read_run_config(path.string());
+          const TextDataset test = classifier_test_texts(TextClassificationJob::from_json(cfg.json, cfg.path));
+          for (const TextExample& e : test.examples) {
+            texts.push_back(e.text);
+            labels.push_back(test.label_names[static_cast<std::size_t>(e.label)]);
+          }
+        }
+        return py::make_tuple(texts, labels);  // Python objects: with the GIL
+      },
+      py::arg("path"), "A text classification run's test split: (texts, their labels' names)");
   m.def(
       "sample_run_model",
       [](const std::filesystem::path& path, std::int64_t examples, bool training) {

@@ -2,6 +2,7 @@
 and attention, a language model's samples, and clear errors."""
 
 import json
+import random
 import os
 import subprocess
 
@@ -60,6 +61,25 @@ def test_a_classifier_predicts_with_its_labels_and_shows_its_attention(classifie
     with pytest.raises(ValueError, match="has no text"):
         run.predict([" \t "])
     assert run.warnings == []
+
+
+def test_a_classifier_answers_many_texts_as_it_answers_each(classifier_run):
+    # Texts of every length, and far past max_len (8 tokens: only the first 7 are read), in batches
+    # sorted by length: each answer is that text's alone, in the order given; a bad text among them
+    # is reported, whichever batch it falls in.
+    run = multihead.load_run(classifier_run, threads=2)
+    rng = random.Random(4)
+    words = ["good", "great", "fine", "bad", "awful", "poor", "day", "film"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    texts += ["good " * 7 + "bad " * 100000, b"good " * 7 + b"\xff"]  # the rest unread, but checked as UTF-8
+    together = run.predict(texts[:-1])
+    for text, got in zip(texts[:-1], together):
+        alone = run.predict([text])[0]
+        assert got["label"] == alone["label"]
+        assert got["probabilities"] == pytest.approx(alone["probabilities"], rel=1e-5, abs=1e-6)
+    assert together[-1]["probabilities"] == pytest.approx(run.predict(["good " * 7])[0]["probabilities"], rel=1e-5)
+    with pytest.raises(ValueError, match="a text to classify: invalid UTF-8 at byte 35"):
+        run.predict(texts)
 
 
 def test_a_language_model_generates(tmp_path):

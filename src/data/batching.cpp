@@ -1,6 +1,7 @@
 #include "multihead/data/batching.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "multihead/core/rng.h"
 #include "multihead/data/tokenizer.h"
@@ -82,6 +83,25 @@ std::vector<std::vector<std::int64_t>> length_grouped_batches(const std::vector<
   for (std::size_t i = 0; i < pos.size(); ++i) order[i] = indices[pos[i]];
   auto batches = cut_into_batches(order, batch);
   shuffle_in_place(batches, seed, kBatchOrderStream + static_cast<std::uint64_t>(epoch));
+  return batches;
+}
+
+std::vector<std::vector<std::int64_t>> length_sorted_batches(const std::vector<std::int64_t>& lengths,
+                                                             std::int64_t tokens) {
+  check<ConfigError>(tokens > 0, "a batch's token budget must be positive, got {}", tokens);
+  std::vector<std::int64_t> order(lengths.size());
+  std::iota(order.begin(), order.end(), std::int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return lengths[static_cast<std::size_t>(a)] < lengths[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::vector<std::int64_t>> batches;
+  for (const std::int64_t i : order) {
+    // Ascending order: the newcomer is the batch's longest.
+    const std::int64_t longest = lengths[static_cast<std::size_t>(i)];
+    if (batches.empty() || static_cast<std::int64_t>(batches.back().size() + 1) * longest > tokens)
+      batches.emplace_back();
+    batches.back().push_back(i);
+  }
   return batches;
 }
 

@@ -259,14 +259,20 @@ std::vector<std::string> summary_lines(const TextClassificationResult& r) {
                       skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s)};
 }
 
-TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok) {
-  const PreparedData data = load_and_split(job);
+TextDataset classifier_test_texts(const TextClassificationJob& job) {
+  PreparedData data = load_and_split(job);
   const auto classes = static_cast<std::int64_t>(data.dataset.label_names.size());
   check<ConfigError>(classes == job.model.num_classes, "{} now has {} classes; the run's model was trained on {}",
                      job.data_path, classes, job.model.num_classes);
+  TextDataset out;
+  out.label_names = std::move(data.dataset.label_names);
+  for (std::int64_t i : data.test) out.examples.push_back(std::move(data.dataset.examples[static_cast<std::size_t>(i)]));
+  return out;
+}
+
+TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok) {
   TokenizedExamples out;
-  for (std::int64_t i : data.test) {
-    const auto& e = data.dataset.examples[static_cast<std::size_t>(i)];
+  for (const TextExample& e : classifier_test_texts(job).examples) {
     out.tokens.push_back(tok.encode(e.text));
     out.labels.push_back(e.label);
   }

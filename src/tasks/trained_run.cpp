@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/ranges.h>
 
@@ -26,18 +28,26 @@ namespace {
 
 // The tokens of a text, checked: valid UTF-8, something besides white space
 // and control characters (NUL alone is no more a text than a space), and at
-// least one token.
-std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& text, const char* what) {
+// least one token; the first max_tokens of them (the rest is not read).
+std::vector<std::int64_t> encode_text(const Tokenizer& tok, const std::string& text, const char* what,
+                                      std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) {
   check_utf8(text, what);
   const bool blank = std::all_of(text.begin(), text.end(), [](char c) {
     const auto u = static_cast<unsigned char>(c);
     return u <= 0x20 || u == 0x7f;
   });
   check<ConfigError>(!blank, "{} has no text (only white space or control characters)", what);
-  std::vector<std::int64_t> ids = tok.encode(text);
+  std::vector<std::int64_t> ids = tok.encode_prefix(text, max_tokens);
   check<ConfigError>(!ids.empty(), "{} has no tokens", what);
   return ids;
 }
+
+// The padded tokens of a batch of inputs answered together. Batches this
+// small keep a layer's activations in the caches: measured on the spam
+// preset's model (d_model 128) over its 1,209 test texts on two Zen 5 cores,
+// 4,096 tokens a batch took 2.4 s and 180 MB, 24,576 (64 texts of 384
+// tokens) 3.6 s and 510 MB, 512 3.1 s.
+constexpr std::int64_t kAnswerBatchTokens = 4096;
 
 // What every loaded run of a token model has: its job, its tokenizer and
 // its model with the last checkpoint's weights (tasks/loaded_run.h).
@@ -97,31 +107,54 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
         [&](const std::string& text) { predict({text}); });
   }
 
+  // In batches of similar length, at most kAnswerBatchTokens padded tokens
+  // each (data/batching.h): however many texts and however long, the
+  // activations stay those of one small batch.
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
-    std::vector<std::vector<std::int64_t>> ids;
-    for (const std::string& t : texts) ids.push_back(encode_text(*tok_, t, "a text to classify"));
-    std::vector<Prediction> out;
+    const std::vector<std::vector<std::int64_t>> ids = encode_texts(texts, static_cast<std::size_t>(job_.max_len - 1));
+    std::vector<std::int64_t> lengths;  // as the model reads them: [CLS] first
+    for (const auto& t : ids) lengths.push_back(static_cast<std::int64_t>(t.size()) + 1);
+    std::vector<Prediction> out(texts.size());
     const ForwardContext ctx = eval_context(precision_);
-    for (std::size_t b0 = 0; b0 < ids.size(); b0 += static_cast<std::size_t>(job_.eval_batch)) {
-      const std::size_t b1 = std::min(ids.size(), b0 + static_cast<std::size_t>(job_.eval_batch));
+    for (const auto& batch : length_sorted_batches(lengths, kAnswerBatchTokens)) {
       std::vector<const std::vector<std::int64_t>*> part;
-      for (std::size_t i = b0; i < b1; ++i) part.push_back(&ids[i]);
+      for (const std::int64_t i : batch) part.push_back(&ids[static_cast<std::size_t>(i)]);
       TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, true);
       Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);  // (B, C)
       const std::int64_t C = logits.dim(1);
       for (std::int64_t r = 0; r < logits.dim(0); ++r) {
         const float* z = logits.f32() + r * C;
         const float top = *std::max_element(z, z + C);
-        Prediction p;
+        Prediction& p = out[static_cast<std::size_t>(batch[static_cast<std::size_t>(r)])];
         double sum = 0;
         for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c] - top));
         for (std::int64_t c = 0; c < C; ++c) p.probabilities.push_back(std::exp(static_cast<double>(z[c] - top)) / sum);
         p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
-        out.push_back(std::move(p));
       }
       model_.release_saved();
     }
     return out;
+  }
+
+  // The texts' first max_tokens tokens each (encode_text), on every thread:
+  // the tokenizers' encode is const and shares nothing between calls. A bad
+  // text throws the error of the first one.
+  std::vector<std::vector<std::int64_t>> encode_texts(const std::vector<std::string>& texts, std::size_t max_tokens) {
+    const auto n = static_cast<std::int64_t>(texts.size());
+    std::vector<std::vector<std::int64_t>> ids(texts.size());
+    std::vector<std::exception_ptr> failed(texts.size());
+#pragma omp parallel for schedule(dynamic, 4) if (n > 1)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      try {
+        ids[k] = encode_text(*tok_, texts[k], "a text to classify", max_tokens);
+      } catch (...) {
+        failed[k] = std::current_exception();
+      }
+    }
+    for (const std::exception_ptr& e : failed)
+      if (e) std::rethrow_exception(e);
+    return ids;
   }
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens) override {

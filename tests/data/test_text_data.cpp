@@ -165,6 +165,69 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
             (dir / "bad/tokenizer.json").string() + ": unknown tokenizer type \"bpe2\"");
 }
 
+// encode_prefix(text, n) is encode(text) cut to n tokens, for every kind,
+// over texts with every kind of white space, long runs of it, and n around
+// the prefixes it tries (6 bytes a token, doubled).
+TEST(Tokenizers, APrefixEncodesToTheWholeTextsFirstTokens) {
+  Rng rng(8);
+  const std::vector<std::string> words = {"spam", "ham", "caf\xc3\xa9", "x", "offer!!", "viagra", "re:", "42", "--"};
+  const std::vector<std::string> spaces = {" ", "  ", "\n", "\t", "\r\n", " \n\n "};
+  std::vector<std::string> texts;
+  for (int t = 0; t < 40; ++t) {
+    std::string text;
+    const std::uint32_t n = 1 + rng.next_u32() % 600;
+    for (std::uint32_t w = 0; w < n; ++w)
+      text += words[rng.next_u32() % words.size()] + spaces[rng.next_u32() % spaces.size()];
+    texts.push_back(text);
+  }
+  for (const char* kind : {"char", "word", "sentencepiece"}) {
+    TokenizerConfig cfg;
+    cfg.kind = parse_tokenizer_kind(kind);
+    cfg.vocab_size = std::string(kind) == "sentencepiece" ? 60 : 1000;
+    auto tok = train_tokenizer(cfg, texts);
+    for (const std::string& text : texts) {
+      const std::vector<std::int64_t> whole = tok->encode(text);
+      for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{63},
+                                  std::size_t{64}, std::size_t{383}, whole.size(), whole.size() + 9}) {
+        const std::vector<std::int64_t> want(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(std::min(n, whole.size())));
+        ASSERT_EQ(tok->encode_prefix(text, n), want) << kind << ", " << n << " of " << whole.size() << " tokens";
+      }
+    }
+  }
+}
+
+// Answering batches: sorted by length, every input once, no batch over the
+// token budget but a lone input longer than it, inputs of one length in
+// their order.
+TEST(Batching, LengthSortedBatchesKeepToTheTokenBudget) {
+  std::vector<std::int64_t> lengths;
+  Rng rng(2);
+  for (int i = 0; i < 500; ++i) lengths.push_back(1 + rng.next_u32() % 400);
+  lengths.push_back(900);
+  const auto batches = length_sorted_batches(lengths, 4096);
+  std::vector<std::int64_t> seen;
+  std::int64_t last = 0;
+  for (const auto& b : batches) {
+    std::int64_t longest = 0;
+    for (const std::int64_t i : b) {
+      const std::int64_t len = lengths[static_cast<std::size_t>(i)];
+      EXPECT_GE(len, last);
+      if (len == last && !seen.empty() && lengths[static_cast<std::size_t>(seen.back())] == len) EXPECT_GT(i, seen.back());
+      last = len;
+      longest = std::max(longest, len);
+      seen.push_back(i);
+    }
+    EXPECT_TRUE(static_cast<std::int64_t>(b.size()) * longest <= 4096 || b.size() == 1);
+  }
+  EXPECT_EQ(batches.back(), std::vector<std::int64_t>{500});  // 900 tokens alone
+  std::sort(seen.begin(), seen.end());
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], static_cast<std::int64_t>(i));
+  EXPECT_EQ(length_sorted_batches({5, 5, 5}, 4), (std::vector<std::vector<std::int64_t>>{{0}, {1}, {2}}));
+  EXPECT_EQ(length_sorted_batches({3, 1, 2}, 6), (std::vector<std::vector<std::int64_t>>{{1, 2}, {0}}));
+  EXPECT_TRUE(length_sorted_batches({}, 6).empty());
+  EXPECT_THROW(length_sorted_batches({1}, 0), ConfigError);
+}
+
 TEST(Batching, PadsToTheLongestWithClsAndMask) {
   std::vector<std::int64_t> a = {10, 11, 12}, b = {20}, c(50, 7);
   TokenBatch t = make_token_batch({&a, &b}, {1, 0}, 10, true);

@@ -61,14 +61,16 @@ std::string plain_line(const nlohmann::json& a, std::int64_t n_best) {
 }
 
 // Every output line is made before any is printed: a bad item (named by its
-// line) leaves no partial output. Items are answered in chunks, so that a
-// long input file never sits in one batch.
+// line) leaves no partial output. Items are answered in chunks of lines, and
+// a chunk in batches of similar length and bounded size (a classifier's:
+// TrainedRun::predict), so that the memory a batch takes does not grow with
+// the file and the lines of a chunk share batches with little padding.
 std::vector<std::string> predict(TrainedRun& run, const PredictOpts& o,
                                  const std::vector<std::pair<std::int64_t, std::string>>& items) {
   const AnswerSettings& settings = o.settings;
   check_answer_settings(run, settings);
   std::vector<std::string> out;
-  constexpr std::size_t kChunk = 256;
+  constexpr std::size_t kChunk = 2048;
   for (std::size_t i0 = 0; i0 < items.size(); i0 += kChunk) {
     const std::size_t i1 = std::min(items.size(), i0 + kChunk);
     std::vector<std::string> inputs;

@@ -36,4 +36,13 @@ std::vector<std::vector<std::int64_t>> length_grouped_batches(const std::vector<
                                                               std::int64_t batch, std::uint64_t seed,
                                                               std::int64_t epoch, std::int64_t pool_batches = 64);
 
+// Batches for answering inputs: the positions 0 .. n-1 of lengths sorted by
+// length (stably, so that inputs of the same length keep their order), cut
+// where a batch would hold more than `tokens` padded tokens (its rows times
+// its longest length); an input longer than that goes alone. Memory is then
+// bounded by the budget whatever the inputs, and little of any batch is
+// padding.
+std::vector<std::vector<std::int64_t>> length_sorted_batches(const std::vector<std::int64_t>& lengths,
+                                                             std::int64_t tokens);
+
 }  // namespace multihead

@@ -13,10 +13,18 @@ namespace multihead {
 
 inline constexpr std::int64_t kPadId = 0, kUnkId = 1, kClsId = 2, kEosId = 3;
 
+// encode and decode are const and share no state between calls: threads may
+// call them at once.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
+  // The first n tokens of encode(text), reading only as much of the text as
+  // they need (a model that reads 384 tokens of a 1 MB e-mail tokenises a
+  // few KB of it). Tokens never span white space in any kind here (words,
+  // characters, and SentencePiece's pieces, which begin at white space), so
+  // a prefix cut at white space encodes to the first tokens of the whole.
+  std::vector<std::int64_t> encode_prefix(std::string_view text, std::size_t n) const;
   virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
   virtual std::string piece(std::int64_t id) const = 0;  // a printable label, for heatmaps
   virtual std::int64_t vocab_size() const = 0;

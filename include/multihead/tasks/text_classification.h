@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/tasks/job_config.h"
 #include "multihead/tasks/loaded_run.h"
@@ -101,6 +102,9 @@ struct TokenizedExamples {
 // tokenised by the run's tokenizer. Data whose classes are no longer the
 // model's is a ConfigError naming both counts.
 TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok);
+// The same examples as texts, with the names of the labels (what a benchmark
+// or another framework reads to score the run on its own test data).
+TextDataset classifier_test_texts(const TextClassificationJob& job);
 
 // Accuracy and mean loss over the examples idx, in batches of `batch`
 // ([CLS] first, cut to max_len tokens; eval mode), taking a stop at each batch.

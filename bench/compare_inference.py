@@ -1,0 +1,524 @@
+#!/usr/bin/python3
+"""Side-by-side inference benchmark: multihead against the peers a deployer picks.
+
+Two trained runs, each carried out of multihead by Run.to_torch() and exported by torch.onnx.export:
+- a text classifier (default runs/spam: `multihead train --preset spam`), on its own test split;
+- a language model (default runs/moby-dick: `multihead train --preset moby-dick`), greedy decoding.
+
+    scripts/setup.sh && scripts/torch2-root.sh     # as root, once: PyTorch 2.6 and ONNX Runtime
+    multihead train --preset spam && multihead train --preset moby-dick
+    /usr/bin/python3 bench/compare_inference.py --threads 2
+
+The programs, each a fresh process per round, alternating, --rounds times:
+- multihead, the library call (Python's multihead.load_run: predict(texts), generate(prompts)),
+  fp32 and bf16 activations; and `multihead predict --input FILE` over the test texts (one a line);
+- PyTorch 2.6 (Debian 13's, scripts/torch2-root.sh), the to_torch() modules under
+  torch.inference_mode(), eager and under torch.compile (default mode; the first pass, which
+  compiles, timed apart), fp32 and under bf16 autocast;
+- ONNX Runtime (Debian 13's python3-onnxruntime), the torch.onnx.export graphs with every graph
+  optimisation, intra-op threads = --threads, fp32 (its CPU provider has no bf16 kernels for these
+  graphs). The language model is exported with its KV cache as inputs and outputs.
+
+Cells: batch-1 latency of a short (about 20 tokens) and a long input (the model's whole window:
+the classifier reads at most max_len tokens, the language model was trained on seq_len); the
+classifier's throughput over its test set in batches of 32 sorted by length (real lengths, a
+padding mask); generation tokens per second with a KV cache, greedy, at batch 1 and 8. multihead's
+library calls take texts (tokenisation included); the peers take token ids. Before any timing,
+each program's outputs are checked against multihead fp32's: class probabilities within 1e-4 and
+the same greedy tokens (bf16: the share that agree is printed).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from torch_peer import peers, print_header, torch_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+GEN_PROMPT, GEN_TOKENS, GEN_BATCH, SHORT = 20, 100, 8, 20
+
+
+def timed(f, repeats, min_s=0.0):
+    """Median seconds of f() over `repeats` calls (after one untimed call), at least min_s of calls."""
+    f()
+    times, t_all = [], time.perf_counter()
+    while len(times) < repeats or time.perf_counter() - t_all < min_s:
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def check(name, got_probs, got_gen, spec, exact):
+    """The outputs of one program against multihead fp32's: fails for an fp32 program that differs."""
+    import numpy as np
+    want = np.load(os.path.join(spec["dir"], "reference.npz"))
+    diff = float(np.abs(got_probs - want["probs"]).max())
+    agree = float((got_probs.argmax(1) == want["probs"].argmax(1)).mean())
+    gen_equal = float(np.mean([list(a) == list(b) for a, b in zip(got_gen, want["generated"])]))
+    if exact and (diff > 1e-4 or gen_equal < 1.0):
+        sys.exit(f"{name}: outputs differ from multihead's: class probabilities by up to {diff:.2e}, "
+                 f"{gen_equal:.0%} of greedy continuations equal")
+    return {"max_prob_diff": diff, "labels_agree": agree, "generations_equal": gen_equal}
+
+
+# ---- the programs (children) ----
+
+def child_multihead(spec, precision):
+    import numpy as np
+    import multihead
+    cls = multihead.load_run(spec["classifier"], threads=spec["threads"], precision=precision)
+    lm = multihead.load_run(spec["lm"], threads=spec["threads"], precision=precision)
+    texts, order = spec["texts"], spec["order"]
+    batches = [[texts[i] for i in order[b:b + 32]] for b in range(0, len(order), 32)]
+    prompts = spec["prompts"]
+
+    def classify_all():
+        out = [None] * len(texts)
+        for b in range(0, len(order), 32):
+            for i, p in zip(order[b:b + 32], cls.predict(batches[b // 32])):
+                out[i] = [p["probabilities"][label] for label in cls.labels]
+        return np.array(out)
+
+    def greedy(prompt_list, n):
+        return lm.generate(prompt_list, tokens=n, temperature=0)
+
+    probs = classify_all()
+    gen = [lm.tokenizer.encode(s)[GEN_PROMPT:] for s in greedy(prompts, GEN_TOKENS)]
+    if spec.get("reference"):
+        np.savez(os.path.join(spec["dir"], "reference.npz"), probs=probs, generated=np.array(gen))
+    out = check(f"multihead {precision}", probs, gen, spec, exact=precision == "fp32")
+    r = spec["repeats"]
+    out["cls_short_ms"] = timed(lambda: cls.predict([spec["short_text"]]), r, 1.0) * 1e3
+    out["cls_long_ms"] = timed(lambda: cls.predict([spec["long_text"]]), r, 1.0) * 1e3
+    out["cls_inputs_per_s"] = len(texts) / timed(classify_all, 3)
+    out["lm_short_ms"] = timed(lambda: greedy(prompts[0], 1), r, 1.0) * 1e3
+    out["lm_long_ms"] = timed(lambda: greedy(spec["long_prompt"], 1), r, 1.0) * 1e3
+    out["gen1_tokens_per_s"] = GEN_TOKENS / timed(lambda: greedy(prompts[0], GEN_TOKENS), 3)
+    out["gen8_tokens_per_s"] = GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)
+    out["version"] = multihead.__version__
+    return out
+
+
+def load_modules(spec, export=False):
+    """The to_torch() modules, rebuilt from their state_dicts by multihead/modules.py (PyTorch only)."""
+    import importlib.util
+    import torch
+    where = os.path.join(spec["dir"], "modules.py")
+    s = importlib.util.spec_from_file_location("mh_modules", where)
+    modules = importlib.util.module_from_spec(s)
+    s.loader.exec_module(modules)
+    made = {}
+    for name in ("classifier", "lm"):
+        m = spec["models"][name]
+        state = torch.load(os.path.join(spec["dir"], f"{name}.pt"))
+        # For export, multihead.modules' own layers (Run.to_torch(pytorch_layers=False)): the graph
+        # traced from nn.MultiheadAttention keeps the length it was traced with.
+        if name == "classifier":
+            module = modules.SequenceClassifier(m["model"], m["vocab"], m["classes"], pytorch_layers=not export)
+        else:
+            module = modules.LanguageModel(m["model"], m["vocab"], pytorch_layers=not export)
+        module.load_state_dict(state)
+        made[name] = module.eval()
+    return made
+
+
+def inputs(spec):
+    import numpy as np
+    d = np.load(os.path.join(spec["dir"], "inputs.npz"))
+    return {k: d[k] for k in d.files}
+
+
+def child_torch(spec, precision, compiled):
+    import contextlib
+    import numpy as np
+    import torch
+    torch.set_num_threads(spec["threads"])
+    m = load_modules(spec)
+    x = inputs(spec)
+    cls, lm = m["classifier"], m["lm"]
+    first = {}
+    if compiled:
+        cls = torch.compile(cls)
+        lm.forward_cached = torch.compile(lm.forward_cached, dynamic=True)
+    ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
+    ids, padding, lengths, order = map(torch.from_numpy, (x["ids"], x["padding"], x["lengths"], x["order"]))
+    batches = []
+    for b in range(0, len(order), 32):
+        rows = order[b:b + 32]
+        L = int(lengths[rows].max())
+        batches.append((rows, ids[rows, :L], padding[rows, :L]))
+
+    def classify_all():
+        out = torch.zeros(len(order), spec["models"]["classifier"]["classes"])
+        with torch.inference_mode(), ctx():
+            for rows, i, p in batches:
+                out[rows] = torch.softmax(cls(i, p).float(), -1)
+        return out.numpy().astype(np.float64)
+
+    def one(i):
+        with torch.inference_mode(), ctx():
+            return cls(i)
+
+    prompts = torch.from_numpy(x["prompts"])
+
+    def greedy(p, n):
+        with torch.inference_mode(), ctx():
+            return lm.generate(p, n)
+
+    t0 = time.perf_counter()
+    probs = classify_all()  # a compiled model compiles here
+    first["classify_first_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gen = greedy(prompts, GEN_TOKENS)[:, GEN_PROMPT:].tolist()
+    first["generate_first_s"] = time.perf_counter() - t0
+    out = check("PyTorch", probs, gen, spec, exact=precision == "fp32")
+    r = spec["repeats"]
+    short, long_ = torch.from_numpy(x["short_ids"])[None], torch.from_numpy(x["long_ids"])[None]
+    out["cls_short_ms"] = timed(lambda: one(short), r, 1.0) * 1e3
+    out["cls_long_ms"] = timed(lambda: one(long_), r, 1.0) * 1e3
+    out["cls_inputs_per_s"] = len(order) / timed(classify_all, 3)
+    long_prompt = torch.from_numpy(x["long_prompt"])[None]
+    out["lm_short_ms"] = timed(lambda: greedy(prompts[:1], 1), r, 1.0) * 1e3
+    out["lm_long_ms"] = timed(lambda: greedy(long_prompt, 1), r, 1.0) * 1e3
+    out["gen1_tokens_per_s"] = GEN_TOKENS / timed(lambda: greedy(prompts[:1], GEN_TOKENS), 3)
+    out["gen8_tokens_per_s"] = GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)
+    out.update(first, version=torch.__version__)
+    return out
+
+
+def child_export(spec):
+    """The ONNX graphs, exported by PyTorch 2.6's torch.onnx.export from the to_torch() modules: the
+    classifier (ids, padding) -> logits; the language model's decoding step with its KV cache,
+    (ids, past keys and values of each layer) -> (logits, present keys and values)."""
+    import torch
+    m = load_modules(spec, export=True)
+    x = inputs(spec)
+    cls, lm = m["classifier"], m["lm"]
+    ids = torch.from_numpy(x["ids"][:2, :24])
+    pad = torch.from_numpy(x["padding"][:2, :24])
+    with torch.no_grad():
+        torch.onnx.export(cls, (ids, pad), os.path.join(spec["dir"], "classifier.onnx"),
+                          input_names=["ids", "padding"], output_names=["logits"], opset_version=17,
+                          dynamic_axes={"ids": {0: "batch", 1: "length"}, "padding": {0: "batch", 1: "length"},
+                                        "logits": {0: "batch"}})
+    layers = len(lm.encoder.layers)
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, *past):
+            logits, cache = self.lm.forward_cached(ids, [(past[2 * i], past[2 * i + 1]) for i in range(layers)])
+            return (logits,) + tuple(t for kv in cache for t in kv)
+
+    # Traced on a step of 2 tokens after 3 cached: the general path (a mask), right for every T and S.
+    prompts = torch.from_numpy(x["prompts"])
+    with torch.no_grad():
+        _, cache = lm.forward_cached(prompts[:1, :3])
+    past = tuple(t for kv in cache for t in kv)
+    names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+    axes = {"ids": {0: "batch", 1: "new"}, "logits": {0: "batch", 1: "new"}}
+    axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
+    axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
+    with torch.no_grad():
+        torch.onnx.export(Step(), (prompts[:1, 3:5],) + past, os.path.join(spec["dir"], "lm_step.onnx"),
+                          input_names=["ids"] + [f"past_{n}" for n in names],
+                          output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
+                          dynamic_axes=axes)
+    return {"version": torch.__version__, "past_shape": list(past[0].shape)}
+
+
+def child_ort(spec):
+    import numpy as np
+    import onnxruntime as ort
+    o = ort.SessionOptions()
+    o.intra_op_num_threads, o.inter_op_num_threads = spec["threads"], 1
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    cls = ort.InferenceSession(os.path.join(spec["dir"], "classifier.onnx"), o, providers=["CPUExecutionProvider"])
+    lm = ort.InferenceSession(os.path.join(spec["dir"], "lm_step.onnx"), o, providers=["CPUExecutionProvider"])
+    x = inputs(spec)
+    ids, padding, lengths, order = x["ids"], x["padding"], x["lengths"], x["order"]
+    batches = []
+    for b in range(0, len(order), 32):
+        rows = order[b:b + 32]
+        L = int(lengths[rows].max())
+        batches.append((rows, ids[rows, :L], padding[rows, :L]))
+
+    def classify_all():
+        out = np.zeros((len(order), spec["models"]["classifier"]["classes"]))
+        for rows, i, p in batches:
+            z = cls.run(None, {"ids": i, "padding": p})[0].astype(np.float64)
+            z = np.exp(z - z.max(1, keepdims=True))
+            out[rows] = z / z.sum(1, keepdims=True)
+        return out
+
+    def one(i):
+        return cls.run(None, {"ids": i, "padding": np.zeros(i.shape, dtype=bool)})[0]
+
+    past_names = [i.name for i in lm.get_inputs()[1:]]
+    kv_heads, head_dim = spec["past_shape"][1], spec["past_shape"][3]
+
+    def greedy(p, n):
+        feed = {name: np.zeros((p.shape[0], kv_heads, 0, head_dim), dtype=np.float32) for name in past_names}
+        feed["ids"], out = p, []
+        for t in range(n):
+            got = lm.run(None, feed)
+            nxt = got[0][:, -1].argmax(-1)[:, None].astype(np.int64)
+            out.append(nxt)
+            feed = dict(zip(past_names, got[1:]), ids=nxt)
+        return np.concatenate(out, axis=1)
+
+    prompts = x["prompts"]
+    probs = classify_all()
+    out = check("ONNX Runtime", probs, greedy(prompts, GEN_TOKENS).tolist(), spec, exact=True)
+    r = spec["repeats"]
+    out["cls_short_ms"] = timed(lambda: one(x["short_ids"][None]), r, 1.0) * 1e3
+    out["cls_long_ms"] = timed(lambda: one(x["long_ids"][None]), r, 1.0) * 1e3
+    out["cls_inputs_per_s"] = len(order) / timed(classify_all, 3)
+    out["lm_short_ms"] = timed(lambda: greedy(prompts[:1], 1), r, 1.0) * 1e3
+    out["lm_long_ms"] = timed(lambda: greedy(x["long_prompt"][None], 1), r, 1.0) * 1e3
+    out["gen1_tokens_per_s"] = GEN_TOKENS / timed(lambda: greedy(prompts[:1], GEN_TOKENS), 3)
+    out["gen8_tokens_per_s"] = GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)
+    out["version"] = ort.__version__
+    return out
+
+
+def child_predict(spec, precision):
+    """`multihead predict` over the test texts, one a line: wall time (the run's load included, and
+    timed apart on one line) and peak resident memory."""
+    import resource
+    cmd = [spec["bin"], "predict", "--run", spec["classifier"], "--threads", str(spec["threads"]), "--json",
+           "--precision", precision, "--input"]
+    one = os.path.join(spec["dir"], "one.txt")
+    t0 = time.perf_counter()
+    subprocess.run(cmd + [one], check=True, stdout=subprocess.DEVNULL)
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    got = subprocess.run(cmd + [os.path.join(spec["dir"], "texts.txt")], check=True, capture_output=True,
+                         text=True).stdout
+    wall = time.perf_counter() - t0
+    import numpy as np
+    answers = [json.loads(line) for line in got.splitlines()]
+    labels = spec["labels"]
+    probs = np.array([[a["probabilities"][l] for l in labels] for a in answers])
+    want = np.load(os.path.join(spec["dir"], "reference.npz"))["probs"]
+    diff = float(np.abs(probs - want).max())
+    if precision == "fp32" and diff > 1e-4:
+        sys.exit(f"multihead predict: class probabilities differ from the library's by up to {diff:.2e}")
+    n = len(spec["texts"])
+    return {"max_prob_diff": diff, "cls_inputs_per_s": n / wall, "cls_inputs_per_s_unloaded": n / max(wall - load, 1e-9),
+            "load_s": load, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+
+
+# ---- the parent ----
+
+def prepare(a, work):
+    """Every program's inputs, in the work folder: the texts, their token ids, the prompts, the
+    modules' state_dicts and the reference outputs' spec."""
+    import numpy as np
+    import torch
+    import multihead
+    cls = multihead.load_run(a.classifier, threads=a.threads)
+    lm = multihead.load_run(a.lm, threads=a.threads)
+    # predict reads one text a line: every program reads the texts so, white space runs made one space.
+    texts = [" ".join(t.split()) for t in cls.test_texts()[0]]
+    texts = [t for t in texts if t]
+    max_len = cls.config["max_len"]
+    tok = cls.tokenizer
+    whole = [tok.encode(t) for t in texts]
+    seqs = [[tok.cls_id] + w[:max_len - 1] for w in whole]
+    lengths = np.array([len(s) for s in seqs])
+    full = np.array([len(w) + 1 for w in whole])  # before the cut to max_len
+    ids = np.full((len(seqs), lengths.max()), tok.pad_id, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = s
+    padding = np.arange(lengths.max())[None, :] >= lengths[:, None]
+    order = np.argsort(lengths, kind="stable")
+    # Short: the test text of the token count nearest SHORT; long: the one nearest the window, whole
+    # (a longer text is cut to it, and every program would read the same tokens of it).
+    short = int(np.argmin(np.abs(full - SHORT)))
+    long_ = int(np.argmin(np.abs(full - max_len)))
+    # The language model's prompts: pieces of its own corpus's end (its test split).
+    with open(lm.config["data"]["path"], encoding="utf-8") as f:
+        corpus = f.read()[-200000:]
+    window = lm.config["train"]["seq_len"]
+    ltok = lm.tokenizer
+    prompts = []
+    at = 1000
+    while len(prompts) < GEN_BATCH:
+        p = " ".join(corpus[at:at + 4 * GEN_PROMPT].split())
+        ids_p = ltok.encode(p)
+        if len(ids_p) >= GEN_PROMPT:
+            prompts.append(ltok.decode(ids_p[:GEN_PROMPT]))
+        at += 9973
+    long_ids = ltok.encode(" ".join(corpus[5000:5000 + 4 * window].split()))[:window]
+    np.savez(os.path.join(work, "inputs.npz"), ids=ids, padding=padding, lengths=lengths, order=order,
+             short_ids=ids[short, :lengths[short]], long_ids=ids[long_, :lengths[long_]],
+             prompts=np.array([ltok.encode(p) for p in prompts]), long_prompt=np.array(long_ids))
+    with open(os.path.join(work, "texts.txt"), "w") as f:
+        f.write("\n".join(texts) + "\n")
+    with open(os.path.join(work, "one.txt"), "w") as f:
+        f.write(texts[short] + "\n")
+    shutil.copy(os.path.join(ROOT, "python", "multihead", "modules.py"), work)
+    models = {}
+    for name, run in (("classifier", cls), ("lm", lm)):
+        module = run.to_torch()
+        torch.save(module.state_dict(), os.path.join(work, f"{name}.pt"))
+        models[name] = {"model": module_config(run), "vocab": module.embedding.weight.shape[0]}
+    models["classifier"]["classes"] = len(cls.labels)
+    return {"dir": work, "threads": a.threads, "repeats": a.repeats, "bin": os.path.abspath(a.bin),
+            "classifier": os.path.abspath(a.classifier), "lm": os.path.abspath(a.lm), "texts": texts,
+            "labels": cls.labels, "order": order.tolist(), "short_text": texts[short], "long_text": texts[long_],
+            "prompts": prompts, "long_prompt": ltok.decode(long_ids), "models": models,
+            "about": {"classifier": f"{len(texts)} test texts, {lengths.mean():.0f} tokens on average "
+                                    f"(at most {max_len}); short {lengths[short]}, long {lengths[long_]} tokens",
+                      "lm": f"prompts of {GEN_PROMPT} tokens, {GEN_TOKENS} generated; long prompt "
+                            f"{len(long_ids)} tokens (its training window)"}}
+
+
+def module_config(run):
+    """The model section to_torch() builds from (a learned table's length is its checkpoint's)."""
+    model = dict(run.config["model"])
+    for table in ("pos_embedding.weight",):
+        w = run.state_dict()
+        if table in w:
+            model["max_len"] = w[table].shape[0]
+    return model
+
+
+CELLS = [("cls_short_ms", "classify, batch 1, short input", "ms", False),
+         ("cls_long_ms", "classify, batch 1, long input", "ms", False),
+         ("cls_inputs_per_s", "classify the test set, batches of 32", "inputs/s", True),
+         ("lm_short_ms", "language model, first token, short prompt", "ms", False),
+         ("lm_long_ms", "language model, first token, long prompt", "ms", False),
+         ("gen1_tokens_per_s", "generate, batch 1", "tokens/s", True),
+         ("gen8_tokens_per_s", "generate, batch 8", "tokens/s", True)]
+
+
+def main():
+    # This checkout's build of the Python package, where there is one (else an installed multihead).
+    if os.path.isdir(os.path.join(ROOT, "build", "python", "multihead")):
+        sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "multihead"))
+    ap.add_argument("--classifier", default=os.path.join(ROOT, "runs", "spam"))
+    ap.add_argument("--lm", default=os.path.join(ROOT, "runs", "moby-dick"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=20, help="timed calls of a latency cell (at least a second)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out torch.compile")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (exported graphs, inputs)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        with open(os.environ["MH_SPEC"]) as f:
+            spec = json.load(f)
+        kind, _, precision = a.child.partition(":")
+        run = {"multihead": lambda: child_multihead(spec, precision),
+               "predict": lambda: child_predict(spec, precision),
+               "torch": lambda: child_torch(spec, precision, False),
+               "compiled": lambda: child_torch(spec, precision, True),
+               "export": lambda: child_export(spec), "ort": lambda: child_ort(spec)}[kind]
+        print(json.dumps(run()))
+        return
+    for path, preset in ((a.classifier, "spam"), (a.lm, "moby-dick")):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            sys.exit(f"no run in {path}: make it with `multihead train --preset {preset} --out {path}`")
+    peer = peers("2.6")[0]
+    print_header(a.bin, a.threads, [peer])
+    work = os.path.realpath(tempfile.mkdtemp(prefix="multihead-inference-"))
+    os.environ["MULTIHEAD_TORCH2_SHARE"] = work  # bound writable in the PyTorch 2.6 root
+    try:
+        spec = prepare(a, work)
+        spec_path = os.path.join(work, "spec.json")
+
+        def save():
+            with open(spec_path, "w") as f:
+                json.dump(spec, f)
+
+        save()
+        me = [os.path.abspath(__file__)]
+        env = dict(os.environ, MH_SPEC=spec_path)
+
+        def ours(kind):
+            r = subprocess.run([sys.executable] + me + ["--child", kind], capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                sys.exit(f"{kind} failed:\n{r.stderr[-3000:]}")
+            return json.loads(r.stdout.strip().splitlines()[-1])
+
+        def theirs(kind):
+            return peer.run(me + ["--child", kind], a.threads, extra_env={"MH_SPEC": spec_path})
+
+        spec["reference"] = True
+        save()
+        ours("multihead:fp32")  # multihead fp32's outputs: what every program is checked against
+        spec["reference"] = False
+        spec.update(theirs("export"))
+        save()
+        programs = [("multihead", "multihead:fp32", ours), ("multihead bf16", "multihead:bf16", ours),
+                    ("multihead predict", "predict:fp32", ours), ("multihead predict bf16", "predict:bf16", ours),
+                    ("PyTorch eager", "torch:fp32", theirs), ("PyTorch eager bf16", "torch:bf16", theirs)]
+        if a.compile:
+            programs += [("torch.compile", "compiled:fp32", theirs), ("torch.compile bf16", "compiled:bf16", theirs)]
+        programs.append(("ONNX Runtime", "ort", theirs))
+        results = {name: [] for name, _, _ in programs}
+        for _ in range(a.rounds):
+            for name, kind, how in programs:
+                results[name].append(how(kind))
+        report(a, spec, peer, results)
+    finally:
+        if a.keep:
+            print(f"\nwork folder kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(a, spec, peer, results):
+    print(f"classifier {a.classifier}: {spec['about']['classifier']}")
+    print(f"language model {a.lm}: {spec['about']['lm']}")
+    print(f"{a.threads} threads, {a.rounds} alternating rounds, each a fresh process per program; medians of rounds")
+    print(f"PyTorch {peer.version}; ONNX Runtime {results['ONNX Runtime'][0]['version']}\n")
+    names = list(results)
+    print("| | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for key, label, unit, higher in CELLS:
+        cells = []
+        for n in names:
+            vals = [r[key] for r in results[n] if key in r]
+            cells.append(f"{statistics.median(vals):.1f}" if vals else "")
+        print(f"| {label} ({unit}) | " + " | ".join(cells) + " |")
+    print()
+    for base in ("multihead", "multihead bf16"):
+        for n in names:
+            if n.startswith("multihead"):
+                continue
+            parts = []
+            for key, label, unit, higher in CELLS:
+                ratios = [(m[key] / t[key]) if higher else (t[key] / m[key])
+                          for m, t in zip(results[base], results[n]) if key in m and key in t]
+                if ratios:
+                    parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})")
+            print(f"{base} over {n}: " + "; ".join(parts))
+    print()
+    for n in names:
+        r = results[n][0]
+        checks = ", ".join(f"{k} {r[k]:.3g}" for k in ("max_prob_diff", "labels_agree", "generations_equal") if k in r)
+        extra = ""
+        if "peak_rss_bytes" in r:
+            extra = (f"; peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, load {r['load_s']:.2f} s, "
+                     f"{r['cls_inputs_per_s_unloaded']:.0f} inputs/s less the load")
+        if "classify_first_s" in r:
+            extra = f"; first pass {r['classify_first_s']:.1f} s, first generation {r['generate_first_s']:.1f} s"
+        print(f"{n}: {checks}{extra}")
+
+
+if __name__ == "__main__":
+    main()
