@@ -218,8 +218,8 @@ class Attention(nn.Module):
         L, S = q.shape[2], k.shape[2]
         if (not torch.is_grad_enabled() and self.attention == "full" and self.positions in ("none", "rope")
                 and hasattr(F, "scaled_dot_product_attention")):
-            # Inference on PyTorch 2: its fused kernel (and, exported, one masked softmax). Full attention
-            # leaves a query no key only where a whole sequence is padding, which nobody asks about.
+            # Inference on PyTorch 2: its fused kernel (and, exported, one masked softmax). A query that
+            # sees no key gets zeros there too (2.6: a row of padding alone gives 0, not NaN).
             blocked = self._blocked(L, S, key_padding_mask, causal, q.device)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked,
                                                   dropout_p=self.dropout if self.training else 0.0)
