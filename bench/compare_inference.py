@@ -508,16 +508,23 @@ def report(a, spec, peer, results):
                     parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})")
             print(f"{base} over {n}: " + "; ".join(parts))
     print()
+    def span(rs, key, fmt):
+        vals = sorted(r[key] for r in rs)
+        return fmt.format(vals[0]) if vals[0] == vals[-1] else f"{fmt.format(vals[0])}-{fmt.format(vals[-1])}"
+
     for n in names:
-        r = results[n][0]
-        checks = ", ".join(f"{k} {r[k]:.3g}" for k in ("max_prob_diff", "labels_agree", "generations_equal") if k in r)
+        rs = results[n]
+        checks = ", ".join(f"{k} {max(r[k] for r in rs) if k == 'max_prob_diff' else min(r[k] for r in rs):.3g}"
+                           for k in ("max_prob_diff", "labels_agree", "generations_equal") if k in rs[0])
         extra = ""
-        if "peak_rss_bytes" in r:
-            extra = (f"; peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, load {r['load_s']:.2f} s, "
-                     f"{r['cls_inputs_per_s_unloaded']:.0f} inputs/s less the load")
-        if "classify_first_s" in r:
-            extra = f"; first pass {r['classify_first_s']:.1f} s, first generation {r['generate_first_s']:.1f} s"
-        print(f"{n}: {checks}{extra}")
+        if "peak_rss_bytes" in rs[0]:
+            extra = (f"; peak RSS {span([{'m': r['peak_rss_bytes'] / 2**20} for r in rs], 'm', '{:.0f}')} MiB, load "
+                     f"{span(rs, 'load_s', '{:.2f}')} s, {span(rs, 'cls_inputs_per_s_unloaded', '{:.0f}')} inputs/s "
+                     f"less the load")
+        if "classify_first_s" in rs[0]:
+            extra = (f"; first pass {span(rs, 'classify_first_s', '{:.1f}')} s, first generation "
+                     f"{span(rs, 'generate_first_s', '{:.1f}')} s")
+        print(f"{n} (over the rounds): {checks}{extra}")
 
 
 if __name__ == "__main__":
