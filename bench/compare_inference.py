@@ -77,13 +77,13 @@ def child_multihead(spec, precision):
     lm = multihead.load_run(spec["lm"], threads=spec["threads"], precision=precision)
     texts, order = spec["texts"], spec["order"]
     batches = [[texts[i] for i in order[b:b + 32]] for b in range(0, len(order), 32)]
-    prompts = spec["prompts"]
+    prompts, labels = spec["prompts"], cls.labels
 
     def classify_all():
         out = [None] * len(texts)
         for b in range(0, len(order), 32):
             for i, p in zip(order[b:b + 32], cls.predict(batches[b // 32])):
-                out[i] = [p["probabilities"][label] for label in cls.labels]
+                out[i] = [p["probabilities"][label] for label in labels]
         return np.array(out)
 
     def greedy(prompt_list, n):
