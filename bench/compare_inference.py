@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from torch_peer import peers, print_header, torch_env
+from torch_peer import peers, print_header
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -68,6 +68,31 @@ def check(name, got_probs, got_gen, spec, exact):
     return {"max_prob_diff": diff, "labels_agree": agree, "generations_equal": gen_equal}
 
 
+def time_cells(spec, classify, short, long_, classify_all, greedy, first, prompts, long_prompt):
+    """Every cell, timed alike in each program: classify(input) answers one input (short, long_);
+    classify_all() the whole test set; greedy(p, n) continues the prompts p by n tokens (first: one
+    prompt, prompts: the batch of GEN_BATCH, long_prompt: the window's length)."""
+    r = spec["repeats"]
+    return {"cls_short_ms": timed(lambda: classify(short), r, 1.0) * 1e3,
+            "cls_long_ms": timed(lambda: classify(long_), r, 1.0) * 1e3,
+            "cls_inputs_per_s": len(spec["texts"]) / timed(classify_all, 3),
+            "lm_short_ms": timed(lambda: greedy(first, 1), r, 1.0) * 1e3,
+            "lm_long_ms": timed(lambda: greedy(long_prompt, 1), r, 1.0) * 1e3,
+            "gen1_tokens_per_s": GEN_TOKENS / timed(lambda: greedy(first, GEN_TOKENS), 3),
+            "gen8_tokens_per_s": GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)}
+
+
+def id_batches(x):
+    """The test set's token ids in the order sorted by length, in batches of 32 cut to their longest:
+    (rows, ids, padding) each, NumPy arrays."""
+    batches = []
+    for b in range(0, len(x["order"]), 32):
+        rows = x["order"][b:b + 32]
+        L = int(x["lengths"][rows].max())
+        batches.append((rows, x["ids"][rows, :L], x["padding"][rows, :L]))
+    return batches
+
+
 # ---- the programs (children) ----
 
 def child_multihead(spec, precision):
@@ -94,14 +119,8 @@ def child_multihead(spec, precision):
     if spec.get("reference"):
         np.savez(os.path.join(spec["dir"], "reference.npz"), probs=probs, generated=np.array(gen))
     out = check(f"multihead {precision}", probs, gen, spec, exact=precision == "fp32")
-    r = spec["repeats"]
-    out["cls_short_ms"] = timed(lambda: cls.predict([spec["short_text"]]), r, 1.0) * 1e3
-    out["cls_long_ms"] = timed(lambda: cls.predict([spec["long_text"]]), r, 1.0) * 1e3
-    out["cls_inputs_per_s"] = len(texts) / timed(classify_all, 3)
-    out["lm_short_ms"] = timed(lambda: greedy(prompts[0], 1), r, 1.0) * 1e3
-    out["lm_long_ms"] = timed(lambda: greedy(spec["long_prompt"], 1), r, 1.0) * 1e3
-    out["gen1_tokens_per_s"] = GEN_TOKENS / timed(lambda: greedy(prompts[0], GEN_TOKENS), 3)
-    out["gen8_tokens_per_s"] = GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)
+    out.update(time_cells(spec, lambda t: cls.predict([t]), spec["short_text"], spec["long_text"], classify_all,
+                          greedy, prompts[0], prompts, spec["long_prompt"]))
     out["version"] = multihead.__version__
     return out
 
@@ -148,15 +167,10 @@ def child_torch(spec, precision, compiled):
         cls = torch.compile(cls)
         lm.forward_cached = torch.compile(lm.forward_cached, dynamic=True)
     ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
-    ids, padding, lengths, order = map(torch.from_numpy, (x["ids"], x["padding"], x["lengths"], x["order"]))
-    batches = []
-    for b in range(0, len(order), 32):
-        rows = order[b:b + 32]
-        L = int(lengths[rows].max())
-        batches.append((rows, ids[rows, :L], padding[rows, :L]))
+    batches = [tuple(map(torch.from_numpy, b)) for b in id_batches(x)]
 
     def classify_all():
-        out = torch.zeros(len(order), spec["models"]["classifier"]["classes"])
+        out = torch.zeros(len(x["order"]), spec["models"]["classifier"]["classes"])
         with torch.inference_mode(), ctx():
             for rows, i, p in batches:
                 out[rows] = torch.softmax(cls(i, p).float(), -1)
@@ -179,16 +193,8 @@ def child_torch(spec, precision, compiled):
     gen = greedy(prompts, GEN_TOKENS)[:, GEN_PROMPT:].tolist()
     first["generate_first_s"] = time.perf_counter() - t0
     out = check("PyTorch", probs, gen, spec, exact=precision == "fp32")
-    r = spec["repeats"]
-    short, long_ = torch.from_numpy(x["short_ids"])[None], torch.from_numpy(x["long_ids"])[None]
-    out["cls_short_ms"] = timed(lambda: one(short), r, 1.0) * 1e3
-    out["cls_long_ms"] = timed(lambda: one(long_), r, 1.0) * 1e3
-    out["cls_inputs_per_s"] = len(order) / timed(classify_all, 3)
-    long_prompt = torch.from_numpy(x["long_prompt"])[None]
-    out["lm_short_ms"] = timed(lambda: greedy(prompts[:1], 1), r, 1.0) * 1e3
-    out["lm_long_ms"] = timed(lambda: greedy(long_prompt, 1), r, 1.0) * 1e3
-    out["gen1_tokens_per_s"] = GEN_TOKENS / timed(lambda: greedy(prompts[:1], GEN_TOKENS), 3)
-    out["gen8_tokens_per_s"] = GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)
+    one_row = [torch.from_numpy(x[k])[None] for k in ("short_ids", "long_ids", "long_prompt")]
+    out.update(time_cells(spec, one, one_row[0], one_row[1], classify_all, greedy, prompts[:1], prompts, one_row[2]))
     out.update(first, version=torch.__version__)
     return out
 
@@ -245,15 +251,10 @@ def child_ort(spec):
     cls = ort.InferenceSession(os.path.join(spec["dir"], "classifier.onnx"), o, providers=["CPUExecutionProvider"])
     lm = ort.InferenceSession(os.path.join(spec["dir"], "lm_step.onnx"), o, providers=["CPUExecutionProvider"])
     x = inputs(spec)
-    ids, padding, lengths, order = x["ids"], x["padding"], x["lengths"], x["order"]
-    batches = []
-    for b in range(0, len(order), 32):
-        rows = order[b:b + 32]
-        L = int(lengths[rows].max())
-        batches.append((rows, ids[rows, :L], padding[rows, :L]))
+    batches = id_batches(x)
 
     def classify_all():
-        out = np.zeros((len(order), spec["models"]["classifier"]["classes"]))
+        out = np.zeros((len(x["order"]), spec["models"]["classifier"]["classes"]))
         for rows, i, p in batches:
             z = cls.run(None, {"ids": i, "padding": p})[0].astype(np.float64)
             z = np.exp(z - z.max(1, keepdims=True))
@@ -279,14 +280,8 @@ def child_ort(spec):
     prompts = x["prompts"]
     probs = classify_all()
     out = check("ONNX Runtime", probs, greedy(prompts, GEN_TOKENS).tolist(), spec, exact=True)
-    r = spec["repeats"]
-    out["cls_short_ms"] = timed(lambda: one(x["short_ids"][None]), r, 1.0) * 1e3
-    out["cls_long_ms"] = timed(lambda: one(x["long_ids"][None]), r, 1.0) * 1e3
-    out["cls_inputs_per_s"] = len(order) / timed(classify_all, 3)
-    out["lm_short_ms"] = timed(lambda: greedy(prompts[:1], 1), r, 1.0) * 1e3
-    out["lm_long_ms"] = timed(lambda: greedy(x["long_prompt"][None], 1), r, 1.0) * 1e3
-    out["gen1_tokens_per_s"] = GEN_TOKENS / timed(lambda: greedy(prompts[:1], GEN_TOKENS), 3)
-    out["gen8_tokens_per_s"] = GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)
+    out.update(time_cells(spec, one, x["short_ids"][None], x["long_ids"][None], classify_all, greedy, prompts[:1],
+                          prompts, x["long_prompt"][None]))
     out["version"] = ort.__version__
     return out
 

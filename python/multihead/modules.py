@@ -129,8 +129,8 @@ class Attention(nn.Module):
         j = torch.arange(S, device=device)[None, :]
         p = i + (S - L)  # the query's position among the keys
         blocked = torch.zeros(L, S, dtype=torch.bool, device=device)
-        if causal:
-            blocked = blocked | (j > i)
+        if causal:  # bottom-right: query i sits at key position p (top-left where L == S)
+            blocked = blocked | (j > p)
         if self.attention == "sliding_window":
             left, right = self.window
             if left >= 0:
@@ -199,19 +199,11 @@ class Attention(nn.Module):
             group = self.num_heads // self.kv_heads
             kh, vh = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         T = q.shape[2]
-        i = torch.arange(T, device=q.device)[:, None] + S  # the new tokens' positions
-        j = torch.arange(S + T, device=q.device)[None, :]
-        if self.positions != "alibi" and hasattr(F, "scaled_dot_product_attention"):
-            # One new token sees every key; a prompt with nothing cached is plain causal.
-            if T == 1 or S == 0:
-                out = F.scaled_dot_product_attention(q, kh, vh, is_causal=T > 1)
-            else:
-                out = F.scaled_dot_product_attention(q, kh, vh, attn_mask=j <= i)
-        else:
-            scores = torch.matmul(q, kh.transpose(-1, -2)) / math.sqrt(self.head_dim)
-            if self.positions == "alibi":
-                scores = scores - self.alibi_slopes.to(scores.dtype)[:, None, None] * (i - j).abs().to(scores.dtype)
-            out = torch.matmul(torch.softmax(scores.masked_fill(j > i, float("-inf")), dim=-1), vh)
+        if self.positions != "alibi" and hasattr(F, "scaled_dot_product_attention") and (T == 1 or S == 0):
+            # One new token sees every key, and a prompt with nothing cached is plain causal: no mask.
+            out = F.scaled_dot_product_attention(q, kh, vh, is_causal=T > 1)
+        else:  # the new tokens at positions S .. S + T - 1 among the keys (causal, bottom-right)
+            out = self._softmax(q, kh, vh, None, True)
         return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], T, E)), (k, v)
 
     def _softmax(self, q, k, v, key_padding_mask, causal):
@@ -230,8 +222,8 @@ class Attention(nn.Module):
             buckets = self._buckets(L, S, q.device)
             qr = torch.matmul(q, self.relative_key.t())  # (B, H, L, 2 clip + 1)
             scores = scores + scale * torch.einsum("bhln,lsn->bhls", qr, buckets)
-        if self.positions == "alibi":
-            i = torch.arange(L, device=q.device)[:, None]
+        if self.positions == "alibi":  # distances from the query's position among the keys
+            i = torch.arange(L, device=q.device)[:, None] + (S - L)
             j = torch.arange(S, device=q.device)[None, :]
             distance = (i - j).abs().to(scores.dtype)
             scores = scores - self.alibi_slopes.to(scores.dtype)[:, None, None] * distance
