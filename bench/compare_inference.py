@@ -1,31 +1,40 @@
 #!/usr/bin/python3
 """Side-by-side inference benchmark: multihead against the peers a deployer picks.
 
-Two trained runs, each carried out of multihead by Run.to_torch() and exported by torch.onnx.export:
+Three trained runs, each carried out of multihead by Run.to_torch() and exported by torch.onnx.export:
 - a text classifier (default runs/spam: `multihead train --preset spam`), on its own test split;
-- a language model (default runs/moby-dick: `multihead train --preset moby-dick`), greedy decoding.
+- a language model (default runs/moby-dick: `multihead train --preset moby-dick`), greedy decoding;
+- an encoder-decoder (default runs/cmudict: `multihead train --preset cmudict`), greedy decoding of
+  words of its test split into phonemes.
 
     scripts/setup.sh && scripts/torch2-root.sh     # as root, once: PyTorch 2.6 and ONNX Runtime
-    multihead train --preset spam && multihead train --preset moby-dick
+    multihead train --preset spam && multihead train --preset moby-dick && multihead train --preset cmudict
     /usr/bin/python3 bench/compare_inference.py --threads 2
 
 The programs, each a fresh process per round, alternating, --rounds times:
-- multihead, the library call (Python's multihead.load_run: predict(texts), generate(prompts)),
-  fp32 and bf16 activations; and `multihead predict --input FILE` over the test texts (one a line);
+- multihead, the library call (Python's multihead.load_run: predict(texts), generate(prompts),
+  pronounce(words, beam=1)), fp32 and bf16 activations; and `multihead predict --input FILE` over
+  the test texts and over the words (one a line); and `multihead serve` of the classifier and the
+  encoder-decoder, one HTTP client sending the library cells' inputs (a batch of 32 a request);
 - PyTorch 2.6 (Debian 13's, scripts/torch2-root.sh), the to_torch() modules under
   torch.inference_mode(), eager and under torch.compile (default mode; the first pass, which
   compiles, timed apart), fp32 and under bf16 autocast;
 - ONNX Runtime (Debian 13's python3-onnxruntime), the torch.onnx.export graphs with every graph
   optimisation, intra-op threads = --threads, fp32 (its CPU provider has no bf16 kernels for these
-  graphs). The language model is exported with its KV cache as inputs and outputs.
+  graphs). The language model is exported with its KV cache as inputs and outputs, the
+  encoder-decoder as its encoder (the memory's cross-attention keys and values out) and its
+  decoding step (those and the self-attention cache in, the cache out).
 
 Cells: batch-1 latency of a short (about 20 tokens) and a long input (the model's whole window:
 the classifier reads at most max_len tokens, the language model was trained on seq_len); the
 classifier's throughput over its test set in batches of 32 sorted by length (real lengths, a
-padding mask); generation tokens per second with a KV cache, greedy, at batch 1 and 8. multihead's
-library calls take texts (tokenisation included); the peers take token ids. Before any timing,
-each program's outputs are checked against multihead fp32's: class probabilities within 1e-4 and
-the same greedy tokens (bf16: the share that agree is printed).
+padding mask); generation tokens per second with a KV cache, greedy, at batch 1 and 8; the
+encoder-decoder's batch-1 latency for a short and the longest word (the whole greedy decoding, to
+the end token) and its throughput over WORDS test words in batches of 32 sorted by length (a
+batch decodes until its every word has ended). multihead's library calls take texts (tokenisation
+included); the peers take token ids. Before any timing, each program's outputs are checked
+against multihead fp32's: class probabilities within 1e-4, the same greedy tokens and the same
+pronunciations (bf16: the share that agree is printed).
 """
 import argparse
 import json
@@ -41,7 +50,7 @@ from torch_peer import peers, print_header
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-GEN_PROMPT, GEN_TOKENS, GEN_BATCH, SHORT = 20, 100, 8, 20
+GEN_PROMPT, GEN_TOKENS, GEN_BATCH, SHORT, WORDS, SHORT_WORD = 20, 100, 8, 20, 1024, 6
 
 
 def timed(f, repeats, min_s=0.0):
@@ -55,42 +64,70 @@ def timed(f, repeats, min_s=0.0):
     return statistics.median(times)
 
 
-def check(name, got_probs, got_gen, spec, exact):
-    """The outputs of one program against multihead fp32's: fails for an fp32 program that differs."""
+def check(name, got_probs, got_gen, got_said, spec, exact):
+    """The outputs of one program against multihead fp32's (class probabilities, greedy
+    continuations, pronunciations): fails for an fp32 program that differs."""
     import numpy as np
     want = np.load(os.path.join(spec["dir"], "reference.npz"))
     diff = float(np.abs(got_probs - want["probs"]).max())
     agree = float((got_probs.argmax(1) == want["probs"].argmax(1)).mean())
     gen_equal = float(np.mean([list(a) == list(b) for a, b in zip(got_gen, want["generated"])]))
-    if exact and (diff > 1e-4 or gen_equal < 1.0):
+    said_equal = float(np.mean([a == b for a, b in zip(got_said, want["pronounced"])]))
+    if exact and (diff > 1e-4 or gen_equal < 1.0 or said_equal < 1.0):
         sys.exit(f"{name}: outputs differ from multihead's: class probabilities by up to {diff:.2e}, "
-                 f"{gen_equal:.0%} of greedy continuations equal")
-    return {"max_prob_diff": diff, "labels_agree": agree, "generations_equal": gen_equal}
+                 f"{gen_equal:.0%} of greedy continuations and {said_equal:.2%} of pronunciations equal")
+    return {"max_prob_diff": diff, "labels_agree": agree, "generations_equal": gen_equal,
+            "pronunciations_equal": said_equal}
 
 
-def time_cells(spec, classify, short, long_, classify_all, greedy, first, prompts, long_prompt):
-    """Every cell, timed alike in each program: classify(input) answers one input (short, long_);
-    classify_all() the whole test set; greedy(p, n) continues the prompts p by n tokens (first: one
-    prompt, prompts: the batch of GEN_BATCH, long_prompt: the window's length)."""
+def time_cells(spec, classify, classify_all, greedy, pronounce, pronounce_all, x):
+    """Every cell, timed alike in each program: classify(input) answers one input (x's cls_short,
+    cls_long); classify_all() the whole test set; greedy(p, n) continues the prompts p by n tokens
+    (x's first: one prompt, prompts: the batch of GEN_BATCH, long_prompt: the window's length);
+    pronounce(word) decodes one word (x's short_word, long_word); pronounce_all() the word set."""
     r = spec["repeats"]
-    return {"cls_short_ms": timed(lambda: classify(short), r, 1.0) * 1e3,
-            "cls_long_ms": timed(lambda: classify(long_), r, 1.0) * 1e3,
+    return {"cls_short_ms": timed(lambda: classify(x["cls_short"]), r, 1.0) * 1e3,
+            "cls_long_ms": timed(lambda: classify(x["cls_long"]), r, 1.0) * 1e3,
             "cls_inputs_per_s": len(spec["texts"]) / timed(classify_all, 3),
-            "lm_short_ms": timed(lambda: greedy(first, 1), r, 1.0) * 1e3,
-            "lm_long_ms": timed(lambda: greedy(long_prompt, 1), r, 1.0) * 1e3,
-            "gen1_tokens_per_s": GEN_TOKENS / timed(lambda: greedy(first, GEN_TOKENS), 3),
-            "gen8_tokens_per_s": GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(prompts, GEN_TOKENS), 3)}
+            "lm_short_ms": timed(lambda: greedy(x["first"], 1), r, 1.0) * 1e3,
+            "lm_long_ms": timed(lambda: greedy(x["long_prompt"], 1), r, 1.0) * 1e3,
+            "gen1_tokens_per_s": GEN_TOKENS / timed(lambda: greedy(x["first"], GEN_TOKENS), 3),
+            "gen8_tokens_per_s": GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(x["prompts"], GEN_TOKENS), 3),
+            "s2s_short_ms": timed(lambda: pronounce(x["short_word"]), r, 1.0) * 1e3,
+            "s2s_long_ms": timed(lambda: pronounce(x["long_word"]), r, 1.0) * 1e3,
+            "s2s_words_per_s": len(spec["words"]) / timed(pronounce_all, 3)}
 
 
-def id_batches(x):
-    """The test set's token ids in the order sorted by length, in batches of 32 cut to their longest:
-    (rows, ids, padding) each, NumPy arrays."""
+def id_batches(x, prefix=""):
+    """The test set's token ids (prefix "word_": the words' letter ids) in the order sorted by
+    length, in batches of 32 cut to their longest: (rows, ids, padding) each, NumPy arrays."""
+    order, lengths = x[prefix + "order"], x[prefix + "lengths"]
     batches = []
-    for b in range(0, len(x["order"]), 32):
-        rows = x["order"][b:b + 32]
-        L = int(x["lengths"][rows].max())
-        batches.append((rows, x["ids"][rows, :L], x["padding"][rows, :L]))
+    for b in range(0, len(order), 32):
+        rows = order[b:b + 32]
+        L = int(lengths[rows].max())
+        batches.append((rows, x[prefix + "ids"][rows, :L], x[prefix + "padding"][rows, :L]))
     return batches
+
+
+def pronounce_batches(spec, word_batches, pronounce):
+    """The word set's pronunciations by a peer, in the words' order: pronounce(ids, padding) decodes
+    a batch of id_batches(x, "word_") into phoneme ids (B, T)."""
+    out = [None] * len(spec["words"])
+    for rows, w, p in word_batches:
+        for i, said in zip(rows, phonemes(spec, pronounce(w, p).tolist())):
+            out[i] = said
+    return out
+
+
+def phonemes(spec, rows):
+    """Decoded phoneme ids (B, T) of a peer: each row's symbols before its end token, joined by spaces."""
+    out = []
+    for row in rows:
+        row = list(row)
+        row = row[:row.index(spec["end_id"])] if spec["end_id"] in row else row
+        out.append(" ".join(spec["phonemes"][i - 3] if 3 <= i < 3 + len(spec["phonemes"]) else "<?>" for i in row))
+    return out
 
 
 # ---- the programs (children) ----
@@ -100,8 +137,11 @@ def child_multihead(spec, precision):
     import multihead
     cls = multihead.load_run(spec["classifier"], threads=spec["threads"], precision=precision)
     lm = multihead.load_run(spec["lm"], threads=spec["threads"], precision=precision)
+    s2s = multihead.load_run(spec["s2s"], threads=spec["threads"], precision=precision)
     texts, order = spec["texts"], spec["order"]
     batches = [[texts[i] for i in order[b:b + 32]] for b in range(0, len(order), 32)]
+    words, word_order = spec["words"], spec["word_order"]
+    word_batches = [[words[i] for i in word_order[b:b + 32]] for b in range(0, len(word_order), 32)]
     prompts, labels = spec["prompts"], cls.labels
 
     def classify_all():
@@ -114,13 +154,24 @@ def child_multihead(spec, precision):
     def greedy(prompt_list, n):
         return lm.generate(prompt_list, tokens=n, temperature=0)
 
+    def pronounce_all():
+        out = [None] * len(words)
+        for b in range(0, len(word_order), 32):
+            for i, p in zip(word_order[b:b + 32], s2s.pronounce(word_batches[b // 32], beam=1)):
+                out[i] = p[0]["phonemes"]
+        return out
+
     probs = classify_all()
     gen = [lm.tokenizer.encode(s)[GEN_PROMPT:] for s in greedy(prompts, GEN_TOKENS)]
+    said = [" ".join(p) for p in pronounce_all()]
     if spec.get("reference"):
-        np.savez(os.path.join(spec["dir"], "reference.npz"), probs=probs, generated=np.array(gen))
-    out = check(f"multihead {precision}", probs, gen, spec, exact=precision == "fp32")
-    out.update(time_cells(spec, lambda t: cls.predict([t]), spec["short_text"], spec["long_text"], classify_all,
-                          greedy, prompts[0], prompts, spec["long_prompt"]))
+        np.savez(os.path.join(spec["dir"], "reference.npz"), probs=probs, generated=np.array(gen),
+                 pronounced=np.array(said))
+    out = check(f"multihead {precision}", probs, gen, said, spec, exact=precision == "fp32")
+    x = {"cls_short": spec["short_text"], "cls_long": spec["long_text"], "first": prompts[0], "prompts": prompts,
+         "long_prompt": spec["long_prompt"], "short_word": spec["short_word"], "long_word": spec["long_word"]}
+    out.update(time_cells(spec, lambda t: cls.predict([t]), classify_all, greedy,
+                          lambda w: s2s.pronounce([w], beam=1), pronounce_all, x))
     out["version"] = multihead.__version__
     return out
 
@@ -134,15 +185,18 @@ def load_modules(spec, export=False):
     modules = importlib.util.module_from_spec(s)
     s.loader.exec_module(modules)
     made = {}
-    for name in ("classifier", "lm"):
+    for name in ("classifier", "lm", "s2s"):
         m = spec["models"][name]
         state = torch.load(os.path.join(spec["dir"], f"{name}.pt"))
         # For export, multihead.modules' own layers (Run.to_torch(pytorch_layers=False)): the graph
         # traced from nn.MultiheadAttention keeps the length it was traced with.
         if name == "classifier":
             module = modules.SequenceClassifier(m["model"], m["vocab"], m["classes"], pytorch_layers=not export)
-        else:
+        elif name == "lm":
             module = modules.LanguageModel(m["model"], m["vocab"], pytorch_layers=not export)
+        else:
+            module = modules.EncoderDecoder(m["model"], m["source_vocab"], m["vocab"], m["decoder_layers"],
+                                            pytorch_layers=not export)
         module.load_state_dict(state)
         made[name] = module.eval()
     return made
@@ -151,7 +205,7 @@ def load_modules(spec, export=False):
 def inputs(spec):
     import numpy as np
     d = np.load(os.path.join(spec["dir"], "inputs.npz"))
-    return {k: d[k] for k in d.files}
+    return dict({k: d[k] for k in d.files}, dir=spec["dir"])
 
 
 def child_torch(spec, precision, compiled):
@@ -161,13 +215,17 @@ def child_torch(spec, precision, compiled):
     torch.set_num_threads(spec["threads"])
     m = load_modules(spec)
     x = inputs(spec)
-    cls, lm = m["classifier"], m["lm"]
+    cls, lm, s2s = m["classifier"], m["lm"], m["s2s"]
     first = {}
     if compiled:
         cls = torch.compile(cls)
         lm.forward_cached = torch.compile(lm.forward_cached, dynamic=True)
+        s2s.encode = torch.compile(s2s.encode, dynamic=True)
+        s2s.decode_cached = torch.compile(s2s.decode_cached, dynamic=True)
     ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
     batches = [tuple(map(torch.from_numpy, b)) for b in id_batches(x)]
+    word_batches = [tuple(map(torch.from_numpy, b)) for b in id_batches(x, "word_")]
+    start, end, max_len = spec["start_id"], spec["end_id"], spec["decode_max_len"]
 
     def classify_all():
         out = torch.zeros(len(x["order"]), spec["models"]["classifier"]["classes"])
@@ -176,7 +234,7 @@ def child_torch(spec, precision, compiled):
                 out[rows] = torch.softmax(cls(i, p).float(), -1)
         return out.numpy().astype(np.float64)
 
-    def one(i):
+    def classify_one(i):
         with torch.inference_mode(), ctx():
             return cls(i)
 
@@ -186,15 +244,28 @@ def child_torch(spec, precision, compiled):
         with torch.inference_mode(), ctx():
             return lm.generate(p, n)
 
+    def pronounce(w, padding=None):
+        with torch.inference_mode(), ctx():
+            return s2s.generate(w, padding, start, end, max_len)
+
+    def pronounce_all():
+        return pronounce_batches(spec, word_batches, pronounce)
+
     t0 = time.perf_counter()
     probs = classify_all()  # a compiled model compiles here
     first["classify_first_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     gen = greedy(prompts, GEN_TOKENS)[:, GEN_PROMPT:].tolist()
     first["generate_first_s"] = time.perf_counter() - t0
-    out = check("PyTorch", probs, gen, spec, exact=precision == "fp32")
-    one_row = [torch.from_numpy(x[k])[None] for k in ("short_ids", "long_ids", "long_prompt")]
-    out.update(time_cells(spec, one, one_row[0], one_row[1], classify_all, greedy, prompts[:1], prompts, one_row[2]))
+    t0 = time.perf_counter()
+    said = pronounce_all()
+    first["pronounce_first_s"] = time.perf_counter() - t0
+    out = check("PyTorch", probs, gen, said, spec, exact=precision == "fp32")
+    one = {k: torch.from_numpy(x[v])[None] for k, v in (("cls_short", "short_ids"), ("cls_long", "long_ids"),
+                                                         ("long_prompt", "long_prompt"), ("short_word", "short_word"),
+                                                         ("long_word", "long_word"))}
+    one.update(first=prompts[:1], prompts=prompts)
+    out.update(time_cells(spec, classify_one, classify_all, greedy, pronounce, pronounce_all, one))
     out.update(first, version=torch.__version__)
     return out
 
@@ -202,11 +273,14 @@ def child_torch(spec, precision, compiled):
 def child_export(spec):
     """The ONNX graphs, exported by PyTorch 2.6's torch.onnx.export from the to_torch() modules: the
     classifier (ids, padding) -> logits; the language model's decoding step with its KV cache,
-    (ids, past keys and values of each layer) -> (logits, present keys and values)."""
+    (ids, past keys and values of each layer) -> (logits, present keys and values); the
+    encoder-decoder's encoder (source, padding) -> (the memory's keys and values for each decoder
+    layer) and its decoding step (ids, padding, the memory's and the past keys and values) ->
+    (logits, present keys and values)."""
     import torch
     m = load_modules(spec, export=True)
     x = inputs(spec)
-    cls, lm = m["classifier"], m["lm"]
+    cls, lm, s2s = m["classifier"], m["lm"], m["s2s"]
     ids = torch.from_numpy(x["ids"][:2, :24])
     pad = torch.from_numpy(x["padding"][:2, :24])
     with torch.no_grad():
@@ -239,7 +313,55 @@ def child_export(spec):
                           input_names=["ids"] + [f"past_{n}" for n in names],
                           output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
                           dynamic_axes=axes)
+    export_s2s(s2s, x)
     return {"version": torch.__version__, "past_shape": list(past[0].shape)}
+
+
+def export_s2s(s2s, x):
+    import torch
+    layers = len(s2s.decoder.layers)
+
+    class Encode(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s2s = s2s
+
+        def forward(self, source, padding):
+            return tuple(t for kv in self.s2s.encode(source, padding) for t in kv)
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s2s = s2s
+
+        def forward(self, ids, padding, *kv):
+            memory = [(kv[2 * i], kv[2 * i + 1]) for i in range(layers)]
+            past = [(kv[2 * (layers + i)], kv[2 * (layers + i) + 1]) for i in range(layers)]
+            logits, cache = self.s2s.decode_cached(ids, memory, padding, past)
+            return (logits,) + tuple(t for kv in cache for t in kv)
+
+    source, padding = torch.from_numpy(x["word_ids"][:2, :6]), torch.from_numpy(x["word_padding"][:2, :6])
+    names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+    enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
+    enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
+    with torch.no_grad():
+        torch.onnx.export(Encode(), (source, padding), os.path.join(x["dir"], "s2s_encoder.onnx"),
+                          input_names=["source", "padding"], output_names=[f"memory_{n}" for n in names],
+                          opset_version=17, dynamic_axes=enc_axes)
+        memory = s2s.encode(source, padding)
+        # Traced on a step of 2 tokens after 3 cached: the general path (a mask), right for every T and S.
+        _, cache = s2s.decode_cached(torch.tensor([[1, 5, 6]] * 2), memory, padding)
+    step_axes = {"ids": {0: "batch", 1: "new"}, "padding": {0: "batch", 1: "letters"},
+                 "logits": {0: "batch", 1: "new"}}
+    step_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
+    step_axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
+    step_axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
+    args = (torch.tensor([[7, 8]] * 2), padding) + tuple(t for kv in memory + cache for t in kv)
+    with torch.no_grad():
+        torch.onnx.export(Step(), args, os.path.join(x["dir"], "s2s_step.onnx"),
+                          input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
+                          output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
+                          dynamic_axes=step_axes)
 
 
 def child_ort(spec):
@@ -250,8 +372,11 @@ def child_ort(spec):
     o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     cls = ort.InferenceSession(os.path.join(spec["dir"], "classifier.onnx"), o, providers=["CPUExecutionProvider"])
     lm = ort.InferenceSession(os.path.join(spec["dir"], "lm_step.onnx"), o, providers=["CPUExecutionProvider"])
+    enc = ort.InferenceSession(os.path.join(spec["dir"], "s2s_encoder.onnx"), o, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(os.path.join(spec["dir"], "s2s_step.onnx"), o, providers=["CPUExecutionProvider"])
     x = inputs(spec)
     batches = id_batches(x)
+    word_batches = id_batches(x, "word_")
 
     def classify_all():
         out = np.zeros((len(x["order"]), spec["models"]["classifier"]["classes"]))
@@ -261,7 +386,7 @@ def child_ort(spec):
             out[rows] = z / z.sum(1, keepdims=True)
         return out
 
-    def one(i):
+    def classify_one(i):
         return cls.run(None, {"ids": i, "padding": np.zeros(i.shape, dtype=bool)})[0]
 
     past_names = [i.name for i in lm.get_inputs()[1:]]
@@ -277,19 +402,49 @@ def child_ort(spec):
             feed = dict(zip(past_names, got[1:]), ids=nxt)
         return np.concatenate(out, axis=1)
 
+    memory_names = [i.name for i in enc.get_outputs()]
+    self_names = [i.name for i in dec.get_inputs()[2 + len(memory_names):]]
+    start, end, max_len = spec["start_id"], spec["end_id"], spec["decode_max_len"]
+
+    def pronounce(w, padding=None):
+        """Greedy decoding, as EncoderDecoder.generate: (B, T) ids, a row's after its end all end."""
+        padding = np.zeros(w.shape, dtype=bool) if padding is None else padding
+        got = enc.run(None, {"source": w, "padding": padding})
+        memory = dict(zip(memory_names, got))  # each (B, kv_heads, S, head_dim), as the self-attention's
+        feed = {name: np.zeros((w.shape[0], got[0].shape[1], 0, got[0].shape[3]), dtype=np.float32)
+                for name in self_names}
+        nxt = np.full((w.shape[0], 1), start, dtype=np.int64)
+        done = np.zeros((w.shape[0], 1), dtype=bool)
+        out = []
+        for _ in range(max_len):
+            got = dec.run(None, dict(feed, ids=nxt, padding=padding, **memory))
+            nxt = np.where(done, end, got[0][:, -1].argmax(-1)[:, None]).astype(np.int64)
+            out.append(nxt)
+            done |= nxt == end
+            if done.all():
+                break
+            feed = dict(zip(self_names, got[1:]))
+        return np.concatenate(out, axis=1)
+
+    def pronounce_all():
+        return pronounce_batches(spec, word_batches, pronounce)
+
     prompts = x["prompts"]
     probs = classify_all()
-    out = check("ONNX Runtime", probs, greedy(prompts, GEN_TOKENS).tolist(), spec, exact=True)
-    out.update(time_cells(spec, one, x["short_ids"][None], x["long_ids"][None], classify_all, greedy, prompts[:1],
-                          prompts, x["long_prompt"][None]))
+    out = check("ONNX Runtime", probs, greedy(prompts, GEN_TOKENS).tolist(), pronounce_all(), spec, exact=True)
+    one = {"cls_short": x["short_ids"][None], "cls_long": x["long_ids"][None], "first": prompts[:1],
+           "prompts": prompts, "long_prompt": x["long_prompt"][None], "short_word": x["short_word"][None],
+           "long_word": x["long_word"][None]}
+    out.update(time_cells(spec, classify_one, classify_all, greedy, pronounce, pronounce_all, one))
     out["version"] = ort.__version__
     return out
 
 
 def child_predict(spec, precision):
     """`multihead predict` over the test texts, one a line: wall time (the run's load included, and
-    timed apart on one line) and peak resident memory."""
+    timed apart on one line) and peak resident memory; and over the words (greedy, beam 1)."""
     import resource
+    import numpy as np
     cmd = [spec["bin"], "predict", "--run", spec["classifier"], "--threads", str(spec["threads"]), "--json",
            "--precision", precision, "--input"]
     one = os.path.join(spec["dir"], "one.txt")
@@ -300,7 +455,6 @@ def child_predict(spec, precision):
     got = subprocess.run(cmd + [os.path.join(spec["dir"], "texts.txt")], check=True, capture_output=True,
                          text=True).stdout
     wall = time.perf_counter() - t0
-    import numpy as np
     answers = [json.loads(line) for line in got.splitlines()]
     labels = spec["labels"]
     probs = np.array([[a["probabilities"][l] for l in labels] for a in answers])
@@ -309,8 +463,90 @@ def child_predict(spec, precision):
     if precision == "fp32" and diff > 1e-4:
         sys.exit(f"multihead predict: class probabilities differ from the library's by up to {diff:.2e}")
     n = len(spec["texts"])
-    return {"max_prob_diff": diff, "cls_inputs_per_s": n / wall, "cls_inputs_per_s_unloaded": n / max(wall - load, 1e-9),
-            "load_s": load, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+    out = {"max_prob_diff": diff, "cls_inputs_per_s": n / wall, "cls_inputs_per_s_unloaded": n / max(wall - load, 1e-9),
+           "load_s": load, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}
+    t0 = time.perf_counter()
+    got = subprocess.run([spec["bin"], "predict", "--run", spec["s2s"], "--threads", str(spec["threads"]), "--json",
+                          "--precision", precision, "--beam", "1", "--input", os.path.join(spec["dir"], "words.txt")],
+                         check=True, capture_output=True, text=True).stdout
+    out["s2s_words_per_s"] = len(spec["words"]) / (time.perf_counter() - t0)
+    said = [json.loads(line)["pronunciations"][0]["phonemes"] for line in got.splitlines()]
+    want = np.load(os.path.join(spec["dir"], "reference.npz"))["pronounced"]
+    out["pronunciations_equal"] = float(np.mean([a == b for a, b in zip(said, want)]))
+    if precision == "fp32" and out["pronunciations_equal"] < 1.0:
+        sys.exit(f"multihead predict: {out['pronunciations_equal']:.2%} of pronunciations equal the library's")
+    return out
+
+
+def served(spec, run, precision, *extra):
+    """A `multihead serve` of run on a free port, its inputs up to 1 MiB (its default cap refuses
+    long e-mails), an idle connection kept an hour (the client holds one while the other server is
+    timed): (process, a POST of {"inputs": [...]} over one keep-alive connection -> outputs)."""
+    import http.client
+    import re
+    p = subprocess.Popen([spec["bin"], "serve", "--run", run, "--port", "0", "--threads", str(spec["threads"]),
+                          "--precision", precision, "--max-input-bytes", str(2**20), "--idle-timeout-ms", "3600000", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"http://([\d.]+):(\d+)", p.stdout.readline())
+    if not m:
+        p.kill()
+        sys.exit("multihead serve did not say where it listens")
+    conn = http.client.HTTPConnection(m.group(1), int(m.group(2)))
+
+    def post(items):
+        conn.request("POST", "/v1/predict", json.dumps({"inputs": items}), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 200:
+            sys.exit(f"multihead serve answered {r.status}: {body[:300]!r}")
+        return json.loads(body)["outputs"]
+    return p, post
+
+
+def child_serve(spec, precision):
+    """`multihead serve` of the classifier and of the encoder-decoder (beam 1), one client sending
+    the library cells' inputs as requests (a batch of 32 a request), one at a time."""
+    import numpy as np
+    texts, order, words, word_order = spec["texts"], spec["order"], spec["words"], spec["word_order"]
+    labels = spec["labels"]
+    cls_p, cls = served(spec, spec["classifier"], precision)
+    s2s_p, s2s = served(spec, spec["s2s"], precision, "--beam", "1")
+    try:
+        def classify_all():
+            out = [None] * len(texts)
+            for b in range(0, len(order), 32):
+                rows = order[b:b + 32]
+                for i, a in zip(rows, cls([texts[i] for i in rows])):
+                    out[i] = [a["probabilities"][label] for label in labels]
+            return np.array(out)
+
+        def pronounce_all():
+            out = [None] * len(words)
+            for b in range(0, len(word_order), 32):
+                rows = word_order[b:b + 32]
+                for i, a in zip(rows, s2s([words[i] for i in rows])):
+                    out[i] = a["pronunciations"][0]["phonemes"]
+            return out
+
+        want = np.load(os.path.join(spec["dir"], "reference.npz"))
+        probs, said = classify_all(), pronounce_all()
+        out = {"max_prob_diff": float(np.abs(probs - want["probs"]).max()),
+               "labels_agree": float((probs.argmax(1) == want["probs"].argmax(1)).mean()),
+               "pronunciations_equal": float(np.mean([a == b for a, b in zip(said, want["pronounced"])]))}
+        if precision == "fp32" and (out["max_prob_diff"] > 1e-4 or out["pronunciations_equal"] < 1.0):
+            sys.exit(f"multihead serve: outputs differ from the library's: {out}")
+        r = spec["repeats"]
+        out.update({"cls_short_ms": timed(lambda: cls([spec["short_text"]]), r, 1.0) * 1e3,
+                    "cls_long_ms": timed(lambda: cls([spec["long_text"]]), r, 1.0) * 1e3,
+                    "cls_inputs_per_s": len(texts) / timed(classify_all, 3),
+                    "s2s_short_ms": timed(lambda: s2s([spec["short_word"]]), r, 1.0) * 1e3,
+                    "s2s_long_ms": timed(lambda: s2s([spec["long_word"]]), r, 1.0) * 1e3,
+                    "s2s_words_per_s": len(words) / timed(pronounce_all, 3)})
+        return out
+    finally:
+        for p in (cls_p, s2s_p):
+            p.terminate()
+            p.wait()
 
 
 # ---- the parent ----
@@ -323,6 +559,7 @@ def prepare(a, work):
     import multihead
     cls = multihead.load_run(a.classifier, threads=a.threads)
     lm = multihead.load_run(a.lm, threads=a.threads)
+    s2s = multihead.load_run(a.s2s, threads=a.threads)
     # predict reads one text a line: every program reads the texts so, white space runs made one space.
     texts = [" ".join(t.split()) for t in cls.test_texts()[0]]
     texts = [t for t in texts if t]
@@ -355,35 +592,61 @@ def prepare(a, work):
             prompts.append(ltok.decode(ids_p[:GEN_PROMPT]))
         at += 9973
     long_ids = ltok.encode(" ".join(corpus[5000:5000 + 4 * window].split()))[:window]
+    # The encoder-decoder's words: the first WORDS of its test split (a random draw of the dictionary).
+    words = s2s.test_texts()[0][:WORDS]
+    vocab = s2s.tokenizer
+    letters = [vocab.encode(w) for w in words]
+    word_lengths = np.array([len(w) for w in letters])
+    word_ids = np.full((len(words), word_lengths.max()), vocab.pad_id, dtype=np.int64)
+    for i, w in enumerate(letters):
+        word_ids[i, :len(w)] = w
+    short_word = int(np.argmin(np.abs(word_lengths - SHORT_WORD)))
+    long_word = int(np.argmax(word_lengths))
     np.savez(os.path.join(work, "inputs.npz"), ids=ids, padding=padding, lengths=lengths, order=order,
              short_ids=ids[short, :lengths[short]], long_ids=ids[long_, :lengths[long_]],
-             prompts=np.array([ltok.encode(p) for p in prompts]), long_prompt=np.array(long_ids))
+             prompts=np.array([ltok.encode(p) for p in prompts]), long_prompt=np.array(long_ids),
+             word_ids=word_ids, word_padding=word_ids == vocab.pad_id, word_lengths=word_lengths,
+             word_order=np.argsort(word_lengths, kind="stable"), short_word=np.array(letters[short_word]),
+             long_word=np.array(letters[long_word]))
     with open(os.path.join(work, "texts.txt"), "w") as f:
         f.write("\n".join(texts) + "\n")
+    with open(os.path.join(work, "words.txt"), "w") as f:
+        f.write("\n".join(words) + "\n")
     with open(os.path.join(work, "one.txt"), "w") as f:
         f.write(texts[short] + "\n")
     shutil.copy(os.path.join(ROOT, "python", "multihead", "modules.py"), work)
     models = {}
-    for name, run in (("classifier", cls), ("lm", lm)):
+    for name, run in (("classifier", cls), ("lm", lm), ("s2s", s2s)):
         module = run.to_torch()
         torch.save(module.state_dict(), os.path.join(work, f"{name}.pt"))
-        models[name] = {"model": module_config(run), "vocab": module.embedding.weight.shape[0]}
-    models["classifier"]["classes"] = len(cls.labels)
+        models[name] = {"model": module_config(run)}
+    models["classifier"].update(vocab=cls.state_dict()["embedding.weight"].shape[0], classes=len(cls.labels))
+    models["lm"]["vocab"] = lm.state_dict()["embedding.weight"].shape[0]
+    w = s2s.state_dict()
+    models["s2s"].update(source_vocab=w["source_embedding.weight"].shape[0], vocab=w["target_embedding.weight"].shape[0],
+                         decoder_layers=s2s.config.get("decoder_layers", 0))
     return {"dir": work, "threads": a.threads, "repeats": a.repeats, "bin": os.path.abspath(a.bin),
-            "classifier": os.path.abspath(a.classifier), "lm": os.path.abspath(a.lm), "texts": texts,
-            "labels": cls.labels, "order": order.tolist(), "short_text": texts[short], "long_text": texts[long_],
-            "prompts": prompts, "long_prompt": ltok.decode(long_ids), "models": models,
+            "classifier": os.path.abspath(a.classifier), "lm": os.path.abspath(a.lm), "s2s": os.path.abspath(a.s2s),
+            "texts": texts, "labels": cls.labels, "order": order.tolist(), "short_text": texts[short],
+            "long_text": texts[long_], "prompts": prompts, "long_prompt": ltok.decode(long_ids), "models": models,
+            "words": words, "word_order": np.argsort(word_lengths, kind="stable").tolist(),
+            "short_word": words[short_word], "long_word": words[long_word], "phonemes": vocab.phonemes,
+            "start_id": vocab.start_id, "end_id": vocab.end_id,
+            "decode_max_len": s2s.config.get("decode", {}).get("max_len", 32),
             "about": {"classifier": f"{len(texts)} test texts, {lengths.mean():.0f} tokens on average "
                                     f"(at most {max_len}); short {lengths[short]}, long {lengths[long_]} tokens",
                       "lm": f"prompts of {GEN_PROMPT} tokens, {GEN_TOKENS} generated; long prompt "
-                            f"{len(long_ids)} tokens (its training window)"}}
+                            f"{len(long_ids)} tokens (its training window)",
+                      "s2s": f"{len(words)} test words, {word_lengths.mean():.1f} letters on average; short "
+                             f"'{words[short_word]}', long '{words[long_word]}'; greedy, at most "
+                             f"{s2s.config.get('decode', {}).get('max_len', 32)} phonemes"}}
 
 
 def module_config(run):
     """The model section to_torch() builds from (a learned table's length is its checkpoint's)."""
     model = dict(run.config["model"])
-    for table in ("pos_embedding.weight",):
-        w = run.state_dict()
+    w = run.state_dict()
+    for table in ("pos_embedding.weight", "source_positions.weight"):
         if table in w:
             model["max_len"] = w[table].shape[0]
     return model
@@ -395,7 +658,10 @@ CELLS = [("cls_short_ms", "classify, batch 1, short input", "ms", False),
          ("lm_short_ms", "language model, first token, short prompt", "ms", False),
          ("lm_long_ms", "language model, first token, long prompt", "ms", False),
          ("gen1_tokens_per_s", "generate, batch 1", "tokens/s", True),
-         ("gen8_tokens_per_s", "generate, batch 8", "tokens/s", True)]
+         ("gen8_tokens_per_s", "generate, batch 8", "tokens/s", True),
+         ("s2s_short_ms", "pronounce, batch 1, short word", "ms", False),
+         ("s2s_long_ms", "pronounce, batch 1, longest word", "ms", False),
+         ("s2s_words_per_s", "pronounce the words, batches of 32", "words/s", True)]
 
 
 def main():
@@ -406,6 +672,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "multihead"))
     ap.add_argument("--classifier", default=os.path.join(ROOT, "runs", "spam"))
     ap.add_argument("--lm", default=os.path.join(ROOT, "runs", "moby-dick"))
+    ap.add_argument("--s2s", default=os.path.join(ROOT, "runs", "cmudict"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20, help="timed calls of a latency cell (at least a second)")
@@ -419,12 +686,13 @@ def main():
         kind, _, precision = a.child.partition(":")
         run = {"multihead": lambda: child_multihead(spec, precision),
                "predict": lambda: child_predict(spec, precision),
+               "serve": lambda: child_serve(spec, precision),
                "torch": lambda: child_torch(spec, precision, False),
                "compiled": lambda: child_torch(spec, precision, True),
                "export": lambda: child_export(spec), "ort": lambda: child_ort(spec)}[kind]
         print(json.dumps(run()))
         return
-    for path, preset in ((a.classifier, "spam"), (a.lm, "moby-dick")):
+    for path, preset in ((a.classifier, "spam"), (a.lm, "moby-dick"), (a.s2s, "cmudict")):
         if not os.path.isfile(os.path.join(path, "config.json")):
             sys.exit(f"no run in {path}: make it with `multihead train --preset {preset} --out {path}`")
     peer = peers("2.6")[0]
@@ -460,6 +728,7 @@ def main():
         save()
         programs = [("multihead", "multihead:fp32", ours), ("multihead bf16", "multihead:bf16", ours),
                     ("multihead predict", "predict:fp32", ours), ("multihead predict bf16", "predict:bf16", ours),
+                    ("multihead serve", "serve:fp32", ours),
                     ("PyTorch eager", "torch:fp32", theirs), ("PyTorch eager bf16", "torch:bf16", theirs)]
         if a.compile:
             programs += [("torch.compile", "compiled:fp32", theirs), ("torch.compile bf16", "compiled:bf16", theirs)]
@@ -479,6 +748,7 @@ def main():
 def report(a, spec, peer, results):
     print(f"classifier {a.classifier}: {spec['about']['classifier']}")
     print(f"language model {a.lm}: {spec['about']['lm']}")
+    print(f"encoder-decoder {a.s2s}: {spec['about']['s2s']}")
     print(f"{a.threads} threads, {a.rounds} alternating rounds, each a fresh process per program; medians of rounds")
     print(f"PyTorch {peer.version}; ONNX Runtime {results['ONNX Runtime'][0]['version']}\n")
     names = list(results)
@@ -510,7 +780,8 @@ def report(a, spec, peer, results):
     for n in names:
         rs = results[n]
         checks = ", ".join(f"{k} {max(r[k] for r in rs) if k == 'max_prob_diff' else min(r[k] for r in rs):.3g}"
-                           for k in ("max_prob_diff", "labels_agree", "generations_equal") if k in rs[0])
+                           for k in ("max_prob_diff", "labels_agree", "generations_equal", "pronunciations_equal")
+                           if k in rs[0])
         extra = ""
         if "peak_rss_bytes" in rs[0]:
             extra = (f"; peak RSS {span([{'m': r['peak_rss_bytes'] / 2**20} for r in rs], 'm', '{:.0f}')} MiB, load "
@@ -518,7 +789,8 @@ def report(a, spec, peer, results):
                      f"less the load")
         if "classify_first_s" in rs[0]:
             extra = (f"; first pass {span(rs, 'classify_first_s', '{:.1f}')} s, first generation "
-                     f"{span(rs, 'generate_first_s', '{:.1f}')} s")
+                     f"{span(rs, 'generate_first_s', '{:.1f}')} s, first pronunciations "
+                     f"{span(rs, 'pronounce_first_s', '{:.1f}')} s")
         print(f"{n} (over the rounds): {checks}{extra}")
 
 

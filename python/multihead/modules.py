@@ -155,56 +155,55 @@ class Attention(nn.Module):
         idx = rel.clamp(-c, c) + c
         return (idx[..., None] == torch.arange(2 * c + 1, device=device)).to(self.in_proj_weight.dtype)
 
+    def keys_values(self, x):
+        """The keys and values of x (B, S, E), each (B, kv_heads, S, head_dim), before positions: what
+        cross-attention to a memory computes once for every decoding step (cross)."""
+        E, KE = self.embed_dim, self.kv_heads * self.head_dim
+        return self._heads(x, E, self.kv_heads), self._heads(x, E + KE, self.kv_heads)
+
     def forward(self, x, memory=None, key_padding_mask=None, causal=False):
         """x (B, L, E) attends to itself, or to memory (B, S, E); key_padding_mask (B, S) bool, True
         at padding; causal: query i sees keys j <= i. Returns (B, L, E)."""
-        kv_in = x if memory is None else memory
-        E, KE = self.embed_dim, self.kv_heads * self.head_dim
         q = self._heads(x, 0, self.num_heads)
-        k = self._heads(kv_in, E, self.kv_heads)
-        v = self._heads(kv_in, E + KE, self.kv_heads)
+        k, v = self.keys_values(x if memory is None else memory)
         if self.positions == "rope":
             q, k = rotate(q, self.rope_theta), rotate(k, self.rope_theta)
-        if self.kv_heads != self.num_heads:
-            group = self.num_heads // self.kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        L, S = q.shape[2], k.shape[2]
-        if self.attention == "linear":
-            out = self._linear(q, k, v, key_padding_mask, causal)
-        else:
-            out = self._softmax(q, k, v, key_padding_mask, causal)
-        out = out.transpose(1, 2).reshape(x.shape[0], L, E)
-        return self.out_proj(out)
+        return self._attend(q, k, v, key_padding_mask, causal)
+
+    def cross(self, x, kv, key_padding_mask=None):
+        """x (B, T, E) attends to a memory given as its keys_values(memory): forward(x, memory) with
+        the memory's projections made once. Returns (B, T, E)."""
+        return self._attend(self._heads(x, 0, self.num_heads), kv[0], kv[1], key_padding_mask, False)
 
     def step(self, x, past=None):
         """Causal self-attention of T new tokens x (B, T, E) after the S cached ones: past is None or
         (k, v), each (B, kv_heads, S, head_dim) with RoPE applied. Returns (out (B, T, E), (k, v) with
         the new tokens appended): the rows forward(..., causal=True) gives for those tokens. Full
-        attention with positions "none", "rope" or "alibi"; PyTorch 2's scaled_dot_product_attention
-        where there is no ALiBi bias."""
+        attention with positions "none", "rope" or "alibi"."""
         if self.attention != "full" or self.positions not in ("none", "rope", "alibi"):
             raise ValueError(f"step (a KV cache) takes full attention with no, rotary or ALiBi positions, not "
                              f"{self.attention} attention with {self.positions} positions")
-        E, KE = self.embed_dim, self.kv_heads * self.head_dim
         S = 0 if past is None else past[0].shape[2]
         q = self._heads(x, 0, self.num_heads)
-        k = self._heads(x, E, self.kv_heads)
-        v = self._heads(x, E + KE, self.kv_heads)
+        k, v = self.keys_values(x)
         if self.positions == "rope":
             q, k = rotate(q, self.rope_theta, S), rotate(k, self.rope_theta, S)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        kh, vh = k, v
+        # The new tokens at positions S .. S + T - 1 among the keys (causal, bottom-right).
+        return self._attend(q, k, v, None, True), (k, v)
+
+    def _attend(self, q, k, v, key_padding_mask, causal):
+        """Queries (B, H, L, head_dim) over keys and values (B, kv_heads, S, head_dim), through
+        out_proj: (B, L, E)."""
         if self.kv_heads != self.num_heads:
             group = self.num_heads // self.kv_heads
-            kh, vh = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        T = q.shape[2]
-        if self.positions != "alibi" and hasattr(F, "scaled_dot_product_attention") and (T == 1 or S == 0):
-            # One new token sees every key, and a prompt with nothing cached is plain causal: no mask.
-            out = F.scaled_dot_product_attention(q, kh, vh, is_causal=T > 1)
-        else:  # the new tokens at positions S .. S + T - 1 among the keys (causal, bottom-right)
-            out = self._softmax(q, kh, vh, None, True)
-        return self.out_proj(out.transpose(1, 2).reshape(x.shape[0], T, E)), (k, v)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if self.attention == "linear":
+            out = self._linear(q, k, v, key_padding_mask, causal)
+        else:
+            out = self._softmax(q, k, v, key_padding_mask, causal)
+        return self.out_proj(out.transpose(1, 2).reshape(q.shape[0], q.shape[2], self.embed_dim))
 
     def _softmax(self, q, k, v, key_padding_mask, causal):
         L, S = q.shape[2], k.shape[2]
@@ -212,9 +211,12 @@ class Attention(nn.Module):
                 and hasattr(F, "scaled_dot_product_attention")):
             # Inference on PyTorch 2: its fused kernel (and, exported, one masked softmax). A query that
             # sees no key gets zeros there too (2.6: a row of padding alone gives 0, not NaN).
+            dropout = self.dropout if self.training else 0.0
+            if key_padding_mask is None and (not causal or L == 1 or L == S):
+                # No mask to build: one query sees every key, and L == S is causal's own triangle.
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal and L > 1, dropout_p=dropout)
             blocked = self._blocked(L, S, key_padding_mask, causal, q.device)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked,
-                                                  dropout_p=self.dropout if self.training else 0.0)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked, dropout_p=dropout)
         scale = 1.0 / math.sqrt(self.head_dim)
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, L, S)
         buckets = None
@@ -410,10 +412,10 @@ def _add_positions(positions, x, start=0):
     return positions(x, start) if positions is not None else x
 
 
-def _stepping_attention(layer):
-    """What steps a layer's self-attention over a KV cache (Attention.step): its own Attention, or one
-    holding the very parameters of PyTorch's nn.MultiheadAttention (kept out of the module tree)."""
-    attn = layer.self_attn
+def _stepping_attention(attn):
+    """What steps an attention over a KV cache (Attention.step) or a memory's keys and values
+    (Attention.cross): our own Attention, or one holding the very parameters of PyTorch's
+    nn.MultiheadAttention (kept out of the module tree)."""
     if isinstance(attn, Attention):
         return attn
     step = Attention(attn.embed_dim, attn.num_heads)
@@ -421,16 +423,36 @@ def _stepping_attention(layer):
     return step
 
 
+def _ff(layer, x):
+    """An encoder or decoder layer's feed-forward block (ours or PyTorch's: the same names), eval mode."""
+    return layer.linear2(layer.activation(layer.linear1(x)))
+
+
 def _layer_step(layer, attn, x, past):
-    """An encoder layer (ours or nn.TransformerEncoderLayer: the same names) over new tokens x (B, T, d)
-    after the cached ones, causal, in eval mode: (output, the layer's cache with x's keys and values)."""
+    """An encoder layer (ours or nn.TransformerEncoderLayer) over new tokens x (B, T, d) after the
+    cached ones, causal, in eval mode: (output, the layer's cache with x's keys and values)."""
     if layer.norm_first:
         a, past = attn.step(layer.norm1(x), past)
         x = x + a
-        return x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x)))), past
+        return x + _ff(layer, layer.norm2(x)), past
     a, past = attn.step(x, past)
     x = layer.norm1(x + a)
-    return layer.norm2(x + layer.linear2(layer.activation(layer.linear1(x)))), past
+    return layer.norm2(x + _ff(layer, x)), past
+
+
+def _decoder_layer_step(layer, attn, cross, x, past, memory, memory_padding):
+    """A decoder layer (ours or nn.TransformerDecoderLayer) over new tokens x (B, T, d) after the
+    cached ones, in eval mode, cross-attending to memory (its keys and values): (output, the layer's
+    self-attention cache with x's keys and values)."""
+    if layer.norm_first:
+        a, past = attn.step(layer.norm1(x), past)
+        x = x + a
+        x = x + cross.cross(layer.norm2(x), memory, memory_padding)
+        return x + _ff(layer, layer.norm3(x)), past
+    a, past = attn.step(x, past)
+    x = layer.norm1(x + a)
+    x = layer.norm2(x + cross.cross(x, memory, memory_padding))
+    return layer.norm3(x + _ff(layer, x)), past
 
 
 class SequenceClassifier(nn.Module):
@@ -483,7 +505,7 @@ class LanguageModel(nn.Module):
         per layer, each (B, kv_heads, length, head_dim); None to start. The rows forward() gives for
         those tokens over the whole sequence. Full attention with absolute, rotary or ALiBi positions."""
         if getattr(self, "_steppers", None) is None:
-            self._steppers = [_stepping_attention(layer) for layer in self.encoder.layers]
+            self._steppers = [_stepping_attention(layer.self_attn) for layer in self.encoder.layers]
         start = 0 if cache is None else cache[0][0].shape[2]
         x = _add_positions(self.pos_embedding, self.embedding(ids), start)
         new = []
@@ -556,3 +578,50 @@ class EncoderDecoder(nn.Module):
         memory = self.encoder(_add_positions(self.source_positions, self.source_embedding(source)), source_padding)
         h = self.decoder(_add_positions(self.target_positions, self.target_embedding(target)), memory, source_padding)
         return self.output(h)
+
+    def _steppers(self):
+        """Each decoder layer's self- and cross-attention as Attention (what decode_cached steps)."""
+        if getattr(self, "_decoding", None) is None:
+            self._decoding = ([_stepping_attention(layer.self_attn) for layer in self.decoder.layers],
+                              [_stepping_attention(layer.multihead_attn) for layer in self.decoder.layers])
+        return self._decoding
+
+    def encode(self, source, source_padding=None):
+        """The memory of source (B, S) as each decoder layer's cross-attention reads it: a list of
+        (keys, values) per decoder layer, each (B, kv_heads, S, head_dim), made once for every step."""
+        memory = self.encoder(_add_positions(self.source_positions, self.source_embedding(source)), source_padding)
+        return [cross.keys_values(memory) for cross in self._steppers()[1]]
+
+    def decode_cached(self, target, memory, source_padding=None, cache=None):
+        """Incremental decoding in eval mode: the logits (B, T, V) of T new target tokens (B, T)
+        after the cached ones, over encode()'s memory, and the cache with them (a list of (keys,
+        values) per decoder layer; None to start). The rows forward() gives for those tokens. Full
+        self-attention with absolute, rotary or ALiBi positions."""
+        attns, crosses = self._steppers()
+        start = 0 if cache is None else cache[0][0].shape[2]
+        x = _add_positions(self.target_positions, self.target_embedding(target), start)
+        new = []
+        for i, layer in enumerate(self.decoder.layers):
+            x, kv = _decoder_layer_step(layer, attns[i], crosses[i], x, None if cache is None else cache[i],
+                                        memory[i], source_padding)
+            new.append(kv)
+        if self.decoder.norm is not None:
+            x = self.decoder.norm(x)
+        return self.output(x), new
+
+    def generate(self, source, source_padding=None, start=1, end=2, max_len=32):
+        """Greedy decoding with a KV cache, as multihead's pronounce with beam 1: (B, T) tokens after
+        the start token, T <= max_len (the end token counted), until every row has produced `end`;
+        a row's tokens after its end are `end`. The defaults are a pronunciation run's ids."""
+        memory = self.encode(source, source_padding)
+        nxt = torch.full((source.shape[0], 1), start, dtype=torch.long, device=source.device)
+        done = torch.zeros(source.shape[0], 1, dtype=torch.bool, device=source.device)
+        out, cache = [], None
+        for _ in range(max_len):
+            logits, cache = self.decode_cached(nxt, memory, source_padding, cache)
+            nxt = torch.where(done, end, logits[:, -1].argmax(-1, keepdim=True))
+            out.append(nxt)
+            done = done | (nxt == end)
+            if bool(done.all()):
+                break
+        return torch.cat(out, dim=1)

@@ -29,8 +29,12 @@ class Run:
         else:
             _mh.set_num_threads(threads)
             self._answers = None
-        self.tokenizer = (_mh.run_tokenizer(self.path, self.config["model"]["vocab_size"])
-                          if self.task in _TOKENIZED else None)
+        if self.task in _TOKENIZED:
+            self.tokenizer = _mh.run_tokenizer(self.path, self.config["model"]["vocab_size"])
+        elif self.task == "pronunciation":  # words to letter ids, phoneme ids to symbols
+            self.tokenizer = _mh.run_pronunciation_vocab(self.path)
+        else:
+            self.tokenizer = None
 
     def __repr__(self):
         return f"multihead.Run({self.path!r}, task={self.task!r})"
@@ -110,12 +114,11 @@ class Run:
         return module.eval()
 
     def test_texts(self):
-        """A text classifier's test split, as its training split it (the data must still be where the
-        run read it): (texts, labels), labels by name."""
-        if self.task != "text_classification":
-            raise ValueError(f"test_texts needs a text classification run; this run's task is {self.task}")
-        texts, labels = _mh.run_test_texts(self.path)
-        return list(texts), list(labels)
+        """The run's test split, as its training split it (the data must still be where the run read
+        it): a text classifier's (texts, label names); a pronunciation run's (words, each word's first
+        pronunciation, phonemes joined by spaces)."""
+        inputs, answers = _mh.run_test_texts(self.path)
+        return list(inputs), list(answers)
 
     def sample(self, examples=8, training=False):
         """A batch of the run's own test data as its model reads it, and multihead's fp32 logits for

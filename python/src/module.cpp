@@ -26,10 +26,12 @@
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/attention_kernel.h"
+#include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/safetensors.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
+#include "multihead/tasks/pronunciation.h"
 #include "multihead/tasks/text_classification.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
@@ -549,19 +551,35 @@ PYBIND11_MODULE(_multihead, m) {
   m.def(
       "run_test_texts",
       [](const std::filesystem::path& path) {
-        std::vector<std::string> texts, labels;
+        TestTexts test;
         {
           py::gil_scoped_release unlocked;
-          const RunConfig cfg = read_run_config(path.string());
-          const TextDataset test = classifier_test_texts(TextClassificationJob::from_json(cfg.json, cfg.path));
-          for (const TextExample& e : test.examples) {
-            texts.push_back(e.text);
-            labels.push_back(test.label_names[static_cast<std::size_t>(e.label)]);
-          }
+          test = run_test_texts(path.string());
         }
-        return py::make_tuple(texts, labels);  // Python objects: with the GIL
+        return py::make_tuple(test.inputs, test.answers);  // Python objects: with the GIL
       },
-      py::arg("path"), "A text classification run's test split: (texts, their labels' names)");
+      py::arg("path"),
+      "A text classification or pronunciation run's test split: (texts, their labels' names) or (words, their "
+      "first pronunciations)");
+  py::class_<PronunciationVocab>(m, "PronunciationVocab",
+                                 "A pronunciation run's vocabularies: a word's letters to ids, phoneme ids to symbols")
+      .def(
+          "encode", [](const PronunciationVocab& v, const std::string& word) {
+            check_utf8(word, "a word");
+            return v.encode_word(cmudict_spelling(word));
+          },
+          py::arg("word"), "The word's letter ids as the model reads them (ASCII upper-cased; unknown letters as 1)")
+      .def("decode", &PronunciationVocab::decode_phonemes, py::arg("ids"),
+           "The phoneme symbols of ids (no start or end id)")
+      .def_readonly("letters", &PronunciationVocab::letters, "The letters of ids 2, 3, ...")
+      .def_readonly("phonemes", &PronunciationVocab::phonemes, "The phonemes of ids 3, 4, ...")
+      .def_property_readonly_static("pad_id", [](py::object) { return PronunciationVocab::kPad; })
+      .def_property_readonly_static("start_id", [](py::object) { return PronunciationVocab::kStart; })
+      .def_property_readonly_static("end_id", [](py::object) { return PronunciationVocab::kEnd; });
+  m.def(
+      "run_pronunciation_vocab",
+      [](const std::filesystem::path& path) { return load_run_vocab(path.string()); }, py::arg("path"), release,
+      "A pronunciation run's vocabularies (its vocab.json)");
   m.def(
       "sample_run_model",
       [](const std::filesystem::path& path, std::int64_t examples, bool training) {

@@ -63,6 +63,17 @@ def test_a_classifier_predicts_with_its_labels_and_shows_its_attention(classifie
     assert run.warnings == []
 
 
+def test_a_classifier_gives_its_test_split_as_text(classifier_run):
+    run = multihead.load_run(classifier_run, threads=1)
+    texts, labels = run.test_texts()
+    written = [line.rsplit(",", 1) for line in (classifier_run.parent / "tiny.csv").read_text().splitlines()[1:]]
+    assert 0 < len(texts) == len(labels) < len(written)  # a split of the 24 rows
+    assert all([t, label] in written for t, label in zip(texts, labels))
+    # The split the run was tested on: its accuracy over these texts is the one results.json records.
+    right = sum(p["label"] == label for p, label in zip(run.predict(texts), labels))
+    assert right / len(texts) == pytest.approx(json.load(open(classifier_run / "results.json"))["test_accuracy"])
+
+
 def test_a_classifier_answers_many_texts_as_it_answers_each(classifier_run):
     # Texts of every length, and far past max_len (8 tokens: only the first 7 are read), in batches
     # sorted by length: each answer is that text's alone, in the order given; a bad text among them
@@ -102,9 +113,9 @@ def test_a_language_model_generates(tmp_path):
 
 def test_a_pronunciation_model_pronounces_words(tmp_path):
     sounds = {"A": "AE1", "B": "B", "C": "K", "D": "D"}
-    words = sorted({a + b + c + d for a in "ABCD" for b in "ABCD" for c in "ABCD" for d in "ABCD"})[:120]
+    dict_words = sorted({a + b + c + d for a in "ABCD" for b in "ABCD" for c in "ABCD" for d in "ABCD"})[:120]
     with open(tmp_path / "dict.txt", "w") as f:
-        for w in words:
+        for w in dict_words:
             f.write(w + "  " + " ".join(sounds[c] for c in w) + "\n")
     out = train(tmp_path, "words", "--preset", "cmudict", "--data", str(tmp_path / "dict.txt"), "--epochs", "1",
                 "--d-model", "16", "--num-heads", "2", "--num-layers", "1", "--batch", "16")
@@ -118,6 +129,16 @@ def test_a_pronunciation_model_pronounces_words(tmp_path):
     assert run.pronounce(["abcd"])[0][0]["phonemes"] == got[0][0]["phonemes"]  # the best of the n-best
     att = run.attention("CAB")
     assert att["tokens"] == ["C", "A", "B"] and att["weights"].shape == (1, 2, 3, 3)
+    # Its test split and its vocabularies, as a benchmark or another framework reads them.
+    words, answers = run.test_texts()
+    assert 0 < len(words) < len(dict_words) and all(answers[i] == " ".join(sounds[c] for c in w).replace("1", "")
+                                                    for i, w in enumerate(words))
+    tok = run.tokenizer
+    assert tok.encode("cab") == tok.encode("CAB") and len(tok.encode("CAB")) == 3
+    assert [tok.letters[i - 2] for i in tok.encode("CAB")] == ["C", "A", "B"]
+    assert tok.encode("CAZ")[2] == 1  # a letter no training word has
+    assert tok.decode([3 + tok.phonemes.index("K"), 3 + tok.phonemes.index("B")]) == ["K", "B"]
+    assert (tok.pad_id, tok.start_id, tok.end_id) == (0, 1, 2)
     with pytest.raises(ValueError, match="the model reads at most"):
         run.pronounce(["A" * 500])
     with pytest.raises(ValueError, match="pronounce needs a pronunciation run"):
@@ -133,6 +154,9 @@ def test_runs_that_cannot_be_loaded_are_clear_errors(tmp_path):
     out = train(tmp_path, "seq", "--preset", "reverse", "--steps", "2", "--d-model", "16", "--num-heads", "2")
     run = multihead.load_run(out)
     assert run.task == "sequence_task" and run.tokenizer is None and run.warnings == []
+    with pytest.raises(ValueError, match="test_texts needs a text classification or pronunciation run; this run's "
+                                        "task is sequence_task"):
+        run.test_texts()
     for call in (lambda: run.predict(["1 2"]), lambda: run.generate("1"), lambda: run.attention("1"),
                  lambda: run.labels):
         with pytest.raises(ValueError, match="this run's task is sequence_task"):

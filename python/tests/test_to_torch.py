@@ -119,6 +119,13 @@ RUNS = {
                                                      "model": dict(TINY, max_len=32, positions="relative",
                                                                    relative_clip=3, num_kv_heads=2, norm_first=True),
                                                      "train": TRAIN},
+    "pronunciation-rope-gqa-prenorm": lambda d: {"task": "pronunciation", "eval_batch": 16,
+                                                 "data": {"path": str(d / "dict.txt"), "validation_words": 4,
+                                                          "validation_fraction": 0.05, "test_fraction": 0.1},
+                                                 "decode": {"beam": 1, "max_len": 12},
+                                                 "model": dict(TINY, max_len=32, positions="rope", num_kv_heads=2,
+                                                               norm_first=True),
+                                                 "train": TRAIN},
     "word-stress-learned": lambda d: {"task": "word_stress", "eval_batch": 16,
                                       "data": {"path": str(d / "dict.txt"), "test_fraction": 0.2},
                                       "model": dict(TINY, positions="learned", max_len=16), "train": TRAIN},
@@ -228,6 +235,45 @@ def test_greedy_generation_matches_multiheads_alone_and_in_a_batch(runs):
         run.generate(["the wha", "sky"], tokens=2)
     with pytest.raises(ValueError, match="step \\(a KV cache\\) takes full attention"):
         multihead.load_run(runs["lm-alibi-sliding"]).to_torch().forward_cached(torch.tensor([[1, 2]]))
+
+
+@pytest.mark.parametrize("name", ["pronunciation-sinusoidal", "pronunciation-rope-gqa-prenorm"])
+def test_an_encoder_decoder_decodes_with_caches_as_multihead_pronounces(runs, name):
+    # The first on PyTorch's own layers (their nn.MultiheadAttention stepped), the second on ours.
+    run = multihead.load_run(runs[name], threads=1)
+    module = run.to_torch()
+    inputs, want = run.sample(3)
+    source, padding, target = inputs["source"], inputs["source_padding"], inputs["target"]
+    with torch.no_grad():
+        whole = module(source, padding, target)
+        assert_matches(whole, want)
+        memory = module.encode(source, padding)
+        parts, cache = [], None
+        T = target.shape[1]
+        for a, b in ((0, 2),) + tuple((t, t + 1) for t in range(2, T)):
+            logits, cache = module.decode_cached(target[:, a:b], memory, padding, cache)
+            parts.append(logits)
+    assert_matches(torch.cat(parts, dim=1), whole)
+    # Greedy decoding of test words of every length, together (padded) and alone, as multihead's beam 1.
+    words, answers = run.test_texts()
+    assert len(words) == len(answers) > 4 and all(a.split() for a in answers)
+    words = sorted(words[:12], key=len)
+    tok = run.tokenizer
+    ids = [tok.encode(w) for w in words]
+    L = max(len(i) for i in ids)
+    batch = torch.tensor([i + [tok.pad_id] * (L - len(i)) for i in ids])
+    max_len = run.config.get("decode", {}).get("max_len", 40)
+    with torch.no_grad():
+        together = module.generate(batch, batch == tok.pad_id, tok.start_id, tok.end_id, max_len)
+        alone = [module.generate(torch.tensor([i]), None, tok.start_id, tok.end_id, max_len)[0] for i in ids]
+
+    def cut(row):
+        row = row.tolist()
+        return tok.decode(row[:row.index(tok.end_id)] if tok.end_id in row else row)
+
+    want = [p[0]["phonemes"] for p in run.pronounce(words, beam=1)]
+    assert [cut(r) for r in together] == want
+    assert [cut(r) for r in alone] == want
 
 
 @pytest.mark.parametrize("name, inputs", [("classifier-sinusoidal", ("ids", "padding")),

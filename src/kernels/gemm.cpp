@@ -9,6 +9,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/core/step_profile.h"
+#include "few_rows.h"
 
 namespace multihead {
 namespace {
@@ -50,15 +51,27 @@ void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std
   }
 }
 
-// oneDNN threads the call itself through OpenMP, and runs it on one thread
-// when called inside a parallel region.
-void onednn_sgemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
-                  std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
-  if (gemm_empty_product(M, N, K, beta, C, ldc)) return;
+// oneDNN threads the call itself through OpenMP (but keeps a product of few
+// rows on one thread: few_rows.h), and runs it on one thread when called
+// inside a parallel region.
+void onednn_sgemm_call(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+                       const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+                       std::int64_t ldc) {
   const dnnl_status_t st = dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
                                       lda, B, ldb, beta, C, ldc);
   check<Error>(st == dnnl_success, "oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N,
                K);
+}
+
+void onednn_sgemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                  std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  if (gemm_empty_product(M, N, K, beta, C, ldc)) return;
+  const bool shared = for_column_shares(M, N, [&](std::int64_t c0, std::int64_t n) {
+    // Column c0 of op(B): column c0 of B (K, N), or row c0 of B stored (N, K).
+    const float* b = tb == Trans::kNo ? B + c0 : B + c0 * ldb;
+    onednn_sgemm_call(ta, tb, M, n, K, alpha, A, lda, b, ldb, beta, C + c0, ldc);
+  });
+  if (!shared) onednn_sgemm_call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace

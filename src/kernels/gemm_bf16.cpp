@@ -13,6 +13,7 @@
 #include "multihead/core/error.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/kernels/half.h"
+#include "few_rows.h"
 
 namespace multihead {
 namespace {
@@ -146,7 +147,7 @@ BoundMatmul bind(const MatmulKey& k) {
   return bm;
 }
 
-void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, void* C, const float* bias = nullptr) {
+void onednn_gemm_bf16_call(const MatmulKey& k, const BF16* A, const BF16* B, void* C, const float* bias) {
   thread_local std::unordered_map<MatmulKey, BoundMatmul, MatmulKeyHash> bound;
   thread_local dnnl::stream stream(cpu_engine());
   thread_local std::vector<std::uint8_t> scratchpad;
@@ -167,6 +168,20 @@ void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, void* C,
   }
   bm.matmul->primitive.execute(stream, bm.args);
   stream.wait();
+}
+
+// A product of few rows shared out by columns between the threads
+// (few_rows.h), each share a product of its own shape; else one call.
+void onednn_gemm_bf16(const MatmulKey& k, const BF16* A, const BF16* B, void* C, const float* bias = nullptr) {
+  const bool shared = for_column_shares(k.M, k.N, [&](std::int64_t c0, std::int64_t n) {
+    MatmulKey part = k;
+    part.N = n;
+    // Column c0 of op(B): column c0 of B (K, N), or row c0 of B stored (N, K).
+    const BF16* b = k.tb ? B + c0 * k.ldb : B + c0;
+    void* c = k.c_bf16 ? static_cast<void*>(static_cast<BF16*>(C) + c0) : static_cast<void*>(static_cast<float*>(C) + c0);
+    onednn_gemm_bf16_call(part, A, b, c, bias != nullptr ? bias + c0 : nullptr);
+  });
+  if (!shared) onednn_gemm_bf16_call(k, A, B, C, bias);
 }
 
 }  // namespace

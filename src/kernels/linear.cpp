@@ -144,9 +144,10 @@ void for_widened_blocks(const X* x, std::int64_t ldx, std::int64_t N, std::int64
 
 template <typename X>
 void linear_forward_stored(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const float* W, const float* b,
-                           std::int64_t N, std::int64_t in, std::int64_t out) {
+                           std::int64_t N, std::int64_t in, std::int64_t out, const BF16* W16) {
   if constexpr (std::is_same_v<X, BF16>) {
     if (computes_in_bf16(DType::kBF16)) {
+      if (W16 != nullptr) return linear_forward_bf16(y, ldy, x, ldx, W16, b, N, in, out);
       const Tensor wb = bf16_weights(W, out, in);
       return linear_forward_bf16(y, ldy, x, ldx, wb.data<BF16>(), b, N, in, out);
     }
@@ -176,7 +177,7 @@ void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, fl
 
 #define MULTIHEAD_INSTANTIATE(X)                                                                                  \
   template void linear_forward_stored<X>(float*, std::int64_t, const X*, std::int64_t, const float*, const float*, \
-                                         std::int64_t, std::int64_t, std::int64_t);                                \
+                                         std::int64_t, std::int64_t, std::int64_t, const BF16*);                   \
   template void linear_backward_stored<X>(float*, std::int64_t, bool, float*, float*, const float*, std::int64_t,  \
                                           const X*, std::int64_t, const float*, std::int64_t, std::int64_t,        \
                                           std::int64_t);

@@ -46,7 +46,8 @@ Tensor Linear::forward(const Tensor& x, Precision p) {
   const float* b = bias_ ? store_->data(b_) : nullptr;
   // In bf16 the product reads the rounded copy kept for backward.
   if (computes_in_bf16(st))
-    linear_forward_stored<BF16>(y.f32(), out_, x_.stored().data<BF16>(), in_, store_->data(w_), b, N, in_, out_);
+    linear_forward_stored<BF16>(y.f32(), out_, x_.stored().data<BF16>(), in_, store_->data(w_), b, N, in_, out_,
+                                store_->bf16(w_));
   else linear_forward(y.f32(), out_, x.f32(), in_, store_->data(w_), b, N, in_, out_);
   return y;
 }

@@ -258,7 +258,8 @@ Tensor LanguageModel::logits_of(const Tensor& h, Precision p, SavedTensor& saved
   visit_float_storage(saved.stored().dtype(), [&](auto tag) {
     using T = decltype(tag);
     linear_forward_stored<T>(logits.f32(), cfg_.vocab_size, saved.stored().template data<T>(), d,
-                             store_->data(embedding_.weight()), nullptr, N, d, cfg_.vocab_size);
+                             store_->data(embedding_.weight()), nullptr, N, d, cfg_.vocab_size,
+                             store_->bf16(embedding_.weight()));
   });
   return logits;
 }

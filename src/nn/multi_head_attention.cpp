@@ -231,26 +231,37 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   // store_projections then has nothing to narrow.
   const bool bf16_out = computes_in_bf16(c.store) && cfg_.positions != AttentionPositions::kRope;
   const DType out_type = bf16_out ? DType::kBF16 : DType::kF32;
+  // A projection's weight: parameter h from element `at` on, and its bf16
+  // copy where the store has one (frozen, ParamStore::bf16).
+  struct Weight {
+    const float* w;
+    const BF16* w16;
+  };
+  auto weight = [&](ParamStore::Handle h, std::int64_t at) {
+    const BF16* w16 = store_->bf16(h);
+    return Weight{store_->data(h) + at, w16 != nullptr ? w16 + at : nullptr};
+  };
   auto project = [&](Tensor& y, std::int64_t offset, std::int64_t ldy, const Tensor& x, const SavedTensor& saved,
-                     const float* w, const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
+                     Weight w, const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
     if (bf16_out) {
-      const Tensor wb = bf16_weights(w, out, in);
-      linear_forward_bf16(y.data<BF16>() + offset, ldy, saved.stored().data<BF16>(), in, wb.data<BF16>(), b, N, in,
-                          out);
+      const Tensor wb = w.w16 != nullptr ? Tensor() : bf16_weights(w.w, out, in);
+      linear_forward_bf16(y.data<BF16>() + offset, ldy, saved.stored().data<BF16>(), in,
+                          w.w16 != nullptr ? w.w16 : wb.data<BF16>(), b, N, in, out);
     } else if (computes_in_bf16(c.store)) {
-      linear_forward_stored<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, w, b, N, in, out);
+      linear_forward_stored<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, w.w, b, N, in, out, w.w16);
     } else {
-      linear_forward(y.f32() + offset, ldy, x.f32(), in, w, b, N, in, out);
+      linear_forward(y.f32() + offset, ldy, x.f32(), in, w.w, b, N, in, out);
     }
   };
   if (c.self) {
     c.qkv = Tensor::empty({B, L, PW}, out_type);
-    project(c.qkv, 0, PW, query, c.query, store_->data(in_proj_weight_), b_in, B * L, E, PW);
+    project(c.qkv, 0, PW, query, c.query, weight(in_proj_weight_, 0), b_in, B * L, E, PW);
     return;
   }
-  const float* wq = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) : store_->data(q_proj_weight_);
-  const float* wk = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + E * E : store_->data(k_proj_weight_);
-  const float* wv = cfg_.packed_in_proj() ? store_->data(in_proj_weight_) + (E + KE) * E : store_->data(v_proj_weight_);
+  const bool packed = cfg_.packed_in_proj();
+  const Weight wq = packed ? weight(in_proj_weight_, 0) : weight(q_proj_weight_, 0);
+  const Weight wk = packed ? weight(in_proj_weight_, E * E) : weight(k_proj_weight_, 0);
+  const Weight wv = packed ? weight(in_proj_weight_, (E + KE) * E) : weight(v_proj_weight_, 0);
   c.q = Tensor::empty({B, L, E}, out_type);
   c.k = Tensor::empty({B, S, KE}, out_type);
   c.v = Tensor::empty({B, S, KE}, out_type);
@@ -374,7 +385,8 @@ MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall
   visit_float_storage(c.store, [&](auto tag) {
     using T = decltype(tag);
     linear_forward_stored<T>(out.output.f32(), E, c.attn.data<T>(), E, store_->data(out_proj_weight_),
-                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
+                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E,
+                             store_->bf16(out_proj_weight_));
   });
   if (call.need_weights) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));

@@ -96,9 +96,11 @@ Tensor MultiheadAttention::project_packed(const Tensor& x, std::int64_t first, s
   Tensor y = Tensor::empty(shape);
   const float* W = store_->data(in_proj_weight_) + first * E;
   const float* b = cfg_.bias ? store_->data(in_proj_bias_) + first : nullptr;
+  const BF16* W16 = store_->bf16(in_proj_weight_);
   // As forward(): in bf16 the projection multiplies the rounded input.
   if (computes_in_bf16(st))
-    linear_forward_stored<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, W, b, N, E, count);
+    linear_forward_stored<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, W, b, N, E, count,
+                                W16 != nullptr ? W16 + first * E : nullptr);
   else linear_forward(y.f32(), count, x.f32(), E, W, b, N, E, count);
   return y;
 }
@@ -110,7 +112,8 @@ Tensor MultiheadAttention::project_output(const Tensor& attn) const {
   visit_float_storage(attn.dtype(), [&](auto tag) {
     using S = decltype(tag);
     linear_forward_stored<S>(out.f32(), E, attn.data<S>(), E, store_->data(out_proj_weight_),
-                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, attn.numel() / E, E, E);
+                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, attn.numel() / E, E, E,
+                             store_->bf16(out_proj_weight_));
   });
   return out;
 }

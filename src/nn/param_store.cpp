@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "multihead/kernels/gemm_bf16.h"
+
 namespace multihead {
 
 ParamStore::Handle ParamStore::add(std::string name, Shape shape) {
@@ -55,7 +57,20 @@ const float* ParamStore::grad(Handle h) const {
   return grad_.f32() + entries_.at(h).offset;
 }
 std::span<float> ParamStore::data_span(Handle h) {
+  check(!frozen_, "parameter '{}' written after the parameter store was frozen", entries_.at(h).name);
   return {data(h), static_cast<std::size_t>(entries_.at(h).numel)};
+}
+
+void ParamStore::freeze() {
+  require_finalized();
+  frozen_ = true;
+  if (!computes_in_bf16(DType::kBF16) || total_ == 0) return;
+  bf16_ = Tensor({total_}, DType::kBF16);
+  to_bf16(bf16_.data<BF16>(), data_.f32(), total_);
+}
+
+const BF16* ParamStore::bf16(Handle h) const {
+  return bf16_.defined() ? bf16_.data<BF16>() + entries_.at(h).offset : nullptr;
 }
 
 std::optional<ParamStore::Handle> ParamStore::find(std::string_view name) const {
@@ -66,6 +81,7 @@ std::optional<ParamStore::Handle> ParamStore::find(std::string_view name) const 
 
 std::span<float> ParamStore::all_data() {
   require_finalized();
+  check(!frozen_, "parameters written after the parameter store was frozen");
   return data_.span_f32();
 }
 std::span<float> ParamStore::all_grads() {

@@ -101,21 +101,27 @@ const float* block_f32(const Tensor& t, std::int64_t r0, std::int64_t n, std::in
 }
 
 // The feed-forward weights in bf16, when the activations are stored in bf16
-// and the CPU computes in it (bf16_path()): rounded once per pass, so each
-// block's products read them as they are. Inactive otherwise.
+// and the CPU computes in it (bf16_path()): the store's copy where it is
+// frozen (ParamStore::bf16), else rounded once per pass, so each block's
+// products read them as they are. Inactive otherwise.
 class BF16Weights {
  public:
-  BF16Weights(DType storage, const float* w1, const float* w2, std::int64_t d, std::int64_t F) {
+  BF16Weights(DType storage, const ParamStore& store, ParamStore::Handle h1, ParamStore::Handle h2, std::int64_t d,
+              std::int64_t F) {
     if (!computes_in_bf16(storage)) return;
-    w1_ = bf16_weights(w1, F, d);  // (F, d)
-    w2_ = bf16_weights(w2, d, F);  // (d, F)
+    w1p_ = store.bf16(h1), w2p_ = store.bf16(h2);
+    if (w1p_ != nullptr) return;
+    w1_ = bf16_weights(store.data(h1), F, d);  // (F, d)
+    w2_ = bf16_weights(store.data(h2), d, F);  // (d, F)
+    w1p_ = w1_.data<BF16>(), w2p_ = w2_.data<BF16>();
   }
-  bool active() const { return w1_.defined(); }
-  const BF16* w1() const { return w1_.data<BF16>(); }
-  const BF16* w2() const { return w2_.data<BF16>(); }
+  bool active() const { return w1p_ != nullptr; }
+  const BF16* w1() const { return w1p_; }
+  const BF16* w2() const { return w2p_; }
 
  private:
   Tensor w1_, w2_;
+  const BF16 *w1p_ = nullptr, *w2p_ = nullptr;
 };
 
 }  // namespace
@@ -134,7 +140,7 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   hid_ = Tensor::empty({N, F}, st);
   Tensor y = Tensor::empty(x.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
-  const BF16Weights wb(st, w1, w2, d, F);
+  const BF16Weights wb(st, *store_, linear1_.weight(), linear2_.weight(), d, F);
   // fp32 products: W2 transposed once, (F, d), for every block's second
   // product; but a few rows (a token at a time, in decoding) take the product
   // with W2 as it is, where the transposition would cost more than it.
@@ -194,7 +200,7 @@ Tensor FeedForward::backward(const Tensor& dy) {
   Tensor dx = Tensor::empty(dy.shape());
   const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
   float *gw1 = store_->grad(linear1_.weight()), *gw2 = store_->grad(linear2_.weight());
-  const BF16Weights wb(hid_.dtype(), w1, w2, d, F);
+  const BF16Weights wb(hid_.dtype(), *store_, linear1_.weight(), linear2_.weight(), d, F);
   const bool relu = act_ == Activation::kRelu;
   visit_float_storage(hid_.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -170,6 +170,19 @@ ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& s
       job);
 }
 
+TestTexts run_test_texts(const std::string& run_dir) {
+  const RunConfig cfg = read_run_config(run_dir);
+  const Job job = job_from_json(cfg.json, cfg.path);
+  return std::visit(
+      [&](const auto& j) -> TestTexts {
+        if constexpr (requires { test_texts(j, run_dir); }) return test_texts(j, run_dir);
+        else
+          throw ConfigError(fmt::format(
+              "test_texts needs a text classification or pronunciation run; this run's task is {}", job_task(job)));
+      },
+      job);
+}
+
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision) {
   const RunConfig cfg = read_run_config(run_dir);
   Job job = job_from_json(cfg.json, cfg.path);

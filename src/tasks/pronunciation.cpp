@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/ranges.h>
+
 #include "multihead/data/cmudict.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
@@ -346,12 +348,24 @@ std::vector<std::string> summary_lines(const PronunciationResult& r) {
   return lines;
 }
 
-namespace {
-
-PronunciationVocab read_run_vocab(const std::string& run_dir) {
+PronunciationVocab load_run_vocab(const std::string& run_dir) {
   const std::string path = (std::filesystem::path(run_dir) / "vocab.json").string();
   return PronunciationVocab::from_json(ConfigReader::parse(read_file(path), path), path);
 }
+
+TestTexts test_texts(const PronunciationJob& job, const std::string& run_dir) {
+  const PronunciationVocab vocab = load_run_vocab(run_dir);
+  const PronunciationData data = load_data(job, &vocab);
+  TestTexts out;
+  for (std::int64_t w : data.test_words) {
+    const CmuWord& word = data.dict.words[static_cast<std::size_t>(w)];
+    out.inputs.push_back(word.word);
+    out.answers.push_back(fmt::format("{}", fmt::join(word.pronunciations.front(), " ")));
+  }
+  return out;
+}
+
+namespace {
 
 PronunciationJob with_vocab_sizes(PronunciationJob job, const PronunciationVocab& vocab) {
   job.model.source_vocab = 2 + static_cast<std::int64_t>(vocab.letters.size());
@@ -362,7 +376,7 @@ PronunciationJob with_vocab_sizes(PronunciationJob job, const PronunciationVocab
 }  // namespace
 
 LoadedPronouncer::LoadedPronouncer(const PronunciationJob& job_in, const std::string& run_dir)
-    : vocab(read_run_vocab(run_dir)), job(with_vocab_sizes(job_in, vocab)), trained(job.model, run_dir) {}
+    : vocab(load_run_vocab(run_dir)), job(with_vocab_sizes(job_in, vocab)), trained(job.model, run_dir) {}
 
 std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
                                                      DecodeOptions o) {

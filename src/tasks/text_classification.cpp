@@ -270,6 +270,16 @@ TextDataset classifier_test_texts(const TextClassificationJob& job) {
   return out;
 }
 
+TestTexts test_texts(const TextClassificationJob& job, const std::string&) {
+  TextDataset test = classifier_test_texts(job);
+  TestTexts out;
+  for (TextExample& e : test.examples) {
+    out.inputs.push_back(std::move(e.text));
+    out.answers.push_back(test.label_names[static_cast<std::size_t>(e.label)]);
+  }
+  return out;
+}
+
 TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok) {
   TokenizedExamples out;
   for (const TextExample& e : classifier_test_texts(job).examples) {

@@ -1,7 +1,7 @@
 // gemm on both fp32 backends against a double-precision triple loop: every
 // transpose combination, padded row strides, alpha and beta, empty products,
-// calls from inside a parallel region, and products tall enough for the
-// OpenBLAS row split.
+// calls from inside a parallel region, products tall enough for the
+// OpenBLAS row split, and wide ones of few rows for the oneDNN column split.
 #include <omp.h>
 
 #include <vector>
@@ -110,6 +110,19 @@ TEST_P(GemmBackends, InsideAParallelRegion) {
 TEST_P(GemmBackends, TallProducts) {
   check_case({1037, 48, 64, Trans::kNo, Trans::kYes, 1.0f, 1.0f}, GetParam(), false);
   check_case({1037, 48, 64, Trans::kYes, Trans::kNo, 1.0f, 0.0f}, GetParam(), false);
+}
+
+// Few rows by many columns (decoding steps), which oneDNN's backend splits by
+// columns between threads: three threads, so the shares are uneven, for
+// every transpose, one row included.
+TEST_P(GemmBackends, WideProductsOfFewRows) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(3);
+  for (Trans ta : {Trans::kNo, Trans::kYes})
+    for (Trans tb : {Trans::kNo, Trans::kYes})
+      for (auto [M, N, K] : {std::tuple{1, 773, 64}, {32, 401, 37}, {128, 200, 16}})
+        check_case({M, N, K, ta, tb, 1.0f, 0.5f}, GetParam(), false);
+  omp_set_num_threads(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, GemmBackends, ::testing::Values(GemmBackend::kOneDnn, GemmBackend::kOpenBlas),

@@ -85,7 +85,8 @@ TEST(Bf16Paths, MatchesTheReferenceForEveryTransposeAndOddSizes) {
   const Trans no = Trans::kNo, yes = Trans::kYes;
   for (Trans ta : {no, yes})
     for (Trans tb : {no, yes})
-      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {7, 5, 3}, {13, 65, 31}, {64, 17, 129}, {300, 40, 96}})
+      for (auto [M, N, K] :
+           {std::tuple{1, 1, 1}, {7, 5, 3}, {13, 65, 31}, {64, 17, 129}, {300, 40, 96}, {32, 401, 37}})
         check_case({M, N, K, ta, tb, 1.0f, 0.0f});
 }
 
@@ -101,12 +102,15 @@ TEST(Bf16Paths, EmptyProducts) {
 }
 
 // The bias row added by the product equals the reference plus the bias, for
-// every transpose, an empty product (the bias alone) and a reused primitive.
+// every transpose, an empty product (the bias alone), a reused primitive,
+// and products of few rows by many columns, shared out by columns between
+// the threads (few_rows.h).
 TEST(Bf16Paths, AddsABiasRowToEveryRow) {
   const Trans no = Trans::kNo, yes = Trans::kYes;
   for (Trans ta : {no, yes})
     for (Trans tb : {no, yes})
-      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {13, 65, 31}, {300, 40, 96}, {300, 40, 96}, {5, 6, 0}}) {
+      for (auto [M, N, K] :
+           {std::tuple{1, 1, 1}, {13, 65, 31}, {300, 40, 96}, {300, 40, 96}, {5, 6, 0}, {1, 773, 64}, {32, 401, 37}}) {
         const Case g{M, N, K, ta, tb, 1.0f, 0.0f};
         Rng rng(static_cast<std::uint64_t>(M * 7 + N + K));
         Operand A(ta == yes ? K : M, ta == yes ? M : K, rng), B(tb == yes ? N : K, tb == yes ? K : N, rng);
@@ -133,7 +137,7 @@ TEST(Bf16Paths, WritesBf16RoundedAsTheFp32ProductThenNarrow) {
   for (Trans tb : {no, yes})
     for (bool with_bias : {false, true})
       for (float scale : {1.0f, 1e-20f})
-        for (auto [M, N, K] : {std::tuple{1, 1, 1}, {13, 65, 31}, {300, 40, 96}}) {
+        for (auto [M, N, K] : {std::tuple{1, 1, 1}, {13, 65, 31}, {300, 40, 96}, {32, 401, 37}}) {
           Rng rng(static_cast<std::uint64_t>(M * 5 + N + K));
           Operand A(M, K, rng), B(tb == yes ? N : K, tb == yes ? K : N, rng);
           for (BF16& a : A.data) a.bits = float_to_bf16(bf16_to_float(a.bits) * scale);

@@ -1,11 +1,13 @@
 // The encoder-decoder model: teacher-forced forward against cached decoding,
-// the source's padding, and gradients by finite differences.
+// the source's padding, gradients by finite differences, and bf16 on frozen
+// weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <tuple>
 #include <utility>
 
+#include "multihead/kernels/gemm_bf16.h"
 #include "multihead/nn/encoder_decoder.h"
 #include "tasks/small_encoder_decoder.h"
 #include "test_util.h"
@@ -131,6 +133,41 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& p) {
       return std::string(position_kind_name(std::get<0>(p.param))) + (std::get<1>(p.param) ? "_pre_ln" : "_post_ln");
     });
+
+// A frozen store's bf16 copy of the weights (what a loaded run decodes with)
+// is the rounding each bf16 product otherwise makes: the same bits, teacher
+// forced and decoding, through every projection of self- and
+// cross-attention (with rotary positions, which project in fp32 storage,
+// and without), the feed-forward blocks and the output layer.
+TEST_P(EncoderDecoderPositions, FrozenWeightsComputeInBf16AsTheRoundedOnes) {
+  const auto [positions, norm_first] = GetParam();
+  ParamStore store;
+  EncoderDecoder model(store, small_model(positions, norm_first));
+  store.finalize();
+  Rng rng(4);
+  model.init(rng);
+  Batch b;
+  auto run = [&] {
+    std::vector<Tensor> out;
+    out.push_back(model.forward(b.source, &b.padding, b.target, eval_context(Precision::kBF16)));
+    model.release_saved();
+    const EncodedMemory memory = model.encode(b.source, &b.padding, Precision::kBF16);
+    std::vector<KvCache> caches;
+    out.push_back(model.decode_step(columns(b.target, 0, 2), caches, memory, 6, Precision::kBF16));
+    out.push_back(model.decode_step(columns(b.target, 2, 1), caches, memory, 6, Precision::kBF16));
+    return out;
+  };
+  EXPECT_EQ(store.bf16(0), nullptr);
+  const std::vector<Tensor> rounded_per_call = run();
+  store.freeze();
+  ASSERT_EQ(store.bf16(0) != nullptr, computes_in_bf16(DType::kBF16));  // a copy only where bf16 products run
+  const std::vector<Tensor> frozen = run();
+  for (std::size_t i = 0; i < frozen.size(); ++i)
+    EXPECT_TRUE(all_close(frozen[i], rounded_per_call[i], 0, 0)) << "output " << i;
+  // Its weights are final: the writers refuse.
+  EXPECT_THROW(store.data_span(0), Error);
+  EXPECT_THROW(store.all_data(), Error);
+}
 
 // Selecting memory rows (as beam search repeats inputs) decodes as the rows selected.
 TEST(EncodedMemory, SelectedRowsDecodeAsTheirSources) {

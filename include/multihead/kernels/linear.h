@@ -29,12 +29,13 @@ void linear_backward(T* dx, std::int64_t lddx, bool accumulate_dx, T* dW, T* db,
 
 // The same with x stored as X: float, or BF16 / F16 for activations kept in
 // 16 bits; y, dx, dW, db, dy and W are fp32. BF16 x computes in bf16 where
-// the CPU has bf16 units (bf16_path() != kWiden; W is rounded each call);
-// otherwise, and for F16, x is widened to fp32 a block of rows at a time
-// inside the kernel, never as a whole.
+// the CPU has bf16 units (bf16_path() != kWiden; W is rounded each call,
+// unless W16 is W already rounded: ParamStore::bf16); otherwise, and for
+// F16, x is widened to fp32 a block of rows at a time inside the kernel,
+// never as a whole.
 template <typename X>
 void linear_forward_stored(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const float* W, const float* b,
-                           std::int64_t N, std::int64_t in, std::int64_t out);
+                           std::int64_t N, std::int64_t in, std::int64_t out, const BF16* W16 = nullptr);
 template <typename X>
 void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, float* dW, float* db, const float* dy,
                             std::int64_t lddy, const X* x, std::int64_t ldx, const float* W, std::int64_t N,

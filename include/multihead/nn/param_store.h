@@ -46,6 +46,17 @@ class ParamStore {
   const Entry& entry(Handle h) const { return entries_.at(h); }
   std::optional<Handle> find(std::string_view name) const;
 
+  // Final weights, for inference: freeze() rounds every parameter to bf16
+  // once, where the CPU multiplies in bf16 (computes_in_bf16), and bf16(h)
+  // gives that copy (null before, or without bf16 products): the products
+  // of bf16 inference read it instead of rounding their weights at every
+  // call, which in a decoding step of a few rows costs as much as the
+  // products. The writers of parameters (data_span, all_data) refuse a
+  // frozen store.
+  void freeze();
+  bool frozen() const noexcept { return frozen_; }
+  const BF16* bf16(Handle h) const;
+
   std::int64_t numel() const noexcept { return total_; }
   // A fresh id for a module's dropout site (see ForwardContext).
   std::uint32_t new_random_site() noexcept { return next_site_++; }
@@ -83,11 +94,13 @@ class ParamStore {
   std::unordered_map<std::string, Handle> by_name_;  // find in constant time, however deep the model
   std::int64_t total_ = 0;
   bool finalized_ = false;
+  bool frozen_ = false;
   std::uint32_t next_site_ = 1;
   std::function<void(std::int64_t)> grads_final_hook_;
   std::vector<std::int64_t> grads_boundaries_;
   Tensor data_;  // (numel)
   Tensor grad_;  // (numel)
+  Tensor bf16_;  // (numel) BF16, once frozen on a CPU with bf16 products
 };
 
 }  // namespace multihead

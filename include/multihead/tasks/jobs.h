@@ -63,6 +63,10 @@ int job_threads(const Job& job);
 // set (set_num_threads).
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision = std::nullopt);
 
+// The test split of the run in run_dir as text (tasks/model_sample.h): a
+// text classification or pronunciation run's; another kind is a ConfigError.
+TestTexts run_test_texts(const std::string& run_dir);
+
 // The model of the run in run_dir on a batch of its own test data, in fp32,
 // whatever its kind (tasks/model_sample.h).
 ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& settings);

@@ -28,6 +28,14 @@ struct ModelSample {
   }
 };
 
+// A run's own test split as text, the inputs as a user would give them and
+// the answers the data holds (a classifier's label names; a pronunciation
+// run's words and their first pronunciations, phonemes joined by spaces):
+// what a benchmark or another framework scores or times the run on.
+struct TestTexts {
+  std::vector<std::string> inputs, answers;
+};
+
 // How the sample runs: eval mode, or training mode (the same arithmetic on
 // the training paths, which keep what backward reads, when the job's model
 // has dropout 0: sample_run_model sets it so).

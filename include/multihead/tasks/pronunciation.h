@@ -169,6 +169,11 @@ struct Pronounced {
 // model's positions, are ConfigErrors.
 std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
                                                      DecodeOptions options);
+// The vocabularies of the run in run_dir (its vocab.json).
+PronunciationVocab load_run_vocab(const std::string& run_dir);
+// The run's test words, as the dictionary spells them, and the first
+// pronunciation of each (tasks/model_sample.h).
+TestTexts test_texts(const PronunciationJob& job, const std::string& run_dir);
 // The test scores of the model saved in run_dir, as lines.
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir);
 // The run's model on the first test words, teacher forced (tasks/model_sample.h).

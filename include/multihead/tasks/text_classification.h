@@ -105,6 +105,8 @@ TokenizedExamples classifier_test_split(const TextClassificationJob& job, const 
 // The same examples as texts, with the names of the labels (what a benchmark
 // or another framework reads to score the run on its own test data).
 TextDataset classifier_test_texts(const TextClassificationJob& job);
+// Those texts and their label names (tasks/model_sample.h).
+TestTexts test_texts(const TextClassificationJob& job, const std::string& run_dir);
 
 // Accuracy and mean loss over the examples idx, in batches of `batch`
 // ([CLS] first, cut to max_len tokens; eval mode), taking a stop at each batch.

@@ -173,7 +173,8 @@ struct ModelToTrain {
 };
 
 // A model of a finished run: built from its config, with the weights of the
-// run directory's last checkpoint (what evaluating a run starts from).
+// run directory's last checkpoint (what evaluating a run starts from), which
+// it never changes (the store is frozen: bf16 inference reads a bf16 copy).
 template <typename Model>
 struct TrainedModel {
   ParamStore store;
@@ -183,6 +184,7 @@ struct TrainedModel {
   TrainedModel(const Config& config, const std::string& run_dir) : model(store, config) {
     store.finalize();
     load_run_weights(store, run_dir);
+    store.freeze();
   }
   TrainedModel(const TrainedModel&) = delete;
   TrainedModel& operator=(const TrainedModel&) = delete;
