@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "multihead/core/threading.h"
 #include "multihead/tasks/answers.h"
 
 namespace multihead {
@@ -26,7 +27,16 @@ void Batcher::Ticket::on_done(std::function<void()> done) {
 Batcher::Batcher(TrainedRun& run, BatchLimits limits) : run_(run), limits_(limits) {
   check<ConfigError>(limits_.max_batch >= 1, "--max-batch must be at least 1, got {}", limits_.max_batch);
   check<ConfigError>(limits_.max_wait.count() >= 0, "--max-wait-ms must be >= 0");
-  worker_ = std::thread([this] { work(); });
+  // OpenMP's thread count is each thread's own: the worker takes this one's.
+  const int threads = num_threads();
+  worker_ = std::thread([this, threads] {
+    set_num_threads(threads);
+    {
+      std::lock_guard lock(mutex_);
+      stats_.threads = num_threads();
+    }
+    work();
+  });
 }
 
 Batcher::~Batcher() { stop(); }

@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "multihead/core/threading.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/version.h"
@@ -134,7 +135,22 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
   s.limits.max_body_bytes = static_cast<std::uint64_t>(s.cfg.max_body_bytes);
   s.limits.idle_timeout = std::chrono::milliseconds(s.cfg.idle_timeout_ms);
   s.limits.request_timeout = std::chrono::milliseconds(s.cfg.request_timeout_ms);
-  s.run = TrainedRun::load(run_dir, s.cfg.precision);
+  {
+    // The model runs on the batcher's thread, with this thread's count (set
+    // there: OpenMP's count is each thread's own). Loaded here on one thread,
+    // so that this thread starts no OpenMP team of its own: with two teams'
+    // threads on as many cores as one team needs, libgomp stops spinning
+    // between parallel regions and sleeps in each (a decoding step has dozens).
+    const int threads = num_threads();
+    set_num_threads(1);
+    try {
+      s.run = TrainedRun::load(run_dir, s.cfg.precision);
+    } catch (...) {
+      set_num_threads(threads);
+      throw;
+    }
+    set_num_threads(threads);
+  }
   s.task = s.run->task();
   s.fields = s.run->request_fields();
   check_answer_settings(*s.run, s.cfg.defaults);
@@ -279,7 +295,8 @@ response<string_body> ModelServer::Impl::answer(const request<string_body>& req)
                                {"handler_failures", handler_failures.load()},
                                {"batches", st.batches},
                                {"inputs", st.inputs},
-                               {"queued", st.queued}});
+                               {"queued", st.queued},
+                               {"model_threads", st.threads}});
   }
   if (path == "/v1/model") return get ? json_response(200, model) : only("GET");
   if (path == "/v1/predict") return only("POST");

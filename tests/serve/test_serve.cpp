@@ -225,6 +225,7 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   EXPECT_EQ(health["status"], "ok");
   EXPECT_EQ(health["answered"], 1);
   EXPECT_EQ(health["inputs"], 4);
+  EXPECT_EQ(health["model_threads"], 1);  // --threads reaches the thread that runs the model
   const auto [code, rest] = server.stop();
   EXPECT_EQ(code, 0);
   EXPECT_NE(rest.find("stopped after 1 requests (1 answered"), std::string::npos) << rest;

@@ -16,9 +16,11 @@ inline constexpr int kMaxThreads = 1024;
 void check_threads(std::int64_t n);
 
 // Sets the thread count for OpenMP regions and for BLAS; 0 means all cores.
-// Checks n (check_threads). The count belongs to the process, so the library
-// never calls this: the entry points do, once, before they call the library
-// (each CLI command, the Python module).
+// Checks n (check_threads). The entry points call it, once, before they call
+// the library (each CLI command, the Python module). OpenMP's count is the
+// calling thread's own (a thread started later begins with all cores): the
+// library calls this only to carry the count to a thread it starts (the
+// server's model thread).
 void set_num_threads(int n);
 int num_threads();
 

@@ -50,6 +50,7 @@ struct BatcherStats {
   std::int64_t batches = 0;   // model calls
   std::int64_t inputs = 0;    // inputs answered in them
   std::int64_t queued = 0;    // requests waiting now
+  int threads = 0;            // the model thread's OpenMP count (0 until it has started)
 };
 
 class Batcher {
