@@ -116,6 +116,9 @@ done
 mount -t proc proc "$root/proc" && mounted+=("$root/proc")
 mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" && mounted+=("$root/dev/pts")
 mkdir -p "$root/dev/shm" && mount -t tmpfs tmpfs "$root/dev/shm" && mounted+=("$root/dev/shm")
+# A machine has /sys: Open MPI's hwloc reads the CPU topology there (without it mpirun failed to
+# start now and then: "failed to find sysfs cpu topology directory").
+mkdir -p "$root/sys" && mount -t sysfs -o ro sysfs "$root/sys" && mounted+=("$root/sys")
 
 # --- The README's commands, each logged, the first failure named ----------
 step=0
