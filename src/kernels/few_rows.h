@@ -1,6 +1,6 @@
-// Products of few rows by many columns (a decoding step: one row per
-// sequence) shared out by columns between the threads. Internal header of the
-// GEMM backends.
+// Products shared out between the threads: by rows (tall ones, OpenBLAS) or
+// by columns (few rows by many columns, oneDNN: a decoding step, one row per
+// sequence). Internal header of the GEMM backends.
 #pragma once
 
 #include <omp.h>
@@ -10,6 +10,18 @@
 #include <exception>
 
 namespace multihead {
+
+// Thread t's share [begin, end) of `total` rows or columns split between n
+// threads: whole groups of 16, the last share taking the rest (possibly empty
+// where total is small).
+struct Share {
+  std::int64_t begin, end;
+};
+inline Share share_of(std::int64_t total, std::int64_t t, std::int64_t n) {
+  const std::int64_t share = (total / n + 15) / 16 * 16;
+  const std::int64_t begin = std::min(total, t * share);
+  return {begin, t + 1 == n ? total : std::min(total, begin + share)};
+}
 
 // Rows at most, and columns at least per thread, of a product shared out so.
 inline constexpr std::int64_t kFewRows = 128;
@@ -29,11 +41,9 @@ bool for_column_shares(std::int64_t M, std::int64_t N, Part&& part) {
   std::exception_ptr error;
 #pragma omp parallel num_threads(threads)
   {
-    const std::int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    const std::int64_t share = (N / n + 15) / 16 * 16;
-    const std::int64_t c0 = std::min(N, t * share), c1 = t + 1 == n ? N : std::min(N, c0 + share);
+    const Share s = share_of(N, omp_get_thread_num(), omp_get_num_threads());
     try {
-      if (c1 > c0) part(c0, c1 - c0);
+      if (s.end > s.begin) part(s.begin, s.end - s.begin);
     } catch (...) {
 #pragma omp critical(multihead_column_shares)
       error = std::current_exception();

@@ -43,11 +43,8 @@ void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std
   if (threads < 2 || M < kMinRowsPerThread * threads) return rows(0, M);
 #pragma omp parallel num_threads(threads)
   {
-    const std::int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-    // Shares in whole multiples of 16 rows, the last one taking the rest.
-    const std::int64_t share = (M / n + 15) / 16 * 16;
-    const std::int64_t r0 = std::min(M, t * share), r1 = t + 1 == n ? M : std::min(M, r0 + share);
-    if (r1 > r0) rows(r0, r1 - r0);
+    const Share s = share_of(M, omp_get_thread_num(), omp_get_num_threads());
+    if (s.end > s.begin) rows(s.begin, s.end - s.begin);
   }
 }
 
