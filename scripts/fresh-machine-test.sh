@@ -15,7 +15,8 @@
 #      multihead to PyTorch and ONNX" and "Training from Python" (on
 #      runs/spam), then of "Using multihead from other programs"
 #      (install and embed by CMake and pkg-config, pip install into a venv,
-#      multihead serve on runs/spam answering curl).
+#      multihead serve on runs/spam answering curl);
+#   4. every python block of the README, each as a file, with PYTHONPATH=build/python.
 # The commands are read out of README.md itself. The first that fails is
 # named, with the tail of its log, and the script exits 1.
 #
@@ -71,6 +72,11 @@ for section in "Your own data" "Fine-tuning" "From multihead to PyTorch and ONNX
   [[ ${#cmds[@]} -gt 0 ]] || die "README.md has no sh block under '$section'"
   guide_cmds+=("${cmds[@]}")
 done
+
+# Every python block of the README, in order: each is run as written, as a
+# file, once runs/spam is there (the blocks use it).
+python_blocks=$(awk '/^```python/ {b = 1; n++; next} b && /^```/ {b = 0; next} b {print n "\t" $0}' README.md)
+[[ -n $python_blocks ]] || die "README.md has no python block"
 
 # --- The bare root, made once, from this machine's own mirror --------------
 source "$repo/scripts/lib/debian-root.sh"
@@ -157,6 +163,11 @@ run "build/multihead eval --run runs/spam"
 run "build/multihead inspect --run runs/spam --text 'Free money: click here to claim your prize' --out runs/spam/inspect"
 run "ls runs/spam/inspect/*.png >/dev/null"
 for cmd in "${guide_cmds[@]}" "${use_cmds[@]}"; do run "$cmd"; done
+# The python blocks, each a file of its own run by Debian's python3 on the build's package.
+for n in $(cut -f1 <<<"$python_blocks" | uniq); do
+  awk -F'\t' -v n="$n" '$1 == n {sub(/^[^\t]*\t/, ""); print}' <<<"$python_blocks" >"$root/root/multihead/readme-python-$n.py"
+  run "PYTHONPATH=build/python /usr/bin/python3 readme-python-$n.py"
+done
 
 find "$root/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache/debs/" {} +
-say "passed: the README's test command, its main job, its own-data, fine-tuning, PyTorch and Python-training commands, and its install, embed, pip and serve commands on a fresh Debian $suite root ($SECONDS s)"
+say "passed: the README's test command, its main job, its own-data, fine-tuning, PyTorch and Python-training commands, its install, embed, pip and serve commands, and its python blocks on a fresh Debian $suite root ($SECONDS s)"

@@ -7,7 +7,7 @@
 - MultiheadAttention: torch.nn.MultiheadAttention with its forward on the fused kernels; the same
   constructor, parameters, state_dict names and results (PyTorch 2.x's, for fully masked rows).
 - accelerate(model): makes every nn.MultiheadAttention inside a model this one, in place, keeping
-  its weights.
+  its weights, in training and in inference (PyTorch's fused encoder-layer path turned off there).
 
 Tensors are used where they lie (no copies) when their last dimension is contiguous. float32 and
 bfloat16 run the fused kernels (bfloat16 multiplies in bf16 where the CPU has bf16 units); float64
@@ -266,10 +266,34 @@ class MultiheadAttention(nn.MultiheadAttention):
 
 def accelerate(model):
     """Makes every torch.nn.MultiheadAttention inside model (model itself included) run on
-    multihead's kernels, in place and keeping its weights; returns model."""
+    multihead's kernels, in place and keeping its weights; returns model.
+
+    In eval mode without gradients, PyTorch's nn.TransformerEncoderLayer (and nn.TransformerEncoder
+    over it) takes a fused path of its own that never calls its self_attn module; accelerate turns
+    that path off for each layer whose attention it replaced, so that the layer's attention runs on
+    multihead's kernels in inference too. A layer whose PyTorch offers no way to do so is named in
+    one warning."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"accelerate takes a torch.nn.Module, got {type(model).__name__}")
     for module in model.modules():
         if type(module) is nn.MultiheadAttention:
             module.__class__ = MultiheadAttention
+    unreached = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.TransformerEncoderLayer) and isinstance(module.self_attn, MultiheadAttention):
+            # PyTorch 1.13 to 2.6 take the fused path only while this is 1 (relu) or 2 (gelu); the
+            # ordinary path calls self.activation, which it leaves as it was.
+            if hasattr(module, "activation_relu_or_gelu"):
+                module.activation_relu_or_gelu = 0
+            else:
+                unreached.append(name or type(module).__name__)
+    if unreached:
+        import warnings
+
+        warnings.warn(
+            "multihead.torch.accelerate: PyTorch's fused encoder-layer path may bypass the attention of "
+            f"{', '.join(unreached)} in eval mode without gradients (this PyTorch has no "
+            "activation_relu_or_gelu to turn it off); there the attention runs on PyTorch's kernels",
+            stacklevel=2,
+        )
     return model

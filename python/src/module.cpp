@@ -442,12 +442,15 @@ PYBIND11_MODULE(_multihead, m) {
             for (const Prediction& p : predictions) {
               py::dict probabilities;
               for (std::size_t c = 0; c < labels.size(); ++c) probabilities[py::str(labels[c])] = p.probabilities[c];
-              out.append(py::dict(py::arg("label") = p.label, py::arg("probabilities") = probabilities));
+              py::dict answer(py::arg("label") = p.label, py::arg("probabilities") = probabilities);
+              if (p.truncated) answer["truncated"] = true;  // as predict --json says it
+              out.append(std::move(answer));
             }
             return out;
           },
           py::arg("texts"),
-          "Each text's predicted label and class probabilities: [{'label': ..., 'probabilities': {...}}]")
+          "Each text's predicted label and class probabilities: [{'label': ..., 'probabilities': {...}}], "
+          "with 'truncated': True for a text cut to the model's length")
       .def(
           "generate",
           [](TrainedRun& run, const std::string& prompt, std::int64_t tokens, double temperature, std::int64_t top_k,

@@ -218,6 +218,35 @@ def test_accelerate_trains_a_transformer_step_for_step_like_pytorch():
         assert losses[0] == pytest.approx(losses[1], rel=1e-10), f"step {step}"
 
 
+def test_accelerate_reaches_the_attention_in_inference_too(monkeypatch):
+    # In eval mode without gradients PyTorch's encoder layer has a fused path that never calls
+    # its self_attn; an accelerated layer's attention must still be multihead's.
+    torch.manual_seed(5)
+    layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+    theirs = nn.TransformerEncoder(layer, num_layers=2).eval()
+    ours = mt.accelerate(copy.deepcopy(theirs)).eval()
+    calls = []
+    forward = mt.MultiheadAttention.forward
+
+    def counted(self, *args, **kwargs):
+        calls.append(self)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(mt.MultiheadAttention, "forward", counted)
+    x = torch.randn(3, 9, 32)
+    pad = torch.zeros(3, 9, dtype=torch.bool)
+    pad[1, 5:] = True
+    with torch.no_grad():
+        want = theirs(x, src_key_padding_mask=pad)
+        got = ours(x, src_key_padding_mask=pad)
+    assert len(calls) == 2
+    keep = ~pad  # PyTorch's fused path may zero the padded positions' outputs
+    torch.testing.assert_close(got[keep], want[keep], rtol=1e-4, atol=1e-5)
+    with torch.inference_mode():
+        ours(x)
+    assert len(calls) == 4
+
+
 def test_bad_inputs_raise_clear_python_errors():
     q = torch.randn(2, 4, 8)
     with pytest.raises(TypeError, match="query must be a torch.Tensor"):

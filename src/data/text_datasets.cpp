@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/ranges.h>
+
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
 #include "multihead/io/atomic_file.h"
@@ -160,32 +162,29 @@ TextDataset load_delimited(const std::string& path, char delimiter, const std::s
   return parse_delimited_dataset(read_file(path), delimiter, text_column, label_column, path);
 }
 
-TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
-                                    const std::string& label_column, const std::string& path) {
-  check_utf8(text, path);
-  // A UTF-8 byte-order mark (spreadsheet exports write one) is not part of the first column's name.
-  const std::string_view bom = "\xEF\xBB\xBF";
-  const bool has_bom = text.starts_with(bom);
-  std::vector<Record> records = parse_delimited(has_bom ? text.substr(bom.size()) : text, delimiter, path);
-  check<IoError>(!records.empty(), "{}: empty file (expected a header row)", path);
-  const auto& header = records.front().fields;
-  auto column = [&](const std::string& name) {
-    auto it = std::find(header.begin(), header.end(), name);
-    check<IoError>(it != header.end(), "{}: line 1: no column named '{}'", path, name);
-    return static_cast<std::size_t>(it - header.begin());
-  };
-  const std::size_t tc = column(text_column), lc = column(label_column);
-  std::vector<std::string> labels;
+namespace {
+
+// "'text' (the columns are: body, category; --text-column names another)":
+// what a user needs to fix a column name, at once.
+std::string missing_name(const std::string& name, const std::vector<std::string>& found, std::string_view noun,
+                         std::string_view flag) {
+  std::vector<std::string> quoted;
+  for (const auto& f : found) quoted.push_back("'" + clip_text(f, 40) + "'");
+  return fmt::format("no {} named '{}' (the {}s are: {}; {} names another)", noun, clip_text(name, 40), noun,
+                     fmt::join(quoted, ", "), flag);
+}
+
+std::string_view flag_for(const std::string& name, const std::string& text_column) {
+  return name == text_column ? "--text-column" : "--label-column";
+}
+
+}  // namespace
+
+TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<std::string>& labels,
+                             const std::string& path) {
+  check<IoError>(!texts.empty(), "{}: no examples", path);
   TextDataset ds;
-  for (std::size_t r = 1; r < records.size(); ++r) {
-    const Record& rec = records[r];
-    check<IoError>(rec.fields.size() == header.size(), "{}: line {}: {} fields, the header has {}", path, rec.line,
-                   rec.fields.size(), header.size());
-    check<IoError>(!rec.fields[lc].empty(), "{}: line {}: empty label", path, rec.line);
-    ds.examples.push_back({rec.fields[tc], 0});
-    labels.push_back(rec.fields[lc]);
-  }
-  check<IoError>(!ds.examples.empty(), "{}: no data rows after the header", path);
+  for (auto& t : texts) ds.examples.push_back({std::move(t), 0});
   // Integer labels are used as they are; other labels are numbered in order of appearance.
   bool all_int = true;
   for (const auto& l : labels)
@@ -209,10 +208,84 @@ TextDataset parse_delimited_dataset(const std::string& text, char delimiter, con
       ds.examples[i].label = it->second;
     }
   }
-  // One class would train to a constant and report 100% accuracy.
-  check<IoError>(std::any_of(labels.begin(), labels.end(), [&](const std::string& l) { return l != labels.front(); }),
-                 "{}: every row has the label '{}'; a classifier needs at least two classes", path, labels.front());
   return ds;
+}
+
+TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
+                                    const std::string& label_column, const std::string& path) {
+  check_utf8(text, path);
+  // A UTF-8 byte-order mark (spreadsheet exports write one) is not part of the first column's name.
+  const std::string_view bom = "\xEF\xBB\xBF";
+  const bool has_bom = text.starts_with(bom);
+  std::vector<Record> records = parse_delimited(has_bom ? text.substr(bom.size()) : text, delimiter, path);
+  check<IoError>(!records.empty(), "{}: empty file (expected a header row)", path);
+  const auto& header = records.front().fields;
+  auto column = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    check<IoError>(it != header.end(), "{}: line 1: {}", path,
+                   missing_name(name, header, "column", flag_for(name, text_column)));
+    return static_cast<std::size_t>(it - header.begin());
+  };
+  const std::size_t tc = column(text_column), lc = column(label_column);
+  std::vector<std::string> texts, labels;
+  for (std::size_t r = 1; r < records.size(); ++r) {
+    const Record& rec = records[r];
+    check<IoError>(rec.fields.size() == header.size(), "{}: line {}: {} fields, the header has {}", path, rec.line,
+                   rec.fields.size(), header.size());
+    check<IoError>(!rec.fields[lc].empty(), "{}: line {}: empty label", path, rec.line);
+    texts.push_back(rec.fields[tc]);
+    labels.push_back(rec.fields[lc]);
+  }
+  check<IoError>(!texts.empty(), "{}: no data rows after the header", path);
+  return labelled_dataset(std::move(texts), labels, path);
+}
+
+TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string& text_key,
+                                     const std::string& label_key, const std::string& path) {
+  check_utf8(bytes, path);
+  std::vector<std::string> texts, labels;
+  std::size_t line = 0;
+  for (std::size_t at = 0; at < bytes.size();) {
+    std::size_t end = bytes.find('\n', at);
+    if (end == std::string::npos) end = bytes.size();
+    std::string_view row(bytes.data() + at, end - at);
+    at = end + 1;
+    ++line;
+    if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // a blank line
+    const nlohmann::json j = nlohmann::json::parse(row, nullptr, false);
+    check<IoError>(!j.is_discarded() && j.is_object(), "{}: line {}: not a JSON object", path, line);
+    for (const std::string* key : {&text_key, &label_key})
+      if (!j.contains(*key)) {
+        std::vector<std::string> found;
+        for (const auto& [k, v] : j.items()) found.push_back(k);
+        throw IoError(fmt::format("{}: line {}: {}", path, line, missing_name(*key, found, "key", flag_for(*key, text_key))));
+      }
+    const nlohmann::json& t = j[text_key];
+    const nlohmann::json& l = j[label_key];
+    check<IoError>(t.is_string(), "{}: line {}: '{}' is not a string", path, line, text_key);
+    check<IoError>(l.is_string() || l.is_number_unsigned(), "{}: line {}: '{}' is not a string or a class number",
+                   path, line, label_key);
+    std::string label = l.is_string() ? l.get<std::string>() : std::to_string(l.get<std::uint64_t>());
+    check<IoError>(!label.empty(), "{}: line {}: empty label", path, line);
+    texts.push_back(t.get<std::string>());
+    labels.push_back(std::move(label));
+  }
+  check<IoError>(!texts.empty(), "{}: no records (expected one JSON object a line)", path);
+  return labelled_dataset(std::move(texts), labels, path);
+}
+
+void check_two_classes(const TextDataset& ds, const std::string& path) {
+  const auto& ex = ds.examples;
+  check<IoError>(ex.empty() || std::any_of(ex.begin(), ex.end(), [&](const TextExample& e) { return e.label != ex.front().label; }),
+                 "{}: every row has the label '{}'; a classifier needs at least two classes", path,
+                 ds.label_names[static_cast<std::size_t>(ex.front().label)]);
+}
+
+TextDataset load_labelled_file(const std::string& path, const std::string& format, const std::string& text_column,
+                               const std::string& label_column) {
+  if (format == "jsonl") return parse_json_lines_dataset(read_file(path), text_column, label_column, path);
+  check<ConfigError>(format == "csv" || format == "tsv", "a labelled file is csv, tsv or jsonl, not '{}'", format);
+  return load_delimited(path, format == "csv" ? ',' : '\t', text_column, label_column);
 }
 
 std::string strip_mail_headers(const std::string& message) {

@@ -9,30 +9,51 @@
 #include <fmt/format.h>
 
 #include "multihead/experiments/experiments.h"
+#include "multihead/report/plots.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/train/progress.h"
 #include "multihead/train/run_dir.h"
 
 namespace multihead::experiment {
 
-// "mean ± std" of v scaled by `scale`, with `decimals` places; the sample
-// standard deviation (n - 1), left out for a single seed.
-inline std::string mean_std(const std::vector<double>& v, int decimals = 2, double scale = 1.0) {
-  if (v.empty()) return "-";
-  double m = 0;
-  for (double x : v) m += x;
-  m /= static_cast<double>(v.size());
-  if (v.size() == 1) return fmt::format("{:.{}f}", scale * m, decimals);
-  double ss = 0;
-  for (double x : v) ss += (x - m) * (x - m);
-  const double sd = std::sqrt(ss / static_cast<double>(v.size() - 1));
-  return fmt::format("{:.{}f} ± {:.{}f}", scale * m, decimals, scale * sd, decimals);
-}
-
 inline double mean(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m += x;
   return v.empty() ? 0.0 : m / static_cast<double>(v.size());
+}
+
+// The sample standard deviation (n - 1); 0 for fewer than two values.
+inline double sample_std(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  const double m = mean(v);
+  double ss = 0;
+  for (double x : v) ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+
+// "mean ± std" of v scaled by `scale`, with `decimals` places; the sample
+// standard deviation, left out for a single seed.
+inline std::string mean_std(const std::vector<double>& v, int decimals = 2, double scale = 1.0) {
+  if (v.empty()) return "-";
+  if (v.size() == 1) return fmt::format("{:.{}f}", scale * v[0], decimals);
+  return fmt::format("{:.{}f} ± {:.{}f}", scale * mean(v), decimals, scale * sample_std(v), decimals);
+}
+
+// A point of a plotted series at x: the mean of v over the seeds, with the
+// sample standard deviation as its error bar.
+inline void add_point(Series& s, double x, const std::vector<double>& v) {
+  s.x.push_back(x);
+  s.y.push_back(mean(v));
+  s.err.push_back(sample_std(v));
+}
+
+// Axes for a fraction (accuracy): never past 0 and 1; log_x for a variable
+// that doubles from point to point (head counts, lengths).
+inline PlotAxes fraction_axes(bool log_x) {
+  PlotAxes a;
+  a.y_floor = 0, a.y_ceiling = 1;
+  a.log_x = log_x;
+  return a;
 }
 
 // Percentages (fractions times 100) and MiB (from bytes), as mean ± std.

@@ -53,10 +53,7 @@ ExperimentTable heads_table(const std::string& title, const std::vector<std::int
                             std::map<std::int64_t, HeadsRow>& rows, std::vector<Series>& curves,
                             const std::string& dataset) {
   Series s{dataset, {}, {}};
-  for (auto h : heads) {
-    s.x.push_back(static_cast<double>(h));
-    s.y.push_back(mean(rows[h].acc));
-  }
+  for (auto h : heads) add_point(s, static_cast<double>(h), rows[h].acc);
   curves.push_back(s);
   ExperimentTable t;
   t.title = title;
@@ -124,8 +121,9 @@ ExperimentReport heads_experiment(Context& c) {
     r.tables.push_back(heads_table("fashion-mnist: Vision Transformer, 2 layers, d_model 64, 20 000 training images, 2 epochs",
                                    heads, 64, rows, curves, "fashion-mnist"));
   }
-  line_plot_png((fs::path(c.dir) / "accuracy_by_heads.png").string(), "Test accuracy by number of heads", "heads",
-                "test accuracy", curves);
+  line_plot_png((fs::path(c.dir) / "accuracy_by_heads.png").string(),
+                "Test accuracy by number of heads (mean ± std over seeds)", "heads", "test accuracy", curves,
+                fraction_axes(true));
   r.results = {{"runs", runs}};
   return r;
 }
@@ -288,19 +286,23 @@ ExperimentReport head_analysis_experiment(Context& c) {
   disp.title = fmt::format("Dispersion against length: mean attention entropy (nats; uniform = ln L) and mass outside the top {} keys", top_k);
   disp.columns = {"length", "ln L", "entropy, 1 head", fmt::format("entropy, {} heads", many),
                   fmt::format("outside top {}, 1 head", top_k), fmt::format("outside top {}, {} heads", top_k, many)};
-  std::vector<Series> curves = {{"1 head", {}, {}}, {fmt::format("{} heads", many), {}, {}}};
+  std::vector<Series> curves = {{"1 head", {}, {}}, {fmt::format("{} heads", many), {}, {}}, {"uniform (ln L)", {}, {}}};
+  curves[2].dashed = true;
   for (std::int64_t L : lengths) {
     if (entropy[{1, L}].empty()) continue;
     disp.rows.push_back({std::to_string(L), fmt::format("{:.2f}", std::log(static_cast<double>(L))),
                          mean_std(entropy[{1, L}], 2), mean_std(entropy[{many, L}], 2), mean_std(outside[{1, L}], 3),
                          mean_std(outside[{many, L}], 3)});
-    curves[0].x.push_back(static_cast<double>(L));
-    curves[0].y.push_back(mean(entropy[{1, L}]));
-    curves[1].x.push_back(static_cast<double>(L));
-    curves[1].y.push_back(mean(entropy[{many, L}]));
+    add_point(curves[0], static_cast<double>(L), entropy[{1, L}]);
+    add_point(curves[1], static_cast<double>(L), entropy[{many, L}]);
+    curves[2].x.push_back(static_cast<double>(L));
+    curves[2].y.push_back(std::log(static_cast<double>(L)));
   }
-  line_plot_png((fs::path(c.dir) / "entropy_by_length.png").string(), "Attention entropy by length", "length",
-                "entropy (nats)", curves);
+  PlotAxes lengths_axes;
+  lengths_axes.log_x = true;
+  line_plot_png((fs::path(c.dir) / "entropy_by_length.png").string(),
+                "Attention entropy by length (mean ± std over seeds)", "length", "entropy (nats)", curves,
+                lengths_axes);
   ExperimentReport r;
   r.tables = {summary, per_head, diversity, disp};
   r.results = {{"runs", runs}};

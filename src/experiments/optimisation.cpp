@@ -56,10 +56,11 @@ ExperimentReport optimisation_experiment(Context& c) {
                             mean(spikes)));
       t.rows.push_back({clip > 0 ? fmt::format("{}", clip) : "none", std::to_string(warmup), mean_std(final_loss, 4),
                         pct(tok, 1), pct(seq, 1), mean_std(spikes, 1)});
+      curve.y = smoothed(curve.y, 0.95);  // six noisy curves over each other: their trends
       curves.push_back(curve);
     }
   }
-  line_plot_png((std::filesystem::path(c.dir) / "loss.png").string(), "Training loss (seed 1)", "step",
+  line_plot_png((std::filesystem::path(c.dir) / "loss.png").string(), "Training loss (seed 1, moving average 0.95)", "step",
                 "cross-entropy", curves);
   ExperimentReport r;
   r.tables = {t};

@@ -59,8 +59,7 @@ ExperimentReport positions_experiment(Context& c) {
     Series s{kind, {}, {}};
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       row.push_back(pct(tok[kind][i], 1));
-      s.x.push_back(static_cast<double>(lengths[i]));
-      s.y.push_back(mean(tok[kind][i]));
+      add_point(s, static_cast<double>(lengths[i]), tok[kind][i]);
     }
     row.push_back(pct(seq[kind], 1));
     row.push_back(mean_std(ms[kind], 1));
@@ -69,7 +68,8 @@ ExperimentReport positions_experiment(Context& c) {
     curves.push_back(s);
   }
   line_plot_png((std::filesystem::path(c.dir) / "token_accuracy_by_length.png").string(),
-                "Token accuracy by test length", "length", "token accuracy", curves);
+                "Token accuracy by test length (mean ± std over seeds)", "length", "token accuracy", curves,
+                fraction_axes(true));
   ExperimentReport r;
   r.tables = {t};
   r.results = {{"runs", runs}, {"train_max_len", train_len}, {"steps", base.train.steps}};

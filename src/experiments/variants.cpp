@@ -53,10 +53,8 @@ ExperimentReport variants_experiment(Context& c) {
                             mean(ms)));
       t.rows.push_back({v, std::to_string(L), pct(tok, 1), pct(seq, 1), mean_std(ms, 1), mean_std(mem, 1)});
       time_curves[v].name = acc_curves[v].name = v;
-      time_curves[v].x.push_back(static_cast<double>(L));
-      time_curves[v].y.push_back(mean(ms));
-      acc_curves[v].x.push_back(static_cast<double>(L));
-      acc_curves[v].y.push_back(mean(tok));
+      add_point(time_curves[v], static_cast<double>(L), ms);
+      add_point(acc_curves[v], static_cast<double>(L), tok);
     }
   }
   auto values = [](const std::map<std::string, Series>& m) {
@@ -64,10 +62,14 @@ ExperimentReport variants_experiment(Context& c) {
     for (const auto& [k, v] : m) s.push_back(v);
     return s;
   };
-  line_plot_png((std::filesystem::path(c.dir) / "ms_per_step.png").string(), "Training step time", "length",
-                "ms per step", values(time_curves));
-  line_plot_png((std::filesystem::path(c.dir) / "token_accuracy.png").string(), "Token accuracy", "length",
-                "token accuracy", values(acc_curves));
+  // Lengths double from point to point, and so (or faster) does the time of full attention.
+  PlotAxes log_log;
+  log_log.log_x = log_log.log_y = true;
+  line_plot_png((std::filesystem::path(c.dir) / "ms_per_step.png").string(),
+                "Training step time (mean ± std over seeds)", "length", "ms per step", values(time_curves), log_log);
+  line_plot_png((std::filesystem::path(c.dir) / "token_accuracy.png").string(),
+                "Token accuracy (mean ± std over seeds)", "length", "token accuracy", values(acc_curves),
+                fraction_axes(true));
   ExperimentReport r;
   r.tables = {t};
   r.results = {{"runs", runs}};

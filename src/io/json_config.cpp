@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 #include "multihead/io/json_keys.h"
 
 namespace multihead {
@@ -57,7 +58,10 @@ json ConfigReader::parse(std::string_view text, const std::string& source) {
   return j;
 }
 
-bool ConfigReader::has(const std::string& key) const { return obj_.contains(key); }
+bool ConfigReader::has(const std::string& key) const {
+  asked_.insert(key);
+  return obj_.contains(key);
+}
 
 const json& ConfigReader::value(const std::string& key) {
   used_.insert(key);
@@ -240,7 +244,8 @@ ConfigDescriber& ConfigDescriber::add(const std::string& key, std::string type, 
 
 void ConfigReader::finish() const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it)
-    check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'", source_, clip_text(it.key()));
+    check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'{}", source_, clip_text(it.key()),
+                       did_you_mean(it.key(), std::vector<std::string>(asked_.begin(), asked_.end())));
 }
 
 }  // namespace multihead

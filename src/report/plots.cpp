@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
 
@@ -83,8 +85,44 @@ double nice_tick_step(double range, int intervals) {
   return 10.0 * mag;
 }
 
+std::vector<double> smoothed(const std::vector<double>& y, double weight) {
+  std::vector<double> out(y.size(), std::numeric_limits<double>::quiet_NaN());
+  double s = 0, norm = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) continue;
+    s = weight * s + (1 - weight) * y[i];
+    norm = weight * norm + (1 - weight);
+    out[i] = s / norm;
+  }
+  return out;
+}
+
+namespace {
+
+// A point as the axes place it (log axes take the logarithm), or NaN.
+struct Transform {
+  bool log_x, log_y;
+  double x(double v) const { return log_x ? (v > 0 ? std::log2(v) : std::nan("")) : v; }
+  double y(double v) const { return log_y ? (v > 0 ? std::log10(v) : std::nan("")) : v; }
+};
+
+// A log axis's tick label: the value itself (2^k or 10^k).
+std::string log_tick_label(double exponent, double base) {
+  const double v = std::pow(base, exponent);
+  if (base == 2 && exponent >= 0 && exponent < 20) return fmt::format("{:.0f}", v);
+  return tick_label(v);
+}
+
+void draw_marker(cairo_t* cr, double x, double y) {
+  cairo_new_sub_path(cr);
+  cairo_arc(cr, x, y, 3.5, 0, 2 * M_PI);
+  cairo_fill(cr);
+}
+
+}  // namespace
+
 void line_plot_png(const std::string& path, const std::string& title, const std::string& x_label,
-                   const std::string& y_label, const std::vector<Series>& series) {
+                   const std::string& y_label, const std::vector<Series>& series, const PlotAxes& axes) {
   const int W = 800, H = 480;
   const double left = 80, right = 20, top = 50, bottom = 60;
   cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
@@ -93,31 +131,56 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
   cairo_set_source_rgb(cr, 1, 1, 1);
   cairo_paint(cr);
 
+  const Transform tf{axes.log_x, axes.log_y};
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const auto& s : series)
     for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.y[i])) continue;
-      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
-      y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
+      const double x = tf.x(s.x[i]), e = i < s.err.size() && std::isfinite(s.err[i]) ? s.err[i] : 0;
+      const double lo = tf.y(s.y[i] - e), hi = tf.y(s.y[i] + e), mid = tf.y(s.y[i]);
+      if (!std::isfinite(mid) || !std::isfinite(x)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x);
+      y0 = std::min({y0, mid, std::isfinite(lo) ? lo : mid}), y1 = std::max({y1, mid, std::isfinite(hi) ? hi : mid});
     }
-  if (!(x0 < x1)) x1 = x0 + 1, x0 = std::isfinite(x0) ? x0 : 0, x1 = std::isfinite(x1) ? x1 : 1;
-  if (!(y0 < y1)) y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
-  // y: a little room around the data, then out to whole tick steps; a
-  // quantity that is never negative (a loss, bytes) keeps 0 as its floor.
-  const bool non_negative = y0 >= 0;
-  const double pad = 0.03 * (y1 - y0);
-  y0 -= pad, y1 += pad;
-  if (non_negative) y0 = std::max(y0, 0.0);
-  const double ystep = nice_tick_step(y1 - y0, 5), xstep = nice_tick_step(x1 - x0, 8);
-  y0 = std::floor(y0 / ystep) * ystep, y1 = std::ceil(y1 / ystep) * ystep;
+  // A range within rounding of a point (a value and its smoothed twin an ulp
+  // apart) is a point: its tick step would be below the values' precision.
+  const auto point_like = [](double lo, double hi) {
+    return !(lo < hi) || hi - lo <= 1e-9 * std::max(std::fabs(lo), std::fabs(hi));
+  };
+  if (point_like(x0, x1)) x0 = std::isfinite(x0) ? x0 : 0, x1 = x0 + 1;
+  if (point_like(y0, y1)) y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
+  double ystep = 1;
+  if (axes.log_y) {
+    y0 = std::floor(y0), y1 = std::max(std::ceil(y1), y0 + 1);
+  } else {
+    // y: a little room around the data, then out to whole tick steps; a
+    // quantity that is never negative (a loss, bytes) keeps 0 as its floor.
+    const bool non_negative = y0 >= 0;
+    const double pad = 0.03 * (y1 - y0);
+    y0 -= pad, y1 += pad;
+    if (non_negative) y0 = std::max(y0, 0.0);
+    if (axes.y_min) y0 = *axes.y_min;
+    if (axes.y_max) y1 = *axes.y_max;
+    if (!(y0 < y1)) y1 = y0 + 1;
+    ystep = nice_tick_step(y1 - y0, 5);
+    if (!axes.y_min) y0 = std::floor(y0 / ystep) * ystep;
+    if (!axes.y_max) y1 = std::ceil(y1 / ystep) * ystep;
+    if (axes.y_floor) y0 = std::max(y0, *axes.y_floor);
+    if (axes.y_ceiling) y1 = std::min(y1, *axes.y_ceiling);
+    if (!(y0 < y1)) y0 = axes.y_floor.value_or(y1 - 1), y1 = axes.y_ceiling.value_or(y0 + 1);
+  }
+  double xstep = axes.log_x ? std::max(1.0, std::ceil((x1 - x0) / 8)) : nice_tick_step(x1 - x0, 8);
+  if (axes.log_x) {  // a little room so that the end points' markers show whole
+    const double pad = 0.04 * (x1 - x0);
+    x0 -= pad, x1 += pad;
+  }
   const double pw = W - left - right, ph = H - top - bottom;
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
 
   cairo_set_source_rgb(cr, 0, 0, 0);
   text_at(cr, W / 2.0, 22, title, 17, 0.5);
-  text_at(cr, left + pw / 2, H - 18, x_label, 13, 0.5);
-  text_at(cr, 22, top + ph / 2, y_label, 13, 0.5, -M_PI / 2);
+  text_at(cr, left + pw / 2, H - 18, x_label + (axes.log_x ? " (log scale)" : ""), 13, 0.5);
+  text_at(cr, 22, top + ph / 2, y_label + (axes.log_y ? " (log scale)" : ""), 13, 0.5, -M_PI / 2);
   // Grid and ticks at whole multiples of the steps (the x axis keeps the
   // data's own ends: its first tick is the first multiple inside them).
   cairo_set_line_width(cr, 1);
@@ -128,36 +191,88 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
     cairo_stroke(cr);
     cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
   };
-  for (double yv = y0; yv <= y1 + 1e-9 * ystep; yv += ystep) {
+  // Ticks by index, never by a running sum that a tiny step would leave unchanged.
+  const double yfirst = std::ceil(y0 / ystep - 1e-9) * ystep, xfirst = std::ceil(x0 / xstep) * xstep;
+  for (int i = 0; i < 1000; ++i) {
+    const double yv = yfirst + i * ystep;
+    if (yv > y1 + 1e-9 * ystep) break;
     const double v = std::fabs(yv) < 1e-9 * ystep ? 0.0 : yv;  // no "-0" or 1e-17 from the sum
     grid_line(left, py(v), left + pw, py(v));
-    text_at(cr, left - 6, py(v), tick_label(v), 11, 1.0);
+    text_at(cr, left - 6, py(v), axes.log_y ? log_tick_label(v, 10) : tick_label(v), 11, 1.0);
   }
-  for (double xv = std::ceil(x0 / xstep) * xstep; xv <= x1 + 1e-9 * xstep; xv += xstep) {
+  for (int i = 0; i < 1000; ++i) {
+    const double xv = xfirst + i * xstep;
+    if (xv > x1 + 1e-9 * xstep) break;
     const double v = std::fabs(xv) < 1e-9 * xstep ? 0.0 : xv;
     grid_line(px(v), top, px(v), top + ph);
-    text_at(cr, px(v), top + ph + 14, tick_label(v), 11, 0.5);
+    text_at(cr, px(v), top + ph + 14, axes.log_x ? log_tick_label(v, 2) : tick_label(v), 11, 0.5);
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
   cairo_rectangle(cr, left, top, pw, ph);
   cairo_stroke(cr);
-  // Series, then the legend over them: a white box in the top right corner,
-  // as wide as the longest name.
-  cairo_set_line_width(cr, 2);
-  for (std::size_t k = 0; k < series.size(); ++k) {
-    const auto& c = kPalette[k % std::size(kPalette)];
-    cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-    const auto& s = series[k];
-    bool started = false;
-    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.y[i])) continue;
-      if (!started) cairo_move_to(cr, px(s.x[i]), py(s.y[i]));
-      else cairo_line_to(cr, px(s.x[i]), py(s.y[i]));
-      started = true;
+  // Series inside the frame (fixed axes clip), faint ones first.
+  cairo_save(cr);
+  cairo_rectangle(cr, left, top, pw, ph);
+  cairo_clip(cr);
+  std::vector<std::pair<double, double>> points;  // every point drawn, for the legend's placement
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::size_t k = 0; k < series.size(); ++k) {
+      const auto& s = series[k];
+      if (s.faint != (pass == 0)) continue;
+      const auto& c = kPalette[k % std::size(kPalette)];
+      if (s.faint) cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.3);
+      else cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+      cairo_set_line_width(cr, s.faint ? 1 : 2);
+      if (s.dashed) {
+        const double dash[] = {6, 4};
+        cairo_set_dash(cr, dash, 2, 0);
+      }
+      bool started = false;
+      std::size_t drawn = 0;
+      for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+        const double x = tf.x(s.x[i]), y = tf.y(s.y[i]);
+        if (!std::isfinite(y) || !std::isfinite(x)) continue;
+        if (!started) {
+          cairo_move_to(cr, px(x), py(y));
+        } else {
+          cairo_line_to(cr, px(x), py(y));
+          // The segment too, every 4 px, so that no legend is put over a line between points.
+          const auto [ax, ay] = points.back();
+          const double steps = std::floor(std::hypot(px(x) - ax, py(y) - ay) / 4);
+          for (double t = 1; t < steps; ++t)
+            points.emplace_back(ax + (px(x) - ax) * t / steps, ay + (py(y) - ay) * t / steps);
+        }
+        started = true;
+        ++drawn;
+        points.emplace_back(px(x), py(y));
+      }
+      cairo_stroke(cr);
+      cairo_set_dash(cr, nullptr, 0, 0);
+      // Error bars, and a marker at each point of a sparse series.
+      cairo_set_line_width(cr, 1.5);
+      for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+        const double x = tf.x(s.x[i]), y = tf.y(s.y[i]);
+        if (!std::isfinite(y) || !std::isfinite(x)) continue;
+        if (i < s.err.size() && std::isfinite(s.err[i]) && s.err[i] > 0) {
+          const double lo = tf.y(s.y[i] - s.err[i]), hi = tf.y(s.y[i] + s.err[i]);
+          const double ylo = std::isfinite(lo) ? py(lo) : top + ph, yhi = py(hi);
+          cairo_move_to(cr, px(x), ylo);
+          cairo_line_to(cr, px(x), yhi);
+          for (double yy : {ylo, yhi}) {
+            cairo_move_to(cr, px(x) - 4, yy);
+            cairo_line_to(cr, px(x) + 4, yy);
+          }
+          cairo_stroke(cr);
+          points.emplace_back(px(x), ylo), points.emplace_back(px(x), yhi);
+        }
+        if (!s.faint && !s.dashed && drawn <= kMarkersUpTo) draw_marker(cr, px(x), py(y));
+        if (i < s.labels.size() && !s.labels[i].empty()) {
+          text_at(cr, px(x) + 6, py(y) - 9, s.labels[i], 10);
+          points.emplace_back(px(x) + 12, py(y) - 9);
+        }
+      }
     }
-    if (s.x.size() == 1) cairo_arc(cr, px(s.x[0]), py(s.y[0]), 3, 0, 2 * M_PI);
-    cairo_stroke(cr);
-  }
+  cairo_restore(cr);
   if (!series.empty()) {
     cairo_set_font_size(cr, 12);
     double text_w = 0;
@@ -167,25 +282,92 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
       text_w = std::max(text_w, ext.x_advance);
     }
     const double row = 18, box_w = 8 + 25 + 7 + text_w + 8, box_h = row * static_cast<double>(series.size()) + 8;
-    const double bx = left + pw - box_w - 8, by = top + 8;
+    // Where the box covers the fewest points: down the right edge, then the
+    // left, then the middle, in steps of 10 px from the top (ties: the first).
+    const double xs[3] = {left + pw - box_w - 8, left + 8, left + (pw - box_w) / 2};
+    double bx = xs[0], by = top + 8;
+    std::size_t best_covered = std::numeric_limits<std::size_t>::max();
+    for (const double cx : xs)
+      for (double cy = top + 8; cy <= top + ph - box_h - 8; cy += 10) {
+        const auto covered = static_cast<std::size_t>(std::count_if(points.begin(), points.end(), [&](const auto& p) {
+          return p.first >= cx - 6 && p.first <= cx + box_w + 6 && p.second >= cy - 6 && p.second <= cy + box_h + 6;
+        }));
+        if (covered < best_covered) bx = cx, by = cy, best_covered = covered;
+      }
     cairo_set_line_width(cr, 1);
     cairo_rectangle(cr, bx, by, box_w, box_h);
     cairo_set_source_rgba(cr, 1, 1, 1, 0.88);
     cairo_fill_preserve(cr);
     cairo_set_source_rgb(cr, 0.7, 0.7, 0.7);
     cairo_stroke(cr);
-    cairo_set_line_width(cr, 2);
     for (std::size_t k = 0; k < series.size(); ++k) {
       const auto& c = kPalette[k % std::size(kPalette)];
       const double ly = by + 4 + row / 2 + row * static_cast<double>(k);
-      cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+      if (series[k].faint) cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.4);
+      else cairo_set_source_rgb(cr, c[0], c[1], c[2]);
+      cairo_set_line_width(cr, series[k].faint ? 1 : 2);
+      if (series[k].dashed) {
+        const double dash[] = {6, 4};
+        cairo_set_dash(cr, dash, 2, 0);
+      }
       cairo_move_to(cr, bx + 8, ly);
       cairo_line_to(cr, bx + 33, ly);
       cairo_stroke(cr);
+      cairo_set_dash(cr, nullptr, 0, 0);
       cairo_set_source_rgb(cr, 0, 0, 0);
       text_at(cr, bx + 40, ly, series[k].name, 12);
     }
   }
+  cairo_destroy(cr);
+  save(surface, path);
+}
+
+void count_matrix_png(const std::string& path, const std::string& title, const std::vector<std::int64_t>& counts,
+                      std::int64_t rows, std::int64_t cols, const std::vector<std::string>& row_labels,
+                      const std::vector<std::string>& col_labels, const std::string& row_axis,
+                      const std::string& col_axis) {
+  check<ShapeError>(static_cast<std::int64_t>(counts.size()) == rows * cols && rows > 0 && cols > 0,
+                    "a {} x {} matrix needs {} counts, got {}", rows, cols, rows * cols, counts.size());
+  const double cell = std::clamp(560.0 / static_cast<double>(std::max(rows, cols)), 14.0, 90.0);
+  const double label_w = 150, top = 60 + 110;
+  const int W = static_cast<int>(label_w + cell * static_cast<double>(cols) + 40);
+  const int H = static_cast<int>(top + cell * static_cast<double>(rows) + 30);
+  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, std::max(W, 420), H);
+  cairo_t* cr = cairo_create(surface);
+  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_source_rgb(cr, 1, 1, 1);
+  cairo_paint(cr);
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  text_at(cr, std::max(W, 420) / 2.0, 20, title, 15, 0.5);
+  text_at(cr, label_w + cell * static_cast<double>(cols) / 2, 44, col_axis, 12, 0.5);
+  text_at(cr, 14, top + cell * static_cast<double>(rows) / 2, row_axis, 12, 0.5, -M_PI / 2);
+  const double fs = std::clamp(cell * 0.3, 7.0, 13.0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t total = 0;
+    for (std::int64_t c = 0; c < cols; ++c) total += counts[static_cast<std::size_t>(r * cols + c)];
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::int64_t n = counts[static_cast<std::size_t>(r * cols + c)];
+      const double t = total > 0 ? static_cast<double>(n) / static_cast<double>(total) : 0.0;
+      cairo_set_source_rgb(cr, 1 - 0.95 * t, 1 - 0.75 * t, 1 - 0.35 * t);
+      const double x = label_w + cell * static_cast<double>(c), y = top + cell * static_cast<double>(r);
+      cairo_rectangle(cr, x, y, cell, cell);
+      cairo_fill(cr);
+      cairo_set_source_rgb(cr, 0.75, 0.75, 0.75);
+      cairo_set_line_width(cr, 0.5);
+      cairo_rectangle(cr, x, y, cell, cell);
+      cairo_stroke(cr);
+      if (t > 0.55) cairo_set_source_rgb(cr, 1, 1, 1);
+      else cairo_set_source_rgb(cr, 0, 0, 0);
+      text_at(cr, x + cell / 2, y + cell / 2, fmt::format("{}", n), fs, 0.5);
+    }
+  }
+  cairo_set_source_rgb(cr, 0, 0, 0);
+  const double ls = std::min(12.0, std::max(8.0, cell * 0.35));
+  for (std::int64_t r = 0; r < rows && r < static_cast<std::int64_t>(row_labels.size()); ++r)
+    text_at(cr, label_w - 6, top + cell * (static_cast<double>(r) + 0.5), shorten(row_labels[static_cast<std::size_t>(r)], 20), ls, 1.0);
+  for (std::int64_t c = 0; c < cols && c < static_cast<std::int64_t>(col_labels.size()); ++c)
+    text_at(cr, label_w + cell * (static_cast<double>(c) + 0.5), top - 6, shorten(col_labels[static_cast<std::size_t>(c)], 16), ls,
+            0.0, -M_PI / 2);
   cairo_destroy(cr);
   save(surface, path);
 }

@@ -1,5 +1,7 @@
 #include "multihead/report/run_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "multihead/report/plots.h"
@@ -12,15 +14,42 @@ void plot_memory(const MemoryCurve& memory, const std::string& path) {
   line_plot_png(path, "Memory per step (allocator peak)", "step", "MiB", series);
 }
 
+namespace {
+
+// "tokens_per_s" -> "tokens per second".
+std::string throughput_label(const std::string& key) {
+  std::string name = key.substr(0, key.size() - 6);
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name + " per second";
+}
+
+}  // namespace
+
 void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report) {
   const TrainingCurves& c = fit.curves;
-  std::vector<Series> loss = {{"train (per step)", c.step, c.loss}};
+  // The per-step loss is noisy: drawn faint, with its smoothed line over it.
+  Series raw("train (per step)", c.step, c.loss);
+  raw.faint = true;
+  std::vector<Series> loss = {raw, {"train (smoothed)", c.step, smoothed(c.loss)}};
   if (!c.eval_step.empty()) loss.push_back({"validation", c.eval_step, c.eval_loss});
   line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy", loss);
   const bool accuracy = fit.validation && fit.validation->accuracy;
-  if (accuracy)
+  if (accuracy) {
+    PlotAxes unit;
+    unit.y_floor = 0, unit.y_ceiling = 1;
     line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
-                  {{"validation", c.eval_step, c.eval_accuracy}});
+                  {{"validation", c.eval_step, c.eval_accuracy}}, unit);
+  }
+  line_plot_png(run.file("plots/learning_rate.png"), "Learning rate", "step", "learning rate",
+                {{"learning rate", c.step, c.lr}});
+  Series norm("per step", c.step, c.grad_norm);
+  norm.faint = true;
+  line_plot_png(run.file("plots/grad_norm.png"), "Gradient norm (global, before clipping)", "step", "L2 norm",
+                {norm, {"smoothed", c.step, smoothed(c.grad_norm)}});
+  const bool throughput = !c.throughput.empty();
+  if (throughput)
+    line_plot_png(run.file("plots/throughput.png"), "Training throughput (mean since the start)", "step",
+                  throughput_label(c.throughput_key), {{throughput_label(c.throughput_key), c.throughput_step, c.throughput}});
   plot_memory(c.memory, run.file("plots/memory.png"));
 
   std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);
@@ -34,8 +63,11 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
                       t.value("init_sha256", std::string()),
                       skip.empty() ? "" : fmt::format("; parameters matching `{}` initialised afresh", skip));
   }
-  md += "\n## Training curves\n\n![loss](plots/loss.png)\n\n";
+  md += "\n## Training curves\n\nThe per-step loss, faint, with an exponential moving average over it (weight 0.9, "
+        "as TensorBoard smooths).\n\n![loss](plots/loss.png)\n\n";
   if (accuracy) md += "![accuracy](plots/accuracy.png)\n\n";
+  md += "![learning rate](plots/learning_rate.png)\n\n![gradient norm](plots/grad_norm.png)\n\n";
+  if (throughput) md += "![throughput](plots/throughput.png)\n\n";
   md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";
   md += report.sections;
   md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";

@@ -143,6 +143,11 @@ void Batcher::run_batch(std::vector<std::shared_ptr<Ticket>> batch) {
         stats_.answered += static_cast<std::int64_t>(batch.size());
         stats_.batches += 1;
         stats_.inputs += static_cast<std::int64_t>(inputs.size());
+        std::size_t bucket = 0;
+        while (bucket < kBatchSizeBounds.size() && static_cast<std::int64_t>(inputs.size()) > kBatchSizeBounds[bucket])
+          ++bucket;
+        ++stats_.batch_sizes[bucket];
+        for (const nlohmann::json& a : answers) stats_.truncated += a.contains("truncated");
       }
       std::size_t at = 0;
       for (const auto& t : batch) {

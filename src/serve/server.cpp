@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/version.h"
+#include "metrics.h"
 #include "session.h"
 
 namespace multihead {
@@ -121,6 +123,14 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
     return true;
   }
   void release_body(std::uint64_t bytes) override { bodies_held -= bytes; }
+  // "<this server's start, hex>-<sequence>": unique across restarts too.
+  std::string new_request_id() override { return fmt::format("{:08x}-{}", id_prefix, ++requests_seen); }
+  void count_response(std::string_view path, int status, std::chrono::steady_clock::duration took) override {
+    metrics.record(path, status, took);
+  }
+  std::uint32_t id_prefix = std::random_device{}();
+  std::atomic<std::uint64_t> requests_seen{0};
+  serve_detail::ServerMetrics metrics;
   void forget(const std::weak_ptr<Session>& s) {
     std::lock_guard lock(sessions_mutex);
     sessions.erase(s);
@@ -299,6 +309,18 @@ response<string_body> ModelServer::Impl::answer(const request<string_body>& req)
                                {"model_threads", st.threads}});
   }
   if (path == "/v1/model") return get ? json_response(200, model) : only("GET");
+  if (path == "/metrics") {
+    if (!get) return only("GET");
+    serve_detail::ServerCounts counts{0, turned_away.load(), bad_requests.load(), handler_failures.load()};
+    {
+      std::lock_guard lock(sessions_mutex);
+      counts.open_connections = static_cast<std::int64_t>(sessions.size());
+    }
+    response<string_body> res{serve_detail::http::status::ok, req.version()};
+    res.set(serve_detail::http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.body() = metrics.exposition(batcher->stats(), counts);
+    return res;
+  }
   if (path == "/v1/predict") return only("POST");
   ++bad_requests;
   return json_response(404, {{"error", fmt::format("no such endpoint: {} {}", clip_text(method), clip_text(path))}});

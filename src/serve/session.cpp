@@ -1,5 +1,6 @@
 #include "session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <boost/asio/dispatch.hpp>
@@ -71,6 +72,7 @@ void Session::read_request() {
                                                                                   std::size_t) {
     if (ec) return self->on_read(ec);
     const auto& header = self->parser_->get();
+    self->note_request(header);
     const bool has_body = self->parser_->chunked() || self->parser_->content_length().value_or(0) > 0;
     if (has_body) {
       const std::uint64_t share = self->parser_->chunked() ? self->limits_.max_body_bytes
@@ -160,7 +162,32 @@ void Session::refuse(int status, const std::string& why) {
   reply(json_response(status, {{"error", why}}));
 }
 
+namespace {
+
+// A client's own request id is taken when it is short printable ASCII; any
+// other is replaced, so that an id never breaks a header or a log line.
+bool usable_request_id(std::string_view id) {
+  return !id.empty() && id.size() <= 128 &&
+         std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+}  // namespace
+
+void Session::note_request(const http::request_parser<http::string_body>::value_type& header) {
+  const std::string_view target(header.target().data(), header.target().size());
+  path_ = std::string(target.substr(0, target.find('?')));
+  const auto id = header["X-Request-Id"];
+  request_id_ = usable_request_id(std::string_view(id.data(), id.size())) ? std::string(id.data(), id.size())
+                                                                          : server_.new_request_id();
+  started_ = std::chrono::steady_clock::now();
+}
+
 void Session::reply(http::response<http::string_body> res) {
+  // A request refused before its header was whole has neither id nor start of its own.
+  if (request_id_.empty()) request_id_ = server_.new_request_id(), started_ = std::chrono::steady_clock::now();
+  res.set("X-Request-Id", request_id_);
+  server_.count_response(path_, res.result_int(), std::chrono::steady_clock::now() - started_);
+  path_.clear(), request_id_.clear();
   res.version(version_);
   res.keep_alive(keep_alive_ && !server_.stopping());
   res.prepare_payload();

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
@@ -42,6 +43,10 @@ class Endpoints {
   // body is read, and gives it back once answered. False: no room now.
   virtual bool reserve_body(std::uint64_t bytes) = 0;
   virtual void release_body(std::uint64_t bytes) = 0;
+  // A request id for a request that brought none of its own (X-Request-Id).
+  virtual std::string new_request_id() = 0;
+  // Every answer sent: its request's path ("" before one was read), status and time taken.
+  virtual void count_response(std::string_view path, int status, std::chrono::steady_clock::duration took) = 0;
 };
 
 struct SessionLimits {
@@ -77,6 +82,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void linger_close();
   void drain();
   void release_body();
+  // The request's path, id and start, from its header.
+  void note_request(const http::request_parser<http::string_body>::value_type& header);
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -91,6 +98,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool busy_ = false;  // a request read and not yet answered
   bool closed_ = false;
   std::uint64_t reserved_ = 0;  // body bytes held against the server's budget
+  // The request being answered: its path, its id (the client's X-Request-Id,
+  // else the server's), and when its header was read.
+  std::string path_, request_id_;
+  std::chrono::steady_clock::time_point started_{};
   std::function<void()> on_close_;
 };
 

@@ -8,7 +8,9 @@ namespace multihead {
 nlohmann::json classified_answer(const std::string& input, const Prediction& p, const std::vector<std::string>& labels) {
   nlohmann::json probs = nlohmann::json::object();
   for (std::size_t c = 0; c < labels.size(); ++c) probs[labels[c]] = p.probabilities[c];
-  return {{"input", input}, {"label", p.label}, {"probabilities", probs}};
+  nlohmann::json a = {{"input", input}, {"label", p.label}, {"probabilities", probs}};
+  if (p.truncated) a["truncated"] = true;  // only its first tokens were read, as the model's length allows
+  return a;
 }
 
 nlohmann::json pronounced_answer(const std::string& input, const std::vector<Pronounced>& ps) {

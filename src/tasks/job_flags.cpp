@@ -30,8 +30,15 @@ const std::vector<JobFlag>& job_flags() {
        false,
        {},
        true},
-      {"--source", "Data source: spamassassin, aclimdb, csv or tsv", {{kAny, "data.source"}}},
+      {"--source",
+       "Data source: spamassassin, aclimdb, or a file: csv, tsv or jsonl (a preset's title and preprocessing "
+       "then go back to the defaults)",
+       {{kAny, "data.source"}},
+       false,
+       {"title", "data.strip_headers"}},
       {"--data", "Data path (folder or file)", {{kAny, "data.path"}}},
+      {"--text-column", "The column (CSV, TSV) or key (JSON Lines) that holds the text", {{kAny, "data.text_column"}}},
+      {"--label-column", "The column (CSV, TSV) or key (JSON Lines) that holds the class", {{kAny, "data.label_column"}}},
       {"--d-model", "Model width", {{kAny, "model.d_model"}}},
       {"--num-heads", "Attention heads", {{kAny, "model.nhead"}}},
       {"--num-layers", "Encoder layers", {{kAny, "model.num_layers"}}},
@@ -68,7 +75,7 @@ const std::vector<JobFlag>& job_flags() {
        "on CPUs with bf16 units, and widen to fp32 elsewhere",
        {{kAny, "train.precision"}},
        false,
-       "train.loss_scaling"},
+       {"train.loss_scaling"}},
       {"--checkpoint-layers", "Gradient checkpointing per layer", {{kAny, "train.checkpoint_layers"}}, true},
       {"--checkpoint-every",
        "Steps between checkpoints (0: after each epoch or evaluation and at the end)",
@@ -219,15 +226,25 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
                          "--set takes path=value (a key path such as model.d_model), got '{}'", clip_text(s.value));
       const std::string path = s.value.substr(0, eq);
       json value = typed_value(s.value.substr(eq + 1), find_path(config, path), "--set " + path);
+      const json* before = find_path(config, path);
+      const bool changed = !before || *before != value;
       make_path(config, path) = std::move(value);
+      if (changed)
+        for (const JobFlag& f : job_flags())
+          if (f.keys.front().second == path)
+            for (std::string_view k : f.rederives) erase_path(config, k);
       continue;
     }
     const JobFlag& f = find_flag(s.flag);
+    bool changed = false;
     for (const std::string& path : flag_keys(f, task, config)) {
       json value = typed_value(s.value, find_path(config, path), s.flag);
+      const json* before = find_path(config, path);
+      changed = changed || !before || *before != value;
       make_path(config, path) = std::move(value);
     }
-    if (!f.rederives.empty()) erase_path(config, f.rederives);
+    if (changed)
+      for (std::string_view k : f.rederives) erase_path(config, k);
   }
   return settings.empty() ? job : job_from_json(config, "the flags");
 }

@@ -131,6 +131,10 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   std::vector<std::string> lines;
   // A refused directory is left as it was (it may be another run's).
   std::optional<RunDir> run(std::in_place, out, mode);
+  if (!run->stale_lock_pid().empty())
+    progress.log(fmt::format("note: {} was locked by process {}, which ended without releasing it (killed?); "
+                             "this run takes it over",
+                             out, clip_text(run->stale_lock_pid())));
   try {
     lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, *run, progress, stop)); }, job);
     lines.push_back(fmt::format("report: {}", run->file("report.md")));
@@ -183,13 +187,24 @@ TestTexts run_test_texts(const std::string& run_dir) {
       job);
 }
 
-std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision) {
+std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision,
+                                      const EvalRequest& req) {
   const RunConfig cfg = read_run_config(run_dir);
   Job job = job_from_json(cfg.json, cfg.path);
   return std::visit(
       [&](auto& j) {
         if (precision) j.train.precision = *precision;
-        return evaluate_run(j, run_dir);
+        if constexpr (requires { evaluate_run(j, run_dir, req); }) {
+          return evaluate_run(j, run_dir, req);
+        } else {
+          const bool asked = !req.data.empty() || !req.out.empty() || !req.format.empty() ||
+                             !req.text_column.empty() || !req.label_column.empty();
+          check<ConfigError>(!asked,
+                             "--data, --out, --source and the column flags evaluate text classifiers and language "
+                             "models; this run's task is {}",
+                             job_task(job));
+          return evaluate_run(j, run_dir);
+        }
       },
       job);
 }

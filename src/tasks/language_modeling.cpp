@@ -23,8 +23,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 // results.json
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LanguageModelResult, validation_loss, steps, skipped_steps, train_seconds,
-                                   tokens_per_s, sample)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LanguageModelResult, validation_loss, validation_perplexity, steps, skipped_steps,
+                                   train_seconds, tokens_per_s, sample)
 
 LanguageModelJob::LanguageModelJob() {
   tokenizer.kind = TokenizerKind::kChar;
@@ -186,6 +186,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   LanguageModelResult result;
   if (fitted.validation) result.validation_loss = fitted.validation->loss;
   check_finite_result("the validation loss", result.validation_loss);
+  result.validation_perplexity = std::exp(result.validation_loss);
   result.steps = fitted.steps;
   result.skipped_steps = fitted.skipped_steps;
   result.train_seconds = fitted.seconds;
@@ -193,8 +194,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   result.sample = tok->decode(generate(m.model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
   run.write_results(result);
   RunReport report{job.report_title, {}, ""};
-  report.rows = {{"validation loss", fmt::format("{:.4f} nats/token ({:.3f} bits)", result.validation_loss,
-                                                 result.validation_loss / std::log(2.0))},
+  report.rows = {{"validation loss", loss_text(result.validation_loss)},
                  {"training", fitted.summary()},
                  {"batches", fmt::format("{} windows of {} tokens", job.train.batch, L)},
                  {"model", job.model.describe(m.store.numel())},
@@ -219,19 +219,36 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   return result;
 }
 
+std::string loss_text(double nats) {
+  return fmt::format("{:.4f} nats/token ({:.3f} bits, perplexity {:.3f})", nats, nats / std::log(2.0), std::exp(nats));
+}
+
 std::vector<std::string> summary_lines(const LanguageModelResult& r) {
-  return {fmt::format("validation loss: {:.4f} nats/token", r.validation_loss),
+  return {"validation loss: " + loss_text(r.validation_loss),
           fmt::format("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)", r.steps,
                       skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s),
           fmt::format("sample:\n{}", r.sample)};
 }
 
-std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir) {
+std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir, const EvalRequest& req) {
+  check<ConfigError>(req.out.empty() && req.format.empty() && req.text_column.empty() && req.label_column.empty(),
+                     "--out, --source, --text-column and --label-column are for classifiers; a language model's "
+                     "eval prints its loss");
   LoadedRun<LanguageModelJob, LanguageModel> r(job, run_dir);
-  const double loss = validation_loss(r.model(), validation_tokens(r.job, *r.tokenizer), r.job.train.seq_len,
-                                      r.job.eval_windows, r.job.train.precision);
-  check_finite_result("the validation loss", loss);
-  return {fmt::format("validation loss: {:.4f} nats/token", loss)};
+  if (req.data.empty()) {
+    const double loss = validation_loss(r.model(), validation_tokens(r.job, *r.tokenizer), r.job.train.seq_len,
+                                        r.job.eval_windows, r.job.train.precision);
+    check_finite_result("the validation loss", loss);
+    return {"validation loss: " + loss_text(loss)};
+  }
+  const std::vector<std::int64_t> tokens = r.tokenizer->encode(load_text_corpus(req.data));
+  check<IoError>(static_cast<std::int64_t>(tokens.size()) > r.job.train.seq_len,
+                 "{}: {} tokens, fewer than one window of {} + 1", req.data, tokens.size(), r.job.train.seq_len);
+  const double loss = validation_loss(r.model(), tokens, r.job.train.seq_len, r.job.eval_windows, r.job.train.precision);
+  check_finite_result("the loss", loss);
+  return {fmt::format("{} loss: {} ({} windows of {} tokens spread over its {} tokens)",
+                      std::filesystem::path(req.data).filename().string(), loss_text(loss), r.job.eval_windows,
+                      r.job.train.seq_len, tokens.size())};
 }
 
 ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const SampleSettings& settings) {

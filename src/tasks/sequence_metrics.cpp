@@ -6,6 +6,7 @@
 #include <map>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 
 namespace multihead {
 
@@ -27,20 +28,7 @@ std::map<TokenSeq, std::int64_t> ngrams(const TokenSeq& s, std::size_t n) {
 
 }  // namespace
 
-std::int64_t edit_distance(const TokenSeq& a, const TokenSeq& b) {
-  std::vector<std::int64_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<std::int64_t>(j);
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::int64_t diagonal = row[0];
-    row[0] = static_cast<std::int64_t>(i);
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::int64_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
-}
+std::int64_t edit_distance(const TokenSeq& a, const TokenSeq& b) { return static_cast<std::int64_t>(levenshtein(a, b)); }
 
 double corpus_bleu(const std::vector<TokenSeq>& predictions, const std::vector<std::vector<TokenSeq>>& references,
                    int max_n) {

@@ -195,8 +195,10 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   for (const auto& a : r.by_length)
     res["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
   run.write_results(res);
+  PlotAxes fraction;
+  fraction.y_floor = 0, fraction.y_ceiling = 1;
   line_plot_png(run.file("plots/accuracy_by_length.png"), "Sequence accuracy by length", "length", "accuracy",
-                {{"test", lx, la}});
+                {{"test", lx, la}}, fraction);
   RunReport report{job.report_title, {}, ""};
   report.rows = {{"task", fmt::format("{} of {} symbols, trained on lengths {} to {}", synthetic_kind_name(job.task.kind),
                                       job.task.symbols, job.task.min_len, job.task.max_len)},

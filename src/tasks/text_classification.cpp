@@ -1,6 +1,7 @@
 #include "multihead/tasks/text_classification.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "multihead/data/batching.h"
@@ -11,6 +12,7 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
+#include "multihead/tasks/evaluation.h"
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
@@ -51,13 +53,15 @@ PreparedData load_and_split(const TextClassificationJob& job) {
     check<IoError>(std::filesystem::is_directory(job.data_path),
                    "{}: the SpamAssassin corpus is not there; run scripts/setup.sh --data first", job.data_path);
     p.dataset = load_spamassassin(job.data_path, job.strip_headers);
-  } else if (job.source == "csv") {
-    p.dataset = load_delimited(job.data_path, ',', job.text_column, job.label_column);
-  } else if (job.source == "tsv") {
-    p.dataset = load_delimited(job.data_path, '\t', job.text_column, job.label_column);
+  } else if (job.source == "csv" || job.source == "tsv" || job.source == "jsonl") {
+    p.dataset = load_labelled_file(job.data_path, job.source, job.text_column, job.label_column);
+    if (job.strip_headers)
+      for (TextExample& e : p.dataset.examples) e.text = strip_mail_headers(e.text);
   } else {
-    throw ConfigError(fmt::format("data source must be spamassassin, aclimdb, csv or tsv, got '{}'", job.source));
+    throw ConfigError(
+        fmt::format("data source must be spamassassin, aclimdb, csv, tsv or jsonl, got '{}'", job.source));
   }
+  check_two_classes(p.dataset, job.data_path);
   SplitIndices s = split_indices(static_cast<std::int64_t>(p.dataset.examples.size()), job.validation_fraction,
                                  job.test_fraction, job.train.seed);
   p.train = std::move(s.train), p.validation = std::move(s.validation), p.test = std::move(s.test);
@@ -84,7 +88,8 @@ Gathered gather(const TokenizedExamples& examples, std::span<const std::int64_t>
 ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
                                          const std::vector<const std::vector<std::int64_t>*>& seqs,
                                          const std::vector<std::int64_t>& labels, std::int64_t batch,
-                                         std::int64_t max_len, Precision precision, StopRequest* stop = nullptr) {
+                                         std::int64_t max_len, Precision precision, StopRequest* stop = nullptr,
+                                         std::vector<double>* probabilities = nullptr) {
   ClassificationMetrics m;
   const ForwardContext ctx = eval_context(precision);
   double loss_sum = 0;
@@ -103,6 +108,12 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
     for (std::int64_t r = 0; r < B; ++r) {
       const float* z = logits.f32() + r * C;
       if (std::max_element(z, z + C) - z == part_labels[static_cast<std::size_t>(r)]) ++correct;
+      if (probabilities) {  // softmax in double
+        const double top = *std::max_element(z, z + C);
+        double sum = 0;
+        for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
+        for (std::int64_t c = 0; c < C; ++c) probabilities->push_back(std::exp(static_cast<double>(z[c]) - top) / sum);
+      }
     }
     model.release_saved();
     m.examples += B;
@@ -124,6 +135,18 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const Token
 ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
                                           std::int64_t batch, std::int64_t max_len, Precision precision) {
   return evaluate_classifier(model, examples, examples.all(), batch, max_len, precision);
+}
+
+ClassificationReport report_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                                       std::span<const std::int64_t> idx, const std::vector<std::string>& labels,
+                                       std::int64_t batch, std::int64_t max_len, Precision precision,
+                                       StopRequest* stop) {
+  const Gathered g = gather(examples, idx);
+  std::vector<double> probabilities;
+  const ClassificationMetrics m =
+      evaluate_sequences(model, g.seqs, g.labels, batch, max_len, precision, stop, &probabilities);
+  check_finite_result("the loss", m.loss);
+  return classification_report(probabilities, g.labels, labels, m.loss);
 }
 
 MicroBatchLoss ClassifierTrainingTask::micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
@@ -176,9 +199,29 @@ std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, c
   return s;
 }
 
+std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
+                           const std::string& plots_dir, const std::string& plots_link, const std::string& what) {
+  confusion_matrix_png(plots_dir + "/confusion.png", fmt::format("Confusion matrix ({} examples)", r.examples), r);
+  reliability_png(plots_dir + "/reliability.png", fmt::format("Reliability ({} examples)", r.examples), r);
+  return fmt::format(
+      "## Errors\n\nOn the {} {} examples: accuracy {:.2f}%, macro F1 {:.4f}, weighted F1 {:.4f}, loss {:.4f}.\n\n{}\n"
+      "![confusion matrix]({}confusion.png)\n\n![reliability diagram]({}reliability.png)\n\n",
+      r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), plots_link,
+      plots_link);
+}
+
+std::string title_of(const TextClassificationJob& job) {
+  if (!job.report_title.empty()) return job.report_title;
+  if (job.source == "spamassassin") return "SpamAssassin: ham against spam";
+  if (job.source == "aclimdb") return "IMDb reviews: negative against positive";
+  const std::string name = std::filesystem::path(job.data_path).filename().string();
+  return name.empty() ? "Text classification" : "Text classification: " + name;
+}
+
 TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress,
                                  StopRequest* stop) {
   TextClassificationJob job = job_in;
+  job.report_title = title_of(job);
   PreparedData data = load_and_split(job);
   progress.log(fmt::format("data: {} examples ({} train, {} validation, {} test), labels {}",
                            data.dataset.examples.size(), data.train.size(), data.validation.size(), data.test.size(),
@@ -213,12 +256,14 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   result.skipped_steps = fitted.skipped_steps;
   result.tokens_per_s = fitted.items_per_s;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  result.test =
-      evaluate_classifier(m.model, encoded, data.test, job.eval_batch, job.max_len, job.train.precision, stop);
-  check_finite_result("the test loss", result.test.loss);
+  const ClassificationReport scored = report_classifier(m.model, encoded, data.test, data.dataset.label_names,
+                                                        job.eval_batch, job.max_len, job.train.precision, stop);
+  result.test = {scored.loss, scored.accuracy, scored.examples};
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"test_accuracy", result.test.accuracy},
                      {"test_loss", result.test.loss},
+                     {"test_macro_f1", scored.macro_f1},
+                     {"test", to_json(scored)},
                      {"validation_accuracy", result.validation.accuracy},
                      {"train_seconds", result.train_seconds},
                      {"steps", result.steps},
@@ -236,11 +281,15 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
       {"data", fmt::format("{} ({}), {} train / {} validation / {} test", job.source, job.data_path, data.train.size(),
                            data.validation.size(), data.test.size())},
       {"tokenizer", fmt::format("{} ({} tokens)", tok->kind(), tok->vocab_size())}};
-  report.sections = job.model.layer.pattern.has_weights()
+  std::vector<std::string> test_texts;
+  for (std::int64_t i : data.test) test_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
+  report.rows.insert(report.rows.begin() + 2, {"test macro F1", fmt::format("{:.4f}", scored.macro_f1)});
+  const std::string errors = errors_section(scored, &test_texts, run.file("plots"), "plots/", "test");
+  report.sections = errors + (job.model.layer.pattern.has_weights()
                         ? attention_section(m.model, *tok, encoded.tokens[static_cast<std::size_t>(data.test.front())],
                                             data.dataset.examples[static_cast<std::size_t>(data.test.front())].label,
                                             data.dataset.label_names, job, run)
-                        : std::string(kNoAttentionWeights);
+                        : std::string(kNoAttentionWeights));
   write_run_report(run, fitted, report);
   return result;
 }
@@ -305,13 +354,110 @@ ModelSample sample_model(const TextClassificationJob& job, const std::string& ru
   return sample_classifier(r.model(), test, test.all(), r.job.max_len, settings);
 }
 
-std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir) {
+std::vector<std::string> run_class_names(const std::string& dir, std::int64_t num_classes,
+                                         std::vector<std::string>* warnings) {
+  // results.json names the classes. A run made before it existed has none:
+  // its classes are their numbers, and the run says so.
+  const std::filesystem::path results = std::filesystem::path(dir) / "results.json";
+  std::vector<std::string> labels;
+  if (!std::filesystem::exists(results)) {
+    if (warnings)
+      warnings->push_back(fmt::format("{} has no results.json: the classes are named by their numbers, 0 to {}", dir,
+                                      num_classes - 1));
+    for (std::int64_t c = 0; c < num_classes; ++c) labels.push_back(std::to_string(c));
+    return labels;
+  }
+  const nlohmann::json r = ConfigReader::parse(read_file(results.string()), results.string());
+  check<IoError>(r.is_object() && r.contains("labels") && r["labels"].is_array(),
+                 "{}: lacks the list of class names (\"labels\") that the run recorded", results.string());
+  check<IoError>(static_cast<std::int64_t>(r["labels"].size()) == num_classes,
+                 "{}: lists {} class names, but the model has {} classes", results.string(), r["labels"].size(),
+                 num_classes);
+  for (const auto& l : r["labels"]) {
+    check<IoError>(l.is_string(), "{}: a class name is not a string: {}", results.string(), l.dump());
+    labels.push_back(l.get<std::string>());
+  }
+  return labels;
+}
+
+namespace {
+
+// The labelled file a request names, its classes renumbered as the run's:
+// a class the model does not know is an error naming the ones it does.
+TextDataset eval_file(const TextClassificationJob& job, const EvalRequest& req, const std::vector<std::string>& names) {
+  std::string format = req.format;
+  if (format.empty()) {
+    const std::string ext = std::filesystem::path(req.data).extension().string();
+    format = ext == ".csv" ? "csv" : ext == ".tsv" ? "tsv" : ext == ".jsonl" ? "jsonl" : "";
+    if (format.empty() && (job.source == "csv" || job.source == "tsv" || job.source == "jsonl")) format = job.source;
+    check<ConfigError>(!format.empty(), "{}: cannot tell the format from the extension; give --source csv, tsv or jsonl",
+                       req.data);
+  }
+  TextDataset ds = load_labelled_file(req.data, format, req.text_column.empty() ? job.text_column : req.text_column,
+                                      req.label_column.empty() ? job.label_column : req.label_column);
+  std::vector<std::int64_t> to_run(ds.label_names.size(), -1);
+  for (std::size_t i = 0; i < ds.label_names.size(); ++i) {
+    const auto it = std::find(names.begin(), names.end(), ds.label_names[i]);
+    if (it != names.end()) to_run[i] = it - names.begin();
+  }
+  for (TextExample& e : ds.examples) {
+    const std::int64_t c = to_run[static_cast<std::size_t>(e.label)];
+    check<IoError>(c >= 0, "{}: the label '{}' is not one of the run's classes ({})", req.data,
+                   clip_text(ds.label_names[static_cast<std::size_t>(e.label)], 40), fmt::join(names, ", "));
+    e.label = c;
+    if (job.strip_headers) e.text = strip_mail_headers(e.text);
+  }
+  ds.label_names = names;
+  return ds;
+}
+
+}  // namespace
+
+std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir,
+                                      const EvalRequest& req) {
   LoadedTextClassifier r(job, run_dir);
-  const TokenizedExamples test = classifier_test_split(r.job, *r.tokenizer);
-  const ClassificationMetrics m =
-      evaluate_classifier(r.model(), test, r.job.eval_batch, r.job.max_len, r.job.train.precision);
-  check_finite_result("the test loss", m.loss);
-  return {test_line(m)};
+  TextDataset data;
+  if (req.data.empty()) {
+    data = classifier_test_texts(r.job);
+  } else {
+    data = eval_file(r.job, req, run_class_names(run_dir, r.job.model.num_classes, nullptr));
+    check<ConfigError>(static_cast<std::int64_t>(data.label_names.size()) == r.job.model.num_classes,
+                       "{}: the run has {} class names for a model of {} classes", run_dir, data.label_names.size(),
+                       r.job.model.num_classes);
+  }
+  TokenizedExamples examples;
+  std::vector<std::string> texts;
+  for (TextExample& e : data.examples) {
+    examples.tokens.push_back(r.tokenizer->encode(e.text));
+    examples.labels.push_back(e.label);
+    texts.push_back(std::move(e.text));
+  }
+  const ClassificationReport scored = report_classifier(r.model(), examples, examples.all(), data.label_names,
+                                                        r.job.eval_batch, r.job.max_len, r.job.train.precision);
+  const std::string what = req.data.empty() ? "test" : std::filesystem::path(req.data).filename().string();
+  if (!req.out.empty()) {
+    std::filesystem::create_directories(std::filesystem::path(req.out) / "plots");
+    const std::string section = errors_section(scored, &texts, req.out + "/plots", "plots/", what);
+    nlohmann::json results = to_json(scored);
+    results["run"] = run_dir;
+    results["data"] = req.data.empty() ? "the run's test split" : req.data;
+    results["precision"] = std::string(precision_name(r.job.train.precision));
+    write_file_atomic(req.out + "/results.json", results.dump(2) + "\n");
+    write_file_atomic(req.out + "/report.md", fmt::format("# {}: evaluation on {}\n\nRun `{}`.\n\n{}", title_of(r.job),
+                                                          req.data.empty() ? "its test split" : "`" + req.data + "`",
+                                                          run_dir, section));
+  }
+  std::vector<std::string> lines = {
+      fmt::format("{} accuracy: {:.2f}% ({} examples), {} loss {:.4f}", what, 100 * scored.accuracy, scored.examples,
+                  what, scored.loss),
+      fmt::format("macro F1 {:.4f}, weighted F1 {:.4f}, expected calibration error {:.4f}", scored.macro_f1,
+                  scored.weighted_f1, scored.ece),
+      ""};
+  std::string table = markdown(scored, nullptr);
+  table.pop_back();  // the last newline: each line is printed with one
+  lines.push_back(std::move(table));
+  if (!req.out.empty()) lines.push_back(fmt::format("\nreport: {}/report.md", req.out));
+  return lines;
 }
 
 }  // namespace multihead

@@ -70,25 +70,7 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
       : TokenModelRun(job, dir, precision) {
-    // results.json names the classes. A run made before it existed has none:
-    // its classes are their numbers, and the run says so.
-    const fs::path results = fs::path(dir) / "results.json";
-    if (!fs::exists(results)) {
-      warnings_.push_back(fmt::format("{} has no results.json: the classes are named by their numbers, 0 to {}",
-                                      dir, job_.model.num_classes - 1));
-      for (std::int64_t c = 0; c < job_.model.num_classes; ++c) labels_.push_back(std::to_string(c));
-      return;
-    }
-    const nlohmann::json r = ConfigReader::parse(read_file(results.string()), results.string());
-    check<IoError>(r.is_object() && r.contains("labels") && r["labels"].is_array(),
-                   "{}: lacks the list of class names (\"labels\") that the run recorded", results.string());
-    check<IoError>(static_cast<std::int64_t>(r["labels"].size()) == job_.model.num_classes,
-                   "{}: lists {} class names, but the model has {} classes", results.string(), r["labels"].size(),
-                   job_.model.num_classes);
-    for (const auto& l : r["labels"]) {
-      check<IoError>(l.is_string(), "{}: a class name is not a string: {}", results.string(), l.dump());
-      labels_.push_back(l.get<std::string>());
-    }
+    labels_ = run_class_names(dir, job_.model.num_classes, &warnings_);
   }
 
   std::vector<std::string> labels() const override { return labels_; }
@@ -111,10 +93,15 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
   // each (data/batching.h): however many texts and however long, the
   // activations stay those of one small batch.
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
-    const std::vector<std::vector<std::int64_t>> ids = encode_texts(texts, static_cast<std::size_t>(job_.max_len - 1));
-    std::vector<std::int64_t> lengths;  // as the model reads them: [CLS] first
-    for (const auto& t : ids) lengths.push_back(static_cast<std::int64_t>(t.size()) + 1);
+    // One token past what the model reads tells a text that was cut.
+    const auto room = static_cast<std::size_t>(job_.max_len - 1);
+    std::vector<std::vector<std::int64_t>> ids = encode_texts(texts, room + 1);
     std::vector<Prediction> out(texts.size());
+    std::vector<std::int64_t> lengths;  // as the model reads them: [CLS] first
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i].size() > room) ids[i].resize(room), out[i].truncated = true;
+      lengths.push_back(static_cast<std::int64_t>(ids[i].size()) + 1);
+    }
     const ForwardContext ctx = eval_context(precision_);
     for (const auto& batch : length_sorted_batches(lengths, kAnswerBatchTokens)) {
       std::vector<const std::vector<std::int64_t>*> part;

@@ -165,7 +165,10 @@ class Loop {
     result_.curves.add_step(st);
     json rec = step_json(st, train_.loss_scaling);
     if (epoch) rec["epoch"] = *epoch;
-    if (!plan_.throughput_key.empty()) rec[plan_.throughput_key] = per_s;
+    if (!plan_.throughput_key.empty()) {
+      rec[plan_.throughput_key] = per_s;
+      result_.curves.add_throughput(st.step + 1, per_s, plan_.throughput_key);
+    }
     if (group_.size() > 1) rec["ranks"] = group_.size();
     finish_step(run_, progress_, trainer_, st, rec, may_checkpoint);
     progress_.update(st.step + 1, epoch.value_or(0) + 1, st.loss, per_s, plan_.unit.c_str(), MemoryCurve::text(st));
@@ -231,6 +234,11 @@ FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, c
                      "batch ({}) must be a multiple of ranks × grad_accumulation ({} × {}) so that every rank "
                      "trains on an equal share",
                      train.batch, ranks, train.grad_accumulation);
+  // A warmup as long as the run keeps the rate below its peak throughout: said once, at the start.
+  if (train.steps > 0 && train.schedule.warmup_steps >= train.steps && process_group().primary())
+    progress.log(fmt::format("note: the warmup ({} steps) is as long as the run ({} steps): the learning rate never "
+                             "reaches its peak ({}); set fewer with --warmup-steps",
+                             train.schedule.warmup_steps, train.steps, train.schedule.base_lr));
   return Loop(task, store, train, plan, run, progress, stop).run(config);
 }
 

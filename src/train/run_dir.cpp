@@ -28,8 +28,9 @@ constexpr const char* kSubfolders[] = {"checkpoints", "tokenizer", "plots"};
 constexpr const char* kLockFile = "run.lock";
 
 // Takes <dir>/run.lock (a non-blocking flock) and writes the pid into it;
-// returns the descriptor that holds the lock.
-int lock_run_dir(const std::string& dir) {
+// returns the descriptor that holds the lock. A pid the file named before
+// (a process that ended without releasing it: killed) goes to `stale`.
+int lock_run_dir(const std::string& dir, std::string& stale) {
   const std::string path = (fs::path(dir) / kLockFile).string();
   check_replaceable(path);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -43,7 +44,11 @@ int lock_run_dir(const std::string& dir) {
                    dir, n > 0 ? fmt::format(" (pid {})", std::string(pid, static_cast<std::size_t>(n))) : "");
     throw IoError(fmt::format("cannot lock '{}': {}", path, std::strerror(err)));
   }
+  char before[32] = {};
+  const ssize_t had = ::pread(fd, before, sizeof before - 1, 0);
   const std::string me = std::to_string(::getpid());
+  if (had > 0 && std::string(before, static_cast<std::size_t>(had)) != me)
+    stale = std::string(before, static_cast<std::size_t>(had));
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const std::string err = std::strerror(errno);
     ::close(fd);
@@ -79,7 +84,7 @@ RunDir::RunDir(std::string path, RunMode mode)
   const fs::path lock = fs::path(path_) / kLockFile;
   const bool had_lock = fs::exists(fs::symlink_status(lock));
   const bool is_run = had_lock || fs::exists(fs::symlink_status(fs::path(path_) / "config.json"));
-  lock_fd_ = lock_run_dir(path_);
+  lock_fd_ = lock_run_dir(path_, stale_lock_pid_);
   // A refused directory is left as it was: without the lock file when it had none.
   auto release = [&] {
     ::close(lock_fd_);
@@ -119,7 +124,13 @@ RunDir::RunDir(std::string path, RunMode mode)
 
 RunDir::~RunDir() {
   if (metrics_) std::fclose(metrics_);
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // drops the lock
+  if (lock_fd_ >= 0) {
+    // The file goes while the lock is held, so that no finished run keeps a
+    // run.lock naming a process that has ended; closing drops the lock.
+    std::error_code ec;
+    fs::remove(fs::path(path_) / kLockFile, ec);
+    ::close(lock_fd_);
+  }
 }
 
 std::string last_checkpoint_path(const std::string& run_dir) {

@@ -81,7 +81,15 @@ StepStats step_stats_from_json(const nlohmann::json& r) {
 void TrainingCurves::add_step(const StepStats& s) {
   step.push_back(static_cast<double>(s.step + 1));
   loss.push_back(s.loss);
+  lr.push_back(s.lr);
+  grad_norm.push_back(s.grad_norm);
   memory.add(s);
+}
+
+void TrainingCurves::add_throughput(std::int64_t at, double per_s, const std::string& key) {
+  throughput_step.push_back(static_cast<double>(at));
+  throughput.push_back(per_s);
+  throughput_key = key;
 }
 
 void TrainingCurves::add_eval(std::int64_t at, double l, double accuracy) {
@@ -93,8 +101,12 @@ void TrainingCurves::add_eval(std::int64_t at, double l, double accuracy) {
 void TrainingCurves::add_record(const nlohmann::json& r) {
   if (r.contains("validation_loss"))
     add_eval(r.value("step", std::int64_t{0}), r.value("validation_loss", 0.0), r.value("validation_accuracy", 0.0));
-  else if (r.contains("loss"))
+  else if (r.contains("loss")) {
     add_step(step_stats_from_json(r));
+    for (const auto& [key, v] : r.items())
+      if (key.size() > 6 && key.ends_with("_per_s") && v.is_number())
+        add_throughput(r.value("step", std::int64_t{0}), v.get<double>(), key);
+  }
 }
 
 Trainer::Trainer(ParamStore& store, const TrainConfig& cfg)

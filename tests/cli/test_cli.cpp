@@ -293,7 +293,8 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_EQ(r.err.find('\r'), std::string::npos);
   for (const char* f : {"config.json", "metrics.jsonl", "results.json", "report.md", "tokenizer/tokenizer.json",
                         "checkpoints/last.safetensors", "plots/loss.png", "plots/accuracy.png",
-                        "plots/attention_layer0_head1.png"})
+                        "plots/learning_rate.png", "plots/grad_norm.png", "plots/throughput.png",
+                        "plots/confusion.png", "plots/reliability.png", "plots/attention_layer0_head1.png"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   // Every picture the report shows exists.
   std::ifstream report(out / "report.md");
@@ -305,7 +306,7 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
     ++images;
     EXPECT_TRUE(fs::exists(out / line.substr(open + 2, line.size() - open - 3))) << line;
   }
-  EXPECT_EQ(images, 5);
+  EXPECT_EQ(images, 10);  // loss, accuracy, learning rate, gradient norm, throughput, memory, confusion, reliability, 2 heads
   // The report and the results name the machine they were measured on.
   EXPECT_NE(read_file((out / "report.md").string()).find("\nMeasured on "), std::string::npos);
   EXPECT_NE(read_file((out / "report.md").string()).find(", 1 thread, kernels "), std::string::npos);
@@ -673,6 +674,73 @@ TEST_F(Cli, DemoRunsAndDrawsWeights) {
   CliRun bad = run("demo --embed-dim 10 --num-heads 3");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err, "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n");
+}
+
+TEST_F(Cli, HelpVersionAndDidYouMean) {
+  const CliRun help = run("help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("train"), std::string::npos) << help.out;
+  const CliRun train_help = run("help train");
+  EXPECT_EQ(train_help.code, 0);
+  EXPECT_NE(train_help.out.find("--epochs"), std::string::npos);
+  EXPECT_EQ(run("help bench attention").code, 0);
+  const CliRun v = run("-V");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out.rfind(std::string("multihead ") + MULTIHEAD_VERSION, 0), 0u) << v.out;
+  // A mistyped command, in `help` or alone: one line, the nearest command named.
+  for (const char* typo : {"trian", "help trian"}) {
+    const CliRun r = run(typo);
+    EXPECT_EQ(r.code, 2) << typo;
+    EXPECT_EQ(r.err.rfind("multihead: error: unknown command 'trian' (did you mean 'train'?); the commands are: train, ", 0), 0u)
+        << r.err;
+    EXPECT_EQ(count_lines(r.err), 1);
+  }
+  EXPECT_EQ(run("frobnicate").err.find("did you mean"), std::string::npos);  // nothing near: no guess
+  // A mistyped flag.
+  const CliRun flag = run("train --epoch 3 --out " + (dir / "x").string());
+  EXPECT_EQ(flag.code, 2);
+  EXPECT_NE(flag.err.find("(did you mean --epochs?)"), std::string::npos) << flag.err;
+  EXPECT_FALSE(fs::exists(dir / "x"));
+  const CliRun eval_flag = run("eval --run r --dta x.csv");
+  EXPECT_NE(eval_flag.err.find("(did you mean --data?)"), std::string::npos) << eval_flag.err;
+  // A mistyped config key.
+  std::ofstream(dir / "job.json") << R"({"task": "sequence_task", "modle": {"d_model": 16}})";
+  const CliRun key = run("train --config " + (dir / "job.json").string() + " --out " + (dir / "y").string());
+  EXPECT_EQ(key.code, 2);
+  EXPECT_NE(key.err.find("unknown key 'modle' (did you mean 'model'?)"), std::string::npos) << key.err;
+  // Every option's default is in its command's help.
+  const CliRun predict_help = run("predict --help");
+  const std::size_t top_k = predict_help.out.find("--top-k");
+  ASSERT_NE(top_k, std::string::npos);
+  const std::string line = predict_help.out.substr(top_k, predict_help.out.find('\n', top_k) - top_k);
+  EXPECT_NE(line.find("INT=0"), std::string::npos) << line;
+}
+
+TEST_F(Cli, TheRunLockGoesWithTheRunAndAKilledRunsLockIsTakenOver) {
+  const fs::path out = dir / "run";
+  const std::string train = "train --preset reverse --steps 3 --warmup-steps 5 --d-model 16 --num-heads 2 "
+                            "--num-layers 1 --batch 4 --threads 1 --out " + out.string();
+  const CliRun first = run(train);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_FALSE(fs::exists(out / "run.lock"));  // a finished run names no process
+  // A warmup as long as the run is pointed out.
+  EXPECT_NE(first.err.find("note: the warmup (5 steps) is as long as the run (3 steps): the learning rate never "
+                           "reaches its peak"),
+            std::string::npos)
+      << first.err;
+  // A run killed before it wrote its config leaves its lock, naming a process that is gone.
+  const fs::path killed = dir / "killed";
+  fs::create_directories(killed);
+  std::ofstream(killed / "run.lock") << "999999999";
+  const CliRun taken = run("train --preset reverse --steps 3 --warmup-steps 1 --d-model 16 --num-heads 2 "
+                           "--num-layers 1 --batch 4 --threads 1 --out " + killed.string());
+  ASSERT_EQ(taken.code, 0) << taken.err;
+  EXPECT_NE(taken.err.find("note: " + killed.string() + " was locked by process 999999999, which ended without "
+                           "releasing it (killed?); this run takes it over"),
+            std::string::npos)
+      << taken.err;
+  EXPECT_EQ(taken.err.find("note: the warmup"), std::string::npos);
+  EXPECT_FALSE(fs::exists(killed / "run.lock"));
 }
 
 }  // namespace

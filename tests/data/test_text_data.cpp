@@ -75,7 +75,10 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
   write(bad, "text,label\n\"open,1\n");
   EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": line 2: unterminated quoted field");
   write(bad, "text,label\nok,1\n");
-  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "body", "label"); }), bad + ": line 1: no column named 'body'");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "body", "label"); }),
+            bad + ": line 1: no column named 'body' (the columns are: 'text', 'label'; --text-column names another)");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "class"); }),
+            bad + ": line 1: no column named 'class' (the columns are: 'text', 'label'; --label-column names another)");
   write(bad, "text,label\n");
   EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }), bad + ": no data rows after the header");
   write(bad, std::string("text,label\n\xff\xfe,1\n"));
@@ -86,11 +89,42 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
             bad + ": integer label 100220022 is out of range (at most 9999)");
   // One class would train to a constant and score 100%.
   write(bad, "text,label\na,pos\nb,pos\n");
-  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+  EXPECT_EQ(error_of([&] { check_two_classes(load_delimited(bad, ',', "text", "label"), bad); }),
             bad + ": every row has the label 'pos'; a classifier needs at least two classes");
   // A byte-order mark is not part of the first column's name.
   write(bad, "\xEF\xBB\xBFtext,label\na,pos\nb,neg\n");
   EXPECT_EQ(load_delimited(bad, ',', "text", "label").examples[1].text, "b");
+}
+
+TEST_F(TempDir, JsonLinesWithStringOrNumberLabels) {
+  write(dir / "a.jsonl", "{\"body\": \"refund please\", \"kind\": \"billing\"}\n\n"
+                         "{\"body\": \"app crashes\", \"kind\": \"bug\", \"id\": 7}\r\n"
+                         "{\"body\": \"charged twice\", \"kind\": \"billing\"}\n");
+  const std::string a = (dir / "a.jsonl").string();
+  TextDataset ds = load_labelled_file(a, "jsonl", "body", "kind");
+  ASSERT_EQ(ds.examples.size(), 3u);
+  EXPECT_EQ(ds.examples[1].text, "app crashes");
+  EXPECT_EQ(ds.label_names, (std::vector<std::string>{"billing", "bug"}));
+  EXPECT_EQ(ds.examples[2].label, 0);
+  write(dir / "b.jsonl", "{\"text\": \"x\", \"label\": 1}\n{\"text\": \"y\", \"label\": 0}\n");
+  EXPECT_EQ(load_labelled_file((dir / "b.jsonl").string(), "jsonl", "text", "label").examples[0].label, 1);
+  EXPECT_EQ(error_of([&] { load_labelled_file(a, "jsonl", "text", "kind"); }),
+            a + ": line 1: no key named 'text' (the keys are: 'body', 'kind'; --text-column names another)");
+  EXPECT_EQ(error_of([&] { load_labelled_file(a, "jsonl", "body", "label"); }),
+            a + ": line 1: no key named 'label' (the keys are: 'body', 'kind'; --label-column names another)");
+  const std::string bad = (dir / "c.jsonl").string();
+  write(bad, "{\"text\": \"x\", \"label\": \"a\"}\n[1, 2]\n");
+  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }), bad + ": line 2: not a JSON object");
+  write(bad, "{\"text\": 3, \"label\": \"a\"}\n");
+  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }), bad + ": line 1: 'text' is not a string");
+  write(bad, "{\"text\": \"x\", \"label\": -1}\n");
+  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }),
+            bad + ": line 1: 'label' is not a string or a class number");
+  write(bad, "\n\n");
+  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }),
+            bad + ": no records (expected one JSON object a line)");
+  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "xml", "text", "label"); }),
+            "a labelled file is csv, tsv or jsonl, not 'xml'");
 }
 
 TEST_F(TempDir, SpamAssassinPackageLayout) {

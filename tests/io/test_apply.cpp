@@ -40,7 +40,7 @@ TEST_F(ApplyErrors, BadConfigs) {
             "m.json: unknown module type \"Conv2d\" (known: MultiheadAttention, TransformerEncoderLayer, "
             "TransformerDecoderLayer)");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"num_head":4})", weights, inputs),
-            "m.json: unknown key 'num_head'");
+            "m.json: unknown key 'num_head' (did you mean 'num_heads'?)");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":3})", weights, inputs),
             "embed_dim (16) must be divisible by num_heads (3)");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":0})", weights, inputs),

@@ -99,7 +99,7 @@ TEST(ConfigKeys, ErrorsNameTheFileTheSectionAndTheKey) {
     j["width"] = 16;
     return j;
   };
-  EXPECT_EQ(read_error(with_width({{"cuont", 1}})), "s.json: unknown key 'cuont'");
+  EXPECT_EQ(read_error(with_width({{"cuont", 1}})), "s.json: unknown key 'cuont' (did you mean 'count'?)");
   EXPECT_EQ(read_error(with_width({{"inner", {{"deep", 1}}}})), "s.json: inner: unknown key 'deep'");
   EXPECT_EQ(read_error(with_width({{"inner", 3}})), "s.json: 'inner' must be an object");
   EXPECT_EQ(read_error(with_width({{"count", 1.5}})), "s.json: 'count' must be an integer");

@@ -2,6 +2,7 @@
 // (empty, one point, constant, NaN gaps, negative values).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -46,12 +47,86 @@ TEST(Plots, AwkwardSeriesStillMakeAPicture) {
       {{"constant", {1, 2, 3}, {2, 2, 2}}},
       {{"gaps", {1, 2, 3, 4}, {1, nan, 3, nan}}, {"all NaN", {1, 2}, {nan, nan}}},
       {{"negative", {0, 1, 2}, {-5, -1e-3, -2}}, {"a rather long series name for the legend box", {0, 2}, {1, 7}}},
+      // A value and its smoothed twin an ulp apart (a one-step run): a point, not a range of 1e-17.
+      {{"per step", {1}, {0.7}}, {"smoothed", {1}, {std::nextafter(0.7, 1.0)}}},
+      {{"x an ulp apart", {1e6, std::nextafter(1e6, 2e6)}, {1, 2}}},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const fs::path p = dir / ("plot" + std::to_string(i) + ".png");
     line_plot_png(p.string(), "title", "x", "y", cases[i]);
     EXPECT_TRUE(is_png(p)) << "case " << i;
   }
+  fs::remove_all(dir);
+}
+
+TEST(Plots, SmoothingIsTensorBoardsDebiasedMovingAverage) {
+  const double nan = std::nan("");
+  const std::vector<double> s = smoothed({1, 3, nan, 5}, 0.5);
+  EXPECT_DOUBLE_EQ(s[0], 1);                        // debiased: the first point itself
+  EXPECT_DOUBLE_EQ(s[1], (0.25 + 1.5) / 0.75);      // (0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.5^2)
+  EXPECT_TRUE(std::isnan(s[2]));                    // a gap stays a gap
+  EXPECT_DOUBLE_EQ(s[3], (0.5 * 1.75 + 2.5) / (0.5 * 0.75 + 0.5));
+}
+
+// A PNG read back, for its pixels.
+class Png {
+ public:
+  explicit Png(const fs::path& p) : s_(cairo_image_surface_create_from_png(p.string().c_str())) {
+    EXPECT_EQ(cairo_surface_status(s_), CAIRO_STATUS_SUCCESS);
+  }
+  ~Png() { cairo_surface_destroy(s_); }
+  Png(const Png&) = delete;
+  Png& operator=(const Png&) = delete;
+  // (r, g, b) at (x, y).
+  std::array<int, 3> at(int x, int y) const {
+    std::uint32_t v = 0;
+    std::memcpy(&v, cairo_image_surface_get_data(s_) + y * cairo_image_surface_get_stride(s_) + 4 * x, 4);
+    return {static_cast<int>(v >> 16 & 255), static_cast<int>(v >> 8 & 255), static_cast<int>(v & 255)};
+  }
+
+ private:
+  cairo_surface_t* s_;
+};
+
+TEST(Plots, FixedAxesErrorBarsLogAxesAndTheLegendOutOfTheWay) {
+  const fs::path dir = fs::temp_directory_path() / "multihead_test_plot_axes";
+  fs::create_directories(dir);
+  // An accuracy of 0.5 on a 0..1 axis sits half way down the plot area (top 50, height 370).
+  PlotAxes unit;
+  unit.y_min = 0, unit.y_max = 1;
+  line_plot_png((dir / "a.png").string(), "t", "x", "y", {{"flat", {0, 10}, {0.5, 0.5}}}, unit);
+  const auto mid = Png(dir / "a.png").at(400, 50 + 185);
+  EXPECT_NEAR(mid[0], 0, 10);  // the first series' colour (0, 115, 178)
+  EXPECT_NEAR(mid[2], 178, 10);
+  // Data filling the top right: the legend goes to a corner with none (its frame's grey is not there).
+  std::vector<double> x, y;
+  for (int i = 0; i <= 100; ++i) x.push_back(i), y.push_back(i < 50 ? 0 : 9.5);
+  PlotAxes to_ten;
+  to_ten.y_max = 10;  // 9.5 lies 18 px below the plot's top, where a legend box would go
+  line_plot_png((dir / "b.png").string(), "t", "x", "y", {{"a series name", x, y}}, to_ten);
+  // The legend's text is black, in the box's first row (about 70 px from the top); nothing else
+  // there is (ticks are left of x = 80, grid lines light grey, the series coloured).
+  int text_right = 0, text_left = 0;
+  const Png b(dir / "b.png");
+  for (int py = 60; py < 82; ++py)
+    for (int px = 90; px < 790; ++px) {
+      const auto p = b.at(px, py);
+      if (std::max({p[0], p[1], p[2]}) < 100 && std::max({p[0], p[1], p[2]}) - std::min({p[0], p[1], p[2]}) < 10)
+        (px > 410 ? text_right : text_left)++;
+    }
+  EXPECT_EQ(text_right, 0);
+  EXPECT_GT(text_left, 20);
+  // Error bars and log axes make pictures, values <= 0 left out of a log axis.
+  Series bars("heads", {1, 2, 4, 8, 16}, {0.6, 0.62, 0.61, 0.64, 0.0});
+  bars.err = {0.1, 0.12, 0.05, 0.02, 0.01};
+  PlotAxes logs;
+  logs.log_x = true;
+  line_plot_png((dir / "c.png").string(), "t", "heads", "accuracy", {bars}, logs);
+  logs.log_y = true;
+  line_plot_png((dir / "d.png").string(), "t", "heads", "accuracy", {bars}, logs);
+  for (const char* f : {"c.png", "d.png"}) EXPECT_TRUE(is_png(dir / f)) << f;
+  count_matrix_png((dir / "m.png").string(), "t", {5, 1, 0, 4}, 2, 2, {"a", "b"}, {"a", "b"}, "true", "predicted");
+  EXPECT_TRUE(is_png(dir / "m.png"));
   fs::remove_all(dir);
 }
 

@@ -103,6 +103,7 @@ TEST_F(RunDirTest, ARunIsNeverReplacedUnasked) {
   // A run killed before it wrote its config.json (its tokenizer written, its
   // lock left) is still a run: resumed or overwritten, never taken as new.
   touch(dir / "tokenizer" / "tokenizer.json");
+  touch(dir / "run.lock");  // what a killed process leaves: a RunDir that ends removes it
   EXPECT_EQ(error_of(dir, RunMode::kNew),
             fmt::format("'{}' already holds a run; --resume continues it, --overwrite replaces it", dir.string()));
   EXPECT_EQ(error_of(dir, RunMode::kResume), "no error");

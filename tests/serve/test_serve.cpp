@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -229,6 +231,109 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   const auto [code, rest] = server.stop();
   EXPECT_EQ(code, 0);
   EXPECT_NE(rest.find("stopped after 1 requests (1 answered"), std::string::npos) << rest;
+}
+
+// The samples of a Prometheus text exposition (format 0.0.4), checked line
+// by line as a scraper reads them: HELP and TYPE before a family's samples,
+// each sample `name{label="value",...} number`, a histogram's buckets
+// cumulative with +Inf equal to its _count. Keyed by the line's name and labels.
+std::map<std::string, double> parse_exposition(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::map<std::string, std::string> types;
+  const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)"), type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
+  const std::regex sample(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*\})? (-?[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?|\+Inf|NaN))");
+  std::istringstream lines(text);
+  std::map<std::string, double> last_bucket;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, help)) continue;
+    if (std::regex_match(line, m, type)) {
+      EXPECT_FALSE(types.count(m[1])) << "a second TYPE for " << m[1];
+      types[m[1]] = m[2];
+      continue;
+    }
+    if (!std::regex_match(line, m, sample)) {
+      ADD_FAILURE() << "not a sample line: '" << line << "'";
+      continue;
+    }
+    std::string family = m[1];
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (!types.count(family) && family.ends_with(suffix) && types.count(family.substr(0, family.size() - std::strlen(suffix))))
+        family = family.substr(0, family.size() - std::strlen(suffix));
+    EXPECT_TRUE(types.count(family)) << "no TYPE before " << line;
+    const double v = std::stod(m[3]);
+    samples[std::string(m[1]) + std::string(m[2])] = v;
+    if (std::string(m[1]).ends_with("_bucket")) {
+      // The series without its le label: buckets of one series come in order, each >= the one before.
+      const std::string labels = std::regex_replace(std::string(m[2]), std::regex(R"(,?le="[^"]*")"), "");
+      const std::string key = std::string(m[1]) + labels;
+      EXPECT_GE(v, last_bucket[key]) << line;
+      last_bucket[key] = v;
+    }
+  }
+  for (const auto& [name, t] : types)
+    if (t == "histogram")
+      for (const auto& [key, v] : samples)
+        if (key.rfind(name + "_count", 0) == 0) {
+          std::string labels = key.substr(name.size() + 6);
+          const std::string inf = labels.empty() ? "{le=\"+Inf\"}" : labels.substr(0, labels.size() - 1) + ",le=\"+Inf\"}";
+          EXPECT_EQ(samples[name + "_bucket" + inf], v) << name << labels;
+        }
+  return samples;
+}
+
+TEST_F(Serve, MetricsRequestIdsAndLongInputsAsPredictReadsThem) {
+  const fs::path run_dir = classifier();
+  // 6,000 bytes: past the old 4 KiB cap, and far more tokens than the model's 8.
+  std::string long_text;
+  for (int i = 0; i < 600; ++i) long_text += i % 2 ? "good fine " : "bad awful ";
+  const std::vector<json> want = predict_json(run_dir, items({long_text, "good"}), "");
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_EQ(want[0]["truncated"], true);
+  EXPECT_FALSE(want[1].contains("truncated"));
+  ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
+  auto c = server.client();
+  const json got = post(c, {{"inputs", {long_text, "good"}}});
+  expect_near_answers(got["outputs"][0], want[0]);
+  EXPECT_EQ(got["outputs"][0]["truncated"], true);
+  post(c, {{"inputs", {"bad"}}});
+  // Request ids: the client's own, else a new one for each answer.
+  auto own = c.Post("/v1/predict", httplib::Headers{{"X-Request-Id", "trace-42"}}, R"({"inputs": ["fine"]})",
+                    "application/json");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->get_header_value("X-Request-Id"), "trace-42");
+  auto a = c.Get("/v1/health"), b = c.Get("/nowhere");
+  auto odd = c.Get("/v1/health", httplib::Headers{{"X-Request-Id", std::string(200, 'x')}});
+  ASSERT_TRUE(a && b && odd);
+  const std::regex server_id("[0-9a-f]{8}-[0-9]+");
+  EXPECT_TRUE(std::regex_match(a->get_header_value("X-Request-Id"), server_id)) << a->get_header_value("X-Request-Id");
+  EXPECT_TRUE(std::regex_match(odd->get_header_value("X-Request-Id"), server_id));  // too long: replaced
+  EXPECT_NE(a->get_header_value("X-Request-Id"), b->get_header_value("X-Request-Id"));
+  EXPECT_EQ(b->status, 404);
+
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_EQ(m->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  const std::map<std::string, double> s = parse_exposition(m->body);
+  EXPECT_EQ(s.at(R"(multihead_http_requests_total{endpoint="/v1/predict",code="200"})"), 3);
+  EXPECT_EQ(s.at(R"(multihead_http_requests_total{endpoint="/v1/health",code="200"})"), 2);
+  EXPECT_EQ(s.at(R"(multihead_http_requests_total{endpoint="other",code="404"})"), 1);  // no label per path
+  EXPECT_EQ(s.at(R"(multihead_http_request_duration_seconds_count{endpoint="/v1/predict"})"), 3);
+  EXPECT_GT(s.at(R"(multihead_http_request_duration_seconds_sum{endpoint="/v1/predict"})"), 0);
+  EXPECT_EQ(s.at("multihead_batch_inputs_count"), 3);  // one model call a request, one at a time
+  EXPECT_EQ(s.at("multihead_batch_inputs_sum"), 4);
+  EXPECT_EQ(s.at(R"(multihead_batch_inputs_bucket{le="1"})"), 2);
+  EXPECT_EQ(s.at(R"(multihead_batch_inputs_bucket{le="2"})"), 3);
+  EXPECT_EQ(s.at("multihead_inputs_truncated_total"), 1);
+  EXPECT_EQ(s.at("multihead_queue_requests"), 0);
+  EXPECT_EQ(s.at("multihead_connections_open"), 1);
+  EXPECT_EQ(s.at("multihead_bad_requests_total"), 1);
+  // A POST to it is refused as for any GET endpoint.
+  auto post_metrics = c.Post("/metrics", "", "text/plain");
+  ASSERT_TRUE(post_metrics);
+  EXPECT_EQ(post_metrics->status, 405);
 }
 
 TEST_F(Serve, LanguageModelTakesGenerationSettings) {

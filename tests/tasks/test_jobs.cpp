@@ -242,7 +242,7 @@ TEST(Jobs, ConfigErrorsNameTheSectionAndKey) {
   auto error = [](const json& config) { return test::error_message([&] { job_from_json(config, "c.json"); }); };
   EXPECT_EQ(error(json{{"task", "language_modeling"}, {"sample", {{"seed", -3}}}}),
             "c.json: sample: 'seed' must be >= 0, got -3");
-  EXPECT_EQ(error(json{{"task", "pronunciation"}, {"decode", {{"beams", 2}}}}), "c.json: decode: unknown key 'beams'");
+  EXPECT_EQ(error(json{{"task", "pronunciation"}, {"decode", {{"beams", 2}}}}), "c.json: decode: unknown key 'beams' (did you mean 'beam'?)");
   EXPECT_EQ(error(json{{"task", "sequence_task"}, {"data", {{"kind", "shuffle"}}}}),
             "c.json: data: synthetic task must be copy, reverse or sort, got \"shuffle\"");
   EXPECT_EQ(error(json{{"task", "image_classification"}, {"model", {{"d_model", "wide"}}}}),

@@ -62,12 +62,13 @@ Command add_serve(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve",
       "Serve a trained run over HTTP: POST /v1/predict {\"inputs\": [...]} answers as predict --json does, batching "
-      "requests that arrive together; GET /v1/health, GET /v1/model");
+      "requests that arrive together; GET /v1/health, GET /v1/model, GET /metrics (Prometheus); every answer has an "
+      "X-Request-Id header");
   add_trained_run_options(*sub, o->run, o->cfg.defaults);
   sub->add_option("--host", o->cfg.host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", o->cfg.port, "Port to listen on (0: any free port, printed at start)")
       ->capture_default_str();
-  sub->add_option("--threads", o->threads, "Threads of the model (0: all cores)");
+  sub->add_option("--threads", o->threads, "Threads of the model (0: all cores)")->capture_default_str();
   sub->add_option("--max-batch", o->cfg.batching.max_batch, "Inputs answered together in one model call (1: none)")
       ->capture_default_str();
   sub->add_option("--max-wait-ms", o->max_wait_ms,
@@ -75,7 +76,8 @@ Command add_serve(CLI::App& app) {
                   "the model answered the one before)")
       ->capture_default_str();
   sub->add_option("--max-inputs", o->cfg.limits.max_inputs, "Inputs one request may carry")->capture_default_str();
-  sub->add_option("--max-input-bytes", o->cfg.limits.max_input_bytes, "Bytes one input may have")
+  sub->add_option("--max-input-bytes", o->cfg.limits.max_input_bytes, "Bytes one input may have: a safety bound (a text longer than the model reads is answered from its first "
+                  "tokens, as predict answers it, and marked \"truncated\")")
       ->capture_default_str();
   sub->add_option("--max-body-bytes", o->cfg.max_body_bytes, "Bytes one request body may have (more: 413)")
       ->capture_default_str();

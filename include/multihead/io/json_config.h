@@ -148,6 +148,7 @@ class ConfigReader {
   const nlohmann::json& obj_;
   std::string source_;
   std::set<std::string> used_;
+  mutable std::set<std::string> asked_;  // every key looked for: what an unknown key may have meant
 };
 
 // The key list's side of writing: every key with its value.

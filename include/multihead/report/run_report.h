@@ -13,8 +13,9 @@ namespace multihead {
 
 // A run's report.md: the title, a table of the task's rows, the training
 // curves (loss; validation accuracy when there was any), the memory by
-// part, then the task's own sections. Draws plots/loss.png,
-// plots/accuracy.png and plots/memory.png.
+// part, then the task's own sections. Draws plots/loss.png (smoothed over
+// the per-step values), plots/accuracy.png (axis 0 to 1), plots/learning_rate.png,
+// plots/grad_norm.png, plots/throughput.png and plots/memory.png.
 struct RunReport {
   std::string title;
   std::vector<std::pair<std::string, std::string>> rows;

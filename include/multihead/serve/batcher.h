@@ -6,6 +6,7 @@
 // unanswered; the batch in flight always finishes.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -42,6 +43,9 @@ struct Outcome {
   nlohmann::json body;
 };
 
+// Upper bounds of the batch-size histogram's buckets, in inputs (then +Inf).
+inline constexpr std::array<std::int64_t, 11> kBatchSizeBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+
 struct BatcherStats {
   std::int64_t requests = 0;  // submitted
   std::int64_t answered = 0;  // with 200
@@ -50,6 +54,10 @@ struct BatcherStats {
   std::int64_t batches = 0;   // model calls
   std::int64_t inputs = 0;    // inputs answered in them
   std::int64_t queued = 0;    // requests waiting now
+  std::int64_t truncated = 0;  // inputs answered from their first tokens: longer than the model reads
+  // Model calls by their inputs: [i] those of at most kBatchSizeBounds[i]
+  // (and more than the bound before), the last those past every bound.
+  std::array<std::int64_t, kBatchSizeBounds.size() + 1> batch_sizes{};
   int threads = 0;            // the model thread's OpenMP count (0 until it has started)
 };
 

@@ -4,6 +4,10 @@
 //                     (answers as `predict --json` gives them; see serve/request.h)
 //   GET  /v1/health   {"status": "ok", and the batcher's counts}
 //   GET  /v1/model    the run's task, config, labels, and the machine it runs on
+//   GET  /metrics     Prometheus's text format: requests by endpoint and code,
+//                     latency and batch-size histograms, queue depth, inputs truncated
+// Every response carries an X-Request-Id header: the client's own when it
+// sent a usable one (1 to 128 printable ASCII characters), else the server's.
 // Every error is a JSON object {"error": why} with a 4xx status (5xx: the
 // server's own failure); the server keeps serving after any of them.
 #pragma once

@@ -1,7 +1,8 @@
 // A trained run's answers to new inputs, as JSON objects: what `predict
 // --json` prints a line each and what `multihead serve` returns, made in one
 // place so that the two always agree.
-//   classifier:     {"input", "label", "probabilities": {label: p, ...}}
+//   classifier:     {"input", "label", "probabilities": {label: p, ...}}, and
+//                   "truncated": true when the text was cut to the model's length
 //   language model: {"input", "output"}  (the prompt and its continuation)
 //   pronunciation:  {"input", "pronunciations": [{"phonemes", "log_prob", "score", "ended"}, ...]}
 #pragma once

@@ -23,9 +23,11 @@ struct JobFlag {
   // entries take the place of the general ones.
   std::vector<std::pair<std::string_view, std::string_view>> keys;
   bool is_switch = false;  // no value: sets true (--checkpoint-layers)
-  // A key whose default follows this one, taken out when the flag is given
-  // so that it follows the new value (--precision: train.loss_scaling).
-  std::string_view rederives = {};
+  // Keys whose defaults follow this one, taken out when the flag (or --set of
+  // its first key) changes it, so that they follow the new value
+  // (--precision: train.loss_scaling; --source: the title and the
+  // preprocessing a preset chose for its own data).
+  std::vector<std::string_view> rederives = {};
   // Only the first of the general paths that the config has (--steps: an
   // epoch job's cap, train.max_steps, else train.steps), not all of them.
   bool first_present = false;

@@ -59,9 +59,12 @@ int job_threads(const Job& job);
 
 // Evaluates the model of the run in run_dir, whatever its kind, in the
 // run's own precision or `precision`; returns the lines `multihead eval`
-// prints. Like every call of the library, on the threads the entry point
-// set (set_num_threads).
-std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision = std::nullopt);
+// prints. `req` (tasks/evaluation.h) asks for another file to score, which
+// classifiers and language models take (another kind: a ConfigError), and
+// a classifier's report folder. Like every call of the library, on the
+// threads the entry point set (set_num_threads).
+std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision = std::nullopt,
+                                      const EvalRequest& req = {});
 
 // The test split of the run in run_dir as text (tasks/model_sample.h): a
 // text classification or pronunciation run's; another kind is a ConfigError.

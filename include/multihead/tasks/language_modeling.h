@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/data/tokenizer.h"
+#include "multihead/tasks/evaluation.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/job_config.h"
 #include "multihead/tasks/model_sample.h"
@@ -56,6 +57,7 @@ struct LanguageModelJob : JobConfig<LanguageModelJob> {
 
 struct LanguageModelResult {
   double validation_loss = 0;  // nats per token
+  double validation_perplexity = 0;  // exp(validation_loss)
   std::int64_t steps = 0;
   std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   double train_seconds = 0, tokens_per_s = 0;
@@ -66,9 +68,13 @@ LanguageModelResult run_job(const LanguageModelJob& job, RunDir& run, Progress& 
                                    StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const LanguageModelResult& result);
 
-// The validation loss (nats per token) of the model saved in a run
-// directory whose config.json holds `job`, as a line.
-std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir);
+// The validation loss (nats per token, bits and perplexity) of the model
+// saved in a run directory whose config.json holds `job`, as a line; with
+// req.data, the loss over that text file instead (eval_windows windows of
+// train.seq_len tokens spread over it).
+std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::string& run_dir, const EvalRequest& req);
+// "1.2345 nats/token (1.781 bits, perplexity 3.437)".
+std::string loss_text(double nats);
 // The run's model on windows of train.seq_len tokens spread over its
 // validation text (tasks/model_sample.h).
 ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const SampleSettings& settings);

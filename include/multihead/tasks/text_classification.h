@@ -14,6 +14,8 @@
 
 #include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
+#include "multihead/tasks/classification_report.h"
+#include "multihead/tasks/evaluation.h"
 #include "multihead/tasks/job_config.h"
 #include "multihead/tasks/loaded_run.h"
 #include "multihead/tasks/model_sample.h"
@@ -29,11 +31,12 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   static constexpr const char* kNoun = "text classifiers";  // in messages: "--epochs does not apply to text classifiers"
   static constexpr bool kTaskOptional = true;  // the first kind of job: the default
   // Data: "spamassassin" (data_path: the corpus's data folder), "aclimdb"
-  // (data_path: the aclImdb folder; its test split is the test set), "csv" or
-  // "tsv" (data_path: the file, with text_column and label_column).
+  // (data_path: the aclImdb folder; its test split is the test set), "csv",
+  // "tsv" or "jsonl" (data_path: the file, with text_column and label_column
+  // naming its columns or keys).
   std::string source = "spamassassin";
   std::string data_path;
-  bool strip_headers = true;
+  bool strip_headers = false;  // remove each text's RFC 822 mail headers
   std::string text_column = "text", label_column = "label";
   double validation_fraction = 0.1, test_fraction = 0.2;
   TokenizerConfig tokenizer;
@@ -42,7 +45,7 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   EpochBudget budget{3, 0};
   std::int64_t max_len = 256;  // tokens per example, [CLS] included
   std::int64_t eval_batch = 64;
-  std::string report_title = "Text classification";
+  std::string report_title;  // empty: named after the data (title_of)
 
   TextClassificationJob() { model.vocab_size = tokenizer.vocab_size; }  // until the tokenizer is trained
   // ConfigError, naming `where`, for a value out of range.
@@ -63,6 +66,10 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   }
 };
 
+
+// The report's title: report_title, or one naming the data
+// ("Text classification: tickets.csv").
+std::string title_of(const TextClassificationJob& job);
 
 struct ClassificationMetrics {
   double loss = 0, accuracy = 0;
@@ -117,6 +124,20 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const Token
 ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
                                           std::int64_t batch, std::int64_t max_len, Precision precision);
 
+// The full report over the examples idx (tasks/classification_report.h),
+// `labels` naming the classes, evaluated as evaluate_classifier does.
+ClassificationReport report_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
+                                       std::span<const std::int64_t> idx, const std::vector<std::string>& labels,
+                                       std::int64_t batch, std::int64_t max_len, Precision precision,
+                                       StopRequest* stop = nullptr);
+
+// The report's "## Errors" section for examples scored as `what` ("test"):
+// the Markdown of r with the most confident mistakes quoted from texts, and
+// its figures drawn as plots_dir/confusion.png and plots_dir/reliability.png
+// (linked as plots_link + name).
+std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
+                           const std::string& plots_dir, const std::string& plots_link, const std::string& what);
+
 // Training a sequence classifier on tokenised examples: batches of examples
 // ([CLS] first, cut to max_len tokens), the cross-entropy of their labels;
 // validation over the examples `validation`. Text classification and word
@@ -147,8 +168,17 @@ ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples
 // The run's model on the first examples of its test split (tasks/model_sample.h).
 ModelSample sample_model(const TextClassificationJob& job, const std::string& run_dir, const SampleSettings& settings);
 
-// The test accuracy and loss of the model saved in a run directory, whose
-// config.json holds `job` (with the precision to evaluate in), as lines.
-std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir);
+// The classes' names a run recorded in its results.json; a run without one
+// has its classes' numbers, and says so in `warnings`.
+std::vector<std::string> run_class_names(const std::string& dir, std::int64_t num_classes,
+                                         std::vector<std::string>* warnings);
+
+// The model saved in a run directory, whose config.json holds `job` (with
+// the precision to evaluate in), scored on its test split or on the file
+// req.data names (its labels those of the run's classes): accuracy, loss,
+// per-class precision, recall and F1, the confusion matrix and calibration,
+// as lines; with req.out, a folder with results.json, report.md and the figures.
+std::vector<std::string> evaluate_run(const TextClassificationJob& job, const std::string& run_dir,
+                                      const EvalRequest& req);
 
 }  // namespace multihead

@@ -37,6 +37,7 @@ struct AnswerSettings;  // tasks/answers.h
 struct Prediction {
   std::string label;                 // the most likely class
   std::vector<double> probabilities;  // of every class, in labels() order
+  bool truncated = false;            // the text had more tokens than the model reads: its first ones were read
 };
 
 class TrainedRun {

@@ -40,15 +40,19 @@ class RunDir {
  public:
   // Creates the folders and takes the directory's lock (run.lock: an flock
   // the kernel drops when the process ends, so a killed run leaves no stale
-  // lock; it names the pid that holds it). Refuses a directory another
-  // process holds, and one that `mode` does not allow; removes temporaries
-  // an interrupted run left behind.
+  // lock; it names the pid that holds it, and goes when the RunDir does).
+  // Refuses a directory another process holds, and one that `mode` does not
+  // allow; removes temporaries an interrupted run left behind. The lock file
+  // of a process that ended without removing it is taken over
+  // (stale_lock_pid names that process).
   explicit RunDir(std::string path, RunMode mode = RunMode::kNew);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
 
   const std::string& path() const { return path_; }
+  // The pid a run.lock left by an ended process named, or "".
+  const std::string& stale_lock_pid() const { return stale_lock_pid_; }
   std::string file(const std::string& name) const;  // path/name
   void write_json(const std::string& name, const nlohmann::json& j) const;
   // config.json: the job's settings, kept for the checkpoints to record.
@@ -74,6 +78,7 @@ class RunDir {
   RunMode mode_;
   bool owner_ = true;
   int lock_fd_ = -1;
+  std::string stale_lock_pid_;
   std::int64_t records_ = 0;
   std::FILE* metrics_ = nullptr;
   nlohmann::json config_ = nlohmann::json::object();

@@ -65,10 +65,15 @@ class MemoryCurve {
 // validation loss and accuracy of each evaluation. A resumed run rebuilds
 // them from the metrics records it keeps.
 struct TrainingCurves {
-  std::vector<double> step, loss, eval_step, eval_loss, eval_accuracy;
+  std::vector<double> step, loss, lr, grad_norm, eval_step, eval_loss, eval_accuracy;
+  // Items per second since the run (or its resumption) began, at each step
+  // that recorded it, named as the record names it ("tokens_per_s").
+  std::vector<double> throughput_step, throughput;
+  std::string throughput_key;
   MemoryCurve memory;
   void add_step(const StepStats& s);
   void add_eval(std::int64_t step, double loss, double accuracy = 0);
+  void add_throughput(std::int64_t step, double per_s, const std::string& key);
   // A metrics.jsonl record: a step (it has "loss") or an evaluation
   // ("validation_loss"); others are ignored.
   void add_record(const nlohmann::json& record);

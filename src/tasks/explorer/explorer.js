@@ -140,7 +140,13 @@
                               (v.stats.ablation ? ` · Δp ${(-100 * v.stats.ablation[m]).toFixed(1)}` : "")));
       }
     }
-    return grid;
+    // What the numbers under each head mean, on the page itself.
+    const note = el("p", { class: "mh-note", id: "mh-captions" },
+      el("b", {}, "H/Hmax"), ": the head's attention entropy over the uniform attention's (1: spread evenly over the " +
+      "keys; near 0: on one key), averaged over queries.",
+      v.stats.ablation ? el("span", {}, " ", el("b", {}, "Δp"), ": how many points the predicted class's " +
+        "probability moves when this head alone is masked (negative: the prediction leans on the head).") : "");
+    return el("div", {}, grid, note);
   }
 
   // The head view of (state.layer, state.head).

@@ -1,0 +1,43 @@
+#include "multihead/core/suggest.h"
+
+#include <algorithm>
+
+namespace multihead {
+
+namespace {
+
+// Edit distance in which swapping two adjacent characters is one edit, as
+// one slip of the fingers is ("trian" for "train"): the optimal string
+// alignment distance.
+std::size_t typing_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::string closest_name(std::string_view word, const std::vector<std::string>& names) {
+  std::string best;
+  std::size_t best_d = 0;
+  for (const std::string& n : names) {
+    if (n == word) return {};
+    const std::size_t d = typing_distance(word, n);
+    const std::size_t allowed = std::clamp<std::size_t>(std::max(word.size(), n.size()) / 3, 1, 3);
+    if (d <= allowed && (best.empty() || d < best_d)) best = n, best_d = d;
+  }
+  return best;
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& names) {
+  const std::string n = closest_name(word, names);
+  return n.empty() ? std::string() : " (did you mean '" + n + "'?)";
+}
+
+}  // namespace multihead

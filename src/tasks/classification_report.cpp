@@ -1,0 +1,174 @@
+#include "multihead/tasks/classification_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "multihead/core/error.h"
+#include "multihead/report/plots.h"
+
+namespace multihead {
+
+namespace {
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+}  // namespace
+
+ClassificationReport classification_report(std::span<const double> probabilities,
+                                           std::span<const std::int64_t> labels_true,
+                                           const std::vector<std::string>& labels, double loss,
+                                           std::int64_t calibration_bins, std::size_t worst) {
+  const std::size_t C = labels.size(), N = labels_true.size();
+  check<ShapeError>(C > 0 && probabilities.size() == N * C, "{} probabilities for {} examples of {} classes",
+                    probabilities.size(), N, C);
+  check<ShapeError>(calibration_bins > 0, "calibration needs at least one bin, got {}", calibration_bins);
+  ClassificationReport r;
+  r.labels = labels;
+  r.examples = static_cast<std::int64_t>(N);
+  r.loss = loss;
+  r.confusion.assign(C * C, 0);
+  r.bins.resize(static_cast<std::size_t>(calibration_bins));
+  for (std::size_t b = 0; b < r.bins.size(); ++b) {
+    r.bins[b].lo = static_cast<double>(b) / static_cast<double>(calibration_bins);
+    r.bins[b].hi = static_cast<double>(b + 1) / static_cast<double>(calibration_bins);
+  }
+  std::vector<Mistake> mistakes;
+  std::int64_t correct = 0;
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::int64_t t = labels_true[i];
+    check<ShapeError>(t >= 0 && static_cast<std::size_t>(t) < C, "example {} has label {}, outside 0..{}", i, t, C - 1);
+    const double* p = probabilities.data() + i * C;
+    const auto pred = static_cast<std::int64_t>(std::max_element(p, p + C) - p);
+    const double conf = p[pred];
+    ++r.confusion[static_cast<std::size_t>(t) * C + static_cast<std::size_t>(pred)];
+    const bool right = pred == t;
+    correct += right;
+    // Bin b holds confidences in [b/B, (b+1)/B); a confidence of 1 goes in the last.
+    const auto b = std::min<std::size_t>(static_cast<std::size_t>(std::max(conf, 0.0) * static_cast<double>(calibration_bins)),
+                                         r.bins.size() - 1);
+    ++r.bins[b].count;
+    r.bins[b].confidence += conf;
+    r.bins[b].accuracy += right;
+    if (!right) mistakes.push_back({static_cast<std::int64_t>(i), t, pred, conf});
+  }
+  r.accuracy = ratio(static_cast<double>(correct), static_cast<double>(N));
+  for (ReliabilityBin& b : r.bins) {
+    const double n = static_cast<double>(b.count);
+    b.confidence = ratio(b.confidence, n);
+    b.accuracy = ratio(b.accuracy, n);
+    r.ece += ratio(n, static_cast<double>(N)) * std::fabs(b.accuracy - b.confidence);
+  }
+  for (std::size_t c = 0; c < C; ++c) {
+    ClassScores s;
+    s.label = labels[c];
+    const std::int64_t tp = r.confusion_at(c, c);
+    for (std::size_t k = 0; k < C; ++k) s.support += r.confusion_at(c, k), s.predicted += r.confusion_at(k, c);
+    s.precision = ratio(static_cast<double>(tp), static_cast<double>(s.predicted));
+    s.recall = ratio(static_cast<double>(tp), static_cast<double>(s.support));
+    s.f1 = ratio(2 * s.precision * s.recall, s.precision + s.recall);
+    r.macro_precision += s.precision / static_cast<double>(C);
+    r.macro_recall += s.recall / static_cast<double>(C);
+    r.macro_f1 += s.f1 / static_cast<double>(C);
+    r.weighted_f1 += s.f1 * ratio(static_cast<double>(s.support), static_cast<double>(N));
+    r.classes.push_back(std::move(s));
+  }
+  std::stable_sort(mistakes.begin(), mistakes.end(),
+                   [](const Mistake& a, const Mistake& b) { return a.confidence > b.confidence; });
+  mistakes.resize(std::min(mistakes.size(), worst));
+  r.worst = std::move(mistakes);
+  return r;
+}
+
+nlohmann::json to_json(const ClassificationReport& r) {
+  nlohmann::json per_class = nlohmann::json::object();
+  for (const ClassScores& s : r.classes)
+    per_class[s.label] = {{"precision", s.precision}, {"recall", s.recall}, {"f1", s.f1}, {"support", s.support}};
+  nlohmann::json counts = nlohmann::json::array();
+  for (std::size_t t = 0; t < r.labels.size(); ++t) {
+    nlohmann::json row = nlohmann::json::array();
+    for (std::size_t p = 0; p < r.labels.size(); ++p) row.push_back(r.confusion_at(t, p));
+    counts.push_back(std::move(row));
+  }
+  nlohmann::json bins = nlohmann::json::array();
+  for (const ReliabilityBin& b : r.bins)
+    if (b.count > 0)
+      bins.push_back({{"lo", b.lo}, {"hi", b.hi}, {"count", b.count}, {"confidence", b.confidence}, {"accuracy", b.accuracy}});
+  return {{"examples", r.examples},
+          {"accuracy", r.accuracy},
+          {"loss", r.loss},
+          {"macro_precision", r.macro_precision},
+          {"macro_recall", r.macro_recall},
+          {"macro_f1", r.macro_f1},
+          {"weighted_f1", r.weighted_f1},
+          {"per_class", per_class},
+          {"confusion_matrix", {{"labels", r.labels}, {"rows", "true class"}, {"columns", "predicted class"}, {"counts", counts}}},
+          {"calibration", {{"ece", r.ece}, {"bins", bins}}}};
+}
+
+namespace {
+
+// A cell of a Markdown table: no '|' or line break inside.
+std::string cell(const std::string& s, std::size_t max_chars = 100) {
+  std::string out;
+  for (char c : clip_text(s, max_chars)) out += c == '|' ? std::string("\\|") : c == '\n' || c == '\r' || c == '\t' ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
+}  // namespace
+
+std::string markdown(const ClassificationReport& r, const std::vector<std::string>* texts) {
+  std::string md = "| class | precision | recall | F1 | examples | predicted |\n|---|---|---|---|---|---|\n";
+  for (const ClassScores& s : r.classes)
+    md += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} | {} | {} |\n", cell(s.label, 40), s.precision, s.recall, s.f1,
+                      s.support, s.predicted);
+  md += fmt::format("| macro mean | {:.3f} | {:.3f} | {:.3f} | {} | |\n", r.macro_precision, r.macro_recall, r.macro_f1,
+                    r.examples);
+  md += fmt::format("| weighted mean | | | {:.3f} | {} | |\n\n", r.weighted_f1, r.examples);
+  md += "Confusion matrix (rows: the true class; columns: the predicted one):\n\n| true \\ predicted |";
+  for (const std::string& l : r.labels) md += " " + cell(l, 40) + " |";
+  md += "\n|---|";
+  for (std::size_t i = 0; i < r.labels.size(); ++i) md += "---|";
+  md += "\n";
+  for (std::size_t t = 0; t < r.labels.size(); ++t) {
+    md += "| " + cell(r.labels[t], 40) + " |";
+    for (std::size_t p = 0; p < r.labels.size(); ++p)
+      md += t == p ? fmt::format(" **{}** |", r.confusion_at(t, p)) : fmt::format(" {} |", r.confusion_at(t, p));
+    md += "\n";
+  }
+  md += fmt::format(
+      "\nCalibration: expected calibration error {:.4f} over {} confidence bins (0 is perfectly calibrated: in each "
+      "bin the share right equals the mean confidence).\n",
+      r.ece, r.bins.size());
+  if (texts && !r.worst.empty()) {
+    md += "\nThe most confident mistakes:\n\n| true | predicted | confidence | text |\n|---|---|---|---|\n";
+    for (const Mistake& m : r.worst)
+      md += fmt::format("| {} | {} | {:.4f} | {} |\n", cell(r.labels[static_cast<std::size_t>(m.truth)], 40),
+                        cell(r.labels[static_cast<std::size_t>(m.predicted)], 40), m.confidence,
+                        cell((*texts)[static_cast<std::size_t>(m.index)]));
+  }
+  return md;
+}
+
+void confusion_matrix_png(const std::string& path, const std::string& title, const ClassificationReport& r) {
+  const auto C = static_cast<std::int64_t>(r.labels.size());
+  count_matrix_png(path, title, r.confusion, C, C, r.labels, r.labels, "true class", "predicted class");
+}
+
+void reliability_png(const std::string& path, const std::string& title, const ClassificationReport& r) {
+  // Each bin's examples beside its point: a bin of three says little.
+  Series model{fmt::format("model (ECE {:.3f}; numbers: examples in the bin)", r.ece), {}, {}};
+  for (const ReliabilityBin& b : r.bins)
+    if (b.count > 0) {
+      model.x.push_back(b.confidence), model.y.push_back(b.accuracy);
+      model.labels.push_back(fmt::format("{}", b.count));
+    }
+  Series ideal{"perfect calibration", {0, 1}, {0, 1}};
+  ideal.dashed = true;
+  PlotAxes axes;
+  axes.y_min = 0, axes.y_max = 1;
+  line_plot_png(path, title, "confidence (the predicted class's probability)", "accuracy", {ideal, model}, axes);
+}
+
+}  // namespace multihead

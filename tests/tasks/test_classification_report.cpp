@@ -1,0 +1,107 @@
+// The classification report against values worked out by hand: per-class
+// precision, recall and F1 (scikit-learn's definitions), their macro and
+// support-weighted means, the confusion matrix, the expected calibration
+// error over equal-width confidence bins, and the most confident mistakes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "multihead/core/error.h"
+#include "multihead/tasks/classification_report.h"
+
+namespace multihead {
+namespace {
+
+// Seven examples of three classes; confidences kept off the bins' edges.
+//   row  true  probabilities        predicted  confidence
+//   0    a     .70 .20 .10          a          .70
+//   1    a     .05 .85 .10          b          .85  (mistake)
+//   2    b     .20 .65 .15          b          .65
+//   3    b     .30 .45 .25          b          .45
+//   4    c     .03 .02 .95          c          .95
+//   5    c     .50 .25 .25          a          .50  (mistake)
+//   6    c     .10 .15 .75          c          .75
+const std::vector<double> kProbs = {.70, .20, .10, .05, .85, .10, .20, .65, .15, .30, .45,
+                                    .25, .03, .02, .95, .50, .25, .25, .10, .15, .75};
+const std::vector<std::int64_t> kTruth = {0, 0, 1, 1, 2, 2, 2};
+const std::vector<std::string> kLabels = {"a", "b", "c"};
+
+TEST(ClassificationReport, MatchesTheHandWorkedExample) {
+  const ClassificationReport r = classification_report(kProbs, kTruth, kLabels, 0.5, 5, 5);
+  EXPECT_EQ(r.examples, 7);
+  EXPECT_DOUBLE_EQ(r.accuracy, 5.0 / 7);
+  EXPECT_EQ(r.confusion, (std::vector<std::int64_t>{1, 1, 0, 0, 2, 0, 1, 0, 2}));
+  // a: predicted twice (rows 0, 5), right once; b: predicted 3 times, right twice; c: twice, right twice.
+  EXPECT_DOUBLE_EQ(r.classes[0].precision, 0.5);
+  EXPECT_DOUBLE_EQ(r.classes[0].recall, 0.5);
+  EXPECT_DOUBLE_EQ(r.classes[0].f1, 0.5);
+  EXPECT_DOUBLE_EQ(r.classes[1].precision, 2.0 / 3);
+  EXPECT_DOUBLE_EQ(r.classes[1].recall, 1.0);
+  EXPECT_NEAR(r.classes[1].f1, 0.8, 1e-12);
+  EXPECT_DOUBLE_EQ(r.classes[2].precision, 1.0);
+  EXPECT_DOUBLE_EQ(r.classes[2].recall, 2.0 / 3);
+  EXPECT_NEAR(r.classes[2].f1, 0.8, 1e-12);
+  EXPECT_EQ(r.classes[2].support, 3);
+  EXPECT_EQ(r.classes[1].predicted, 3);
+  EXPECT_NEAR(r.macro_f1, 0.7, 1e-12);
+  EXPECT_NEAR(r.weighted_f1, (2 * 0.5 + 2 * 0.8 + 3 * 0.8) / 7, 1e-12);
+  // Bins of 0.2: [.4,.6) holds .45 (right) and .50 (wrong): confidence .475, accuracy .5;
+  // [.6,.8) holds .70 .65 .75, all right: confidence .70, accuracy 1;
+  // [.8,1] holds .85 (wrong) and .95 (right): confidence .90, accuracy .5.
+  EXPECT_EQ(r.bins[2].count, 2);
+  EXPECT_NEAR(r.bins[3].confidence, 0.7, 1e-12);
+  EXPECT_DOUBLE_EQ(r.bins[4].accuracy, 0.5);
+  EXPECT_NEAR(r.ece, (2 * 0.025 + 3 * 0.3 + 2 * 0.4) / 7, 1e-12);
+  ASSERT_EQ(r.worst.size(), 2u);
+  EXPECT_EQ(r.worst[0].index, 1);
+  EXPECT_EQ(r.worst[0].predicted, 1);
+  EXPECT_DOUBLE_EQ(r.worst[0].confidence, 0.85);
+  EXPECT_EQ(r.worst[1].index, 5);
+}
+
+TEST(ClassificationReport, JsonAndMarkdownCarryEveryPart) {
+  const ClassificationReport r = classification_report(kProbs, kTruth, kLabels, 0.5, 5, 1);
+  const nlohmann::json j = to_json(r);
+  EXPECT_EQ(j["confusion_matrix"]["counts"], nlohmann::json::parse("[[1,1,0],[0,2,0],[1,0,2]]"));
+  EXPECT_EQ(j["confusion_matrix"]["labels"], nlohmann::json(kLabels));
+  EXPECT_DOUBLE_EQ(j["per_class"]["b"]["precision"].get<double>(), 2.0 / 3);
+  EXPECT_EQ(j["per_class"]["c"]["support"], 3);
+  EXPECT_EQ(j["calibration"]["bins"].size(), 3u);  // the empty bins are left out
+  EXPECT_NEAR(j["calibration"]["ece"].get<double>(), 0.25, 1e-12);
+  const std::vector<std::string> texts = {"t0", "refund | please\nnow", "t2", "t3", "t4", "t5", "t6"};
+  const std::string md = markdown(r, &texts);
+  EXPECT_NE(md.find("| b | 0.667 | 1.000 | 0.800 | 2 | 3 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| macro mean | 0.722 | 0.722 | 0.700 | 7 | |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| c | 1 | 0 | **2** |"), std::string::npos) << md;
+  // A mistake's text stays in its table cell.
+  EXPECT_NE(md.find("| a | b | 0.8500 | refund \\| please now |"), std::string::npos) << md;
+}
+
+TEST(ClassificationReport, AClassNeverPredictedScoresZeroNotNaN) {
+  const ClassificationReport r = classification_report(std::vector<double>{0.9, 0.1, 0.8, 0.2},
+                                                       std::vector<std::int64_t>{0, 1}, {"x", "y"}, 0.1, 15, 5);
+  EXPECT_EQ(r.classes[1].predicted, 0);
+  EXPECT_EQ(r.classes[1].precision, 0.0);
+  EXPECT_EQ(r.classes[1].f1, 0.0);
+  EXPECT_DOUBLE_EQ(r.macro_f1, (2 * 0.5 * 1 / 1.5) / 2);
+}
+
+TEST(ClassificationReport, BadShapesAreRefused) {
+  EXPECT_THROW(classification_report(std::vector<double>{0.5, 0.5}, std::vector<std::int64_t>{0, 1}, {"x", "y"}, 0),
+               ShapeError);
+  EXPECT_THROW(classification_report(std::vector<double>{0.5, 0.5}, std::vector<std::int64_t>{2}, {"x", "y"}, 0),
+               ShapeError);
+}
+
+TEST(ClassificationReport, FiguresArePngFiles) {
+  const auto dir = std::filesystem::temp_directory_path() / "multihead_test_report_figures";
+  std::filesystem::create_directories(dir);
+  const ClassificationReport r = classification_report(kProbs, kTruth, kLabels, 0.5);
+  confusion_matrix_png((dir / "c.png").string(), "confusion", r);
+  reliability_png((dir / "r.png").string(), "reliability", r);
+  for (const char* f : {"c.png", "r.png"}) EXPECT_GT(std::filesystem::file_size(dir / f), 1000u) << f;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace multihead
