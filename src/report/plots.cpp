@@ -147,7 +147,10 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
     return !(lo < hi) || hi - lo <= 1e-9 * std::max(std::fabs(lo), std::fabs(hi));
   };
   if (point_like(x0, x1)) x0 = std::isfinite(x0) ? x0 : 0, x1 = x0 + 1;
-  if (point_like(y0, y1)) y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
+  if (point_like(y0, y1)) {
+    y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
+    if (axes.y_floor && axes.y_ceiling) y0 = *axes.y_floor, y1 = *axes.y_ceiling;  // all of a bounded range
+  }
   double ystep = 1;
   if (axes.log_y) {
     y0 = std::floor(y0), y1 = std::max(std::ceil(y1), y0 + 1);

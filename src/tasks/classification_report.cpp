@@ -171,4 +171,15 @@ void reliability_png(const std::string& path, const std::string& title, const Cl
   line_plot_png(path, title, "confidence (the predicted class's probability)", "accuracy", {ideal, model}, axes);
 }
 
+std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
+                           const std::string& plots_dir, const std::string& plots_link, const std::string& what) {
+  confusion_matrix_png(plots_dir + "/confusion.png", fmt::format("Confusion matrix ({} examples)", r.examples), r);
+  reliability_png(plots_dir + "/reliability.png", fmt::format("Reliability ({} examples)", r.examples), r);
+  return fmt::format(
+      "## Errors\n\nOn the {} {} examples: accuracy {:.2f}%, macro F1 {:.4f}, weighted F1 {:.4f}, loss {:.4f}.\n\n{}\n"
+      "![confusion matrix]({}confusion.png)\n\n![reliability diagram]({}reliability.png)\n\n",
+      r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), plots_link,
+      plots_link);
+}
+
 }  // namespace multihead

@@ -1,6 +1,7 @@
 #include "multihead/tasks/image_classification.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "multihead/data/batching.h"
@@ -11,6 +12,7 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
+#include "multihead/tasks/classification_report.h"
 #include "multihead/tasks/inspect.h"
 #include "multihead/train/fit.h"
 
@@ -81,8 +83,11 @@ Tensor gather(const Tensor& pixels, const std::vector<std::int64_t>& idx) {
   return out;
 }
 
+// Mean loss and accuracy over the images idx; with `probabilities`, each
+// image's class probabilities appended ((N, C), softmax in double).
 std::pair<double, double> evaluate(VisionTransformer& model, const Images& data, const std::vector<std::int64_t>& idx,
-                                   Precision precision, StopRequest* stop = nullptr) {
+                                   Precision precision, StopRequest* stop = nullptr,
+                                   std::vector<double>* probabilities = nullptr) {
   double loss = 0;
   std::int64_t correct = 0;
   for (const auto& b : epoch_batches(idx, 256, 0, 0, false)) {
@@ -93,9 +98,16 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
     Tensor logits = model.forward(x, eval_context(precision));
     const std::int64_t B = logits.dim(0), C = logits.dim(1);
     loss += cross_entropy<float>(nullptr, logits.f32(), labels.data(), B, C).loss * static_cast<double>(B);
-    for (std::int64_t r = 0; r < B; ++r)
-      correct += std::max_element(logits.f32() + r * C, logits.f32() + (r + 1) * C) - (logits.f32() + r * C) ==
-                 labels[static_cast<std::size_t>(r)];
+    for (std::int64_t r = 0; r < B; ++r) {
+      const float* z = logits.f32() + r * C;
+      correct += std::max_element(z, z + C) - z == labels[static_cast<std::size_t>(r)];
+      if (probabilities) {
+        const double top = *std::max_element(z, z + C);
+        double sum = 0;
+        for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
+        for (std::int64_t c = 0; c < C; ++c) probabilities->push_back(std::exp(static_cast<double>(z[c]) - top) / sum);
+      }
+    }
     model.release_saved();
   }
   const double n = static_cast<double>(idx.size());
@@ -225,15 +237,27 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   result.skipped_steps = fitted.skipped_steps;
   result.train_seconds = fitted.seconds;
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  std::tie(result.test_loss, result.test_accuracy) = evaluate(m.model, test, test_idx, job.train.precision, stop);
+  std::vector<double> probabilities;
+  std::tie(result.test_loss, result.test_accuracy) =
+      evaluate(m.model, test, test_idx, job.train.precision, stop, &probabilities);
   check_finite_result("the test loss", result.test_loss);
-  run.write_results(result);
+  // The classes by their numbers, as the IDX labels have them.
+  std::vector<std::string> classes;
+  for (std::int64_t c = 0; c < job.model.num_classes; ++c) classes.push_back(std::to_string(c));
+  std::vector<std::int64_t> truth;
+  for (std::int64_t i : test_idx) truth.push_back(test.labels[static_cast<std::size_t>(i)]);
+  const ClassificationReport scored = classification_report(probabilities, truth, classes, result.test_loss);
+  nlohmann::json results = result;
+  results["test_macro_f1"] = scored.macro_f1;
+  results["test"] = to_json(scored);
+  run.write_results(results);
   RunReport report{job.report_title, {}, ""};
   report.rows = {{"test accuracy", fmt::format("{:.2f}% ({} images)", 100 * result.test_accuracy, test_idx.size())},
                  {"validation accuracy", fmt::format("{:.2f}%", 100 * result.validation_accuracy)},
                  {"training", fitted.summary()},
                  {"model", job.model.describe(m.store.numel())}};
-  report.sections = attention_section(m.model, gather(test.pixels, {0}), test.labels[0], job.report_title, run);
+  report.sections = errors_section(scored, nullptr, run.file("plots"), "plots/", "test") +
+                    attention_section(m.model, gather(test.pixels, {0}), test.labels[0], job.report_title, run);
   write_run_report(run, fitted, report);
   return result;
 }

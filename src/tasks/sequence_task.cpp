@@ -178,12 +178,13 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   r.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   r.train_seconds = fitted.seconds;
   r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps - fitted.first_step, 1));
-  std::vector<double> lx, la;
+  std::vector<double> lx, la, lt;
   for (auto L : job.test_lengths) {
     r.by_length.push_back(evaluate_length(m.model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,
                                           job.train.precision, stop));
     lx.push_back(static_cast<double>(L));
     la.push_back(r.by_length.back().sequence_accuracy);
+    lt.push_back(r.by_length.back().token_accuracy);
     run.append_metrics({{"test_length", L}, {"token_accuracy", r.by_length.back().token_accuracy},
                         {"sequence_accuracy", r.by_length.back().sequence_accuracy}});
   }
@@ -195,10 +196,12 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   for (const auto& a : r.by_length)
     res["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
   run.write_results(res);
+  // Test lengths double (16, 32, 64): a log axis spaces them evenly.
   PlotAxes fraction;
   fraction.y_floor = 0, fraction.y_ceiling = 1;
-  line_plot_png(run.file("plots/accuracy_by_length.png"), "Sequence accuracy by length", "length", "accuracy",
-                {{"test", lx, la}}, fraction);
+  fraction.log_x = true;
+  line_plot_png(run.file("plots/accuracy_by_length.png"), "Test accuracy by length", "length", "accuracy",
+                {{"sequences", lx, la}, {"tokens", lx, lt}}, fraction);
   RunReport report{job.report_title, {}, ""};
   report.rows = {{"task", fmt::format("{} of {} symbols, trained on lengths {} to {}", synthetic_kind_name(job.task.kind),
                                       job.task.symbols, job.task.min_len, job.task.max_len)},

@@ -48,6 +48,7 @@ namespace {
 // by word (with the job's seed).
 struct StressData {
   TokenizedExamples examples;  // the words' letters, and their classes
+  std::vector<std::string> words;  // as written, for the report's mistakes
   SplitIndices split;
 };
 
@@ -68,6 +69,7 @@ StressData load_data(const WordStressJob& job) {
     if (const std::optional<std::int64_t> c = stress_class(w.pronunciations)) {
       d.examples.tokens.push_back(encode_letters(w.word));
       d.examples.labels.push_back(*c);
+      d.words.push_back(w.word);
     }
   const auto words = static_cast<std::int64_t>(d.examples.labels.size());
   d.split = split_indices(words, job.validation_fraction, job.test_fraction, job.train.seed);
@@ -120,8 +122,8 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.seconds;
   r.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  const ClassificationMetrics test = evaluate_split(m.model, data, data.split.test, job, stop);
-  check_finite_result("the test loss", test.loss);
+  const ClassificationReport test = report_classifier(m.model, data.examples, data.split.test, stress_class_names(),
+                                                      job.eval_batch, job.max_letters, job.train.precision, stop);
   r.test_accuracy = test.accuracy, r.test_loss = test.loss, r.test_words = test.examples;
   r.majority_accuracy = static_cast<double>(std::count_if(data.split.test.begin(), data.split.test.end(),
                                                           [&](std::int64_t i) {
@@ -136,6 +138,8 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
                      {"train_seconds", r.train_seconds},
                      {"steps", r.steps},
                      {"skipped_steps", r.skipped_steps},
+                     {"test_macro_f1", test.macro_f1},
+                     {"test", to_json(test)},
                      {"labels", stress_class_names()}});
   RunReport report{job.report_title, {}, ""};
   report.rows = {{"test accuracy", fmt::format("{:.2f}% ({} words)", 100 * r.test_accuracy, r.test_words)},
@@ -148,6 +152,9 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
                  {"data", fmt::format("{}: {} words of two or more syllables, {} train / {} validation / {} test",
                                       job.data_path, data.examples.labels.size(), data.split.train.size(),
                                       data.split.validation.size(), data.split.test.size())}};
+  std::vector<std::string> test_words;
+  for (std::int64_t i : data.split.test) test_words.push_back(data.words[static_cast<std::size_t>(i)]);
+  report.sections = errors_section(test, &test_words, run.file("plots"), "plots/", "test");
   write_run_report(run, fitted, report);
   return r;
 }

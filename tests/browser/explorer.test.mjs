@@ -121,6 +121,10 @@ try {
     assert.equal(v.layers * v.heads, 4);
     assert.equal(await page.title(), "Attention explorer");
     assert.ok((await page.textContent(".mh-sub")).includes("</script>"), "the input shows as text");
+    // The numbers under each head are explained on the page.
+    const captions = await page.textContent("#mh-captions");
+    assert.match(captions, /H\/Hmax: the head's attention entropy over the uniform attention's/);
+    assert.match(captions, /Δp: how many points the predicted class's probability moves/);
     await page.screenshot({ path: join(ARTIFACTS, "classifier-model-view.png"), fullPage: true });
     assert.equal(await page.locator("#mh-head").count(), 0);
     await page.click(".mh-cell[data-layer='1'][data-head='1']");

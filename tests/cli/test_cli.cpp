@@ -555,6 +555,11 @@ TEST_F(Cli, ImageJobTakesPrecisionAndCheckpointingFlags) {
   EXPECT_EQ(cfg["train"]["precision"], "bf16");
   EXPECT_EQ(cfg["train"]["checkpoint_layers"], true);
   EXPECT_EQ(cfg["train"]["seed"], 5);
+  // Its test images scored class by class: both labelled 3, of ten classes.
+  const auto results = nlohmann::json::parse(std::ifstream(out / "results.json"));
+  EXPECT_EQ(results["test"]["per_class"]["3"]["support"], 2);
+  EXPECT_EQ(results["test"]["confusion_matrix"]["counts"].size(), 10u);
+  EXPECT_TRUE(fs::exists(out / "plots" / "confusion.png"));
   // The report links an attention explorer page of the first test image (50 tokens: [CLS] and 49 patches).
   EXPECT_NE(read_file((out / "report.md").string()).find("(plots/explorer.html)"), std::string::npos);
   const std::string page = read_file((out / "plots/explorer.html").string());

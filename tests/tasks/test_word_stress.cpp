@@ -59,6 +59,13 @@ TEST_F(WordStressRun, TrainsEvaluatesAndIsRefusedWhereItDoesNotApply) {
   EXPECT_GT(results["test_accuracy"].get<double>(), 0.0);
   EXPECT_GE(results["majority_accuracy"].get<double>(), 0.25);  // the most common of four classes
   EXPECT_EQ(json::parse(read_file(out + "/config.json"))["model"]["num_classes"], 4);
+  // What went wrong, by stressed syllable, in results.json and the report.
+  EXPECT_EQ(results["test"]["confusion_matrix"]["labels"], results["labels"]);
+  std::int64_t counted = 0;
+  for (const auto& row : results["test"]["confusion_matrix"]["counts"])
+    for (const auto& n : row) counted += n.get<std::int64_t>();
+  EXPECT_EQ(counted, results["test"]["examples"].get<std::int64_t>());
+  EXPECT_NE(read_file(out + "/report.md").find("## Errors"), std::string::npos);
   // eval reloads the model and the same test split: the same line.
   test::CliRun e = test::run("eval --run " + out + " --threads 1");
   ASSERT_EQ(e.code, 0) << e.err;

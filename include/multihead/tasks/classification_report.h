@@ -77,4 +77,11 @@ std::string markdown(const ClassificationReport& r, const std::vector<std::strin
 void confusion_matrix_png(const std::string& path, const std::string& title, const ClassificationReport& r);
 void reliability_png(const std::string& path, const std::string& title, const ClassificationReport& r);
 
+// The report's "## Errors" section for examples scored as `what` ("test"):
+// the Markdown of r with the most confident mistakes quoted from texts, and
+// its figures drawn as plots_dir/confusion.png and plots_dir/reliability.png
+// (linked as plots_link + name).
+std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
+                           const std::string& plots_dir, const std::string& plots_link, const std::string& what);
+
 }  // namespace multihead

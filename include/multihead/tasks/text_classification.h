@@ -131,13 +131,6 @@ ClassificationReport report_classifier(SequenceClassifier& model, const Tokenize
                                        std::int64_t batch, std::int64_t max_len, Precision precision,
                                        StopRequest* stop = nullptr);
 
-// The report's "## Errors" section for examples scored as `what` ("test"):
-// the Markdown of r with the most confident mistakes quoted from texts, and
-// its figures drawn as plots_dir/confusion.png and plots_dir/reliability.png
-// (linked as plots_link + name).
-std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
-                           const std::string& plots_dir, const std::string& plots_link, const std::string& what);
-
 // Training a sequence classifier on tokenised examples: batches of examples
 // ([CLS] first, cut to max_len tokens), the cross-entropy of their labels;
 // validation over the examples `validation`. Text classification and word
