@@ -51,12 +51,24 @@ void text_at(cairo_t* cr, double x, double y, const std::string& s, double size,
   cairo_restore(cr);
 }
 
-std::string tick_label(double v) {
+// A tick's value with as many decimals as the axis's step needs (0.25 steps:
+// "23.25", not "23.2"), or in scientific notation when the step or the
+// value is very small or large, the same way on every tick of the axis.
+std::string tick_label(double v, double step) {
   char buf[32];
   const double a = std::fabs(v);
-  if (a != 0 && (a >= 1e5 || a < 1e-3)) std::snprintf(buf, sizeof buf, "%.1e", v);
-  else if (a >= 100) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.3g", v);
+  if (v == 0) return "0";
+  if (step < 1e-3 || a >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.1e", v);
+    return buf;
+  }
+  int decimals = 0;
+  while (decimals < 6) {
+    const double scaled = step * std::pow(10.0, decimals);
+    if (std::fabs(scaled - std::round(scaled)) < 1e-6 * scaled) break;
+    ++decimals;
+  }
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
   return buf;
 }
 
@@ -110,7 +122,8 @@ struct Transform {
 std::string log_tick_label(double exponent, double base) {
   const double v = std::pow(base, exponent);
   if (base == 2 && exponent >= 0 && exponent < 20) return fmt::format("{:.0f}", v);
-  return tick_label(v);
+  if (v >= 1e-3 && v < 1e6) return fmt::format("{:g}", v);
+  return fmt::format("{:.0e}", v);
 }
 
 void draw_marker(cairo_t* cr, double x, double y) {
@@ -146,7 +159,7 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
   const auto point_like = [](double lo, double hi) {
     return !(lo < hi) || hi - lo <= 1e-9 * std::max(std::fabs(lo), std::fabs(hi));
   };
-  if (point_like(x0, x1)) x0 = std::isfinite(x0) ? x0 : 0, x1 = x0 + 1;
+  if (point_like(x0, x1)) x0 = std::isfinite(x0) ? x0 - 1 : 0, x1 = x0 + 2;  // one point: in the middle
   if (point_like(y0, y1)) {
     y0 = std::isfinite(y0) ? y0 - 0.5 : 0, y1 = y0 + 1;
     if (axes.y_floor && axes.y_ceiling) y0 = *axes.y_floor, y1 = *axes.y_ceiling;  // all of a bounded range
@@ -201,14 +214,14 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
     if (yv > y1 + 1e-9 * ystep) break;
     const double v = std::fabs(yv) < 1e-9 * ystep ? 0.0 : yv;  // no "-0" or 1e-17 from the sum
     grid_line(left, py(v), left + pw, py(v));
-    text_at(cr, left - 6, py(v), axes.log_y ? log_tick_label(v, 10) : tick_label(v), 11, 1.0);
+    text_at(cr, left - 6, py(v), axes.log_y ? log_tick_label(v, 10) : tick_label(v, ystep), 11, 1.0);
   }
   for (int i = 0; i < 1000; ++i) {
     const double xv = xfirst + i * xstep;
     if (xv > x1 + 1e-9 * xstep) break;
     const double v = std::fabs(xv) < 1e-9 * xstep ? 0.0 : xv;
     grid_line(px(v), top, px(v), top + ph);
-    text_at(cr, px(v), top + ph + 14, axes.log_x ? log_tick_label(v, 2) : tick_label(v), 11, 0.5);
+    text_at(cr, px(v), top + ph + 14, axes.log_x ? log_tick_label(v, 2) : tick_label(v, xstep), 11, 0.5);
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
   cairo_rectangle(cr, left, top, pw, ph);
@@ -332,16 +345,32 @@ void count_matrix_png(const std::string& path, const std::string& title, const s
   check<ShapeError>(static_cast<std::int64_t>(counts.size()) == rows * cols && rows > 0 && cols > 0,
                     "a {} x {} matrix needs {} counts, got {}", rows, cols, rows * cols, counts.size());
   const double cell = std::clamp(560.0 / static_cast<double>(std::max(rows, cols)), 14.0, 90.0);
-  const double label_w = 150, top = 60 + 110;
-  const int W = static_cast<int>(label_w + cell * static_cast<double>(cols) + 40);
+  const double ls = std::min(12.0, std::max(8.0, cell * 0.35));  // label font size
+  // Room above the matrix for the column labels, written upwards: as tall as the longest.
+  double label_h = 0;
+  {
+    cairo_surface_t* probe = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1);
+    cairo_t* pc = cairo_create(probe);
+    cairo_select_font_face(pc, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cairo_set_font_size(pc, ls);
+    for (const std::string& l : col_labels) {
+      cairo_text_extents_t ext;
+      cairo_text_extents(pc, shorten(l, 16).c_str(), &ext);
+      label_h = std::max(label_h, ext.x_advance);
+    }
+    cairo_destroy(pc);
+    cairo_surface_destroy(probe);
+  }
+  const double label_w = 150, top = 66 + label_h;
+  const int W = std::max(420, static_cast<int>(label_w + cell * static_cast<double>(cols) + 40));
   const int H = static_cast<int>(top + cell * static_cast<double>(rows) + 30);
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, std::max(W, 420), H);
+  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
   cairo_t* cr = cairo_create(surface);
   cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
   cairo_set_source_rgb(cr, 1, 1, 1);
   cairo_paint(cr);
   cairo_set_source_rgb(cr, 0, 0, 0);
-  text_at(cr, std::max(W, 420) / 2.0, 20, title, 15, 0.5);
+  text_at(cr, W / 2.0, 20, title, 15, 0.5);
   text_at(cr, label_w + cell * static_cast<double>(cols) / 2, 44, col_axis, 12, 0.5);
   text_at(cr, 14, top + cell * static_cast<double>(rows) / 2, row_axis, 12, 0.5, -M_PI / 2);
   const double fs = std::clamp(cell * 0.3, 7.0, 13.0);
@@ -365,7 +394,6 @@ void count_matrix_png(const std::string& path, const std::string& title, const s
     }
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
-  const double ls = std::min(12.0, std::max(8.0, cell * 0.35));
   for (std::int64_t r = 0; r < rows && r < static_cast<std::int64_t>(row_labels.size()); ++r)
     text_at(cr, label_w - 6, top + cell * (static_cast<double>(r) + 0.5), shorten(row_labels[static_cast<std::size_t>(r)], 20), ls, 1.0);
   for (std::int64_t c = 0; c < cols && c < static_cast<std::int64_t>(col_labels.size()); ++c)

@@ -104,18 +104,19 @@ TEST(Plots, FixedAxesErrorBarsLogAxesAndTheLegendOutOfTheWay) {
   PlotAxes to_ten;
   to_ten.y_max = 10;  // 9.5 lies 18 px below the plot's top, where a legend box would go
   line_plot_png((dir / "b.png").string(), "t", "x", "y", {{"a series name", x, y}}, to_ten);
-  // The legend's text is black, in the box's first row (about 70 px from the top); nothing else
-  // there is (ticks are left of x = 80, grid lines light grey, the series coloured).
-  int text_right = 0, text_left = 0;
+  // The legend's text is black; nothing else in the plot is (ticks are left of x = 80 and below
+  // it, grid lines light grey, the series coloured). None of it sits over the data's band near
+  // the top (rows 56 to 82), and all of it is somewhere.
+  int text_over_data = 0, text_elsewhere = 0;
   const Png b(dir / "b.png");
-  for (int py = 60; py < 82; ++py)
-    for (int px = 90; px < 790; ++px) {
+  for (int py = 52; py < 418; ++py)
+    for (int px = 90; px < 778; ++px) {
       const auto p = b.at(px, py);
       if (std::max({p[0], p[1], p[2]}) < 100 && std::max({p[0], p[1], p[2]}) - std::min({p[0], p[1], p[2]}) < 10)
-        (px > 410 ? text_right : text_left)++;
+        (py < 82 && px > 420 ? text_over_data : text_elsewhere)++;
     }
-  EXPECT_EQ(text_right, 0);
-  EXPECT_GT(text_left, 20);
+  EXPECT_EQ(text_over_data, 0);
+  EXPECT_GT(text_elsewhere, 20);
   // Error bars and log axes make pictures, values <= 0 left out of a log axis.
   Series bars("heads", {1, 2, 4, 8, 16}, {0.6, 0.62, 0.61, 0.64, 0.0});
   bars.err = {0.1, 0.12, 0.05, 0.02, 0.01};
