@@ -109,6 +109,11 @@ std::vector<double> smoothed(const std::vector<double>& y, double weight) {
   return out;
 }
 
+double smoothing_weight(std::size_t n) {
+  const double lag = static_cast<double>(n) / 100;
+  return std::clamp(lag / (1 + lag), 0.6, 0.98);
+}
+
 namespace {
 
 // A point as the axes place it (log axes take the logarithm), or NaN.

@@ -30,7 +30,8 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
   // The per-step loss is noisy: drawn faint, with its smoothed line over it.
   Series raw("train (per step)", c.step, c.loss);
   raw.faint = true;
-  std::vector<Series> loss = {raw, {"train (smoothed)", c.step, smoothed(c.loss)}};
+  const double weight = smoothing_weight(c.loss.size());
+  std::vector<Series> loss = {raw, {"train (smoothed)", c.step, smoothed(c.loss, weight)}};
   if (!c.eval_step.empty()) loss.push_back({"validation", c.eval_step, c.eval_loss});
   line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy", loss);
   const bool accuracy = fit.validation && fit.validation->accuracy;
@@ -45,7 +46,7 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
   Series norm("per step", c.step, c.grad_norm);
   norm.faint = true;
   line_plot_png(run.file("plots/grad_norm.png"), "Gradient norm (global, before clipping)", "step", "L2 norm",
-                {norm, {"smoothed", c.step, smoothed(c.grad_norm)}});
+                {norm, {"smoothed", c.step, smoothed(c.grad_norm, weight)}});
   const bool throughput = !c.throughput.empty();
   if (throughput)
     line_plot_png(run.file("plots/throughput.png"), "Training throughput (mean since the start)", "step",
@@ -63,8 +64,11 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
                       t.value("init_sha256", std::string()),
                       skip.empty() ? "" : fmt::format("; parameters matching `{}` initialised afresh", skip));
   }
-  md += "\n## Training curves\n\nThe per-step loss, faint, with an exponential moving average over it (weight 0.9, "
-        "as TensorBoard smooths).\n\n![loss](plots/loss.png)\n\n";
+  md += fmt::format(
+      "\n## Training curves\n\nThe per-step loss, faint, with an exponential moving average over it (weight {:.2f}, "
+      "debiased as TensorBoard smooths; the weight grows with the run's length so that the line lags about 1% of "
+      "it).\n\n![loss](plots/loss.png)\n\n",
+      smoothing_weight(fit.curves.loss.size()));
   if (accuracy) md += "![accuracy](plots/accuracy.png)\n\n";
   md += "![learning rate](plots/learning_rate.png)\n\n![gradient norm](plots/grad_norm.png)\n\n";
   if (throughput) md += "![throughput](plots/throughput.png)\n\n";

@@ -66,6 +66,9 @@ TEST(Plots, SmoothingIsTensorBoardsDebiasedMovingAverage) {
   EXPECT_DOUBLE_EQ(s[1], (0.25 + 1.5) / 0.75);      // (0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.5^2)
   EXPECT_TRUE(std::isnan(s[2]));                    // a gap stays a gap
   EXPECT_DOUBLE_EQ(s[3], (0.5 * 1.75 + 2.5) / (0.5 * 0.75 + 0.5));
+  EXPECT_DOUBLE_EQ(smoothing_weight(50), 0.6);       // short runs: TensorBoard's default
+  EXPECT_DOUBLE_EQ(smoothing_weight(900), 0.9);      // a lag of 9 steps in 900
+  EXPECT_DOUBLE_EQ(smoothing_weight(100000), 0.98);
 }
 
 // A PNG read back, for its pixels.

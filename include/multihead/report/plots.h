@@ -49,6 +49,9 @@ inline constexpr std::size_t kMarkersUpTo = 40;
 // (1 - w) y_t, divided by 1 - w^t, so the line starts at the data rather
 // than at 0. Non-finite values are skipped (the line carries on).
 std::vector<double> smoothed(const std::vector<double>& y, double weight = 0.9);
+// A smoothing weight for a series of n points: its line lags about 1% of
+// them (w / (1 - w) = n / 100), between TensorBoard's default 0.6 and 0.98.
+double smoothing_weight(std::size_t n);
 
 // A matrix of counts (a confusion matrix): each cell shows its count,
 // coloured by its share of its row's total; rows labelled on the left,
