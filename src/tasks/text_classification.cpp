@@ -410,9 +410,6 @@ std::vector<std::string> evaluate_run(const TextClassificationJob& job, const st
     data = classifier_test_texts(r.job);
   } else {
     data = eval_file(r.job, req, run_class_names(run_dir, r.job.model.num_classes, nullptr));
-    check<ConfigError>(static_cast<std::int64_t>(data.label_names.size()) == r.job.model.num_classes,
-                       "{}: the run has {} class names for a model of {} classes", run_dir, data.label_names.size(),
-                       r.job.model.num_classes);
   }
   TokenizedExamples examples;
   std::vector<std::string> texts;
