@@ -219,6 +219,13 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
   // Every setting in order on the config written out whole, then read back
   // once, as a config is: a value is checked as the key it sets, and keys
   // checked against each other (d_model and nhead) see every setting.
+  // A key a setting gave is kept when a later one changes what it follows
+  // (--set title=X --source csv keeps X).
+  std::vector<std::string> given;
+  const auto rederive = [&](const JobFlag& f) {
+    for (std::string_view k : f.rederives)
+      if (std::find(given.begin(), given.end(), k) == given.end()) erase_path(config, k);
+  };
   for (const JobSetting& s : settings) {
     if (s.flag == "--set") {
       const std::size_t eq = s.value.find('=');
@@ -229,10 +236,10 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
       const json* before = find_path(config, path);
       const bool changed = !before || *before != value;
       make_path(config, path) = std::move(value);
+      given.push_back(path);
       if (changed)
         for (const JobFlag& f : job_flags())
-          if (f.keys.front().second == path)
-            for (std::string_view k : f.rederives) erase_path(config, k);
+          if (f.keys.front().second == path) rederive(f);
       continue;
     }
     const JobFlag& f = find_flag(s.flag);
@@ -242,9 +249,9 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
       const json* before = find_path(config, path);
       changed = changed || !before || *before != value;
       make_path(config, path) = std::move(value);
+      given.push_back(path);
     }
-    if (changed)
-      for (std::string_view k : f.rederives) erase_path(config, k);
+    if (changed) rederive(f);
   }
   return settings.empty() ? job : job_from_json(config, "the flags");
 }

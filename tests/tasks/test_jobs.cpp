@@ -58,6 +58,24 @@ TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
   EXPECT_THROW(preset_job("imdb"), ConfigError);
 }
 
+TEST(Jobs, AnotherSourceDropsThePresetsTitleAndPreprocessingButNotTheFlags) {
+  const auto text = [](const Job& j) { return std::get<TextClassificationJob>(j); };
+  const TextClassificationJob spam = text(preset_job("spam"));
+  EXPECT_TRUE(spam.strip_headers);
+  EXPECT_EQ(spam.report_title, "SpamAssassin: ham against spam");
+  const TextClassificationJob csv = text(apply_settings(preset_job("spam"), {{"--source", "csv"}, {"--data", "t.csv"}}));
+  EXPECT_FALSE(csv.strip_headers);
+  EXPECT_EQ(title_of(csv), "Text classification: t.csv");
+  // The same source again changes nothing; --set data.source does what --source does.
+  EXPECT_TRUE(text(apply_settings(preset_job("spam"), {{"--source", "spamassassin"}})).strip_headers);
+  EXPECT_FALSE(text(apply_settings(preset_job("spam"), {{"--set", "data.source=tsv"}})).strip_headers);
+  // Keys the command line gave itself stay, before or after the source.
+  const TextClassificationJob kept = text(apply_settings(
+      preset_job("spam"), {{"--set", "title=Mail"}, {"--source", "csv"}, {"--set", "data.strip_headers=true"}}));
+  EXPECT_EQ(kept.report_title, "Mail");
+  EXPECT_TRUE(kept.strip_headers);
+}
+
 TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
   std::vector<JobSetting> flags = {{"--steps", "7"},         {"--d-model", "32"},   {"--num-heads", "2"},
                                    {"--attention", "sliding_window"}, {"--window", "3"}, {"--precision", "fp16"},
