@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(e.what(), 2);
   }
-  CLI::App app{"multihead: Transformer multi-head attention on the CPU"};
+  CLI::App app{"multihead: Transformer multi-head attention on the CPU", "multihead"};
   // The version, and what this build runs on: figures differ between CPUs.
   app.set_version_flag("-V,--version", [] {
     const std::string mpi = multihead::mpi_built() ? multihead::mpi_library() : "not built (MULTIHEAD_MPI=OFF)";
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
                                                      multihead::cli::add_apply(app), multihead::cli::add_bench(app),
                                                      multihead::cli::add_demo(app),
                                                      multihead::cli::add_experiment(app)};
-  app.footer("multihead help COMMAND (or COMMAND --help) shows a command's flags and their defaults.");
+  app.footer("multihead help COMMAND (or COMMAND --help) shows a command's flags and their defaults.\n");
   // `help`, and a first word that names no command, before CLI11 (which
   // would answer "A subcommand is required" to both).
   if (argc >= 2 && std::string_view(argv[1]) == "help") return print_help(app, argc, argv);
