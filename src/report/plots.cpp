@@ -236,10 +236,21 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
   cairo_rectangle(cr, left, top, pw, ph);
   cairo_clip(cr);
   std::vector<std::pair<double, double>> points;  // every point drawn, for the legend's placement
+  // Series with error bars at the same x would hide each other's bars: each
+  // is drawn a few pixels aside of the next ("dodged").
+  std::vector<double> dodge(series.size(), 0.0);
+  {
+    std::vector<std::size_t> with_bars;
+    for (std::size_t k = 0; k < series.size(); ++k)
+      if (!series[k].err.empty()) with_bars.push_back(k);
+    for (std::size_t j = 0; j < with_bars.size() && with_bars.size() > 1; ++j)
+      dodge[with_bars[j]] = (static_cast<double>(j) - static_cast<double>(with_bars.size() - 1) / 2) * 5;
+  }
   for (int pass = 0; pass < 2; ++pass)
     for (std::size_t k = 0; k < series.size(); ++k) {
       const auto& s = series[k];
       if (s.faint != (pass == 0)) continue;
+      const auto sx = [&, dx = dodge[k]](double x) { return px(x) + dx; };
       const auto& c = kPalette[k % std::size(kPalette)];
       if (s.faint) cairo_set_source_rgba(cr, c[0], c[1], c[2], 0.3);
       else cairo_set_source_rgb(cr, c[0], c[1], c[2]);
@@ -254,18 +265,18 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
         const double x = tf.x(s.x[i]), y = tf.y(s.y[i]);
         if (!std::isfinite(y) || !std::isfinite(x)) continue;
         if (!started) {
-          cairo_move_to(cr, px(x), py(y));
+          cairo_move_to(cr, sx(x), py(y));
         } else {
-          cairo_line_to(cr, px(x), py(y));
+          cairo_line_to(cr, sx(x), py(y));
           // The segment too, every 4 px, so that no legend is put over a line between points.
           const auto [ax, ay] = points.back();
-          const double steps = std::floor(std::hypot(px(x) - ax, py(y) - ay) / 4);
+          const double steps = std::floor(std::hypot(sx(x) - ax, py(y) - ay) / 4);
           for (double t = 1; t < steps; ++t)
-            points.emplace_back(ax + (px(x) - ax) * t / steps, ay + (py(y) - ay) * t / steps);
+            points.emplace_back(ax + (sx(x) - ax) * t / steps, ay + (py(y) - ay) * t / steps);
         }
         started = true;
         ++drawn;
-        points.emplace_back(px(x), py(y));
+        points.emplace_back(sx(x), py(y));
       }
       cairo_stroke(cr);
       cairo_set_dash(cr, nullptr, 0, 0);
@@ -277,19 +288,19 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
         if (i < s.err.size() && std::isfinite(s.err[i]) && s.err[i] > 0) {
           const double lo = tf.y(s.y[i] - s.err[i]), hi = tf.y(s.y[i] + s.err[i]);
           const double ylo = std::isfinite(lo) ? py(lo) : top + ph, yhi = py(hi);
-          cairo_move_to(cr, px(x), ylo);
-          cairo_line_to(cr, px(x), yhi);
+          cairo_move_to(cr, sx(x), ylo);
+          cairo_line_to(cr, sx(x), yhi);
           for (double yy : {ylo, yhi}) {
-            cairo_move_to(cr, px(x) - 4, yy);
-            cairo_line_to(cr, px(x) + 4, yy);
+            cairo_move_to(cr, sx(x) - 4, yy);
+            cairo_line_to(cr, sx(x) + 4, yy);
           }
           cairo_stroke(cr);
-          points.emplace_back(px(x), ylo), points.emplace_back(px(x), yhi);
+          points.emplace_back(sx(x), ylo), points.emplace_back(sx(x), yhi);
         }
-        if (!s.faint && !s.dashed && drawn <= kMarkersUpTo) draw_marker(cr, px(x), py(y));
+        if (!s.faint && !s.dashed && drawn <= kMarkersUpTo) draw_marker(cr, sx(x), py(y));
         if (i < s.labels.size() && !s.labels[i].empty()) {
-          text_at(cr, px(x) + 6, py(y) - 9, s.labels[i], 10);
-          points.emplace_back(px(x) + 12, py(y) - 9);
+          text_at(cr, sx(x) + 6, py(y) - 9, s.labels[i], 10);
+          points.emplace_back(sx(x) + 12, py(y) - 9);
         }
       }
     }
