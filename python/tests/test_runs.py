@@ -46,6 +46,12 @@ def test_a_classifier_predicts_with_its_labels_and_shows_its_attention(classifie
         assert set(p["probabilities"]) == {"pos", "neg"}
         assert sum(p["probabilities"].values()) == pytest.approx(1.0)
         assert p["probabilities"][p["label"]] == max(p["probabilities"].values())
+        assert "truncated" not in p
+    # More words than the model's 8 tokens: read from the first ones, and said so, as predict --json does.
+    long_text = "good great fine " * 10
+    (cut,) = run.predict([long_text])
+    assert cut["truncated"] is True
+    assert cut["probabilities"] == pytest.approx(run.predict(["good great fine good great fine good"])[0]["probabilities"])
     att = run.attention("good great day", max_tokens=8)
     assert att["tokens"] == ["<cls>", "good", "great", "day"]
     w = att["weights"]
