@@ -101,5 +101,6 @@ ExperimentReport optimisation_experiment(Context& c);
 ExperimentReport heads_experiment(Context& c);
 ExperimentReport head_analysis_experiment(Context& c);
 ExperimentReport precision_experiment(Context& c);
+ExperimentReport head_cost_experiment(Context& c);
 
 }  // namespace multihead::experiment

@@ -129,7 +129,7 @@ std::vector<std::uint64_t> Context::seeds() const {
 const std::vector<std::string>& experiment_names() {
   static const std::vector<std::string> names = {"heads",         "positions",    "positions-seq2seq",
                                                  "variants",      "head-analysis", "optimisation",
-                                                 "precision"};
+                                                 "precision",     "head-cost"};
   return names;
 }
 
@@ -144,12 +144,16 @@ ExperimentReport run_experiment(const std::string& name, const ExperimentOptions
                        : name == "variants"      ? experiment::variants_experiment(c)
                        : name == "head-analysis" ? experiment::head_analysis_experiment(c)
                        : name == "precision"     ? experiment::precision_experiment(c)
+                       : name == "head-cost"     ? experiment::head_cost_experiment(c)
                                                  : experiment::optimisation_experiment(c);
   r.name = name;
   r.dir = c.dir;
   std::string md = fmt::format("# Experiment: {}{}\n\n", name, o.quick ? " (quick: sizes too small to mean anything)" : "");
-  md += fmt::format("{} seed{} per setting; cells are mean ± sample standard deviation over seeds.\n\n", o.seeds,
-                    o.seeds == 1 ? "" : "s");
+  if (!r.method.empty())
+    md += r.method + "\n\n";
+  else
+    md += fmt::format("{} seed{} per setting; cells are mean ± sample standard deviation over seeds.\n\n", o.seeds,
+                      o.seeds == 1 ? "" : "s");
   for (const auto& t : r.tables) md += t.markdown() + "\n";
   r.results["experiment"] = name;
   r.results["quick"] = o.quick;

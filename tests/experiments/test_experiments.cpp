@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "multihead/core/error.h"
 #include "multihead/experiments/experiments.h"
@@ -107,6 +108,27 @@ TEST_F(QuickExperiment, Optimisation) {
   EXPECT_EQ(t.rows[1][1], "0");
   expect_mean_std(t, 2);
   EXPECT_TRUE(fs::exists(dir / "optimisation" / "loss.png"));
+}
+
+// Splitting into heads: the same FLOPs at every head count (d/h >= 4), so the
+// core's GFLOP/s and its time say what h costs; a table for each precision,
+// pass, width and length, and a plot for each precision and pass.
+TEST_F(QuickExperiment, HeadCost) {
+  ExperimentReport r = run("head-cost");
+  ASSERT_EQ(r.tables.size(), 4u);  // --quick: d_model 32 at L = 16; fp32 and bf16, forward and forward+backward
+  const ExperimentTable& t = r.tables[0];
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"heads", "head dim", "core ms", "core GFLOP/s", "core vs 1 head",
+                                                 "layer ms", "layer GFLOP/s", "peak activations MiB"}));
+  EXPECT_EQ(first_column(t), (std::vector<std::string>{"1", "2", "4", "8"}));  // 32 / 8 = 4, the smallest head
+  EXPECT_EQ(t.rows[3][1], "4");
+  EXPECT_EQ(t.rows[0][4], "1.00x");
+  std::set<double> flops;
+  for (const auto& run : r.results["runs"])
+    if (run["precision"] == "fp32" && run["backward"] == false) flops.insert(run["core_flops"].get<double>());
+  EXPECT_EQ(flops.size(), 1u);  // 4 L^2 d whatever h
+  EXPECT_EQ(*flops.begin(), 4.0 * 16 * 16 * 32);
+  for (const char* f : {"core_ms_fp32_fwd.png", "core_ms_fp32_fwd_bwd.png", "core_ms_bf16_fwd.png", "core_ms_bf16_fwd_bwd.png"})
+    EXPECT_TRUE(fs::exists(dir / "head-cost" / f)) << f;
 }
 
 TEST_F(QuickExperiment, Heads) {

@@ -38,6 +38,8 @@ struct ExperimentTable {
 
 struct ExperimentReport {
   std::string name, dir;
+  // How its cells were measured, when not over seeds (timings: medians of iterations).
+  std::string method;
   std::vector<ExperimentTable> tables;
   nlohmann::json results;  // what results.json holds
 };
