@@ -190,7 +190,7 @@ TEST(Experiments, UnknownNameIsAClearError) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, "
-                 "precision)");
+                 "precision, head-cost)");
   }
 }
 
