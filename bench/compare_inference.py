@@ -664,17 +664,27 @@ CELLS = [("cls_short_ms", "classify, batch 1, short input", "ms", False),
          ("s2s_words_per_s", "pronounce the words, batches of 32", "words/s", True)]
 
 
-def main():
-    # This checkout's build of the Python package, where there is one (else an installed multihead).
+def use_this_build():
+    """This checkout's build of the Python package, where there is one (else an installed multihead)."""
     if os.path.isdir(os.path.join(ROOT, "build", "python", "multihead")):
         sys.path.insert(0, os.path.join(ROOT, "build", "python"))
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+
+def arguments(description):
+    """What every inference comparison takes: the CLI, the classifier and cmudict runs, threads, rounds."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "multihead"))
     ap.add_argument("--classifier", default=os.path.join(ROOT, "runs", "spam"))
-    ap.add_argument("--lm", default=os.path.join(ROOT, "runs", "moby-dick"))
     ap.add_argument("--s2s", default=os.path.join(ROOT, "runs", "cmudict"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    return ap
+
+
+def main():
+    use_this_build()
+    ap = arguments(__doc__.splitlines()[0])
+    ap.add_argument("--lm", default=os.path.join(ROOT, "runs", "moby-dick"))
     ap.add_argument("--repeats", type=int, default=20, help="timed calls of a latency cell (at least a second)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out torch.compile")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (exported graphs, inputs)")

@@ -9,24 +9,15 @@ and 1,024 test words in requests of 32 sorted by length.
     multihead train --preset spam && multihead train --preset cmudict
     /usr/bin/python3 bench/compare_serve.py --threads 2 --rounds 3
 """
-import argparse
 import os
-import sys
 
-from compare_inference import ROOT, served, timed
+from compare_inference import arguments, served, timed, use_this_build
 
 
 def main():
-    if os.path.isdir(os.path.join(ROOT, "build", "python", "multihead")):
-        sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+    use_this_build()
     import multihead
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "multihead"))
-    ap.add_argument("--classifier", default=os.path.join(ROOT, "runs", "spam"))
-    ap.add_argument("--s2s", default=os.path.join(ROOT, "runs", "cmudict"))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args()
+    a = arguments(__doc__.splitlines()[0]).parse_args()
     cls = multihead.load_run(a.classifier, threads=a.threads, precision="fp32")
     s2s = multihead.load_run(a.s2s, threads=a.threads, precision="fp32")
     texts = sorted((t for t in (" ".join(t.split()) for t in cls.test_texts()[0]) if t), key=len)

@@ -35,6 +35,21 @@ std::string encode(cairo_surface_t* surface, const std::string& what) {
   return bytes;
 }
 
+// A W x H picture, white, in the plots' font: draw on cr, then destroy cr and
+// save or encode the surface.
+struct Canvas {
+  cairo_surface_t* surface;
+  cairo_t* cr;
+};
+Canvas white_canvas(int W, int H) {
+  Canvas c{cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H), nullptr};
+  c.cr = cairo_create(c.surface);
+  cairo_select_font_face(c.cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+  cairo_set_source_rgb(c.cr, 1, 1, 1);
+  cairo_paint(c.cr);
+  return c;
+}
+
 // Renders into memory, then writes the file atomically.
 void save(cairo_surface_t* surface, const std::string& path) { write_file_atomic(path, encode(surface, path)); }
 
@@ -143,11 +158,7 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
                    const std::string& y_label, const std::vector<Series>& series, const PlotAxes& axes) {
   const int W = 800, H = 480;
   const double left = 80, right = 20, top = 50, bottom = 60;
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
-  cairo_t* cr = cairo_create(surface);
-  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
+  auto [surface, cr] = white_canvas(W, H);
 
   const Transform tf{axes.log_x, axes.log_y};
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
@@ -365,9 +376,7 @@ void count_matrix_png(const std::string& path, const std::string& title, const s
   // Room above the matrix for the column labels, written upwards: as tall as the longest.
   double label_h = 0;
   {
-    cairo_surface_t* probe = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 1, 1);
-    cairo_t* pc = cairo_create(probe);
-    cairo_select_font_face(pc, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    auto [probe, pc] = white_canvas(1, 1);
     cairo_set_font_size(pc, ls);
     for (const std::string& l : col_labels) {
       cairo_text_extents_t ext;
@@ -380,11 +389,7 @@ void count_matrix_png(const std::string& path, const std::string& title, const s
   const double label_w = 150, top = 66 + label_h;
   const int W = std::max(420, static_cast<int>(label_w + cell * static_cast<double>(cols) + 40));
   const int H = static_cast<int>(top + cell * static_cast<double>(rows) + 30);
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
-  cairo_t* cr = cairo_create(surface);
-  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
+  auto [surface, cr] = white_canvas(W, H);
   cairo_set_source_rgb(cr, 0, 0, 0);
   text_at(cr, W / 2.0, 20, title, 15, 0.5);
   text_at(cr, label_w + cell * static_cast<double>(cols) / 2, 44, col_axis, 12, 0.5);
@@ -435,11 +440,7 @@ std::string heatmap_png_bytes(const std::string& title, const std::vector<float>
   const double label_w = labels ? 110 : 20, top = 50 + (labels ? 90 : 0);
   const int W = static_cast<int>(label_w + cell * static_cast<double>(cols) + 90);
   const int H = static_cast<int>(top + cell * static_cast<double>(rows) + 20);
-  cairo_surface_t* surface = cairo_image_surface_create(CAIRO_FORMAT_RGB24, W, H);
-  cairo_t* cr = cairo_create(surface);
-  cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
+  auto [surface, cr] = white_canvas(W, H);
   cairo_set_source_rgb(cr, 0, 0, 0);
   text_at(cr, W / 2.0, 20, title, 15, 0.5);
   // White (0) to dark blue (the largest weight), on a square-root scale so that small weights show.

@@ -16,6 +16,13 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 }  // namespace
 
+void append_probabilities(std::vector<double>& out, const float* z, std::int64_t C) {
+  const float top = *std::max_element(z, z + C);
+  double sum = 0;
+  for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c] - top));
+  for (std::int64_t c = 0; c < C; ++c) out.push_back(std::exp(static_cast<double>(z[c] - top)) / sum);
+}
+
 ClassificationReport classification_report(std::span<const double> probabilities,
                                            std::span<const std::int64_t> labels_true,
                                            const std::vector<std::string>& labels, double loss,

@@ -1,7 +1,6 @@
 #include "multihead/tasks/image_classification.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "multihead/data/batching.h"
@@ -84,7 +83,7 @@ Tensor gather(const Tensor& pixels, const std::vector<std::int64_t>& idx) {
 }
 
 // Mean loss and accuracy over the images idx; with `probabilities`, each
-// image's class probabilities appended ((N, C), softmax in double).
+// image's class probabilities appended ((N, C), append_probabilities).
 std::pair<double, double> evaluate(VisionTransformer& model, const Images& data, const std::vector<std::int64_t>& idx,
                                    Precision precision, StopRequest* stop = nullptr,
                                    std::vector<double>* probabilities = nullptr) {
@@ -101,12 +100,7 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
     for (std::int64_t r = 0; r < B; ++r) {
       const float* z = logits.f32() + r * C;
       correct += std::max_element(z, z + C) - z == labels[static_cast<std::size_t>(r)];
-      if (probabilities) {
-        const double top = *std::max_element(z, z + C);
-        double sum = 0;
-        for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
-        for (std::int64_t c = 0; c < C; ++c) probabilities->push_back(std::exp(static_cast<double>(z[c]) - top) / sum);
-      }
+      if (probabilities) append_probabilities(*probabilities, z, C);
     }
     model.release_saved();
   }

@@ -1,7 +1,6 @@
 #include "multihead/tasks/text_classification.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "multihead/data/batching.h"
@@ -108,12 +107,7 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
     for (std::int64_t r = 0; r < B; ++r) {
       const float* z = logits.f32() + r * C;
       if (std::max_element(z, z + C) - z == part_labels[static_cast<std::size_t>(r)]) ++correct;
-      if (probabilities) {  // softmax in double
-        const double top = *std::max_element(z, z + C);
-        double sum = 0;
-        for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c]) - top);
-        for (std::int64_t c = 0; c < C; ++c) probabilities->push_back(std::exp(static_cast<double>(z[c]) - top) / sum);
-      }
+      if (probabilities) append_probabilities(*probabilities, z, C);
     }
     model.release_saved();
     m.examples += B;

@@ -15,6 +15,7 @@
 #include "multihead/io/json_config.h"
 #include "multihead/nn/state_dict.h"
 #include "multihead/tasks/answers.h"
+#include "multihead/tasks/classification_report.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/loaded_run.h"
 #include "multihead/train/fit.h"
@@ -111,11 +112,8 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
       const std::int64_t C = logits.dim(1);
       for (std::int64_t r = 0; r < logits.dim(0); ++r) {
         const float* z = logits.f32() + r * C;
-        const float top = *std::max_element(z, z + C);
         Prediction& p = out[static_cast<std::size_t>(batch[static_cast<std::size_t>(r)])];
-        double sum = 0;
-        for (std::int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(z[c] - top));
-        for (std::int64_t c = 0; c < C; ++c) p.probabilities.push_back(std::exp(static_cast<double>(z[c] - top)) / sum);
+        append_probabilities(p.probabilities, z, C);
         p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
       }
       model_.release_saved();

@@ -51,6 +51,10 @@ struct ClassificationReport {
   }
 };
 
+// A classifier's logits z (C) as class probabilities in double, appended
+// to out: the softmax predict answers with, so that eval and predict agree.
+void append_probabilities(std::vector<double>& out, const float* z, std::int64_t C);
+
 // probabilities: (N, C) row-major, each row a distribution over `labels`;
 // labels_true: N class indices. The predicted class is a row's first
 // largest probability (as argmax of the logits). ShapeError for sizes that
