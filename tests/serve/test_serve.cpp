@@ -592,9 +592,10 @@ std::string raw_predict(const std::string& body, const std::string& extra_header
 TEST_F(Serve, PipelinedRequestsAreAnsweredInOrder) {
   const fs::path run_dir = classifier();
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
-  const std::string requests = raw_predict(json{{"inputs", {"good great fine"}}}.dump()) +
+  const std::string requests = raw_predict(json{{"inputs", {"good great fine"}}}.dump(), "X-Request-Id: first\r\n") +
                                "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n" +
-                               raw_predict(json{{"inputs", {"bad awful poor"}}}.dump(), "Connection: close\r\n");
+                               raw_predict(json{{"inputs", {"bad awful poor"}}}.dump(),
+                                           "Connection: close\r\nX-Request-Id: third\r\n");
   const int fd = connect_to(server.port);
   ASSERT_EQ(::send(fd, requests.data(), requests.size(), 0), static_cast<ssize_t>(requests.size()));
   const std::string got = read_all(fd);
@@ -609,6 +610,15 @@ TEST_F(Serve, PipelinedRequestsAreAnsweredInOrder) {
   std::size_t answers = 0;
   for (std::size_t at = 0; (at = got.find("HTTP/1.1 200 OK\r\n", at)) != std::string::npos; ++at) ++answers;
   EXPECT_EQ(answers, 3u) << got;
+  // Each answer carries its own request's id, in order; the one that brought none gets the server's.
+  const std::size_t id1 = got.find("X-Request-Id: first\r\n"), id3 = got.find("X-Request-Id: third\r\n");
+  ASSERT_NE(id1, std::string::npos) << got;
+  ASSERT_NE(id3, std::string::npos) << got;
+  EXPECT_LT(id1, first);
+  EXPECT_LT(health, id3);
+  const std::size_t id2 = got.find("X-Request-Id: ", id1 + 1);
+  EXPECT_LT(id2, id3);
+  EXPECT_TRUE(std::regex_match(got.substr(id2 + 14, got.find("\r\n", id2) - id2 - 14), std::regex("[0-9a-f]{8}-[0-9]+")));
 }
 
 // A client that sends Expect: 100-continue (curl does for bodies past 1 KiB)
@@ -712,6 +722,7 @@ TEST_F(Serve, MalformedFramingIsAnsweredAtOnceAndClosed) {
     ::close(fd);
     EXPECT_EQ(got.rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u) << got;
     EXPECT_NE(got.find("the request is not valid HTTP"), std::string::npos) << got;
+    EXPECT_NE(got.find("\r\nX-Request-Id: "), std::string::npos) << got;  // refused before a header: the server's id
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000)) << bad;
   }
 }
