@@ -294,6 +294,9 @@ TEST_F(Serve, MetricsRequestIdsAndLongInputsAsPredictReadsThem) {
   EXPECT_FALSE(want[1].contains("truncated"));
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
   auto c = server.client();
+  // One connection for every request, so that the open-connections gauge has one right value: a
+  // connection per request would leave the server to notice each close in its own time.
+  c.set_keep_alive(true);
   const json got = post(c, {{"inputs", {long_text, "good"}}});
   expect_near_answers(got["outputs"][0], want[0]);
   EXPECT_EQ(got["outputs"][0]["truncated"], true);
