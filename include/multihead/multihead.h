@@ -15,6 +15,7 @@
 #include "multihead/nn/apply_module.h"
 #include "multihead/nn/encoder.h"
 #include "multihead/nn/encoder_decoder.h"
+#include "multihead/nn/gradient_probe.h"
 #include "multihead/nn/models.h"
 #include "multihead/nn/multi_head_attention.h"
 #include "multihead/nn/param_store.h"

@@ -102,5 +102,6 @@ ExperimentReport heads_experiment(Context& c);
 ExperimentReport head_analysis_experiment(Context& c);
 ExperimentReport precision_experiment(Context& c);
 ExperimentReport head_cost_experiment(Context& c);
+ExperimentReport gradients_experiment(Context& c);
 
 }  // namespace multihead::experiment

@@ -129,7 +129,7 @@ std::vector<std::uint64_t> Context::seeds() const {
 const std::vector<std::string>& experiment_names() {
   static const std::vector<std::string> names = {"heads",         "positions",    "positions-seq2seq",
                                                  "variants",      "head-analysis", "optimisation",
-                                                 "precision",     "head-cost"};
+                                                 "precision",     "head-cost",     "gradients"};
   return names;
 }
 
@@ -145,6 +145,7 @@ ExperimentReport run_experiment(const std::string& name, const ExperimentOptions
                        : name == "head-analysis" ? experiment::head_analysis_experiment(c)
                        : name == "precision"     ? experiment::precision_experiment(c)
                        : name == "head-cost"     ? experiment::head_cost_experiment(c)
+                       : name == "gradients"     ? experiment::gradients_experiment(c)
                                                  : experiment::optimisation_experiment(c);
   r.name = name;
   r.dir = c.dir;

@@ -106,6 +106,16 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   return dx;
 }
 
+Tensor LayerNorm::input_gradient(const Tensor& dy) const {
+  check(x_.defined(), "LayerNorm::input_gradient called without a preceding forward");
+  const std::int64_t N = rows_of(dy, d_, "LayerNorm gradient");
+  Tensor dx = Tensor::empty(dy.shape());
+  Tensor scratch;
+  layer_norm_backward<float>(dx.f32(), nullptr, nullptr, dy.f32(), x_.f32(scratch).f32(), mean_.f32(), rstd_.f32(),
+                             store_->data(w_), N, d_);
+  return dx;
+}
+
 Tensor LayerNorm::forward_residual(Tensor& s, const Tensor& x, const DropoutSpec& drop, Precision p, bool keep_sum) {
   const std::int64_t N = rows_of(s, d_, "LayerNorm");
   expect_shape(x, s.shape(), "residual");

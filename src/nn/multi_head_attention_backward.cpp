@@ -4,6 +4,7 @@
 
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
+#include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
@@ -193,12 +194,30 @@ MultiheadAttentionGrads MultiheadAttention::in_proj_backward(const ProjectionGra
   return g;
 }
 
+Tensor MultiheadAttention::head_shares(const ProjectionGrads& dp) const {
+  const Saved& c = saved_;
+  check<ConfigError>(c.self && cfg_.group() == 1,
+                     "the heads' shares of the input gradient need self-attention with a key/value head per head");
+  const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = c.dims.D, N = c.dims.B * c.dims.L, PW = 3 * E;
+  Tensor shares = Tensor::empty({H, c.dims.B, c.dims.L, E});
+  const float* w = store_->data(in_proj_weight_);  // (3E, E): the q, k, v rows
+  for (std::int64_t h = 0; h < H; ++h)
+    for (std::int64_t part = 0; part < 3; ++part) {
+      // shares[h] (N, E) += dqkv[:, part E + h D : + D] (N, D) W[part E + h D : + D, :] (D, E)
+      const std::int64_t first = part * E + h * D;
+      gemm(Trans::kNo, Trans::kNo, N, E, D, 1.0f, dp.qkv.f32() + first, PW, w + first * E, E, part ? 1.0f : 0.0f,
+           shares.f32() + h * N * E, E);
+    }
+  return shares;
+}
+
 MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) {
   Saved& c = saved_;
   check(c.valid, "MultiheadAttention::backward called without a preceding forward");
   c.valid = false;  // backward consumes the cache
   expect_shape(grad_output, {c.dims.B, c.dims.L, cfg_.embed_dim}, "grad_output");
   const ProjectionGrads dp = attend_backward(out_proj_backward(grad_output));
+  head_input_grads_ = keep_head_grads_ ? head_shares(dp) : Tensor();
   return in_proj_backward(dp);
 }
 

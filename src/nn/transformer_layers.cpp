@@ -1,6 +1,7 @@
 #include "multihead/nn/transformer_layers.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
@@ -325,6 +326,37 @@ Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, 
   return out;
 }
 
+Tensor TransformerEncoderLayer::residual_gradient(const Tensor& dy) const {
+  if (cfg_.norm_first) return dy.clone();
+  return norm1_.input_gradient(norm2_.input_gradient(dy));
+}
+
+namespace {
+
+// The inner products of the rows of shares (H, ...), each row first carried
+// through `through` when given: (H * H) row-major.
+std::vector<double> gram(const Tensor& shares, const LayerNorm* through) {
+  const std::int64_t H = shares.dim(0), n = shares.numel() / H;
+  std::vector<Tensor> rows;
+  for (std::int64_t h = 0; h < H; ++h) {
+    const std::int64_t d = shares.dim(shares.ndim() - 1);
+    Tensor r = Tensor::empty({n / d, d});
+    std::memcpy(r.f32(), shares.f32() + h * n, sizeof(float) * static_cast<std::size_t>(n));
+    rows.push_back(through ? through->input_gradient(r) : std::move(r));
+  }
+  std::vector<double> g(static_cast<std::size_t>(H * H));
+  for (std::int64_t a = 0; a < H; ++a)
+    for (std::int64_t b = a; b < H; ++b) {
+      double dot = 0;
+      const float *x = rows[static_cast<std::size_t>(a)].f32(), *y = rows[static_cast<std::size_t>(b)].f32();
+      for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(x[i]) * y[i];
+      g[static_cast<std::size_t>(a * H + b)] = g[static_cast<std::size_t>(b * H + a)] = dot;
+    }
+  return g;
+}
+
+}  // namespace
+
 // Backward consumes the saved activations: each sub-module frees its own as
 // it finishes, and gradients are dropped as soon as they are summed, so the
 // peak stays near what forward kept.
@@ -340,13 +372,17 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
     LayerNorm::ResidualGrads g1 = norm1_.backward_residual(dy1, &g2.h, nullptr, dropout1_.spec());
     dy1 = Tensor(), g2.h = Tensor();
     dx = self_attn_.backward(g1.s()).query;
+    if (probe_heads_) head_gram_ = gram(self_attn_.head_input_gradients(), nullptr);
     add_inplace(dx, g1.h);
   } else {
     // h1 feeds norm2 and the residual: dy joins norm2's gradient of h1.
     LayerNorm::ResidualGrads g1 =
         norm2_.backward_residual(ff_.backward(dropout2_.backward(dy, scratch)), nullptr, &dy, dropout1_.spec());
     scratch = Tensor();
-    dx = norm1_.backward(self_attn_.backward(g1.s()).query);
+    Tensor da = self_attn_.backward(g1.s()).query;
+    if (probe_heads_) head_gram_ = gram(self_attn_.head_input_gradients(), &norm1_);
+    dx = norm1_.backward(da);
+    da = Tensor();
     add_inplace(dx, g1.h);
   }
   release_saved();

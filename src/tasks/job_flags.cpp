@@ -80,6 +80,8 @@ const std::vector<JobFlag>& job_flags() {
       {"--checkpoint-every",
        "Steps between checkpoints (0: after each epoch or evaluation and at the end)",
        {{kAny, "train.checkpoint_every"}}},
+      {"--keep-checkpoints", "Keep every checkpoint as checkpoints/step_N.safetensors beside last.safetensors",
+       {{kAny, "train.keep_checkpoints"}}, true},
       {"--on-nonfinite", "A NaN or Inf loss or gradient: stop (default) or skip the update", {{kAny, "train.on_nonfinite"}}},
       {"--allreduce",
        "Under mpirun, how gradients are summed over the ranks: mpi (MPI_Allreduce, default) or ordered (a "

@@ -29,6 +29,7 @@ json comparable(json config) {
     config["train"].emplace("init_skip", "");
     config["train"].erase("init_sha256");  // recorded by the run
     config["train"].erase("checkpoint_every");
+    config["train"].erase("keep_checkpoints");
     config["train"].erase("on_nonfinite");
     // The length, which a continued run changes (continue_schedule).
     for (const char* key : {"steps", "total_steps", "epochs", "max_steps", "restart_step", "restart_lr"})
@@ -158,6 +159,9 @@ void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std
   meta["metrics.records"] = std::to_string(run.metrics_records());
   meta[std::string(kCheckpointConfigKey)] = architecture_of(run.config()).dump();
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
+  // The kept copy is written as every file here is, whole or not at all.
+  if (trainer.config().keep_checkpoints)
+    write_file_atomic(kept_checkpoint_path(run.path(), trainer.steps_done()), read_file(last_checkpoint_path(run.path())));
 }
 
 void finish_step(RunDir& run, Progress& progress, const Trainer& trainer, const StepStats& st, const json& record,

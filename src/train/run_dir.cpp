@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -135,6 +137,25 @@ RunDir::~RunDir() {
 
 std::string last_checkpoint_path(const std::string& run_dir) {
   return (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
+}
+
+std::string kept_checkpoint_path(const std::string& run_dir, std::int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / fmt::format("step_{:08d}.safetensors", step)).string();
+}
+
+std::vector<std::int64_t> kept_checkpoint_steps(const std::string& run_dir) {
+  std::vector<std::int64_t> steps;
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::int64_t step = 0;
+    if (name.size() == 5 + 8 + 12 && name.starts_with("step_") && name.ends_with(".safetensors") &&
+        std::sscanf(name.c_str() + 5, "%8" SCNd64, &step) == 1)
+      steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 RunConfig read_run_config(const std::string& run_dir) {

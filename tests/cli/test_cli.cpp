@@ -667,7 +667,7 @@ TEST_F(Cli, ExperimentQuickWritesItsTable) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err,
             "multihead: error: unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, "
-            "optimisation, precision, head-cost)\n");
+            "optimisation, precision, head-cost, gradients)\n");
 }
 
 TEST_F(Cli, DemoRunsAndDrawsWeights) {

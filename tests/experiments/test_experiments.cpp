@@ -131,6 +131,44 @@ TEST_F(QuickExperiment, HeadCost) {
     EXPECT_TRUE(fs::exists(dir / "head-cost" / f)) << f;
 }
 
+TEST_F(QuickExperiment, Gradients) {
+  ExperimentReport r = run("gradients");
+  ASSERT_EQ(r.tables.size(), 4u);  // reverse and spam: position shares, head cosines
+  const ExperimentTable& t = r.tables[0];
+  EXPECT_EQ(t.columns, (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2",
+                                                 "residual stream only"}));
+  EXPECT_EQ(t.rows.size(), 16u);  // 4 settings, 4 points of training
+  EXPECT_EQ(t.rows[0][0], "learned post-LN");
+  EXPECT_EQ(t.rows[0][2], "0");
+  EXPECT_EQ(t.rows[3][2], "20");  // the quick reverse run's 20 steps
+  expect_mean_std(t, 3);
+  EXPECT_EQ(r.tables[1].columns, (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2"}));
+  // Every probe: the shares sum to 1, each cosine within [-1, 1], at the
+  // initial weights and every kept checkpoint (a tenth of training apart).
+  ASSERT_EQ(r.results["runs"].size(), 16u);  // 2 tasks x 4 settings x 2 seeds
+  for (const auto& run : r.results["runs"]) {
+    const auto& probes = run["probes"];
+    EXPECT_EQ(probes.front()["step"], 0);
+    EXPECT_GE(probes.size(), 11u);
+    for (const auto& p : probes) {
+      double sum = p["residual_share"].get<double>();
+      for (double s : p["position_share"]) sum += s;
+      EXPECT_NEAR(sum, 1.0, 1e-9) << run["task"] << " step " << p["step"];
+      ASSERT_EQ(p["head_cosine"].size(), 2u);
+      for (double c : p["head_cosine"]) EXPECT_TRUE(c >= -1 && c <= 1) << c;
+    }
+    // The weights change over training, and so do the shares.
+    EXPECT_NE(probes.front()["position_share"], probes.back()["position_share"]);
+  }
+  for (const char* f : {"position_share_reverse_post.png", "position_share_spam_pre.png", "head_cosine_reverse_pre.png",
+                        "head_cosine_spam_post.png"})
+    EXPECT_TRUE(fs::exists(dir / "gradients" / f)) << f;
+  // The checkpoints kept for the probe are gone; the last one stays.
+  const fs::path run_dir = dir / "gradients" / "runs" / "reverse_learned_pre_seed1";
+  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "last.safetensors"));
+  EXPECT_FALSE(fs::exists(run_dir / "checkpoints" / "step_00000010.safetensors"));
+}
+
 TEST_F(QuickExperiment, Heads) {
   ExperimentReport r = run("heads");
   ASSERT_EQ(r.tables.size(), 1u);  // --quick: the synthetic text task only
@@ -190,7 +228,7 @@ TEST(Experiments, UnknownNameIsAClearError) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, "
-                 "precision, head-cost)");
+                 "precision, head-cost, gradients)");
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <map>
@@ -256,6 +257,37 @@ TEST_F(Fit, AResumedRunGoesOnFromItsCheckpointAsIfNeverStopped) {
   EXPECT_EQ(r.curves.step.size(), 6u);  // the records before the checkpoint are kept
   EXPECT_EQ(r.curves.eval_step, (std::vector<double>{3, 6}));
   EXPECT_EQ(records(run_dir("resumed")).size(), records(run_dir("whole")).size());
+}
+
+// train.keep_checkpoints: each checkpoint is also kept under its step, with
+// the weights of that step (the killed run's last checkpoint is its fourth).
+TEST_F(Fit, KeptCheckpointsHoldTheWeightsOfTheirSteps) {
+  const FitPlan plan = ten_examples();
+  TrainConfig train = toy_train(6, 4, 1);
+  train.checkpoint_every = 2;
+  train.keep_checkpoints = true;
+  ToyRun kept;
+  kept.fit_in(run_dir("kept"), train, plan);
+  const std::vector<std::int64_t> steps = kept_checkpoint_steps(run_dir("kept"));
+  for (std::int64_t s : {2, 4, 6}) EXPECT_NE(std::find(steps.begin(), steps.end(), s), steps.end()) << s;
+  EXPECT_EQ(steps.back(), 6);
+  train.keep_checkpoints = false;
+  {
+    ToyRun killed;
+    killed.task.fail_at_micro_batch = 5;
+    EXPECT_THROW(killed.fit_in(run_dir("killed"), train, plan), std::runtime_error);
+  }
+  EXPECT_TRUE(kept_checkpoint_steps(run_dir("killed")).empty());
+  auto weights = [](const std::string& path) {
+    ToyRun r;
+    load_checkpoint_weights(r.store, path);
+    const auto w = r.store.all_data();
+    return std::vector<float>(w.begin(), w.end());
+  };
+  EXPECT_EQ(weights(kept_checkpoint_path(run_dir("kept"), 4)), weights(last_checkpoint_path(run_dir("killed"))));
+  const auto end = kept.store.all_data();
+  EXPECT_EQ(weights(kept_checkpoint_path(run_dir("kept"), 6)), std::vector<float>(end.begin(), end.end()));
+  EXPECT_NE(weights(kept_checkpoint_path(run_dir("kept"), 2)), weights(kept_checkpoint_path(run_dir("kept"), 4)));
 }
 
 // A stop request (the CLI's SIGINT) ends fit after the step under way with

@@ -16,8 +16,8 @@ Command add_experiment(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
-      "experiment", "Measure a claim about attention: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision or head-cost");
-  sub->add_option("name", o->name, "heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision or head-cost")->required();
+      "experiment", "Measure a claim about attention: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision, head-cost or gradients");
+  sub->add_option("name", o->name, "heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision, head-cost or gradients")->required();
   sub->add_flag("--quick", o->opt.quick, "Tiny sizes, seconds long (checks the pipeline; the numbers mean nothing)");
   sub->add_option("--out", o->opt.out, "Results folder; the experiment writes OUT/NAME/")
       ->check(kNotEmpty)

@@ -62,6 +62,10 @@ class LayerNorm : public Module {
   };
   ResidualGrads backward_residual(const Tensor& dy, const Tensor* dy_extra, const Tensor* dh_extra,
                                   const DropoutSpec& drop);
+  // The gradient of the norm's input for dy (..., d), LayerNorm'(dy), with
+  // no parameter gradients and what forward saved kept: for gradients that
+  // are not the loss's (the gradient probe's, nn/gradient_probe.h). fp32 only.
+  Tensor input_gradient(const Tensor& dy) const;
 
  private:
   ParamStore* store_;

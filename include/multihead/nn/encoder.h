@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "multihead/nn/gradient_probe.h"
 #include "multihead/nn/transformer_layers.h"
 
 namespace multihead {
@@ -35,8 +36,12 @@ class TransformerEncoder : public Module {
   void set_capture_weights(bool on) {
     for (auto& l : layers_) l->set_capture_weights(on);
   }
+  // Each backward fills *probe (nn/gradient_probe.h) until set to null; the
+  // forward before it must be in fp32.
+  void set_gradient_probe(GradientProbe* probe);
 
  private:
+  GradientProbe* probe_ = nullptr;
   std::vector<std::unique_ptr<TransformerEncoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
   const ParamStore* store_;

@@ -207,6 +207,16 @@ class MultiheadAttention : public Module {
   // zero attention output before out_proj, and get zero gradients. Empty: none.
   void set_head_mask(std::vector<std::uint8_t> masked);
 
+  // Each head's share of the input's gradient (self-attention with a
+  // key/value head per query head): when on, backward also keeps
+  // head_input_gradients() (H, B, L, E), head h's row the gradient along its
+  // own query, key and value rows of the in-projection, that is through its
+  // columns of out_proj and its own attention. The heads' shares sum to the
+  // input's gradient (the in-projection's bias adds nothing to it). For the
+  // gradient probe (nn/gradient_probe.h); off by default.
+  void set_keep_head_gradients(bool on) { keep_head_grads_ = on; }
+  const Tensor& head_input_gradients() const { return head_input_grads_; }
+
  private:
   struct Saved {
     SavedTensor query, key, value;  // the inputs; self-attention saves query only
@@ -261,6 +271,8 @@ class MultiheadAttention : public Module {
   ProjectionGrads attend_backward(Tensor d_attn);
   // Through the in-projections: the inputs' gradients.
   MultiheadAttentionGrads in_proj_backward(const ProjectionGrads& dp);
+  // The heads' shares of the input's gradient (set_keep_head_gradients), (H, B, L, E).
+  Tensor head_shares(const ProjectionGrads& dp) const;
 
   // Eval-mode projections for cached decoding: x (..., E) through rows
   // [first, first + count) of the packed in-projection, multiplied as
@@ -300,6 +312,8 @@ class MultiheadAttention : public Module {
   ParamStore::Handle relative_value_ = kNone;  // (2 * clip + 1, head_dim)
   std::vector<float> alibi_slopes_;            // (H)
   std::vector<std::uint8_t> head_mask_;        // (H) or empty
+  bool keep_head_grads_ = false;
+  Tensor head_input_grads_;                    // (H, B, L, E) when keep_head_grads_
   Saved saved_;
 };
 

@@ -30,7 +30,7 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
 // writes config.json, removes a checkpoint a former run left in the
 // directory, and returns no records.
 // A resumed one checks `config` against the run's config.json (threads,
-// checkpoint_every and on_nonfinite may differ, and the length: steps,
+// checkpoint_every, keep_checkpoints and on_nonfinite may differ, and the length: steps,
 // epochs, max_steps; anything else is a ConfigError naming the key),
 // restores the trainer from the checkpoint, trims metrics.jsonl to the
 // records written before it, and returns those. A run resumed with another

@@ -14,6 +14,11 @@ namespace multihead {
 
 // The checkpoint a run leaves for evaluation and inspection: run_dir/checkpoints/last.safetensors.
 std::string last_checkpoint_path(const std::string& run_dir);
+// A checkpoint kept with train.keep_checkpoints: run_dir/checkpoints/step_N.safetensors,
+// N the steps trained (8 digits, so that names sort by step).
+std::string kept_checkpoint_path(const std::string& run_dir, std::int64_t step);
+// The steps of the checkpoints kept in run_dir, in order.
+std::vector<std::int64_t> kept_checkpoint_steps(const std::string& run_dir);
 
 // A finished run's config.json, parsed; `path` names it in the job readers' errors.
 struct RunConfig {

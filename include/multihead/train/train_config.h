@@ -54,6 +54,9 @@ struct TrainConfig {
   // Steps between checkpoints; 0: only where the job checkpoints anyway
   // (after each epoch or evaluation, and at the end).
   std::int64_t checkpoint_every = 0;
+  // Every checkpoint also kept as checkpoints/step_N.safetensors (the
+  // weights over training, for analysis; train/run_dir.h).
+  bool keep_checkpoints = false;
   // How gradients are summed when mpirun runs several ranks (train/distributed.h),
   // and whether the sums of a layer's gradients start as soon as its backward
   // is done, beside the rest of the backward pass.
@@ -92,7 +95,7 @@ struct TrainConfig {
     // fp16 needs loss scaling to keep small gradients from flushing to zero.
     k.with_default("loss_scaling", t.loss_scaling, t.precision == Precision::kF16, "true with fp16");
     k.named("on_nonfinite", t.on_nonfinite, nonfinite_name, parse_nonfinite);
-    k("checkpoint_every", t.checkpoint_every, at_least(0));
+    k("checkpoint_every", t.checkpoint_every, at_least(0))("keep_checkpoints", t.keep_checkpoints);
     k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce);
     k("allreduce_overlap", t.allreduce_overlap);
     k("init_from", t.init_from)("init_skip", t.init_skip)("init_sha256", t.init_sha256);
