@@ -169,7 +169,8 @@ TextClassificationJob spam_job(const Context& c, const Setting& s) {
 }
 
 std::vector<Probe> probe_reverse(const Context& c, const std::string& run_dir, std::uint64_t seed) {
-  const SequenceTaskJob trained = SequenceTaskJob::from_json(read_run_config(run_dir).json, run_dir);
+  const RunConfig config = read_run_config(run_dir);
+  const SequenceTaskJob trained = SequenceTaskJob::from_json(config.json, config.path);
   // A fixed batch of the training lengths, the same for every checkpoint and seed.
   const SyntheticBatch b = synthetic_batch(trained.task, c.opt.quick ? 8 : 64, 20261206, 0);
   return probe_run<LanguageModel>(trained.model, seed, run_dir, [&](LanguageModel& m) {
@@ -179,15 +180,17 @@ std::vector<Probe> probe_reverse(const Context& c, const std::string& run_dir, s
 }
 
 std::vector<Probe> probe_spam(const Context& c, const std::string& run_dir, std::uint64_t seed) {
-  LoadedTextClassifier loaded(run_dir);
-  const TokenizedExamples test = classifier_test_split(loaded.job, *loaded.tokenizer);
+  const RunConfig config = read_run_config(run_dir);
+  const TextClassificationJob job = TextClassificationJob::from_json(config.json, config.path);
+  const std::unique_ptr<Tokenizer> tokenizer = load_run_tokenizer(run_dir, job.model.vocab_size);
+  const TokenizedExamples test = classifier_test_split(job, *tokenizer);
   // The first test messages, both classes among them.
   const std::size_t n = std::min<std::size_t>(test.tokens.size(), c.opt.quick ? 16 : 32);
   std::vector<const std::vector<std::int64_t>*> seqs;
   std::vector<std::int64_t> labels;
   for (std::size_t i = 0; i < n; ++i) seqs.push_back(&test.tokens[i]), labels.push_back(test.labels[i]);
-  const TokenBatch tb = make_token_batch(seqs, labels, loaded.job.max_len, true);
-  return probe_run<SequenceClassifier>(loaded.job.model, seed, run_dir, [&](SequenceClassifier& m) {
+  const TokenBatch tb = make_token_batch(seqs, labels, job.max_len, true);
+  return probe_run<SequenceClassifier>(job.model, seed, run_dir, [&](SequenceClassifier& m) {
     Tensor logits = m.forward(tb.ids, &tb.padding, eval_context(Precision::kF32));
     cross_entropy_backward(m, logits, tb.labels.data<std::int64_t>(), 1.0);
   });
@@ -311,30 +314,40 @@ ExperimentReport gradients_experiment(Context& c) {
   const std::vector<std::string> tasks = {"reverse", "spam"};
   for (const std::string& task : tasks) {
     Probes probes;
+    std::map<std::string, std::vector<double>> accuracy;  // what each setting's runs learned
     std::int64_t layers = 0;
     for (const Setting& s : settings)
       for (std::uint64_t seed : c.seeds()) {
         const std::string label = task + "_" + s.slug();
         std::vector<Probe> run;
+        double acc = 0;
         if (task == "reverse") {
           const SequenceTaskJob job = reverse_job(c, s);
           layers = job.model.num_layers;
-          run_quietly(c, job, label, seed);
+          acc = run_quietly(c, job, label, seed).by_length.front().token_accuracy;
           run = probe_reverse(c, c.run_dir(label, static_cast<std::int64_t>(seed)), seed);
         } else {
           const TextClassificationJob job = spam_job(c, s);
           layers = job.model.num_layers;
-          run_quietly(c, job, label, seed);
+          acc = run_quietly(c, job, label, seed).test.accuracy;
           run = probe_spam(c, c.run_dir(label, static_cast<std::int64_t>(seed)), seed);
         }
+        accuracy[s.slug()].push_back(acc);
         const Probe& end = run.back();
         c.log.log(fmt::format("gradients: {} {} seed {}: at step {} layer 1 position share {:.2f}, layer 1 head "
                               "cosine {:.3f}",
                               task, s.label(), seed, end.step, end.share.front(), end.head_cosine.front()));
         runs.push_back({{"task", task}, {"positions", position_kind_name(s.positions)}, {"pre_ln", s.pre_ln},
-                        {"seed", seed}, {"probes", probes_json(run)}});
+                        {"seed", seed}, {"accuracy", acc}, {"probes", probes_json(run)}});
         probes[s.slug()].push_back(std::move(run));
       }
+    ExperimentTable learned;
+    learned.title = fmt::format("{}: what the runs learned", task);
+    learned.columns = {"positions", task == "reverse" ? fmt::format("token accuracy at length {}",
+                                                                    reverse_job(c, settings[0]).test_lengths.front())
+                                                      : "test accuracy"};
+    for (const Setting& s : settings) learned.rows.push_back({s.label(), pct(accuracy[s.slug()], 1)});
+    r.tables.push_back(learned);
     r.tables.push_back(positions_table(task, settings, probes, layers));
     r.tables.push_back(heads_table(task, settings, probes, layers));
     for (bool pre : {false, true}) {

@@ -133,8 +133,11 @@ TEST_F(QuickExperiment, HeadCost) {
 
 TEST_F(QuickExperiment, Gradients) {
   ExperimentReport r = run("gradients");
-  ASSERT_EQ(r.tables.size(), 4u);  // reverse and spam: position shares, head cosines
-  const ExperimentTable& t = r.tables[0];
+  ASSERT_EQ(r.tables.size(), 6u);  // reverse and spam: accuracy, position shares, head cosines
+  EXPECT_EQ(first_column(r.tables[0]),
+            (std::vector<std::string>{"learned post-LN", "learned pre-LN", "sinusoidal post-LN", "sinusoidal pre-LN"}));
+  EXPECT_EQ(r.tables[3].columns, (std::vector<std::string>{"positions", "test accuracy"}));
+  const ExperimentTable& t = r.tables[1];
   EXPECT_EQ(t.columns, (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2",
                                                  "residual stream only"}));
   EXPECT_EQ(t.rows.size(), 16u);  // 4 settings, 4 points of training
@@ -142,7 +145,7 @@ TEST_F(QuickExperiment, Gradients) {
   EXPECT_EQ(t.rows[0][2], "0");
   EXPECT_EQ(t.rows[3][2], "20");  // the quick reverse run's 20 steps
   expect_mean_std(t, 3);
-  EXPECT_EQ(r.tables[1].columns, (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2"}));
+  EXPECT_EQ(r.tables[2].columns, (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2"}));
   // Every probe: the shares sum to 1, each cosine within [-1, 1], at the
   // initial weights and every kept checkpoint (a tenth of training apart).
   ASSERT_EQ(r.results["runs"].size(), 16u);  // 2 tasks x 4 settings x 2 seeds
