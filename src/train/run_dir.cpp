@@ -6,8 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
-#include <cstdio>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -149,10 +148,12 @@ std::vector<std::int64_t> kept_checkpoint_steps(const std::string& run_dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
+    const std::string_view prefix = "step_", suffix = ".safetensors";
+    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix)) continue;
+    const std::string_view digits(name.data() + prefix.size(), name.size() - prefix.size() - suffix.size());
     std::int64_t step = 0;
-    if (name.size() == 5 + 8 + 12 && name.starts_with("step_") && name.ends_with(".safetensors") &&
-        std::sscanf(name.c_str() + 5, "%8" SCNd64, &step) == 1)
-      steps.push_back(step);
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (err == std::errc() && end == digits.data() + digits.size() && step >= 0) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;

@@ -15,7 +15,7 @@ namespace multihead {
 // The checkpoint a run leaves for evaluation and inspection: run_dir/checkpoints/last.safetensors.
 std::string last_checkpoint_path(const std::string& run_dir);
 // A checkpoint kept with train.keep_checkpoints: run_dir/checkpoints/step_N.safetensors,
-// N the steps trained (8 digits, so that names sort by step).
+// N the steps trained (at least 8 digits, so that names sort by step up to 10^8).
 std::string kept_checkpoint_path(const std::string& run_dir, std::int64_t step);
 // The steps of the checkpoints kept in run_dir, in order.
 std::vector<std::int64_t> kept_checkpoint_steps(const std::string& run_dir);
