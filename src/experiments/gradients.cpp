@@ -92,32 +92,19 @@ Probe read_probe(const GradientProbe& p, std::int64_t step) {
   return r;
 }
 
-// A model of `cfg` with the weights of checkpoint `path`, or those it
-// started from (the run's seed) when path is empty.
-template <typename Model>
-struct ProbedModel {
-  ParamStore store;
-  Model model;
-  ProbedModel(const ModelConfig& cfg, std::uint64_t seed, const std::string& path) : model(store, cfg) {
-    store.finalize();
-    if (path.empty()) {
-      Rng rng(seed);
-      model.init(rng);
-    } else {
-      load_checkpoint_weights(store, path);
-    }
-  }
-};
-
-// The probe of every kept checkpoint of a run, and of its initial weights.
+// The probe of every kept checkpoint of a run, and of the initial weights
+// (the model as its training built it: ModelToTrain of the run's config).
 // `batch` runs one forward and backward of the model on the probe batch.
 template <typename Model, typename Batch>
-std::vector<Probe> probe_run(const ModelConfig& cfg, std::uint64_t seed, const std::string& run_dir, Batch batch) {
+std::vector<Probe> probe_run(const ModelConfig& cfg, const TrainConfig& train, const std::string& run_dir,
+                             Batch batch) {
   std::vector<std::int64_t> steps = {0};
   for (std::int64_t s : kept_checkpoint_steps(run_dir)) steps.push_back(s);
   std::vector<Probe> out;
+  Progress quiet(0, stderr, true);
   for (std::int64_t step : steps) {
-    ProbedModel<Model> m(cfg, seed, step ? kept_checkpoint_path(run_dir, step) : "");
+    ModelToTrain<Model> m(cfg, train, quiet);
+    if (step) load_checkpoint_weights(m.store, kept_checkpoint_path(run_dir, step));
     GradientProbe p;
     m.model.encoder().set_gradient_probe(&p);
     batch(m.model);
@@ -168,18 +155,18 @@ TextClassificationJob spam_job(const Context& c, const Setting& s) {
   return with_setting(j, c, s, j.budget.max_steps);
 }
 
-std::vector<Probe> probe_reverse(const Context& c, const std::string& run_dir, std::uint64_t seed) {
+std::vector<Probe> probe_reverse(const Context& c, const std::string& run_dir) {
   const RunConfig config = read_run_config(run_dir);
   const SequenceTaskJob trained = SequenceTaskJob::from_json(config.json, config.path);
   // A fixed batch of the training lengths, the same for every checkpoint and seed.
   const SyntheticBatch b = synthetic_batch(trained.task, c.opt.quick ? 8 : 64, 20261206, 0);
-  return probe_run<LanguageModel>(trained.model, seed, run_dir, [&](LanguageModel& m) {
+  return probe_run<LanguageModel>(trained.model, trained.train, run_dir, [&](LanguageModel& m) {
     Tensor logits = m.forward(b.ids, eval_context(Precision::kF32));
     cross_entropy_backward(m, logits, b.targets.data<std::int64_t>(), 1.0);
   });
 }
 
-std::vector<Probe> probe_spam(const Context& c, const std::string& run_dir, std::uint64_t seed) {
+std::vector<Probe> probe_spam(const Context& c, const std::string& run_dir) {
   const RunConfig config = read_run_config(run_dir);
   const TextClassificationJob job = TextClassificationJob::from_json(config.json, config.path);
   const std::unique_ptr<Tokenizer> tokenizer = load_run_tokenizer(run_dir, job.model.vocab_size);
@@ -190,7 +177,7 @@ std::vector<Probe> probe_spam(const Context& c, const std::string& run_dir, std:
   std::vector<std::int64_t> labels;
   for (std::size_t i = 0; i < n; ++i) seqs.push_back(&test.tokens[i]), labels.push_back(test.labels[i]);
   const TokenBatch tb = make_token_batch(seqs, labels, job.max_len, true);
-  return probe_run<SequenceClassifier>(job.model, seed, run_dir, [&](SequenceClassifier& m) {
+  return probe_run<SequenceClassifier>(job.model, job.train, run_dir, [&](SequenceClassifier& m) {
     Tensor logits = m.forward(tb.ids, &tb.padding, eval_context(Precision::kF32));
     cross_entropy_backward(m, logits, tb.labels.data<std::int64_t>(), 1.0);
   });
@@ -267,8 +254,7 @@ ExperimentTable heads_table(const std::string& task, const std::vector<Setting>&
 void add_curves(std::vector<Series>& out, const std::string& prefix, const std::vector<std::vector<Probe>>& runs,
                 std::int64_t layers, bool heads) {
   const std::size_t points = runs.front().size();
-  for (std::int64_t l = 0; l <= layers; ++l) {
-    if (heads && l == layers) break;
+  for (std::int64_t l = 0; l < layers + (heads ? 0 : 1); ++l) {
     Series s{l == layers ? prefix + "residual only" : fmt::format("{}layer {}", prefix, l + 1), {}, {}};
     for (std::size_t k = 0; k < points; ++k) {
       std::vector<double> v;
@@ -315,7 +301,7 @@ ExperimentReport gradients_experiment(Context& c) {
   for (const std::string& task : tasks) {
     Probes probes;
     std::map<std::string, std::vector<double>> accuracy;  // what each setting's runs learned
-    std::int64_t layers = 0;
+    std::int64_t layers = 0, test_length = 0;
     for (const Setting& s : settings)
       for (std::uint64_t seed : c.seeds()) {
         const std::string label = task + "_" + s.slug();
@@ -324,13 +310,14 @@ ExperimentReport gradients_experiment(Context& c) {
         if (task == "reverse") {
           const SequenceTaskJob job = reverse_job(c, s);
           layers = job.model.num_layers;
+          test_length = job.test_lengths.front();
           acc = run_quietly(c, job, label, seed).by_length.front().token_accuracy;
-          run = probe_reverse(c, c.run_dir(label, static_cast<std::int64_t>(seed)), seed);
+          run = probe_reverse(c, c.run_dir(label, static_cast<std::int64_t>(seed)));
         } else {
           const TextClassificationJob job = spam_job(c, s);
           layers = job.model.num_layers;
           acc = run_quietly(c, job, label, seed).test.accuracy;
-          run = probe_spam(c, c.run_dir(label, static_cast<std::int64_t>(seed)), seed);
+          run = probe_spam(c, c.run_dir(label, static_cast<std::int64_t>(seed)));
         }
         accuracy[s.slug()].push_back(acc);
         const Probe& end = run.back();
@@ -343,9 +330,8 @@ ExperimentReport gradients_experiment(Context& c) {
       }
     ExperimentTable learned;
     learned.title = fmt::format("{}: what the runs learned", task);
-    learned.columns = {"positions", task == "reverse" ? fmt::format("token accuracy at length {}",
-                                                                    reverse_job(c, settings[0]).test_lengths.front())
-                                                      : "test accuracy"};
+    learned.columns = {"positions",
+                       task == "reverse" ? fmt::format("token accuracy at length {}", test_length) : "test accuracy"};
     for (const Setting& s : settings) learned.rows.push_back({s.label(), pct(accuracy[s.slug()], 1)});
     r.tables.push_back(learned);
     r.tables.push_back(positions_table(task, settings, probes, layers));

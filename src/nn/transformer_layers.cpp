@@ -336,19 +336,25 @@ namespace {
 // The inner products of the rows of shares (H, ...), each row first carried
 // through `through` when given: (H * H) row-major.
 std::vector<double> gram(const Tensor& shares, const LayerNorm* through) {
-  const std::int64_t H = shares.dim(0), n = shares.numel() / H;
-  std::vector<Tensor> rows;
+  const std::int64_t H = shares.dim(0), n = shares.numel() / H, d = shares.dim(shares.ndim() - 1);
+  std::vector<const float*> rows;  // head h's share: in `shares`, or carried through the norm
+  std::vector<Tensor> carried;
+  carried.reserve(static_cast<std::size_t>(H));
   for (std::int64_t h = 0; h < H; ++h) {
-    const std::int64_t d = shares.dim(shares.ndim() - 1);
+    if (!through) {
+      rows.push_back(shares.f32() + h * n);
+      continue;
+    }
     Tensor r = Tensor::empty({n / d, d});
     std::memcpy(r.f32(), shares.f32() + h * n, sizeof(float) * static_cast<std::size_t>(n));
-    rows.push_back(through ? through->input_gradient(r) : std::move(r));
+    carried.push_back(through->input_gradient(r));
+    rows.push_back(carried.back().f32());
   }
   std::vector<double> g(static_cast<std::size_t>(H * H));
   for (std::int64_t a = 0; a < H; ++a)
     for (std::int64_t b = a; b < H; ++b) {
       double dot = 0;
-      const float *x = rows[static_cast<std::size_t>(a)].f32(), *y = rows[static_cast<std::size_t>(b)].f32();
+      const float *x = rows[static_cast<std::size_t>(a)], *y = rows[static_cast<std::size_t>(b)];
       for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(x[i]) * y[i];
       g[static_cast<std::size_t>(a * H + b)] = g[static_cast<std::size_t>(b * H + a)] = dot;
     }
