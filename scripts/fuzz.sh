@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-300}
-targets=(safetensors safetensors_roundtrip safetensors_many idx delimited aclimdb config tokenizer)
+targets=(safetensors safetensors_roundtrip safetensors_many idx delimited aclimdb config tokenizer http_framing checkpoint)
 if [[ $# -gt 1 ]]; then targets=("${@:2}"); fi  # scripts/fuzz.sh SECONDS TARGET...
 CC=clang-14 CXX=clang++-14 cmake -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMULTIHEAD_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j2 --target "${targets[@]/#/fuzz_}"

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Server soak: `multihead serve` under hostile clients beside normal ones for
-# MINUTES (default 10): thousands of idle connections, hundreds of clients
-# dripping a header byte a second, chunked bodies past the limit, pipelined,
-# half-closed, malformed and reset requests (scripts/soak_serve.py). Fails if
-# a normal request is lost. Serves RUN_DIR, or a small classifier it trains.
+# MINUTES (default 10), after a quiet phase of normal clients alone:
+# thousands of idle connections, hundreds of clients dripping a header byte a
+# second, a slot hog reconnecting as fast as it is closed, chunked bodies
+# past the limit, smuggling framings, pipelined, half-closed, malformed and
+# reset requests, each kind from its own loopback address
+# (scripts/soak_serve.py). Fails if a normal request is lost, a smuggled one
+# is answered, or the normal p99 passes 10 times the quiet phase's. Serves
+# RUN_DIR, or a small classifier it trains.
 #   scripts/soak-serve.sh [MINUTES [RUN_DIR]]
 set -euo pipefail
 cd "$(dirname "$0")/.."

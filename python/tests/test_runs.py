@@ -109,6 +109,9 @@ def test_a_language_model_generates(tmp_path):
     text = run.generate("the wh", tokens=12, temperature=0)
     assert text.startswith("the wh") and len(text) == len("the wh") + 12
     assert run.generate("the wh", tokens=12, temperature=0) == text  # greedy is deterministic
+    # A length past the bound is refused at once (2**62 never returned).
+    with pytest.raises(ValueError, match=r"tokens to generate must be in \[0, 65536\], got 4611686018427387904"):
+        run.generate("the wh", tokens=2**62)
     att = run.attention("the whale", max_tokens=5)
     assert att["weights"].shape == (1, 2, 5, 5)
     assert att["prediction"] is None

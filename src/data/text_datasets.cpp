@@ -180,31 +180,65 @@ std::string_view flag_for(const std::string& name, const std::string& text_colum
 
 }  // namespace
 
+namespace {
+
+// A label is a class's name: printable text, never a control character (a NUL
+// inside one made a class that printed as another).
+void check_label(const std::string& label, const std::string& path, std::int64_t line) {
+  check<IoError>(!label.empty(), "{}: line {}: empty label", path, line);
+  const auto bad = std::find_if(label.begin(), label.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+  check<IoError>(bad == label.end(), "{}: line {}: the label has a control character (byte 0x{:02x}); labels are printable text",
+                 path, line, static_cast<unsigned>(static_cast<unsigned char>(*(bad == label.end() ? label.begin() : bad))));
+}
+
+bool blank(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u == 0x7f;
+  });
+}
+
+}  // namespace
+
 TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<std::string>& labels,
                              const std::string& path) {
   check<IoError>(!texts.empty(), "{}: no examples", path);
+  check<IoError>(!std::all_of(texts.begin(), texts.end(), blank),
+                 "{}: every text is empty (or only white space): there is nothing to learn from", path);
   TextDataset ds;
   for (auto& t : texts) ds.examples.push_back({std::move(t), 0});
-  // Integer labels are used as they are; other labels are numbered in order of appearance.
-  bool all_int = true;
-  for (const auto& l : labels)
-    all_int = all_int && !l.empty() && std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
-              l.size() < 10;
+  // Integer labels are class numbers, used as they are; other labels are
+  // numbered in order of appearance. A label of digits too long for a class
+  // number is still an integer label, out of range (not a reason to read
+  // every label as a name).
+  const bool all_int = std::all_of(labels.begin(), labels.end(), [](const std::string& l) {
+    return !l.empty() && std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  });
   if (all_int) {
     std::int64_t mx = 0;
     for (std::size_t i = 0; i < labels.size(); ++i) {
-      ds.examples[i].label = std::stoll(labels[i]);
+      const std::string& l = labels[i];
+      const std::size_t lead = std::min(l.find_first_not_of('0'), l.size() - 1);  // "007" is 7, "000" is 0
+      check<IoError>(l.size() - lead <= 9 && std::stoll(l.substr(lead)) < kMaxClasses,
+                     "{}: integer label {} is out of range (integer labels are class numbers, 0 to {})", path,
+                     clip_text(l, 24), kMaxClasses - 1);
+      ds.examples[i].label = std::stoll(l.substr(lead));
       mx = std::max(mx, ds.examples[i].label);
     }
-    // Labels are class indices: a huge one is a mistake, not a million classes.
-    check<IoError>(mx < kMaxIntegerLabel, "{}: integer label {} is out of range (at most {})", path, mx,
-                   kMaxIntegerLabel - 1);
     for (std::int64_t i = 0; i <= mx; ++i) ds.label_names.push_back(std::to_string(i));
   } else {
     std::map<std::string, std::int64_t> ids;
     for (std::size_t i = 0; i < labels.size(); ++i) {
       auto [it, fresh] = ids.emplace(labels[i], static_cast<std::int64_t>(ds.label_names.size()));
-      if (fresh) ds.label_names.push_back(labels[i]);
+      if (fresh) {
+        check<IoError>(static_cast<std::int64_t>(ds.label_names.size()) < kMaxClasses,
+                       "{}: more than {} distinct labels; a classifier takes at most {} classes", path, kMaxClasses,
+                       kMaxClasses);
+        ds.label_names.push_back(labels[i]);
+      }
       ds.examples[i].label = it->second;
     }
   }
@@ -232,7 +266,7 @@ TextDataset parse_delimited_dataset(const std::string& text, char delimiter, con
     const Record& rec = records[r];
     check<IoError>(rec.fields.size() == header.size(), "{}: line {}: {} fields, the header has {}", path, rec.line,
                    rec.fields.size(), header.size());
-    check<IoError>(!rec.fields[lc].empty(), "{}: line {}: empty label", path, rec.line);
+    check_label(rec.fields[lc], path, rec.line);
     texts.push_back(rec.fields[tc]);
     labels.push_back(rec.fields[lc]);
   }
@@ -252,8 +286,17 @@ TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string
     at = end + 1;
     ++line;
     if (row.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // a blank line
-    const nlohmann::json j = nlohmann::json::parse(row, nullptr, false);
-    check<IoError>(!j.is_discarded() && j.is_object(), "{}: line {}: not a JSON object", path, line);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(row);
+    } catch (const nlohmann::json::exception& e) {
+      // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 9: ... invalid string: ..."
+      const std::string why = e.what();
+      const std::size_t at = why.find("] ");
+      throw IoError(fmt::format("{}: line {}: not valid JSON ({})", path, line,
+                                clip_text(at == std::string::npos ? why : why.substr(at + 2), 200)));
+    }
+    check<IoError>(j.is_object(), "{}: line {}: not a JSON object", path, line);
     for (const std::string* key : {&text_key, &label_key})
       if (!j.contains(*key)) {
         std::vector<std::string> found;
@@ -266,7 +309,7 @@ TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string
     check<IoError>(l.is_string() || l.is_number_unsigned(), "{}: line {}: '{}' is not a string or a class number",
                    path, line, label_key);
     std::string label = l.is_string() ? l.get<std::string>() : std::to_string(l.get<std::uint64_t>());
-    check<IoError>(!label.empty(), "{}: line {}: empty label", path, line);
+    check_label(label, path, static_cast<std::int64_t>(line));
     texts.push_back(t.get<std::string>());
     labels.push_back(std::move(label));
   }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -25,25 +26,45 @@ std::string errno_str() { return std::strerror(errno); }
 // for a writer to appear (poll reports no hang-up before a writer has come),
 // then read to its end.
 constexpr int kFifoWriterWaitMs = 10'000;
-std::string read_fifo(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+// A descriptor of `path` to read (a regular file, a pipe or a FIFO), blocking.
+int open_input(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  check<IoError>(!std::filesystem::is_directory(status), "cannot read '{}': is a directory", path);
+  // A device never ends (/dev/zero) or blocks (a terminal); pipes and FIFOs
+  // (a shell's <(...)) are read to their end, within the bounds.
+  check<IoError>(!std::filesystem::is_character_file(status) && !std::filesystem::is_block_file(status),
+                 "cannot read '{}': is a device, not a file", path);
+  const bool fifo = std::filesystem::is_fifo(status);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
   check<IoError>(fd >= 0, "cannot open '{}': {}", path, errno_str());
+  if (!fifo) return fd;
   pollfd p{fd, POLLIN, 0};
-  const int ready = ::poll(&p, 1, kFifoWriterWaitMs);
-  std::string text;
-  if (ready > 0 && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) {
-    char buf[1 << 16];
-    ssize_t n = 0;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-      if (n > 0) text.append(buf, static_cast<std::size_t>(n));
-    const int err = n < 0 ? errno : 0;
-    ::close(fd);
-    check<IoError>(err == 0, "cannot read '{}': {}", path, std::strerror(err));
-    return text;
-  }
+  if (::poll(&p, 1, kFifoWriterWaitMs) > 0 && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0) return fd;
   ::close(fd);
   throw IoError(fmt::format("cannot read '{}': a FIFO that nothing wrote to in {} s", path, kFifoWriterWaitMs / 1000));
 }
+
+// Reads up to `size` bytes into buf; 0 at the end. EINTR retried.
+std::size_t read_some(int fd, char* buf, std::size_t size, const std::string& path) {
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, size);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EINTR) continue;
+    throw IoError(fmt::format("cannot read '{}': {}", path, errno_str()));
+  }
+}
+
+std::string too_large(const std::string& path, std::uint64_t max_bytes) {
+  return fmt::format("cannot read '{}': larger than {} bytes, the most this reads", path, max_bytes);
+}
+
+// Closes a descriptor when it goes out of scope.
+struct Closer {
+  int fd;
+  ~Closer() { ::close(fd); }
+};
 
 void write_all(int fd, std::string_view bytes, const std::string& path) {
   const char* p = bytes.data();
@@ -122,21 +143,72 @@ std::FILE* open_for_append(const std::string& path, bool truncate) {
   return f;
 }
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  check<IoError>(!std::filesystem::is_directory(status), "cannot read '{}': is a directory", path);
-  // A device never ends (/dev/zero) or blocks (a terminal); pipes and FIFOs
-  // (a shell's <(...)) are read to their end.
-  check<IoError>(!std::filesystem::is_character_file(status) && !std::filesystem::is_block_file(status),
-                 "cannot read '{}': is a device, not a file", path);
-  if (std::filesystem::is_fifo(status)) return read_fifo(path);
-  std::ifstream in(path, std::ios::binary);
-  check<IoError>(in.good(), "cannot open '{}': {}", path, errno_str());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  check<IoError>(!in.bad(), "cannot read '{}'", path);
-  return std::move(ss).str();
+std::string read_file(const std::string& path, std::uint64_t max_bytes) {
+  const int fd = open_input(path);
+  const Closer closer{fd};
+  struct stat st {};
+  // A regular file larger than the bound is refused before a byte is read; a pipe as it passes it.
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    check<IoError>(static_cast<std::uint64_t>(st.st_size) <= max_bytes, "{}", too_large(path, max_bytes));
+  std::string text;
+  char buf[1 << 16];
+  while (const std::size_t n = read_some(fd, buf, sizeof buf, path)) {
+    check<IoError>(text.size() + n <= max_bytes, "{}", too_large(path, max_bytes));
+    text.append(buf, n);
+  }
+  return text;
+}
+
+std::string read_file_prefix(const std::string& path, std::uint64_t bytes) {
+  const int fd = open_input(path);
+  const Closer closer{fd};
+  std::string text;
+  char buf[1 << 16];
+  while (text.size() < bytes) {
+    const std::size_t n = read_some(fd, buf, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, bytes - text.size())), path);
+    if (n == 0) break;
+    text.append(buf, n);
+  }
+  return text;
+}
+
+std::vector<NumberedLine> read_lines(const std::string& path, std::uint64_t max_line_bytes, std::uint64_t max_bytes) {
+  int fd = 0;
+  if (path != "-") {
+    fd = open_input(path);
+  } else {
+    // Standard input from a terminal is typed line by line; from another device (< /dev/zero) it never ends.
+    struct stat st {};
+    check<IoError>(::fstat(0, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) || ::isatty(0),
+                   "cannot read standard input: it is a device, not a file, pipe or terminal");
+  }
+  const Closer closer{path == "-" ? -1 : fd};
+  const std::string name = path == "-" ? "standard input" : path;
+  std::vector<NumberedLine> lines;
+  std::string line;
+  std::uint64_t total = 0;
+  std::int64_t number = 1;
+  char buf[1 << 16];
+  auto finish = [&] {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back({number++, std::move(line)});
+    line.clear();
+  };
+  while (const std::size_t n = read_some(fd, buf, sizeof buf, name)) {
+    total += n;
+    check<IoError>(total <= max_bytes, "{}", too_large(name, max_bytes));
+    for (std::size_t at = 0; at < n;) {
+      const char* nl = static_cast<const char*>(std::memchr(buf + at, '\n', n - at));
+      const std::size_t end = nl ? static_cast<std::size_t>(nl - buf) : n;
+      check<IoError>(line.size() + (end - at) <= max_line_bytes, "{}: line {} is longer than {} bytes", name, number,
+                     max_line_bytes);
+      line.append(buf + at, end - at);
+      at = end;
+      if (nl) finish(), ++at;
+    }
+  }
+  if (!line.empty()) finish();
+  return lines;
 }
 
 }  // namespace multihead

@@ -46,15 +46,21 @@ std::uint32_t header_and_data_crc(const std::string& header, const Bytef* data, 
   return size > 0 ? crc32_z(crc, data, size) : crc;
 }
 
+// The header length a safetensors file starts with, checked against the limit.
+std::uint64_t header_length(std::string_view bytes, const std::string& source) {
+  check<IoError>(bytes.size() >= 8, "{}: not a safetensors file (only {} bytes)", source, bytes.size());
+  const std::uint64_t n = read_u64_le(bytes.data());
+  check<IoError>(n <= kSafetensorsMaxHeader, "{}: header length {} exceeds the 100 MB limit", source, n);
+  return n;
+}
+
 }  // namespace
 
 SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
   SafetensorsFile f;
   f.source_ = std::move(source);
   const std::string& src = f.source_;
-  check<IoError>(bytes.size() >= 8, "{}: not a safetensors file (only {} bytes)", src, bytes.size());
-  const std::uint64_t n = read_u64_le(bytes.data());
-  check<IoError>(n <= kSafetensorsMaxHeader, "{}: header length {} exceeds the 100 MB limit", src, n);
+  const std::uint64_t n = header_length(bytes, src);
   check<IoError>(n <= bytes.size() - 8, "{}: header length {} runs past the end of the file ({} bytes)", src, n,
                  bytes.size());
   std::string_view header(bytes.data() + 8, static_cast<std::size_t>(n));
@@ -153,7 +159,24 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
   return f;
 }
 
-SafetensorsFile SafetensorsFile::read(const std::string& path) { return parse(read_file(path), path); }
+std::map<std::string, std::string> parse_safetensors_metadata(std::string_view bytes, const std::string& source) {
+  const std::uint64_t n = header_length(bytes, source);
+  check<IoError>(bytes.size() >= 8 + n, "{}: the file ends inside its header", source);
+  const json h = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), nullptr, false);
+  check<IoError>(h.is_object(), "{}: header is not a JSON object", source);
+  std::map<std::string, std::string> meta;
+  if (const auto it = h.find("__metadata__"); it != h.end() && it->is_object())
+    for (auto m = it->begin(); m != it->end(); ++m)
+      if (m.value().is_string()) meta[m.key()] = m.value().get<std::string>();
+  return meta;
+}
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  const std::uint64_t n = header_length(read_file_prefix(path, 8), path);
+  return parse_safetensors_metadata(read_file_prefix(path, 8 + n), path);
+}
+
+SafetensorsFile SafetensorsFile::read(const std::string& path) { return parse(read_file(path, kMaxWeightsBytes), path); }
 
 std::string_view SafetensorsFile::bytes(const std::string& name) const {
   auto it = entries_.find(name);

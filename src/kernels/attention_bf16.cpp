@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "multihead/core/step_profile.h"
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/transpose.h"
@@ -143,6 +144,9 @@ HWY_EXPORT(attention_bf16_forward);
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
     HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles) {
+  // fp32 accumulators: the fp32 kernel's limit on positions, checked before any parallel region.
+  check_attention_dims(d, true);
+  check_attention_views(d, out, q, k, v);
   MULTIHEAD_DISPATCH(attention_bf16_forward)(out, lse, q, k, v, terms, d, scale, dropout, tiles);
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "multihead/core/step_profile.h"
+#include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/transpose.h"
@@ -257,6 +258,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q, HeadsView<const BF16> k,
     HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
     const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  check_attention_dims(d, true);
+  check_attention_views(d, out, q, k, v);
   MULTIHEAD_DISPATCH(attention_bf16_backward)(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
 }
 

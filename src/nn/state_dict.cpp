@@ -18,6 +18,12 @@ TensorMap state_dict(const ParamStore& store) {
   return m;
 }
 
+void check_finite_weights(const Tensor& t, const std::string& what, const std::string& name) {
+  const float* v = t.f32();
+  const auto bad = std::find_if(v, v + t.numel(), [](float x) { return !std::isfinite(x); });
+  if (bad != v + t.numel()) throw IoError(fmt::format("{}: '{}' holds {} at element {}", what, name, *bad, bad - v));
+}
+
 void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::string& what, bool allow_extra) {
   for (std::size_t h = 0; h < store.entries().size(); ++h) {
     const auto& e = store.entry(h);
@@ -27,11 +33,7 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
     check<ShapeError>(t.dtype() == DType::kF32, "{}: '{}' must be F32, got {}", what, e.name, dtype_name(t.dtype()));
     check<ShapeError>(t.shape() == e.shape, "{}: '{}' has shape {}, expected {}", what, e.name, shape_str(t.shape()),
                       shape_str(e.shape));
-    // A NaN or Inf weight is a corrupt file, never a model worth running.
-    const float* v = t.f32();
-    const auto bad = std::find_if(v, v + t.numel(), [](float x) { return !std::isfinite(x); });
-    if (bad != v + t.numel())
-      throw IoError(fmt::format("{}: '{}' holds {} at element {}", what, e.name, *bad, bad - v));
+    check_finite_weights(t, what, e.name);
   }
   if (!allow_extra)
     for (const auto& [name, t] : tensors)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -481,6 +482,19 @@ std::string heatmap_png_bytes(const std::string& title, const std::vector<float>
   text_at(cr, bx + 18, top + bh - 4, "0", 10);
   cairo_destroy(cr);
   return encode(surface, title);
+}
+
+std::string figure_markdown(const std::string& alt, const std::string& link, const std::function<void()>& draw) {
+  std::string why;
+  try {
+    draw();
+    return fmt::format("![{}]({})\n\n", alt, link);
+  } catch (const Error& e) {
+    why = e.what();
+  } catch (const std::bad_alloc&) {
+    why = "out of memory";
+  }
+  return fmt::format("*The figure {} ({}) could not be drawn: {}.*\n\n", alt, link, clip_text(why, 200));
 }
 
 }  // namespace multihead

@@ -1,6 +1,7 @@
 #include "multihead/report/run_report.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -27,32 +28,11 @@ std::string throughput_label(const std::string& key) {
 
 void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report) {
   const TrainingCurves& c = fit.curves;
-  // The per-step loss is noisy: drawn faint, with its smoothed line over it.
-  Series raw("train (per step)", c.step, c.loss);
-  raw.faint = true;
+  // Each figure drawn as its link is written: one that fails is named in the report, not fatal to it.
+  auto figure = [&](const std::string& alt, const std::string& name, const std::function<void(const std::string&)>& draw) {
+    return figure_markdown(alt, "plots/" + name, [&] { draw(run.file("plots/" + name)); });
+  };
   const double weight = smoothing_weight(c.loss.size());
-  std::vector<Series> loss = {raw, {"train (smoothed)", c.step, smoothed(c.loss, weight)}};
-  if (!c.eval_step.empty()) loss.push_back({"validation", c.eval_step, c.eval_loss});
-  line_plot_png(run.file("plots/loss.png"), "Loss", "step", "cross-entropy", loss);
-  const bool accuracy = fit.validation && fit.validation->accuracy;
-  if (accuracy) {
-    PlotAxes unit;
-    unit.y_floor = 0, unit.y_ceiling = 1;
-    line_plot_png(run.file("plots/accuracy.png"), "Validation accuracy", "step", "accuracy",
-                  {{"validation", c.eval_step, c.eval_accuracy}}, unit);
-  }
-  line_plot_png(run.file("plots/learning_rate.png"), "Learning rate", "step", "learning rate",
-                {{"learning rate", c.step, c.lr}});
-  Series norm("per step", c.step, c.grad_norm);
-  norm.faint = true;
-  line_plot_png(run.file("plots/grad_norm.png"), "Gradient norm (global, before clipping)", "step", "L2 norm",
-                {norm, {"smoothed", c.step, smoothed(c.grad_norm, weight)}});
-  const bool throughput = !c.throughput.empty();
-  if (throughput)
-    line_plot_png(run.file("plots/throughput.png"), "Training throughput (mean since the start)", "step",
-                  throughput_label(c.throughput_key), {{throughput_label(c.throughput_key), c.throughput_step, c.throughput}});
-  plot_memory(c.memory, run.file("plots/memory.png"));
-
   std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);
   for (const auto& [key, value] : report.rows) md += fmt::format("| {} | {} |\n", key, value);
   // Where the weights started, when not from the model's initialisation.
@@ -67,12 +47,39 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
   md += fmt::format(
       "\n## Training curves\n\nThe per-step loss, faint, with an exponential moving average over it (weight {:.2f}, "
       "debiased as TensorBoard smooths; the weight grows with the run's length so that the line lags about 1% of "
-      "it).\n\n![loss](plots/loss.png)\n\n",
-      smoothing_weight(fit.curves.loss.size()));
-  if (accuracy) md += "![accuracy](plots/accuracy.png)\n\n";
-  md += "![learning rate](plots/learning_rate.png)\n\n![gradient norm](plots/grad_norm.png)\n\n";
-  if (throughput) md += "![throughput](plots/throughput.png)\n\n";
-  md += "## Memory\n\nAllocator peak per step, and its parts.\n\n![memory](plots/memory.png)\n\n";
+      "it).\n\n",
+      weight);
+  md += figure("loss", "loss.png", [&](const std::string& path) {
+    // The per-step loss is noisy: drawn faint, with its smoothed line over it.
+    Series raw("train (per step)", c.step, c.loss);
+    raw.faint = true;
+    std::vector<Series> loss = {raw, {"train (smoothed)", c.step, smoothed(c.loss, weight)}};
+    if (!c.eval_step.empty()) loss.push_back({"validation", c.eval_step, c.eval_loss});
+    line_plot_png(path, "Loss", "step", "cross-entropy", loss);
+  });
+  if (fit.validation && fit.validation->accuracy)
+    md += figure("accuracy", "accuracy.png", [&](const std::string& path) {
+      PlotAxes unit;
+      unit.y_floor = 0, unit.y_ceiling = 1;
+      line_plot_png(path, "Validation accuracy", "step", "accuracy", {{"validation", c.eval_step, c.eval_accuracy}},
+                    unit);
+    });
+  md += figure("learning rate", "learning_rate.png", [&](const std::string& path) {
+    line_plot_png(path, "Learning rate", "step", "learning rate", {{"learning rate", c.step, c.lr}});
+  });
+  md += figure("gradient norm", "grad_norm.png", [&](const std::string& path) {
+    Series norm("per step", c.step, c.grad_norm);
+    norm.faint = true;
+    line_plot_png(path, "Gradient norm (global, before clipping)", "step", "L2 norm",
+                  {norm, {"smoothed", c.step, smoothed(c.grad_norm, weight)}});
+  });
+  if (!c.throughput.empty())
+    md += figure("throughput", "throughput.png", [&](const std::string& path) {
+      line_plot_png(path, "Training throughput (mean since the start)", "step", throughput_label(c.throughput_key),
+                    {{throughput_label(c.throughput_key), c.throughput_step, c.throughput}});
+    });
+  md += "## Memory\n\nAllocator peak per step, and its parts.\n\n";
+  md += figure("memory", "memory.png", [&](const std::string& path) { plot_memory(c.memory, path); });
   md += report.sections;
   md += "\nThe full configuration is in `config.json`, the per-step metrics in `metrics.jsonl`.\n";
   run.write_report(md);

@@ -75,8 +75,12 @@ std::string ServerMetrics::exposition(const BatcherStats& b, const ServerCounts&
   one("multihead_requests_dropped_total", "counter", "Requests whose client left before the model began them.",
       b.dropped);
   one("multihead_connections_open", "gauge", "Client connections open now.", server.open_connections);
-  one("multihead_connections_turned_away_total", "counter", "Connections closed at once: as many were open as allowed.",
+  one("multihead_connections_turned_away_total", "counter",
+      "Connections closed at once: as many were open as allowed (or from their address), each holding a request.",
       server.turned_away);
+  one("multihead_connections_evicted_total", "counter",
+      "Connections closed to make room for a new one: the one that had waited longest without a complete request.",
+      server.evicted);
   one("multihead_bad_requests_total", "counter", "Requests refused as malformed, too large or unknown.",
       server.bad_requests);
   one("multihead_handler_failures_total", "counter", "Connections lost to a failure of the server's own.",

@@ -24,7 +24,7 @@ inline constexpr std::array<double, 14> kLatencyBounds = {0.0005, 0.001, 0.0025,
 
 // The counts kept outside the batcher, as the server has them.
 struct ServerCounts {
-  std::int64_t open_connections = 0, turned_away = 0, bad_requests = 0, handler_failures = 0;
+  std::int64_t open_connections = 0, turned_away = 0, evicted = 0, bad_requests = 0, handler_failures = 0;
 };
 
 class ServerMetrics {

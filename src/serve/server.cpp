@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <limits>
+#include <map>
 #include <set>
+#include <unordered_map>
 #include <thread>
 
 #include <boost/asio/io_context.hpp>
@@ -77,10 +80,11 @@ std::int64_t make_room_for(std::int64_t connections) {
 void check_serve_config(const ServeConfig& c) {
   check_range("--port", c.port, 0, 65535);
   check_range("--connections", c.connections, 0, ServeConfig::kMaxConnections);
+  check_range("--connections-per-peer", c.connections_per_peer, 0, ServeConfig::kMaxConnections);
   check_range("--max-batch", c.batching.max_batch, 1, kMaxServeCount);
   check_range("--max-inputs", c.limits.max_inputs, 1, kMaxServeCount);
   check_range("--max-input-bytes", c.limits.max_input_bytes, 1, kMaxServeBytes);
-  check_range("limits.max_tokens", c.limits.max_tokens, 0, kMaxServeCount);
+  check_range("limits.max_tokens", c.limits.max_tokens, 0, kMaxGeneratedTokens);
   check_range("limits.max_beam", c.limits.max_beam, 1, kMaxServeCount);
   check_range("--max-body-bytes", c.max_body_bytes, 1, kMaxServeBytes);
   check_range("--max-bodies-bytes", c.max_bodies_bytes, c.max_body_bytes, kMaxServeBytes * 16);
@@ -100,14 +104,38 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
   serve_detail::SessionLimits limits;
   int port = 0;
   std::int64_t connections = 0;  // open at once, at most
+  std::int64_t per_peer = 0;     // open at once from one address, at most
   std::atomic<bool> stopping_{false};
-  std::atomic<std::int64_t> bad_requests{0}, turned_away{0}, handler_failures{0};
+  std::atomic<std::int64_t> bad_requests{0}, turned_away{0}, evicted{0}, handler_failures{0};
   std::atomic<std::uint64_t> bodies_held{0};
+  // The open connections by the order they came in, their count by the
+  // address they came from, and those without a complete request header by
+  // when they began to wait (the longest-waiting first).
+  struct Open {
+    std::weak_ptr<Session> session;
+    std::string peer;
+    std::int64_t since = -1;  // waiting since (steady_clock ticks), or -1: holds a request
+  };
+  using Waiting = std::set<std::pair<std::int64_t, std::uint64_t>>;  // (since, id)
+  struct Peer {
+    std::int64_t open = 0;
+    Waiting waiting;
+  };
   std::mutex sessions_mutex;
-  std::set<std::weak_ptr<Session>, std::owner_less<std::weak_ptr<Session>>> sessions;
+  std::map<std::uint64_t, Open> sessions;
+  std::unordered_map<std::string, Peer> peers;
+  Waiting waiting_since;
+  std::uint64_t accepted = 0;
 
   void listen();
   void accept();
+  void admit(tcp::socket socket);
+  bool evict_longest_waiting(const Waiting& among);
+  void drop(std::map<std::uint64_t, Open>::iterator it);
+  void forget(std::uint64_t id);
+  void waiting(std::uint64_t id, std::int64_t since) override { waiting(id, since, false); }
+  void waiting(std::uint64_t id, std::int64_t since, bool locked);
+  void holding(std::uint64_t id) override;
 
   // Endpoints
   response<string_body> answer(const request<string_body>& req) override;
@@ -131,10 +159,6 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
   std::uint32_t id_prefix = std::random_device{}();
   std::atomic<std::uint64_t> requests_seen{0};
   serve_detail::ServerMetrics metrics;
-  void forget(const std::weak_ptr<Session>& s) {
-    std::lock_guard lock(sessions_mutex);
-    sessions.erase(s);
-  }
 };
 
 ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_(std::make_unique<Impl>()) {
@@ -142,6 +166,8 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
   s.cfg = std::move(config);
   check_serve_config(s.cfg);
   s.connections = make_room_for(s.cfg.connections);
+  s.per_peer = s.cfg.connections_per_peer > 0 ? std::min(s.cfg.connections_per_peer, s.connections)
+                                              : std::max<std::int64_t>(1, s.connections / 2);
   s.limits.max_body_bytes = static_cast<std::uint64_t>(s.cfg.max_body_bytes);
   s.limits.idle_timeout = std::chrono::milliseconds(s.cfg.idle_timeout_ms);
   s.limits.request_timeout = std::chrono::milliseconds(s.cfg.request_timeout_ms);
@@ -164,6 +190,13 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
   s.task = s.run->task();
   s.fields = s.run->request_fields();
   check_answer_settings(*s.run, s.cfg.defaults);
+  // The defaults answer every request that leaves a setting out: past the
+  // request limits, each such request would be refused for what it never asked.
+  check<ConfigError>(s.cfg.defaults.tokens <= s.cfg.limits.max_tokens,
+                     "--tokens {} is more than a request may ask for ({}, limits.max_tokens)", s.cfg.defaults.tokens,
+                     s.cfg.limits.max_tokens);
+  check<ConfigError>(s.cfg.defaults.n_best <= s.cfg.limits.max_beam && s.cfg.defaults.beam <= s.cfg.limits.max_beam,
+                     "--n-best and --beam must be at most {} (limits.max_beam)", s.cfg.limits.max_beam);
   s.model = {{"task", s.task},
              {"run", fs::absolute(run_dir).string()},
              {"version", MULTIHEAD_VERSION},
@@ -180,6 +213,7 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
                {"max_body_bytes", s.cfg.max_body_bytes},
                {"max_bodies_bytes", s.cfg.max_bodies_bytes},
                {"connections", s.connections},
+               {"connections_per_peer", s.per_peer},
                {"request_timeout_ms", s.cfg.request_timeout_ms},
                {"idle_timeout_ms", s.cfg.idle_timeout_ms}}}};
   s.run->describe(s.model);
@@ -208,22 +242,106 @@ void ModelServer::Impl::accept() {
   if (stopping_) return;
   acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;  // stopping
-    if (!ec) {
-      std::lock_guard lock(sessions_mutex);
-      if (static_cast<std::int64_t>(sessions.size()) >= connections) {
-        // Full: the newest connection is closed at once rather than queued
-        // behind clients that may never finish.
-        ++turned_away;
-        socket.close(ec);
-      } else {
-        auto session = std::make_shared<Session>(std::move(socket), *this, limits);
-        sessions.insert(session);
-        session->on_close([this, weak = std::weak_ptr<Session>(session)] { forget(weak); });
-        session->start();
-      }
-    }
+    if (!ec) admit(std::move(socket));
     accept();
   });
+}
+
+namespace {
+
+// The address a connection came from; an IPv4 client of an IPv6 socket as its IPv4 address.
+std::string peer_of(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  net::ip::address a = socket.remote_endpoint(ec).address();
+  if (ec) return "";
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) a = net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6());
+  return a.to_string();
+}
+
+}  // namespace
+
+// A full server, or a full share of one address, makes room by closing the
+// connection (of that address) that has waited longest without a complete
+// request header, else closes the new one at once rather than queue it
+// behind clients that may never finish. So a client that holds slots with
+// connections that never send a whole header (or reconnects as each one
+// times out) cannot keep others out: it holds at most its address's share,
+// its own waiting connections make room for its next ones, and they are the
+// first to go when others need the room.
+void ModelServer::Impl::admit(tcp::socket socket) {
+  const std::string peer = peer_of(socket);
+  std::lock_guard lock(sessions_mutex);
+  const auto mine = peers.find(peer);
+  bool room = mine == peers.end() || mine->second.open < per_peer || evict_longest_waiting(mine->second.waiting);
+  room = room && (static_cast<std::int64_t>(sessions.size()) < connections || evict_longest_waiting(waiting_since));
+  if (!room) {
+    ++turned_away;
+    boost::system::error_code ec;
+    socket.close(ec);
+    return;
+  }
+  const std::uint64_t id = ++accepted;
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  auto session = std::make_shared<Session>(std::move(socket), *this, limits, id, now);
+  sessions.emplace(id, Open{session, peer, -1});
+  ++peers[peer].open;
+  waiting(id, now, /*locked=*/true);
+  session->on_close([this, id] { forget(id); });
+  session->start();
+}
+
+// Under sessions_mutex: closes the connection of `among` (every waiting
+// connection, or one address's) that has waited longest without a complete
+// header; false when every one holds a request.
+bool ModelServer::Impl::evict_longest_waiting(const Waiting& among) {
+  for (const auto& [since, id] : among) {
+    const auto it = sessions.find(id);
+    const std::shared_ptr<Session> s = it == sessions.end() ? nullptr : it->second.session.lock();
+    // One that read a whole header meanwhile (its holding() is on its way) stays.
+    if (!s || !s->try_evict()) continue;
+    ++evicted;
+    drop(it);
+    return true;
+  }
+  return false;
+}
+
+// Under sessions_mutex: a connection counted out.
+void ModelServer::Impl::drop(std::map<std::uint64_t, Open>::iterator it) {
+  const auto p = peers.find(it->second.peer);
+  if (it->second.since >= 0) {
+    waiting_since.erase({it->second.since, it->first});
+    if (p != peers.end()) p->second.waiting.erase({it->second.since, it->first});
+  }
+  if (p != peers.end() && --p->second.open == 0) peers.erase(p);
+  sessions.erase(it);
+}
+
+void ModelServer::Impl::waiting(std::uint64_t id, std::int64_t since, bool locked) {
+  std::unique_lock lock(sessions_mutex, std::defer_lock);
+  if (!locked) lock.lock();
+  const auto it = sessions.find(id);
+  if (it == sessions.end()) return;  // evicted
+  Waiting& mine = peers[it->second.peer].waiting;
+  if (it->second.since >= 0) waiting_since.erase({it->second.since, id}), mine.erase({it->second.since, id});
+  it->second.since = since;
+  waiting_since.emplace(since, id);
+  mine.emplace(since, id);
+}
+
+void ModelServer::Impl::holding(std::uint64_t id) {
+  std::lock_guard lock(sessions_mutex);
+  const auto it = sessions.find(id);
+  if (it == sessions.end() || it->second.since < 0) return;
+  waiting_since.erase({it->second.since, id});
+  peers[it->second.peer].waiting.erase({it->second.since, id});
+  it->second.since = -1;
+}
+
+void ModelServer::Impl::forget(std::uint64_t id) {
+  std::lock_guard lock(sessions_mutex);
+  const auto it = sessions.find(id);
+  if (it != sessions.end()) drop(it);  // else evicted: counted out then
 }
 
 ModelServer::~ModelServer() {
@@ -273,8 +391,8 @@ void ModelServer::stop() {
     std::vector<std::shared_ptr<Session>> open;
     {
       std::lock_guard lock(s.sessions_mutex);
-      for (const auto& w : s.sessions)
-        if (auto p = w.lock()) open.push_back(std::move(p));
+      for (const auto& [id, o] : s.sessions)
+        if (auto p = o.session.lock()) open.push_back(std::move(p));
     }
     for (const auto& p : open) p->stop();  // idle ones close; those answering close after their answer
   });
@@ -302,6 +420,7 @@ response<string_body> ModelServer::Impl::answer(const request<string_body>& req)
                                {"dropped", st.dropped},
                                {"bad_requests", bad_requests.load()},
                                {"turned_away", turned_away.load()},
+                               {"evicted", evicted.load()},
                                {"handler_failures", handler_failures.load()},
                                {"batches", st.batches},
                                {"inputs", st.inputs},
@@ -311,7 +430,8 @@ response<string_body> ModelServer::Impl::answer(const request<string_body>& req)
   if (path == "/v1/model") return get ? json_response(200, model) : only("GET");
   if (path == "/metrics") {
     if (!get) return only("GET");
-    serve_detail::ServerCounts counts{0, turned_away.load(), bad_requests.load(), handler_failures.load()};
+    serve_detail::ServerCounts counts{0, turned_away.load(), evicted.load(), bad_requests.load(),
+                                      handler_failures.load()};
     {
       std::lock_guard lock(sessions_mutex);
       counts.open_connections = static_cast<std::int64_t>(sessions.size());

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "connection.h"
+#include "framing.h"
 
 namespace multihead::serve_detail {
 
@@ -34,8 +35,9 @@ http::response<http::string_body> json_response(int status, const nlohmann::json
   return res;
 }
 
-Session::Session(net::ip::tcp::socket socket, Endpoints& server, const SessionLimits& limits)
-    : stream_(std::move(socket)), server_(server), limits_(limits), watch_(stream_.get_executor()) {
+Session::Session(net::ip::tcp::socket socket, Endpoints& server, const SessionLimits& limits, std::uint64_t id,
+                 std::int64_t since)
+    : stream_(std::move(socket)), server_(server), limits_(limits), watch_(stream_.get_executor()), id_(id), phase_(since) {
   beast::error_code ec;
   stream_.socket().set_option(net::ip::tcp::no_delay(true), ec);  // an answer is one small write: send it now
 }
@@ -48,6 +50,24 @@ void Session::stop() {
   net::post(stream_.get_executor(), [self = shared_from_this()] {
     if (!self->busy_) self->close();
   });
+}
+
+void Session::start_waiting() {
+  const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  std::int64_t was = phase_.load();
+  do {
+    if (was == kEvicted) return;  // once evicted, always evicted: its close is on its way
+  } while (!phase_.compare_exchange_weak(was, now));
+  server_.waiting(id_, now);
+}
+
+bool Session::try_evict() {
+  std::int64_t was = phase_.load();
+  do {
+    if (was < 0) return false;  // it holds a request, or is evicted already
+  } while (!phase_.compare_exchange_weak(was, kEvicted));
+  net::post(stream_.get_executor(), [self = shared_from_this()] { self->close(); });
+  return true;
 }
 
 void Session::wait_for_request() {
@@ -71,8 +91,16 @@ void Session::read_request() {
   http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec,
                                                                                   std::size_t) {
     if (ec) return self->on_read(ec);
+    // A complete header: from here the connection holds a request, and is not evicted.
+    std::int64_t waiting = self->phase_.load();
+    do {
+      if (waiting == kEvicted) return;  // its close is on its way
+    } while (!self->phase_.compare_exchange_weak(waiting, kHoldsRequest));
+    self->server_.holding(self->id_);
     const auto& header = self->parser_->get();
     self->note_request(header);
+    // A framing that could be read two ways: refused, and the connection closed unread.
+    if (const auto refusal = framing_refusal(*self->parser_)) return self->refuse(refusal->status, refusal->why);
     const bool has_body = self->parser_->chunked() || self->parser_->content_length().value_or(0) > 0;
     if (has_body) {
       const std::uint64_t share = self->parser_->chunked() ? self->limits_.max_body_bytes
@@ -196,6 +224,7 @@ void Session::reply(http::response<http::string_body> res) {
   http::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
     self->busy_ = false;
     self->release_body();
+    self->start_waiting();
     if (ec) return self->close();
     if (!self->res_.keep_alive()) return self->linger_close();
     self->wait_for_request();

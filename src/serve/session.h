@@ -8,6 +8,7 @@
 // buffer, never a thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -47,6 +48,10 @@ class Endpoints {
   virtual std::string new_request_id() = 0;
   // Every answer sent: its request's path ("" before one was read), status and time taken.
   virtual void count_response(std::string_view path, int status, std::chrono::steady_clock::duration took) = 0;
+  // Connection `id` waits without a complete request header since `since`
+  // (steady_clock ticks), or holds a request: which one has waited longest.
+  virtual void waiting(std::uint64_t id, std::int64_t since) = 0;
+  virtual void holding(std::uint64_t id) = 0;
 };
 
 struct SessionLimits {
@@ -60,13 +65,22 @@ http::response<http::string_body> json_response(int status, const nlohmann::json
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(net::ip::tcp::socket socket, Endpoints& server, const SessionLimits& limits);
+  // `id` names it to the server; it has waited without a header since `since` (steady_clock ticks).
+  Session(net::ip::tcp::socket socket, Endpoints& server, const SessionLimits& limits, std::uint64_t id,
+          std::int64_t since);
   void start();
   // Called once, when the connection closes.
   void on_close(std::function<void()> f) { on_close_ = std::move(f); }
   // The server is stopping: an idle connection closes now; one whose request
   // is being answered closes after its answer.
   void stop();
+  // Eviction, when the server is full (server.cpp): a connection without a
+  // complete request header (waiting for a request, dripping one in, or
+  // closing) may give its slot to a new one, the one that has waited longest
+  // first; it tells its server each time it begins to wait and to hold a
+  // request (Endpoints::waiting, holding). try_evict closes it unless it has
+  // a complete header by then (any thread; true: its slot is free).
+  bool try_evict();
 
  private:
   void wait_for_request();
@@ -97,6 +111,13 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool busy_ = false;  // a request read and not yet answered
   bool closed_ = false;
+  // When it began to wait (steady_clock ticks), or kHoldsRequest, or
+  // kEvicted: set by this connection's strand and by try_evict from the
+  // accepting thread, one winning.
+  static constexpr std::int64_t kHoldsRequest = -1, kEvicted = -2;
+  std::uint64_t id_;
+  std::atomic<std::int64_t> phase_;
+  void start_waiting();
   std::uint64_t reserved_ = 0;  // body bytes held against the server's budget
   // The request being answered: its path, its id (the client's X-Request-Id,
   // else the server's), and when its header was read.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "multihead/core/error.h"
+#include "multihead/io/atomic_file.h"
 #include "multihead/report/plots.h"
 
 namespace multihead {
@@ -123,26 +124,92 @@ std::string cell(const std::string& s, std::size_t max_chars = 100) {
   return out;
 }
 
+// A field of a CSV file (RFC 4180): quoted when it holds a comma, quote or line break.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// The errors class c takes part in: its examples predicted as another class,
+// and other classes' examples predicted as it.
+std::int64_t errors_of(const ClassificationReport& r, std::size_t c) {
+  std::int64_t n = 0;
+  for (std::size_t k = 0; k < r.labels.size(); ++k)
+    if (k != c) n += r.confusion_at(c, k) + r.confusion_at(k, c);
+  return n;
+}
+
 }  // namespace
 
+std::vector<std::size_t> most_confused_classes(const ClassificationReport& r, std::size_t n) {
+  std::vector<std::size_t> order(r.labels.size());
+  for (std::size_t c = 0; c < order.size(); ++c) order[c] = c;
+  if (order.size() <= n) return order;
+  std::vector<std::int64_t> errors(order.size());
+  for (std::size_t c = 0; c < order.size(); ++c) errors[c] = errors_of(r, c);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return errors[a] > errors[b]; });
+  order.resize(n);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
 std::string markdown(const ClassificationReport& r, const std::vector<std::string>* texts) {
-  std::string md = "| class | precision | recall | F1 | examples | predicted |\n|---|---|---|---|---|---|\n";
-  for (const ClassScores& s : r.classes)
+  const std::size_t C = r.labels.size();
+  const bool whole = C <= kClassesShownWhole;
+  std::string md;
+  // Past kClassesShownWhole classes, the table shows those with the lowest F1 (most examples first among equals).
+  std::vector<std::size_t> rows(C);
+  for (std::size_t c = 0; c < C; ++c) rows[c] = c;
+  if (!whole) {
+    std::stable_sort(rows.begin(), rows.end(), [&](std::size_t a, std::size_t b) {
+      const ClassScores &x = r.classes[a], &y = r.classes[b];
+      return x.f1 != y.f1 ? x.f1 < y.f1 : x.support > y.support;
+    });
+    rows.resize(kClassesShownWhole);
+    md += fmt::format("The {} classes with the lowest F1 of {} (every class: `classes.csv` beside the figures, and "
+                      "results.json):\n\n",
+                      kClassesShownWhole, C);
+  }
+  md += "| class | precision | recall | F1 | examples | predicted |\n|---|---|---|---|---|---|\n";
+  for (const std::size_t c : rows) {
+    const ClassScores& s = r.classes[c];
     md += fmt::format("| {} | {:.3f} | {:.3f} | {:.3f} | {} | {} |\n", cell(s.label, 40), s.precision, s.recall, s.f1,
                       s.support, s.predicted);
+  }
   md += fmt::format("| macro mean | {:.3f} | {:.3f} | {:.3f} | {} | |\n", r.macro_precision, r.macro_recall, r.macro_f1,
                     r.examples);
   md += fmt::format("| weighted mean | | | {:.3f} | {} | |\n\n", r.weighted_f1, r.examples);
-  md += "Confusion matrix (rows: the true class; columns: the predicted one):\n\n| true \\ predicted |";
-  for (const std::string& l : r.labels) md += " " + cell(l, 40) + " |";
-  md += "\n|---|";
-  for (std::size_t i = 0; i < r.labels.size(); ++i) md += "---|";
-  md += "\n";
-  for (std::size_t t = 0; t < r.labels.size(); ++t) {
-    md += "| " + cell(r.labels[t], 40) + " |";
-    for (std::size_t p = 0; p < r.labels.size(); ++p)
-      md += t == p ? fmt::format(" **{}** |", r.confusion_at(t, p)) : fmt::format(" {} |", r.confusion_at(t, p));
+  if (whole) {
+    md += "Confusion matrix (rows: the true class; columns: the predicted one):\n\n| true \\ predicted |";
+    for (const std::string& l : r.labels) md += " " + cell(l, 40) + " |";
+    md += "\n|---|";
+    for (std::size_t i = 0; i < C; ++i) md += "---|";
     md += "\n";
+    for (std::size_t t = 0; t < C; ++t) {
+      md += "| " + cell(r.labels[t], 40) + " |";
+      for (std::size_t p = 0; p < C; ++p)
+        md += t == p ? fmt::format(" **{}** |", r.confusion_at(t, p)) : fmt::format(" {} |", r.confusion_at(t, p));
+      md += "\n";
+    }
+  } else {
+    // The largest off-diagonal cells, most examples first.
+    struct Pair {
+      std::size_t truth, predicted;
+      std::int64_t count;
+    };
+    std::vector<Pair> pairs;
+    for (std::size_t t = 0; t < C; ++t)
+      for (std::size_t p = 0; p < C; ++p)
+        if (t != p && r.confusion_at(t, p) > 0) pairs.push_back({t, p, r.confusion_at(t, p)});
+    std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) { return a.count > b.count; });
+    pairs.resize(std::min(pairs.size(), kClassesShownWhole));
+    md += fmt::format("The most frequent confusions of {} classes (the whole matrix: `confusion.csv` beside the "
+                      "figures, and results.json):\n\n| true | predicted | examples |\n|---|---|---|\n",
+                      C);
+    for (const Pair& p : pairs)
+      md += fmt::format("| {} | {} | {} |\n", cell(r.labels[p.truth], 40), cell(r.labels[p.predicted], 40), p.count);
   }
   md += fmt::format(
       "\nCalibration: expected calibration error {:.4f} over {} confidence bins (0 is perfectly calibrated: in each "
@@ -158,9 +225,39 @@ std::string markdown(const ClassificationReport& r, const std::vector<std::strin
   return md;
 }
 
+std::string confusion_csv(const ClassificationReport& r) {
+  std::string csv = "true \\ predicted";
+  for (const std::string& l : r.labels) csv += "," + csv_field(l);
+  csv += "\n";
+  for (std::size_t t = 0; t < r.labels.size(); ++t) {
+    csv += csv_field(r.labels[t]);
+    for (std::size_t p = 0; p < r.labels.size(); ++p) csv += fmt::format(",{}", r.confusion_at(t, p));
+    csv += "\n";
+  }
+  return csv;
+}
+
+std::string classes_csv(const ClassificationReport& r) {
+  std::string csv = "class,precision,recall,f1,examples,predicted\n";
+  for (const ClassScores& s : r.classes)
+    csv += fmt::format("{},{:.6f},{:.6f},{:.6f},{},{}\n", csv_field(s.label), s.precision, s.recall, s.f1, s.support,
+                       s.predicted);
+  return csv;
+}
+
 void confusion_matrix_png(const std::string& path, const std::string& title, const ClassificationReport& r) {
-  const auto C = static_cast<std::int64_t>(r.labels.size());
-  count_matrix_png(path, title, r.confusion, C, C, r.labels, r.labels, "true class", "predicted class");
+  const std::vector<std::size_t> shown = most_confused_classes(r, kClassesShownWhole);
+  const auto n = static_cast<std::int64_t>(shown.size());
+  std::vector<std::int64_t> counts;
+  std::vector<std::string> labels;
+  for (const std::size_t t : shown) {
+    labels.push_back(r.labels[t]);
+    for (const std::size_t p : shown) counts.push_back(r.confusion_at(t, p));
+  }
+  const std::string heading = shown.size() == r.labels.size()
+                                  ? title
+                                  : fmt::format("{}: the {} most confused of {} classes", title, n, r.labels.size());
+  count_matrix_png(path, heading, counts, n, n, labels, labels, "true class", "predicted class");
 }
 
 void reliability_png(const std::string& path, const std::string& title, const ClassificationReport& r) {
@@ -180,13 +277,20 @@ void reliability_png(const std::string& path, const std::string& title, const Cl
 
 std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
                            const std::string& plots_dir, const std::string& plots_link, const std::string& what) {
-  confusion_matrix_png(plots_dir + "/confusion.png", fmt::format("Confusion matrix ({} examples)", r.examples), r);
-  reliability_png(plots_dir + "/reliability.png", fmt::format("Reliability ({} examples)", r.examples), r);
+  // The tables in full, whatever the number of classes, beside the figures.
+  write_file_atomic(plots_dir + "/confusion.csv", confusion_csv(r));
+  write_file_atomic(plots_dir + "/classes.csv", classes_csv(r));
+  const std::string confusion = figure_markdown("confusion matrix", plots_link + "confusion.png", [&] {
+    confusion_matrix_png(plots_dir + "/confusion.png", fmt::format("Confusion matrix ({} examples)", r.examples), r);
+  });
+  const std::string reliability = figure_markdown("reliability diagram", plots_link + "reliability.png", [&] {
+    reliability_png(plots_dir + "/reliability.png", fmt::format("Reliability ({} examples)", r.examples), r);
+  });
   return fmt::format(
       "## Errors\n\nOn the {} {} examples: accuracy {:.2f}%, macro F1 {:.4f}, weighted F1 {:.4f}, loss {:.4f}.\n\n{}\n"
-      "![confusion matrix]({}confusion.png)\n\n![reliability diagram]({}reliability.png)\n\n",
-      r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), plots_link,
-      plots_link);
+      "{}{}",
+      r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), confusion,
+      reliability);
 }
 
 }  // namespace multihead

@@ -57,7 +57,8 @@ std::vector<std::vector<std::int64_t>> generate_batch(LanguageModel& model,
     check<ConfigError>(p.size() == P, "prompts generated together need equal lengths, got {} and {} tokens", P,
                        p.size());
   }
-  check<ConfigError>(count >= 0, "token count must be >= 0, got {}", count);
+  check<ConfigError>(count >= 0 && count <= kMaxGeneratedTokens, "tokens to generate must be in [0, {}], got {}",
+                     kMaxGeneratedTokens, count);
   check<ConfigError>(context == 0 || context >= 2, "context must be 0 (unbounded) or at least 2, got {}", context);
   const auto B = static_cast<std::int64_t>(prompts.size());
   // A prompt longer than the context keeps its end.

@@ -189,7 +189,8 @@ std::string attention_section(VisionTransformer& model, const Tensor& image, std
                              {captured_attention(model.encoder(), 0, labels)}});
   s += "The last layer's heads (colours from 0 to each head's largest weight):\n\n";
   for (const auto& f :
-       write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer"))
+       write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer", "",
+                      kReportHeatmaps))
     s += fmt::format("![{0}](plots/{0})\n", f);
   model.release_saved();
   return s;

@@ -34,18 +34,29 @@ AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first
 }
 
 std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::string& dir, const std::string& prefix,
-                                        const std::string& title_suffix) {
+                                        const std::string& title_suffix, std::int64_t max_maps) {
+  // Past max_maps, the first heads of layers evenly spaced from the first to the last.
+  std::int64_t heads = maps.heads;
+  std::vector<std::int64_t> layers;
+  if (max_maps <= 0 || maps.layers * maps.heads <= max_maps) {
+    for (std::int64_t l = maps.first_layer; l < maps.first_layer + maps.layers; ++l) layers.push_back(l);
+  } else {
+    heads = std::min(heads, max_maps);
+    const std::int64_t k = std::min(maps.layers, std::max<std::int64_t>(1, max_maps / heads));
+    for (std::int64_t i = 0; i < k; ++i)
+      layers.push_back(maps.first_layer + (k == 1 ? 0 : (i * (maps.layers - 1) + (k - 1) / 2) / (k - 1)));
+  }
   // Every target checked, then every map drawn, before the first file is
   // written, so that a refusal (a folder or a link where a PNG would go)
   // leaves the folder as it was.
   std::vector<std::string> names, pngs;
-  for (std::int64_t l = maps.first_layer; l < maps.first_layer + maps.layers; ++l)
-    for (std::int64_t h = 0; h < maps.heads; ++h) {
+  for (const std::int64_t l : layers)
+    for (std::int64_t h = 0; h < heads; ++h) {
       names.push_back(fmt::format("{}{}_head{}.png", prefix, l, h));
       check_replaceable((fs::path(dir) / names.back()).string());
     }
-  for (std::int64_t l = maps.first_layer; l < maps.first_layer + maps.layers; ++l)
-    for (std::int64_t h = 0; h < maps.heads; ++h) {
+  for (const std::int64_t l : layers)
+    for (std::int64_t h = 0; h < heads; ++h) {
       const float* m = maps.map(l, h);
       pngs.push_back(heatmap_png_bytes(fmt::format("layer {}, head {}{}", l, h, title_suffix),
                                        std::vector<float>(m, m + maps.T * maps.S), maps.T, maps.S, maps.tokens,

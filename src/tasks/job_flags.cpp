@@ -202,6 +202,20 @@ const char* job_noun(const Job& job) {
 
 }  // namespace
 
+namespace {
+
+// What a key is derived from, for the keys a job sets itself before it
+// trains (a config.json records them), or null.
+const char* derived_from(std::string_view task, std::string_view path) {
+  const bool images = task == ImageClassificationJob::kTask;
+  if (path == "model.vocab_size" && !images) return "its tokenizer or its data (--vocab-size sizes a tokenizer it trains)";
+  if (path == "model.num_classes" && !images) return "its data's labels (or has no classes)";
+  if (path == "train.total_steps") return "train.steps, or its epochs and the data's size";
+  return nullptr;
+}
+
+}  // namespace
+
 Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
   const std::string task = job_task(job);
   json config = to_json(job);
@@ -234,6 +248,9 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
       check<ConfigError>(eq != std::string::npos && eq > 0,
                          "--set takes path=value (a key path such as model.d_model), got '{}'", clip_text(s.value));
       const std::string path = s.value.substr(0, eq);
+      if (const char* from = derived_from(task, path))
+        throw ConfigError(fmt::format("--set {}: the job sets it from {}, so a value given here would be replaced",
+                                      path, from));
       json value = typed_value(s.value.substr(eq + 1), find_path(config, path), "--set " + path);
       const json* before = find_path(config, path);
       const bool changed = !before || *before != value;

@@ -9,6 +9,7 @@
 
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
+#include "multihead/io/output_path.h"
 #include "multihead/train/distributed.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/run_dir.h"
@@ -66,19 +67,25 @@ nlohmann::json to_json(const Job& job) {
 
 namespace {
 
+// Every path the job reads, with what it is (for errors): its data, the
+// weights or run it starts from, and the run whose tokenizer it takes.
+template <typename J, typename F>
+void for_each_input(J& j, F&& f) {
+  if constexpr (requires { j.data_path; }) f(j.data_path, "the data (data.path)");
+  if constexpr (requires { j.data_dir; }) f(j.data_dir, "the data (data.path)");
+  if constexpr (requires { j.text_path; }) f(j.text_path, "the data (data.path)");
+  f(j.train.init_from, "the weights it starts from (train.init_from)");
+  if constexpr (requires { j.tokenizer; }) f(j.tokenizer.from, "the run whose tokenizer it takes (tokenizer.from)");
+}
+
 // The job's data named by absolute path, so the run's config.json serves
 // eval, inspect and predict from any directory.
 Job with_absolute_data_path(Job job) {
   std::visit(
       [](auto& j) {
-        auto absolute = [](std::string& p) {
+        for_each_input(j, [](std::string& p, const char*) {
           if (!p.empty()) p = std::filesystem::absolute(p).lexically_normal().string();
-        };
-        if constexpr (requires { j.data_path; }) absolute(j.data_path);
-        if constexpr (requires { j.data_dir; }) absolute(j.data_dir);
-        if constexpr (requires { j.text_path; }) absolute(j.text_path);
-        absolute(j.train.init_from);
-        if constexpr (requires { j.tokenizer; }) absolute(j.tokenizer.from);
+        });
       },
       job);
   return job;
@@ -112,9 +119,20 @@ Job with_source_tokenizer(Job job, bool resumes) {
 
 }  // namespace
 
+std::vector<NamedInput> job_inputs(const Job& job) {
+  std::vector<NamedInput> inputs;
+  std::visit([&](const auto& j) { for_each_input(j, [&](const std::string& p, const char* what) { inputs.push_back({what, p}); }); },
+             job);
+  return inputs;
+}
+
 std::vector<std::string> train_job(const Job& given, const std::string& out, RunMode mode, Progress& progress,
-                                   StopRequest* stop) {
+                                   StopRequest* stop, const std::vector<NamedInput>& more_inputs) {
   namespace fs = std::filesystem;
+  // Before anything is created, taken over or removed: a run never goes over what it reads.
+  std::vector<NamedInput> inputs = job_inputs(given);
+  inputs.insert(inputs.end(), more_inputs.begin(), more_inputs.end());
+  check_output_apart(out, "--out", inputs);
   const bool resumes = mode == RunMode::kResume && fs::exists(last_checkpoint_path(out));
   const Job job = with_source_tokenizer(with_absolute_data_path(given), resumes);
   if (!process_group().primary()) {
@@ -189,6 +207,12 @@ TestTexts run_test_texts(const std::string& run_dir) {
 
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision,
                                       const EvalRequest& req) {
+  check<ConfigError>(!req.data.empty() || (req.format.empty() && req.text_column.empty() && req.label_column.empty()),
+                     "--source, --text-column and --label-column describe the --data file; give --data too");
+    // The report folder may lie inside the run (runs/X/eval), never be or hold it or the data.
+  if (!req.out.empty())
+    check_output_apart(req.out, "--out", {{"the run (--run)", run_dir}, {"the data (--data)", req.data}},
+                       OutputPlacement::kMayLieInside);
   const RunConfig cfg = read_run_config(run_dir);
   Job job = job_from_json(cfg.json, cfg.path);
   return std::visit(

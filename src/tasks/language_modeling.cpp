@@ -152,7 +152,7 @@ std::vector<std::string> write_heatmaps(LanguageModel& model, const Tokenizer& t
   AttentionMaps maps = language_model_attention(model, tok, ids, model.encoder().num_layers() - 1, Precision::kF32);
   for (std::string& t : maps.tokens)
     if (t == " ") t = "\u2423";
-  return write_heatmaps(maps, run.file("plots"), "attention_layer");
+  return write_heatmaps(maps, run.file("plots"), "attention_layer", "", kReportHeatmaps);
 }
 
 }  // namespace
@@ -170,7 +170,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
                            text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
   job.model.vocab_size = tok->vocab_size();
-  job.model.max_len = std::max(job.model.max_len, job.train.seq_len + job.sample_tokens + 64);
+  job.model.max_len = at_least_max_len(job.model.max_len, job.train.seq_len + job.sample_tokens + 64, progress);
   job.train.schedule.total_steps = job.train.steps;
   const std::int64_t L = job.train.seq_len;
   check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");

@@ -17,6 +17,7 @@
 #include "multihead/report/plots.h"
 #include "multihead/report/run_report.h"
 #include "multihead/tasks/attention_explorer.h"
+#include "multihead/tasks/inspect.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
 #include "pronunciation_data.h"
@@ -178,7 +179,7 @@ std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, 
                                {std::move(encoder), cross, std::move(decoder.self)}});
   }
   const std::int64_t last = cross.first_layer + cross.layers - 1;
-  for (std::int64_t h = 0; h < cross.heads; ++h) {
+  for (std::int64_t h = 0; h < std::min(cross.heads, kReportHeatmaps); ++h) {
     const std::string name = fmt::format("cross_attention_head{}.png", h);
     const float* m = cross.map(last, h);
     heatmap_png(run.file("plots/" + name), fmt::format("{}: head {}", cw.word, h),
@@ -269,7 +270,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
     longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(data.letters[w].size()));
     for (const auto& p : data.phonemes[w]) longest = std::max<std::int64_t>(longest, 1 + static_cast<std::int64_t>(p.size()));
   }
-  job.model.model.max_len = std::max({job.model.model.max_len, longest, job.decode.max_len});
+  job.model.model.max_len = at_least_max_len(job.model.model.max_len, std::max(longest, job.decode.max_len), progress);
   job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train_pairs.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
   job.validate("the job");

@@ -37,6 +37,9 @@ void SequenceTaskJob::validate(const std::string& where) const {
   check<ConfigError>(task.symbols > 0 && task.min_len > 0 && task.min_len <= task.max_len,
                      "{}: the task needs symbols > 0 and 0 < min_len <= max_len", where);
   check<ConfigError>(eval_batches > 0, "{}: eval_batches must be positive, got {}", where, eval_batches);
+  for (const std::int64_t L : test_lengths)
+    check<ConfigError>(L >= 1 && L <= kMaxLength / 4, "{}: test_lengths must each be in [1, {}], got {}", where,
+                       kMaxLength / 4, L);
 }
 
 namespace {
@@ -158,7 +161,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   job.model.vocab_size = job.task.vocab_size();
   std::int64_t longest = job.task.max_tokens();
   for (auto L : job.test_lengths) longest = std::max(longest, 2 * L + 2);
-  job.model.max_len = std::max(job.model.max_len, longest);
+  job.model.max_len = at_least_max_len(job.model.max_len, longest, progress);
   job.train.schedule.total_steps = job.train.steps;
   job.model.validate();
   progress.log(fmt::format("task: {} of {} symbols, trained on lengths {}..{}", synthetic_kind_name(job.task.kind),

@@ -177,10 +177,10 @@ std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, c
                               std::int64_t label_id, const std::vector<std::string>& labels,
                               const TextClassificationJob& job, RunDir& run) {
   const std::string label = labels[static_cast<std::size_t>(label_id)];
+  const AttentionMaps first = classifier_attention(model, tok, ids, std::min<std::int64_t>(job.max_len, 48), labels,
+                                                   Precision::kF32);
   const std::vector<std::string> heatmaps =
-      write_heatmaps(classifier_attention(model, tok, ids, std::min<std::int64_t>(job.max_len, 48), labels,
-                                          Precision::kF32),
-                     run.file("plots"), "attention_layer", fmt::format(" (label: {})", label));
+      write_heatmaps(first, run.file("plots"), "attention_layer", fmt::format(" (label: {})", label), kReportHeatmaps);
   std::string s =
       "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
       "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
@@ -189,6 +189,10 @@ std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, c
                              fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label,
                                          whole.prediction),
                              {std::move(whole)}});
+  if (static_cast<std::int64_t>(heatmaps.size()) < first.layers * first.heads)
+    s += fmt::format("{} of the {} heads' maps are drawn below, of layers evenly spaced from the first to the last; "
+                     "the explorer holds every one.\n\n",
+                     heatmaps.size(), first.layers * first.heads);
   for (const auto& f : heatmaps) s += fmt::format("![{0}](plots/{0})\n", f);
   return s;
 }
@@ -221,7 +225,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
 
   job.model.vocab_size = tok->vocab_size();
   job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
-  job.model.max_len = std::max(job.model.max_len, job.max_len);
+  job.model.max_len = at_least_max_len(job.model.max_len, job.max_len, progress);
   job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
 
@@ -358,6 +362,9 @@ std::vector<std::string> run_class_names(const std::string& dir, std::int64_t nu
                  num_classes);
   for (const auto& l : r["labels"]) {
     check<IoError>(l.is_string(), "{}: a class name is not a string: {}", results.string(), l.dump());
+    // Two classes of one name: a prediction could not say which it means.
+    check<IoError>(std::find(labels.begin(), labels.end(), l.get<std::string>()) == labels.end(),
+                   "{}: the class name '{}' is given twice", results.string(), clip_text(l.get<std::string>(), 40));
     labels.push_back(l.get<std::string>());
   }
   return labels;

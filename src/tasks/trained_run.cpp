@@ -18,6 +18,7 @@
 #include "multihead/tasks/classification_report.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/loaded_run.h"
+#include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/run_dir.h"
 
@@ -75,7 +76,6 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
   }
 
   std::vector<std::string> labels() const override { return labels_; }
-  std::vector<std::string> warnings() const override { return warnings_; }
   void describe(nlohmann::json& model) const override { model["labels"] = labels_; }
 
   std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings&) override {
@@ -153,7 +153,6 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
 
  private:
   std::vector<std::string> labels_;
-  std::vector<std::string> warnings_;
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens, bool ablate) {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
@@ -170,8 +169,9 @@ class LanguageModelRun final : public TokenModelRun<LanguageModelJob, LanguageMo
   std::vector<std::string> request_fields() const override { return {"tokens", "temperature", "top_k", "top_p", "seed"}; }
 
   void check_settings(const AnswerSettings& s) override {
-    TrainedRun::check_settings(s);
-    check<ConfigError>(s.tokens >= 0, "--tokens must be >= 0, got {}", s.tokens);
+    check_no_pronunciation_settings(s);
+    check<ConfigError>(s.tokens >= 0 && s.tokens <= kMaxGeneratedTokens, "--tokens must be in [0, {}], got {}",
+                       kMaxGeneratedTokens, s.tokens);
     check<ConfigError>(s.sampling.temperature >= 0, "--temperature must be >= 0, got {}", s.sampling.temperature);
     check<ConfigError>(s.sampling.top_p > 0 && s.sampling.top_p <= 1, "--top-p must be in (0, 1], got {}",
                        s.sampling.top_p);
@@ -225,7 +225,10 @@ class PronunciationRun final : public TrainedRun {
   const char* task() const override { return PronunciationJob::kTask; }
 
   std::vector<std::string> request_fields() const override { return {"n_best", "beam"}; }
-  void check_settings(const AnswerSettings& s) override { pronounce({}, s.n_best, s.beam); }  // checks, no word
+  void check_settings(const AnswerSettings& s) override {
+    check_no_generation_settings(s);
+    pronounce({}, s.n_best, s.beam);  // checks, no word
+  }
 
   std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings& s) override {
     return batched_answers(
@@ -364,14 +367,30 @@ std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir,
   const RunConfig cfg = read_run_config(run_dir);
   const Job job = job_from_json(cfg.json, cfg.path);
   std::unique_ptr<TrainedRun> run = std::visit([&](const auto& j) { return load_kind(j, run_dir, precision); }, job);
-  if (run) return run;
+  if (run) {
+    if (std::string w = run_checkpoint_warning(run_dir); !w.empty()) run->warnings_.insert(run->warnings_.begin(), std::move(w));
+    return run;
+  }
   throw ConfigError(fmt::format("{}: inspect and load_run read text classification, language model and "
                                 "pronunciation runs, this run's task is '{}'",
                                 cfg.path, job_task(job)));
 }
 
 void TrainedRun::check_settings(const AnswerSettings& s) {
+  check_no_pronunciation_settings(s);
+  check_no_generation_settings(s);
+}
+
+void TrainedRun::check_no_pronunciation_settings(const AnswerSettings& s) {
   check<ConfigError>(s.n_best == 1 && s.beam == 0, "--n-best and --beam apply to pronunciation runs only");
+}
+
+void TrainedRun::check_no_generation_settings(const AnswerSettings& s) {
+  const AnswerSettings defaults;
+  check<ConfigError>(s.tokens == defaults.tokens && s.sampling.temperature == defaults.sampling.temperature &&
+                         s.sampling.top_k == defaults.sampling.top_k && s.sampling.top_p == defaults.sampling.top_p &&
+                         s.sampling.seed == defaults.sampling.seed,
+                     "--tokens, --temperature, --top-k, --top-p and --seed apply to language model runs only");
 }
 
 std::vector<std::string> TrainedRun::labels() const {

@@ -104,7 +104,7 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
 
   job.model.vocab_size = WordStressJob::kLetterTokens;
   job.model.num_classes = WordStressJob::kClasses;
-  job.model.max_len = std::max(job.model.max_len, job.max_letters);
+  job.model.max_len = at_least_max_len(job.model.max_len, job.max_letters, progress);
   job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.split.train.size()), job.train.batch);
   job.train.schedule.total_steps = job.train.steps;
 

@@ -7,19 +7,64 @@
 
 namespace multihead {
 
-void check_checkpoint_format(const SafetensorsFile& f) {
-  const auto& meta = f.metadata();
+int check_checkpoint_format(const std::map<std::string, std::string>& meta, const std::string& source) {
   const auto it = meta.find("format");
   check<IoError>(it != meta.end() && it->second.starts_with("multihead-checkpoint-"), "{}: not a multihead checkpoint",
-                 f.source());
+                 source);
   const std::string& format = it->second;
-  check<IoError>(format == "multihead-checkpoint-1" || format == "multihead-checkpoint-2" || format == kCheckpointFormat,
-                 "{}: checkpoint format '{}' is not one this build reads (multihead-checkpoint-1, -2 or -3)",
-                 f.source(), format);
-  check<IoError>(format != "multihead-checkpoint-2" || meta.contains(std::string(kDataChecksumKey)),
-                 "{}: checkpoint lacks the checksum of its data", f.source());
-  check<IoError>(format != kCheckpointFormat || meta.contains(std::string(kChecksumKey)),
-                 "{}: checkpoint lacks the checksum of its header and data", f.source());
+  const int version = format == "multihead-checkpoint-1" ? 1 : format == "multihead-checkpoint-2" ? 2
+                      : format == kCheckpointFormat      ? 3 : 0;
+  check<IoError>(version > 0,
+                 "{}: checkpoint format '{}' is not one this build reads (multihead-checkpoint-1, -2 or -3)", source,
+                 clip_text(format));
+  // What each version carries, required; and what only a later one carries,
+  // refused: a file cannot claim an older format to shed its own checks.
+  struct Field {
+    std::string_view key;
+    int since;          // the first version that writes it
+    bool required;      // in every file of that version and later
+  };
+  static constexpr Field kFields[] = {{"distributed.ranks", 2, false},
+                                      {kDataChecksumKey, 2, false},
+                                      {kChecksumKey, 3, true},
+                                      {kCheckpointConfigKey, 3, false}};
+  for (const Field& f : kFields) {
+    const bool has = meta.contains(std::string(f.key));
+    check<IoError>(!has || version >= f.since,
+                   "{}: a {} file never carries '{}' (format {} and later write it): its format tag was edited; "
+                   "refused",
+                   source, format, f.key, f.since);
+    check<IoError>(has || version < f.since || !f.required, "{}: checkpoint lacks {}", source,
+                   f.key == kChecksumKey ? "the checksum of its header and data" : fmt::format("its '{}'", f.key));
+  }
+  // Version 2 carries the checksum of its data, version 3 that of its header and data in its stead.
+  check<IoError>(version != 2 || meta.contains(std::string(kDataChecksumKey)), "{}: checkpoint lacks the checksum of its data",
+                 source);
+  check<IoError>(version != 3 || !meta.contains(std::string(kDataChecksumKey)),
+                 "{}: a {} file never carries '{}': it was edited; refused", source, format, kDataChecksumKey);
+  return version;
+}
+
+int check_checkpoint_format(const SafetensorsFile& f) { return check_checkpoint_format(f.metadata(), f.source()); }
+
+std::string checkpoint_format_warning(const std::map<std::string, std::string>& meta, const std::string& source) {
+  const int version = check_checkpoint_format(meta, source);
+  if (version == 1)
+    return fmt::format("{} is a checkpoint of format 1, from an older build: it carries no checksum and no record of "
+                       "the architecture it was trained with, so neither its contents nor config.json can be checked "
+                       "against it (train --resume writes the current format)",
+                       source);
+  if (version == 2)
+    return fmt::format("{} is a checkpoint of format 2, from an older build: its checksum covers its weights alone, "
+                       "and it carries no record of the architecture it was trained with, so config.json cannot be "
+                       "checked against it (train --resume writes the current format)",
+                       source);
+  return "";
+}
+
+std::string run_checkpoint_warning(const std::string& run_dir) {
+  const std::string path = last_checkpoint_path(run_dir);
+  return checkpoint_format_warning(read_safetensors_metadata(path), path);
 }
 
 TensorMap take_model_tensors(TensorMap& all) {

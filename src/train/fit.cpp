@@ -60,7 +60,7 @@ class Loop {
         trainer_(store, train) {}
 
   FitResult run(const json& config) {
-    for (const json& rec : start_or_resume(run_, config, trainer_)) {
+    for (const json& rec : start_or_resume(run_, config, trainer_, &progress_)) {
       result_.curves.add_record(rec);
       if (rec.contains("validation_loss")) result_.validation = validation_of(rec);
     }
@@ -264,6 +264,13 @@ CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* ta
 void check_finite_result(const char* what, double value) {
   check<Error>(std::isfinite(value),
                "{} is {}: the model's outputs are not finite, so there is no result to report", what, value);
+}
+
+std::int64_t at_least_max_len(std::int64_t max_len, std::int64_t needed, Progress& progress) {
+  if (max_len >= needed) return max_len;
+  progress.log(fmt::format("note: model.max_len {} is raised to {}, the longest sequence the job feeds", max_len,
+                           needed));
+  return needed;
 }
 
 }  // namespace multihead

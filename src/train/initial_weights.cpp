@@ -31,13 +31,17 @@ InitialWeights read_initial_weights(const std::string& from) {
   if (fs::is_directory(from)) {
     w.file = last_checkpoint_path(from);
     w.tensors = run_weights(from);
+    w.warning = run_checkpoint_warning(from);
   } else {
     check<IoError>(fs::is_regular_file(from), "{}: no run directory or safetensors file there", from);
     w.file = from;
-    TensorMap all = SafetensorsFile::read(from).all_tensors();
+    const SafetensorsFile f = SafetensorsFile::read(from);
+    // A multihead checkpoint is checked as one; a state_dict from elsewhere has no format.
+    if (f.metadata().contains("format")) w.warning = checkpoint_format_warning(f.metadata(), from);
+    TensorMap all = f.all_tensors();
     w.tensors = take_model_tensors(all);
   }
-  w.sha256 = sha256_hex(read_file(w.file));
+  w.sha256 = sha256_hex(read_file(w.file, kMaxWeightsBytes));
   return w;
 }
 
@@ -67,6 +71,7 @@ std::vector<std::string> apply_initial_weights(ParamStore& store, const InitialW
                        shape_str(e.shape));
     check<ConfigError>(it->second.dtype() == DType::kF32, "{}: '{}' is {}; weights are read as F32", w.file, e.name,
                        dtype_name(it->second.dtype()));
+    check_finite_weights(it->second, w.file, e.name);
     copies.emplace_back(&e, &it->second);
   }
   for (const auto& [name, t] : w.tensors)

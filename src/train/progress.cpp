@@ -19,6 +19,7 @@ Progress::Progress(std::int64_t total_steps, std::FILE* out, bool quiet, std::in
     : total_(total_steps),
       out_(out),
       quiet_(quiet),
+      warnings_(!quiet),
       tty_(out != nullptr && ::isatty(::fileno(out)) != 0),
       log_every_(log_every),
       start_(std::chrono::steady_clock::now()) {}
@@ -56,6 +57,14 @@ void Progress::log(const std::string& line) {
   if (bar_shown_) fmt::print(out_, "\r\x1b[2K");
   bar_shown_ = false;
   fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
+}
+
+void Progress::warn(const std::string& line) {
+  if (!warnings_ || !out_) return;
+  if (bar_shown_) fmt::print(out_, "\r\x1b[2K");
+  bar_shown_ = false;
+  fmt::print(out_, "warning: {}\n", line);
   std::fflush(out_);
 }
 

@@ -42,10 +42,11 @@ json comparable(json config) {
 // A new run whose config names weights to start from: they replace the
 // model's initialisation, and config.json records the file's SHA-256 (a
 // config that pins another is refused).
-void start_from_weights(json& config, Trainer& trainer) {
+void start_from_weights(json& config, Trainer& trainer, Progress* progress) {
   const TrainConfig& t = trainer.config();
   if (t.init_from.empty()) return;
   const InitialWeights w = read_initial_weights(t.init_from);
+  if (progress && !w.warning.empty()) progress->warn(w.warning);
   check<ConfigError>(t.init_sha256.empty() || t.init_sha256 == w.sha256,
                      "{} has SHA-256 {}, the config's init_sha256 is {}", w.file, w.sha256, t.init_sha256);
   apply_initial_weights(trainer.store(), w, t.init_skip);
@@ -112,14 +113,14 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
   return tok;
 }
 
-std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& trainer) {
+std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& trainer, Progress* progress) {
   json config = config_in;
   if (!resumes_from_checkpoint(run)) {
     // A new run in a used directory replaces the run there: its checkpoint
     // goes too, so that a later --resume cannot pick up another run's weights.
     std::error_code ec;
     std::filesystem::remove(last_checkpoint_path(run.path()), ec);
-    start_from_weights(config, trainer);
+    start_from_weights(config, trainer, progress);
     run.write_config(config);
     return {};
   }
@@ -139,6 +140,8 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
   }
   const auto meta = trainer.load_checkpoint(last_checkpoint_path(run.path()));
   check_config_matches_checkpoint(before, path, meta, last_checkpoint_path(run.path()));
+  if (const std::string w = checkpoint_format_warning(meta, last_checkpoint_path(run.path())); progress && !w.empty())
+    progress->warn(w);
   std::int64_t records = 0;
   if (auto it = meta.find("metrics.records"); it != meta.end()) {
     try {
@@ -161,7 +164,7 @@ void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
   // The kept copy is written as every file here is, whole or not at all.
   if (trainer.config().keep_checkpoints)
-    write_file_atomic(kept_checkpoint_path(run.path(), trainer.steps_done()), read_file(last_checkpoint_path(run.path())));
+    write_file_atomic(kept_checkpoint_path(run.path(), trainer.steps_done()), read_file(last_checkpoint_path(run.path()), kMaxWeightsBytes));
 }
 
 void finish_step(RunDir& run, Progress& progress, const Trainer& trainer, const StepStats& st, const json& record,

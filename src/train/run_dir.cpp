@@ -9,7 +9,6 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -212,19 +211,18 @@ std::vector<nlohmann::json> RunDir::keep_metrics(std::int64_t count) {
   if (metrics_) std::fclose(metrics_), metrics_ = nullptr;
   std::vector<nlohmann::json> kept;
   std::string text;
-  {
-    std::ifstream in(file("metrics.jsonl"));
-    std::string line;
-    // Records are flushed as written, so a killed run keeps them all; fewer
-    // than `count` (a power cut) leaves a gap in the log, not a failed resume.
-    while (static_cast<std::int64_t>(kept.size()) < count && std::getline(in, line)) {
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  // Records are flushed as written, so a killed run keeps them all; fewer
+  // than `count` (a power cut) leaves a gap in the log, not a failed resume.
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(file("metrics.jsonl"), ec)))
+    for (NumberedLine& line : read_lines(file("metrics.jsonl"))) {
+      if (static_cast<std::int64_t>(kept.size()) >= count) break;
+      nlohmann::json j = nlohmann::json::parse(line.text, nullptr, false);
       check<IoError>(!j.is_discarded() && j.is_object(), "{}: line {} is not a JSON object", file("metrics.jsonl"),
-                     kept.size() + 1);
-      text += line + "\n";
+                     line.number);
+      text += line.text + "\n";
       kept.push_back(std::move(j));
     }
-  }
   if (!owner_) return kept;
   write_file_atomic(file("metrics.jsonl"), text);
   metrics_ = open_for_append(file("metrics.jsonl"), false);

@@ -29,6 +29,11 @@ void TrainConfig::validate() const {
   check<ConfigError>(sgd.weight_decay >= 0 && std::isfinite(sgd.weight_decay), "weight_decay must be >= 0, got {}",
                      sgd.weight_decay);
   if (optimizer == OptimizerKind::kSgd) sgd.validate();
+  check<ConfigError>(init_skip.empty() || !init_from.empty(),
+                     "init_skip names parameters that init_from's weights leave as initialised, and init_from is "
+                     "empty (--init-skip needs --init-from)");
+  check<ConfigError>(init_sha256.empty() || !init_from.empty(),
+                     "init_sha256 pins the weights init_from names, and init_from is empty");
   check<ConfigError>(batch % grad_accumulation == 0 || grad_accumulation == 1,
                      "batch ({}) must be a multiple of grad_accumulation ({})", batch, grad_accumulation);
 }

@@ -52,7 +52,7 @@ TEST_F(BadInput, EmptyAndTinyTextDatasets) {
   write(tsv, "text\tlabel\n\xff\xfe\t1\n");
   expect_refused("train --source tsv --data " + tsv, tsv + ": invalid UTF-8 at byte 11");
   write(csv, "text,label\nfine,100000\n");
-  expect_refused("train --source csv --data " + csv, csv + ": integer label 100000 is out of range (at most 9999)");
+  expect_refused("train --source csv --data " + csv, csv + ": integer label 100000 is out of range (integer labels are class numbers, 0 to 999)");
   // Into a folder that exists and is empty: the failed run leaves it empty
   // (it used to keep config.json, tokenizer/, checkpoints/ and plots/).
   const fs::path empty = dir / "empty";
@@ -151,6 +151,18 @@ class BadCheckpoint : public BadInput {
     std::vector<std::pair<std::string, const Tensor*>> list;
     for (const auto& [name, t] : tensors) list.emplace_back(name, &t);
     return serialize_safetensors(list, meta);
+  }
+  // The good checkpoint's bytes with only its metadata edited, written as
+  // an older build or a hand would write it: no checksum added.
+  std::string with_metadata(const std::function<void(nlohmann::json&)>& edit) {
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(good[static_cast<std::size_t>(i)]);
+    nlohmann::json header = nlohmann::json::parse(good.substr(8, n));
+    edit(header["__metadata__"]);
+    const std::string h = header.dump();
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    return bytes + h + good.substr(8 + n);
   }
   std::string job;
   fs::path out;
@@ -314,6 +326,51 @@ TEST_F(BadCheckpoint, CorruptOrUnknownCheckpointsAreRefused) {
       edited([](auto&, std::map<std::string, std::string>& m) { m["format"] = "multihead-checkpoint-9"; }),
       ckpt + ": checkpoint format 'multihead-checkpoint-9' is not one this build reads (multihead-checkpoint-1, -2 "
              "or -3)");
+}
+
+// A checkpoint cannot shed its own checks by naming an older format: a
+// format tag is read only with the fields that format has (the current
+// format's checksum, architecture and rank count betray an edited tag), and
+// an older checkpoint that is consistent is read with a warning naming its format.
+TEST_F(BadCheckpoint, ACheckpointCannotDowngradeItsOwnChecks) {
+  auto tagged = [&](const char* format, std::vector<const char*> drop, std::map<std::string, std::string> add = {}) {
+    return with_metadata([&](nlohmann::json& m) {
+      m["format"] = format;
+      for (const char* key : drop) m.erase(key);
+      for (const auto& [k, v] : add) m[k] = v;
+    });
+  };
+  expect_refused_checkpoint(tagged("multihead-checkpoint-1", {"crc32"}),
+                            ckpt + ": a multihead-checkpoint-1 file never carries 'distributed.ranks' (format 2 and "
+                                   "later write it): its format tag was edited; refused");
+  expect_refused_checkpoint(tagged("multihead-checkpoint-1", {"crc32", "distributed.ranks"}),
+                            ckpt + ": a multihead-checkpoint-1 file never carries 'architecture' (format 3 and later "
+                                   "write it): its format tag was edited; refused");
+  expect_refused_checkpoint(tagged("multihead-checkpoint-2", {"crc32"}),
+                            ckpt + ": a multihead-checkpoint-2 file never carries 'architecture' (format 3 and later "
+                                   "write it): its format tag was edited; refused");
+  expect_refused_checkpoint(tagged("multihead-checkpoint-2", {"crc32", "architecture"}),
+                            ckpt + ": checkpoint lacks the checksum of its data");
+  expect_refused_checkpoint(tagged("multihead-checkpoint-3", {"crc32"}),
+                            ckpt + ": checkpoint lacks the checksum of its header and data");
+  // Consistent with format 1 (every later field gone): read, and said to be what it is, with an edited step too.
+  const std::string old = tagged("multihead-checkpoint-1", {"crc32", "architecture", "distributed.ranks"}, {{"step", "4"}});
+  write_file_atomic(ckpt, old);
+  const std::string warning = "multihead: warning: " + ckpt +
+                              " is a checkpoint of format 1, from an older build: it carries no checksum and no "
+                              "record of the architecture it was trained with, so neither its contents nor "
+                              "config.json can be checked against it (train --resume writes the current format)\n";
+  const CliRun e = run("eval --run " + out.string());
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err, warning);
+  const CliRun p = run("generate --run " + out.string() + " --prompt the --tokens 2");
+  EXPECT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(p.err, warning);
+  const CliRun r = run(job + " --resume --out " + out.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find(warning.substr(std::string("multihead: ").size())), std::string::npos) << r.err;
+  // Resumed and finished: the checkpoint is in the current format again.
+  EXPECT_EQ(SafetensorsFile::read(ckpt).metadata().at("format"), "multihead-checkpoint-3");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -89,6 +90,69 @@ TEST_F(FineTune, APinnedDigestThatDoesNotMatchIsRefused) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("the config's init_sha256 is 00ff"), std::string::npos) << r.err;
   EXPECT_EQ(test::count_lines(r.err), 1) << r.err;
+}
+
+// Every file under `root` with its bytes: what a refused command must leave as it was.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& root) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root))
+    files[e.path().string()] = e.is_regular_file() ? read_file(e.path().string()) : std::string("<dir>");
+  return files;
+}
+
+// An output directory that is, contains or lies inside anything the command
+// reads is refused before anything is created or removed: `train --init-from
+// runs/X --out runs/X --overwrite` cleared the source run, then failed.
+TEST_F(FineTune, AnOutputOverItsOwnInputsIsRefusedAndNothingIsLost) {
+  ASSERT_EQ(test::run("train --source csv --data " + path("reviews.csv") +
+                      " --tokenizer word --vocab-size 32 --max-len 8 --epochs 1 --out " + path("source") + kTiny)
+                .code,
+            0);
+  std::filesystem::copy_file(path("moods.csv"), path("source") + "/moods.csv");
+  std::ofstream(path("source") + "/job.json") << R"({"data": {"source": "csv", "path": ")" + path("moods.csv") +
+                                                     R"("}})";
+  std::filesystem::create_directory_symlink(path("source"), path("alias"));
+  const auto before = snapshot(path("source"));
+  const std::string tune = "train --source csv --data " + path("moods.csv") + " --max-len 8 --epochs 1 --init-skip "
+                           "'^classifier\\.'" + kTiny;
+  const std::string weights = "the weights it starts from (train.init_from)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {tune + " --init-from " + path("source") + " --out " + path("source") + " --overwrite",
+       "--out " + path("source") + " is " + weights + " (" + path("source") + ")"},
+      {tune + " --init-from " + path("source") + " --out " + path("source") + "/ --resume",
+       "--out " + path("source") + "/ is " + weights + " (" + path("source") + ")"},
+      {tune + " --init-from " + path("source") + " --out " + path("alias") + " --overwrite",
+       "--out " + path("alias") + " is " + weights + " (" + path("source") + ")"},
+      {tune + " --init-from " + path("alias") + "/../source --out " + path("source") + "/tuned",
+       "--out " + path("source") + "/tuned lies inside " + weights + " (" + path("alias") + "/../source)"},
+      {tune + " --init-from " + path("source") + "/checkpoints/last.safetensors --out " + path("source") +
+           " --overwrite",
+       "--out " + path("source") + " contains " + weights + " (" + path("source") + "/checkpoints/last.safetensors)"},
+      {"train --source csv --data " + path("source") + "/moods.csv --out " + path("source") + " --overwrite" + kTiny,
+       "--out " + path("source") + " contains the data (data.path) (" + path("source") + "/moods.csv)"},
+      {"train --config " + path("source") + "/job.json --out " + path("source") + " --overwrite" + kTiny,
+       "--out " + path("source") + " contains the config (--config) (" + path("source") + "/job.json)"},
+      {"train --source csv --data " + path("moods.csv") + " --tokenizer-from " + path("source") + " --out " +
+           path("alias") + " --overwrite" + kTiny,
+       "--out " + path("alias") + " is the run whose tokenizer it takes (tokenizer.from) (" + path("source") + ")"},
+      {"eval --run " + path("source") + " --out " + path("source"),
+       "--out " + path("source") + " is the run (--run) (" + path("source") + ")"},
+      {"eval --run " + path("source") + " --out " + dir.string(),
+       "--out " + dir.string() + " contains the run (--run) (" + path("source") + ")"},
+  };
+  for (const auto& [args, why] : cases) {
+    const test::CliRun r = test::run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err, "multihead: error: " + why + ": an output never goes over what the command reads; choose another "
+                     "--out\n")
+        << args;
+    EXPECT_EQ(snapshot(path("source")), before) << args;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("source") + "/tuned"));
+  // Beside its inputs, or an evaluation inside its run: as before.
+  EXPECT_EQ(test::run(tune + " --init-from " + path("alias") + " --out " + path("tuned")).code, 0);
+  EXPECT_EQ(test::run("eval --run " + path("source") + " --out " + path("source") + "/eval").code, 0);
+  EXPECT_TRUE(std::filesystem::exists(path("source") + "/eval/report.md"));
 }
 
 }  // namespace

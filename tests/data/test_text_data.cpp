@@ -86,7 +86,37 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
   // Found by fuzzing: an integer label of 100220022 asked for that many classes.
   write(bad, "label\ttext\n0\tfirst\n100220022\tsecond\n");
   EXPECT_EQ(error_of([&] { load_delimited(bad, '\t', "text", "label"); }),
-            bad + ": integer label 100220022 is out of range (at most 9999)");
+            bad + ": integer label 100220022 is out of range (integer labels are class numbers, 0 to 999)");
+  // One row labelled 9999 would ask for 10,000 classes; past kMaxClasses every label is refused up front.
+  write(bad, "text,label\na,0\nb,9999\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+            bad + ": integer label 9999 is out of range (integer labels are class numbers, 0 to 999)");
+  write(bad, "text,label\na,0\nb,999\nc,007\n");
+  const TextDataset widest = load_delimited(bad, ',', "text", "label");
+  EXPECT_EQ(widest.label_names.size(), 1000u);
+  EXPECT_EQ(widest.examples[2].label, 7);
+  // A label of digits too long for a class number is an integer label out of
+  // range, not a reason to read every label as a name.
+  write(bad, "text,label\na,0\nb,1\nc,123456789012\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+            bad + ": integer label 123456789012 is out of range (integer labels are class numbers, 0 to 999)");
+  {
+    std::string many = "text,label\n";
+    for (int c = 0; c <= 1000; ++c) many += "t,class" + std::to_string(c) + "\n";
+    write(bad, many);
+    EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+              bad + ": more than 1000 distinct labels; a classifier takes at most 1000 classes");
+  }
+  // A label is printable text: a NUL inside one made a class that printed as another.
+  write(bad, std::string("text,label\na,pos\nb,po\0s\n", 24));
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+            bad + ": line 3: the label has a control character (byte 0x00); labels are printable text");
+  EXPECT_EQ(error_of([&] { parse_json_lines_dataset("{\"text\": \"a\", \"label\": \"x\\u0007\"}\n", "text", "label", bad); }),
+            bad + ": line 1: the label has a control character (byte 0x07); labels are printable text");
+  // Texts that are all empty train nothing.
+  write(bad, "text,label\n,pos\n  ,neg\n\"\",pos\n");
+  EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
+            bad + ": every text is empty (or only white space): there is nothing to learn from");
   // One class would train to a constant and score 100%.
   write(bad, "text,label\na,pos\nb,pos\n");
   EXPECT_EQ(error_of([&] { check_two_classes(load_delimited(bad, ',', "text", "label"), bad); }),

@@ -17,6 +17,11 @@ inline std::string bytes_of(const std::uint8_t* data, std::size_t size) {
   return std::string(reinterpret_cast<const char*>(data), size);
 }
 
+// An invariant of the target: a finding (as a crash is) when it does not hold.
+inline void require(bool held) {
+  if (!held) __builtin_trap();
+}
+
 // Runs f, accepting the library's typed errors.
 template <typename F>
 void expect_clean(F&& f) {

@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <new>
+#include <stdexcept>
 
 #include <cairo.h>
 
+#include "multihead/core/error.h"
 #include "multihead/report/plots.h"
 
 namespace multihead {
@@ -161,6 +164,20 @@ TEST(Plots, HeatmapColoursRunToTheMapsLargestWeight) {
   EXPECT_GT(other[0], top[0] + 30) << "0.06 of 0.1 is lighter";
   cairo_surface_destroy(s);
   fs::remove(p);
+}
+
+// A figure that cannot be drawn leaves a line in the report where its link
+// would be, and the report goes on: a run is never lost to one figure.
+TEST(Plots, AFigureThatCannotBeDrawnIsNamedNotFatal) {
+  EXPECT_EQ(figure_markdown("loss", "plots/loss.png", [] {}), "![loss](plots/loss.png)\n\n");
+  EXPECT_EQ(figure_markdown("confusion matrix", "plots/confusion.png",
+                            [] { throw IoError("cannot encode PNG 'x': out of memory"); }),
+            "*The figure confusion matrix (plots/confusion.png) could not be drawn: cannot encode PNG 'x': out of "
+            "memory.*\n\n");
+  EXPECT_EQ(figure_markdown("memory", "plots/memory.png", [] { throw std::bad_alloc(); }),
+            "*The figure memory (plots/memory.png) could not be drawn: out of memory.*\n\n");
+  // Anything else is a defect of the program, not of a figure: it goes on up.
+  EXPECT_THROW(figure_markdown("x", "x.png", [] { throw std::logic_error("bug"); }), std::logic_error);
 }
 
 }  // namespace

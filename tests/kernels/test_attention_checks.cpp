@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "multihead/core/error.h"
+#include "multihead/kernels/attention_bf16.h"
 #include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
@@ -66,6 +67,26 @@ TEST(AttentionChecks, KeysUpToTheFp32LimitAreExactAndOneMoreIsRefused) {
             }),
             "attention takes at most 16777216 query and key positions in one call (fp32 sums stay exact up to "
             "there), got L=1 S=16777217");
+}
+
+// The bf16 kernels accumulate in fp32 too: the same limit, forward and backward.
+TEST(AttentionChecks, TheBf16KernelsKeepTheFp32Limit) {
+  const std::int64_t n = kMaxFp32AttentionPositions + 1;
+  std::vector<BF16> ones(static_cast<std::size_t>(n), BF16{0x3f80}), q(1, BF16{0x3f80}), out(1);  // 1.0
+  std::vector<float> lse(1), dq(1), dk(static_cast<std::size_t>(n)), dv(static_cast<std::size_t>(n)), dout(1, 1.0f);
+  const HeadsView<const BF16> kv{ones.data(), n, 1, 1, 1}, qv{q.data(), 1, 1, 1, 1}, ov{out.data(), 1, 1, 1, 1};
+  const std::string want = "attention takes at most 16777216 query and key positions in one call (fp32 sums stay "
+                           "exact up to there), got L=1 S=16777217";
+  EXPECT_EQ(error_message([&] {
+              attention_bf16_forward({out.data(), 1, 1, 1, 1}, lse.data(), qv, kv, kv, {}, {1, 1, 1, n, 1, 1}, 1.0f, {});
+            }),
+            want);
+  EXPECT_EQ(error_message([&] {
+              attention_bf16_backward({dq.data(), 1, 1, 1, 1}, {dk.data(), n, 1, 1, 1}, {dv.data(), n, 1, 1, 1},
+                                      lse.data(), ov, {dout.data(), 1, 1, 1, 1}, qv, kv, kv, {}, {1, 1, 1, n, 1, 1}, 1.0f,
+                                      {});
+            }),
+            want);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // error over equal-width confidence bins, and the most confident mistakes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "multihead/core/error.h"
@@ -101,6 +102,50 @@ TEST(ClassificationReport, FiguresArePngFiles) {
   reliability_png((dir / "r.png").string(), "reliability", r);
   for (const char* f : {"c.png", "r.png"}) EXPECT_GT(std::filesystem::file_size(dir / f), 1000u) << f;
   std::filesystem::remove_all(dir);
+}
+
+// Past kClassesShownWhole classes: the table keeps the classes with the
+// lowest F1, the confusions list the largest off-diagonal cells, the figure
+// the classes that take part in the most errors, and the CSV files all of it.
+TEST(ClassificationReport, ManyClassesKeepTheTablesReadableAndTheWholeInCsv) {
+  const std::size_t C = 40;
+  std::vector<std::string> labels;
+  for (std::size_t c = 0; c < C; ++c) labels.push_back("c" + std::to_string(c));
+  labels[7] = "with, comma";
+  // Each class has two examples: class c's second is predicted as class (c + 1) % C when c % 4 == 0.
+  std::vector<double> probs;
+  std::vector<std::int64_t> truth;
+  for (std::size_t c = 0; c < C; ++c)
+    for (int k = 0; k < 2; ++k) {
+      const std::size_t predicted = k == 1 && c % 4 == 0 ? (c + 1) % C : c;
+      for (std::size_t j = 0; j < C; ++j) probs.push_back(j == predicted ? 0.9 : 0.1 / static_cast<double>(C - 1));
+      truth.push_back(static_cast<std::int64_t>(c));
+    }
+  const ClassificationReport r = classification_report(probs, truth, labels, 0.3);
+  const std::string md = markdown(r);
+  EXPECT_NE(md.find("The 30 classes with the lowest F1 of 40"), std::string::npos) << md;
+  EXPECT_NE(md.find("| c0 | "), std::string::npos);  // F1 2/3: among the lowest
+  EXPECT_EQ(md.find("| true \\ predicted |"), std::string::npos) << "a 40 x 40 table";
+  EXPECT_NE(md.find("| c4 | c5 | 1 |"), std::string::npos) << md;
+  // Classes 0, 1, 4, 5, ... take part in errors (ten confusions, twenty classes): every one of them is drawn.
+  const std::vector<std::size_t> shown = most_confused_classes(r, 30);
+  EXPECT_EQ(shown.size(), 30u);
+  for (std::size_t c = 0; c < C; c += 4) {
+    EXPECT_NE(std::find(shown.begin(), shown.end(), c), shown.end()) << c;
+    EXPECT_NE(std::find(shown.begin(), shown.end(), (c + 1) % C), shown.end()) << c;
+  }
+  EXPECT_TRUE(std::is_sorted(shown.begin(), shown.end()));
+  const std::string csv = confusion_csv(r);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 41);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')).find("\"with, comma\""), csv.substr(0, csv.find('\n')).find(",\"w") + 1);
+  EXPECT_NE(csv.find("\nc4,0,0,0,0,1,1,"), std::string::npos) << csv.substr(0, 600);
+  const std::string classes = classes_csv(r);
+  EXPECT_EQ(classes.substr(0, classes.find('\n')), "class,precision,recall,f1,examples,predicted");
+  EXPECT_NE(classes.find("\nc1,0.666667,1.000000,0.800000,2,3\n"), std::string::npos) << classes;
+  // A few classes: every one, and the whole matrix.
+  const std::string few = markdown(classification_report(kProbs, kTruth, kLabels, 0.5));
+  EXPECT_NE(few.find("| true \\ predicted |"), std::string::npos);
+  EXPECT_EQ(few.find("lowest F1"), std::string::npos);
 }
 
 }  // namespace

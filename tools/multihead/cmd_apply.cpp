@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/io/output_path.h"
 #include "multihead/nn/apply_module.h"
 
 namespace multihead::cli {
@@ -20,6 +21,10 @@ Command add_apply(CLI::App& app) {
   sub->add_option("--inputs", o->inputs, "query, key, value, masks, grad_output (.safetensors)")->required();
   sub->add_option("--out", o->out, "Where to write output, attn_weights and gradients (.safetensors)")->required();
   return {sub, [o] {
+            check_output_apart(o->out, "--out",
+                               {{"the module config (--module)", o->module},
+                                {"the weights (--weights)", o->weights},
+                                {"the inputs (--inputs)", o->inputs}});
             std::string cfg = read_file(o->module);
             TensorMap weights = SafetensorsFile::read(o->weights).all_tensors();
             TensorMap inputs = SafetensorsFile::read(o->inputs).all_tensors();

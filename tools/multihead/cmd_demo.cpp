@@ -96,7 +96,7 @@ Command add_demo(CLI::App& app) {
   sub->add_option("--embed-dim", o->embed_dim, "Embedding size")->capture_default_str();
   sub->add_option("--num-heads", o->num_heads, "Number of heads")->capture_default_str();
   sub->add_option("--pad", o->pad, "Mask the last N keys of batch element 0 as padding")->capture_default_str();
-  sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  sub->add_option("--seed", o->seed, "Random seed")->check(kUnsigned64)->capture_default_str();
   sub->add_flag("--causal", o->causal, "Causal (top-left) mask");
   return {sub, [o] { run_demo(*o); }};
 }

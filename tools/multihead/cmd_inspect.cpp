@@ -31,6 +31,7 @@ Command add_inspect(CLI::App& app) {
             std::vector<std::string> wrote;
             InspectResult r;
             set_num_threads(o->threads);
+            warn_about_run(o->run);
             if (!o->html.empty()) {
               r = inspect_run_html(o->run, o->text, o->html, o->max_tokens);
               wrote.push_back(fmt::format("wrote the attention explorer to {}", o->html));

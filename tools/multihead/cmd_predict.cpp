@@ -1,8 +1,6 @@
 // multihead predict: a trained run on new input, one item a line.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <memory>
 #include <optional>
 
@@ -13,6 +11,7 @@
 #include "commands.h"
 #include "multihead/core/error.h"
 #include "multihead/core/threading.h"
+#include "multihead/io/atomic_file.h"
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/trained_run.h"
 
@@ -26,21 +25,12 @@ struct PredictOpts {
   int threads = 0;
 };
 
-// The input's non-empty lines (a trailing \r dropped), with their line numbers.
+// The input's non-empty lines (a trailing \r dropped), with their line
+// numbers; a device (other than a terminal) or an endless line is refused.
 std::vector<std::pair<std::int64_t, std::string>> read_items(const std::string& path) {
-  std::ifstream file;
-  if (path != "-") {
-    file.open(path);
-    check<IoError>(file.is_open(), "cannot open '{}'", path);
-  }
-  std::istream& in = path == "-" ? std::cin : file;
   std::vector<std::pair<std::int64_t, std::string>> items;
-  std::string line;
-  for (std::int64_t n = 1; std::getline(in, line); ++n) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) items.emplace_back(n, line);
-  }
-  check<IoError>(!in.bad(), "cannot read '{}'", path);
+  for (NumberedLine& l : read_lines(path))
+    if (!l.text.empty()) items.emplace_back(l.number, std::move(l.text));
   return items;
 }
 

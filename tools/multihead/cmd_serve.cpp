@@ -87,8 +87,13 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--connections", o->cfg.connections,
                   fmt::format("Connections open at once (0: {}, or as many as the open-file limit allows); past "
-                              "them a new one is closed at once",
+                              "them a new one takes the slot of the one that has waited longest without a whole "
+                              "request header, else it is closed at once",
                               ServeConfig::kDefaultConnections))
+      ->capture_default_str();
+  sub->add_option("--connections-per-peer", o->cfg.connections_per_peer,
+                  "Connections open at once from one address (0: half of --connections), so that no client holds "
+                  "every slot; past them its own longest-waiting one makes room, as above")
       ->capture_default_str();
   sub->add_option("--request-timeout-ms", o->cfg.request_timeout_ms,
                   "A request's header and body must arrive within this, however slowly they drip")

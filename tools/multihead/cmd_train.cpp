@@ -99,10 +99,12 @@ void run_train(const TrainOpts& o) {
   set_num_threads(job_threads(job));
   // Under mpirun rank 0 speaks for the run.
   Progress progress(0, stderr, o.quiet || !process_group().primary());
+  progress.set_warnings(process_group().primary());
   StopRequest stop;
   const StopOnSignals stop_on_signals(stop);
   const RunMode mode = o.resume ? RunMode::kResume : o.overwrite ? RunMode::kOverwrite : RunMode::kNew;
-  for (const std::string& line : train_job(job, out, mode, progress, &stop)) fmt::print("{}\n", line);
+  for (const std::string& line : train_job(job, out, mode, progress, &stop, {{"the config (--config)", o.config}}))
+    fmt::print("{}\n", line);
 }
 
 std::string preset_help() {
@@ -136,11 +138,16 @@ Command add_train(CLI::App& app) {
       sub->add_flag_function(flag, [o, flag](std::int64_t) { o->settings.push_back({flag, "true"}); },
                              std::string(f.help))
           ->trigger_on_parse();
-    else
-      sub->add_option_function<std::string>(flag, [o, flag](const std::string& v) { o->settings.push_back({flag, v}); },
-                                            std::string(f.help))
-          ->type_name(value_name)
-          ->trigger_on_parse();
+    else {
+      CLI::Option* opt =
+          sub->add_option_function<std::string>(flag, [o, flag](const std::string& v) { o->settings.push_back({flag, v}); },
+                                                std::string(f.help))
+              ->type_name(value_name)
+              ->trigger_on_parse();
+      // A path flag's empty value is refused, never read as "none" (--init-from '' started from no weights).
+      const std::string_view key = f.keys.front().second;
+      if (key == "data.path" || key == "train.init_from" || key == "tokenizer.from") opt->check(kNotEmpty);
+    }
   }
   sub->add_option_function<std::string>("--set", [o](const std::string& v) { o->settings.push_back({"--set", v}); },
                                         "Set any config key: --set model.rope_theta=500000 (repeatable; the keys "
@@ -184,7 +191,7 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--temperature", o->sampling.temperature, "0: greedy")->capture_default_str();
   sub->add_option("--top-k", o->sampling.top_k, "Sample among the k most likely (0: all)")->capture_default_str();
   sub->add_option("--top-p", o->sampling.top_p, "Nucleus: the smallest set with this mass")->capture_default_str();
-  sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+  sub->add_option("--seed", o->sampling.seed, "Sampling seed")->check(kUnsigned64)->capture_default_str();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_option("--precision", o->precision,
                   fmt::format("Activations and key/value cache in fp32, bf16 or fp16 (default: the run's own); {}",
@@ -193,6 +200,7 @@ Command add_generate(CLI::App& app) {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
             set_num_threads(o->threads);
+            warn_about_run(o->run);
             fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, precision));
           }};
 }
@@ -228,6 +236,7 @@ Command add_eval(CLI::App& app) {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
             set_num_threads(o->threads);
+            warn_about_run(o->run);
             // Every line is computed (and the report written) before any is printed.
             for (const std::string& line : evaluate_run(o->run, precision, o->req)) fmt::print("{}\n", line);
           }};

@@ -2,6 +2,8 @@
 // the app and returns the function that runs it; the work is in the library.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -20,9 +22,26 @@ struct Command {
 inline const CLI::Validator kNotEmpty(
     [](std::string& s) { return s.empty() ? std::string("must name a path, not ''") : std::string(); }, "PATH");
 
+// For an unsigned 64-bit flag (a seed): decimal digits of a value below
+// 2^64, checked before CLI11 converts it (which wraps -1 and 2^64 silently).
+inline const CLI::Validator kUnsigned64(
+    [](std::string& s) {
+      std::uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      return !s.empty() && ec == std::errc() && end == s.data() + s.size()
+                 ? std::string()
+                 : std::string("must be a whole number from 0 to 18446744073709551615");
+    },
+    "UINT64");
+
 // A trained run (--run) and the settings of its answers (--tokens,
 // --temperature, ..., --n-best, --beam), as predict and serve both take them.
 void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s);
+
+// Before a command loads the run in run_dir: a warning on stderr when its
+// checkpoint is of an older format (train/checkpoint.h). A checkpoint that
+// cannot be read says nothing here: the load names the problem.
+void warn_about_run(const std::string& run_dir);
 
 Command add_apply(CLI::App& app);
 Command add_bench(CLI::App& app);

@@ -30,8 +30,10 @@ TextDataset load_aclimdb(const std::string& root, const std::string& split);
 // is. A missing column is an IoError that lists the columns found.
 TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
                            const std::string& label_column);
-// Integer labels must be below this.
-inline constexpr std::int64_t kMaxIntegerLabel = 10000;
+// The classes a labelled dataset may have, refused before anything is
+// trained: a per-class report, a confusion matrix and the model's head all
+// grow with them. Integer labels are class numbers, so they are below it.
+inline constexpr std::int64_t kMaxClasses = 1000;
 // The same from the file's bytes; `source` names it in errors.
 TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, const std::string& text_column,
                                     const std::string& label_column, const std::string& source);
@@ -44,7 +46,8 @@ TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string
 TextDataset load_labelled_file(const std::string& path, const std::string& format, const std::string& text_column,
                                const std::string& label_column);
 // Texts and their labels (as written in the file) as a dataset, the labels
-// numbered as above; `source` names the data in errors.
+// numbered as above; `source` names the data in errors. Refused (IoError):
+// more than kMaxClasses classes, and data whose every text is blank.
 TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<std::string>& labels,
                              const std::string& source);
 // Training data needs two classes: one would train to a constant and score

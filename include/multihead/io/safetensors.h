@@ -62,6 +62,13 @@ class SafetensorsFile {
   std::map<std::string, SafetensorsEntry> entries_;
 };
 
+// The metadata of the safetensors file at `path`, from its header alone
+// (nothing checked but that it parses): a look at a large file's tags
+// before reading it whole through SafetensorsFile::read, which checks all.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
+// The same from a file's first bytes (at least its header); `source` names it in errors.
+std::map<std::string, std::string> parse_safetensors_metadata(std::string_view bytes, const std::string& source);
+
 // Bytes of a safetensors file holding `tensors` (written in name order).
 std::string serialize_safetensors(const std::vector<std::pair<std::string, const Tensor*>>& tensors,
                                   const std::map<std::string, std::string>& metadata = {});

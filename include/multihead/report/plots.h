@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -77,5 +78,11 @@ void heatmap_png(const std::string& path, const std::string& title, const std::v
 std::string heatmap_png_bytes(const std::string& title, const std::vector<float>& weights, std::int64_t rows,
                               std::int64_t cols, const std::vector<std::string>& row_labels,
                               const std::vector<std::string>& col_labels);
+
+// A figure a report links, drawn by `draw` (which writes it): its Markdown
+// image link, "![alt](link)". A figure that cannot be drawn (a library error,
+// memory) is left out, and the link's place says so and why: a report, and
+// the run it reports on, is never lost to one figure.
+std::string figure_markdown(const std::string& alt, const std::string& link, const std::function<void()>& draw);
 
 }  // namespace multihead

@@ -38,9 +38,16 @@ struct ServeConfig {
   RequestLimits limits;
   AnswerSettings defaults;                // for settings a request leaves out
   // Connections open at once (0: kDefaultConnections, or fewer where the
-  // process may not open that many files); past them a new one is closed at
-  // once. An idle or slow connection costs a socket and a buffer, no thread.
+  // process may not open that many files). An idle or slow connection costs
+  // a socket and a buffer, no thread. Past them a new connection takes the
+  // slot of the one that has waited longest without a complete request
+  // header (that one is closed), else it is closed at once.
   std::int64_t connections = 0;
+  // Connections open at once from one address (0: half of `connections`),
+  // so that one client cannot hold every slot: past them a new one from that
+  // address takes the slot of that address's connection that has waited
+  // longest without a complete header, else it is closed at once.
+  std::int64_t connections_per_peer = 0;
   std::int64_t max_body_bytes = 1 << 20;  // larger bodies, chunked or not: 413
   // Request bodies held at once across all connections, until answered (a
   // chunked one counts as max_body_bytes); a request past it: 503. With the

@@ -70,13 +70,31 @@ ClassificationReport classification_report(std::span<const double> probabilities
 // (rows true, columns predicted)}, calibration {ece, bins}.
 nlohmann::json to_json(const ClassificationReport& r);
 
+// Up to this many classes the report shows every class and the whole
+// confusion matrix; past it (a table or figure of hundreds of classes is
+// unreadable, and past a few thousand undrawable) the classes and confusions
+// that matter most, and the whole in CSV files (confusion_csv, classes_csv).
+inline constexpr std::size_t kClassesShownWhole = 30;
+
+// The n classes that take part in the most errors (their examples predicted
+// as another class, and other classes' predicted as them), in class order;
+// every class when there are at most n.
+std::vector<std::size_t> most_confused_classes(const ClassificationReport& r, std::size_t n);
+
 // Markdown: a per-class table with the means, the confusion matrix, and the
-// calibration line. `texts`, when given (one per example scored), quotes the
-// most confident mistakes.
+// calibration line; past kClassesShownWhole classes, the classes with the
+// lowest F1 and the most frequent confusions. `texts`, when given (one per
+// example scored), quotes the most confident mistakes.
 std::string markdown(const ClassificationReport& r, const std::vector<std::string>* texts = nullptr);
 
+// The whole confusion matrix (a header row of the predicted classes, a row
+// per true class) and the per-class scores, as CSV (RFC 4180).
+std::string confusion_csv(const ClassificationReport& r);
+std::string classes_csv(const ClassificationReport& r);
+
 // The figures: the confusion matrix (each cell its count, coloured by its
-// share of the true class's examples) and the reliability diagram (accuracy
+// share of the true class's examples; past kClassesShownWhole classes, among
+// the most confused classes) and the reliability diagram (accuracy
 // against confidence per bin, beside the diagonal of perfect calibration).
 void confusion_matrix_png(const std::string& path, const std::string& title, const ClassificationReport& r);
 void reliability_png(const std::string& path, const std::string& title, const ClassificationReport& r);
@@ -84,7 +102,8 @@ void reliability_png(const std::string& path, const std::string& title, const Cl
 // The report's "## Errors" section for examples scored as `what` ("test"):
 // the Markdown of r with the most confident mistakes quoted from texts, and
 // its figures drawn as plots_dir/confusion.png and plots_dir/reliability.png
-// (linked as plots_link + name).
+// (linked as plots_link + name; one that cannot be drawn is named instead),
+// beside plots_dir/confusion.csv and plots_dir/classes.csv.
 std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
                            const std::string& plots_dir, const std::string& plots_link, const std::string& what);
 

@@ -22,7 +22,12 @@ struct SamplingConfig {
 // top_p, renormalised.
 std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingConfig& cfg, Rng& rng);
 
-// The prompt (at least one token) followed by `count` sampled tokens.
+// The most tokens one generation samples: far past any continuation a CPU
+// model is asked for, and a call that returns (2^62 asked never did).
+inline constexpr std::int64_t kMaxGeneratedTokens = std::int64_t{1} << 16;
+
+// The prompt (at least one token) followed by `count` sampled tokens
+// (0 to kMaxGeneratedTokens; more is a ConfigError).
 // context > 0 bounds what the model sees to the window it was trained on:
 // when the cache would outgrow it, decoding restarts from the last
 // context / 2 tokens, so no position beyond training is ever used.

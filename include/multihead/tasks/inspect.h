@@ -38,9 +38,14 @@ AttentionMaps captured_attention(TransformerEncoder& encoder, std::int64_t first
 // One PNG per layer and head, dir/{prefix}{layer}_head{head}.png, titled
 // "layer l, head h" and title_suffix, with the tokens as labels. Returns the
 // file names. Every target is checked (check_replaceable) and every map
-// drawn before the first is written.
+// drawn before the first is written. With max_maps > 0 and more maps than
+// that, only the first heads of layers evenly spaced from the first to the
+// last, at most max_maps PNGs (a report's; inspect draws every one).
 std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::string& dir, const std::string& prefix,
-                                        const std::string& title_suffix = "");
+                                        const std::string& title_suffix = "", std::int64_t max_maps = 0);
+// The heatmaps a run's report draws at most: a model of hundreds of layers
+// spent minutes on thousands of PNGs; its explorer page holds every head.
+inline constexpr std::int64_t kReportHeatmaps = 32;
 
 struct InspectResult {
   std::vector<std::string> files;  // the PNGs written

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/precision.h"
+#include "multihead/io/output_path.h"
 #include "multihead/tasks/image_classification.h"
 #include "multihead/tasks/language_modeling.h"
 #include "multihead/tasks/pronunciation.h"
@@ -50,8 +51,14 @@ nlohmann::json to_json(const Job& job);
 // train` prints: the results, and where the report is.
 // A stop asked for of `stop` (may be null) ends it after the step under way,
 // with a checkpoint there, or in the test after training (Interrupted).
+// An `out` that is, contains or lies inside any of the job's inputs
+// (job_inputs) or `more_inputs` (the config file it was read from) is a
+// ConfigError before anything is touched (io/output_path.h).
 std::vector<std::string> train_job(const Job& job, const std::string& out, RunMode mode, Progress& progress,
-                                   StopRequest* stop = nullptr);
+                                   StopRequest* stop = nullptr, const std::vector<NamedInput>& more_inputs = {});
+
+// Every path a job reads (its data, train.init_from, tokenizer.from), named.
+std::vector<NamedInput> job_inputs(const Job& job);
 
 // The thread count a job's config asks for (0: all cores), which its entry
 // point sets (set_num_threads) before running it.

@@ -35,8 +35,9 @@ struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   static void keys(Keys& k, Self& j) {
     k.section("data", [&](auto& d) {
       d.named("kind", j.task.kind, synthetic_kind_name, parse_synthetic_kind);
-      d("symbols", j.task.symbols)("min_len", j.task.min_len)("max_len", j.task.max_len);
-      d("test_lengths", j.test_lengths)("eval_batches", j.eval_batches);
+      d("symbols", j.task.symbols, between(1, kMaxVocab / 2))("min_len", j.task.min_len, between(1, kMaxLength / 4))(
+          "max_len", j.task.max_len, between(1, kMaxLength / 4));
+      d("test_lengths", j.test_lengths)("eval_batches", j.eval_batches, between(1, kMaxBatch));
     });
     k.model(j.model, j.task.vocab_size());
     k.train(j.train);

@@ -62,8 +62,9 @@ class TrainedRun {
   virtual void describe(nlohmann::json& /*model*/) const {}
 
   // What the load noticed and worked around, one line each, for the caller
-  // to show (a classifier without results.json: classes named by number).
-  virtual std::vector<std::string> warnings() const { return {}; }
+  // to show (a checkpoint of an older format, which cannot be checked as the
+  // current one is; a classifier without results.json: classes named by number).
+  const std::vector<std::string>& warnings() const { return warnings_; }
   // Classifiers: the class names (as the dataset named them when the run
   // recorded them, else "0", "1", ...) and each text's prediction.
   virtual std::vector<std::string> labels() const;
@@ -88,6 +89,13 @@ class TrainedRun {
   virtual std::vector<AttentionMaps> attention_views(const std::string& text, std::int64_t max_tokens) {
     return {attention(text, max_tokens)};
   }
+
+ protected:
+  std::vector<std::string> warnings_;
+  // ConfigErrors for settings of another kind than given their defaults:
+  // pronunciation's (--n-best, --beam), and generation's (--tokens, ...).
+  static void check_no_pronunciation_settings(const AnswerSettings& s);
+  static void check_no_generation_settings(const AnswerSettings& s);
 };
 
 }  // namespace multihead

@@ -19,12 +19,23 @@ namespace multihead {
 TensorMap take_model_tensors(TensorMap& all);
 
 // A training checkpoint names its format in its metadata. Version 3 carries
-// the checksum of its header and data (kChecksumKey), required when read;
-// version 2 that of its data alone (kDataChecksumKey); version 1 (older
-// runs) none.
+// the checksum of its header and data (kChecksumKey), required when read,
+// and the architecture it was trained with (kCheckpointConfigKey); version 2
+// the checksum of its data alone (kDataChecksumKey), required, and the rank
+// count; version 1 (older runs) none of these.
 inline constexpr const char* kCheckpointFormat = "multihead-checkpoint-3";
-// IoError unless `f` is a checkpoint of a version this build reads.
-void check_checkpoint_format(const SafetensorsFile& f);
+// The version of the checkpoint whose metadata is `meta` (1, 2 or 3), or an
+// IoError naming `source`: a format this build does not read, a field the
+// version requires missing, or a field only a later version writes (a file
+// that names an older format than it is, to shed the checks of its own).
+int check_checkpoint_format(const std::map<std::string, std::string>& meta, const std::string& source);
+int check_checkpoint_format(const SafetensorsFile& f);
+// For a checkpoint of an older format (checked as above), a warning that
+// names its format and what it cannot be checked for; "" for the current one.
+std::string checkpoint_format_warning(const std::map<std::string, std::string>& meta, const std::string& source);
+// The same for a run directory's last checkpoint, from its header alone:
+// what a command that loads the run says before it does.
+std::string run_checkpoint_warning(const std::string& run_dir);
 // A run's weights from its checkpoint (checked as above); the optimizer's
 // state in it is left out.
 void load_checkpoint_weights(ParamStore& store, const std::string& path);

@@ -190,6 +190,11 @@ struct TrainedModel {
   TrainedModel& operator=(const TrainedModel&) = delete;
 };
 
+// A model's max_len is at least the longest sequence its job feeds: a
+// smaller one (a config's or --set's) is raised to `needed`, and `progress`
+// says so rather than change it without a word.
+std::int64_t at_least_max_len(std::int64_t max_len, std::int64_t needed, Progress& progress);
+
 // Softmax cross-entropy of logits (..., C) against one target a row (rows
 // with kIgnoreIndex are left out), with label smoothing as PyTorch's, mean
 // over the rows, and its gradient times grad_scale.

@@ -16,6 +16,7 @@ struct InitialWeights {
   std::string file;    // what was read: a run's last checkpoint, or the file given
   std::string sha256;  // of that file, 64 hex digits
   TensorMap tensors;   // the model's tensors (a checkpoint's optimizer state left out)
+  std::string warning;  // a checkpoint of an older format (train/checkpoint.h), else ""
 };
 
 // from: a run directory (its last checkpoint, checked against its config.json

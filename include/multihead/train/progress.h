@@ -26,6 +26,10 @@ class Progress {
               const std::string& extra = "");
   // A line of its own (clears the bar first on a terminal).
   void log(const std::string& line);
+  // "warning: line", shown even when quiet if warnings are on (by default
+  // as the progress is; the CLI shows them on rank 0 whatever --quiet says).
+  void warn(const std::string& line);
+  void set_warnings(bool shown) { warnings_ = shown; }
   void finish();
   // Who watches the run's records (Python's on_step): `observer` sees each
   // record as metrics.jsonl receives it, a step's or a validation's.
@@ -38,7 +42,7 @@ class Progress {
  private:
   std::int64_t total_;
   std::FILE* out_;
-  bool quiet_, tty_, bar_shown_ = false;
+  bool quiet_, warnings_, tty_, bar_shown_ = false;
   std::int64_t log_every_, first_ = 0;
   std::chrono::steady_clock::time_point start_;
   Observer observer_;

@@ -37,7 +37,10 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
 // length than it had (a finished run continued past its end) restarts its
 // decay at the checkpoint's step (train/schedule.h), which config.json then
 // records as train.restart_step and train.restart_lr.
-std::vector<nlohmann::json> start_or_resume(RunDir& run, const nlohmann::json& config, Trainer& trainer);
+// A checkpoint of an older format (resumed from, or started from) is named
+// in a warning on `progress`, when given.
+std::vector<nlohmann::json> start_or_resume(RunDir& run, const nlohmann::json& config, Trainer& trainer,
+                                            Progress* progress = nullptr);
 
 // Writes checkpoints/last.safetensors with the metrics count and `extra`.
 void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std::string, std::string>& extra = {});
