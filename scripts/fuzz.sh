@@ -22,7 +22,7 @@ run() {
   OMP_NUM_THREADS=1 "build-fuzz/tests/fuzz/fuzz_$t" -max_total_time="$secs" -artifact_prefix="tests/fuzz/crashes/$t-" \
     -print_final_stats=1 "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" >"build-fuzz/fuzz_$t.log" 2>&1 || rc=$?
   # libFuzzer's own summary: "Done N runs in T second(s)" (absent when it stopped on a finding).
-  echo "$t: $(grep -E '^Done [0-9]+ runs' "build-fuzz/fuzz_$t.log" || echo "stopped early, see build-fuzz/fuzz_$t.log"), exit $rc"
+  echo "$t: $(grep -a -E '^Done [0-9]+ runs' "build-fuzz/fuzz_$t.log" | tail -1 | grep . || echo "stopped early, see build-fuzz/fuzz_$t.log"), exit $rc"
 }
 for ((i = 0; i < ${#targets[@]}; i += 2)); do
   run "${targets[i]}" &

@@ -1,6 +1,8 @@
 #include "multihead/io/output_path.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -48,6 +50,22 @@ void check_output_apart(const std::string& out, const std::string& flag, const s
                                   "another {}",
                                   flag, out, how, in.what, in.path, flag));
   }
+}
+
+void check_not_a_run_file(const std::string& out, const std::string& flag, const std::string& run_dir) {
+  const fs::path o = resolved(out), run = resolved(run_dir);
+  if (!encloses(run, o) || o == run) return;
+  const fs::path inside = o.lexically_relative(run);
+  const std::string first = inside.begin()->string();
+  static constexpr const char* kFiles[] = {"config.json", "results.json", "report.md", "metrics.jsonl", "run.lock"};
+  static constexpr const char* kFolders[] = {"checkpoints", "tokenizer", "plots"};
+  const bool file = std::next(inside.begin()) == inside.end() &&
+                    std::find(std::begin(kFiles), std::end(kFiles), first) != std::end(kFiles);
+  const bool folder = std::next(inside.begin()) != inside.end() &&
+                      std::find(std::begin(kFolders), std::end(kFolders), first) != std::end(kFolders);
+  check<ConfigError>(!file && !folder, "{} {} is one of the files of the run {}: an output never goes over what the "
+                                       "command reads; choose another {}",
+                     flag, out, run_dir, flag);
 }
 
 }  // namespace multihead

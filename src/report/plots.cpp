@@ -159,7 +159,11 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
                    const std::string& y_label, const std::vector<Series>& series, const PlotAxes& axes) {
   const int W = 800, H = 480;
   const double left = 80, right = 20, top = 50, bottom = 60;
-  auto [surface, cr] = white_canvas(W, H);
+  // Named variables, not a structured binding: the drawing lambdas below capture them (clang 14,
+  // the fuzzing build's compiler, takes no binding into a lambda).
+  const Canvas canvas = white_canvas(W, H);
+  cairo_surface_t* const surface = canvas.surface;
+  cairo_t* const cr = canvas.cr;
 
   const Transform tf{axes.log_x, axes.log_y};
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;

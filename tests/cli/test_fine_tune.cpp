@@ -148,11 +148,21 @@ TEST_F(FineTune, AnOutputOverItsOwnInputsIsRefusedAndNothingIsLost) {
         << args;
     EXPECT_EQ(snapshot(path("source")), before) << args;
   }
+  // A page written into the run goes beside its files, never over one of them.
+  for (const char* file : {"config.json", "plots/explorer.html", "checkpoints/last.safetensors"}) {
+    const std::string page = path("source") + "/" + file;
+    const test::CliRun r = test::run("inspect --run " + path("source") + " --text good --html " + page);
+    EXPECT_EQ(r.code, 2) << file;
+    EXPECT_EQ(r.err, "multihead: error: --html " + page + " is one of the files of the run " + path("source") +
+                         ": an output never goes over what the command reads; choose another --html\n");
+    EXPECT_EQ(snapshot(path("source")), before) << file;
+  }
   EXPECT_FALSE(std::filesystem::exists(path("source") + "/tuned"));
   // Beside its inputs, or an evaluation inside its run: as before.
   EXPECT_EQ(test::run(tune + " --init-from " + path("alias") + " --out " + path("tuned")).code, 0);
   EXPECT_EQ(test::run("eval --run " + path("source") + " --out " + path("source") + "/eval").code, 0);
   EXPECT_TRUE(std::filesystem::exists(path("source") + "/eval/report.md"));
+  EXPECT_EQ(test::run("inspect --run " + path("source") + " --text good --html " + path("source") + "/page.html").code, 0);
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +84,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   parser.eager(true);
   while (!ec && !parser.is_done() && used < bytes.size())
     used += parser.put(boost::asio::buffer(bytes.data() + used, bytes.size() - used), ec);
-  if (!ec && parser.is_done() && lengths == 1) fuzz::require(std::to_string(parser.get().body().size()) == length);
+  if (lengths == 1) {
+    // RFC 9110: 1*DIGIT, leading zeros allowed ("02" is 2). Anything else taken would be a finding.
+    std::uint64_t n = 0;
+    const auto [end, error] = std::from_chars(length.data(), length.data() + length.size(), n);
+    fuzz::require(!length.empty() && error == std::errc() && end == length.data() + length.size());
+    if (!ec && parser.is_done()) fuzz::require(parser.get().body().size() == n);
+  }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "multihead/core/threading.h"
+#include "multihead/io/output_path.h"
 #include "multihead/tasks/inspect.h"
 
 namespace multihead::cli {
@@ -33,6 +34,8 @@ Command add_inspect(CLI::App& app) {
             set_num_threads(o->threads);
             warn_about_run(o->run);
             if (!o->html.empty()) {
+              check_output_apart(o->html, "--html", {{"the run (--run)", o->run}}, OutputPlacement::kMayLieInside);
+              check_not_a_run_file(o->html, "--html", o->run);
               r = inspect_run_html(o->run, o->text, o->html, o->max_tokens);
               wrote.push_back(fmt::format("wrote the attention explorer to {}", o->html));
             }

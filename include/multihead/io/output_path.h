@@ -29,4 +29,10 @@ enum class OutputPlacement {
 void check_output_apart(const std::string& out, const std::string& flag, const std::vector<NamedInput>& inputs,
                         OutputPlacement placement = OutputPlacement::kApart);
 
+// ConfigError when writing the file `out` would replace one of the files of
+// the run in run_dir (config.json, results.json, report.md, metrics.jsonl,
+// run.lock, or anything under checkpoints/, tokenizer/ or plots/): a page a
+// command writes may go beside them, never over them.
+void check_not_a_run_file(const std::string& out, const std::string& flag, const std::string& run_dir);
+
 }  // namespace multihead
