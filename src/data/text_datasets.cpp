@@ -178,20 +178,16 @@ std::string_view flag_for(const std::string& name, const std::string& text_colum
   return name == text_column ? "--text-column" : "--label-column";
 }
 
-}  // namespace
-
-namespace {
-
 // A label is a class's name: printable text, never a control character (a NUL
 // inside one made a class that printed as another).
 void check_label(const std::string& label, const std::string& path, std::int64_t line) {
   check<IoError>(!label.empty(), "{}: line {}: empty label", path, line);
-  const auto bad = std::find_if(label.begin(), label.end(), [](char c) {
+  for (const char c : label) {
     const auto u = static_cast<unsigned char>(c);
-    return u < 0x20 || u == 0x7f;
-  });
-  check<IoError>(bad == label.end(), "{}: line {}: the label has a control character (byte 0x{:02x}); labels are printable text",
-                 path, line, static_cast<unsigned>(static_cast<unsigned char>(*(bad == label.end() ? label.begin() : bad))));
+    check<IoError>(u >= 0x20 && u != 0x7f,
+                   "{}: line {}: the label has a control character (byte 0x{:02x}); labels are printable text", path,
+                   line, static_cast<unsigned>(u));
+  }
 }
 
 bool blank(const std::string& text) {

@@ -121,8 +121,11 @@ Job with_source_tokenizer(Job job, bool resumes) {
 
 std::vector<NamedInput> job_inputs(const Job& job) {
   std::vector<NamedInput> inputs;
-  std::visit([&](const auto& j) { for_each_input(j, [&](const std::string& p, const char* what) { inputs.push_back({what, p}); }); },
-             job);
+  std::visit(
+      [&](const auto& j) {
+        for_each_input(j, [&](const std::string& p, const char* what) { inputs.push_back({what, p}); });
+      },
+      job);
   return inputs;
 }
 
@@ -209,7 +212,7 @@ std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<
                                       const EvalRequest& req) {
   check<ConfigError>(!req.data.empty() || (req.format.empty() && req.text_column.empty() && req.label_column.empty()),
                      "--source, --text-column and --label-column describe the --data file; give --data too");
-    // The report folder may lie inside the run (runs/X/eval), never be or hold it or the data.
+  // The report folder may lie inside the run (runs/X/eval), never be or hold it or the data.
   if (!req.out.empty())
     check_output_apart(req.out, "--out", {{"the run (--run)", run_dir}, {"the data (--data)", req.data}},
                        OutputPlacement::kMayLieInside);
