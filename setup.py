@@ -2,6 +2,10 @@
 (python/) are configured in build-python/cmake, the module is built there, and it lands in the
 package beside python/multihead's files. The version is CMakeLists.txt's project() version.
 
+`pip install .` builds it in an isolated environment (PEP 517) with the requirements of
+pyproject.toml, pybind11 among them; `pip install --no-build-isolation .` with what the interpreter
+has (Debian's setuptools, wheel and pybind11-dev).
+
 Settings from the environment: CMAKE_BUILD_PARALLEL_LEVEL (jobs; default the CPU count) and
 MULTIHEAD_CMAKE_ARGS (more -D options, e.g. -DMULTIHEAD_NATIVE=ON for kernels built for this CPU
 alone instead of the portable build)."""
@@ -32,6 +36,11 @@ class CMakeBuild(build_ext):
         target = Path(self.get_ext_fullpath(ext.name)).resolve()
         configure = ["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                      "-DMULTIHEAD_BUILD_TESTS=OFF", "-DMULTIHEAD_PYTHON=ON", f"-DPython3_EXECUTABLE={sys.executable}"]
+        try:  # pybind11 from PyPI where the build has it (pip's isolated build), else CMake finds Debian's
+            import pybind11
+            configure.append(f"-Dpybind11_DIR={pybind11.get_cmake_dir()}")
+        except ImportError:
+            pass
         configure += shlex.split(os.environ.get("MULTIHEAD_CMAKE_ARGS", ""))
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
         subprocess.run(configure, check=True)

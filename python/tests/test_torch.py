@@ -247,6 +247,40 @@ def test_accelerate_reaches_the_attention_in_inference_too(monkeypatch):
     assert len(calls) == 4
 
 
+def test_nested_and_empty_inputs_go_as_pytorch_takes_them():
+    # A nested tensor is PyTorch's own: the accelerated module hands it to PyTorch's path, which
+    # computes it (or refuses it) as without multihead. Empty batches and empty sequences give what
+    # PyTorch gives, never an internal error.
+    torch.manual_seed(3)
+    theirs = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    ours = mt.accelerate(copy.deepcopy(theirs)).eval()
+    nt = torch.nested.nested_tensor([torch.randn(3, 16), torch.randn(5, 16)])
+    with torch.no_grad():
+        try:
+            want, _ = theirs(nt, nt, nt, need_weights=False)
+        except Exception as e:  # noqa: BLE001 - whatever PyTorch raises, multihead raises the same
+            with pytest.raises(type(e)):
+                ours(nt, nt, nt, need_weights=False)
+        else:
+            got, _ = ours(nt, nt, nt, need_weights=False)
+            for a, b in zip(got.unbind(), want.unbind()):
+                torch.testing.assert_close(a, b)
+    for q_shape, k_shape in (((0, 5, 16), (0, 5, 16)), ((2, 0, 16), (2, 5, 16))):
+        q, k = torch.randn(*q_shape, requires_grad=True), torch.randn(*k_shape)
+        want, _ = theirs(q, k, k)
+        got, _ = ours(q, k, k)
+        assert got.shape == want.shape
+        got.sum().backward()
+        assert q.grad.shape == q.shape
+    layer = nn.TransformerEncoderLayer(16, 2, 32, 0.0, batch_first=True).eval()
+    fast = mt.accelerate(copy.deepcopy(layer)).eval()
+    encoder = mt.accelerate(nn.TransformerEncoder(copy.deepcopy(layer), 2)).eval()
+    for shape in ((0, 4, 16), (3, 0, 16)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert fast(x).shape == layer(x).shape == encoder(x).shape == x.shape
+
+
 def test_bad_inputs_raise_clear_python_errors():
     q = torch.randn(2, 4, 8)
     with pytest.raises(TypeError, match="query must be a torch.Tensor"):

@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# `pip install --no-build-isolation SOURCE` into a fresh venv that sees Debian's packages
-# (PyTorch, numpy, setuptools), then, from a folder outside the source tree: the package imports
-# from the venv, its compiled-in version the one pip recorded, and the drop-in tests (python/tests/test_torch.py,
-# copied out) pass against the installed module. Usage: pip_install.sh SOURCE_DIR [PYTHON]
+# The package installed the standard way, beside PyTorch 2.13 (CPU build):
+#   1. `pip install SOURCE` (PEP 517, build isolation on: pyproject.toml's build requirements from
+#      PyPI) into a fresh venv with torch, numpy and pytest alone;
+#   2. `pip wheel SOURCE`, and that wheel installed into a second fresh venv;
+# and in each, from a folder outside the source tree: the package imports from the venv, its
+# compiled-in version the one pip recorded, and the drop-in tests (python/tests/test_torch.py,
+# copied out) pass against what was installed. Usage: pip_install.sh SOURCE_DIR [PYTHON]
 set -euo pipefail
 source=$(realpath "$1")
 python=${2:-/usr/bin/python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 unset PYTHONPATH PYTHONHOME VIRTUAL_ENV
+source "$source/scripts/lib/python-env.sh"
 
-"$python" -m venv --system-site-packages "$work/venv"
-cd "$work"
-if ! "$work/venv/bin/python" -m pip install --no-build-isolation --no-deps "$source" > "$work/pip.log" 2>&1; then
-  tail -n 40 "$work/pip.log"; echo "FAIL: pip install"; exit 1
-fi
-
-# The module's version (CMake's, compiled in) must be the one pip recorded (setup.py's).
-"$work/venv/bin/python" - "$work/venv" <<'PY'
+# Imports from the venv, the version pip recorded, and the drop-in tests, from outside the source tree.
+check() {
+  local venv=$1 what=$2
+  (cd "$work" && "$venv/bin/python" - "$venv" "$what") <<'PY'
 import importlib.metadata
 import sys
 import multihead
-venv = sys.argv[1]
+import multihead.torch
+import torch
+venv, what = sys.argv[1], sys.argv[2]
 assert multihead.__file__.startswith(venv + "/"), f"multihead imported from {multihead.__file__}, not the venv"
 recorded = importlib.metadata.version("multihead")
 assert multihead.__version__ == recorded, f"the module says {multihead.__version__}, pip recorded {recorded}"
-print(f"imported multihead {multihead.__version__} from {multihead.__file__}")
+print(f"{what}: multihead {multihead.__version__} from {multihead.__file__}, beside torch {torch.__version__}")
 PY
+  rm -rf "$work/tests" && mkdir "$work/tests" && cp "$source/python/tests/test_torch.py" "$work/tests/"
+  (cd "$work" && OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+}
 
-mkdir tests && cp "$source/python/tests/test_torch.py" tests/
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$work/venv/bin/python" -m pytest -q -p no:cacheprovider tests
+fail() { tail -n 40 "$2"; echo "FAIL: $1"; exit 1; }
+
+make_venv "$python" "$work/installed" "$work/venv.log" numpy pytest || fail "a venv with torch" "$work/venv.log"
+"$work/installed/bin/python" -m pip install --no-deps "$source" > "$work/pip.log" 2>&1 || fail "pip install" "$work/pip.log"
+check "$work/installed" "pip install"
+
+"$work/installed/bin/python" -m pip wheel --no-deps -w "$work/wheels" "$source" > "$work/wheel.log" 2>&1 ||
+  fail "pip wheel" "$work/wheel.log"
+wheel=$(ls "$work"/wheels/multihead-*.whl)
+make_venv "$python" "$work/from-wheel" "$work/venv2.log" numpy pytest || fail "a second venv with torch" "$work/venv2.log"
+"$work/from-wheel/bin/python" -m pip install --no-deps "$wheel" > "$work/install-wheel.log" 2>&1 ||
+  fail "pip install of the wheel" "$work/install-wheel.log"
+check "$work/from-wheel" "$(basename "$wheel")"
