@@ -1,9 +1,11 @@
 """multihead's fused attention for PyTorch on the CPU.
 
 - scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-  PyTorch 2.x's function (a boolean mask's True means *attend*; a float mask is added; a query that
-  can see no key gets zeros and zero gradients), forward and backward on the fused kernels: only
-  the per-row log-sum-exp is kept for backward, nothing of size L x S.
+  PyTorch 2.x's function (a boolean mask's True means *attend*; a float mask is added; is_causal
+  with a mask applies both, as PyTorch 2.13 does; a query that can see no key gets zeros and zero
+  gradients), forward and backward on the fused kernels: only the per-row log-sum-exp is kept for
+  backward, nothing of size L x S. float16, nested tensors and torch.func's transforms (vmap,
+  batched gradients) go to PyTorch's own function.
 - MultiheadAttention: torch.nn.MultiheadAttention with its forward on the fused kernels; the same
   constructor, parameters, state_dict names and results (PyTorch 2.x's, for fully masked rows).
 - accelerate(model): makes every nn.MultiheadAttention inside a model this one, in place, keeping
@@ -24,21 +26,60 @@ from torch import nn
 
 from . import _multihead as _mh
 
-__all__ = ["scaled_dot_product_attention", "MultiheadAttention", "accelerate"]
+__all__ = ["scaled_dot_product_attention", "MultiheadAttention", "accelerate", "InvalidArgument",
+           "FailedAssertion", "WrongType"]
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float64: "float64"}
+
+
+# Each misuse is refused with an exception of the class its message suggests (ValueError,
+# TypeError) that is also the class PyTorch 2.13 raises for the same misuse, so that code written
+# against either catches it.
+class InvalidArgument(ValueError, RuntimeError):
+    """A value PyTorch refuses with RuntimeError (shapes, masks that do not fit)."""
+
+
+class FailedAssertion(ValueError, AssertionError):
+    """A value nn.MultiheadAttention refuses with an assert (ranks, feature counts, mask shapes)."""
+
+
+class WrongType(TypeError, RuntimeError):
+    """A dtype PyTorch refuses with RuntimeError (integers, dtypes that differ)."""
+
+
+def _is_wrapped(t):
+    """A tensor of torch.func's transforms (vmap's batched tensors, grad's; gradcheck's batched
+    gradients use the older torch._vmap_internals): no storage of its own to hand the kernels."""
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return False  # not a tensor, or sparse: refused as such
+    functorch = getattr(torch._C, "_functorch", None)
+    wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    if wrapped is not None and wrapped(t):
+        return True
+    try:
+        (t.untyped_storage if hasattr(t, "untyped_storage") else t.storage)()
+    except (NotImplementedError, RuntimeError):
+        return not t.is_nested  # a nested tensor has storage of its own kind
+    return False
+
+
+def _pytorch_computes(*tensors):
+    """Inputs PyTorch computes and these kernels do not take: float16, nested tensors, and the
+    wrapped tensors of torch.func's transforms (vmap, grad), which have no storage to hand over."""
+    return any(isinstance(t, torch.Tensor) and (t.dtype == torch.float16 or t.is_nested or _is_wrapped(t))
+               for t in tensors)
 
 
 def _check_tensor(name, t, dtypes=tuple(_DTYPES)):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
-        raise ValueError(f"{name} is on {t.device}: multihead runs on the CPU")
+        raise InvalidArgument(f"{name} is on {t.device}: multihead runs on the CPU")
     if t.layout != torch.strided:
-        raise ValueError(f"{name} must be a dense tensor, got layout {t.layout}")
+        raise InvalidArgument(f"{name} must be a dense tensor, got layout {t.layout}")
     if t.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise TypeError(f"{name} must be {names}, got {str(t.dtype).replace('torch.', '')}")
+        raise WrongType(f"{name} must be {names}, got {str(t.dtype).replace('torch.', '')}")
 
 
 def _rows(t):
@@ -86,6 +127,56 @@ class _MaskSet:
             self.masks.attn_add = self._keep(mask.to(self.dtype))
 
 
+def _dense_probabilities(q, k, heads, masks, scale):
+    """The probabilities (B, H, L, S) of an attention call as the kernels define them (the masks of
+    `masks`, a _mh.Masks; a row that sees no key all zeros), in plain PyTorch: the backward of a
+    call whose gradient comes batched (torch.func.vmap over it, gradcheck's batched gradients)
+    computes with these, since a batched tensor has no storage to hand the kernels."""
+    B, L, S = q.shape[0], q.shape[1], k.shape[1]
+    D = q.shape[2] // heads
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qh = q.to(dtype).view(B, L, heads, D).transpose(1, 2)
+    kh = k.to(dtype).view(B, S, heads, D).transpose(1, 2)
+    scores = (qh @ kh.transpose(-1, -2)) * scale  # (B, H, L, S)
+    cols = S if masks.masked_cols < 0 else masks.masked_cols
+    covered = scores[..., :cols]
+    masked = torch.zeros(B, heads, L, cols, dtype=torch.bool)
+    if masks.key_padding_bool is not None:
+        masked |= masks.key_padding_bool.bool().view(B, 1, 1, cols)
+    if masks.key_padding_add is not None:
+        covered = covered + masks.key_padding_add.to(dtype).view(B, 1, 1, cols)
+    shape = (B, heads, L, cols) if masks.attn_per_head else (L, cols)
+    if masks.attn_bool is not None:
+        masked |= masks.attn_bool.bool().view(shape)
+    if masks.attn_add is not None:
+        covered = covered + masks.attn_add.to(dtype).view(shape)
+    if masks.causal:
+        masked |= torch.ones(L, cols, dtype=torch.bool).triu(1)
+    scores = torch.cat([covered.masked_fill(masked, float("-inf")), scores[..., cols:]], dim=-1)
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    return torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+
+
+def _dense_backward(q, k, v, heads, masks, scale, dout):
+    """dq, dk, dv of attention without dropout from its dense probabilities, in plain PyTorch (so
+    that dout may be batched): dV = P^T dO, dS = P * (dO V^T - rowsum(dO V^T * P)), dQ = s dS K,
+    dK = s dS^T Q."""
+    B, L, S = q.shape[0], q.shape[1], k.shape[1]
+    D, Dv = q.shape[2] // heads, v.shape[2] // heads
+    p = _dense_probabilities(q, k, heads, masks, scale)
+    dtype = p.dtype
+    qh = q.to(dtype).view(B, L, heads, D).transpose(1, 2)
+    kh = k.to(dtype).view(B, S, heads, D).transpose(1, 2)
+    vh = v.to(dtype).view(B, S, heads, Dv).transpose(1, 2)
+    doh = dout.to(dtype).view(B, L, heads, Dv).transpose(1, 2)
+    dv = p.transpose(-1, -2) @ doh
+    dp = doh @ vh.transpose(-1, -2)
+    ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+    dq, dk = (ds @ kh) * scale, (ds.transpose(-1, -2) @ qh) * scale
+    merge = lambda t, n: t.transpose(1, 2).reshape(B, n, -1)  # noqa: E731 - (B, H, n, X) to (B, n, H*X)
+    return merge(dq, L), merge(dk, S), merge(dv, S)
+
+
 class _Attention(torch.autograd.Function):
     """Attention over heads split by strides: q (B, L, H*D), k (B, S, H*D), v (B, S, H*Dv)."""
 
@@ -130,6 +221,12 @@ class _Attention(torch.autograd.Function):
             return grads + (None,) * 6
         q, k, v, out, saved = ctx.saved_tensors
         heads, mask_set, scale, dropout_p, seed = ctx.args
+        if _is_wrapped(dout):
+            if dropout_p > 0:
+                raise InvalidArgument("batched gradients (torch.func.vmap over the backward) of attention with "
+                                      "dropout: its masks are drawn in the kernels; use dropout 0 there")
+            dq, dk, dv = _dense_backward(q, k, v, heads, mask_set.masks, scale, dout)
+            return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
         grad_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         dout = dout.to(grad_dtype).contiguous()
         dq = torch.empty(q.shape, dtype=grad_dtype)
@@ -147,29 +244,30 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x) on the fused kernels.
 
     query (..., L, E), key (..., S, E), value (..., S, Ev), the same leading dimensions; attn_mask
-    broadcastable to (..., L, S), boolean (True: attend) or float (added). A query row that can see
-    no key gives zeros, and zero gradients.
+    broadcastable to (..., L, S), boolean (True: attend) or float (added), and with is_causal both
+    apply. A query row that can see no key gives zeros, and zero gradients.
     """
+    if _pytorch_computes(query, key, value, attn_mask) and hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                                              is_causal=is_causal, scale=scale)
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor(name, t)
         if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions (..., positions, features), got {t.dim()}")
+            raise InvalidArgument(f"{name} must have at least 2 dimensions (..., positions, features), got {t.dim()}")
     if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"query, key and value must have one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise WrongType(f"query, key and value must have one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     lead = query.shape[:-2]
     if key.shape[:-2] != lead or value.shape[:-2] != lead:
-        raise ValueError(f"query, key and value must share their leading dimensions, got {tuple(query.shape)}, "
-                         f"{tuple(key.shape)}, {tuple(value.shape)}")
+        raise InvalidArgument(f"query, key and value must share their leading dimensions, got {tuple(query.shape)}, "
+                              f"{tuple(key.shape)}, {tuple(value.shape)}")
     L, E, S = query.shape[-2], query.shape[-1], key.shape[-2]
     if key.shape[-1] != E or value.shape[-2] != S:
-        raise ValueError(f"key must be (..., S, {E}) and value (..., S, Ev), got {tuple(key.shape)} and "
-                         f"{tuple(value.shape)}")
+        raise InvalidArgument(f"key must be (..., S, {E}) and value (..., S, Ev), got {tuple(key.shape)} and "
+                              f"{tuple(value.shape)}")
     if E == 0:
-        raise ValueError("query and key need at least one feature")
+        raise InvalidArgument("query and key need at least one feature")
     if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    if is_causal and attn_mask is not None:
-        raise ValueError("attn_mask and is_causal cannot both be given")
+        raise InvalidArgument(f"dropout_p must be in [0, 1), got {dropout_p}")
     if scale is None:
         scale = 1.0 / math.sqrt(E)
     G = math.prod(lead)
@@ -183,8 +281,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         try:
             full = attn_mask.expand(*lead, L, S) if attn_mask.dim() > 2 or lead else attn_mask.expand(L, S)
         except RuntimeError:
-            raise ValueError(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
-                             f"{tuple(lead) + (L, S)}") from None
+            raise InvalidArgument(f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
+                                  f"{tuple(lead) + (L, S)}") from None
         if attn_mask.dim() <= 2:
             masks.attn(attn_mask.expand(L, S), masked=False, per_head=False)
         else:
@@ -203,9 +301,9 @@ class MultiheadAttention(nn.MultiheadAttention):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
-        if any(isinstance(t, torch.Tensor) and t.is_nested for t in (query, key, value)):
-            # Nested tensors (ragged batches) are PyTorch's own: its module computes them, or refuses
-            # them, as it would without multihead.
+        if _pytorch_computes(query, key, value, key_padding_mask, attn_mask):
+            # Nested tensors (ragged batches), float16 and torch.func's transforms are PyTorch's own:
+            # its module computes them, or refuses them, as it would without multihead.
             extra = {"is_causal": True} if is_causal else {}  # PyTorch 1.13's forward has no is_causal
             return super().forward(query, key, value, key_padding_mask=key_padding_mask, need_weights=need_weights,
                                    attn_mask=attn_mask, average_attn_weights=average_attn_weights, **extra)
@@ -213,8 +311,8 @@ class MultiheadAttention(nn.MultiheadAttention):
             _check_tensor(name, t)
         batched = query.dim() == 3
         if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
-            raise ValueError(f"query, key and value must all be 2-D (unbatched) or 3-D, got "
-                             f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+            raise FailedAssertion(f"query, key and value must all be 2-D (unbatched) or 3-D, got "
+                                  f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
         if not batched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
             if key_padding_mask is not None:
@@ -225,13 +323,16 @@ class MultiheadAttention(nn.MultiheadAttention):
         S = key.shape[1]
         H = self.num_heads
         if E != self.embed_dim:
-            raise ValueError(f"query has {E} features, expected embed_dim {self.embed_dim}")
-        if key.shape[0] != B or value.shape[:2] != key.shape[:2]:
-            raise ValueError(f"key and value must be (batch {B}, S, features) with the same S, got "
-                             f"{tuple(key.shape)} and {tuple(value.shape)}")
+            raise FailedAssertion(f"query has {E} features, expected embed_dim {self.embed_dim}")
+        if key.shape[0] != B:
+            raise InvalidArgument(f"key and value must have the query's batch of {B}, got {tuple(key.shape)} and "
+                                  f"{tuple(value.shape)}")
+        if value.shape[:2] != key.shape[:2]:
+            raise FailedAssertion(f"key and value must be (batch {B}, S, features) with the same S, got "
+                                  f"{tuple(key.shape)} and {tuple(value.shape)}")
         if key.shape[2] != self.kdim or value.shape[2] != self.vdim:
-            raise ValueError(f"key must have kdim {self.kdim} and value vdim {self.vdim} features, got "
-                             f"{key.shape[2]} and {value.shape[2]}")
+            raise InvalidArgument(f"key must have kdim {self.kdim} and value vdim {self.vdim} features, got "
+                                  f"{key.shape[2]} and {value.shape[2]}")
 
         # Projections on PyTorch's own matmul; one packed product for self-attention.
         if self._qkv_same_embed_dim and query is key and key is value:
@@ -256,10 +357,13 @@ class MultiheadAttention(nn.MultiheadAttention):
             _check_tensor("key_padding_mask", key_padding_mask,
                           (torch.bool, torch.uint8, torch.float32, torch.float64, torch.bfloat16))
             if tuple(key_padding_mask.shape) != (B, S):
-                raise ValueError(f"key_padding_mask must be ({B}, {S}), got {tuple(key_padding_mask.shape)}")
+                raise FailedAssertion(f"key_padding_mask must be ({B}, {S}), got {tuple(key_padding_mask.shape)}")
             masks.key_padding(key_padding_mask)
+        if is_causal and attn_mask is None:
+            # PyTorch 2.x: is_causal is a hint that attn_mask is the causal mask, never a mask itself.
+            raise InvalidArgument("Need attn_mask if specifying the is_causal hint (the causal mask it stands for)")
         if is_causal:
-            masks.masks.causal = True  # PyTorch 2.x: attn_mask, if given, is the causal mask this stands for
+            masks.masks.causal = True  # the causal mask attn_mask is, as the hint says
         elif attn_mask is not None:
             _check_tensor("attn_mask", attn_mask,
                           (torch.bool, torch.uint8, torch.float32, torch.float64, torch.bfloat16))
@@ -268,8 +372,8 @@ class MultiheadAttention(nn.MultiheadAttention):
             elif attn_mask.dim() == 3 and tuple(attn_mask.shape) == (B * H, L, S):
                 masks.attn(attn_mask, masked=True, per_head=True)
             else:
-                raise ValueError(f"attn_mask must be ({L}, {S}) or ({B * H}, {L}, {S}), got "
-                                 f"{tuple(attn_mask.shape)}")
+                raise InvalidArgument(f"attn_mask must be ({L}, {S}) or ({B * H}, {L}, {S}), got "
+                                      f"{tuple(attn_mask.shape)}")
 
         dropout = self.dropout if self.training else 0.0
         out, weights = _Attention.apply(_rows(q), _rows(k), _rows(v), H, masks, 1.0 / math.sqrt(E // H),
