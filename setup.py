@@ -21,6 +21,10 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+# setuptools' build and egg-info folders, kept out of the source tree's top; egg_info refuses a
+# folder that does not exist yet, as on a clean checkout.
+BUILD_BASE = ROOT / "build-python"
+BUILD_BASE.mkdir(exist_ok=True)
 
 
 def project_version():
@@ -58,6 +62,6 @@ setup(
     package_dir={"multihead": "python/multihead"},
     ext_modules=[Extension("multihead._multihead", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
-    options={"build": {"build_base": "build-python"}, "egg_info": {"egg_base": "build-python"}},
+    options={"build": {"build_base": str(BUILD_BASE)}, "egg_info": {"egg_base": str(BUILD_BASE)}},
     zip_safe=False,
 )
