@@ -1,9 +1,9 @@
 """multihead's fused attention for PyTorch on the CPU.
 
-- scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
-  PyTorch 2.x's function (a boolean mask's True means *attend*; a float mask is added; is_causal
-  with a mask applies both, as PyTorch 2.13 does; a query that can see no key gets zeros and zero
-  gradients), forward and backward on the fused kernels: only the per-row log-sum-exp is kept for
+- scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+  enable_gqa=False): PyTorch 2.x's function (a boolean mask's True means *attend*; a float mask is
+  added; is_causal with a mask applies both, as PyTorch 2.13 does; a query that can see no key gets
+  zeros and zero gradients; enable_gqa shares each key and value head among a group of queries'), forward and backward on the fused kernels: only the per-row log-sum-exp is kept for
   backward, nothing of size L x S. float16, nested tensors and torch.func's transforms (vmap,
   batched gradients) go to PyTorch's own function.
 - MultiheadAttention: torch.nn.MultiheadAttention with its forward on the fused kernels; the same
@@ -18,6 +18,7 @@ bfloat16 run the fused kernels (bfloat16 multiplies in bf16 where the CPU has bf
 runs the reference kernels, which keep the (L, S) weights, for checking.
 """
 
+import copy
 import math
 
 import torch
@@ -28,6 +29,15 @@ from . import _multihead as _mh
 
 __all__ = ["scaled_dot_product_attention", "MultiheadAttention", "accelerate", "InvalidArgument",
            "FailedAssertion", "WrongType"]
+
+# PyTorch's own function (2.x), taken at import: what it computes is PyTorch's, even where
+# torch.nn.functional's name has been pointed at this module's function.
+_torch_sdpa = getattr(F, "scaled_dot_product_attention", None)
+
+try:  # PyTorch 2.3 and later: causal_upper_left / causal_lower_right, passed as attn_mask
+    from torch.nn.attention.bias import CausalBias as _CausalBias, CausalVariant as _CausalVariant
+except ImportError:
+    _CausalBias = _CausalVariant = None
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float64: "float64"}
 
@@ -63,11 +73,13 @@ def _is_wrapped(t):
     return False
 
 
-def _pytorch_computes(*tensors):
-    """Inputs PyTorch computes and these kernels do not take: float16, nested tensors, and the
-    wrapped tensors of torch.func's transforms (vmap, grad), which have no storage to hand over."""
-    return any(isinstance(t, torch.Tensor) and (t.dtype == torch.float16 or t.is_nested or _is_wrapped(t))
-               for t in tensors)
+def _pytorch_computes(*tensors, masks=()):
+    """Inputs PyTorch computes and these kernels do not take: float16, nested tensors, the wrapped
+    tensors of torch.func's transforms (vmap, grad), which have no storage to hand over, and a
+    float mask that asks for its own gradient (the kernels take masks as constants)."""
+    return (any(isinstance(t, torch.Tensor) and (t.dtype == torch.float16 or t.is_nested or _is_wrapped(t))
+                for t in tensors + masks)
+            or any(isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled() for t in masks))
 
 
 def _check_tensor(name, t, dtypes=tuple(_DTYPES)):
@@ -221,10 +233,12 @@ class _Attention(torch.autograd.Function):
             return grads + (None,) * 6
         q, k, v, out, saved = ctx.saved_tensors
         heads, mask_set, scale, dropout_p, seed = ctx.args
-        if _is_wrapped(dout):
+        if _is_wrapped(dout) or torch.is_grad_enabled():
+            # Batched gradients (vmap), or a backward that is itself differentiated (create_graph,
+            # gradgradcheck): the gradient in plain PyTorch, from the dense probabilities.
             if dropout_p > 0:
-                raise InvalidArgument("batched gradients (torch.func.vmap over the backward) of attention with "
-                                      "dropout: its masks are drawn in the kernels; use dropout 0 there")
+                raise InvalidArgument("batched or higher-order gradients of attention with dropout: its masks "
+                                      "are drawn in the kernels; use dropout 0 there")
             dq, dk, dv = _dense_backward(q, k, v, heads, mask_set.masks, scale, dout)
             return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
         grad_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -240,20 +254,31 @@ class _Attention(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x) on the fused kernels.
 
     query (..., L, E), key (..., S, E), value (..., S, Ev), the same leading dimensions; attn_mask
     broadcastable to (..., L, S), boolean (True: attend) or float (added), and with is_causal both
-    apply. A query row that can see no key gives zeros, and zero gradients.
+    apply. A query row that can see no key gives zeros, and zero gradients. With enable_gqa, key and
+    value may have fewer heads (dimension -3) than query, each a divisor of its count: head h of
+    key and value serves query heads h*g to h*g+g-1, as in PyTorch.
     """
-    if _pytorch_computes(query, key, value, attn_mask) and hasattr(F, "scaled_dot_product_attention"):
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, scale=scale)
+    if _CausalBias is not None and isinstance(attn_mask, _CausalBias):
+        attn_mask, is_causal = _causal_bias(attn_mask, is_causal, query)
+    if _pytorch_computes(query, key, value, masks=(attn_mask,)) and _torch_sdpa is not None:
+        gqa = {"enable_gqa": True} if enable_gqa else {}  # PyTorch before 2.5 has no enable_gqa
+        return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                           scale=scale, **gqa)
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad and torch.is_grad_enabled():
+        raise InvalidArgument("attn_mask requires a gradient: that needs PyTorch 2's own scaled_dot_product_attention "
+                              "(the kernels take masks as constants); detach it, or use PyTorch 2")
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check_tensor(name, t)
         if t.dim() < 2:
             raise InvalidArgument(f"{name} must have at least 2 dimensions (..., positions, features), got {t.dim()}")
+    if enable_gqa and query.dim() >= 3:
+        key, value = (_shared_heads(t, query.shape[-3]) for t in (key, value))
     if not (query.dtype == key.dtype == value.dtype):
         raise WrongType(f"query, key and value must have one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
     lead = query.shape[:-2]
@@ -291,7 +316,62 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return out.reshape(*lead, L, value.shape[-1])
 
 
-class MultiheadAttention(nn.MultiheadAttention):
+def _causal_bias(bias, is_causal, query):
+    """A CausalBias read as PyTorch reads it: (attn_mask, is_causal) for the kernels. Upper-left
+    (and lower-right on a square) is is_causal; lower-right otherwise is its boolean mask, whose
+    first rows see no key when there are more queries than keys."""
+    if is_causal:
+        raise ValueError("CausalBias should not be used with causal=True")
+    if bias.seq_len_q == bias.seq_len_kv or bias.variant == _CausalVariant.UPPER_LEFT:
+        return None, True
+    return bias._materialize(query.device), False
+
+
+def _shared_heads(t, heads):
+    """Key or value with its heads (dimension -3) repeated to the query's count, for enable_gqa."""
+    if t.dim() < 3 or t.shape[-3] == heads:
+        return t
+    if t.shape[-3] == 0 or heads % t.shape[-3]:
+        raise InvalidArgument(f"Number of heads in key and value must divide the number of heads in query: "
+                              f"{t.shape[-3]} does not divide {heads}")
+    return t.repeat_interleave(heads // t.shape[-3], dim=-3)
+
+
+def _check_ranks(query, key, value, key_padding_mask, attn_mask, num_heads):
+    """nn.MultiheadAttention's rank checks, with its messages; True for a batched (3-D) query."""
+    if query.dim() not in (2, 3):
+        raise FailedAssertion(f"query should be unbatched 2D or batched 3D tensor but received {query.dim()}-D "
+                              f"query tensor")
+    kind = "batched (3-D)" if query.dim() == 3 else "unbatched (2-D)"
+    if key.dim() != query.dim() or value.dim() != query.dim():
+        raise FailedAssertion(f"For {kind} `query`, expected `key` and `value` to be {query.dim()}-D but found "
+                              f"{key.dim()}-D and {value.dim()}-D tensors respectively")
+    if key_padding_mask is not None and key_padding_mask.dim() != query.dim() - 1:
+        raise FailedAssertion(f"For {kind} `query`, expected `key_padding_mask` to be `None` or "
+                              f"{query.dim() - 1}-D but found {key_padding_mask.dim()}-D tensor instead")
+    if attn_mask is not None and attn_mask.dim() not in (2, 3):
+        raise FailedAssertion(f"For {kind} `query`, expected `attn_mask` to be `None`, 2-D or 3-D but found "
+                              f"{attn_mask.dim()}-D tensor instead")
+    if query.dim() == 2 and attn_mask is not None and attn_mask.dim() == 3:
+        expected = (num_heads, query.shape[0], key.shape[0])
+        if tuple(attn_mask.shape) != expected:
+            raise FailedAssertion(f"Expected `attn_mask` shape to be {expected} but got {tuple(attn_mask.shape)}")
+    return query.dim() == 3
+
+
+def _bias_for(x, bias):
+    """A bias of a narrower floating dtype than the input, widened to it: PyTorch's projections
+    promote such a bias (a float16 bias beside float64 weights computes in float64)."""
+    if (bias is not None and bias.dtype != x.dtype and bias.is_floating_point()
+            and torch.promote_types(x.dtype, bias.dtype) == x.dtype):
+        return bias.to(x.dtype)
+    return bias
+
+
+_PyTorchMultiheadAttention = nn.MultiheadAttention
+
+
+class MultiheadAttention(_PyTorchMultiheadAttention):
     """torch.nn.MultiheadAttention whose attention runs on multihead's fused kernels.
 
     The same constructor, parameters and state_dict; forward takes the same arguments (and
@@ -299,9 +379,16 @@ class MultiheadAttention(nn.MultiheadAttention):
     are recomputed from the kernel's saved log-sum-exp and returned without a gradient.
     """
 
+    def __prepare_scriptable__(self):
+        """torch.jit.script takes PyTorch's own module, sharing these parameters: TorchScript
+        cannot call these kernels."""
+        plain = copy.copy(self)
+        plain.__class__ = _PyTorchMultiheadAttention
+        return plain
+
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                 average_attn_weights=True, is_causal=False):
-        if _pytorch_computes(query, key, value, key_padding_mask, attn_mask):
+        if _pytorch_computes(query, key, value, masks=(key_padding_mask, attn_mask)):
             # Nested tensors (ragged batches), float16 and torch.func's transforms are PyTorch's own:
             # its module computes them, or refuses them, as it would without multihead.
             extra = {"is_causal": True} if is_causal else {}  # PyTorch 1.13's forward has no is_causal
@@ -309,10 +396,7 @@ class MultiheadAttention(nn.MultiheadAttention):
                                    attn_mask=attn_mask, average_attn_weights=average_attn_weights, **extra)
         for name, t in (("query", query), ("key", key), ("value", value)):
             _check_tensor(name, t)
-        batched = query.dim() == 3
-        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
-            raise FailedAssertion(f"query, key and value must all be 2-D (unbatched) or 3-D, got "
-                                  f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}")
+        batched = _check_ranks(query, key, value, key_padding_mask, attn_mask, self.num_heads)
         if not batched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
             if key_padding_mask is not None:
@@ -336,14 +420,15 @@ class MultiheadAttention(nn.MultiheadAttention):
 
         # Projections on PyTorch's own matmul; one packed product for self-attention.
         if self._qkv_same_embed_dim and query is key and key is value:
-            q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split(E, dim=-1)
+            q, k, v = F.linear(query, self.in_proj_weight, _bias_for(query, self.in_proj_bias)).split(E, dim=-1)
         else:
             if self._qkv_same_embed_dim:
                 w_q, w_k, w_v = self.in_proj_weight.chunk(3)
             else:
                 w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
             b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
-            q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+            q, k, v = (F.linear(x, w, _bias_for(x, b)) for x, w, b in
+                       ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
         if self.bias_k is not None:
             k = torch.cat([k, self.bias_k.expand(B, 1, E)], dim=1)
             v = torch.cat([v, self.bias_v.expand(B, 1, E)], dim=1)
@@ -378,7 +463,7 @@ class MultiheadAttention(nn.MultiheadAttention):
         dropout = self.dropout if self.training else 0.0
         out, weights = _Attention.apply(_rows(q), _rows(k), _rows(v), H, masks, 1.0 / math.sqrt(E // H),
                                         dropout, bool(need_weights), bool(average_attn_weights))
-        out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
+        out = F.linear(out, self.out_proj.weight, _bias_for(out, self.out_proj.bias))
         if not batched:
             out = out.squeeze(0)
             weights = weights.squeeze(0) if weights is not None else None
@@ -399,7 +484,7 @@ def accelerate(model):
     if not isinstance(model, nn.Module):
         raise TypeError(f"accelerate takes a torch.nn.Module, got {type(model).__name__}")
     for module in model.modules():
-        if type(module) is nn.MultiheadAttention:
+        if type(module) is _PyTorchMultiheadAttention:
             module.__class__ = MultiheadAttention
     unreached = []
     for name, module in model.named_modules():

@@ -77,6 +77,25 @@ def test_sdpa_fully_masked_rows_give_zeros_and_zero_gradients():
         assert torch.isfinite(out).all()
 
 
+def test_sdpa_grouped_query_heads_share_their_key_and_value_heads():
+    q, k, v = leaves((2, 6, 5, 8), (2, 3, 7, 8), (2, 2, 7, 4), seed=4)
+    mask = torch.rand(5, 7, generator=torch.Generator().manual_seed(4)) > 0.4
+    mask[:, 0] = True
+    out = mt.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    want = sdpa_reference(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(3, dim=1), attn_mask=mask)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    for got, exp in zip(grads(out, (q, k, v), 4), grads(want, (q, k, v), 4)):
+        torch.testing.assert_close(got, exp, rtol=1e-11, atol=1e-11)
+    torch_sdpa = getattr(torch.nn.functional, "scaled_dot_product_attention", None)
+    if torch_sdpa is not None and "enable_gqa" in torch_sdpa.__doc__:  # PyTorch 2.5 and later
+        torch.testing.assert_close(out, torch_sdpa(
+            q, k, v, attn_mask=mask, enable_gqa=True), rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="must divide the number of heads in query"):
+        mt.scaled_dot_product_attention(q, k[:, :1].expand(2, 4, 7, 8), v, enable_gqa=True)
+    with pytest.raises(RuntimeError, match="leading dimensions"):  # without enable_gqa, heads must match
+        mt.scaled_dot_product_attention(q, k, v)
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
 def test_sdpa_fused_kernels_agree_with_float64(dtype, tol):
     q, k, v = leaves((2, 4, 300, 32), (2, 4, 300, 32), (2, 4, 300, 32), seed=5)
@@ -360,6 +379,59 @@ def test_float16_nested_and_transformed_inputs_are_pytorchs_to_compute():
         xs = torch.randn(5, 2, 4, 8)
         torch.testing.assert_close(torch.func.vmap(lambda a: mt.scaled_dot_product_attention(a, a, a))(xs),
                                    torch.nn.functional.scaled_dot_product_attention(xs, xs, xs))
+
+
+def test_second_order_gradients_and_mask_gradients_are_computed():
+    # gradgradcheck differentiates the backward itself: it runs in plain PyTorch from the kernels'
+    # forward, so the second derivatives are those of the dense formula.
+    q, k, v = leaves((2, 3, 8), (2, 5, 8), (2, 5, 4), seed=21)
+    mask = torch.rand(3, 5, generator=torch.Generator().manual_seed(21)) > 0.3
+    mask[:, 0] = True
+    assert torch.autograd.gradgradcheck(
+        lambda a, b, c: mt.scaled_dot_product_attention(a, b, c, attn_mask=mask), (q, k, v))
+    theirs, ours = mha_pair(embed_dim=8, num_heads=2, batch_first=True)
+    (x,) = leaves((2, 3, 8), seed=22)
+    assert torch.autograd.gradgradcheck(lambda a: ours(a, a, a, need_weights=False)[0], (x,))
+    # A float mask that asks for its gradient gets it (PyTorch's own path computes such a call).
+    (float_mask,) = leaves((3, 3), seed=23)
+    out = ours(x, x, x, attn_mask=float_mask, need_weights=False)[0]
+    want = theirs(x, x, x, attn_mask=float_mask, need_weights=False)[0]
+    g_ours, = torch.autograd.grad(out.sum(), float_mask)
+    g_theirs, = torch.autograd.grad(want.sum(), float_mask)
+    assert g_ours.abs().sum() > 0
+    torch.testing.assert_close(g_ours, g_theirs)
+    (sdpa_mask,) = leaves((3, 5), seed=24)
+    if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        g, = torch.autograd.grad(mt.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask).sum(), sdpa_mask)
+        want, = torch.autograd.grad(sdpa_reference(q, k, v, attn_mask=sdpa_mask).sum(), sdpa_mask)
+        torch.testing.assert_close(g, want)
+    else:  # PyTorch 1.13 has no function of its own to compute it: refused, never a silent zero
+        with pytest.raises(RuntimeError, match="attn_mask requires a gradient"):
+            mt.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask)
+
+
+def test_pytorch_2_idioms_causal_bias_scripting_and_mixed_bias_dtypes():
+    x = torch.randn(2, 4, 8, dtype=torch.float64)
+    # A float16 bias beside float64 weights: PyTorch widens it; so does the drop-in.
+    theirs, ours = mha_pair(embed_dim=8, num_heads=2, batch_first=True)
+    for m in (theirs, ours):
+        m.in_proj_bias = nn.Parameter(theirs.in_proj_bias.detach().half())
+    torch.testing.assert_close(ours(x, x, x)[0], theirs(x, x, x)[0])
+    # nn.MultiheadAttention's own rank messages, which code may match.
+    with pytest.raises(AssertionError, match="expected `key` and `value` to be 3-D but found 2-D and 3-D"):
+        ours(x, x[0], x)
+    # torch.jit.script compiles PyTorch's own module, with the same parameters and results.
+    layer = mt.accelerate(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, dtype=torch.float64))
+    scripted = torch.jit.script(copy.deepcopy(layer))
+    torch.testing.assert_close(scripted(x), layer(x))
+    # torch.nn.attention.bias's causal biases (PyTorch 2.3 and later).
+    bias_module = pytest.importorskip("torch.nn.attention.bias")
+    q, k, v = leaves((2, 6, 8), (2, 4, 8), (2, 4, 8), seed=25)
+    for bias in (bias_module.causal_upper_left(6, 4), bias_module.causal_lower_right(6, 4)):
+        want = sdpa_reference(q, k, v, attn_mask=bias._materialize())
+        torch.testing.assert_close(mt.scaled_dot_product_attention(q, k, v, attn_mask=bias), want)
+    with pytest.raises(ValueError, match="CausalBias should not be used with causal=True"):
+        mt.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=True)
 
 
 def test_bad_inputs_raise_clear_python_errors():
