@@ -4,9 +4,9 @@
 Runs the same self-attention shapes through `multihead bench attention` and
 through PyTorch with the same thread count, one after the other in the same
 run, and prints a Markdown table of medians and ratios, with sgemm GFLOP/s on
-this machine as the roofline. The peers (torch_peer.py, `--torch`): Debian
-12's PyTorch 1.13 and Debian 13's PyTorch 2.6 (scripts/torch2-root.sh), a
-column each.
+this machine as the roofline. The peers (torch_peer.py, `--torch`): PyTorch
+2.13's official CPU wheel in the project's .venv by default; Debian 12's 1.13
+and Debian 13's 2.6 (scripts/torch2-root.sh) as history, a column each.
 
 multihead's fp32 GEMMs run on oneDNN's sgemm by default, which picks its
 kernels from the CPU (AVX-512 here); PyTorch's linear layers call OpenBLAS,
@@ -17,8 +17,7 @@ backend gives from what the rest of the layer gives (the PyTorch columns are
 one measurement shared by both rows).
 
     scripts/setup.sh
-    scripts/torch2-root.sh            # once, as root: the PyTorch 2.6 peer
-    /usr/bin/python3 bench/compare_torch.py --threads 2
+    /usr/bin/python3 bench/compare_torch.py --threads 2 --torch 2.13,1.13
     /usr/bin/python3 bench/compare_torch.py --threads 2 --precision bf16
 
 PyTorch is timed at its fastest for each mode: forward in eval mode under

@@ -9,15 +9,15 @@ gradient clipping at 1.0; random tokens, every sequence full length.
     scripts/setup.sh
     /usr/bin/python3 bench/compare_torch_train.py --threads 2
 
-    scripts/torch2-root.sh            # once, as root: the PyTorch 2.6 peer
     /usr/bin/python3 bench/compare_torch_train.py --threads 2 --precision bf16
 
 Prints tokens per second (batch * seq_len / median step time) for each, and
-the ratios. The peers (torch_peer.py, `--torch`): Debian 12's PyTorch 1.13 and
-Debian 13's PyTorch 2.6 (whose encoder layers run scaled_dot_product_attention:
-each round times it held to its flash kernel and to its math kernel and keeps
-the faster, named; and 2.6 again under torch.compile, default mode, its first
-step, which compiles, timed apart), each on the OpenBLAS kernels best for the CPU, and
+the ratios. The peers (torch_peer.py, `--torch`): PyTorch 2.13's official CPU
+wheel in the project's .venv by default, Debian's 1.13 and 2.6 as history
+(2.x's encoder layers run scaled_dot_product_attention: each round times it
+held to its flash kernel and to its math kernel and keeps the faster, named;
+and 2.x again under torch.compile, default mode, its first step, which
+compiles, timed apart), each on the OpenBLAS kernels best for the CPU, and
 every program's sgemm rate is printed first. With `--precision bf16`
 multihead runs `bench train --precision bf16` and PyTorch its forward and loss
 under torch.autocast("cpu", dtype=torch.bfloat16) (fp32 weights and AdamW

@@ -11,8 +11,9 @@
    8 heads, dim_feedforward 2048, dropout 0.1, AdamW, batch 32 x 256 tokens), untouched and after
    multihead.torch.accelerate(model), in fp32 and under torch.autocast(bfloat16): tokens per second.
 
-The drop-ins run inside Debian 12's PyTorch 1.13, the one the Python module is built for; beside
-them stand PyTorch 1.13's own and Debian 13's PyTorch 2.6 (torch_peer.py, `--torch`), whose
+The drop-ins run inside the first PyTorch `--torch` names (torch_peer.py; by default PyTorch
+2.13's official CPU wheel in the project's .venv, the module built for the same interpreter); beside
+them stand each named PyTorch's own (Debian's 1.13 and 2.6 as history), whose
 F.scaled_dot_product_attention and nn.MultiheadAttention are timed with SDPA held to its flash
 kernel and to its math kernel, the faster named. With `--precision bf16` the SDPA inputs are
 bfloat16 on every side, MultiheadAttention runs under torch.autocast("cpu", dtype=torch.bfloat16)
@@ -23,8 +24,7 @@ Every configuration runs in a fresh process with PyTorch at its best (torch_peer
 OpenBLAS kernels, a caching malloc, the same threads), which the drop-ins share: their projections
 are PyTorch's own matmuls.
 
-    cmake --build build -j2
-    scripts/torch2-root.sh            # once, as root: the PyTorch 2.6 peer
+    scripts/setup.sh && cmake --build build -j2
     /usr/bin/python3 bench/torch_dropin.py --threads 2
     /usr/bin/python3 bench/torch_dropin.py --threads 2 --precision bf16 --skip-training
 """
@@ -135,8 +135,8 @@ def main():
     T, E, H = args.threads, args.embed_dim, args.num_heads
     peer_list = peers(args.torch)
     print_header(args.bin, T, peer_list, bf16=args.precision == "bf16")
-    # The drop-ins run in 1.13, the PyTorch the module is built for, with its OpenBLAS setting.
-    host = next((p for p in peer_list if p.name == "1.13"), None) or peers("1.13")[0]
+    # The drop-ins run inside the first PyTorch named (2.13 by default), with its settings.
+    host = peer_list[0]
 
     head = ["op", "shape (B x L), E, H", "pass", "drop-in ms"]
     for p in peer_list:

@@ -1,13 +1,14 @@
-"""PyTorch at its best, for the side-by-side benchmarks: 1.13 and 2.6.
+"""PyTorch at its best, for the side-by-side benchmarks: 2.13, and Debian's 1.13 and 2.6 as history.
 
-Two PyTorch peers (`--torch 1.13|2.6|both`):
-- 1.13, Debian 12's python3-torch, run by this interpreter (/usr/bin/python3);
-- 2.6, Debian 13's python3-torch, in a Debian 13 root under chroot
-  (scripts/torch2-root.sh makes and caches it; where it is made, `both` is the
-  default). PyTorch 2.x has a fused flash-attention CPU kernel behind
-  scaled_dot_product_attention, forward and backward, fp32 and bf16, which
-  nn.MultiheadAttention and nn.TransformerEncoderLayer use when no weights are
-  asked for.
+The PyTorch peers (`--torch 2.13,1.13,2.6` or `all`; 2.13 by default):
+- 2.13, PyTorch's official CPU wheel (pip's torch==2.13.0, with its own MKL and oneDNN), as a
+  user installs it: the project's .venv, which scripts/setup.sh makes;
+- 1.13, Debian 12's python3-torch, run by /usr/bin/python3;
+- 2.6, Debian 13's python3-torch, in a Debian 13 root under chroot (scripts/torch2-root.sh makes
+  and caches it).
+PyTorch 2.x has a fused flash-attention CPU kernel behind scaled_dot_product_attention, forward and
+backward, fp32 and bf16, which nn.MultiheadAttention and nn.TransformerEncoderLayer use when no
+weights are asked for.
 
 Debian's OpenBLAS, which PyTorch calls for its fp32 GEMMs, may not recognise
 recent CPUs (0.3.21, under 1.13, takes Sapphire Rapids, Zen 4 and 5 for SSE3
@@ -216,32 +217,42 @@ class Peer:
 
 
 def torch2_available():
-    """Whether the PyTorch 2 root is made (scripts/torch2-root.sh --check; it needs root)."""
+    """Whether the PyTorch 2.6 root is made (scripts/torch2-root.sh --check; it needs root)."""
     if os.geteuid() != 0:
         return False
     return subprocess.run([TORCH2_ROOT, "--check"], capture_output=True).returncode == 0
 
 
+VENV_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv", "bin", "python")
+PEER_NAMES = ("2.13", "1.13", "2.6")
+
+
 def add_torch_argument(ap):
-    ap.add_argument("--torch", choices=["1.13", "2.6", "both"], default=None,
-                    help="the PyTorch peers: Debian 12's 1.13, Debian 13's 2.6 (scripts/torch2-root.sh), or both "
-                         "(the default where the 2.6 root is made)")
+    ap.add_argument("--torch", default="2.13",
+                    help="the PyTorch peers, comma-separated, or 'all': 2.13 (PyTorch's official CPU wheel, the "
+                         "project's .venv; the default), 1.13 (Debian 12's python3-torch), 2.6 (Debian 13's, "
+                         "scripts/torch2-root.sh)")
 
 
 def peers(choice):
-    """The peers named by --torch (None: both where the 2.6 root is made, else 1.13 alone)."""
-    have2 = torch2_available()
-    if choice is None:
-        choice = "both" if have2 else "1.13"
-        if not have2:
-            print("note: PyTorch 2.6 is left out: its Debian 13 root is not made (as root: scripts/torch2-root.sh)\n")
-    if choice in ("2.6", "both") and not have2:
-        sys.exit("PyTorch 2.6 needs its Debian 13 root: run scripts/torch2-root.sh (as root) first")
+    """The peers named by --torch, in the order named ('all': every one this machine has)."""
+    names = [n.strip() for n in (choice or "2.13").split(",")]
+    if names == ["all"]:
+        names = [n for n in PEER_NAMES if n != "2.6" or torch2_available()]
     out = []
-    if choice in ("1.13", "both"):
-        out.append(Peer("1.13", [sys.executable], f"Debian 12's python3-torch, {sys.executable}"))
-    if choice in ("2.6", "both"):
-        out.append(Peer("2.6", [TORCH2_ROOT, "python3"], "Debian 13's python3-torch, in scripts/torch2-root.sh's root"))
+    for name in names:
+        if name == "2.13":
+            if not os.access(VENV_PYTHON, os.X_OK):
+                sys.exit("PyTorch 2.13 runs from the project's .venv: run scripts/setup.sh first")
+            out.append(Peer("2.13", [VENV_PYTHON], "PyTorch's official CPU wheel (pip), the project's .venv"))
+        elif name == "1.13":
+            out.append(Peer("1.13", ["/usr/bin/python3"], "Debian 12's python3-torch, /usr/bin/python3"))
+        elif name == "2.6":
+            if not torch2_available():
+                sys.exit("PyTorch 2.6 needs its Debian 13 root: run scripts/torch2-root.sh (as root) first")
+            out.append(Peer("2.6", [TORCH2_ROOT, "python3"], "Debian 13's python3-torch, in scripts/torch2-root.sh's root"))
+        else:
+            sys.exit(f"--torch: unknown PyTorch {name!r} (2.13, 1.13, 2.6 or all)")
     return out
 
 
