@@ -6,10 +6,13 @@
 //
 // Every product in the fused attention kernels has this form once K^T or V^T
 // is packed (Q K^T, P V, dO V^T, dS K, P^T dO, dS^T Q). The micro-kernel
-// keeps a kRows x kVecs block of C in registers (6 x 4 vectors: 24 of the
-// 32 AVX-512 registers, leaving room for 4 B vectors and a broadcast) and
-// streams one row of B and one column of A per step: 4 loads and 6
-// broadcasts feed 24 FMAs. The driver takes B one block of columns (the
+// keeps a kRows x kVecs block of C in registers and streams one row of B and
+// one column of A per step. With AVX-512's 32 registers the block is 6 x 4
+// vectors (24, leaving room for 4 B vectors and a broadcast: 4 loads and 6
+// broadcasts feed 24 FMAs); with the 16 of AVX2 and narrower targets it is
+// 6 x 2 (12 + 2 + 1), since 6 x 4 there spills the accumulators to the stack
+// on every step (measured on a Zen 3: the attention core at 36-43% of the
+// sgemm rate). The driver takes B one block of columns (the
 // micro-kernel's width) at a time and passes every row strip of A over it,
 // so that the block stays in L1; B should be dense: rows of B kilobytes
 // apart (K^T of a whole head, V read in place from the QKV buffer) map to a
@@ -39,7 +42,11 @@ namespace multihead::HWY_NAMESPACE::simd {
 namespace hn_gemm = hwy::HWY_NAMESPACE;
 
 inline constexpr int kGemmRows = 6;
-inline constexpr int kGemmVecs = 4;
+#if HWY_TARGET <= HWY_AVX3
+inline constexpr int kGemmVecs = 4;  // 32 vector registers
+#else
+inline constexpr int kGemmVecs = 2;  // 16 (AVX2) or fewer
+#endif
 
 // kPartial: the last vector of the block holds only last_lanes columns. A
 // compile-time flag, so the inner loop has no branch: with one, GCC keeps the
@@ -127,11 +134,12 @@ inline void gemm_block(float* C, std::int64_t ldc, const float* A, std::int64_t 
 #define MULTIHEAD_BLOCK(V)                                                                         \
   (partial ? gemm_micro<kRows, V, kTransA, true>(C, ldc, A, lda, B, ldb, K, alpha, accumulate, last) \
            : gemm_micro<kRows, V, kTransA, false>(C, ldc, A, lda, B, ldb, K, alpha, accumulate, last))
+  // vecs <= kGemmVecs: w is at most one block.
   switch (vecs) {
     case 1: MULTIHEAD_BLOCK(1); break;
     case 2: MULTIHEAD_BLOCK(2); break;
-    case 3: MULTIHEAD_BLOCK(3); break;
-    default: MULTIHEAD_BLOCK(4); break;
+    case 3: MULTIHEAD_BLOCK(std::min(3, kGemmVecs)); break;
+    default: MULTIHEAD_BLOCK(kGemmVecs); break;
   }
 #undef MULTIHEAD_BLOCK
 }
