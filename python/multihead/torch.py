@@ -3,9 +3,11 @@
 - scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
   enable_gqa=False): PyTorch 2.x's function (a boolean mask's True means *attend*; a float mask is
   added; is_causal with a mask applies both, as PyTorch 2.13 does; a query that can see no key gets
-  zeros and zero gradients; enable_gqa shares each key and value head among a group of queries'), forward and backward on the fused kernels: only the per-row log-sum-exp is kept for
-  backward, nothing of size L x S. float16, nested tensors and torch.func's transforms (vmap,
-  batched gradients) go to PyTorch's own function.
+  zeros and zero gradients; enable_gqa shares each key and value head among a group of query
+  heads), forward and backward on the fused kernels: only the per-row log-sum-exp is kept for
+  backward, nothing of size L x S; a backward that is itself differentiated, and a float mask that
+  requires a gradient, are computed in plain PyTorch. float16, nested tensors and torch.func's
+  transforms (vmap, batched gradients) go to PyTorch's own function.
 - MultiheadAttention: torch.nn.MultiheadAttention with its forward on the fused kernels; the same
   constructor, parameters, state_dict names and results (PyTorch 2.x's, for fully masked rows).
 - accelerate(model): makes every nn.MultiheadAttention inside a model this one, in place, keeping
