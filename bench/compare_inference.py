@@ -7,7 +7,7 @@ Three trained runs, each carried out of multihead by Run.to_torch() and exported
 - an encoder-decoder (default runs/cmudict: `multihead train --preset cmudict`), greedy decoding of
   words of its test split into phonemes.
 
-    scripts/setup.sh && scripts/torch2-root.sh     # as root, once: PyTorch 2.6 and ONNX Runtime
+    scripts/setup.sh                               # .venv: PyTorch 2.13 and ONNX Runtime (pip)
     multihead train --preset spam && multihead train --preset moby-dick && multihead train --preset cmudict
     /usr/bin/python3 bench/compare_inference.py --threads 2
 
@@ -16,10 +16,12 @@ The programs, each a fresh process per round, alternating, --rounds times:
   pronounce(words, beam=1)), fp32 and bf16 activations; and `multihead predict --input FILE` over
   the test texts and over the words (one a line); and `multihead serve` of the classifier and the
   encoder-decoder, one HTTP client sending the library cells' inputs (a batch of 32 a request);
-- PyTorch 2.6 (Debian 13's, scripts/torch2-root.sh), the to_torch() modules under
+- PyTorch (`--torch`: 2.13's official CPU wheel in the project's .venv by default; 2.6, Debian 13's
+  in scripts/torch2-root.sh's root, as history), the to_torch() modules under
   torch.inference_mode(), eager and under torch.compile (default mode; the first pass, which
   compiles, timed apart), fp32 and under bf16 autocast;
-- ONNX Runtime (Debian 13's python3-onnxruntime), the torch.onnx.export graphs with every graph
+- ONNX Runtime (beside that PyTorch: PyPI's onnxruntime in .venv, or Debian 13's
+  python3-onnxruntime in the 2.6 root), the torch.onnx.export graphs with every graph
   optimisation, intra-op threads = --threads, fp32 (its CPU provider has no bf16 kernels for these
   graphs). The language model is exported with its KV cache as inputs and outputs, the
   encoder-decoder as its encoder (the memory's cross-attention keys and values out) and its
@@ -46,7 +48,7 @@ import sys
 import tempfile
 import time
 
-from torch_peer import peers, print_header
+from torch_peer import add_torch_argument, peers, print_header
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -270,8 +272,18 @@ def child_torch(spec, precision, compiled):
     return out
 
 
+def onnx_export(*args, **kwargs):
+    """torch.onnx.export's TorchScript-based exporter, the one PyTorch 2.6 ran by default (2.9 and
+    later default to the dynamo exporter), so that every peer exports the same graphs."""
+    import inspect
+    import torch
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False
+    torch.onnx.export(*args, **kwargs)
+
+
 def child_export(spec):
-    """The ONNX graphs, exported by PyTorch 2.6's torch.onnx.export from the to_torch() modules: the
+    """The ONNX graphs, exported by the peer's torch.onnx.export from the to_torch() modules: the
     classifier (ids, padding) -> logits; the language model's decoding step with its KV cache,
     (ids, past keys and values of each layer) -> (logits, present keys and values); the
     encoder-decoder's encoder (source, padding) -> (the memory's keys and values for each decoder
@@ -284,7 +296,7 @@ def child_export(spec):
     ids = torch.from_numpy(x["ids"][:2, :24])
     pad = torch.from_numpy(x["padding"][:2, :24])
     with torch.no_grad():
-        torch.onnx.export(cls, (ids, pad), os.path.join(spec["dir"], "classifier.onnx"),
+        onnx_export(cls, (ids, pad), os.path.join(spec["dir"], "classifier.onnx"),
                           input_names=["ids", "padding"], output_names=["logits"], opset_version=17,
                           dynamic_axes={"ids": {0: "batch", 1: "length"}, "padding": {0: "batch", 1: "length"},
                                         "logits": {0: "batch"}})
@@ -309,7 +321,7 @@ def child_export(spec):
     axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
     axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
     with torch.no_grad():
-        torch.onnx.export(Step(), (prompts[:1, 3:5],) + past, os.path.join(spec["dir"], "lm_step.onnx"),
+        onnx_export(Step(), (prompts[:1, 3:5],) + past, os.path.join(spec["dir"], "lm_step.onnx"),
                           input_names=["ids"] + [f"past_{n}" for n in names],
                           output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
                           dynamic_axes=axes)
@@ -345,7 +357,7 @@ def export_s2s(s2s, x):
     enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
     enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
     with torch.no_grad():
-        torch.onnx.export(Encode(), (source, padding), os.path.join(x["dir"], "s2s_encoder.onnx"),
+        onnx_export(Encode(), (source, padding), os.path.join(x["dir"], "s2s_encoder.onnx"),
                           input_names=["source", "padding"], output_names=[f"memory_{n}" for n in names],
                           opset_version=17, dynamic_axes=enc_axes)
         memory = s2s.encode(source, padding)
@@ -358,7 +370,7 @@ def export_s2s(s2s, x):
     step_axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
     args = (torch.tensor([[7, 8]] * 2), padding) + tuple(t for kv in memory + cache for t in kv)
     with torch.no_grad():
-        torch.onnx.export(Step(), args, os.path.join(x["dir"], "s2s_step.onnx"),
+        onnx_export(Step(), args, os.path.join(x["dir"], "s2s_step.onnx"),
                           input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
                           output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
                           dynamic_axes=step_axes)
@@ -688,6 +700,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=20, help="timed calls of a latency cell (at least a second)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out torch.compile")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (exported graphs, inputs)")
+    add_torch_argument(ap)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -705,7 +718,9 @@ def main():
     for path, preset in ((a.classifier, "spam"), (a.lm, "moby-dick"), (a.s2s, "cmudict")):
         if not os.path.isfile(os.path.join(path, "config.json")):
             sys.exit(f"no run in {path}: make it with `multihead train --preset {preset} --out {path}`")
-    peer = peers("2.6")[0]
+    peer = peers(a.torch)[0]
+    if peer.name == "1.13":
+        sys.exit("--torch 1.13: PyTorch 1.13 has no torch.compile; the inference peers are 2.13 or 2.6")
     print_header(a.bin, a.threads, [peer])
     work = os.path.realpath(tempfile.mkdtemp(prefix="multihead-inference-"))
     os.environ["MULTIHEAD_TORCH2_SHARE"] = work  # bound writable in the PyTorch 2.6 root
