@@ -96,13 +96,8 @@ source scripts/lib/python-env.sh
 venv_stamp=.venv/.multihead-requirements
 if [[ ! -x .venv/bin/python || "$(cat "$venv_stamp" 2>/dev/null)" != "$(sha256sum < python/requirements.txt)" ]]; then
   echo "setup: making .venv (PyTorch 2.13, CPU build, and python/requirements.txt)"
-  mkdir -p .venv
-  if [[ -x .venv/bin/python ]]; then  # there: brought to the pinned versions in place
-    install_torch_cpu .venv/bin/python .venv/setup.log && .venv/bin/python -m pip install -r python/requirements.txt >> .venv/setup.log 2>&1 ||
-      { tail -n 30 .venv/setup.log >&2; echo "setup: .venv failed (its log: .venv/setup.log)" >&2; exit 1; }
-  else
-    make_venv /usr/bin/python3 .venv .venv/setup.log || { echo "setup: .venv failed (its log: .venv/setup.log)" >&2; exit 1; }
-  fi
+  mkdir -p .venv  # an environment already there is brought to the pinned versions in place
+  make_venv /usr/bin/python3 .venv .venv/setup.log || { echo "setup: .venv failed (its log: .venv/setup.log)" >&2; exit 1; }
   sha256sum < python/requirements.txt > "$venv_stamp"
 fi
 if [[ $want_browser -eq 1 && ! -d tests/browser/node_modules/playwright-core ]]; then

@@ -21,9 +21,9 @@ install_torch_cpu() {
     "$python" -m pip install --no-deps --index-url https://download.pytorch.org/whl/cpu "torch==$version" >>"$log" 2>&1
 }
 
-# make_venv PYTHON DIR LOG [PACKAGE...]: a fresh venv of PYTHON with torch (CPU) and the given
-# packages (default: the whole of python/requirements.txt), at the versions python/requirements.txt
-# pins. The project's own venvs use Debian's python3, the interpreter the build's Python module is
+# make_venv PYTHON DIR LOG [PACKAGE...]: a venv of PYTHON at DIR (made, or one already there kept)
+# with torch (CPU) and the given packages (default: the whole of python/requirements.txt), at the
+# versions python/requirements.txt pins. The project's own venvs use Debian's python3, the interpreter the build's Python module is
 # compiled for. A failure shows the log's tail.
 make_venv() {
   local python=$1 dir=$2 log=$3

@@ -34,15 +34,17 @@ PY
 }
 
 fail() { tail -n 40 "$2"; echo "FAIL: $1"; exit 1; }
+# make_venv shows its log's tail itself.
+venv_failed() { echo "FAIL: $1"; exit 1; }
 
-make_venv "$python" "$work/installed" "$work/venv.log" numpy pytest || fail "a venv with torch" "$work/venv.log"
+make_venv "$python" "$work/installed" "$work/venv.log" numpy pytest || venv_failed "a venv with torch"
 "$work/installed/bin/python" -m pip install --no-deps "$source" > "$work/pip.log" 2>&1 || fail "pip install" "$work/pip.log"
 check "$work/installed" "pip install"
 
 "$work/installed/bin/python" -m pip wheel --no-deps -w "$work/wheels" "$source" > "$work/wheel.log" 2>&1 ||
   fail "pip wheel" "$work/wheel.log"
 wheel=$(ls "$work"/wheels/multihead-*.whl)
-make_venv "$python" "$work/from-wheel" "$work/venv2.log" numpy pytest || fail "a second venv with torch" "$work/venv2.log"
+make_venv "$python" "$work/from-wheel" "$work/venv2.log" numpy pytest || venv_failed "a second venv with torch"
 "$work/from-wheel/bin/python" -m pip install --no-deps "$wheel" > "$work/install-wheel.log" 2>&1 ||
   fail "pip install of the wheel" "$work/install-wheel.log"
 check "$work/from-wheel" "$(basename "$wheel")"
