@@ -33,12 +33,13 @@ import json
 import os
 
 from compare_torch import mib, run_multihead
-from torch_peer import MEASURE_CHILD, SDPA_KERNEL_CHILD, add_torch_argument, peers, print_header, run_fastest_kernel
+from torch_peer import (ADAMW_CHILD, MEASURE_CHILD, SDPA_KERNEL_CHILD, add_torch_argument, peers, print_header,
+                        run_fastest_kernel)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "..", "build")
 
-CHILD = MEASURE_CHILD + SDPA_KERNEL_CHILD + r"""
+CHILD = MEASURE_CHILD + SDPA_KERNEL_CHILD + ADAMW_CHILD + r"""
 import json, math, sys, torch
 cfg = json.loads(sys.argv[1])
 torch.set_num_threads(cfg["threads"])
@@ -94,7 +95,7 @@ def train_step(B, L):
     if cfg["impl"] == "multihead":
         mt.accelerate(model)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = adamw(torch, model.parameters(), 1e-4)
     x = torch.randn(B, L, 256)
     def step():
         opt.zero_grad(set_to_none=True)
@@ -112,7 +113,7 @@ print(json.dumps(measure(make(cfg["batch"], cfg["seq_len"]), cfg["iters"])))
 
 def child(cfg, threads, peer, dropin=False):
     """A timing child in peer's PyTorch: PyTorch's own (the fastest of its SDPA kernels), or with dropin
-    the drop-in (impl multihead), which runs in 1.13 with the built module on PYTHONPATH."""
+    the drop-in (impl multihead), which runs in that PyTorch with the built module on PYTHONPATH."""
     cfg = dict(cfg, threads=threads)
     if dropin:
         return peer.run(["-c", CHILD, json.dumps(cfg)], threads, {"PYTHONPATH": os.path.join(BUILD, "python")})

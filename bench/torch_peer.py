@@ -256,6 +256,17 @@ def peers(choice):
     return out
 
 
+# PyTorch's AdamW as its users run it at its best: fused (one kernel over every parameter) where
+# the PyTorch has it on the CPU (2.4 and later), else its default; for timing children.
+ADAMW_CHILD = r"""
+def adamw(torch, params, lr):
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    fused = {"fused": True} if (major, minor) >= (2, 4) else {}
+    return torch.optim.AdamW(params, lr=lr, **fused)
+"""
+exec(ADAMW_CHILD)  # the same function, for children that import this module
+
+
 def multihead_sgemm(binary, threads, gemm="onednn", precision="fp32"):
     """multihead's product rate (fp32 sgemm, or bf16 operands) on the same product, and its machine line."""
     out = subprocess.run([binary, "bench", "gemm", "--m", str(SGEMM_M), "--n", str(SGEMM_N), "--k", str(SGEMM_K),
