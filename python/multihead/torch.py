@@ -13,7 +13,7 @@
 - accelerate(model): makes every nn.MultiheadAttention inside a model this one, in place, keeping
   its weights, in training and in inference (PyTorch's fused encoder-layer path turned off there,
   and its encoder's packing of padded batches into nested tensors). A nested tensor given to the
-  module goes to PyTorch's own path.
+  module, or to an encoder layer, goes to PyTorch's own path.
 
 Tensors are used where they lie (no copies) when their last dimension is contiguous. float32 and
 bfloat16 run the fused kernels (bfloat16 multiplies in bf16 where the CPU has bf16 units); float64
@@ -474,6 +474,25 @@ class MultiheadAttention(_PyTorchMultiheadAttention):
         return out, weights
 
 
+class _EncoderLayer(nn.TransformerEncoderLayer):
+    """What accelerate() makes of a torch.nn.TransformerEncoderLayer: PyTorch's layer, whose fused
+    inference path (which never calls self_attn) is off for a padded batch and PyTorch's again for
+    a nested tensor, which only that path takes (PyTorch 1.13 has no nested LayerNorm for the
+    ordinary one): the layer computes a nested tensor, or refuses it, as it does without multihead."""
+
+    def forward(self, src, *args, **kwargs):
+        if isinstance(src, torch.Tensor) and src.is_nested:
+            return self.__prepare_scriptable__()(src, *args, **kwargs)
+        return super().forward(src, *args, **kwargs)
+
+    def __prepare_scriptable__(self):
+        """PyTorch's own layer over the same submodules and parameters, its fused path as it was."""
+        plain = copy.copy(self)
+        plain.__class__ = nn.TransformerEncoderLayer
+        plain.activation_relu_or_gelu = self._multihead_fused_path
+        return plain
+
+
 def accelerate(model):
     """Makes every torch.nn.MultiheadAttention inside model (model itself included) run on
     multihead's kernels, in place and keeping its weights; returns model.
@@ -493,6 +512,9 @@ def accelerate(model):
         if isinstance(module, nn.TransformerEncoderLayer) and isinstance(module.self_attn, MultiheadAttention):
             # PyTorch 1.13 to 2.13 take the fused path only while this is 1 (relu) or 2 (gelu); the
             # ordinary path calls self.activation, which it leaves as it was.
+            if type(module) is nn.TransformerEncoderLayer and hasattr(module, "activation_relu_or_gelu"):
+                module._multihead_fused_path = module.activation_relu_or_gelu
+                module.__class__ = _EncoderLayer
             if hasattr(module, "activation_relu_or_gelu"):
                 module.activation_relu_or_gelu = 0
             else:

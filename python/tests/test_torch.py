@@ -3,6 +3,8 @@ shapes, masks and flags; the fused float32 and bfloat16 paths against float64; a
 Transformer; and clear errors for bad input."""
 
 import copy
+import inspect
+import io
 import math
 
 import pytest
@@ -298,6 +300,23 @@ def test_nested_and_empty_inputs_go_as_pytorch_takes_them():
         x = torch.randn(*shape)
         with torch.no_grad():
             assert fast(x).shape == layer(x).shape == encoder(x).shape == x.shape
+    # A nested tensor into an accelerated encoder layer, or an encoder of them, takes PyTorch's fused
+    # path, which alone takes one: the same values in inference, PyTorch's own refusal with
+    # gradients; the padded batch still goes to multihead's kernels.
+    plain_encoder = nn.TransformerEncoder(copy.deepcopy(layer), 2, enable_nested_tensor=False).eval()
+    for parts in ([torch.randn(3, 16), torch.randn(5, 16)], [torch.randn(0, 16), torch.randn(0, 16)]):
+        nt = torch.nested.nested_tensor(parts)
+        for plain, accelerated in ((layer, fast), (plain_encoder, encoder)):
+            with torch.no_grad():
+                want = plain(nt)
+                got = accelerated(nt)
+            for a, b in zip(got.unbind(), want.unbind()):
+                torch.testing.assert_close(a, b)
+            with pytest.raises(AssertionError, match="does not support NestedTensor"):
+                plain(nt)
+            with pytest.raises(AssertionError, match="does not support NestedTensor"):
+                accelerated(nt)
+    assert type(fast).__mro__[1] is nn.TransformerEncoderLayer and isinstance(fast.self_attn, mt.MultiheadAttention)
 
 
 def test_a_mask_with_is_causal_applies_both_as_pytorch_2_13_does():
@@ -424,6 +443,14 @@ def test_pytorch_2_idioms_causal_bias_scripting_and_mixed_bias_dtypes():
     layer = mt.accelerate(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, dtype=torch.float64))
     scripted = torch.jit.script(copy.deepcopy(layer))
     torch.testing.assert_close(scripted(x), layer(x))
+    # An accelerated model saved whole (pickled) loads back accelerated, with the same results.
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False) if "weights_only" in inspect.signature(torch.load).parameters \
+        else torch.load(buffer)
+    assert type(loaded) is type(layer) and type(loaded.self_attn) is mt.MultiheadAttention
+    torch.testing.assert_close(loaded(x), layer(x))
     # torch.nn.attention.bias's causal biases (PyTorch 2.3 and later).
     bias_module = pytest.importorskip("torch.nn.attention.bias")
     q, k, v = leaves((2, 6, 8), (2, 4, 8), (2, 4, 8), seed=25)
