@@ -99,13 +99,41 @@ def torch_tokens_per_s(a):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
+    parts = profile_parts(torch, step) if a.profile else None
     generated = ""
     if a.compile:
         from torch._dynamo.utils import counters
         graphs = counters["stats"]["unique_graphs"]
         breaks = sum(counters["graph_break"].values())
         generated = f"Inductor C++/OpenMP kernels, {graphs} graph{'s' if graphs != 1 else ''}, {breaks} graph breaks"
-    return a.batch * a.seq_len / statistics.median(times), torch.__version__, first_s, generated
+    return a.batch * a.seq_len / statistics.median(times), torch.__version__, first_s, generated, parts
+
+
+# PyTorch's operators by what they do, as `bench train` splits multihead's step: products (the math
+# SDPA's batched products among them), the attention kernels and softmax, the optimizer and
+# clipping; the rest is element-wise work, copies and the autograd engine's own.
+PARTS = (("GEMM", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
+         ("attention", ("attention", "softmax")),
+         ("optimizer", ("adam", "foreach", "aten::norm", "linalg_vector_norm", "clip")))
+
+
+def profile_parts(torch, step, steps=3):
+    """Milliseconds a step by part (the operators' self times under torch.profiler, over `steps`
+    steps), and the ten operators of most self time."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    parts = {name: 0.0 for name, _ in PARTS}
+    parts["other"] = 0.0
+    ops = []
+    for e in prof.key_averages():
+        ms = e.self_cpu_time_total / 1e3 / steps
+        part = next((name for name, keys in PARTS if any(k in e.key.lower() for k in keys)), "other")
+        parts[part] += ms
+        ops.append((ms, e.key))
+    ops.sort(reverse=True)
+    return {"parts_ms": parts, "top_ops_ms": [[k, round(ms, 1)] for ms, k in ops[:10]]}
 
 
 def main():
@@ -129,15 +157,18 @@ def main():
     add_torch_argument(ap)
     ap.add_argument("--no-compile", dest="torch_compile", action="store_false",
                     help="leave out the torch.compile row (PyTorch 2.x peers)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the rounds, each side's step by part: bench train's parts for multihead, "
+                         "torch.profiler's operators for each eager PyTorch (its faster SDPA kernel)")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)  # the child compiles
     ap.add_argument("--sdpa", default="auto", help=argparse.SUPPRESS)  # the child's SDPA kernel
     a = ap.parse_args()
     if a.torch_child:
-        tps, version, first_s, generated = torch_tokens_per_s(a)
+        tps, version, first_s, generated, parts = torch_tokens_per_s(a)
         # "ms" lets run_fastest_kernel pick the faster kernel.
         print(json.dumps({"tokens_per_s": tps, "version": version, "ms": a.batch * a.seq_len / tps * 1e3,
-                          "first_s": first_s, "generated": generated}))
+                          "first_s": first_s, "generated": generated, "profile": parts}))
         return
     if a.rounds < 1 or a.iters < 1:
         ap.error("--rounds and --iters must be at least 1")
@@ -152,7 +183,7 @@ def main():
     theirs = {p.name: [] for p in peer_list}  # per round: tokens/s and version
     compiled = [p for p in peer_list if p.name != "1.13"] if a.torch_compile else []
     theirs.update({p.name + " compiled": [] for p in compiled})
-    child_args = [os.path.abspath(__file__), "--torch-child"] + sys.argv[1:]
+    child_args = [os.path.abspath(__file__), "--torch-child"] + [x for x in sys.argv[1:] if x != "--profile"]
     for _ in range(a.rounds):
         for g in backends:
             out = subprocess.run(cmd + ["--gemm", g], check=True, capture_output=True, text=True).stdout
@@ -187,6 +218,32 @@ def main():
             print(f"speedup with {g} GEMMs over {label}: {statistics.median(ratios):.2f}x "
                   f"(median of rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
         print(f"multihead peak {runs[0]['peak_bytes'] / 2**20:.0f} MiB allocated")
+    if a.profile:
+        print_profile(a, ours, theirs, peer_list, child_args)
+
+
+def print_profile(a, ours, theirs, peer_list, child_args):
+    """The step by part: multihead's (bench train's parts, its median round) beside each eager
+    peer's (torch.profiler's self times over three steps, in a run of its own with the SDPA kernel
+    it was fastest with). The profiler slows PyTorch's step a little: read the shares."""
+    names = [f"multihead ({g})" for g in ours] + [f"PyTorch {theirs[p.name][0]['version']}" for p in peer_list]
+    print("\n| step part (ms) | " + " | ".join(names) + " |")
+    print("|---" * (1 + len(names)) + "|")
+    columns, tops = [], []
+    for runs in ours.values():
+        r = sorted(runs, key=lambda r: r["ms"])[len(runs) // 2]
+        columns.append({"GEMM": r["parts_ms"]["gemm"], "attention": r["parts_ms"]["attention"],
+                        "optimizer": r["parts_ms"]["optimizer"], "other": r["parts_ms"]["other"], "step": r["ms"]})
+    for p in peer_list:
+        kernel = statistics.mode(t.get("kernel", "auto") for t in theirs[p.name])
+        prof = p.run(child_args + ["--sdpa", kernel, "--profile", "--iters", "1"], a.threads)["profile"]
+        columns.append(dict(prof["parts_ms"], step=sum(prof["parts_ms"].values())))
+        tops.append((p, kernel, prof["top_ops_ms"]))
+    for part in ("GEMM", "attention", "optimizer", "other", "step"):
+        print(f"| {part} | " + " | ".join(f"{c[part]:.1f}" for c in columns) + " |")
+    for p, kernel, top in tops:
+        print(f"\nPyTorch {p.name} ({kernel} SDPA), the operators of most self time a step: "
+              + ", ".join(f"{k} {ms:.1f} ms" for k, ms in top))
 
 
 if __name__ == "__main__":

@@ -59,9 +59,18 @@ def test_compare_torch_prints_ratios_of_the_times_it_measured():
 def test_compare_torch_train_names_each_round():
     r = bench("compare_torch_train.py", "--torch", "1.13", "--rounds", "2", "--iters", "1",
               "--d-model", "32", "--num-heads", "2", "--num-layers", "1", "--dim-feedforward", "64", "--seq-len", "16",
-              "--batch", "2", "--vocab-size", "50")
+              "--batch", "2", "--vocab-size", "50", "--profile")
     assert r.returncode == 0, r.stderr
     assert "threads, fp32, median of 1 steps a run, 2 alternating rounds" in r.stdout
+    # --profile: each side's step by part, the parts summing to PyTorch's profiled step, and the
+    # operators that took the most of it.
+    table = {line.split("|")[1].strip(): [float(x) for x in line.split("|")[2:-1]]
+             for line in r.stdout.splitlines() if re.match(r"\| (GEMM|attention|optimizer|other|step) \|", line)}
+    assert set(table) == {"GEMM", "attention", "optimizer", "other", "step"}, r.stdout
+    assert all(len(v) == 2 for v in table.values())
+    assert table["step"][0] > 0 and table["step"][1] > 0
+    assert sum(table[k][1] for k in ("GEMM", "attention", "optimizer", "other")) == pytest.approx(table["step"][1], abs=0.3)
+    assert re.search(r"PyTorch 1\.13 \(auto SDPA\), the operators of most self time a step: \S.* [0-9.]+ ms, ", r.stdout)
     m = re.search(r"speedup with onednn GEMMs over PyTorch 1\.13\S*: ([0-9.]+)x \(median of rounds: ([0-9., ]+)\)",
                   r.stdout)
     assert m, r.stdout
