@@ -18,8 +18,10 @@ The programs, each a fresh process per round, alternating, --rounds times:
   encoder-decoder, one HTTP client sending the library cells' inputs (a batch of 32 a request);
 - PyTorch (`--torch`: 2.13's official CPU wheel in the project's .venv by default; 2.6, Debian 13's
   in scripts/torch2-root.sh's root, as history), the to_torch() modules under
-  torch.inference_mode(), eager and under torch.compile (default mode; the first pass, which
-  compiles, timed apart), fp32 and under bf16 autocast;
+  torch.inference_mode(), eager and under torch.compile (default mode, with Inductor's freezing,
+  which folds the weights into the graphs as its inference users set it; the first pass, which
+  compiles, timed apart), fp32 and under bf16 autocast (--no-bf16 leaves every bf16 program out,
+  for a CPU without bf16 units, where no deployer would pick it);
 - ONNX Runtime (beside that PyTorch: PyPI's onnxruntime in .venv, or Debian 13's
   python3-onnxruntime in the 2.6 root), the torch.onnx.export graphs with every graph
   optimisation, intra-op threads = --threads, fp32 (its CPU provider has no bf16 kernels for these
@@ -220,6 +222,8 @@ def child_torch(spec, precision, compiled):
     cls, lm, s2s = m["classifier"], m["lm"], m["s2s"]
     first = {}
     if compiled:
+        import torch._inductor.config
+        torch._inductor.config.freezing = True
         cls = torch.compile(cls)
         lm.forward_cached = torch.compile(lm.forward_cached, dynamic=True)
         s2s.encode = torch.compile(s2s.encode, dynamic=True)
@@ -700,6 +704,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=20, help="timed calls of a latency cell (at least a second)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out torch.compile")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (exported graphs, inputs)")
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false",
+                    help="leave out the bf16 programs (a CPU without bf16 units)")
     add_torch_argument(ap)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -758,6 +764,8 @@ def main():
         if a.compile:
             programs += [("torch.compile", "compiled:fp32", theirs), ("torch.compile bf16", "compiled:bf16", theirs)]
         programs.append(("ONNX Runtime", "ort", theirs))
+        if not a.bf16:
+            programs = [p for p in programs if not p[1].endswith(":bf16")]
         results = {name: [] for name, _, _ in programs}
         for _ in range(a.rounds):
             for name, kind, how in programs:
@@ -786,7 +794,7 @@ def report(a, spec, peer, results):
             cells.append(f"{statistics.median(vals):.1f}" if vals else "")
         print(f"| {label} ({unit}) | " + " | ".join(cells) + " |")
     print()
-    for base in ("multihead", "multihead bf16"):
+    for base in [n for n in ("multihead", "multihead bf16") if n in results]:
         for n in names:
             if n.startswith("multihead"):
                 continue
