@@ -482,7 +482,8 @@ class _EncoderLayer(nn.TransformerEncoderLayer):
 
     def forward(self, src, *args, **kwargs):
         if isinstance(src, torch.Tensor) and src.is_nested:
-            return self.__prepare_scriptable__()(src, *args, **kwargs)
+            # PyTorch's forward on the plain copy: this call's hooks have run already.
+            return nn.TransformerEncoderLayer.forward(self.__prepare_scriptable__(), src, *args, **kwargs)
         return super().forward(src, *args, **kwargs)
 
     def __prepare_scriptable__(self):

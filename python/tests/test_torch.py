@@ -317,6 +317,16 @@ def test_nested_and_empty_inputs_go_as_pytorch_takes_them():
             with pytest.raises(AssertionError, match="does not support NestedTensor"):
                 accelerated(nt)
     assert type(fast).__mro__[1] is nn.TransformerEncoderLayer and isinstance(fast.self_attn, mt.MultiheadAttention)
+    # A hook on the layer runs once a call, nested or not.
+    calls = []
+    handle = fast.register_forward_hook(lambda module, args, out: calls.append(module))
+    nt = torch.nested.nested_tensor([torch.randn(3, 16), torch.randn(5, 16)])
+    with torch.no_grad():
+        fast(torch.randn(2, 4, 16))
+        for a, b in zip(fast(nt).unbind(), layer(nt).unbind()):
+            torch.testing.assert_close(a, b)
+    handle.remove()
+    assert calls == [fast, fast]
 
 
 def test_a_mask_with_is_causal_applies_both_as_pytorch_2_13_does():
