@@ -76,15 +76,17 @@ void onednn_sgemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64
 // against 165 GFLOP/s; 768 x 256 by K=8192, 138 against 161; 8192 x 2048 by K=256 untransposed,
 // 192 against 178): where oneDNN has no AVX-512 kernels, those products go to OpenBLAS.
 bool transposed_a_on_openblas() {
-  static const bool below_avx512 = [] {
-    const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-    const auto avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
-    return (isa & avx512) != avx512;
-  }();
+  static const bool below_avx512 = !onednn_has_avx512();
   return below_avx512;
 }
 
 }  // namespace
+
+bool onednn_has_avx512() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+  return (isa & avx512) == avx512;
+}
 
 void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
 

@@ -94,10 +94,8 @@ const char* onednn_isa_name(dnnl_cpu_isa_t isa) {
 }  // namespace
 
 void cap_kernel_targets() {
-  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-  const unsigned avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
   // Every x86 target better than AVX2 has a lower bit than HWY_AVX2's.
-  if ((isa & avx512) != avx512) hwy::DisableTargets(HWY_AVX2 - 1);
+  if (!onednn_has_avx512()) hwy::DisableTargets(HWY_AVX2 - 1);
 }
 
 MachineInfo machine_info() {

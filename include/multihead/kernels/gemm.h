@@ -25,6 +25,9 @@ GemmBackend gemm_backend();
 GemmBackend parse_gemm_backend(std::string_view name);
 const char* gemm_backend_name(GemmBackend backend);
 
+// Whether oneDNN runs AVX-512 kernels here (its effective ISA, which ONEDNN_MAX_CPU_ISA caps).
+bool onednn_has_avx512();
+
 // op(A): (M, K), op(B): (K, N), C: (M, N); lda/ldb/ldc are row strides.
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
           std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
