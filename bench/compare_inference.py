@@ -301,9 +301,9 @@ def child_export(spec):
     pad = torch.from_numpy(x["padding"][:2, :24])
     with torch.no_grad():
         onnx_export(cls, (ids, pad), os.path.join(spec["dir"], "classifier.onnx"),
-                          input_names=["ids", "padding"], output_names=["logits"], opset_version=17,
-                          dynamic_axes={"ids": {0: "batch", 1: "length"}, "padding": {0: "batch", 1: "length"},
-                                        "logits": {0: "batch"}})
+                    input_names=["ids", "padding"], output_names=["logits"], opset_version=17,
+                    dynamic_axes={"ids": {0: "batch", 1: "length"}, "padding": {0: "batch", 1: "length"},
+                                  "logits": {0: "batch"}})
     layers = len(lm.encoder.layers)
 
     class Step(torch.nn.Module):
@@ -326,9 +326,9 @@ def child_export(spec):
     axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
     with torch.no_grad():
         onnx_export(Step(), (prompts[:1, 3:5],) + past, os.path.join(spec["dir"], "lm_step.onnx"),
-                          input_names=["ids"] + [f"past_{n}" for n in names],
-                          output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
-                          dynamic_axes=axes)
+                    input_names=["ids"] + [f"past_{n}" for n in names],
+                    output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
+                    dynamic_axes=axes)
     export_s2s(s2s, x)
     return {"version": torch.__version__, "past_shape": list(past[0].shape)}
 
@@ -362,8 +362,8 @@ def export_s2s(s2s, x):
     enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
     with torch.no_grad():
         onnx_export(Encode(), (source, padding), os.path.join(x["dir"], "s2s_encoder.onnx"),
-                          input_names=["source", "padding"], output_names=[f"memory_{n}" for n in names],
-                          opset_version=17, dynamic_axes=enc_axes)
+                    input_names=["source", "padding"], output_names=[f"memory_{n}" for n in names],
+                    opset_version=17, dynamic_axes=enc_axes)
         memory = s2s.encode(source, padding)
         # Traced on a step of 2 tokens after 3 cached: the general path (a mask), right for every T and S.
         _, cache = s2s.decode_cached(torch.tensor([[1, 5, 6]] * 2), memory, padding)
@@ -375,9 +375,9 @@ def export_s2s(s2s, x):
     args = (torch.tensor([[7, 8]] * 2), padding) + tuple(t for kv in memory + cache for t in kv)
     with torch.no_grad():
         onnx_export(Step(), args, os.path.join(x["dir"], "s2s_step.onnx"),
-                          input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
-                          output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
-                          dynamic_axes=step_axes)
+                    input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
+                    output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
+                    dynamic_axes=step_axes)
 
 
 def child_ort(spec):

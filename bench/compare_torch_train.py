@@ -116,6 +116,8 @@ PARTS = (("GEMM", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")),
          ("attention", ("attention", "softmax")),
          ("optimizer", ("adam", "foreach", "aten::norm", "linalg_vector_norm", "clip")))
 
+ROWS = tuple(name for name, _ in PARTS) + ("other", "step")  # bench train's parts, lower-cased there
+
 
 def profile_parts(torch, step, steps=3):
     """Milliseconds a step by part (the operators' self times under torch.profiler, over `steps`
@@ -232,14 +234,13 @@ def print_profile(a, ours, theirs, peer_list, child_args):
     columns, tops = [], []
     for runs in ours.values():
         r = sorted(runs, key=lambda r: r["ms"])[len(runs) // 2]
-        columns.append({"GEMM": r["parts_ms"]["gemm"], "attention": r["parts_ms"]["attention"],
-                        "optimizer": r["parts_ms"]["optimizer"], "other": r["parts_ms"]["other"], "step": r["ms"]})
+        columns.append(dict({part: r["parts_ms"][part.lower()] for part in ROWS[:-1]}, step=r["ms"]))
     for p in peer_list:
         kernel = statistics.mode(t.get("kernel", "auto") for t in theirs[p.name])
         prof = p.run(child_args + ["--sdpa", kernel, "--profile", "--iters", "1"], a.threads)["profile"]
         columns.append(dict(prof["parts_ms"], step=sum(prof["parts_ms"].values())))
         tops.append((p, kernel, prof["top_ops_ms"]))
-    for part in ("GEMM", "attention", "optimizer", "other", "step"):
+    for part in ROWS:
         print(f"| {part} | " + " | ".join(f"{c[part]:.1f}" for c in columns) + " |")
     for p, kernel, top in tops:
         print(f"\nPyTorch {p.name} ({kernel} SDPA), the operators of most self time a step: "
