@@ -522,7 +522,18 @@ PYBIND11_MODULE(_multihead, m) {
       .def("decode", &Tokenizer::decode, py::arg("ids"), "The text of token ids")
       .def("piece", &Tokenizer::piece, py::arg("id"), "A printable label of one id")
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
-      .def_property_readonly("kind", &Tokenizer::kind, "sentencepiece, char or word")
+      .def_property_readonly("kind", &Tokenizer::kind, "sentencepiece, char, word or wordpiece")
+      .def_static(
+          "load", [](const std::filesystem::path& dir) { return Tokenizer::load(dir.string()); }, py::arg("dir"),
+          "The tokenizer in a folder: a run's tokenizer/, or a Hugging Face checkpoint's tokenizer.json or vocab.txt")
+      .def_property_readonly(
+          "frame",
+          [](const Tokenizer& t) {
+            const TokenFrame f = t.frame();
+            return py::dict(py::arg("before") = f.before, py::arg("after") = f.after, py::arg("pad") = f.pad,
+                            py::arg("unk") = f.unk);
+          },
+          "The ids each input is framed with ({'before': [CLS]'s, 'after': [SEP]'s}) and padded with")
       .def_property_readonly_static("pad_id", [](py::object) { return kPadId; })
       .def_property_readonly_static("unk_id", [](py::object) { return kUnkId; })
       .def_property_readonly_static("cls_id", [](py::object) { return kClsId; })

@@ -9,28 +9,33 @@
 namespace multihead {
 
 TokenBatch make_token_batch(const std::vector<const std::vector<std::int64_t>*>& seqs,
-                            const std::vector<std::int64_t>& labels, std::int64_t max_len, bool add_cls) {
+                            const std::vector<std::int64_t>& labels, std::int64_t max_len, const TokenFrame& frame) {
   check<ShapeError>(!seqs.empty() && seqs.size() == labels.size(), "a batch needs as many labels ({}) as sequences ({})",
                     labels.size(), seqs.size());
-  check<ConfigError>(max_len > (add_cls ? 1 : 0), "max_len must leave room for a token, got {}", max_len);
+  const auto framing = static_cast<std::int64_t>(frame.before.size() + frame.after.size());
+  check<ConfigError>(max_len > framing, "max_len must leave room for a token beside the {} that frame it, got {}",
+                     framing, max_len);
   const std::int64_t B = static_cast<std::int64_t>(seqs.size());
-  const std::int64_t extra = add_cls ? 1 : 0;
+  // Each sequence's own tokens, cut to fit within max_len with its frame.
+  auto kept = [&](const std::vector<std::int64_t>& s) {
+    return std::min(max_len - framing, static_cast<std::int64_t>(s.size()));
+  };
   std::int64_t L = 1;
-  for (const auto* s : seqs) L = std::max(L, std::min(max_len, static_cast<std::int64_t>(s->size()) + extra));
+  for (const auto* s : seqs) L = std::max(L, kept(*s) + framing);
   TokenBatch t{Tensor({B, L}, DType::kI64), Tensor({B, L}, DType::kBool), Tensor({B}, DType::kI64), 0};
   std::int64_t* ids = t.ids.data<std::int64_t>();
   std::uint8_t* pad = t.padding.data<std::uint8_t>();
   for (std::int64_t b = 0; b < B; ++b) {
     const auto& s = *seqs[static_cast<std::size_t>(b)];
-    std::int64_t n = std::min(L, static_cast<std::int64_t>(s.size()) + extra);
-    if (n == 0) n = 1;  // an empty text still has one (unknown) token to attend to
+    std::int64_t* row = ids + b * L;
     std::int64_t pos = 0;
-    if (add_cls) ids[b * L + pos++] = kClsId;
-    for (std::size_t i = 0; pos < n && i < s.size(); ++i) ids[b * L + pos++] = s[i];
-    if (pos < n) ids[b * L + pos++] = kUnkId;
-    for (std::int64_t l = n; l < L; ++l) ids[b * L + l] = kPadId, pad[b * L + l] = 1;
+    for (std::int64_t id : frame.before) row[pos++] = id;
+    for (std::int64_t i = 0; i < kept(s); ++i) row[pos++] = s[static_cast<std::size_t>(i)];
+    for (std::int64_t id : frame.after) row[pos++] = id;
+    if (pos == 0) row[pos++] = frame.unk;  // an empty text still has one (unknown) token to attend to
+    t.tokens += pos;
+    for (; pos < L; ++pos) row[pos] = frame.pad, pad[b * L + pos] = 1;
     t.labels.data<std::int64_t>()[b] = labels[static_cast<std::size_t>(b)];
-    t.tokens += n;
   }
   return t;
 }

@@ -1,4 +1,5 @@
 #include "multihead/data/tokenizer.h"
+#include "multihead/data/hf_tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -317,7 +318,10 @@ std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std
 }
 
 std::unique_ptr<Tokenizer> load_run_tokenizer(const std::string& run_dir, std::int64_t config_vocab_size) {
-  std::unique_ptr<Tokenizer> tok = Tokenizer::load((fs::path(run_dir) / "tokenizer").string());
+  // A Hugging Face checkpoint keeps its tokenizer files beside the weights.
+  const fs::path own = fs::path(run_dir) / "tokenizer";
+  std::unique_ptr<Tokenizer> tok = !fs::exists(own) && has_hf_tokenizer(run_dir) ? load_hf_tokenizer(run_dir)
+                                                                                : Tokenizer::load(own.string());
   check<IoError>(config_vocab_size == tok->vocab_size(),
                  "{}: config.json has vocab_size {} but the run's tokenizer has {} tokens", run_dir, config_vocab_size,
                  tok->vocab_size());
@@ -326,12 +330,14 @@ std::unique_ptr<Tokenizer> load_run_tokenizer(const std::string& run_dir, std::i
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   const std::string path = (fs::path(dir) / "tokenizer.json").string();
+  if (!fs::exists(path) && fs::exists(fs::path(dir) / "vocab.txt")) return load_hf_tokenizer(dir);
   json j;
   try {
     j = json::parse(read_file(path));
   } catch (const json::exception& e) {
     throw IoError(fmt::format("{}: not valid JSON ({})", path, e.what()));
   }
+  if (is_hf_tokenizer_json(j)) return load_hf_tokenizer(dir);
   check<IoError>(j.is_object() && j.contains("type") && j["type"].is_string(), "{}: no tokenizer type", path);
   const std::string type = j["type"];
   if (type == "sentencepiece") return std::make_unique<SentencePieceTokenizer>(read_file((fs::path(dir) / "tokenizer.model").string()));

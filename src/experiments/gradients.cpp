@@ -176,7 +176,7 @@ std::vector<Probe> probe_spam(const Context& c, const std::string& run_dir) {
   std::vector<const std::vector<std::int64_t>*> seqs;
   std::vector<std::int64_t> labels;
   for (std::size_t i = 0; i < n; ++i) seqs.push_back(&test.tokens[i]), labels.push_back(test.labels[i]);
-  const TokenBatch tb = make_token_batch(seqs, labels, job.max_len, true);
+  const TokenBatch tb = make_token_batch(seqs, labels, job.max_len, test.frame);
   return probe_run<SequenceClassifier>(job.model, job.train, run_dir, [&](SequenceClassifier& m) {
     Tensor logits = m.forward(tb.ids, &tb.padding, eval_context(Precision::kF32));
     cross_entropy_backward(m, logits, tb.labels.data<std::int64_t>(), 1.0);

@@ -135,7 +135,7 @@ std::vector<Tensor> capture(LoadedTextClassifier& m, const std::vector<std::vect
                             std::int64_t max_len) {
   std::vector<const std::vector<std::int64_t>*> ptrs;
   for (const auto& s : seqs) ptrs.push_back(&s);
-  TokenBatch tb = make_token_batch(ptrs, std::vector<std::int64_t>(seqs.size(), 0), max_len, true);
+  TokenBatch tb = make_token_batch(ptrs, std::vector<std::int64_t>(seqs.size(), 0), max_len, m.tokenizer->frame());
   SequenceClassifier& model = m.model();
   model.encoder().set_capture_weights(true);
   model.forward(tb.ids, &tb.padding, eval_context(m.job.train.precision));

@@ -86,8 +86,9 @@ Gathered gather(const TokenizedExamples& examples, std::span<const std::int64_t>
 // Accuracy and mean loss over the sequences seqs[i] with labels[i], in batches.
 ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
                                          const std::vector<const std::vector<std::int64_t>*>& seqs,
-                                         const std::vector<std::int64_t>& labels, std::int64_t batch,
-                                         std::int64_t max_len, Precision precision, StopRequest* stop = nullptr,
+                                         const std::vector<std::int64_t>& labels, const TokenFrame& frame,
+                                         std::int64_t batch, std::int64_t max_len, Precision precision,
+                                         StopRequest* stop = nullptr,
                                          std::vector<double>* probabilities = nullptr) {
   ClassificationMetrics m;
   const ForwardContext ctx = eval_context(precision);
@@ -100,7 +101,7 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
                                                              seqs.begin() + static_cast<std::ptrdiff_t>(b1));
     const std::vector<std::int64_t> part_labels(labels.begin() + static_cast<std::ptrdiff_t>(b0),
                                                 labels.begin() + static_cast<std::ptrdiff_t>(b1));
-    TokenBatch tb = make_token_batch(part, part_labels, max_len, true);
+    TokenBatch tb = make_token_batch(part, part_labels, max_len, frame);
     Tensor logits = model.forward(tb.ids, &tb.padding, ctx);
     const std::int64_t B = logits.dim(0), C = logits.dim(1);
     loss_sum += cross_entropy<float>(nullptr, logits.f32(), tb.labels.data<std::int64_t>(), B, C).loss * B;
@@ -123,7 +124,7 @@ ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const Token
                                           std::span<const std::int64_t> idx, std::int64_t batch, std::int64_t max_len,
                                           Precision precision, StopRequest* stop) {
   const Gathered g = gather(examples, idx);
-  return evaluate_sequences(model, g.seqs, g.labels, batch, max_len, precision, stop);
+  return evaluate_sequences(model, g.seqs, g.labels, examples.frame, batch, max_len, precision, stop);
 }
 
 ClassificationMetrics evaluate_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
@@ -138,7 +139,7 @@ ClassificationReport report_classifier(SequenceClassifier& model, const Tokenize
   const Gathered g = gather(examples, idx);
   std::vector<double> probabilities;
   const ClassificationMetrics m =
-      evaluate_sequences(model, g.seqs, g.labels, batch, max_len, precision, stop, &probabilities);
+      evaluate_sequences(model, g.seqs, g.labels, examples.frame, batch, max_len, precision, stop, &probabilities);
   check_finite_result("the loss", m.loss);
   return classification_report(probabilities, g.labels, labels, m.loss);
 }
@@ -146,7 +147,7 @@ ClassificationReport report_classifier(SequenceClassifier& model, const Tokenize
 MicroBatchLoss ClassifierTrainingTask::micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
                                                   double grad_scale) {
   const Gathered g = gather(examples_, examples);
-  TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len_, true);
+  TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len_, examples_.frame);
   Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);
   return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale), tb.tokens};
 }
@@ -162,6 +163,7 @@ namespace {
 // Every example's tokens and label.
 TokenizedExamples encode_all(const Tokenizer& tok, const TextDataset& ds) {
   TokenizedExamples out;
+  out.frame = tok.frame();
   out.tokens.resize(ds.examples.size());
 #pragma omp parallel for schedule(dynamic, 16)
   for (std::size_t i = 0; i < ds.examples.size(); ++i) out.tokens[i] = tok.encode(ds.examples[i].text);
@@ -318,6 +320,7 @@ TestTexts test_texts(const TextClassificationJob& job, const std::string&) {
 
 TokenizedExamples classifier_test_split(const TextClassificationJob& job, const Tokenizer& tok) {
   TokenizedExamples out;
+  out.frame = tok.frame();
   for (const TextExample& e : classifier_test_texts(job).examples) {
     out.tokens.push_back(tok.encode(e.text));
     out.labels.push_back(e.label);
@@ -328,7 +331,7 @@ TokenizedExamples classifier_test_split(const TextClassificationJob& job, const 
 ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
                               std::span<const std::int64_t> idx, std::int64_t max_len, const SampleSettings& settings) {
   const Gathered g = gather(examples, idx.first(std::min<std::size_t>(idx.size(), settings.examples)));
-  TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len, true);
+  TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len, examples.frame);
   Tensor logits = model.forward(tb.ids, &tb.padding, settings.context());
   model.release_saved();
   return std::move(ModelSample(std::move(logits)).input("ids", std::move(tb.ids)).input("padding", std::move(tb.padding)));
@@ -413,6 +416,7 @@ std::vector<std::string> evaluate_run(const TextClassificationJob& job, const st
     data = eval_file(r.job, req, run_class_names(run_dir, r.job.model.num_classes, nullptr));
   }
   TokenizedExamples examples;
+  examples.frame = r.tokenizer->frame();
   std::vector<std::string> texts;
   for (TextExample& e : data.examples) {
     examples.tokens.push_back(r.tokenizer->encode(e.text));

@@ -95,19 +95,21 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
   // activations stay those of one small batch.
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
     // One token past what the model reads tells a text that was cut.
-    const auto room = static_cast<std::size_t>(job_.max_len - 1);
+    const TokenFrame frame = tok_->frame();
+    const auto framing = frame.before.size() + frame.after.size();
+    const auto room = static_cast<std::size_t>(job_.max_len) - framing;
     std::vector<std::vector<std::int64_t>> ids = encode_texts(texts, room + 1);
     std::vector<Prediction> out(texts.size());
-    std::vector<std::int64_t> lengths;  // as the model reads them: [CLS] first
+    std::vector<std::int64_t> lengths;  // as the model reads them, framed ([CLS] first)
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (ids[i].size() > room) ids[i].resize(room), out[i].truncated = true;
-      lengths.push_back(static_cast<std::int64_t>(ids[i].size()) + 1);
+      lengths.push_back(static_cast<std::int64_t>(ids[i].size() + framing));
     }
     const ForwardContext ctx = eval_context(precision_);
     for (const auto& batch : length_sorted_batches(lengths, kAnswerBatchTokens)) {
       std::vector<const std::vector<std::int64_t>*> part;
       for (const std::int64_t i : batch) part.push_back(&ids[static_cast<std::size_t>(i)]);
-      TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, true);
+      TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, frame);
       Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);  // (B, C)
       const std::int64_t C = logits.dim(1);
       for (std::int64_t r = 0; r < logits.dim(0); ++r) {
@@ -290,7 +292,7 @@ AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& t
                                    const std::vector<std::string>& labels, Precision precision, bool ablate) {
   check<ConfigError>(model.config().layer.pattern.has_weights(),
                      "this model's attention is linear: it computes no attention weights to show");
-  TokenBatch tb = make_token_batch({&ids}, {0}, max_len, true);
+  TokenBatch tb = make_token_batch({&ids}, {0}, max_len, tok.frame());
   std::vector<std::string> tokens;
   for (std::int64_t l = 0; l < tb.ids.dim(1); ++l) tokens.push_back(tok.piece(tb.ids.data<std::int64_t>()[l]));
   model.encoder().set_capture_weights(true);

@@ -294,20 +294,40 @@ TEST(Batching, LengthSortedBatchesKeepToTheTokenBudget) {
 
 TEST(Batching, PadsToTheLongestWithClsAndMask) {
   std::vector<std::int64_t> a = {10, 11, 12}, b = {20}, c(50, 7);
-  TokenBatch t = make_token_batch({&a, &b}, {1, 0}, 10, true);
+  TokenBatch t = make_token_batch({&a, &b}, {1, 0}, 10, TokenFrame{{kClsId}, {}, kPadId, kUnkId});
   ASSERT_EQ(t.ids.shape(), (Shape{2, 4}));
   const auto* ids = t.ids.data<std::int64_t>();
   const auto* pad = t.padding.data<std::uint8_t>();
   EXPECT_EQ(std::vector<std::int64_t>(ids, ids + 8), (std::vector<std::int64_t>{kClsId, 10, 11, 12, kClsId, 20, 0, 0}));
   EXPECT_EQ(std::vector<int>(pad, pad + 8), (std::vector<int>{0, 0, 0, 0, 0, 0, 1, 1}));
   EXPECT_EQ(t.tokens, 6);
-  TokenBatch cut = make_token_batch({&c}, {0}, 16, true);
+  TokenBatch cut = make_token_batch({&c}, {0}, 16, TokenFrame{{kClsId}, {}, kPadId, kUnkId});
   EXPECT_EQ(cut.ids.dim(1), 16);
   auto batches = epoch_batches({0, 1, 2, 3, 4}, 2, 1, 0, true);
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[2].size(), 1u);
   EXPECT_EQ(epoch_batches({0, 1, 2, 3, 4}, 2, 1, 0, true), batches);
   EXPECT_NE(epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 0, true), epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 1, true));
+}
+
+// BERT's frame: [CLS] before, [SEP] after, its own padding id; a sequence
+// cut to fit keeps its [SEP] (as `tokenizers` truncates), an empty text is
+// [CLS] [SEP].
+TEST(Batching, ABertFrameKeepsItsEndWhenASequenceIsCut) {
+  const TokenFrame bert{{101}, {102}, 5, 100};
+  std::vector<std::int64_t> a = {7, 8, 9, 10, 11}, b = {}, c = {7};
+  TokenBatch t = make_token_batch({&a, &b, &c}, {0, 0, 0}, 5, bert);
+  ASSERT_EQ(t.ids.shape(), (Shape{3, 5}));
+  const auto* ids = t.ids.data<std::int64_t>();
+  const auto* pad = t.padding.data<std::uint8_t>();
+  EXPECT_EQ(std::vector<std::int64_t>(ids, ids + 15),
+            (std::vector<std::int64_t>{101, 7, 8, 9, 102, 101, 102, 5, 5, 5, 101, 7, 102, 5, 5}));
+  EXPECT_EQ(std::vector<int>(pad, pad + 15), (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(t.tokens, 5 + 2 + 3);
+  EXPECT_THROW(make_token_batch({&a}, {0}, 2, bert), ConfigError);  // no room for a token between the two
+  // No frame at all: an empty text is one unknown token.
+  TokenBatch bare = make_token_batch({&b}, {0}, 4, TokenFrame{{}, {}, kPadId, kUnkId});
+  EXPECT_EQ(bare.ids.data<std::int64_t>()[0], kUnkId);
 }
 
 // Each example once per epoch; a batch holds examples of similar length; the

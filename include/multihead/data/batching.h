@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "multihead/core/tensor.h"
+#include "multihead/data/tokenizer.h"
 
 namespace multihead {
 
@@ -15,10 +16,11 @@ struct TokenBatch {
   std::int64_t tokens = 0;  // real (unpadded) tokens
 };
 
-// Each sequence is cut to max_len tokens ([CLS] included when add_cls puts
-// one first); the batch is as long as its longest sequence.
+// Each sequence framed as the tokenizer frames it ([CLS] first, [SEP] last
+// for BERT's), its own tokens cut so that it fits in max_len; the batch is as
+// long as its longest sequence and padded with frame.pad.
 TokenBatch make_token_batch(const std::vector<const std::vector<std::int64_t>*>& seqs,
-                            const std::vector<std::int64_t>& labels, std::int64_t max_len, bool add_cls);
+                            const std::vector<std::int64_t>& labels, std::int64_t max_len, const TokenFrame& frame);
 
 // The indices in batches of `batch`, in an order shuffled by (seed, epoch)
 // when shuffle is set; the last batch may be smaller.

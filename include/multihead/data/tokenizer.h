@@ -13,6 +13,15 @@ namespace multihead {
 
 inline constexpr std::int64_t kPadId = 0, kUnkId = 1, kClsId = 2, kEosId = 3;
 
+// How a tokenizer's ids become a model's input: `before` and `after` frame
+// each sequence (a sequence cut to fit keeps its frame), `pad` fills the
+// batch after it and `unk` stands for an empty text. Multihead's own
+// tokenizers put <cls> before; BERT's, [CLS] before and [SEP] after.
+struct TokenFrame {
+  std::vector<std::int64_t> before, after;
+  std::int64_t pad = kPadId, unk = kUnkId;
+};
+
 // encode and decode are const and share no state between calls: threads may
 // call them at once.
 class Tokenizer {
@@ -29,6 +38,7 @@ class Tokenizer {
   virtual std::string piece(std::int64_t id) const = 0;  // a printable label, for heatmaps
   virtual std::int64_t vocab_size() const = 0;
   virtual std::string kind() const = 0;
+  virtual TokenFrame frame() const { return {{kClsId}, {}, kPadId, kUnkId}; }
   // Writes the tokenizer into folder `dir` (tokenizer.json, and
   // tokenizer.model for SentencePiece); load() reads it back.
   virtual void save(const std::string& dir) const = 0;

@@ -97,6 +97,7 @@ using LoadedTextClassifier = LoadedRun<TextClassificationJob, SequenceClassifier
 struct TokenizedExamples {
   std::vector<std::vector<std::int64_t>> tokens;
   std::vector<std::int64_t> labels;
+  TokenFrame frame;  // the tokenizer's (data/tokenizer.h)
 
   // Every example's index, 0 .. size - 1.
   std::vector<std::int64_t> all() const {
