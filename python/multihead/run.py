@@ -59,6 +59,11 @@ class Run:
         """Each text's label and class probabilities: [{'label': ..., 'probabilities': {...}}]."""
         return self._answering("predict").predict(texts)
 
+    def embed(self, texts):
+        """Each text's sentence embedding, an array (len(texts), d_model) of float32: pooled and
+        normalised as a checkpoint's sentence-transformers modules say (else mean over its tokens)."""
+        return self._answering("embed").embed(list(texts))
+
     def generate(self, prompt, tokens=200, temperature=0.8, top_k=0, top_p=0.95, seed=0):
         """A language model's continuation of prompt (temperature 0: greedy). A list of prompts of
         equal token count is continued together, a batch row each (one product per layer for all

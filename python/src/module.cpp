@@ -452,6 +452,21 @@ PYBIND11_MODULE(_multihead, m) {
           "Each text's predicted label and class probabilities: [{'label': ..., 'probabilities': {...}}], "
           "with 'truncated': True for a text cut to the model's length")
       .def(
+          "embed",
+          [](TrainedRun& run, const std::vector<std::string>& texts) {
+            std::vector<std::vector<float>> vectors;
+            {
+              py::gil_scoped_release unlocked;
+              vectors = run.embed(texts);
+            }
+            const auto d = static_cast<py::ssize_t>(vectors.empty() ? 0 : vectors.front().size());
+            py::array_t<float> out({static_cast<py::ssize_t>(vectors.size()), d});
+            for (std::size_t i = 0; i < vectors.size(); ++i)
+              std::copy(vectors[i].begin(), vectors[i].end(), out.mutable_data(static_cast<py::ssize_t>(i), 0));
+            return out;
+          },
+          py::arg("texts"), "Each text's sentence embedding: an array (len(texts), d_model) of float32")
+      .def(
           "generate",
           [](TrainedRun& run, const std::string& prompt, std::int64_t tokens, double temperature, std::int64_t top_k,
              double top_p, std::uint64_t seed) {

@@ -130,3 +130,129 @@ def test_a_tokenizer_of_a_kind_not_read_is_refused_in_one_line(tmp_path):
     tok.save(str(d / "tokenizer.json"))
     with pytest.raises(Exception, match=r"model\.type \"BPE\" is not read here"):
         multihead.Tokenizer.load(d)
+
+
+# --- Checkpoints ---------------------------------------------------------------------------------
+
+def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), **config):
+    """A random BERT of transformers' making, saved with save_pretrained beside a tokenizer."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    settings = dict(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=48, max_position_embeddings=64, layer_norm_eps=1e-12,
+                    id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+    settings.update(config)
+    cfg = transformers.BertConfig(**settings)
+    model = (transformers.BertForSequenceClassification if head else transformers.BertModel)(cfg).eval()
+    with torch.no_grad():  # LayerNorms and biases off their 1 and 0, so that a mix-up shows
+        for n, p in model.named_parameters():
+            if "LayerNorm" in n or n.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    d = tmp_path / name
+    model.save_pretrained(d)
+    for f in tokenizer_dir.iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
+    return model, d
+
+
+def reference_logits(model, tokenizer, texts):
+    import torch
+    enc = tokenizer.encode_batch(texts)
+    longest = max(len(e.ids) for e in enc)
+    ids = torch.tensor([e.ids + [0] * (longest - len(e.ids)) for e in enc])
+    mask = torch.tensor([[1] * len(e.ids) + [0] * (longest - len(e.ids)) for e in enc])
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask)
+    return out, mask
+
+
+@pytest.fixture(scope="module")
+def wordpiece_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wordpiece")
+    _, d = wordpiece_tokenizer(tmp)
+    return d
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_a_bert_classifier_gives_the_probabilities_of_transformers(tmp_path, wordpiece_dir, activation):
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+    pytest.importorskip("transformers")
+    model, d = tiny_bert(tmp_path, "bert-cls", True, wordpiece_dir, hidden_act=activation)
+    texts = [t for t in mixed_corpus(40, seed=7) if t.strip()]
+    out, _ = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
+    want = torch.softmax(out.logits, -1).numpy()
+    run = multihead.load_run(d, threads=1)
+    assert run.task == "text_classification" and run.labels == ["ham", "spam"]
+    got = np.array([[p["probabilities"]["ham"], p["probabilities"]["spam"]] for p in run.predict(texts)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_encoder_checkpoint_is_refused_for_prediction_in_one_line(tmp_path, wordpiece_dir):
+    pytest.importorskip("transformers")
+    _, d = tiny_bert(tmp_path, "bert-encoder", False, wordpiece_dir)
+    r = subprocess.run([CLI, "predict", "--run", str(d)], input="hello\n", capture_output=True, text=True)
+    assert r.returncode == 2 and "no classification head" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+# --- Embeddings ----------------------------------------------------------------------------------
+
+EMBED_TEXTS = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
+               "Café crème brûlée, 中文, emoji 😀 and    spaces", "x", "unaffable " * 200]
+
+
+def cosine_rows(a, b):
+    import numpy as np
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.mark.skipif(not os.path.isdir(MINILM), reason="all-MiniLM-L6-v2 is unpacked by scripts/setup.sh --data")
+def test_the_real_minilm_embeds_as_sentence_transformers_does():
+    import numpy as np
+    st = pytest.importorskip("sentence_transformers")
+    want = st.SentenceTransformer(MINILM, device="cpu").encode(EMBED_TEXTS, convert_to_numpy=True)
+    run = multihead.load_run(MINILM, threads=2)
+    got = run.embed(EMBED_TEXTS)
+    assert got.shape == want.shape == (len(EMBED_TEXTS), 384)
+    assert cosine_rows(got, want).min() >= 0.99999
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)  # its Normalize module
+    # The CLI gives the same vectors.
+    r = subprocess.run([CLI, "embed", "--run", MINILM, "--json", "--threads", "2"], input="\n".join(EMBED_TEXTS),
+                       capture_output=True, text=True, check=True)
+    lines = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [l["line"] for l in lines] == list(range(1, len(EMBED_TEXTS) + 1))
+    np.testing.assert_allclose(np.array([l["embedding"] for l in lines]), got, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max", "mean_sqrt_len"])
+def test_an_encoder_embeds_as_sentence_transformers_pools(tmp_path, wordpiece_dir, pooling):
+    st = pytest.importorskip("sentence_transformers")
+    _, d = tiny_bert(tmp_path, "bert-st", False, wordpiece_dir)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (d / "modules.json").write_text(json.dumps(modules))
+    (d / "1_Pooling").mkdir()
+    (d / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                            f"pooling_mode_{pooling}_tokens" if pooling != "cls"
+                                                            else "pooling_mode_cls_token": True}))
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 40}))
+    want = st.SentenceTransformer(str(d), device="cpu").encode(EMBED_TEXTS, convert_to_numpy=True)
+    got = multihead.load_run(d, threads=1).embed(EMBED_TEXTS)
+    assert cosine_rows(got, want).min() >= 0.99999
+    import numpy as np
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_path, wordpiece_dir):
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+    model, d = tiny_bert(tmp_path, "bert-plain", False, wordpiece_dir)
+    texts = EMBED_TEXTS[:4]
+    out, mask = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
+    m = mask.unsqueeze(-1).float()
+    want = ((out.last_hidden_state * m).sum(1) / m.sum(1)).numpy()
+    np.testing.assert_allclose(multihead.load_run(d, threads=1).embed(texts), want, rtol=1e-4, atol=1e-5)

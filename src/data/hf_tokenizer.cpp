@@ -15,6 +15,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
+#include "multihead/io/json_config.h"
 
 namespace multihead {
 namespace {
@@ -460,13 +461,7 @@ class WordPieceTokenizer : public Tokenizer {
   TokenFrame frame_{{}, {}, 0, 0};
 };
 
-json read_json_file(const std::string& path) {
-  try {
-    return json::parse(read_file(path));
-  } catch (const json::exception& e) {
-    throw IoError(fmt::format("{}: not valid JSON ({})", path, e.what()));
-  }
-}
+json read_json_file(const std::string& path) { return ConfigReader::parse(read_file(path), path); }
 
 // The tokenizer.json that transformers' BertTokenizerFast makes of a vocab.txt
 // and the settings of tokenizer_config.json.

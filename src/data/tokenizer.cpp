@@ -269,19 +269,24 @@ TokenizerKind parse_tokenizer_kind(const std::string& s) {
   if (s == "sentencepiece") return TokenizerKind::kSentencePiece;
   if (s == "char") return TokenizerKind::kChar;
   if (s == "word") return TokenizerKind::kWord;
-  throw ConfigError(fmt::format("tokenizer must be sentencepiece, char or word, got \"{}\"", s));
+  if (s == "wordpiece") return TokenizerKind::kWordPiece;
+  throw ConfigError(fmt::format("tokenizer must be sentencepiece, char, word or wordpiece, got \"{}\"", s));
 }
 
 const char* tokenizer_kind_name(TokenizerKind k) {
   switch (k) {
     case TokenizerKind::kChar: return "char";
     case TokenizerKind::kWord: return "word";
+    case TokenizerKind::kWordPiece: return "wordpiece";
     case TokenizerKind::kSentencePiece: break;
   }
   return "sentencepiece";
 }
 
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts) {
+  check<ConfigError>(cfg.kind != TokenizerKind::kWordPiece,
+                     "a wordpiece tokenizer is a pretrained checkpoint's: name that checkpoint (--init-from or "
+                     "--tokenizer-from) rather than train one");
   check<ConfigError>(cfg.vocab_size > kNumSpecials, "vocab_size must exceed the {} special tokens, got {}",
                      kNumSpecials, cfg.vocab_size);
   check<IoError>(!texts.empty(), "cannot train a tokenizer on no text");
@@ -317,11 +322,14 @@ std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std
   return std::make_unique<SentencePieceTokenizer>(std::move(proto));
 }
 
-std::unique_ptr<Tokenizer> load_run_tokenizer(const std::string& run_dir, std::int64_t config_vocab_size) {
+std::unique_ptr<Tokenizer> load_tokenizer_of_run(const std::string& run_dir) {
   // A Hugging Face checkpoint keeps its tokenizer files beside the weights.
   const fs::path own = fs::path(run_dir) / "tokenizer";
-  std::unique_ptr<Tokenizer> tok = !fs::exists(own) && has_hf_tokenizer(run_dir) ? load_hf_tokenizer(run_dir)
-                                                                                : Tokenizer::load(own.string());
+  return !fs::exists(own) && has_hf_tokenizer(run_dir) ? load_hf_tokenizer(run_dir) : Tokenizer::load(own.string());
+}
+
+std::unique_ptr<Tokenizer> load_run_tokenizer(const std::string& run_dir, std::int64_t config_vocab_size) {
+  std::unique_ptr<Tokenizer> tok = load_tokenizer_of_run(run_dir);
   check<IoError>(config_vocab_size == tok->vocab_size(),
                  "{}: config.json has vocab_size {} but the run's tokenizer has {} tokens", run_dir, config_vocab_size,
                  tok->vocab_size());

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -102,10 +103,12 @@ void AbsolutePositions::forward_inplace(Tensor& x, std::int64_t offset) const {
     for (std::int64_t i = 0; i < L * d_; ++i) px[b * L * d_ + i] += t[i];
 }
 
-void AbsolutePositions::backward(const Tensor& dy) {
+void AbsolutePositions::backward(const Tensor& dy) { backward_offset(dy, 0); }
+
+void AbsolutePositions::backward_offset(const Tensor& dy, std::int64_t offset) {
   if (kind_ != PositionKind::kLearned) return;
   const std::int64_t B = dy.dim(0), L = dy.dim(1);
-  float* g = store_->grad(learned_->weight());
+  float* g = store_->grad(learned_->weight()) + offset * d_;
   const float* pd = dy.f32();
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t i = 0; i < L * d_; ++i) g[i] += pd[b * L * d_ + i];
@@ -120,27 +123,106 @@ const ModelConfig& validated(const ModelConfig& cfg) {
 
 }  // namespace
 
+InputEmbedding::InputEmbedding(ParamStore& store, const ModelConfig& cfg)
+    : store_(&store),
+      offset_(cfg.position_offset),
+      embedding_(store, "embedding.", cfg.vocab_size, cfg.layer.d_model),
+      positions_(store, "pos_embedding.", cfg.positions, cfg.max_len, cfg.layer.d_model) {
+  if (cfg.token_types > 0)
+    token_types_ = std::make_unique<Embedding>(store, "token_type_embedding.", cfg.token_types, cfg.layer.d_model);
+  if (cfg.embedding_norm) {
+    norm_ = std::make_unique<LayerNorm>(store, "embedding_norm.", cfg.layer.d_model, cfg.layer.layer_norm_eps);
+    // Only here: a dropout site of its own would renumber the encoder's, and with them every other model's masks.
+    dropout_ = std::make_unique<Dropout>(store, cfg.layer.dropout);
+  }
+}
+
+void InputEmbedding::init(Rng& rng) {
+  embedding_.init(rng);
+  positions_.init(rng);
+  if (token_types_) token_types_->init(rng);
+  if (norm_) norm_->init(rng);
+}
+
+void InputEmbedding::release_saved() {
+  embedding_.release_saved();
+  if (norm_) norm_->release_saved();
+}
+
+Tensor InputEmbedding::forward(const Tensor& ids, const ForwardContext& ctx) {
+  Tensor x = embedding_.forward(ids);
+  positions_.forward_inplace(x, offset_);
+  if (token_types_) {
+    const std::int64_t d = x.dim(2);
+    const float* row = store_->data(token_types_->weight());  // type 0
+    float* px = x.f32();
+    for (std::int64_t i = 0; i < x.numel(); i += d)
+      for (std::int64_t e = 0; e < d; ++e) px[i + e] += row[e];
+  }
+  if (!norm_) return x;
+  Tensor y = norm_->forward(x);
+  dropout_->forward_inplace(y, ctx);
+  return y;
+}
+
+void InputEmbedding::backward(Tensor dy) {
+  if (norm_) {
+    dropout_->backward_inplace(dy);
+    dy = norm_->backward(dy);
+  }
+  if (token_types_) {
+    const std::int64_t d = dy.dim(2);
+    float* g = store_->grad(token_types_->weight());
+    const float* pd = dy.f32();
+    for (std::int64_t i = 0; i < dy.numel(); i += d)
+      for (std::int64_t e = 0; e < d; ++e) g[e] += pd[i + e];
+  }
+  positions_.backward_offset(dy, offset_);
+  embedding_.backward(dy);
+}
+
+namespace {
+
+// "linear", "tanh" or "relu": the classifier head's activation before the classifier.
+std::int64_t head_width(const ModelConfig& cfg) {
+  check<ConfigError>(cfg.head == "linear" || cfg.head == "tanh" || cfg.head == "relu",
+                     "head must be linear, tanh or relu, got \"{}\"", cfg.head);
+  return cfg.layer.d_model;
+}
+
+}  // namespace
+
 SequenceClassifier::SequenceClassifier(ParamStore& store, const ModelConfig& cfg)
     : cfg_(validated(cfg)),
       store_(&store),
-      embedding_(store, "embedding.", cfg.vocab_size, cfg.layer.d_model),
-      positions_(store, "pos_embedding.", cfg.positions, cfg.max_len, cfg.layer.d_model),
+      input_(store, cfg),
       encoder_(store, "encoder.", cfg.layer_config(), cfg.num_layers, cfg.final_norm),
+      pre_classifier_(cfg.head == "linear" ? nullptr
+                                           : std::make_unique<Linear>(store, "pre_classifier.", cfg.layer.d_model,
+                                                                      head_width(cfg))),
       classifier_(store, "classifier.", cfg.layer.d_model, cfg.num_classes) {}
 
 void SequenceClassifier::init(Rng& rng) {
-  embedding_.init(rng);
-  positions_.init(rng);
+  input_.init(rng);
   encoder_.init(rng);
+  if (pre_classifier_) pre_classifier_->init(rng);
   classifier_.init(rng);
   if (cfg_.init == "xavier") xavier_uniform_all(*store_, rng);
 }
 
 void SequenceClassifier::release_saved() {
-  embedding_.release_saved();
+  input_.release_saved();
   encoder_.release_saved();
+  if (pre_classifier_) pre_classifier_->release_saved();
   classifier_.release_saved();
-  x_ = Tensor(), h_ = Tensor(), pooled_ = Tensor();
+  x_ = Tensor(), h_ = Tensor(), pooled_ = Tensor(), head_ = Tensor();
+}
+
+Tensor SequenceClassifier::pooled(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx) {
+  forward(ids, padding, ctx);
+  Tensor out = std::move(pooled_);
+  release_saved();
+  return out;
 }
 
 Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx) {
@@ -151,8 +233,7 @@ Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, con
     check<ShapeError>(padding->dtype() == DType::kBool, "padding mask must be BOOL");
   }
   padding_ = padding;
-  x_ = embedding_.forward(ids);
-  positions_.forward_inplace(x_);
+  x_ = input_.forward(ids, ctx);
   AttentionMaskArgs masks;
   masks.key_padding_mask = padding;
   h_ = encoder_.forward(x_, masks, ctx);
@@ -177,12 +258,24 @@ Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, con
     if (n > 0)
       for (std::int64_t e = 0; e < d; ++e) p[e] /= n;
   }
-  return classifier_.forward(pooled_);
+  if (!pre_classifier_) return classifier_.forward(pooled_);
+  head_ = pre_classifier_->forward(pooled_);
+  for (float& v : std::span(head_.f32(), static_cast<std::size_t>(head_.numel())))
+    v = cfg_.head == "tanh" ? std::tanh(v) : std::max(v, 0.0f);
+  return classifier_.forward(head_);
 }
 
 void SequenceClassifier::backward(const Tensor& dlogits) {
   const std::int64_t B = h_.dim(0), L = h_.dim(1), d = cfg_.layer.d_model;
   Tensor dpooled = classifier_.backward(dlogits);
+  if (pre_classifier_) {
+    // Through the activation, from its output: tanh' = 1 - y^2, relu' = [y > 0].
+    const float* y = head_.f32();
+    float* g = dpooled.f32();
+    for (std::int64_t i = 0; i < dpooled.numel(); ++i)
+      g[i] *= cfg_.head == "tanh" ? 1.0f - y[i] * y[i] : (y[i] > 0.0f ? 1.0f : 0.0f);
+    dpooled = pre_classifier_->backward(dpooled);
+  }
   Tensor dh({B, L, d});
   const std::uint8_t* pad = padding_ ? padding_->data<std::uint8_t>() : nullptr;
   for (std::int64_t b = 0; b < B; ++b) {
@@ -199,9 +292,7 @@ void SequenceClassifier::backward(const Tensor& dlogits) {
       for (std::int64_t e = 0; e < d; ++e) g[e] = dp[e] / n;
     }
   }
-  Tensor dx = encoder_.backward(dh);
-  positions_.backward(dx);
-  embedding_.backward(dx);
+  input_.backward(encoder_.backward(dh));
 }
 
 LanguageModel::LanguageModel(ParamStore& store, const ModelConfig& cfg)

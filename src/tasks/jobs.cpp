@@ -12,6 +12,7 @@
 #include "multihead/io/output_path.h"
 #include "multihead/train/distributed.h"
 #include "multihead/train/fit.h"
+#include "multihead/train/hf_checkpoint.h"
 #include "multihead/train/run_dir.h"
 
 namespace multihead {
@@ -117,6 +118,27 @@ Job with_source_tokenizer(Job job, bool resumes) {
   return job;
 }
 
+// A job that starts from a Hugging Face checkpoint has the checkpoint's
+// model: its shape is the checkpoint's, not the job's to choose (the number
+// of classes is still the data's). A run resuming from its own checkpoint
+// recorded that model already.
+Job with_source_model(Job job, bool resumes) {
+  std::visit(
+      [resumes](auto& j) {
+        if constexpr (requires { j.model.pooling; }) {
+          if (resumes || !is_hf_checkpoint(j.train.init_from)) return;
+          const HfCheckpoint c = read_hf_checkpoint(j.train.init_from);
+          const std::int64_t classes = j.model.num_classes;
+          j.model = ModelConfig();
+          ConfigReader reader(c.job["model"], c.config_path);
+          ModelConfig::keys(reader, j.model);
+          j.model.num_classes = classes;
+        }
+      },
+      job);
+  return job;
+}
+
 }  // namespace
 
 std::vector<NamedInput> job_inputs(const Job& job) {
@@ -137,7 +159,7 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   inputs.insert(inputs.end(), more_inputs.begin(), more_inputs.end());
   check_output_apart(out, "--out", inputs);
   const bool resumes = mode == RunMode::kResume && fs::exists(last_checkpoint_path(out));
-  const Job job = with_source_tokenizer(with_absolute_data_path(given), resumes);
+  const Job job = with_source_model(with_source_tokenizer(with_absolute_data_path(given), resumes), resumes);
   if (!process_group().primary()) {
     // Another rank under mpirun: it trains its share; rank 0 writes the run.
     RunDir follower(out, mode);

@@ -15,6 +15,7 @@
 #include "multihead/tasks/trained_run.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
+#include "multihead/train/hf_checkpoint.h"
 #include "multihead/train/resume.h"
 
 namespace multihead {
@@ -346,6 +347,7 @@ ModelSample sample_model(const TextClassificationJob& job, const std::string& ru
 
 std::vector<std::string> run_class_names(const std::string& dir, std::int64_t num_classes,
                                          std::vector<std::string>* warnings) {
+  if (is_hf_checkpoint(dir)) return read_hf_checkpoint(dir).labels;  // config.json's id2label
   // results.json names the classes. A run made before it existed has none:
   // its classes are their numbers, and the run says so.
   const std::filesystem::path results = std::filesystem::path(dir) / "results.json";

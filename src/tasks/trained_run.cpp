@@ -16,10 +16,12 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/classification_report.h"
+#include "multihead/tasks/embedding.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/loaded_run.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/fit.h"
+#include "multihead/train/hf_checkpoint.h"
 #include "multihead/train/run_dir.h"
 
 namespace multihead {
@@ -72,11 +74,22 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
  public:
   ClassifierRun(const TextClassificationJob& job, const std::string& dir, Precision precision)
       : TokenModelRun(job, dir, precision) {
+    if (is_hf_checkpoint(dir)) {
+      const HfCheckpoint c = read_hf_checkpoint(dir);
+      if (!c.has_head)
+        no_head_ = fmt::format("{} is an encoder ({}) with no classification head: embed with it, or fine-tune it "
+                               "first (multihead train --init-from {})", dir, c.architecture, dir);
+    }
+    pooling_ = embedding_pooling(dir, job_.model.pooling);
     labels_ = run_class_names(dir, job_.model.num_classes, &warnings_);
   }
 
   std::vector<std::string> labels() const override { return labels_; }
-  void describe(nlohmann::json& model) const override { model["labels"] = labels_; }
+  // Before any input is read: an encoder without a head answers no classification request.
+  void check_settings(const AnswerSettings& s) override {
+    TrainedRun::check_settings(s);
+    check<ConfigError>(no_head_.empty(), "{}", no_head_);
+  }
 
   std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings&) override {
     return batched_answers(
@@ -94,15 +107,53 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
   // each (data/batching.h): however many texts and however long, the
   // activations stay those of one small batch.
   std::vector<Prediction> predict(const std::vector<std::string>& texts) override {
+    check<ConfigError>(no_head_.empty(), "{}", no_head_);
+    std::vector<Prediction> out(texts.size());
+    const std::vector<bool> cut = run_batches(texts, [&](const std::vector<std::int64_t>& rows, const Tensor& logits) {
+      const std::int64_t C = logits.dim(1);
+      for (std::int64_t r = 0; r < logits.dim(0); ++r) {
+        const float* z = logits.f32() + r * C;
+        Prediction& p = out[static_cast<std::size_t>(rows[static_cast<std::size_t>(r)])];
+        append_probabilities(p.probabilities, z, C);
+        p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
+      }
+    });
+    for (std::size_t i = 0; i < out.size(); ++i) out[i].truncated = cut[i];
+    return out;
+  }
+
+  std::vector<std::vector<float>> embed(const std::vector<std::string>& texts) override {
+    std::vector<std::vector<float>> out(texts.size());
+    run_batches(texts, [&](const std::vector<std::int64_t>& rows, const Tensor&) {
+      std::vector<std::vector<float>> v = pool_embeddings(model_.hidden(), *padding_, pooling_);
+      for (std::size_t r = 0; r < rows.size(); ++r) out[static_cast<std::size_t>(rows[r])] = std::move(v[r]);
+    });
+    return out;
+  }
+
+  void describe(nlohmann::json& model) const override {
+    if (no_head_.empty()) model["labels"] = labels_;
+    model["embedding"] = pooling_.describe();
+  }
+
+ private:
+  // The texts through the model in batches of similar length, at most
+  // kAnswerBatchTokens padded tokens each (data/batching.h): however many
+  // texts and however long, the activations stay those of one small batch.
+  // use(rows, logits) sees each batch (rows: its texts' indices; the
+  // encoder's states in model_.hidden(), the padding in *padding_). Returns
+  // which texts had more tokens than the model reads (their first were read).
+  template <typename Use>
+  std::vector<bool> run_batches(const std::vector<std::string>& texts, Use&& use) {
     // One token past what the model reads tells a text that was cut.
     const TokenFrame frame = tok_->frame();
     const auto framing = frame.before.size() + frame.after.size();
     const auto room = static_cast<std::size_t>(job_.max_len) - framing;
     std::vector<std::vector<std::int64_t>> ids = encode_texts(texts, room + 1);
-    std::vector<Prediction> out(texts.size());
+    std::vector<bool> cut(texts.size(), false);
     std::vector<std::int64_t> lengths;  // as the model reads them, framed ([CLS] first)
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i].size() > room) ids[i].resize(room), out[i].truncated = true;
+      if (ids[i].size() > room) ids[i].resize(room), cut[i] = true;
       lengths.push_back(static_cast<std::int64_t>(ids[i].size() + framing));
     }
     const ForwardContext ctx = eval_context(precision_);
@@ -110,22 +161,18 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
       std::vector<const std::vector<std::int64_t>*> part;
       for (const std::int64_t i : batch) part.push_back(&ids[static_cast<std::size_t>(i)]);
       TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, frame);
-      Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);  // (B, C)
-      const std::int64_t C = logits.dim(1);
-      for (std::int64_t r = 0; r < logits.dim(0); ++r) {
-        const float* z = logits.f32() + r * C;
-        Prediction& p = out[static_cast<std::size_t>(batch[static_cast<std::size_t>(r)])];
-        append_probabilities(p.probabilities, z, C);
-        p.label = labels_[static_cast<std::size_t>(std::max_element(z, z + C) - z)];
-      }
+      padding_ = &tb.padding;
+      use(batch, model_.forward(tb.ids, &tb.padding, ctx));
+      padding_ = nullptr;
       model_.release_saved();
     }
-    return out;
+    return cut;
   }
 
+ public:
   // The texts' first max_tokens tokens each (encode_text), on every thread:
   // the tokenizers' encode is const and shares nothing between calls. A bad
-  // text throws the error of the first one.
+  // text throws the error of the first one, as an InputError naming it.
   std::vector<std::vector<std::int64_t>> encode_texts(const std::vector<std::string>& texts, std::size_t max_tokens) {
     const auto n = static_cast<std::int64_t>(texts.size());
     std::vector<std::vector<std::int64_t>> ids(texts.size());
@@ -139,8 +186,14 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
         failed[k] = std::current_exception();
       }
     }
-    for (const std::exception_ptr& e : failed)
-      if (e) std::rethrow_exception(e);
+    for (std::size_t k = 0; k < failed.size(); ++k) {
+      if (!failed[k]) continue;
+      try {
+        std::rethrow_exception(failed[k]);
+      } catch (const ConfigError& e) {
+        throw InputError(k, e.what());  // naming the text that failed
+      }
+    }
     return ids;
   }
 
@@ -155,11 +208,18 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
 
  private:
   std::vector<std::string> labels_;
+  std::string no_head_;  // why this run cannot classify (an encoder's checkpoint), or ""
+  EmbeddingPooling pooling_;
+  const Tensor* padding_ = nullptr;  // the batch's, while run_batches runs
 
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens, bool ablate) {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
-    return classifier_attention(model_, *tok_, encode_text(*tok_, text, "the text"),
-                                std::min(max_tokens, job_.max_len), labels_, precision_, ablate);
+    // An encoder without a head predicts nothing: its maps are the attention alone.
+    AttentionMaps maps = classifier_attention(model_, *tok_, encode_text(*tok_, text, "the text"),
+                                              std::min(max_tokens, job_.max_len), labels_, precision_,
+                                              ablate && no_head_.empty());
+    if (!no_head_.empty()) maps.prediction.clear();
+    return maps;
   }
 };
 
@@ -397,6 +457,11 @@ void TrainedRun::check_no_generation_settings(const AnswerSettings& s) {
 
 std::vector<std::string> TrainedRun::labels() const {
   throw ConfigError(fmt::format("a {} run has no classes", task()));
+}
+
+std::vector<std::vector<float>> TrainedRun::embed(const std::vector<std::string>&) {
+  throw ConfigError(fmt::format("embed needs a text encoder (a classifier's run or a checkpoint); this run's task "
+                                "is {}", task()));
 }
 
 std::vector<Prediction> TrainedRun::predict(const std::vector<std::string>&) {

@@ -1,4 +1,6 @@
 #include "multihead/train/checkpoint.h"
+#include "multihead/train/hf_checkpoint.h"
+#include "multihead/train/initial_weights.h"
 
 #include <algorithm>
 
@@ -63,6 +65,7 @@ std::string checkpoint_format_warning(const std::map<std::string, std::string>& 
 }
 
 std::string run_checkpoint_warning(const std::string& run_dir) {
+  if (is_hf_checkpoint(run_dir)) return "";  // transformers' files have no multihead format to be old
   const std::string path = last_checkpoint_path(run_dir);
   return checkpoint_format_warning(read_safetensors_metadata(path), path);
 }
@@ -123,6 +126,11 @@ void load_model_tensors(ParamStore& store, const SafetensorsFile& f) {
 }  // namespace
 
 void load_run_weights(ParamStore& store, const std::string& run_dir) {
+  if (is_hf_checkpoint(run_dir)) {
+    const InitialWeights w = read_initial_weights(run_dir);
+    apply_initial_weights(store, w, "");
+    return;
+  }
   const RunConfig config = read_run_config(run_dir);
   const std::string path = last_checkpoint_path(run_dir);
   const SafetensorsFile f = SafetensorsFile::read(path);

@@ -11,6 +11,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/nn/state_dict.h"
 #include "multihead/train/checkpoint.h"
+#include "multihead/train/hf_checkpoint.h"
 #include "multihead/train/run_dir.h"
 
 namespace multihead {
@@ -28,7 +29,13 @@ std::string sha256_hex(std::string_view bytes) {
 InitialWeights read_initial_weights(const std::string& from) {
   namespace fs = std::filesystem;
   InitialWeights w;
-  if (fs::is_directory(from)) {
+  if (is_hf_checkpoint(from)) {
+    const HfCheckpoint c = read_hf_checkpoint(from);
+    w.file = c.weights_path;
+    w.tensors = hf_model_tensors(c);
+    // A new head for new labels: one the checkpoint lacks, or has for another number of classes, starts afresh.
+    w.optional = kHfHeadParameters;
+  } else if (fs::is_directory(from)) {
     w.file = last_checkpoint_path(from);
     w.tensors = run_weights(from);
     w.warning = run_checkpoint_warning(from);
@@ -55,11 +62,17 @@ std::vector<std::string> apply_initial_weights(ParamStore& store, const InitialW
     }
   }
   auto skipped = [&](const std::string& name) { return pattern && std::regex_search(name, *pattern); };
+  const std::optional<std::regex> optional =
+      w.optional.empty() ? std::nullopt : std::optional<std::regex>(std::regex(w.optional, std::regex::ECMAScript));
+  auto fits = [&](const ParamStore::Entry& e) {
+    const auto it = w.tensors.find(e.name);
+    return it != w.tensors.end() && it->second.shape() == e.shape;
+  };
   // Everything is checked before any weight is copied: a refused file leaves the model as it was.
   std::vector<std::pair<const ParamStore::Entry*, const Tensor*>> copies;
   std::vector<std::string> kept;
   for (const ParamStore::Entry& e : store.entries()) {
-    if (skipped(e.name)) {
+    if (skipped(e.name) || (optional && std::regex_search(e.name, *optional) && !fits(e))) {
       kept.push_back(e.name);
       continue;
     }
@@ -75,7 +88,7 @@ std::vector<std::string> apply_initial_weights(ParamStore& store, const InitialW
     copies.emplace_back(&e, &it->second);
   }
   for (const auto& [name, t] : w.tensors)
-    check<ConfigError>(store.find(name) || skipped(name), "{}: '{}' of shape {} is no parameter of the model",
+    check<ConfigError>(store.find(name) || skipped(name) || (optional && std::regex_search(name, *optional)), "{}: '{}' of shape {} is no parameter of the model",
                        w.file, name, shape_str(t.shape()));
   for (const auto& [e, t] : copies) std::copy(t->f32(), t->f32() + e->numel, store.all_data().data() + e->offset);
   return kept;

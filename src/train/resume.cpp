@@ -96,7 +96,7 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
                                          const std::vector<std::string>& texts) {
   if (resumes_from_checkpoint(run)) return Tokenizer::load(run.file("tokenizer"));
   if (!cfg.from.empty()) {  // another run's, kept in this run too
-    std::unique_ptr<Tokenizer> tok = Tokenizer::load((std::filesystem::path(cfg.from) / "tokenizer").string());
+    std::unique_ptr<Tokenizer> tok = load_tokenizer_of_run(cfg.from);
     if (run.writes()) tok->save(run.file("tokenizer"));
     return tok;
   }

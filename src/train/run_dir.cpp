@@ -1,4 +1,5 @@
 #include "multihead/train/run_dir.h"
+#include "multihead/train/hf_checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -161,6 +162,10 @@ std::vector<std::int64_t> kept_checkpoint_steps(const std::string& run_dir) {
 RunConfig read_run_config(const std::string& run_dir) {
   RunConfig c;
   c.path = (fs::path(run_dir) / "config.json").string();
+  if (is_hf_checkpoint(run_dir)) {  // transformers' config.json: the job it is read as
+    c.json = read_hf_checkpoint(run_dir).job;
+    return c;
+  }
   c.json = ConfigReader::parse(read_file(c.path), c.path);
   return c;
 }

@@ -25,15 +25,6 @@ struct PredictOpts {
   int threads = 0;
 };
 
-// The input's non-empty lines (a trailing \r dropped), with their line
-// numbers; a device (other than a terminal) or an endless line is refused.
-std::vector<std::pair<std::int64_t, std::string>> read_items(const std::string& path) {
-  std::vector<std::pair<std::int64_t, std::string>> items;
-  for (NumberedLine& l : read_lines(path))
-    if (!l.text.empty()) items.emplace_back(l.number, std::move(l.text));
-  return items;
-}
-
 // An answer as a plain line: a classifier's label and its probability; a
 // language model's continuation; a word's best phonemes, or with n_best > 1
 // each pronunciation's phonemes and score, tab-separated.
@@ -100,11 +91,7 @@ Command add_predict(CLI::App& app) {
   sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
   return {sub, [o] {
             if (o->input.empty()) o->input = "-";
-            std::optional<Precision> precision;
-            if (!o->precision.empty()) precision = parse_precision(o->precision);
-            set_num_threads(o->threads);
-            const auto run = TrainedRun::load(o->run, precision);
-            for (const std::string& w : run->warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
+            const auto run = load_for_answers(o->run, o->precision, o->threads);
             for (const std::string& line : predict(*run, *o, read_items(o->input))) fmt::print("{}\n", line);
           }};
 }

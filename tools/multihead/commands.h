@@ -5,11 +5,15 @@
 #include <charconv>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "multihead/tasks/answers.h"
+#include "multihead/tasks/trained_run.h"
 
 namespace multihead::cli {
 
@@ -43,9 +47,19 @@ void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s)
 // cannot be read says nothing here: the load names the problem.
 void warn_about_run(const std::string& run_dir);
 
+// The input's non-empty lines (a trailing \r dropped), with their line
+// numbers; "-" is standard input. A device (other than a terminal) or an
+// endless line is refused.
+std::vector<std::pair<std::int64_t, std::string>> read_items(const std::string& path);
+
+// A trained run loaded for answers with --precision (empty: the run's own)
+// and --threads, its load's warnings on stderr.
+std::unique_ptr<TrainedRun> load_for_answers(const std::string& run, const std::string& precision, int threads);
+
 Command add_apply(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_demo(CLI::App& app);
+Command add_embed(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_experiment(CLI::App& app);
 Command add_generate(CLI::App& app);

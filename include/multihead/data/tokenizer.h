@@ -45,8 +45,9 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& dir);
 };
 
-enum class TokenizerKind { kSentencePiece, kChar, kWord };
-// "sentencepiece", "char" or "word"; anything else is a ConfigError.
+enum class TokenizerKind { kSentencePiece, kChar, kWord, kWordPiece };
+// "sentencepiece", "char", "word" or "wordpiece" (read from a checkpoint,
+// never trained); anything else is a ConfigError.
 TokenizerKind parse_tokenizer_kind(const std::string& s);
 const char* tokenizer_kind_name(TokenizerKind k);
 
@@ -70,7 +71,11 @@ struct TokenizerConfig {
 // Trains on `texts` (the training split only).
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts);
 
-// A run directory's tokenizer (run_dir/tokenizer), checked against the
+// A run directory's tokenizer: run_dir/tokenizer, or a Hugging Face
+// checkpoint's files beside its weights.
+std::unique_ptr<Tokenizer> load_tokenizer_of_run(const std::string& run_dir);
+
+// A run directory's tokenizer (load_tokenizer_of_run), checked against the
 // vocabulary size its config.json records: a run where they differ was
 // edited or mixed from two runs, and every command that loads it refuses it
 // the same way (IoError naming `run_dir`).

@@ -45,6 +45,18 @@ struct ModelConfig {
   // Classifier only.
   std::int64_t num_classes = 2;
   Pooling pooling = Pooling::kMean;
+  // Classifier only: "linear", the classifier over the pooled vector; "tanh"
+  // or "relu", a "pre_classifier" d_model x d_model layer with that
+  // activation first (BERT's pooler, DistilBERT's pre-classifier).
+  std::string head = "linear";
+  // Pretrained encoders' input (BERT's family): a LayerNorm "embedding_norm"
+  // (eps layer_norm_eps) and dropout over the summed embeddings; a
+  // "token_type_embedding" of token_types rows, of which every token adds
+  // row 0 (one segment); and learned positions counted from position_offset
+  // (RoBERTa: 2).
+  bool embedding_norm = false;
+  std::int64_t token_types = 0;
+  std::int64_t position_offset = 0;
   // Language model only.
   bool tie_embeddings = false;
   // "pytorch": each module's own PyTorch initialisation; "xavier": then
@@ -74,7 +86,9 @@ struct ModelConfig {
     k("relative_clip", m.relative_clip)("relative_values", m.relative_values);
     k("rope_theta", m.rope_theta, positive());
     k.named("pooling", m.pooling, pooling_name, parse_pooling);
-    k("tie_embeddings", m.tie_embeddings)("init", m.init);
+    k("tie_embeddings", m.tie_embeddings)("init", m.init)("head", m.head);
+    k("embedding_norm", m.embedding_norm)("token_types", m.token_types, between(0, kMaxVocab));
+    k("position_offset", m.position_offset, between(0, kMaxLength));
     AttentionPattern::keys(k, m.layer.pattern);
   }
 
@@ -95,6 +109,7 @@ class AbsolutePositions {
   // error naming both.
   void forward_inplace(Tensor& x, std::int64_t offset = 0) const;
   void backward(const Tensor& dy);  // learned table's gradient
+  void backward_offset(const Tensor& dy, std::int64_t offset);  // of a forward_inplace at that offset
   // Sinusoidal only: recompute the table for a longer max_len.
   void extend(std::int64_t max_len);
   std::int64_t max_len() const { return max_len_; }
@@ -107,6 +122,28 @@ class AbsolutePositions {
   ParamStore* store_;
 };
 
+// The input of a classifier: token embeddings, plus absolute positions,
+// plus token type 0's row, through a LayerNorm and dropout, as the config
+// says (each part optional).
+class InputEmbedding {
+ public:
+  InputEmbedding(ParamStore& store, const ModelConfig& cfg);
+  void init(Rng& rng);
+  void release_saved();
+  Tensor forward(const Tensor& ids, const ForwardContext& ctx);  // (B, L) -> (B, L, d)
+  void backward(Tensor dy);
+  AbsolutePositions& positions() { return positions_; }
+
+ private:
+  ParamStore* store_;
+  std::int64_t offset_;
+  Embedding embedding_;
+  AbsolutePositions positions_;
+  std::unique_ptr<Embedding> token_types_;
+  std::unique_ptr<LayerNorm> norm_;
+  std::unique_ptr<Dropout> dropout_;
+};
+
 class SequenceClassifier : public Module {
  public:
   SequenceClassifier(ParamStore& store, const ModelConfig& cfg);
@@ -116,19 +153,24 @@ class SequenceClassifier : public Module {
   // ids and padding must outlive backward.
   Tensor forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx);
   void backward(const Tensor& dlogits);
+  // The pooled vectors (B, d_model) of a forward in eval mode: the
+  // sentence embeddings of a checkpoint that pools by mean.
+  Tensor pooled(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx);
+  // The encoder's output (B, L, d_model) of the last forward.
+  const Tensor& hidden() const { return h_; }
   TransformerEncoder& encoder() { return encoder_; }
-  AbsolutePositions& positions() { return positions_; }
+  AbsolutePositions& positions() { return input_.positions(); }
   const ModelConfig& config() const { return cfg_; }
 
  private:
   ModelConfig cfg_;
   ParamStore* store_;
-  Embedding embedding_;
-  AbsolutePositions positions_;
+  InputEmbedding input_;
   TransformerEncoder encoder_;
+  std::unique_ptr<Linear> pre_classifier_;
   Linear classifier_;
   const Tensor* padding_ = nullptr;
-  Tensor x_, h_, pooled_;
+  Tensor x_, h_, pooled_, head_;  // head_: pre_classifier's activated output
   std::vector<float> counts_;  // tokens pooled per sequence
 };
 

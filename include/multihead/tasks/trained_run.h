@@ -69,6 +69,9 @@ class TrainedRun {
   // recorded them, else "0", "1", ...) and each text's prediction.
   virtual std::vector<std::string> labels() const;
   virtual std::vector<Prediction> predict(const std::vector<std::string>& texts);
+  // Text encoders (classifiers' runs, and checkpoints without a head): each
+  // text's sentence embedding (tasks/embedding.h).
+  virtual std::vector<std::vector<float>> embed(const std::vector<std::string>& texts);
   // Language models: the prompt's continuation by `tokens` sampled tokens.
   virtual std::string generate(const std::string& prompt, std::int64_t tokens, const SamplingConfig& sampling);
   // Several prompts of equal token count continued together, a batch row

@@ -17,6 +17,10 @@ struct InitialWeights {
   std::string sha256;  // of that file, 64 hex digits
   TensorMap tensors;   // the model's tensors (a checkpoint's optimizer state left out)
   std::string warning;  // a checkpoint of an older format (train/checkpoint.h), else ""
+  // Parameters (a regex over names) taken where the file has them in the
+  // model's shape and otherwise left at their initialisation: a Hugging Face
+  // checkpoint's classification head, new for new labels.
+  std::string optional;
 };
 
 // from: a run directory (its last checkpoint, checked against its config.json

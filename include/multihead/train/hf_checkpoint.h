@@ -1,0 +1,50 @@
+// A Hugging Face checkpoint directory read as a run: transformers'
+// config.json, the weights in model.safetensors, and the tokenizer files
+// beside them (data/hf_tokenizer.h). Every command that takes a run
+// directory takes one: the job it is read as comes from config.json, its
+// weights are renamed into multihead's parameters.
+//
+// Read: model_type "bert" (BERT, MiniLM) as BertModel (an encoder) or
+// BertForSequenceClassification (labels from id2label). A BERT layer is
+// torch.nn.TransformerEncoderLayer's post-LN layer with GELU and the
+// config's LayerNorm eps; the input adds learned positions and token type
+// 0's row and normalises; BERT's pooler (dense + tanh over [CLS]) is the
+// classifier's "pre_classifier". Anything else is an IoError naming the key.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "multihead/io/safetensors.h"
+
+namespace multihead {
+
+// A directory whose config.json is transformers' (it names a "model_type").
+bool is_hf_checkpoint(const std::string& dir);
+
+struct HfCheckpoint {
+  std::string dir, config_path, weights_path;
+  std::string model_type, architecture;  // "bert", "BertForSequenceClassification"
+  nlohmann::json config;                 // transformers' config.json
+  nlohmann::json job;                    // the multihead job it is read as (config.json of a run)
+  bool has_head = false;                 // a classification head: classifier.* is in the weights
+  std::vector<std::string> labels;       // id2label in id order (LABEL_0, LABEL_1 where it has none)
+};
+
+// Reads and checks config.json (not the weights). IoError naming the file and
+// key for anything not read here.
+HfCheckpoint read_hf_checkpoint(const std::string& dir);
+
+// The checkpoint's weights under multihead's names, in F32, each checked
+// against the shape config.json implies (IoError naming the tensor). The
+// heads of pre-training (BERT's "cls.*") are left out, as transformers leaves
+// them out of the models read here.
+TensorMap hf_model_tensors(const HfCheckpoint& c);
+
+// The parameters a checkpoint without a classification head leaves at
+// their initialisation: a regex over names.
+inline constexpr const char* kHfHeadParameters = "^(classifier|pre_classifier)\\.";
+
+}  // namespace multihead
