@@ -256,3 +256,49 @@ def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_p
     m = mask.unsqueeze(-1).float()
     want = ((out.last_hidden_state * m).sum(1) / m.sum(1)).numpy()
     np.testing.assert_allclose(multihead.load_run(d, threads=1).embed(texts), want, rtol=1e-4, atol=1e-5)
+
+
+# --- Fine-tuning ---------------------------------------------------------------------------------
+
+def tiny_csv(path):
+    pos = ["good great fine", "great good day", "fine good nice", "nice great good"]
+    neg = ["bad awful poor", "poor bad day", "awful poor bad", "bad poor nasty"]
+    path.write_text("text,label\n" + "".join(f"{pos[r % 4]},pos\n{neg[r % 4]},neg\n" for r in range(12)))
+    return path
+
+
+def fine_tune(tmp_path, source, *args):
+    out = tmp_path / "fine-tuned"
+    subprocess.run([CLI, "train", "--quiet", "--threads", "1", "--source", "csv", "--data",
+                    str(tiny_csv(tmp_path / "tiny.csv")), "--init-from", str(source), "--batch", "4",
+                    "--max-len", "16", "--out", str(out), *args], check=True, capture_output=True)
+    return out
+
+
+def test_a_fine_tune_starts_from_the_checkpoint_with_its_tokenizer_and_model(tmp_path, wordpiece_dir):
+    import hashlib
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+    model, d = tiny_bert(tmp_path, "bert-cls", True, wordpiece_dir, labels=("NEG", "POS"))
+    # A learning rate too small to move a weight: the run's model is the checkpoint's.
+    run_dir = fine_tune(tmp_path, d, "--steps", "2", "--lr", "1e-30")
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["model"]["d_model"] == 32 and config["model"]["embedding_norm"] and config["tokenizer"]["kind"] == "wordpiece"
+    assert config["train"]["init_sha256"] == hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest()
+    assert json.loads((run_dir / "tokenizer" / "tokenizer.json").read_text())["model"]["vocab"] == \
+        json.loads((d / "tokenizer.json").read_text())["model"]["vocab"]
+    texts = ["good great fine", "awful poor bad", "a café, unseen"]  # each within --max-len 16
+    out, _ = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
+    run = multihead.load_run(run_dir, threads=1)
+    got = np.array([[p["probabilities"][l] for l in run.labels] for p in run.predict(texts)])
+    np.testing.assert_allclose(got, torch.softmax(out.logits, -1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_encoder_fine_tunes_with_a_new_head(tmp_path, wordpiece_dir):
+    _, d = tiny_bert(tmp_path, "bert-encoder", False, wordpiece_dir)
+    run_dir = fine_tune(tmp_path, d, "--epochs", "6", "--lr", "3e-3", "--warmup-steps", "3")
+    run = multihead.load_run(run_dir, threads=1)
+    assert sorted(run.labels) == ["neg", "pos"]
+    answers = run.predict(["good great fine", "awful poor bad"])
+    assert [a["label"] for a in answers] == ["pos", "neg"]

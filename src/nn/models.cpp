@@ -147,6 +147,7 @@ void InputEmbedding::init(Rng& rng) {
 void InputEmbedding::release_saved() {
   embedding_.release_saved();
   if (norm_) norm_->release_saved();
+  summed_ = Tensor();
 }
 
 Tensor InputEmbedding::forward(const Tensor& ids, const ForwardContext& ctx) {
@@ -160,7 +161,8 @@ Tensor InputEmbedding::forward(const Tensor& ids, const ForwardContext& ctx) {
       for (std::int64_t e = 0; e < d; ++e) px[i + e] += row[e];
   }
   if (!norm_) return x;
-  Tensor y = norm_->forward(x);
+  summed_ = std::move(x);  // the norm's input, which its backward reads
+  Tensor y = norm_->forward(summed_);
   dropout_->forward_inplace(y, ctx);
   return y;
 }

@@ -167,3 +167,54 @@ TEST(VisionTransformer, GradientsMatchFiniteDifferences) {
 
 }  // namespace
 }  // namespace multihead
+
+namespace multihead {
+namespace {
+
+// A classifier with a pretrained encoder's parts (BERT's: post-LN layers
+// without a final norm, learned positions from an offset, token type 0's
+// row, a LayerNorm over the embeddings, a tanh or relu layer before the
+// classifier): every parameter's gradient against central differences.
+class PretrainedParts : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PretrainedParts, GradientsMatchFiniteDifferences) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.num_layers = 2;
+  c.layer = small_layer();
+  c.layer.activation = Activation::kGelu;
+  c.final_norm = false;
+  c.positions = PositionKind::kLearned;
+  c.max_len = 9;
+  c.position_offset = 2;
+  c.token_types = 2;
+  c.embedding_norm = true;
+  c.num_classes = 3;
+  c.pooling = Pooling::kCls;
+  c.head = GetParam();
+  ParamStore store;
+  SequenceClassifier model(store, c);
+  store.finalize();
+  Rng rng(3);
+  model.init(rng);
+  for (const char* name : {"token_type_embedding.weight", "embedding_norm.weight", "pre_classifier.weight"})
+    EXPECT_EQ(store.find(name).has_value(), c.head != std::string("linear") || name[0] != 'p') << name;
+  const Tensor ids = Tensor::from_i64({2, 5}, std::vector<std::int64_t>{2, 5, 7, 1, 3, 2, 4, 9, 0, 0});
+  const Tensor pad = Tensor::from_bool({2, 5}, std::vector<std::uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1});
+  Tensor g = random_tensor({2, 3}, rng);
+  auto loss = [&] {
+    const double l = test::dot_loss(model.forward(ids, &pad, ForwardContext{}), g);
+    return l;
+  };
+  loss();
+  model.backward(g);
+  test::expect_float_gradients(loss, store.all_data(), store.all_grads(), 5, "parameter", 1e-2f, 3e-3);
+  // Positions past the offset's reach are refused, not read out of the table.
+  const Tensor long_ids = Tensor::from_i64({1, 8}, std::vector<std::int64_t>(8, 1));
+  EXPECT_THROW(model.forward(long_ids, nullptr, ForwardContext{}), ShapeError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, PretrainedParts, ::testing::Values("linear", "tanh", "relu"));
+
+}  // namespace
+}  // namespace multihead

@@ -142,6 +142,7 @@ class InputEmbedding {
   std::unique_ptr<Embedding> token_types_;
   std::unique_ptr<LayerNorm> norm_;
   std::unique_ptr<Dropout> dropout_;
+  Tensor summed_;  // the embeddings' sum, before the norm
 };
 
 class SequenceClassifier : public Module {
