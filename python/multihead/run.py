@@ -59,6 +59,13 @@ class Run:
         """Each text's label and class probabilities: [{'label': ..., 'probabilities': {...}}]."""
         return self._answering("predict").predict(texts)
 
+    def save_pretrained(self, path):
+        """Writes the run as transformers writes a BertForSequenceClassification (config.json,
+        model.safetensors, tokenizer.json) into the new directory `path`, for
+        AutoModelForSequenceClassification.from_pretrained. The run must be of BERT's shape: fine-tuned
+        from a Hugging Face BERT checkpoint."""
+        return _mh.export_run(self.path, "hf", os.fspath(path))
+
     def embed(self, texts):
         """Each text's sentence embedding, an array (len(texts), d_model) of float32: pooled and
         normalised as a checkpoint's sentence-transformers modules say (else mean over its tokens)."""

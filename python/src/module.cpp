@@ -29,6 +29,7 @@
 #include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/safetensors.h"
+#include "multihead/tasks/export.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
 #include "multihead/tasks/pronunciation.h"
@@ -553,6 +554,13 @@ PYBIND11_MODULE(_multihead, m) {
       .def_property_readonly_static("unk_id", [](py::object) { return kUnkId; })
       .def_property_readonly_static("cls_id", [](py::object) { return kClsId; })
       .def_property_readonly_static("eos_id", [](py::object) { return kEosId; });
+  m.def(
+      "export_run",
+      [](const std::filesystem::path& run, const std::string& format, const std::filesystem::path& out) {
+        return export_run(run.string(), format, out.string());
+      },
+      py::arg("run"), py::arg("format"), py::arg("out"), release,
+      "Writes the run in another library's layout (format 'hf': transformers' BertForSequenceClassification)");
   m.def(
       "run_config",
       [](const std::filesystem::path& path) { return read_run_config(path.string()).json.dump(); },

@@ -302,3 +302,106 @@ def test_an_encoder_fine_tunes_with_a_new_head(tmp_path, wordpiece_dir):
     assert sorted(run.labels) == ["neg", "pos"]
     answers = run.predict(["good great fine", "awful poor bad"])
     assert [a["label"] for a in answers] == ["pos", "neg"]
+
+
+# --- Back out ------------------------------------------------------------------------------------
+
+def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabilities(tmp_path, wordpiece_dir):
+    import numpy as np
+    import torch
+    transformers = pytest.importorskip("transformers")
+    _, d = tiny_bert(tmp_path, "bert-encoder", False, wordpiece_dir)
+    run_dir = fine_tune(tmp_path, d, "--epochs", "2", "--lr", "3e-3", "--warmup-steps", "3")
+    run = multihead.load_run(run_dir, threads=1)
+    out = tmp_path / "exported"
+    run.save_pretrained(out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                     "tokenizer_config.json"]
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert [model.config.id2label[i] for i in range(2)] == run.labels
+    texts = ["good great fine", "awful poor bad", "a café, unseen"]
+    with torch.no_grad():
+        want = torch.softmax(model(**tokenizer(texts, padding=True, return_tensors="pt")).logits, -1).numpy()
+    got = np.array([[p["probabilities"][l] for l in run.labels] for p in run.predict(texts)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # The CLI writes the same files; it never writes over a directory that holds something.
+    again = tmp_path / "again"
+    subprocess.run([CLI, "export", "--run", str(run_dir), "--format", "hf", "--out", str(again)], check=True,
+                   capture_output=True)
+    assert (again / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    r = subprocess.run([CLI, "export", "--run", str(run_dir), "--format", "hf", "--out", str(again)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not an empty directory" in r.stderr and r.stderr.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name) == []
+
+
+def test_a_run_not_of_berts_shape_is_not_exported(tmp_path):
+    run_dir = tmp_path / "scratch"
+    subprocess.run([CLI, "train", "--quiet", "--threads", "1", "--source", "csv", "--data",
+                    str(tiny_csv(tmp_path / "tiny.csv")), "--tokenizer", "word", "--vocab-size", "64", "--epochs",
+                    "1", "--d-model", "16", "--num-heads", "2", "--num-layers", "1", "--batch", "4", "--max-len",
+                    "8", "--out", str(run_dir)], check=True, capture_output=True)
+    r = subprocess.run([CLI, "export", "--run", str(run_dir), "--out", str(tmp_path / "out")], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "BERT's shape" in r.stderr and not (tmp_path / "out").exists(), r.stderr
+
+
+# --- Hostile checkpoints -------------------------------------------------------------------------
+
+def hostile(tmp_path, wordpiece_dir, edit):
+    _, d = tiny_bert(tmp_path, "hostile", True, wordpiece_dir)
+    edit(d)
+    return subprocess.run([CLI, "predict", "--run", str(d)], input="hello\n", capture_output=True, text=True)
+
+
+def edit_config(**changes):
+    def edit(d):
+        c = json.loads((d / "config.json").read_text())
+        c.update(changes)
+        (d / "config.json").write_text(json.dumps(c))
+    return edit
+
+
+def drop_tensor(name):
+    def edit(d):
+        from safetensors.numpy import load_file, save_file
+        tensors = load_file(str(d / "model.safetensors"))
+        del tensors[name]
+        save_file(tensors, str(d / "model.safetensors"))
+    return edit
+
+
+def pickle_weights(d):
+    import pickle
+    (d / "model.safetensors").unlink()
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {d}/pwned",))
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps(Payload()))
+
+
+def unsupported_tokenizer(d):
+    t = json.loads((d / "tokenizer.json").read_text())
+    t["model"]["type"] = "Unigram"
+    (d / "tokenizer.json").write_text(json.dumps(t))
+
+
+@pytest.mark.parametrize("edit,message", [
+    (edit_config(hidden_size=48), "has shape (32,), but config.json implies (48,)"),
+    (edit_config(intermediate_size=40), "'bert.encoder.layer.0.intermediate.dense.bias' has shape (48,), but "
+                                        "config.json implies (40,)"),
+    (edit_config(model_type="t5"), "\"model_type\" is \"t5\""),
+    (edit_config(architectures=["BertForQuestionAnswering"]), "\"architectures\" is [\"BertForQuestionAnswering\"]"),
+    (edit_config(hidden_act="swish"), "\"hidden_act\" is \"swish\""),
+    (edit_config(position_embedding_type="relative_key"), "\"position_embedding_type\" is \"relative_key\""),
+    (drop_tensor("bert.encoder.layer.1.output.dense.weight"), "lacks 'encoder.layer.1.output.dense.weight'"),
+    (pickle_weights, "pickle file"),
+    (unsupported_tokenizer, "model.type \"Unigram\" is not read here"),
+])
+def test_a_hostile_checkpoint_is_refused_in_one_line(tmp_path, wordpiece_dir, edit, message):
+    pytest.importorskip("transformers")
+    r = hostile(tmp_path, wordpiece_dir, edit)
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "hostile" / "pwned").exists()

@@ -8,7 +8,10 @@
 #include "multihead/core/step_profile.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/io/json_config.h"
 #include "multihead/train/distributed.h"
+#include "multihead/train/initial_weights.h"
+#include "multihead/train/run_dir.h"
 #include "multihead/train/trainer.h"
 #include "timing.h"
 
@@ -26,16 +29,40 @@ double train_step_flops(const TrainBenchConfig& c) {
   return 3 * (static_cast<double>(c.num_layers) * per_layer + head);
 }
 
-TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
-  check<ConfigError>(c.iters > 0 && c.warmup >= 0, "iters must be positive and warmup non-negative");
+namespace {
+
+ModelConfig pretrained_model(const std::string& dir) {
+  const RunConfig rc = read_run_config(dir);
+  check<ConfigError>(rc.json.contains("model") && rc.json["model"].is_object(), "{}: no model to time", rc.path);
   ModelConfig mc;
-  mc.vocab_size = c.vocab_size;
-  mc.num_layers = c.num_layers;
-  mc.layer.d_model = c.d_model;
-  mc.layer.nhead = c.num_heads;
-  mc.layer.dim_feedforward = c.dim_feedforward;
-  mc.layer.dropout = c.dropout;
-  mc.max_len = c.seq_len;
+  ConfigReader reader(rc.json["model"], rc.path);
+  ModelConfig::keys(reader, mc);
+  return mc;
+}
+
+}  // namespace
+
+TrainBenchConfig with_pretrained_shape(TrainBenchConfig c) {
+  if (c.pretrained.empty()) return c;
+  const ModelConfig mc = pretrained_model(c.pretrained);
+  c.d_model = mc.layer.d_model, c.num_heads = mc.layer.nhead, c.num_layers = mc.num_layers;
+  c.dim_feedforward = mc.layer.dim_feedforward, c.vocab_size = mc.vocab_size, c.dropout = mc.layer.dropout;
+  return c;
+}
+
+TrainBenchResult run_train_bench(const TrainBenchConfig& c_in) {
+  const TrainBenchConfig c = with_pretrained_shape(c_in);
+  check<ConfigError>(c.iters > 0 && c.warmup >= 0, "iters must be positive and warmup non-negative");
+  ModelConfig mc = c.pretrained.empty() ? ModelConfig() : pretrained_model(c.pretrained);
+  if (c.pretrained.empty()) {
+    mc.vocab_size = c.vocab_size;
+    mc.num_layers = c.num_layers;
+    mc.layer.d_model = c.d_model;
+    mc.layer.nhead = c.num_heads;
+    mc.layer.dim_feedforward = c.dim_feedforward;
+    mc.layer.dropout = c.dropout;
+    mc.max_len = c.seq_len;
+  }
   mc.num_classes = c.num_classes;
   TrainConfig tc;
   tc.schedule.base_lr = 1e-4;
@@ -52,6 +79,7 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c) {
   store.finalize();
   Rng rng(0);
   model.init(rng);
+  if (!c.pretrained.empty()) apply_initial_weights(store, read_initial_weights(c.pretrained), "");
   model.encoder().set_checkpointing(c.checkpoint_layers);
   Trainer trainer(store, tc);
 

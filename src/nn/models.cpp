@@ -297,8 +297,20 @@ void SequenceClassifier::backward(const Tensor& dlogits) {
   input_.backward(encoder_.backward(dh));
 }
 
+namespace {
+
+// The parts only a classifier has, refused rather than ignored elsewhere.
+const ModelConfig& without_classifier_parts(const ModelConfig& cfg) {
+  check<ConfigError>(cfg.head == "linear" && !cfg.embedding_norm && cfg.token_types == 0 && cfg.position_offset == 0,
+                     "head, embedding_norm, token_types and position_offset are a text classifier's; this model "
+                     "is a language model");
+  return validated(cfg);
+}
+
+}  // namespace
+
 LanguageModel::LanguageModel(ParamStore& store, const ModelConfig& cfg)
-    : cfg_(validated(cfg)),
+    : cfg_(without_classifier_parts(cfg)),
       store_(&store),
       embedding_(store, "embedding.", cfg.vocab_size, cfg.layer.d_model),
       positions_(store, "pos_embedding.", cfg.positions, cfg.max_len, cfg.layer.d_model),

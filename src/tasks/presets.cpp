@@ -45,6 +45,10 @@ const std::vector<Preset>& presets() {
       {"fashion-mnist", "a Vision Transformer on Fashion-MNIST", embedded::kFashionMnist},
       {"reverse", "reversing sequences, trained on lengths 1..16, tested up to 64", embedded::kReverse},
       {"cmudict", "pronunciation from spelling: an encoder-decoder on CMUdict", embedded::kCmudict},
+      // spam-minilm: the spam job from a pretrained encoder, all-MiniLM-L6-v2
+      // (scripts/setup.sh --data), fine-tuned as BERT is: AdamW at 5e-5 with
+      // a linear decay, two epochs; the model and tokenizer are the checkpoint's.
+      {"spam-minilm", "SpamAssassin, fine-tuning the pretrained all-MiniLM-L6-v2", embedded::kSpamMinilm},
   };
   return all;
 }

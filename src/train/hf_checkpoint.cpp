@@ -1,5 +1,7 @@
 #include "multihead/train/hf_checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -192,7 +194,106 @@ void join_in_proj(TensorMap& out, std::int64_t layers) {
   }
 }
 
+// The model keys of a BERT-shaped classifier, as bert_job writes them: a run
+// whose model differs in one of them has no BERT checkpoint to be.
+void check_bert_shape(const json& job) {
+  check<ConfigError>(job.value("task", std::string()) == "text_classification",
+                     "export --format hf writes text classifiers; this run's task is {}", job.value("task", std::string("?")));
+  const json& m = job["model"];
+  const std::pair<const char*, json> shape[] = {
+      {"norm_first", false},     {"final_norm", false}, {"positions", "learned"},  {"pooling", "cls"},
+      {"head", "tanh"},          {"embedding_norm", true}, {"position_offset", 0}, {"attention", "full"},
+      {"num_kv_heads", 0}};
+  for (const auto& [key, want] : shape)
+    check<ConfigError>(m.value(key, json()) == want,
+                       "this run's model.{} is {}; a BERT checkpoint's is {} (export --format hf writes models of "
+                       "BERT's shape, as a checkpoint read from Hugging Face is)", key, m.value(key, json()).dump(),
+                       want.dump());
+  check<ConfigError>(m.value("token_types", 0) > 0, "this run's model has no token types (model.token_types); a BERT "
+                     "checkpoint has them");
+  check<ConfigError>(job["tokenizer"].value("kind", std::string()) == "wordpiece",
+                     "this run's tokenizer is {}; a BERT checkpoint's is wordpiece", job["tokenizer"].value("kind", std::string()));
+}
+
+json hf_config_of(const json& m, const std::vector<std::string>& labels, const TokenFrame& frame) {
+  json id2label = json::object(), label2id = json::object();
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    id2label[std::to_string(i)] = labels[i];
+    label2id[labels[i]] = i;
+  }
+  return {{"architectures", {"BertForSequenceClassification"}},
+          {"model_type", "bert"},
+          {"vocab_size", m["vocab_size"]},
+          {"hidden_size", m["d_model"]},
+          {"num_hidden_layers", m["num_layers"]},
+          {"num_attention_heads", m["nhead"]},
+          {"intermediate_size", m["dim_feedforward"]},
+          {"hidden_act", m["activation"]},
+          {"hidden_dropout_prob", m["dropout"]},
+          {"attention_probs_dropout_prob", m["dropout"]},
+          {"max_position_embeddings", m["max_len"]},
+          {"type_vocab_size", m["token_types"]},
+          {"layer_norm_eps", m["layer_norm_eps"]},
+          {"position_embedding_type", "absolute"},
+          {"pad_token_id", frame.pad},
+          {"initializer_range", 0.02},
+          {"id2label", id2label},
+          {"label2id", label2id},
+          {"dtype", "float32"}};
+}
+
 }  // namespace
+
+void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMap& weights,
+                         const std::vector<std::string>& labels, const Tokenizer& tokenizer) {
+  check_bert_shape(job);
+  const json& m = job["model"];
+  check<ConfigError>(static_cast<std::int64_t>(labels.size()) == m["num_classes"].get<std::int64_t>(),
+                     "the run names {} classes, its model has {}", labels.size(), m["num_classes"].dump());
+  // In transformers' names: the encoder's under "bert.", in_proj split into query, key and value.
+  TensorMap out;
+  const std::int64_t d = m["d_model"];
+  for (const auto& [hf, r] : bert_names(m, true)) {
+    const std::string name = hf.starts_with("classifier.") ? hf : "bert." + hf;
+    const std::size_t qkv = r.to.find("self_attn.");
+    const std::string part = qkv == std::string::npos ? "" : r.to.substr(qkv + 10, r.to.find('.', qkv + 10) - qkv - 10);
+    if (part == "query" || part == "key" || part == "value") {
+      const bool w = r.to.ends_with(".weight");
+      const Tensor& joined = weights.at(r.to.substr(0, qkv + 10) + (w ? "in_proj_weight" : "in_proj_bias"));
+      const std::int64_t slice = part == "query" ? 0 : part == "key" ? 1 : 2, n = w ? d * d : d;
+      out[name] = Tensor::from(r.shape, std::span<const float>(joined.f32() + slice * n, static_cast<std::size_t>(n)));
+      continue;
+    }
+    const auto it = weights.find(r.to);
+    check<ConfigError>(it != weights.end(), "the run's weights lack '{}'", r.to);
+    check<ConfigError>(it->second.shape() == r.shape, "the run's '{}' has shape {}, its config implies {}", r.to,
+                       shape_str(it->second.shape()), shape_str(r.shape));
+    out[name] = it->second.clone();
+  }
+  check<ConfigError>(!fs::exists(fs::symlink_status(dir)) || (fs::is_directory(dir) && fs::is_empty(dir)),
+                     "{} exists and is not an empty directory; export writes a new one", dir);
+  // Beside dir, of a name no other process uses: removed on failure, as this call made it.
+  const fs::path partial = fmt::format("{}.partial-{}", fs::path(dir).lexically_normal().string(), ::getpid());
+  check<IoError>(!fs::exists(fs::symlink_status(partial)), "{} exists; export leaves it alone", partial.string());
+  std::error_code ec;
+  try {
+    fs::create_directories(partial);
+    write_safetensors((partial / "model.safetensors").string(), out, {{"format", "pt"}});
+    write_file_atomic((partial / "config.json").string(), hf_config_of(m, labels, tokenizer.frame()).dump(2) + "\n");
+    tokenizer.save(partial.string());
+    const TokenFrame f = tokenizer.frame();
+    json tc = {{"tokenizer_class", "BertTokenizer"}, {"model_max_length", job["max_len"]},
+               {"pad_token", tokenizer.piece(f.pad)}, {"unk_token", tokenizer.piece(f.unk)}};
+    if (!f.before.empty()) tc["cls_token"] = tokenizer.piece(f.before.front());
+    if (!f.after.empty()) tc["sep_token"] = tokenizer.piece(f.after.front());
+    write_file_atomic((partial / "tokenizer_config.json").string(), tc.dump(2) + "\n");
+    if (fs::exists(dir)) fs::remove(dir);  // the empty directory checked above
+    fs::rename(partial, dir);
+  } catch (...) {
+    fs::remove_all(partial, ec);
+    throw;
+  }
+}
 
 bool is_hf_checkpoint(const std::string& dir) {
   const fs::path config = fs::path(dir) / "config.json";

@@ -21,7 +21,7 @@ namespace {
 using json = nlohmann::json;
 
 TEST(Jobs, EveryPresetReadsBackFromItsConfigAsTheSameKindAndSettings) {
-  ASSERT_EQ(presets().size(), 5u);
+  ASSERT_EQ(presets().size(), 6u);
   for (const Preset& p : presets()) {
     const Job job = p.make();
     const json config = to_json(job);
@@ -35,6 +35,7 @@ TEST(Jobs, EveryPresetReadsBackFromItsConfigAsTheSameKindAndSettings) {
   EXPECT_TRUE(std::holds_alternative<ImageClassificationJob>(preset_job("fashion-mnist")));
   EXPECT_TRUE(std::holds_alternative<SequenceTaskJob>(preset_job("reverse")));
   EXPECT_TRUE(std::holds_alternative<PronunciationJob>(preset_job("cmudict")));
+  EXPECT_TRUE(std::holds_alternative<TextClassificationJob>(preset_job("spam-minilm")));
 }
 
 TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {

@@ -116,6 +116,7 @@ void run_gemm(const BenchOpts& o) {
 
 void run_train(BenchOpts& o) {
   o.train.precision = parse_precision(o.precision);
+  o.train = with_pretrained_shape(o.train);
   const TrainBenchConfig& c = o.train;
   TrainBenchResult r = run_train_bench(c);
   if (!process_group().primary()) return;  // under mpirun rank 0 reports
@@ -206,6 +207,10 @@ Command add_bench(CLI::App& app) {
   train->add_option("--vocab-size", t.vocab_size, "Vocabulary size")->capture_default_str();
   train->add_option("--dropout", t.dropout, "Dropout")->capture_default_str();
   train->add_flag("--checkpoint-layers", t.checkpoint_layers, "Gradient checkpointing per layer");
+  train->add_option("--pretrained", t.pretrained,
+                    "Time this Hugging Face checkpoint's (or run's) model, with its weights; its sizes replace the "
+                    "flags above")
+      ->check(kNotEmpty);
     train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
   train->add_option("--warmup", t.warmup, "Untimed steps first")->capture_default_str();
   train->add_option("--allreduce-overlap", t.allreduce_overlap,

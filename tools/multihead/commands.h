@@ -62,6 +62,7 @@ Command add_demo(CLI::App& app);
 Command add_embed(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_experiment(CLI::App& app);
+Command add_export(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_keys(CLI::App& app);

@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
                                                      multihead::cli::add_inspect(app), multihead::cli::add_predict(app), multihead::cli::add_serve(app),
                                                      multihead::cli::add_apply(app), multihead::cli::add_bench(app),
                                                      multihead::cli::add_demo(app), multihead::cli::add_embed(app),
-                                                     multihead::cli::add_experiment(app)};
+                                                     multihead::cli::add_experiment(app), multihead::cli::add_export(app)};
   app.footer("multihead help COMMAND (or COMMAND --help) shows a command's flags and their defaults.\n");
   // `help`, and a first word that names no command, before CLI11 (which
   // would answer "A subcommand is required" to both).

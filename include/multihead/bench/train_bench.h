@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "multihead/core/precision.h"
@@ -19,7 +20,15 @@ struct TrainBenchConfig {
   bool allreduce_overlap = true;  // under mpirun: TrainConfig::allreduce_overlap
   int warmup = 1;
   int iters = 5;
+  // A Hugging Face checkpoint (or a run) whose model is timed, with its
+  // weights (a new 2-class head where it has none): its shape replaces the
+  // sizes above (with_pretrained_shape), and its parts (BERT's input norm,
+  // token types, pooler) come with it.
+  std::string pretrained;
 };
+
+// c with the sizes of c.pretrained's model (c itself when it names none).
+TrainBenchConfig with_pretrained_shape(TrainBenchConfig c);
 
 struct TrainBenchResult {
   double ms = 0;            // median per training step (forward, backward, AdamW)

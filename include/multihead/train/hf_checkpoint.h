@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/data/tokenizer.h"
 #include "multihead/io/safetensors.h"
 
 namespace multihead {
@@ -42,6 +43,17 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir);
 // heads of pre-training (BERT's "cls.*") are left out, as transformers leaves
 // them out of the models read here.
 TensorMap hf_model_tensors(const HfCheckpoint& c);
+
+// A text classifier of BERT's shape (as a BERT checkpoint is read: post-LN,
+// learned positions, token types, the embeddings' norm, a tanh head over
+// [CLS]; a WordPiece tokenizer) written into the new directory `dir` as
+// transformers writes a BertForSequenceClassification: config.json (labels
+// as id2label), model.safetensors, tokenizer.json and tokenizer_config.json.
+// `job` is the run's config.json. A model of another shape is a ConfigError
+// naming what differs. Written beside `dir` first and renamed into place: a
+// failure leaves nothing.
+void write_hf_checkpoint(const std::string& dir, const nlohmann::json& job, const TensorMap& weights,
+                         const std::vector<std::string>& labels, const Tokenizer& tokenizer);
 
 // The parameters a checkpoint without a classification head leaves at
 // their initialisation: a regex over names.
