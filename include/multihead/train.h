@@ -7,11 +7,13 @@
 #include "multihead/multihead.h"
 
 #include "multihead/data/batching.h"
+#include "multihead/data/hf_tokenizer.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/data/tokenizer.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/distributed.h"
 #include "multihead/train/fit.h"
+#include "multihead/train/hf_checkpoint.h"
 #include "multihead/train/optimizer.h"
 #include "multihead/train/resume.h"
 #include "multihead/train/run_dir.h"

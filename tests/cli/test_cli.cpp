@@ -615,7 +615,7 @@ TEST_F(Cli, StepsCutAnEpochJobShort) {
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
       {"train --preset imdb",
-       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse, cmudict)\n"},
+       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse, cmudict, spam-minilm)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute",

@@ -210,13 +210,16 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     EXPECT_EQ(back->kind(), kind);
     EXPECT_EQ(tok->piece(kPadId), "<pad>") << kind;
   }
-  for (const char* kind : {"char", "word", "sentencepiece"})
+  for (const char* kind : {"char", "word", "sentencepiece", "wordpiece"})
     EXPECT_STREQ(tokenizer_kind_name(parse_tokenizer_kind(kind)), kind);
+  TokenizerConfig wordpiece;
+  wordpiece.kind = TokenizerKind::kWordPiece;  // a checkpoint's, read and never trained
+  EXPECT_THROW(train_tokenizer(wordpiece, {"the cat sat"}), ConfigError);
   try {
     parse_tokenizer_kind("bpe");
     ADD_FAILURE() << "bpe is a SentencePiece model type, not a tokenizer";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char or word, got \"bpe\"");
+    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word or wordpiece, got \"bpe\"");
   }
   TokenizerConfig capped;
   capped.kind = TokenizerKind::kWord;
