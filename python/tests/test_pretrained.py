@@ -134,21 +134,26 @@ def test_a_tokenizer_of_a_kind_not_read_is_refused_in_one_line(tmp_path):
 
 # --- Checkpoints ---------------------------------------------------------------------------------
 
-def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), **config):
-    """A random BERT of transformers' making, saved with save_pretrained beside a tokenizer."""
+def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), arch="bert", **config):
+    """A random BERT (or DistilBERT) of transformers' making, saved with save_pretrained beside a
+    tokenizer."""
     import torch
     import transformers
     torch.manual_seed(0)
     vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
-    settings = dict(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=48, max_position_embeddings=64, layer_norm_eps=1e-12,
-                    id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
-    settings.update(config)
-    cfg = transformers.BertConfig(**settings)
-    model = (transformers.BertForSequenceClassification if head else transformers.BertModel)(cfg).eval()
+    common = dict(vocab_size=len(vocab), max_position_embeddings=64, id2label=dict(enumerate(labels)),
+                  label2id={l: i for i, l in enumerate(labels)})
+    if arch == "bert":
+        cfg = transformers.BertConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      intermediate_size=48, layer_norm_eps=1e-12, **config)
+        kind = transformers.BertForSequenceClassification if head else transformers.BertModel
+    else:
+        cfg = transformers.DistilBertConfig(**common, dim=32, n_layers=2, n_heads=4, hidden_dim=48, **config)
+        kind = transformers.DistilBertForSequenceClassification if head else transformers.DistilBertModel
+    model = kind(cfg).eval()
     with torch.no_grad():  # LayerNorms and biases off their 1 and 0, so that a mix-up shows
         for n, p in model.named_parameters():
-            if "LayerNorm" in n or n.endswith("bias"):
+            if "LayerNorm" in n or "layer_norm" in n or n.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
     d = tmp_path / name
     model.save_pretrained(d)
@@ -175,13 +180,15 @@ def wordpiece_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("activation", ["gelu", "relu"])
-def test_a_bert_classifier_gives_the_probabilities_of_transformers(tmp_path, wordpiece_dir, activation):
+@pytest.mark.parametrize("arch,activation", [("bert", "gelu"), ("bert", "relu"), ("distilbert", "gelu"),
+                                              ("distilbert", "relu")])
+def test_a_classifier_checkpoint_gives_the_probabilities_of_transformers(tmp_path, wordpiece_dir, arch, activation):
     import numpy as np
     import torch
     from tokenizers import Tokenizer
     pytest.importorskip("transformers")
-    model, d = tiny_bert(tmp_path, "bert-cls", True, wordpiece_dir, hidden_act=activation)
+    act = {"hidden_act" if arch == "bert" else "activation": activation}
+    model, d = tiny_bert(tmp_path, "cls", True, wordpiece_dir, arch=arch, **act)
     texts = [t for t in mixed_corpus(40, seed=7) if t.strip()]
     out, _ = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
     want = torch.softmax(out.logits, -1).numpy()
@@ -246,11 +253,12 @@ def test_an_encoder_embeds_as_sentence_transformers_pools(tmp_path, wordpiece_di
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_path, wordpiece_dir):
+@pytest.mark.parametrize("arch", ["bert", "distilbert"])
+def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_path, wordpiece_dir, arch):
     import numpy as np
     import torch
     from tokenizers import Tokenizer
-    model, d = tiny_bert(tmp_path, "bert-plain", False, wordpiece_dir)
+    model, d = tiny_bert(tmp_path, "plain", False, wordpiece_dir, arch=arch)
     texts = EMBED_TEXTS[:4]
     out, mask = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
     m = mask.unsqueeze(-1).float()
@@ -306,11 +314,12 @@ def test_an_encoder_fine_tunes_with_a_new_head(tmp_path, wordpiece_dir):
 
 # --- Back out ------------------------------------------------------------------------------------
 
-def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabilities(tmp_path, wordpiece_dir):
+@pytest.mark.parametrize("arch", ["bert", "distilbert"])
+def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabilities(tmp_path, wordpiece_dir, arch):
     import numpy as np
     import torch
     transformers = pytest.importorskip("transformers")
-    _, d = tiny_bert(tmp_path, "bert-encoder", False, wordpiece_dir)
+    _, d = tiny_bert(tmp_path, "encoder", False, wordpiece_dir, arch=arch)
     run_dir = fine_tune(tmp_path, d, "--epochs", "2", "--lr", "3e-3", "--warmup-steps", "3")
     run = multihead.load_run(run_dir, threads=1)
     out = tmp_path / "exported"
@@ -318,6 +327,7 @@ def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabiliti
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
                                                      "tokenizer_config.json"]
     model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert model.config.model_type == arch
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert [model.config.id2label[i] for i in range(2)] == run.labels
     texts = ["good great fine", "awful poor bad", "a café, unseen"]
@@ -344,7 +354,7 @@ def test_a_run_not_of_berts_shape_is_not_exported(tmp_path):
                     "8", "--out", str(run_dir)], check=True, capture_output=True)
     r = subprocess.run([CLI, "export", "--run", str(run_dir), "--out", str(tmp_path / "out")], capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "BERT's shape" in r.stderr and not (tmp_path / "out").exists(), r.stderr
+    assert r.returncode == 2 and "of their shape" in r.stderr and not (tmp_path / "out").exists(), r.stderr
 
 
 # --- Hostile checkpoints -------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "multihead/core/error.h"
 #include "multihead/io/atomic_file.h"
@@ -72,45 +73,157 @@ std::vector<std::string> read_labels(const HfCheckpoint& c) {
   return labels;
 }
 
-// The job a BERT checkpoint is read as: a text classifier of its own shape.
-json bert_job(HfCheckpoint& c) {
-  const std::string act = key<std::string>(c, "hidden_act", "gelu");
-  check<IoError>(act == "gelu" || act == "relu",
-                 "{}: \"hidden_act\" is \"{}\"; gelu (erf) and relu are read here", c.config_path, act);
-  const std::string positions = key<std::string>(c, "position_embedding_type", "absolute");
-  check<IoError>(positions == "absolute", "{}: \"position_embedding_type\" is \"{}\"; absolute is read here",
-                 c.config_path, positions);
+// Checks common to the encoders read here.
+void check_encoder(const HfCheckpoint& c) {
   for (const char* flag : {"is_decoder", "add_cross_attention"})
     check<IoError>(!c.config.value(flag, false), "{}: \"{}\" is true; encoders are read here", c.config_path, flag);
   const std::string problem = c.config.value("problem_type", json()).is_string() ? c.config["problem_type"] : "";
   check<IoError>(problem.empty() || problem == "single_label_classification",
                  "{}: \"problem_type\" is \"{}\"; single-label classification is read here", c.config_path, problem);
-  const std::int64_t d = key<std::int64_t>(c, "hidden_size"), heads = key<std::int64_t>(c, "num_attention_heads");
-  check<IoError>(d % heads == 0, "{}: \"hidden_size\" {} is not a multiple of \"num_attention_heads\" {}",
-                 c.config_path, d, heads);
-  const double eps = c.config.value("layer_norm_eps", 1e-12);
+}
+
+std::string activation(const HfCheckpoint& c, const char* name) {
+  const std::string act = key<std::string>(c, name, "gelu");
+  check<IoError>(act == "gelu" || act == "relu", "{}: \"{}\" is \"{}\"; gelu (erf) and relu are read here",
+                 c.config_path, name, act);
+  return act;
+}
+
+// A model section of a post-LN encoder with learned positions, the
+// embeddings' norm and a head over [CLS]: the keys every architecture here shares.
+json encoder_model(const HfCheckpoint& c, std::int64_t d, std::int64_t heads, std::int64_t layers, std::int64_t ff,
+                   double dropout, const std::string& act, double eps, const char* head, std::int64_t token_types) {
+  check<IoError>(d % heads == 0, "{}: the width {} is not a multiple of the {} heads", c.config_path, d, heads);
   check<IoError>(eps > 0 && eps < 1, "{}: \"layer_norm_eps\" is {}, not in (0, 1)", c.config_path, eps);
-  const std::int64_t max_positions = key<std::int64_t>(c, "max_position_embeddings", 512);
-  json model = {{"vocab_size", key<std::int64_t>(c, "vocab_size")},
-                {"num_classes", static_cast<std::int64_t>(c.labels.size())},
-                {"d_model", d},
-                {"nhead", heads},
-                {"num_layers", key<std::int64_t>(c, "num_hidden_layers")},
-                {"dim_feedforward", key<std::int64_t>(c, "intermediate_size")},
-                {"dropout", key<double>(c, "hidden_dropout_prob", 0.1)},
-                {"activation", act},
-                {"layer_norm_eps", eps},
-                {"norm_first", false},
-                {"final_norm", false},
-                {"positions", "learned"},
-                {"max_len", max_positions},
-                {"pooling", "cls"},
-                {"head", "tanh"},
-                {"embedding_norm", true},
-                {"token_types", key<std::int64_t>(c, "type_vocab_size", 2)}};
+  return {{"vocab_size", key<std::int64_t>(c, "vocab_size")},
+          {"num_classes", static_cast<std::int64_t>(c.labels.size())},
+          {"d_model", d},
+          {"nhead", heads},
+          {"num_layers", layers},
+          {"dim_feedforward", ff},
+          {"dropout", dropout},
+          {"activation", act},
+          {"layer_norm_eps", eps},
+          {"norm_first", false},
+          {"final_norm", false},
+          {"positions", "learned"},
+          {"max_len", key<std::int64_t>(c, "max_position_embeddings", 512)},
+          {"pooling", "cls"},
+          {"head", head},
+          {"embedding_norm", true},
+          {"token_types", token_types}};
+}
+
+json bert_model(const HfCheckpoint& c) {
+  const std::string positions = key<std::string>(c, "position_embedding_type", "absolute");
+  check<IoError>(positions == "absolute", "{}: \"position_embedding_type\" is \"{}\"; absolute is read here",
+                 c.config_path, positions);
+  return encoder_model(c, key<std::int64_t>(c, "hidden_size"), key<std::int64_t>(c, "num_attention_heads"),
+                       key<std::int64_t>(c, "num_hidden_layers"), key<std::int64_t>(c, "intermediate_size"),
+                       key<double>(c, "hidden_dropout_prob", 0.1), activation(c, "hidden_act"),
+                       c.config.value("layer_norm_eps", 1e-12), "tanh", key<std::int64_t>(c, "type_vocab_size", 2));
+}
+
+json bert_config(const json& m) {
+  return {{"hidden_size", m["d_model"]}, {"num_hidden_layers", m["num_layers"]},
+          {"num_attention_heads", m["nhead"]}, {"intermediate_size", m["dim_feedforward"]},
+          {"hidden_act", m["activation"]}, {"hidden_dropout_prob", m["dropout"]},
+          {"attention_probs_dropout_prob", m["dropout"]}, {"type_vocab_size", m["token_types"]},
+          {"layer_norm_eps", m["layer_norm_eps"]}, {"position_embedding_type", "absolute"}};
+}
+
+// DistilBERT: BERT without token types or pooler, its LayerNorms' eps fixed
+// at 1e-12, and a ReLU layer ("pre_classifier") before its classifier.
+json distilbert_model(const HfCheckpoint& c) {
+  check<IoError>(!c.config.value("sinusoidal_pos_embds", false),
+                 "{}: \"sinusoidal_pos_embds\" is true; learned positions are read here", c.config_path);
+  return encoder_model(c, key<std::int64_t>(c, "dim", 768), key<std::int64_t>(c, "n_heads", 12),
+                       key<std::int64_t>(c, "n_layers", 6), key<std::int64_t>(c, "hidden_dim", 3072),
+                       key<double>(c, "dropout", 0.1), activation(c, "activation"), 1e-12, "relu", 0);
+}
+
+json distilbert_config(const json& m) {
+  return {{"dim", m["d_model"]}, {"n_layers", m["num_layers"]}, {"n_heads", m["nhead"]},
+          {"hidden_dim", m["dim_feedforward"]}, {"activation", m["activation"]}, {"dropout", m["dropout"]},
+          {"attention_dropout", m["dropout"]}, {"sinusoidal_pos_embds", false}};
+}
+
+// A module of the checkpoint (its .weight and .bias) and multihead's name for it.
+struct Part {
+  std::string hf, ours;
+};
+
+// What differs between the architectures read here.
+struct Architecture {
+  std::string model_type, base;       // "bert"; the base model's attribute in a model with a head
+  std::string classifier;             // the architecture with a classification head
+  std::vector<std::string> encoders;  // architectures read as an encoder alone
+  std::vector<Part> input;            // under the base model
+  std::string layer;                  // each layer's prefix under the base model, {} its number
+  std::vector<Part> layer_parts;
+  std::vector<Part> base_head;        // the head's parts under the base model (BERT's pooler)
+  std::vector<Part> head;             // the head's parts beside it
+  json (*model)(const HfCheckpoint&);  // config.json to a model section
+  json (*config)(const json&);         // a model section to config.json's own keys
+};
+
+const std::vector<Architecture>& architectures() {
+  static const std::vector<Architecture> all = {
+      {"bert", "bert", "BertForSequenceClassification", {"BertModel", "BertForPreTraining", "BertForMaskedLM"},
+       {{"embeddings.word_embeddings", "embedding"},
+        {"embeddings.position_embeddings", "pos_embedding"},
+        {"embeddings.token_type_embeddings", "token_type_embedding"},
+        {"embeddings.LayerNorm", "embedding_norm"}},
+       "encoder.layer.{}.",
+       {{"attention.self.query", "self_attn.query"},
+        {"attention.self.key", "self_attn.key"},
+        {"attention.self.value", "self_attn.value"},
+        {"attention.output.dense", "self_attn.out_proj"},
+        {"attention.output.LayerNorm", "norm1"},
+        {"intermediate.dense", "linear1"},
+        {"output.dense", "linear2"},
+        {"output.LayerNorm", "norm2"}},
+       {{"pooler.dense", "pre_classifier"}},
+       {{"classifier", "classifier"}},
+       bert_model,
+       bert_config},
+      {"distilbert", "distilbert", "DistilBertForSequenceClassification", {"DistilBertModel", "DistilBertForMaskedLM"},
+       {{"embeddings.word_embeddings", "embedding"},
+        {"embeddings.position_embeddings", "pos_embedding"},
+        {"embeddings.LayerNorm", "embedding_norm"}},
+       "transformer.layer.{}.",
+       {{"attention.q_lin", "self_attn.query"},
+        {"attention.k_lin", "self_attn.key"},
+        {"attention.v_lin", "self_attn.value"},
+        {"attention.out_lin", "self_attn.out_proj"},
+        {"sa_layer_norm", "norm1"},
+        {"ffn.lin1", "linear1"},
+        {"ffn.lin2", "linear2"},
+        {"output_layer_norm", "norm2"}},
+       {},
+       {{"pre_classifier", "pre_classifier"}, {"classifier", "classifier"}},
+       distilbert_model,
+       distilbert_config},
+  };
+  return all;
+}
+
+const Architecture& architecture(const std::string& model_type, const std::string& where) {
+  std::vector<std::string> known;
+  for (const Architecture& a : architectures()) {
+    if (a.model_type == model_type) return a;
+    known.push_back(a.model_type);
+  }
+  throw IoError(fmt::format("{}: \"model_type\" is \"{}\"; {} are read here", where, model_type, fmt::join(known, ", ")));
+}
+
+// The job a checkpoint is read as: a text classifier of its own shape.
+json checkpoint_job(const HfCheckpoint& c, const Architecture& a) {
+  check_encoder(c);
+  json model = a.model(c);
   return {{"task", "text_classification"},
           {"title", fmt::format("{} ({})", fs::path(c.dir).filename().string(), c.architecture)},
-          {"max_len", max_positions},
+          {"max_len", model["max_len"]},
           {"data", {{"source", "csv"}, {"path", ""}}},
           {"tokenizer", {{"kind", "wordpiece"}, {"vocab_size", model["vocab_size"]}}},
           {"model", model}};
@@ -122,43 +235,41 @@ struct Rename {
   Shape shape;
 };
 
-// BERT's names (after the "bert." of a model with a head) to multihead's.
-// The query, key and value projections are joined into in_proj later.
-std::map<std::string, Rename> bert_names(const json& model, bool head) {
-  const std::int64_t d = model["d_model"], F = model["dim_feedforward"], V = model["vocab_size"];
-  std::map<std::string, Rename> m = {
-      {"embeddings.word_embeddings.weight", {"embedding.weight", {V, d}}},
-      {"embeddings.position_embeddings.weight", {"pos_embedding.weight", {model["max_len"], d}}},
-      {"embeddings.token_type_embeddings.weight", {"token_type_embedding.weight", {model["token_types"], d}}},
-      {"embeddings.LayerNorm.weight", {"embedding_norm.weight", {d}}},
-      {"embeddings.LayerNorm.bias", {"embedding_norm.bias", {d}}},
-      {"pooler.dense.weight", {"pre_classifier.weight", {d, d}}},
-      {"pooler.dense.bias", {"pre_classifier.bias", {d}}}};
-  if (head) {
-    const std::int64_t C = model["num_classes"];
-    m["classifier.weight"] = {"classifier.weight", {C, d}};
-    m["classifier.bias"] = {"classifier.bias", {C}};
-  }
-  for (std::int64_t i = 0; i < model["num_layers"].get<std::int64_t>(); ++i) {
-    const std::string from = fmt::format("encoder.layer.{}.", i), to = fmt::format("encoder.layers.{}.", i);
-    for (const char* p : {"query", "key", "value"}) {
-      m[from + "attention.self." + p + ".weight"] = {to + "self_attn." + p + ".weight", {d, d}};
-      m[from + "attention.self." + p + ".bias"] = {to + "self_attn." + p + ".bias", {d}};
-    }
-    const std::pair<std::string, std::string> pairs[] = {{"attention.output.dense.", "self_attn.out_proj."},
-                                                         {"attention.output.LayerNorm.", "norm1."},
-                                                         {"intermediate.dense.", "linear1."},
-                                                         {"output.dense.", "linear2."},
-                                                         {"output.LayerNorm.", "norm2."}};
-    for (const auto& [a, b] : pairs) {
-      const Shape w = a == "intermediate.dense." ? Shape{F, d} : a == "output.dense." ? Shape{d, F} : Shape{d, d};
-      const Shape bias = a == "intermediate.dense." ? Shape{F} : Shape{d};
-      const bool norm = b.starts_with("norm");
-      m[from + a + "weight"] = {to + b + "weight", norm ? Shape{d} : w};
-      m[from + a + "bias"] = {to + b + "bias", bias};
-    }
-  }
-  return m;
+// The shape of multihead's parameter `name` (module and .weight or .bias) in a model section.
+Shape shape_of(const std::string& module, bool weight, const json& m) {
+  const std::int64_t d = m["d_model"], F = m["dim_feedforward"];
+  if (module == "embedding") return {m["vocab_size"], d};
+  if (module == "pos_embedding") return {m["max_len"], d};
+  if (module == "token_type_embedding") return {m["token_types"], d};
+  if (module.ends_with("linear1")) return weight ? Shape{F, d} : Shape{F};
+  if (module.ends_with("linear2")) return weight ? Shape{d, F} : Shape{d};
+  if (module == "classifier") return weight ? Shape{m["num_classes"], d} : Shape{m["num_classes"]};
+  const bool norm = module.ends_with("norm") || module.ends_with("norm1") || module.ends_with("norm2");
+  return weight && !norm ? Shape{d, d} : Shape{d};
+}
+
+// The checkpoint's names to multihead's: `base`, those of the base model
+// (without its prefix, which a model with a head puts before them), and
+// `head`, those beside it. The query, key and value projections are joined
+// into in_proj later.
+struct Names {
+  std::map<std::string, Rename> base, head;
+};
+
+Names checkpoint_names(const Architecture& a, const json& m, bool head) {
+  Names names;
+  auto add = [&](std::map<std::string, Rename>& to, const std::string& hf, const std::string& ours) {
+    to[hf + ".weight"] = {ours + ".weight", shape_of(ours, true, m)};
+    if (!ours.ends_with("embedding")) to[hf + ".bias"] = {ours + ".bias", shape_of(ours, false, m)};
+  };
+  for (const Part& p : a.input) add(names.base, p.hf, p.ours);
+  for (std::int64_t i = 0; i < m["num_layers"].get<std::int64_t>(); ++i)
+    for (const Part& p : a.layer_parts)
+      add(names.base, fmt::format(fmt::runtime(a.layer), i) + p.hf, fmt::format("encoder.layers.{}.", i) + p.ours);
+  for (const Part& p : a.base_head) add(names.base, p.hf, p.ours);
+  if (head)
+    for (const Part& p : a.head) add(names.head, p.hf, p.ours);
+  return names;
 }
 
 Tensor as_f32(Tensor t) {
@@ -194,81 +305,85 @@ void join_in_proj(TensorMap& out, std::int64_t layers) {
   }
 }
 
-// The model keys of a BERT-shaped classifier, as bert_job writes them: a run
-// whose model differs in one of them has no BERT checkpoint to be.
-void check_bert_shape(const json& job) {
+// The architecture a run's model has, if any: the model keys every one
+// here shares, then BERT's (token types, a tanh head) or DistilBERT's (no
+// token types, a ReLU head, eps 1e-12). ConfigError naming what differs.
+const Architecture& run_architecture(const json& job) {
   check<ConfigError>(job.value("task", std::string()) == "text_classification",
                      "export --format hf writes text classifiers; this run's task is {}", job.value("task", std::string("?")));
   const json& m = job["model"];
   const std::pair<const char*, json> shape[] = {
-      {"norm_first", false},     {"final_norm", false}, {"positions", "learned"},  {"pooling", "cls"},
-      {"head", "tanh"},          {"embedding_norm", true}, {"position_offset", 0}, {"attention", "full"},
-      {"num_kv_heads", 0}};
+      {"norm_first", false}, {"final_norm", false},  {"positions", "learned"}, {"pooling", "cls"},
+      {"embedding_norm", true}, {"position_offset", 0}, {"attention", "full"},  {"num_kv_heads", 0}};
   for (const auto& [key, want] : shape)
     check<ConfigError>(m.value(key, json()) == want,
-                       "this run's model.{} is {}; a BERT checkpoint's is {} (export --format hf writes models of "
-                       "BERT's shape, as a checkpoint read from Hugging Face is)", key, m.value(key, json()).dump(),
-                       want.dump());
-  check<ConfigError>(m.value("token_types", 0) > 0, "this run's model has no token types (model.token_types); a BERT "
-                     "checkpoint has them");
+                       "this run's model.{} is {}; a BERT or DistilBERT checkpoint's is {} (export --format hf writes "
+                       "models of their shape, as a checkpoint read from Hugging Face is)", key,
+                       m.value(key, json()).dump(), want.dump());
   check<ConfigError>(job["tokenizer"].value("kind", std::string()) == "wordpiece",
                      "this run's tokenizer is {}; a BERT checkpoint's is wordpiece", job["tokenizer"].value("kind", std::string()));
+  const bool bert = m.value("token_types", 0) > 0;
+  const std::string head = m.value("head", std::string());
+  check<ConfigError>(head == (bert ? "tanh" : "relu"),
+                     "this run's model.head is {} with {} token types; BERT's is tanh with token types, DistilBERT's "
+                     "relu without", head, m.value("token_types", 0));
+  check<ConfigError>(bert || m.value("layer_norm_eps", 0.0) == 1e-12,
+                     "this run's model.layer_norm_eps is {}; DistilBERT's is fixed at 1e-12", m.value("layer_norm_eps", 0.0));
+  return architecture(bert ? "bert" : "distilbert", "the run");
 }
 
-json hf_config_of(const json& m, const std::vector<std::string>& labels, const TokenFrame& frame) {
+json hf_config_of(const Architecture& a, const json& m, const std::vector<std::string>& labels,
+                  const TokenFrame& frame) {
   json id2label = json::object(), label2id = json::object();
   for (std::size_t i = 0; i < labels.size(); ++i) {
     id2label[std::to_string(i)] = labels[i];
     label2id[labels[i]] = i;
   }
-  return {{"architectures", {"BertForSequenceClassification"}},
-          {"model_type", "bert"},
-          {"vocab_size", m["vocab_size"]},
-          {"hidden_size", m["d_model"]},
-          {"num_hidden_layers", m["num_layers"]},
-          {"num_attention_heads", m["nhead"]},
-          {"intermediate_size", m["dim_feedforward"]},
-          {"hidden_act", m["activation"]},
-          {"hidden_dropout_prob", m["dropout"]},
-          {"attention_probs_dropout_prob", m["dropout"]},
-          {"max_position_embeddings", m["max_len"]},
-          {"type_vocab_size", m["token_types"]},
-          {"layer_norm_eps", m["layer_norm_eps"]},
-          {"position_embedding_type", "absolute"},
-          {"pad_token_id", frame.pad},
-          {"initializer_range", 0.02},
-          {"id2label", id2label},
-          {"label2id", label2id},
-          {"dtype", "float32"}};
+  json c = {{"architectures", {a.classifier}},
+            {"model_type", a.model_type},
+            {"vocab_size", m["vocab_size"]},
+            {"max_position_embeddings", m["max_len"]},
+            {"pad_token_id", frame.pad},
+            {"initializer_range", 0.02},
+            {"id2label", id2label},
+            {"label2id", label2id},
+            {"dtype", "float32"}};
+  c.update(a.config(m));
+  return c;
 }
 
 }  // namespace
 
 void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMap& weights,
                          const std::vector<std::string>& labels, const Tokenizer& tokenizer) {
-  check_bert_shape(job);
+  const Architecture& a = run_architecture(job);
   const json& m = job["model"];
   check<ConfigError>(static_cast<std::int64_t>(labels.size()) == m["num_classes"].get<std::int64_t>(),
                      "the run names {} classes, its model has {}", labels.size(), m["num_classes"].dump());
-  // In transformers' names: the encoder's under "bert.", in_proj split into query, key and value.
+  // In transformers' names: the base model's under its prefix, in_proj split into query, key and value.
   TensorMap out;
   const std::int64_t d = m["d_model"];
-  for (const auto& [hf, r] : bert_names(m, true)) {
-    const std::string name = hf.starts_with("classifier.") ? hf : "bert." + hf;
-    const std::size_t qkv = r.to.find("self_attn.");
-    const std::string part = qkv == std::string::npos ? "" : r.to.substr(qkv + 10, r.to.find('.', qkv + 10) - qkv - 10);
-    if (part == "query" || part == "key" || part == "value") {
-      const bool w = r.to.ends_with(".weight");
-      const Tensor& joined = weights.at(r.to.substr(0, qkv + 10) + (w ? "in_proj_weight" : "in_proj_bias"));
-      const std::int64_t slice = part == "query" ? 0 : part == "key" ? 1 : 2, n = w ? d * d : d;
-      out[name] = Tensor::from(r.shape, std::span<const float>(joined.f32() + slice * n, static_cast<std::size_t>(n)));
-      continue;
+  const Names names = checkpoint_names(a, m, true);
+  for (const auto* table : {&names.base, &names.head}) {
+    for (const auto& [hf, r] : *table) {
+      const std::string name = table == &names.head ? hf : a.base + "." + hf;
+      const std::size_t qkv = r.to.find("self_attn.");
+      const std::string part =
+          qkv == std::string::npos ? "" : r.to.substr(qkv + 10, r.to.find('.', qkv + 10) - qkv - 10);
+      if (part == "query" || part == "key" || part == "value") {
+        const bool w = r.to.ends_with(".weight");
+        const Tensor& joined = weights.at(r.to.substr(0, qkv + 10) + (w ? "in_proj_weight" : "in_proj_bias"));
+        const std::int64_t slice = part == "query" ? 0 : part == "key" ? 1 : 2, n = w ? d * d : d;
+        out[name] =
+            Tensor::from(r.shape, std::span<const float>(joined.f32() + slice * n, static_cast<std::size_t>(n)));
+        continue;
+      }
+      const auto it = weights.find(r.to);
+      check<ConfigError>(it != weights.end(), "the run's weights lack '{}'", r.to);
+      check<ConfigError>(it->second.shape() == r.shape, "the run's '{}' has shape {}, its config implies {}", r.to,
+                         shape_str(it->second.shape()), shape_str(r.shape));
+      out[name] = it->second.clone();
     }
-    const auto it = weights.find(r.to);
-    check<ConfigError>(it != weights.end(), "the run's weights lack '{}'", r.to);
-    check<ConfigError>(it->second.shape() == r.shape, "the run's '{}' has shape {}, its config implies {}", r.to,
-                       shape_str(it->second.shape()), shape_str(r.shape));
-    out[name] = it->second.clone();
   }
   check<ConfigError>(!fs::exists(fs::symlink_status(dir)) || (fs::is_directory(dir) && fs::is_empty(dir)),
                      "{} exists and is not an empty directory; export writes a new one", dir);
@@ -279,7 +394,8 @@ void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMa
   try {
     fs::create_directories(partial);
     write_safetensors((partial / "model.safetensors").string(), out, {{"format", "pt"}});
-    write_file_atomic((partial / "config.json").string(), hf_config_of(m, labels, tokenizer.frame()).dump(2) + "\n");
+    write_file_atomic((partial / "config.json").string(),
+                      hf_config_of(a, m, labels, tokenizer.frame()).dump(2) + "\n");
     tokenizer.save(partial.string());
     const TokenFrame f = tokenizer.frame();
     json tc = {{"tokenizer_class", "BertTokenizer"}, {"model_max_length", job["max_len"]},
@@ -313,16 +429,14 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
   const json arch = c.config.value("architectures", json::array());
   check<IoError>(arch.is_array() && arch.size() <= 1 && (arch.empty() || arch[0].is_string()),
                  "{}: \"architectures\" must name one architecture", c.config_path);
-  check<IoError>(c.model_type == "bert", "{}: \"model_type\" is \"{}\"; bert is read here", c.config_path,
-                 c.model_type);
-  c.architecture = arch.empty() ? "BertModel" : arch[0].get<std::string>();
-  const std::vector<std::string> encoders = {"BertModel", "BertForPreTraining", "BertForMaskedLM"};
-  c.has_head = c.architecture == "BertForSequenceClassification";
-  check<IoError>(c.has_head || std::find(encoders.begin(), encoders.end(), c.architecture) != encoders.end(),
-                 "{}: \"architectures\" is [\"{}\"]; BertModel and BertForSequenceClassification are read here",
-                 c.config_path, c.architecture);
+  const Architecture& a = architecture(c.model_type, c.config_path);
+  c.architecture = arch.empty() ? a.encoders.front() : arch[0].get<std::string>();
+  c.has_head = c.architecture == a.classifier;
+  check<IoError>(c.has_head || std::find(a.encoders.begin(), a.encoders.end(), c.architecture) != a.encoders.end(),
+                 "{}: \"architectures\" is [\"{}\"]; {} and {} are read here", c.config_path, c.architecture,
+                 a.encoders.front(), a.classifier);
   c.labels = read_labels(c);
-  c.job = bert_job(c);
+  c.job = checkpoint_job(c, a);
   // sentence-transformers' length limit, where the directory is one of its models.
   const fs::path st = fs::path(dir) / "sentence_bert_config.json";
   if (fs::exists(st)) {
@@ -350,26 +464,31 @@ TensorMap hf_model_tensors(const HfCheckpoint& c) {
   const SafetensorsFile file = SafetensorsFile::read(c.weights_path);
   TensorMap all = file.all_tensors();
   const json& model = c.job["model"];
-  const std::map<std::string, Rename> names = bert_names(model, c.has_head);
+  const Architecture& a = architecture(c.model_type, c.config_path);
+  const Names names = checkpoint_names(a, model, c.has_head);
   TensorMap out;
   for (auto& [name, t] : all) {
-    std::string n = name;
-    if (n.starts_with("bert.")) n.erase(0, 5);
+    // The base model's tensors under its prefix (a model with a head) or none (the base model alone).
+    const std::string n = name.starts_with(a.base + ".") ? name.substr(a.base.size() + 1) : name;
     // Buffers and pre-training heads, which transformers does not read into these models either.
-    if (n == "embeddings.position_ids" || n.starts_with("cls.")) continue;
-    const auto it = names.find(n);
-    check<IoError>(it != names.end(), "{}: '{}' is no tensor of a {}", c.weights_path, name, c.architecture);
+    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_")) continue;
+    const Rename* r = nullptr;
+    if (const auto b = names.base.find(n); b != names.base.end()) r = &b->second;
+    if (const auto h = names.head.find(name); !r && n == name && h != names.head.end()) r = &h->second;
+    check<IoError>(r != nullptr, "{}: '{}' is no tensor of a {}", c.weights_path, name, c.architecture);
     check<IoError>(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
                    "{}: '{}' is {}, not a float tensor", c.weights_path, name, dtype_name(t.dtype()));
-    check<IoError>(t.shape() == it->second.shape, "{}: '{}' has shape {}, but config.json implies {}", c.weights_path,
-                   name, shape_str(t.shape()), shape_str(it->second.shape));
-    out[it->second.to] = as_f32(std::move(t));
+    check<IoError>(t.shape() == r->shape, "{}: '{}' has shape {}, but config.json implies {}", c.weights_path, name,
+                   shape_str(t.shape()), shape_str(r->shape));
+    out[r->to] = as_f32(std::move(t));
   }
-  for (const auto& [from, r] : names) {
-    // An encoder's checkpoint may lack BERT's pooler (add_pooling_layer=False).
-    const bool optional = !c.has_head && r.to.starts_with("pre_classifier.");
-    check<IoError>(optional || out.contains(r.to), "{}: lacks '{}' of shape {}", c.weights_path, from,
-                   shape_str(r.shape));
+  for (const auto* table : {&names.base, &names.head}) {
+    for (const auto& [from, r] : *table) {
+      // An encoder's checkpoint may lack BERT's pooler (add_pooling_layer=False).
+      const bool optional = !c.has_head && r.to.starts_with("pre_classifier.");
+      check<IoError>(optional || out.contains(r.to), "{}: lacks '{}' of shape {}", c.weights_path, from,
+                     shape_str(r.shape));
+    }
   }
   join_in_proj(out, model["num_layers"].get<std::int64_t>());
   return out;

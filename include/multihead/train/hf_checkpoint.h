@@ -5,11 +5,13 @@
 // weights are renamed into multihead's parameters.
 //
 // Read: model_type "bert" (BERT, MiniLM) as BertModel (an encoder) or
-// BertForSequenceClassification (labels from id2label). A BERT layer is
-// torch.nn.TransformerEncoderLayer's post-LN layer with GELU and the
-// config's LayerNorm eps; the input adds learned positions and token type
-// 0's row and normalises; BERT's pooler (dense + tanh over [CLS]) is the
-// classifier's "pre_classifier". Anything else is an IoError naming the key.
+// BertForSequenceClassification (labels from id2label), and "distilbert" as
+// DistilBertModel or DistilBertForSequenceClassification. Each layer is
+// torch.nn.TransformerEncoderLayer's post-LN layer with GELU (or ReLU) and
+// the config's LayerNorm eps; the input adds learned positions (and BERT's
+// token type 0) and normalises; BERT's pooler (dense + tanh over [CLS]) or
+// DistilBERT's pre-classifier (dense + ReLU) is the classifier's
+// "pre_classifier". Anything else is an IoError naming the key.
 #pragma once
 
 #include <string>
@@ -44,10 +46,10 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir);
 // them out of the models read here.
 TensorMap hf_model_tensors(const HfCheckpoint& c);
 
-// A text classifier of BERT's shape (as a BERT checkpoint is read: post-LN,
-// learned positions, token types, the embeddings' norm, a tanh head over
-// [CLS]; a WordPiece tokenizer) written into the new directory `dir` as
-// transformers writes a BertForSequenceClassification: config.json (labels
+// A text classifier of BERT's or DistilBERT's shape (as such a checkpoint is
+// read: post-LN, learned positions, the embeddings' norm, a head over [CLS];
+// a WordPiece tokenizer) written into the new directory `dir` as
+// transformers writes a BertForSequenceClassification (or DistilBert...): config.json (labels
 // as id2label), model.safetensors, tokenizer.json and tokenizer_config.json.
 // `job` is the run's config.json. A model of another shape is a ConfigError
 // naming what differs. Written beside `dir` first and renamed into place: a
