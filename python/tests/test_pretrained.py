@@ -415,3 +415,35 @@ def test_a_hostile_checkpoint_is_refused_in_one_line(tmp_path, wordpiece_dir, ed
     r = hostile(tmp_path, wordpiece_dir, edit)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (tmp_path / "hostile" / "pwned").exists()
+
+
+def test_serve_embeds_with_an_encoder_checkpoint_and_refuses_to_classify(tmp_path, wordpiece_dir):
+    import re
+    import urllib.error
+    import urllib.request
+    import numpy as np
+    _, d = tiny_bert(tmp_path, "served", False, wordpiece_dir)
+    server = subprocess.Popen([CLI, "serve", "--run", str(d), "--port", "0", "--threads", "1"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        port = re.search(r"http://127\.0\.0\.1:(\d+)", server.stdout.readline()).group(1)
+
+        def post(path, body):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        texts = EMBED_TEXTS[:3]
+        status, body = post("/v1/embed", {"inputs": texts})
+        assert status == 200
+        want = multihead.load_run(d, threads=1).embed(texts)
+        np.testing.assert_allclose(np.array([o["embedding"] for o in body["outputs"]]), want, rtol=1e-5, atol=1e-6)
+        status, body = post("/v1/predict", {"inputs": texts})
+        assert status == 400 and "no classification head" in body["error"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

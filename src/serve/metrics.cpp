@@ -16,7 +16,7 @@ void family(std::string& out, std::string_view name, std::string_view type, std:
 }  // namespace
 
 std::string_view ServerMetrics::endpoint_of(std::string_view path) {
-  for (std::string_view known : {"/v1/predict", "/v1/health", "/v1/model", "/metrics"})
+  for (std::string_view known : {"/v1/predict", "/v1/embed", "/v1/health", "/v1/model", "/metrics"})
     if (path == known) return known;
   return "other";
 }

@@ -139,7 +139,7 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
 
   // Endpoints
   response<string_body> answer(const request<string_body>& req) override;
-  std::shared_ptr<Batcher::Ticket> submit(const std::string& body,
+  std::shared_ptr<Batcher::Ticket> submit(const std::string& body, bool embed,
                                           std::optional<response<string_body>>& refused) override;
   bool stopping() const override { return stopping_; }
   void count_bad_request() override { ++bad_requests; }
@@ -441,16 +441,21 @@ response<string_body> ModelServer::Impl::answer(const request<string_body>& req)
     res.body() = metrics.exposition(batcher->stats(), counts);
     return res;
   }
-  if (path == "/v1/predict") return only("POST");
+  if (path == "/v1/predict" || path == "/v1/embed") return only("POST");
   ++bad_requests;
   return json_response(404, {{"error", fmt::format("no such endpoint: {} {}", clip_text(method), clip_text(path))}});
 }
 
-std::shared_ptr<Batcher::Ticket> ModelServer::Impl::submit(const std::string& body,
+std::shared_ptr<Batcher::Ticket> ModelServer::Impl::submit(const std::string& body, bool embed,
                                                            std::optional<response<string_body>>& refused) {
   PredictRequest pr;
   try {
-    pr = parse_predict_request(body, task, fields, cfg.defaults, cfg.limits);
+    // An embedding takes no settings: "inputs" alone.
+    if (embed && task != "text_classification")
+      throw RequestError(404, fmt::format("POST /v1/embed answers text encoders (a classifier's run or a "
+                                          "checkpoint); this run's task is {}", task));
+    pr = parse_predict_request(body, task, embed ? std::vector<std::string>{} : fields, cfg.defaults, cfg.limits);
+    pr.settings.embed = embed;
   } catch (const RequestError& e) {
     ++bad_requests;
     refused = json_response(e.status, {{"error", e.what()}});

@@ -142,8 +142,9 @@ void Session::on_read(beast::error_code ec) {
   // Nothing thrown here may leave the handler: it would end the I/O thread.
   try {
     const std::string_view target(req.target().data(), req.target().size());
-    if (req.method() == http::verb::post && target.substr(0, target.find('?')) == "/v1/predict")
-      return predict(req.body());
+    const std::string_view path = target.substr(0, target.find('?'));
+    if (req.method() == http::verb::post && (path == "/v1/predict" || path == "/v1/embed"))
+      return predict(req.body(), path == "/v1/embed");
     reply(server_.answer(req));
   } catch (const std::exception& e) {
     keep_alive_ = false;
@@ -151,9 +152,9 @@ void Session::on_read(beast::error_code ec) {
   }
 }
 
-void Session::predict(const std::string& body) {
+void Session::predict(const std::string& body, bool embed) {
   std::optional<http::response<http::string_body>> refused;
-  ticket_ = server_.submit(body, refused);
+  ticket_ = server_.submit(body, embed, refused);
   if (!ticket_) return reply(std::move(*refused));
   // The worker's thread hands the outcome back to this connection's strand.
   ticket_->on_done([self = shared_from_this()] {

@@ -34,8 +34,9 @@ class Endpoints {
   virtual ~Endpoints() = default;
   // The answer to a request that is not POST /v1/predict (a GET, or an error).
   virtual http::response<http::string_body> answer(const http::request<http::string_body>& req) = 0;
-  // POST /v1/predict: its ticket, or an error response (a malformed body, a stopping server).
-  virtual std::shared_ptr<Batcher::Ticket> submit(const std::string& body,
+  // POST /v1/predict (or, embed, POST /v1/embed): its ticket, or an error
+  // response (a malformed body, a run that does not embed, a stopping server).
+  virtual std::shared_ptr<Batcher::Ticket> submit(const std::string& body, bool embed,
                                                   std::optional<http::response<http::string_body>>& refused) = 0;
   virtual bool stopping() const = 0;
   virtual void count_bad_request() = 0;
@@ -87,7 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_request();
   void read_body();
   void on_read(beast::error_code ec);
-  void predict(const std::string& body);
+  void predict(const std::string& body, bool embed);
   void watch_client();
   void on_outcome();
   void reply(http::response<http::string_body> res);

@@ -27,6 +27,11 @@ void check_answer_settings(TrainedRun& run, const AnswerSettings& s) { run.check
 
 std::vector<nlohmann::json> answer(TrainedRun& run, const std::vector<std::string>& inputs,
                                    const AnswerSettings& settings) {
+  if (settings.embed) {
+    std::vector<nlohmann::json> out;
+    for (std::vector<float>& v : run.embed(inputs)) out.push_back({{"embedding", std::move(v)}});
+    return out;
+  }
   run.check_settings(settings);
   return run.answer(inputs, settings);
 }

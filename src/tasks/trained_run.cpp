@@ -85,13 +85,10 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
   }
 
   std::vector<std::string> labels() const override { return labels_; }
-  // Before any input is read: an encoder without a head answers no classification request.
-  void check_settings(const AnswerSettings& s) override {
-    TrainedRun::check_settings(s);
-    check<ConfigError>(no_head_.empty(), "{}", no_head_);
-  }
 
   std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings&) override {
+    // Before any input is read: an encoder without a head classifies nothing (it embeds; serve answers /v1/embed).
+    check<ConfigError>(no_head_.empty(), "{}", no_head_);
     return batched_answers(
         inputs,
         [&](const std::vector<std::string>& texts) {

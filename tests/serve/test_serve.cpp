@@ -92,8 +92,8 @@ class ServerProcess {
   int out_ = -1;
 };
 
-json post(httplib::Client& c, const json& body, int* status = nullptr) {
-  auto r = c.Post("/v1/predict", body.dump(), "application/json");
+json post_to(httplib::Client& c, const std::string& path, const json& body, int* status = nullptr) {
+  auto r = c.Post(path, body.dump(), "application/json");
   if (!r) {
     ADD_FAILURE() << "no response: " << httplib::to_string(r.error());
     return {};
@@ -102,6 +102,8 @@ json post(httplib::Client& c, const json& body, int* status = nullptr) {
   else EXPECT_EQ(r->status, 200) << r->body;
   return json::parse(r->body);
 }
+
+json post(httplib::Client& c, const json& body, int* status = nullptr) { return post_to(c, "/v1/predict", body, status); }
 
 json get(httplib::Client& c, const std::string& path) {
   auto r = c.Get(path.c_str());
@@ -231,14 +233,33 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   EXPECT_EQ(model["labels"], json({"pos", "neg"}));  // as the data named them, in its order
   EXPECT_EQ(model["config"]["max_len"], 8);
   EXPECT_NE(model["machine"].get<std::string>().find("1 thread"), std::string::npos) << model["machine"];
+  // POST /v1/embed: the sentence embeddings `multihead embed --json` gives, in the order asked.
+  CliRun e = run("embed --run " + run_dir.string() + " --json --threads 1 --input " + items(texts).string());
+  ASSERT_EQ(e.code, 0) << e.err;
+  std::istringstream lines(e.out);
+  int status = 0;
+  const json embedded = post_to(c, "/v1/embed", {{"inputs", texts}}, &status);
+  ASSERT_EQ(status, 200) << embedded;
+  ASSERT_EQ(embedded["outputs"].size(), texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    std::string line;
+    std::getline(lines, line);
+    const json want = json::parse(line)["embedding"];
+    const json& got = embedded["outputs"][i]["embedding"];
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k].get<double>(), want[k].get<double>(), 1e-5);
+  }
+  // An embedding takes no settings.
+  post_to(c, "/v1/embed", {{"inputs", texts}, {"tokens", 3}}, &status);
+  EXPECT_EQ(status, 400);
   const json health = get(c, "/v1/health");
   EXPECT_EQ(health["status"], "ok");
-  EXPECT_EQ(health["answered"], 1);
-  EXPECT_EQ(health["inputs"], 4);
+  EXPECT_EQ(health["answered"], 2);
+  EXPECT_EQ(health["inputs"], 8);
   EXPECT_EQ(health["model_threads"], 1);  // --threads reaches the thread that runs the model
   const auto [code, rest] = server.stop();
   EXPECT_EQ(code, 0);
-  EXPECT_NE(rest.find("stopped after 1 requests (1 answered"), std::string::npos) << rest;
+  EXPECT_NE(rest.find("stopped after 2 requests (2 answered"), std::string::npos) << rest;
 }
 
 // The samples of a Prometheus text exposition (format 0.0.4), checked line
@@ -361,6 +382,12 @@ TEST_F(Serve, LanguageModelTakesGenerationSettings) {
   const std::vector<json> sampled = predict_json(run_dir, in, "--tokens 12 --temperature 1.5 --top-k 5 --seed 3");
   const json s = post(c, {{"inputs", prompts}, {"tokens", 12}, {"temperature", 1.5}, {"top_k", 5}, {"seed", 3}});
   for (std::size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(s["outputs"][i], sampled[i]);
+  // A language model is no text encoder: /v1/embed says so, and serving goes on.
+  int status = 0;
+  const json refused = post_to(c, "/v1/embed", {{"inputs", prompts}}, &status);
+  EXPECT_EQ(status, 404);
+  EXPECT_NE(refused["error"].get<std::string>().find("text encoders"), std::string::npos) << refused;
+  EXPECT_EQ(post(c, {{"inputs", prompts}, {"temperature", 0}}), got);
 }
 
 TEST_F(Serve, PronunciationGivesNBest) {

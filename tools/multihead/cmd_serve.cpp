@@ -62,7 +62,7 @@ Command add_serve(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve",
       "Serve a trained run over HTTP: POST /v1/predict {\"inputs\": [...]} answers as predict --json does, batching "
-      "requests that arrive together; GET /v1/health, GET /v1/model, GET /metrics (Prometheus); every answer has an "
+      "requests that arrive together; POST /v1/embed, as embed --json does (text encoders); GET /v1/health, GET /v1/model, GET /metrics (Prometheus); every answer has an "
       "X-Request-Id header");
   add_trained_run_options(*sub, o->run, o->cfg.defaults);
   sub->add_option("--host", o->cfg.host, "Address to listen on")->capture_default_str();

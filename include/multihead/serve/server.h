@@ -2,6 +2,8 @@
 // programs to use.
 //   POST /v1/predict  {"inputs": [...], settings...} -> {"outputs": [answer, ...]}
 //                     (answers as `predict --json` gives them; see serve/request.h)
+//   POST /v1/embed    {"inputs": [...]} -> {"outputs": [{"embedding": [...]}, ...]}
+//                     (text encoders: as `embed --json` gives them)
 //   GET  /v1/health   {"status": "ok", and the batcher's counts}
 //   GET  /v1/model    the run's task, config, labels, and the machine it runs on
 //   GET  /metrics     Prometheus's text format: requests by endpoint and code,

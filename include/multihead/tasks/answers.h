@@ -24,6 +24,10 @@ struct AnswerSettings {
   std::int64_t tokens = 200;                // language models: tokens generated
   SamplingConfig sampling{0.8, 0, 0.95, 0};  // language models
   std::int64_t n_best = 1, beam = 0;        // pronunciation runs (beam 0: the run's, at least n_best)
+  // Text encoders: each input's sentence embedding ({"embedding": [...]},
+  // TrainedRun::embed) rather than its prediction. Set by the endpoint
+  // (serve's POST /v1/embed), not by a request's keys.
+  bool embed = false;
 
   // The settings' keys, as a request to `multihead serve` names them (a
   // kind takes those of its TrainedRun::request_fields()); max_tokens and
@@ -39,7 +43,7 @@ struct AnswerSettings {
   bool operator==(const AnswerSettings& o) const {
     return tokens == o.tokens && sampling.temperature == o.sampling.temperature && sampling.top_k == o.sampling.top_k &&
            sampling.top_p == o.sampling.top_p && sampling.seed == o.sampling.seed && n_best == o.n_best &&
-           beam == o.beam;
+           beam == o.beam && embed == o.embed;
   }
 };
 
