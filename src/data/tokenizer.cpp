@@ -1,5 +1,4 @@
 #include "multihead/data/tokenizer.h"
-#include "multihead/data/hf_tokenizer.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -15,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
+#include "multihead/data/hf_tokenizer.h"
 #include "multihead/io/atomic_file.h"
 
 namespace multihead {

@@ -220,13 +220,6 @@ void SequenceClassifier::release_saved() {
   x_ = Tensor(), h_ = Tensor(), pooled_ = Tensor(), head_ = Tensor();
 }
 
-Tensor SequenceClassifier::pooled(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx) {
-  forward(ids, padding, ctx);
-  Tensor out = std::move(pooled_);
-  release_saved();
-  return out;
-}
-
 Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx) {
   check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, L)", shape_str(ids.shape()));
   const std::int64_t B = ids.dim(0), L = ids.dim(1), d = cfg_.layer.d_model;

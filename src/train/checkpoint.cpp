@@ -1,10 +1,10 @@
 #include "multihead/train/checkpoint.h"
-#include "multihead/train/hf_checkpoint.h"
-#include "multihead/train/initial_weights.h"
 
 #include <algorithm>
 
 #include "multihead/nn/state_dict.h"
+#include "multihead/train/hf_checkpoint.h"
+#include "multihead/train/initial_weights.h"
 #include "multihead/train/run_dir.h"
 
 namespace multihead {

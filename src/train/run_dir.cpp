@@ -1,5 +1,4 @@
 #include "multihead/train/run_dir.h"
-#include "multihead/train/hf_checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -18,6 +17,7 @@
 #include "multihead/io/json_config.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/train/distributed.h"
+#include "multihead/train/hf_checkpoint.h"
 
 namespace multihead {
 

@@ -154,9 +154,6 @@ class SequenceClassifier : public Module {
   // ids and padding must outlive backward.
   Tensor forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx);
   void backward(const Tensor& dlogits);
-  // The pooled vectors (B, d_model) of a forward in eval mode: the
-  // sentence embeddings of a checkpoint that pools by mean.
-  Tensor pooled(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx);
   // The encoder's output (B, L, d_model) of the last forward.
   const Tensor& hidden() const { return h_; }
   TransformerEncoder& encoder() { return encoder_; }
