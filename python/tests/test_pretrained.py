@@ -405,6 +405,8 @@ def unsupported_tokenizer(d):
     (edit_config(model_type="t5"), "\"model_type\" is \"t5\""),
     (edit_config(architectures=["BertForQuestionAnswering"]), "\"architectures\" is [\"BertForQuestionAnswering\"]"),
     (edit_config(hidden_act="swish"), "\"hidden_act\" is \"swish\""),
+    (edit_config(layer_norm_eps="1e-12"), "\"layer_norm_eps\" is \"1e-12\", not a number"),
+    (edit_config(is_decoder=1), "\"is_decoder\" is 1, not a boolean"),
     (edit_config(position_embedding_type="relative_key"), "\"position_embedding_type\" is \"relative_key\""),
     (drop_tensor("bert.encoder.layer.1.output.dense.weight"), "lacks 'encoder.layer.1.output.dense.weight'"),
     (pickle_weights, "pickle file"),

@@ -47,10 +47,21 @@ T key(const HfCheckpoint& c, const char* name, std::optional<T> fallback = std::
   return v.get<T>();
 }
 
+// A config key with no bounds of its own but a type (a flag, a number), or the fallback when absent.
+template <typename T>
+T typed(const HfCheckpoint& c, const char* name, T fallback) {
+  if (!c.config.contains(name) || c.config[name].is_null()) return fallback;
+  const json& v = c.config[name];
+  const bool ok = std::is_same_v<T, bool> ? v.is_boolean() : std::is_integral_v<T> ? v.is_number_integer() : v.is_number();
+  check<IoError>(ok, "{}: \"{}\" is {}, not a {}", c.config_path, name, v.dump(),
+                 std::is_same_v<T, bool> ? "boolean" : "number");
+  return v.get<T>();
+}
+
 std::vector<std::string> read_labels(const HfCheckpoint& c) {
   std::vector<std::string> labels;
   if (!c.config.contains("id2label")) {
-    const std::int64_t n = c.config.value("num_labels", std::int64_t{2});
+    const std::int64_t n = key<std::int64_t>(c, "num_labels", 2);
     for (std::int64_t i = 0; i < n; ++i) labels.push_back(fmt::format("LABEL_{}", i));
     return labels;
   }
@@ -76,7 +87,7 @@ std::vector<std::string> read_labels(const HfCheckpoint& c) {
 // Checks common to the encoders read here.
 void check_encoder(const HfCheckpoint& c) {
   for (const char* flag : {"is_decoder", "add_cross_attention"})
-    check<IoError>(!c.config.value(flag, false), "{}: \"{}\" is true; encoders are read here", c.config_path, flag);
+    check<IoError>(!typed(c, flag, false), "{}: \"{}\" is true; encoders are read here", c.config_path, flag);
   const std::string problem = c.config.value("problem_type", json()).is_string() ? c.config["problem_type"] : "";
   check<IoError>(problem.empty() || problem == "single_label_classification",
                  "{}: \"problem_type\" is \"{}\"; single-label classification is read here", c.config_path, problem);
@@ -121,7 +132,7 @@ json bert_model(const HfCheckpoint& c) {
   return encoder_model(c, key<std::int64_t>(c, "hidden_size"), key<std::int64_t>(c, "num_attention_heads"),
                        key<std::int64_t>(c, "num_hidden_layers"), key<std::int64_t>(c, "intermediate_size"),
                        key<double>(c, "hidden_dropout_prob", 0.1), activation(c, "hidden_act"),
-                       c.config.value("layer_norm_eps", 1e-12), "tanh", key<std::int64_t>(c, "type_vocab_size", 2));
+                       typed(c, "layer_norm_eps", 1e-12), "tanh", key<std::int64_t>(c, "type_vocab_size", 2));
 }
 
 json bert_config(const json& m) {
@@ -135,7 +146,7 @@ json bert_config(const json& m) {
 // DistilBERT: BERT without token types or pooler, its LayerNorms' eps fixed
 // at 1e-12, and a ReLU layer ("pre_classifier") before its classifier.
 json distilbert_model(const HfCheckpoint& c) {
-  check<IoError>(!c.config.value("sinusoidal_pos_embds", false),
+  check<IoError>(!typed(c, "sinusoidal_pos_embds", false),
                  "{}: \"sinusoidal_pos_embds\" is true; learned positions are read here", c.config_path);
   return encoder_model(c, key<std::int64_t>(c, "dim", 768), key<std::int64_t>(c, "n_heads", 12),
                        key<std::int64_t>(c, "n_layers", 6), key<std::int64_t>(c, "hidden_dim", 3072),
