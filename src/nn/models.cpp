@@ -65,6 +65,8 @@ void ModelConfig::validate() const {
   layer_config().attention().validate();
   check_keys(*this);
   check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"", init);
+  check<ConfigError>(head == "linear" || head == "tanh" || head == "relu", "head must be linear, tanh or relu, got \"{}\"",
+                     head);
 }
 
 AbsolutePositions::AbsolutePositions(ParamStore& store, const std::string& prefix, PositionKind kind,
@@ -183,25 +185,14 @@ void InputEmbedding::backward(Tensor dy) {
   embedding_.backward(dy);
 }
 
-namespace {
-
-// "linear", "tanh" or "relu": the classifier head's activation before the classifier.
-std::int64_t head_width(const ModelConfig& cfg) {
-  check<ConfigError>(cfg.head == "linear" || cfg.head == "tanh" || cfg.head == "relu",
-                     "head must be linear, tanh or relu, got \"{}\"", cfg.head);
-  return cfg.layer.d_model;
-}
-
-}  // namespace
-
 SequenceClassifier::SequenceClassifier(ParamStore& store, const ModelConfig& cfg)
     : cfg_(validated(cfg)),
       store_(&store),
       input_(store, cfg),
       encoder_(store, "encoder.", cfg.layer_config(), cfg.num_layers, cfg.final_norm),
-      pre_classifier_(cfg.head == "linear" ? nullptr
-                                           : std::make_unique<Linear>(store, "pre_classifier.", cfg.layer.d_model,
-                                                                      head_width(cfg))),
+      pre_classifier_(cfg.head == "linear"
+                          ? nullptr
+                          : std::make_unique<Linear>(store, "pre_classifier.", cfg.layer.d_model, cfg.layer.d_model)),
       classifier_(store, "classifier.", cfg.layer.d_model, cfg.num_classes) {}
 
 void SequenceClassifier::init(Rng& rng) {
