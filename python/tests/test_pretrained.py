@@ -122,13 +122,97 @@ def test_the_real_minilm_tokenizer_gives_the_ids_of_tokenizers():
     assert_same_ids(reference, ours, mixed_corpus(3000, seed=4))
 
 
-def test_a_tokenizer_of_a_kind_not_read_is_refused_in_one_line(tmp_path):
-    from tokenizers import Tokenizer, models
-    tok = Tokenizer(models.BPE(unk_token="<unk>", vocab={"<unk>": 0, "a": 1}, merges=[]))
-    d = tmp_path / "bpe-plain"
+def byte_level_bpe_tokenizer(tmp_path, add_prefix_space=False, processor="roberta", merges_as_strings=False):
+    """A byte-level BPE tokenizer trained by `tokenizers` on the corpus, as RoBERTa's (<s> ... </s>)
+    or GPT-2's (<|endoftext|>, no frame) is made, saved as tokenizer.json."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] if processor == "roberta" else ["<|endoftext|>"]
+    tok.train_from_iterator(mixed_corpus(400, seed=1), trainers.BpeTrainer(
+        vocab_size=900, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if processor == "roberta":
+        tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=True)
+    d = tmp_path / f"bpe-{add_prefix_space}-{processor}-{merges_as_strings}"
     d.mkdir()
     tok.save(str(d / "tokenizer.json"))
-    with pytest.raises(Exception, match=r"model\.type \"BPE\" is not read here"):
+    if merges_as_strings:  # the form of files written before tokenizers 0.20
+        t = json.loads((d / "tokenizer.json").read_text())
+        t["model"]["merges"] = [" ".join(m) for m in t["model"]["merges"]]
+        (d / "tokenizer.json").write_text(json.dumps(t))
+    return tok, d
+
+
+@pytest.mark.parametrize("add_prefix_space,processor,merges_as_strings", [
+    (False, "roberta", False), (True, "roberta", True), (False, "gpt2", False)])
+def test_a_byte_level_bpe_tokenizer_gives_the_ids_of_tokenizers(tmp_path, add_prefix_space, processor,
+                                                              merges_as_strings):
+    reference, d = byte_level_bpe_tokenizer(tmp_path, add_prefix_space, processor, merges_as_strings)
+    ours = multihead.Tokenizer.load(d)
+    assert ours.kind == "hf_bpe"
+    assert ours.vocab_size == reference.get_vocab_size()
+    if processor == "roberta":
+        assert ours.frame == {"before": [0], "after": [2], "pad": 1, "unk": 0}
+    else:
+        assert ours.frame["before"] == [] and ours.frame["after"] == []
+    texts = mixed_corpus(3000, seed=2) + ["it's 'S 'll'd  \t x\n\n  y  ", "<s>hi</s> <mask>!", " lead", "end   ",
+                                          "a\u00a0\u3000b\u2028c\u000bd\u0085e"]
+    assert_same_ids(reference, ours, texts)
+    for text in texts[:500]:
+        ids = reference.encode(text).ids
+        assert ours.decode(ids) == reference.decode(ids), repr(text)
+    # Ids that are not whole characters decode as tokenizers decodes them (U+FFFD for each broken sequence).
+    pieces = [reference.token_to_id(c) for c in pre_tokenizers_alphabet() if reference.token_to_id(c) is not None]
+    rng = random.Random(9)
+    for _ in range(200):
+        ids = [rng.choice(pieces) for _ in range(rng.randint(1, 6))]
+        assert ours.decode(ids) == reference.decode(ids), ids
+
+
+def pre_tokenizers_alphabet():
+    from tokenizers import pre_tokenizers
+    return sorted(pre_tokenizers.ByteLevel.alphabet())
+
+
+@pytest.mark.parametrize("options", [
+    dict(unk_token="<unk>", continuing_subword_prefix="##", end_of_word_suffix="</w>"),
+    dict(unk_token="<unk>", fuse_unk=True),
+    dict(unk_token="<unk>", byte_fallback=True),
+    dict(ignore_merges=True),
+])
+def test_a_bpe_model_s_options_give_the_ids_of_tokenizers(tmp_path, options):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    trainer_options = {k: v for k, v in options.items() if k in ("continuing_subword_prefix", "end_of_word_suffix")}
+    tok = Tokenizer(models.BPE(**options))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    # Trained on part of the corpus's characters, so that the rest is unknown to it.
+    tok.train_from_iterator([t for t in mixed_corpus(400, seed=1) if t.isascii()], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>"] + [f"<0x{b:02X}>" for b in range(256)], **trainer_options))
+    tok.pre_tokenizer = None  # the whole text one word: the model's own handling of every character
+    d = tmp_path / "bpe"
+    d.mkdir()
+    tok.save(str(d / "tokenizer.json"))
+    ours = multihead.Tokenizer.load(d)
+    texts = [t[:60] for t in mixed_corpus(1500, seed=6)]
+    for text in texts:
+        assert ours.encode(text) == tok.encode(text).ids, repr(text)
+
+
+def test_a_tokenizer_of_a_kind_not_read_is_refused_in_one_line(tmp_path):
+    from tokenizers import Tokenizer, models
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>", vocab={"<unk>": 0, "a": 1}))
+    d = tmp_path / "word-level"
+    d.mkdir()
+    tok.save(str(d / "tokenizer.json"))
+    with pytest.raises(Exception, match=r"model\.type \"WordLevel\" is not read here"):
+        multihead.Tokenizer.load(d)
+    t = json.loads((d / "tokenizer.json").read_text())
+    t["model"] = {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b"]], "dropout": 0.1}
+    (d / "tokenizer.json").write_text(json.dumps(t))
+    with pytest.raises(Exception, match=r"model\.dropout is set"):
         multihead.Tokenizer.load(d)
 
 

@@ -270,7 +270,8 @@ TokenizerKind parse_tokenizer_kind(const std::string& s) {
   if (s == "char") return TokenizerKind::kChar;
   if (s == "word") return TokenizerKind::kWord;
   if (s == "wordpiece") return TokenizerKind::kWordPiece;
-  throw ConfigError(fmt::format("tokenizer must be sentencepiece, char, word or wordpiece, got \"{}\"", s));
+  if (s == "hf_bpe") return TokenizerKind::kBpe;
+  throw ConfigError(fmt::format("tokenizer must be sentencepiece, char, word, wordpiece or hf_bpe, got \"{}\"", s));
 }
 
 const char* tokenizer_kind_name(TokenizerKind k) {
@@ -278,15 +279,16 @@ const char* tokenizer_kind_name(TokenizerKind k) {
     case TokenizerKind::kChar: return "char";
     case TokenizerKind::kWord: return "word";
     case TokenizerKind::kWordPiece: return "wordpiece";
+    case TokenizerKind::kBpe: return "hf_bpe";
     case TokenizerKind::kSentencePiece: break;
   }
   return "sentencepiece";
 }
 
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts) {
-  check<ConfigError>(cfg.kind != TokenizerKind::kWordPiece,
-                     "a wordpiece tokenizer is a pretrained checkpoint's: name that checkpoint (--init-from or "
-                     "--tokenizer-from) rather than train one");
+  check<ConfigError>(cfg.kind != TokenizerKind::kWordPiece && cfg.kind != TokenizerKind::kBpe,
+                     "a {} tokenizer is a pretrained checkpoint's: name that checkpoint (--init-from or "
+                     "--tokenizer-from) rather than train one", tokenizer_kind_name(cfg.kind));
   check<ConfigError>(cfg.vocab_size > kNumSpecials, "vocab_size must exceed the {} special tokens, got {}",
                      kNumSpecials, cfg.vocab_size);
   check<IoError>(!texts.empty(), "cannot train a tokenizer on no text");

@@ -210,16 +210,18 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     EXPECT_EQ(back->kind(), kind);
     EXPECT_EQ(tok->piece(kPadId), "<pad>") << kind;
   }
-  for (const char* kind : {"char", "word", "sentencepiece", "wordpiece"})
+  for (const char* kind : {"char", "word", "sentencepiece", "wordpiece", "hf_bpe"})
     EXPECT_STREQ(tokenizer_kind_name(parse_tokenizer_kind(kind)), kind);
   TokenizerConfig wordpiece;
   wordpiece.kind = TokenizerKind::kWordPiece;  // a checkpoint's, read and never trained
+  EXPECT_THROW(train_tokenizer(wordpiece, {"the cat sat"}), ConfigError);
+  wordpiece.kind = TokenizerKind::kBpe;
   EXPECT_THROW(train_tokenizer(wordpiece, {"the cat sat"}), ConfigError);
   try {
     parse_tokenizer_kind("bpe");
     ADD_FAILURE() << "bpe is a SentencePiece model type, not a tokenizer";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word or wordpiece, got \"bpe\"");
+    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word, wordpiece or hf_bpe, got \"bpe\"");
   }
   TokenizerConfig capped;
   capped.kind = TokenizerKind::kWord;
@@ -279,7 +281,9 @@ TEST(Batching, LengthSortedBatchesKeepToTheTokenBudget) {
     for (const std::int64_t i : b) {
       const std::int64_t len = lengths[static_cast<std::size_t>(i)];
       EXPECT_GE(len, last);
-      if (len == last && !seen.empty() && lengths[static_cast<std::size_t>(seen.back())] == len) EXPECT_GT(i, seen.back());
+      if (len == last && !seen.empty() && lengths[static_cast<std::size_t>(seen.back())] == len) {
+        EXPECT_GT(i, seen.back());
+      }
       last = len;
       longest = std::max(longest, len);
       seen.push_back(i);

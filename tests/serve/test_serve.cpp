@@ -244,10 +244,11 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   for (std::size_t i = 0; i < texts.size(); ++i) {
     std::string line;
     std::getline(lines, line);
-    const json want = json::parse(line)["embedding"];
-    const json& got = embedded["outputs"][i]["embedding"];
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k].get<double>(), want[k].get<double>(), 1e-5);
+    const json from_cli = json::parse(line)["embedding"];
+    const json& served = embedded["outputs"][i]["embedding"];
+    ASSERT_EQ(served.size(), from_cli.size());
+    for (std::size_t k = 0; k < from_cli.size(); ++k)
+      EXPECT_NEAR(served[k].get<double>(), from_cli[k].get<double>(), 1e-5);
   }
   // An embedding takes no settings.
   post_to(c, "/v1/embed", {{"inputs", texts}, {"tokens", 3}}, &status);

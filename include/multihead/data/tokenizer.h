@@ -45,9 +45,9 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& dir);
 };
 
-enum class TokenizerKind { kSentencePiece, kChar, kWord, kWordPiece };
-// "sentencepiece", "char", "word" or "wordpiece" (read from a checkpoint,
-// never trained); anything else is a ConfigError.
+enum class TokenizerKind { kSentencePiece, kChar, kWord, kWordPiece, kBpe };
+// "sentencepiece", "char", "word", or "wordpiece" and "hf_bpe" (Hugging Face's,
+// read from a checkpoint, never trained); anything else is a ConfigError.
 TokenizerKind parse_tokenizer_kind(const std::string& s);
 const char* tokenizer_kind_name(TokenizerKind k);
 

@@ -1,0 +1,45 @@
+// The text stages of Hugging Face's tokenizers (tokenizer.json's normalizer,
+// pre_tokenizer and decoder), as the `tokenizers` library applies them.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace multihead::hf {
+
+// UTF-8 to code points; an ill-formed sequence becomes one U+FFFD for each
+// maximal subpart (as Rust's String::from_utf8_lossy reads bytes).
+std::u32string decode_utf8(std::string_view s);
+std::string encode_utf8(std::u32string_view s);
+
+// BertNormalizer: control characters removed and white space made a space
+// (clean_text), a space either side of each CJK ideograph, accents stripped
+// (NFD, then non-spacing marks dropped), lower case. Characters are classed by
+// Unicode 8.0's tables, as `tokenizers` classes them.
+struct BertNormalizer {
+  bool clean_text = true, chinese = true, strip_accents = true, lowercase = true;
+  std::u32string operator()(std::u32string_view in) const;
+};
+
+// BertPreTokenizer: words split at white space (dropped) and around each
+// punctuation mark (kept), as UTF-8.
+std::vector<std::string> bert_pre_tokenize(std::u32string_view s);
+
+// ByteLevel: GPT-2's split ('s 't 're 've 'm 'll 'd, then runs of letters,
+// of digits and of other characters, each with the space before it, and runs
+// of white space) when `use_regex`, then each piece's UTF-8 bytes written as
+// GPT-2's printable byte alphabet. A space goes first when `add_prefix_space`
+// and the text does not begin with one.
+std::vector<std::string> byte_level_pre_tokenize(std::u32string_view s, bool add_prefix_space, bool use_regex);
+
+// The ByteLevel decoder: each token's characters back to bytes (a token with
+// a character outside the alphabet is its own UTF-8), all read as lossy UTF-8.
+std::string byte_level_decode(const std::vector<std::string>& tokens);
+
+// The WordPiece decoder: `prefix` taken off each continuation, a space before
+// every other token but the first, and each token cleaned up on its own (the
+// space before punctuation and English contractions removed) when `cleanup`.
+std::string wordpiece_decode(const std::vector<std::string>& tokens, const std::string& prefix, bool cleanup);
+
+}  // namespace multihead::hf
