@@ -219,8 +219,8 @@ def test_a_tokenizer_of_a_kind_not_read_is_refused_in_one_line(tmp_path):
 # --- Checkpoints ---------------------------------------------------------------------------------
 
 def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), arch="bert", **config):
-    """A random BERT (or DistilBERT) of transformers' making, saved with save_pretrained beside a
-    tokenizer."""
+    """A random BERT (or RoBERTa, or DistilBERT) of transformers' making, saved with save_pretrained
+    beside a tokenizer."""
     import torch
     import transformers
     torch.manual_seed(0)
@@ -231,6 +231,12 @@ def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), arch=
         cfg = transformers.BertConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                       intermediate_size=48, layer_norm_eps=1e-12, **config)
         kind = transformers.BertForSequenceClassification if head else transformers.BertModel
+    elif arch == "roberta":  # positions from pad_token_id + 1, so 2 more of them
+        common["max_position_embeddings"] += 2
+        cfg = transformers.RobertaConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=48, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                                         type_vocab_size=1, **config)
+        kind = transformers.RobertaForSequenceClassification if head else transformers.RobertaModel
     else:
         cfg = transformers.DistilBertConfig(**common, dim=32, n_layers=2, n_heads=4, hidden_dim=48, **config)
         kind = transformers.DistilBertForSequenceClassification if head else transformers.DistilBertModel
@@ -250,7 +256,8 @@ def reference_logits(model, tokenizer, texts):
     import torch
     enc = tokenizer.encode_batch(texts)
     longest = max(len(e.ids) for e in enc)
-    ids = torch.tensor([e.ids + [0] * (longest - len(e.ids)) for e in enc])
+    pad = model.config.pad_token_id or 0
+    ids = torch.tensor([e.ids + [pad] * (longest - len(e.ids)) for e in enc])
     mask = torch.tensor([[1] * len(e.ids) + [0] * (longest - len(e.ids)) for e in enc])
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask)
@@ -264,15 +271,28 @@ def wordpiece_dir(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def bpe_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bpe")
+    _, d = byte_level_bpe_tokenizer(tmp)
+    return d
+
+
+@pytest.fixture
+def tokenizer_of(wordpiece_dir, bpe_dir):
+    """The tokenizer an architecture's checkpoints come with: RoBERTa's byte-level BPE, WordPiece."""
+    return lambda arch: bpe_dir if arch == "roberta" else wordpiece_dir
+
+
 @pytest.mark.parametrize("arch,activation", [("bert", "gelu"), ("bert", "relu"), ("distilbert", "gelu"),
-                                              ("distilbert", "relu")])
-def test_a_classifier_checkpoint_gives_the_probabilities_of_transformers(tmp_path, wordpiece_dir, arch, activation):
+                                              ("distilbert", "relu"), ("roberta", "gelu")])
+def test_a_classifier_checkpoint_gives_the_probabilities_of_transformers(tmp_path, tokenizer_of, arch, activation):
     import numpy as np
     import torch
     from tokenizers import Tokenizer
     pytest.importorskip("transformers")
-    act = {"hidden_act" if arch == "bert" else "activation": activation}
-    model, d = tiny_bert(tmp_path, "cls", True, wordpiece_dir, arch=arch, **act)
+    act = {"activation" if arch == "distilbert" else "hidden_act": activation}
+    model, d = tiny_bert(tmp_path, "cls", True, tokenizer_of(arch), arch=arch, **act)
     texts = [t for t in mixed_corpus(40, seed=7) if t.strip()]
     out, _ = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
     want = torch.softmax(out.logits, -1).numpy()
@@ -337,12 +357,12 @@ def test_an_encoder_embeds_as_sentence_transformers_pools(tmp_path, wordpiece_di
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["bert", "distilbert"])
-def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_path, wordpiece_dir, arch):
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta"])
+def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_path, tokenizer_of, arch):
     import numpy as np
     import torch
     from tokenizers import Tokenizer
-    model, d = tiny_bert(tmp_path, "plain", False, wordpiece_dir, arch=arch)
+    model, d = tiny_bert(tmp_path, "plain", False, tokenizer_of(arch), arch=arch)
     texts = EMBED_TEXTS[:4]
     out, mask = reference_logits(model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
     m = mask.unsqueeze(-1).float()
@@ -398,12 +418,12 @@ def test_an_encoder_fine_tunes_with_a_new_head(tmp_path, wordpiece_dir):
 
 # --- Back out ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["bert", "distilbert"])
-def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabilities(tmp_path, wordpiece_dir, arch):
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta"])
+def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabilities(tmp_path, tokenizer_of, arch):
     import numpy as np
     import torch
     transformers = pytest.importorskip("transformers")
-    _, d = tiny_bert(tmp_path, "encoder", False, wordpiece_dir, arch=arch)
+    _, d = tiny_bert(tmp_path, "encoder", False, tokenizer_of(arch), arch=arch)
     run_dir = fine_tune(tmp_path, d, "--epochs", "2", "--lr", "3e-3", "--warmup-steps", "3")
     run = multihead.load_run(run_dir, threads=1)
     out = tmp_path / "exported"

@@ -135,12 +135,31 @@ json bert_model(const HfCheckpoint& c) {
                        typed(c, "layer_norm_eps", 1e-12), "tanh", key<std::int64_t>(c, "type_vocab_size", 2));
 }
 
+// RoBERTa: BERT's layers, with one token type, positions counted from the
+// pad id + 1 (rows 0 and 1 unused), and its classifier's own dense layer
+// (tanh) in place of the pooler.
+json roberta_model(const HfCheckpoint& c) {
+  json m = bert_model(c);
+  const std::int64_t offset = typed<std::int64_t>(c, "pad_token_id", 1) + 1;
+  check<IoError>(offset > 0 && offset < m["max_len"].get<std::int64_t>(),
+                 "{}: \"pad_token_id\" is {}; RoBERTa counts positions from it, and {} positions do not reach past it",
+                 c.config_path, offset - 1, m["max_len"].dump());
+  m["position_offset"] = offset;
+  return m;
+}
+
 json bert_config(const json& m) {
   return {{"hidden_size", m["d_model"]}, {"num_hidden_layers", m["num_layers"]},
           {"num_attention_heads", m["nhead"]}, {"intermediate_size", m["dim_feedforward"]},
           {"hidden_act", m["activation"]}, {"hidden_dropout_prob", m["dropout"]},
           {"attention_probs_dropout_prob", m["dropout"]}, {"type_vocab_size", m["token_types"]},
           {"layer_norm_eps", m["layer_norm_eps"]}, {"position_embedding_type", "absolute"}};
+}
+
+json roberta_config(const json& m) {
+  json c = bert_config(m);
+  c["pad_token_id"] = m["position_offset"].get<std::int64_t>() - 1;
+  return c;
 }
 
 // DistilBERT: BERT without token types or pooler, its LayerNorms' eps fixed
@@ -169,36 +188,48 @@ struct Architecture {
   std::string model_type, base;       // "bert"; the base model's attribute in a model with a head
   std::string classifier;             // the architecture with a classification head
   std::vector<std::string> encoders;  // architectures read as an encoder alone
+  std::string tokenizer_kind, tokenizer_class;  // "wordpiece", "BertTokenizer"
   std::vector<Part> input;            // under the base model
   std::string layer;                  // each layer's prefix under the base model, {} its number
   std::vector<Part> layer_parts;
-  std::vector<Part> base_head;        // the head's parts under the base model (BERT's pooler)
+  // The head's parts under the base model (BERT's pooler), read where the
+  // head beside it has no part of the same name.
+  std::vector<Part> base_head;
   std::vector<Part> head;             // the head's parts beside it
   json (*model)(const HfCheckpoint&);  // config.json to a model section
   json (*config)(const json&);         // a model section to config.json's own keys
 };
 
+// BERT's names (RoBERTa's too).
+const std::vector<Part> kBertInput = {{"embeddings.word_embeddings", "embedding"},
+                                      {"embeddings.position_embeddings", "pos_embedding"},
+                                      {"embeddings.token_type_embeddings", "token_type_embedding"},
+                                      {"embeddings.LayerNorm", "embedding_norm"}};
+const std::vector<Part> kBertLayer = {{"attention.self.query", "self_attn.query"},
+                                      {"attention.self.key", "self_attn.key"},
+                                      {"attention.self.value", "self_attn.value"},
+                                      {"attention.output.dense", "self_attn.out_proj"},
+                                      {"attention.output.LayerNorm", "norm1"},
+                                      {"intermediate.dense", "linear1"},
+                                      {"output.dense", "linear2"},
+                                      {"output.LayerNorm", "norm2"}};
+
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> all = {
       {"bert", "bert", "BertForSequenceClassification", {"BertModel", "BertForPreTraining", "BertForMaskedLM"},
-       {{"embeddings.word_embeddings", "embedding"},
-        {"embeddings.position_embeddings", "pos_embedding"},
-        {"embeddings.token_type_embeddings", "token_type_embedding"},
-        {"embeddings.LayerNorm", "embedding_norm"}},
-       "encoder.layer.{}.",
-       {{"attention.self.query", "self_attn.query"},
-        {"attention.self.key", "self_attn.key"},
-        {"attention.self.value", "self_attn.value"},
-        {"attention.output.dense", "self_attn.out_proj"},
-        {"attention.output.LayerNorm", "norm1"},
-        {"intermediate.dense", "linear1"},
-        {"output.dense", "linear2"},
-        {"output.LayerNorm", "norm2"}},
+       "wordpiece", "BertTokenizer", kBertInput, "encoder.layer.{}.", kBertLayer,
        {{"pooler.dense", "pre_classifier"}},
        {{"classifier", "classifier"}},
        bert_model,
        bert_config},
+      {"roberta", "roberta", "RobertaForSequenceClassification", {"RobertaModel", "RobertaForMaskedLM"},
+       "hf_bpe", "RobertaTokenizer", kBertInput, "encoder.layer.{}.", kBertLayer,
+       {{"pooler.dense", "pre_classifier"}},
+       {{"classifier.dense", "pre_classifier"}, {"classifier.out_proj", "classifier"}},
+       roberta_model,
+       roberta_config},
       {"distilbert", "distilbert", "DistilBertForSequenceClassification", {"DistilBertModel", "DistilBertForMaskedLM"},
+       "wordpiece", "BertTokenizer",
        {{"embeddings.word_embeddings", "embedding"},
         {"embeddings.position_embeddings", "pos_embedding"},
         {"embeddings.LayerNorm", "embedding_norm"}},
@@ -234,9 +265,9 @@ json checkpoint_job(const HfCheckpoint& c, const Architecture& a) {
   json model = a.model(c);
   return {{"task", "text_classification"},
           {"title", fmt::format("{} ({})", fs::path(c.dir).filename().string(), c.architecture)},
-          {"max_len", model["max_len"]},
+          {"max_len", model["max_len"].get<std::int64_t>() - model.value("position_offset", std::int64_t{0})},
           {"data", {{"source", "csv"}, {"path", ""}}},
-          {"tokenizer", {{"kind", "wordpiece"}, {"vocab_size", model["vocab_size"]}}},
+          {"tokenizer", {{"kind", a.tokenizer_kind}, {"vocab_size", model["vocab_size"]}}},
           {"model", model}};
 }
 
@@ -277,7 +308,10 @@ Names checkpoint_names(const Architecture& a, const json& m, bool head) {
   for (std::int64_t i = 0; i < m["num_layers"].get<std::int64_t>(); ++i)
     for (const Part& p : a.layer_parts)
       add(names.base, fmt::format(fmt::runtime(a.layer), i) + p.hf, fmt::format("encoder.layers.{}.", i) + p.ours);
-  for (const Part& p : a.base_head) add(names.base, p.hf, p.ours);
+  for (const Part& p : a.base_head) {
+    const bool beside = std::any_of(a.head.begin(), a.head.end(), [&](const Part& h) { return h.ours == p.ours; });
+    if (!(head && beside)) add(names.base, p.hf, p.ours);
+  }
   if (head)
     for (const Part& p : a.head) add(names.head, p.hf, p.ours);
   return names;
@@ -317,30 +351,37 @@ void join_in_proj(TensorMap& out, std::int64_t layers) {
 }
 
 // The architecture a run's model has, if any: the model keys every one
-// here shares, then BERT's (token types, a tanh head) or DistilBERT's (no
-// token types, a ReLU head, eps 1e-12). ConfigError naming what differs.
+// here shares, then RoBERTa's (positions from an offset, one token type, a
+// byte-level BPE tokenizer), BERT's (token types, a tanh head) or
+// DistilBERT's (no token types, a ReLU head, eps 1e-12). ConfigError naming
+// what differs.
 const Architecture& run_architecture(const json& job) {
   check<ConfigError>(job.value("task", std::string()) == "text_classification",
                      "export --format hf writes text classifiers; this run's task is {}", job.value("task", std::string("?")));
   const json& m = job["model"];
   const std::pair<const char*, json> shape[] = {
       {"norm_first", false}, {"final_norm", false},  {"positions", "learned"}, {"pooling", "cls"},
-      {"embedding_norm", true}, {"position_offset", 0}, {"attention", "full"},  {"num_kv_heads", 0}};
+      {"embedding_norm", true}, {"attention", "full"},  {"num_kv_heads", 0}};
   for (const auto& [key, want] : shape)
     check<ConfigError>(m.value(key, json()) == want,
-                       "this run's model.{} is {}; a BERT or DistilBERT checkpoint's is {} (export --format hf writes "
-                       "models of their shape, as a checkpoint read from Hugging Face is)", key,
+                       "this run's model.{} is {}; a BERT, RoBERTa or DistilBERT checkpoint's is {} (export --format "
+                       "hf writes models of their shape, as a checkpoint read from Hugging Face is)", key,
                        m.value(key, json()).dump(), want.dump());
-  check<ConfigError>(job["tokenizer"].value("kind", std::string()) == "wordpiece",
-                     "this run's tokenizer is {}; a BERT checkpoint's is wordpiece", job["tokenizer"].value("kind", std::string()));
-  const bool bert = m.value("token_types", 0) > 0;
+  const std::int64_t types = m.value("token_types", 0);
+  const std::string name = m.value("position_offset", 0) > 0 ? "roberta" : types > 0 ? "bert" : "distilbert";
+  const Architecture& a = architecture(name, "the run");
+  const std::string tokenizer = job["tokenizer"].value("kind", std::string());
+  check<ConfigError>(tokenizer == a.tokenizer_kind, "this run's tokenizer is {}; a {} checkpoint's is {}", tokenizer,
+                     name, a.tokenizer_kind);
+  check<ConfigError>(name != "roberta" || types == 1,
+                     "this run's model.token_types is {}; RoBERTa's (positions from an offset) is 1", types);
   const std::string head = m.value("head", std::string());
-  check<ConfigError>(head == (bert ? "tanh" : "relu"),
-                     "this run's model.head is {} with {} token types; BERT's is tanh with token types, DistilBERT's "
-                     "relu without", head, m.value("token_types", 0));
-  check<ConfigError>(bert || m.value("layer_norm_eps", 0.0) == 1e-12,
+  check<ConfigError>(head == (name == "distilbert" ? "relu" : "tanh"),
+                     "this run's model.head is {} with {} token types; BERT's and RoBERTa's is tanh with token "
+                     "types, DistilBERT's relu without", head, types);
+  check<ConfigError>(name != "distilbert" || m.value("layer_norm_eps", 0.0) == 1e-12,
                      "this run's model.layer_norm_eps is {}; DistilBERT's is fixed at 1e-12", m.value("layer_norm_eps", 0.0));
-  return architecture(bert ? "bert" : "distilbert", "the run");
+  return a;
 }
 
 json hf_config_of(const Architecture& a, const json& m, const std::vector<std::string>& labels,
@@ -409,7 +450,7 @@ void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMa
                       hf_config_of(a, m, labels, tokenizer.frame()).dump(2) + "\n");
     tokenizer.save(partial.string());
     const TokenFrame f = tokenizer.frame();
-    json tc = {{"tokenizer_class", "BertTokenizer"}, {"model_max_length", job["max_len"]},
+    json tc = {{"tokenizer_class", a.tokenizer_class}, {"model_max_length", job["max_len"]},
                {"pad_token", tokenizer.piece(f.pad)}, {"unk_token", tokenizer.piece(f.unk)}};
     if (!f.before.empty()) tc["cls_token"] = tokenizer.piece(f.before.front());
     if (!f.after.empty()) tc["sep_token"] = tokenizer.piece(f.after.front());
@@ -454,7 +495,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
     const json j = read_json_object(st.string());
     const json n = j.value("max_seq_length", json());
     check<IoError>(n.is_null() || (n.is_number_integer() && n.get<std::int64_t>() > 2 &&
-                                   n.get<std::int64_t>() <= c.job["model"]["max_len"].get<std::int64_t>()),
+                                   n.get<std::int64_t>() <= c.job["max_len"].get<std::int64_t>()),
                    "{}: \"max_seq_length\" is {}, not a length the model's positions cover", st.string(), n.dump());
     if (n.is_number_integer()) c.job["max_len"] = n;
   }
@@ -482,7 +523,8 @@ TensorMap hf_model_tensors(const HfCheckpoint& c) {
     // The base model's tensors under its prefix (a model with a head) or none (the base model alone).
     const std::string n = name.starts_with(a.base + ".") ? name.substr(a.base.size() + 1) : name;
     // Buffers and pre-training heads, which transformers does not read into these models either.
-    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_")) continue;
+    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_") || n.starts_with("lm_head."))
+      continue;
     const Rename* r = nullptr;
     if (const auto b = names.base.find(n); b != names.base.end()) r = &b->second;
     if (const auto h = names.head.find(name); !r && n == name && h != names.head.end()) r = &h->second;
