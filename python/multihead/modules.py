@@ -275,7 +275,7 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
-        self.activation = F.gelu if activation == "gelu" else F.relu
+        self.activation = _activation(activation)
 
     def _ff(self, x):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -314,6 +314,17 @@ class DecoderLayer(EncoderLayer):
         return self.norm3(x + self._ff(x))
 
 
+def gelu_tanh(x):
+    """GELU in its tanh form (GPT-2's gelu_new): the activation "gelu_tanh"."""
+    return F.gelu(x, approximate="tanh")
+
+
+def _activation(name):
+    """A layer's activation by its config name: PyTorch's layers take relu and gelu by name, and
+    this one as the function."""
+    return {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": gelu_tanh}[name]
+
+
 def _causal_mask(L, device):
     """nn.MultiheadAttention's polarity: True where query i may not see key j (j > i)."""
     return torch.triu(torch.ones(L, L, dtype=torch.bool, device=device), diagonal=1)
@@ -325,6 +336,8 @@ def _stack(layer, num_layers, final_norm, pytorch_layer, own_layer):
     args = {k: layer[k] for k in ("d_model", "nhead", "dim_feedforward", "dropout", "activation", "layer_norm_eps",
                                   "norm_first")}
     if layer.get("pytorch_layers", True) and _plain(dict(layer["attention"], num_heads=layer["nhead"])):
+        if args["activation"] not in ("relu", "gelu"):
+            args["activation"] = _activation(args["activation"])
         layers = [pytorch_layer(batch_first=True, **args) for _ in range(num_layers)]
     else:
         layers = [own_layer(attention=layer["attention"], **args) for _ in range(num_layers)]
@@ -467,15 +480,36 @@ class SequenceClassifier(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d)
         self.pos_embedding = _absolute_positions(model.get("positions", "sinusoidal"), model.get("max_len", 512), d)
         self.encoder = Encoder(layer, model.get("num_layers", 2), model.get("final_norm", True))
+        # A pretrained encoder's input (BERT's family): token type 0's row added, positions counted
+        # from an offset (RoBERTa's 2), a LayerNorm and dropout over the sum.
+        self.position_offset = model.get("position_offset", 0)
+        if model.get("token_types", 0) > 0:
+            self.token_type_embedding = nn.Embedding(model["token_types"], d)
+        if model.get("embedding_norm", False):
+            self.embedding_norm = nn.LayerNorm(d, eps=layer["layer_norm_eps"])
+            self.embedding_dropout = nn.Dropout(layer["dropout"])
+        # "tanh" or "relu": a d x d layer with that activation before the classifier (BERT's pooler,
+        # DistilBERT's pre-classifier).
+        self.head = model.get("head", "linear")
+        if self.head != "linear":
+            self.pre_classifier = nn.Linear(d, d)
         self.classifier = nn.Linear(d, num_classes)
 
     def forward(self, ids, padding=None):
-        h = self.encoder(_add_positions(self.pos_embedding, self.embedding(ids)), padding)
+        x = _add_positions(self.pos_embedding, self.embedding(ids), self.position_offset)
+        if hasattr(self, "token_type_embedding"):
+            x = x + self.token_type_embedding.weight[0]
+        if hasattr(self, "embedding_norm"):
+            x = self.embedding_dropout(self.embedding_norm(x))
+        h = self.encoder(x, padding)
         if self.pooling == "cls":
             pooled = h[:, 0]
         else:
             keep = torch.ones_like(ids, dtype=h.dtype) if padding is None else (~padding.bool()).to(h.dtype)
             pooled = (h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
+        if self.head != "linear":
+            pooled = self.pre_classifier(pooled)
+            pooled = torch.tanh(pooled) if self.head == "tanh" else F.relu(pooled)
         return self.classifier(pooled)
 
 

@@ -240,12 +240,18 @@ def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), arch=
     else:
         cfg = transformers.DistilBertConfig(**common, dim=32, n_layers=2, n_heads=4, hidden_dim=48, **config)
         kind = transformers.DistilBertForSequenceClassification if head else transformers.DistilBertModel
-    model = kind(cfg).eval()
-    with torch.no_grad():  # LayerNorms and biases off their 1 and 0, so that a mix-up shows
+    return save_beside_tokenizer(kind(cfg), tmp_path / name, tokenizer_dir)
+
+
+def save_beside_tokenizer(model, d, tokenizer_dir):
+    """A random model, its LayerNorms and biases moved off their 1 and 0 (so that a mix-up shows),
+    saved with save_pretrained beside a tokenizer's files: (model, d)."""
+    import torch
+    model = model.eval()
+    with torch.no_grad():
         for n, p in model.named_parameters():
-            if "LayerNorm" in n or "layer_norm" in n or n.endswith("bias"):
+            if any(k in n for k in ("LayerNorm", "layer_norm", ".ln_")) or n.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
-    d = tmp_path / name
     model.save_pretrained(d)
     for f in tokenizer_dir.iterdir():
         (d / f.name).write_bytes(f.read_bytes())
@@ -300,6 +306,14 @@ def test_a_classifier_checkpoint_gives_the_probabilities_of_transformers(tmp_pat
     assert run.task == "text_classification" and run.labels == ["ham", "spam"]
     got = np.array([[p["probabilities"]["ham"], p["probabilities"]["spam"]] for p in run.predict(texts)])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # to_torch: the checkpoint as multihead.modules, giving transformers' logits.
+    enc = Tokenizer.from_file(str(d / "tokenizer.json")).encode_batch(texts)
+    longest = max(len(e.ids) for e in enc)
+    ids = torch.tensor([e.ids + [model.config.pad_token_id or 0] * (longest - len(e.ids)) for e in enc])
+    padding = torch.tensor([[False] * len(e.ids) + [True] * (longest - len(e.ids)) for e in enc])
+    with torch.no_grad():
+        logits = run.to_torch()(ids, padding)
+    np.testing.assert_allclose(logits.numpy(), out.logits.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_an_encoder_checkpoint_is_refused_for_prediction_in_one_line(tmp_path, wordpiece_dir):
@@ -553,3 +567,102 @@ def test_serve_embeds_with_an_encoder_checkpoint_and_refuses_to_classify(tmp_pat
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+# --- GPT-2 -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpt2_tokenizer_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gpt2-tokenizer")
+    _, d = byte_level_bpe_tokenizer(tmp, processor="gpt2")
+    return d
+
+
+def tiny_gpt2(tmp_path, tokenizer_dir, name="gpt2", **config):
+    """A random GPT2LMHeadModel of transformers' making, saved with save_pretrained beside a
+    byte-level BPE tokenizer."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    vocab = json.loads((tokenizer_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    cfg = transformers.GPT2Config(vocab_size=len(vocab), n_positions=48, n_embd=32, n_layer=2, n_head=4,
+                                  bos_token_id=0, eos_token_id=0, attn_implementation="eager", **config)
+    return save_beside_tokenizer(transformers.GPT2LMHeadModel(cfg), tmp_path / name, tokenizer_dir)
+
+
+GPT2_TEXT = "The quick brown fox jumps over the lazy dog. Café 中文 😀 it's"
+
+
+@pytest.mark.parametrize("config", [{}, {"activation_function": "gelu"}, {"tie_word_embeddings": False}])
+def test_a_gpt2_checkpoint_attends_and_generates_as_transformers_does(tmp_path, gpt2_tokenizer_dir, config):
+    import numpy as np
+    import torch
+    from tokenizers import Tokenizer
+    pytest.importorskip("transformers")
+    model, d = tiny_gpt2(tmp_path, gpt2_tokenizer_dir, **config)
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    ids = tok.encode(GPT2_TEXT).ids
+    run = multihead.load_run(d, threads=1)
+    assert run.task == "language_modeling"
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_attentions=True)
+    got = run.attention(GPT2_TEXT, max_tokens=64)
+    assert len(got["tokens"]) == len(ids)
+    want = np.stack([a[0].numpy() for a in out.attentions])
+    np.testing.assert_allclose(np.array(got["weights"]), want, rtol=1e-5, atol=1e-6)
+    # Greedy decoding: the same tokens as transformers' generate.
+    with torch.no_grad():
+        greedy = model.generate(torch.tensor([ids[:8]]), max_new_tokens=20, do_sample=False,
+                                pad_token_id=0)[0].tolist()
+    assert tok.encode(run.generate(tok.decode(ids[:8]), tokens=20, temperature=0)).ids == greedy
+    # to_torch: the checkpoint as multihead.modules, giving transformers' logits.
+    with torch.no_grad():
+        logits = run.to_torch()(torch.tensor([ids]))
+    np.testing.assert_allclose(logits.numpy(), out.logits.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_gpt2_checkpoint_fine_tunes_as_a_language_model(tmp_path, gpt2_tokenizer_dir):
+    pytest.importorskip("transformers")
+    _, d = tiny_gpt2(tmp_path, gpt2_tokenizer_dir)
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(mixed_corpus(300, seed=11)))
+    out = tmp_path / "lm"
+    job = tmp_path / "lm.json"
+    job.write_text(json.dumps({"task": "language_modeling", "data": {"path": str(text)}, "eval_windows": 8,
+                               "train": {"steps": 6, "batch": 4, "seq_len": 24, "init_from": str(d)},
+                               "sample": {"prompt": "The", "tokens": 10}}))
+    r = subprocess.run([CLI, "train", "--config", str(job), "--quiet", "--threads", "1", "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    config = json.loads((out / "config.json").read_text())
+    assert config["tokenizer"]["kind"] == "hf_bpe" and config["model"]["activation"] == "gelu_tanh"
+    assert config["model"]["max_len"] == 48 and config["model"]["tie_embeddings"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["steps"] == 6 and np_isfinite(results["validation_loss"])
+    # A text classification job cannot start from a language model.
+    r = subprocess.run([CLI, "train", "--quiet", "--source", "csv", "--data", str(tiny_csv(tmp_path / "t.csv")),
+                        "--init-from", str(d), "--out", str(tmp_path / "cls")], capture_output=True, text=True)
+    assert r.returncode == 2 and "is a language_modeling (GPT2LMHeadModel)" in r.stderr, r.stderr
+    assert not (tmp_path / "cls").exists()
+
+
+def np_isfinite(x):
+    import math
+    return isinstance(x, float) and math.isfinite(x)
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"activation_function": "swish"}, "\"activation_function\" is \"swish\""),
+    ({"scale_attn_by_inverse_layer_idx": True}, "\"scale_attn_by_inverse_layer_idx\" is true"),
+    ({"n_embd": 48}, "'transformer.h.0.attn.c_attn.bias' has shape (96,), but config.json implies (144,)"),
+    ({"architectures": ["GPT2ForSequenceClassification"]}, "\"architectures\" is [\"GPT2ForSequenceClassification\"]"),
+])
+def test_a_hostile_gpt2_checkpoint_is_refused_in_one_line(tmp_path, gpt2_tokenizer_dir, edit, message):
+    pytest.importorskip("transformers")
+    _, d = tiny_gpt2(tmp_path, gpt2_tokenizer_dir)
+    config = json.loads((d / "config.json").read_text())
+    config.update(edit)
+    (d / "config.json").write_text(json.dumps(config))
+    r = subprocess.run([CLI, "generate", "--run", str(d), "--prompt", "hello", "--tokens", "3"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr

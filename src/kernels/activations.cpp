@@ -14,10 +14,18 @@ namespace multihead {
 Activation parse_activation(std::string_view name) {
   if (name == "relu") return Activation::kRelu;
   if (name == "gelu") return Activation::kGelu;
-  throw ConfigError(fmt::format("activation must be \"relu\" or \"gelu\", got \"{}\"", name));
+  if (name == "gelu_tanh") return Activation::kGeluTanh;
+  throw ConfigError(fmt::format("activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"{}\"", name));
 }
 
-std::string_view activation_name(Activation a) { return a == Activation::kGelu ? "gelu" : "relu"; }
+std::string_view activation_name(Activation a) {
+  switch (a) {
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kRelu: break;
+  }
+  return "relu";
+}
 
 namespace {
 
@@ -31,23 +39,43 @@ inline bool is_positive(BF16 v) { return static_cast<std::uint16_t>(v.bits - 1u)
 // The element loops, without OpenMP: the fused kernels call them on rows and
 // segments inside their own parallel regions, where even a parallel construct
 // whose if clause is false would cost a team setup per call.
+// The tanh form of gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+// as F.gelu(approximate="tanh") and GPT-2's gelu_new.
+template <typename T>
+constexpr T kGeluTanhScale = T(0.7978845608028654);  // sqrt(2 / pi)
+template <typename T>
+constexpr T kGeluTanhCubic = T(0.044715);
+
 template <typename T>
 void forward_range(Activation a, T* y, const T* x, std::int64_t n) {
   const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
   if (a == Activation::kRelu) {
     for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+  } else if (a == Activation::kGeluTanh) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T v = x[i];
+      y[i] = T(0.5) * v * (T(1) + std::tanh(kGeluTanhScale<T> * (v + kGeluTanhCubic<T> * v * v * v)));
+    }
   } else {
     for (std::int64_t i = 0; i < n; ++i) y[i] = T(0.5) * x[i] * (T(1) + std::erf(x[i] * inv_sqrt2));
   }
 }
 
-// gelu'(x) = Phi(x) + x phi(x)
+// gelu'(x) = Phi(x) + x phi(x); the tanh form's, with t = tanh(u(x)),
+// 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x).
 template <typename T>
 void backward_range(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
   const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
   const T inv_sqrt2pi = T(1) / std::sqrt(T(2) * std::numbers::pi_v<T>);
   if (a == Activation::kRelu) {
     for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > T(0) ? dy[i] : T(0);
+  } else if (a == Activation::kGeluTanh) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T v = x[i];
+      const T t = std::tanh(kGeluTanhScale<T> * (v + kGeluTanhCubic<T> * v * v * v));
+      const T du = kGeluTanhScale<T> * (T(1) + T(3) * kGeluTanhCubic<T> * v * v);
+      dx[i] = dy[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+    }
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
       T cdf = T(0.5) * (T(1) + std::erf(x[i] * inv_sqrt2));

@@ -128,6 +128,9 @@ Job with_source_model(Job job, bool resumes) {
         if constexpr (requires { j.model.pooling; }) {
           if (resumes || !is_hf_checkpoint(j.train.init_from)) return;
           const HfCheckpoint c = read_hf_checkpoint(j.train.init_from);
+          using J = std::decay_t<decltype(j)>;
+          check<ConfigError>(c.job["task"] == J::kTask, "{} is a {} ({}); a {} job cannot start from it",
+                             j.train.init_from, c.job["task"].get<std::string>(), c.architecture, J::kTask);
           const std::int64_t classes = j.model.num_classes;
           j.model = ModelConfig();
           ConfigReader reader(c.job["model"], c.config_path);

@@ -170,7 +170,11 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
                            text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
   job.model.vocab_size = tok->vocab_size();
-  job.model.max_len = at_least_max_len(job.model.max_len, job.train.seq_len + job.sample_tokens + 64, progress);
+  // Learned positions are weights (a checkpoint's table keeps its size): the windows must fit them, and the
+  // sample, generated within a window's context, does.
+  job.model.max_len = at_least_max_len(
+      job.model.max_len,
+      job.train.seq_len + (job.model.positions == PositionKind::kLearned ? 0 : job.sample_tokens + 64), progress);
   job.train.schedule.total_steps = job.train.steps;
   const std::int64_t L = job.train.seq_len;
   check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");

@@ -140,6 +140,7 @@ void load_run_weights(ParamStore& store, const std::string& run_dir) {
 }
 
 TensorMap run_weights(const std::string& run_dir) {
+  if (is_hf_checkpoint(run_dir)) return hf_model_tensors(read_hf_checkpoint(run_dir));
   const RunConfig config = read_run_config(run_dir);
   const std::string path = last_checkpoint_path(run_dir);
   const SafetensorsFile f = SafetensorsFile::read(path);

@@ -256,6 +256,7 @@ const Architecture& architecture(const std::string& model_type, const std::strin
     if (a.model_type == model_type) return a;
     known.push_back(a.model_type);
   }
+  known.push_back("gpt2");
   throw IoError(fmt::format("{}: \"model_type\" is \"{}\"; {} are read here", where, model_type, fmt::join(known, ", ")));
 }
 
@@ -404,6 +405,135 @@ json hf_config_of(const Architecture& a, const json& m, const std::vector<std::s
   return c;
 }
 
+// --- GPT-2 ------------------------------------------------------------------
+
+// GPT-2: a language model of pre-LN decoder layers (causal self-attention
+// and the feed-forward block, each after its LayerNorm), learned positions
+// from 0, a final LayerNorm (ln_f), and the output layer tied to the token
+// embeddings unless tie_word_embeddings says otherwise. Its Conv1D layers
+// hold their weights as (in, out), the transpose of a Linear's.
+const std::vector<std::string> kGpt2Architectures = {"GPT2LMHeadModel", "GPT2Model"};
+
+std::string gpt2_activation(const HfCheckpoint& c) {
+  const std::string act = key<std::string>(c, "activation_function", "gelu_new");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") return "gelu_tanh";
+  check<IoError>(act == "gelu" || act == "relu",
+                 "{}: \"activation_function\" is \"{}\"; gelu_new, gelu_pytorch_tanh, gelu and relu are read here",
+                 c.config_path, act);
+  return act;
+}
+
+json gpt2_job(const HfCheckpoint& c) {
+  for (const char* flag : {"add_cross_attention", "scale_attn_by_inverse_layer_idx"})
+    check<IoError>(!typed(c, flag, false), "{}: \"{}\" is true, which is not read here", c.config_path, flag);
+  check<IoError>(typed(c, "scale_attn_weights", true),
+                 "{}: \"scale_attn_weights\" is false; attention scaled by 1/sqrt(head width) is read here",
+                 c.config_path);
+  const std::int64_t d = key<std::int64_t>(c, "n_embd", 768), heads = key<std::int64_t>(c, "n_head", 12);
+  check<IoError>(d % heads == 0, "{}: the width {} is not a multiple of the {} heads", c.config_path, d, heads);
+  const double eps = typed(c, "layer_norm_epsilon", 1e-5);
+  check<IoError>(eps > 0 && eps < 1, "{}: \"layer_norm_epsilon\" is {}, not in (0, 1)", c.config_path, eps);
+  const json model = {{"vocab_size", key<std::int64_t>(c, "vocab_size")},
+                      {"d_model", d},
+                      {"nhead", heads},
+                      {"num_layers", key<std::int64_t>(c, "n_layer", 12)},
+                      {"dim_feedforward", key<std::int64_t>(c, "n_inner", 4 * d)},
+                      {"dropout", key<double>(c, "resid_pdrop", 0.1)},
+                      {"activation", gpt2_activation(c)},
+                      {"layer_norm_eps", eps},
+                      {"norm_first", true},
+                      {"final_norm", true},
+                      {"positions", "learned"},
+                      {"max_len", key<std::int64_t>(c, "n_positions", 1024)},
+                      {"tie_embeddings", typed(c, "tie_word_embeddings", true)}};
+  return {{"task", "language_modeling"},
+          {"title", fmt::format("{} ({})", fs::path(c.dir).filename().string(), c.architecture)},
+          {"data", {{"path", ""}}},
+          {"tokenizer", {{"kind", "hf_bpe"}, {"vocab_size", model["vocab_size"]}}},
+          {"model", model},
+          // The context a continuation is generated within: all the positions the model has.
+          {"train", {{"seq_len", model["max_len"]}}}};
+}
+
+// GPT-2's names (under "transformer." in GPT2LMHeadModel) to multihead's,
+// with the shape config.json implies and whether the tensor is a Conv1D
+// weight, (in, out), to transpose.
+struct Gpt2Rename {
+  std::string to;
+  Shape shape;
+  bool transpose;
+};
+
+std::map<std::string, Gpt2Rename> gpt2_names(const json& m) {
+  const std::int64_t d = m["d_model"], F = m["dim_feedforward"], V = m["vocab_size"];
+  std::map<std::string, Gpt2Rename> names = {
+      {"wte.weight", {"embedding.weight", {V, d}, false}},
+      {"wpe.weight", {"pos_embedding.weight", {m["max_len"], d}, false}},
+      {"ln_f.weight", {"encoder.norm.weight", {d}, false}},
+      {"ln_f.bias", {"encoder.norm.bias", {d}, false}}};
+  for (std::int64_t i = 0; i < m["num_layers"].get<std::int64_t>(); ++i) {
+    const std::string h = fmt::format("h.{}.", i), e = fmt::format("encoder.layers.{}.", i);
+    for (const auto& [from, to] : {std::pair{"ln_1", "norm1"}, std::pair{"ln_2", "norm2"}}) {
+      names[h + from + ".weight"] = {e + to + ".weight", {d}, false};
+      names[h + from + ".bias"] = {e + to + ".bias", {d}, false};
+    }
+    names[h + "attn.c_attn.weight"] = {e + "self_attn.in_proj_weight", {3 * d, d}, true};
+    names[h + "attn.c_attn.bias"] = {e + "self_attn.in_proj_bias", {3 * d}, false};
+    names[h + "attn.c_proj.weight"] = {e + "self_attn.out_proj.weight", {d, d}, true};
+    names[h + "attn.c_proj.bias"] = {e + "self_attn.out_proj.bias", {d}, false};
+    names[h + "mlp.c_fc.weight"] = {e + "linear1.weight", {F, d}, true};
+    names[h + "mlp.c_fc.bias"] = {e + "linear1.bias", {F}, false};
+    names[h + "mlp.c_proj.weight"] = {e + "linear2.weight", {d, F}, true};
+    names[h + "mlp.c_proj.bias"] = {e + "linear2.bias", {d}, false};
+  }
+  return names;
+}
+
+Tensor transposed(const Tensor& t) {
+  const std::int64_t rows = t.dim(0), cols = t.dim(1);
+  Tensor out({cols, rows});
+  const float* in = t.f32();
+  float* o = out.f32();
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) o[c * rows + r] = in[r * cols + c];
+  return out;
+}
+
+TensorMap gpt2_tensors(const HfCheckpoint& c, TensorMap all) {
+  const json& m = c.job["model"];
+  const bool tied = m["tie_embeddings"].get<bool>();
+  const std::map<std::string, Gpt2Rename> names = gpt2_names(m);
+  TensorMap out;
+  for (auto& [name, t] : all) {
+    const std::string n = name.starts_with("transformer.") ? name.substr(12) : name;
+    // The causal mask buffers of older checkpoints, and a tied output layer's copy of wte.
+    if ((n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")) && !names.contains(n)) continue;
+    if (n == "lm_head.weight") {
+      if (tied) continue;
+      check<IoError>(t.shape() == Shape({m["vocab_size"], m["d_model"]}),
+                     "{}: 'lm_head.weight' has shape {}, but config.json implies ({}, {})", c.weights_path,
+                     shape_str(t.shape()), m["vocab_size"].dump(), m["d_model"].dump());
+      out["lm_head.weight"] = as_f32(std::move(t));
+      continue;
+    }
+    const auto it = names.find(n);
+    check<IoError>(it != names.end(), "{}: '{}' is no tensor of a {}", c.weights_path, name, c.architecture);
+    const Gpt2Rename& r = it->second;
+    check<IoError>(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
+                   "{}: '{}' is {}, not a float tensor", c.weights_path, name, dtype_name(t.dtype()));
+    const Shape stored = r.transpose ? Shape{r.shape[1], r.shape[0]} : r.shape;
+    check<IoError>(t.shape() == stored, "{}: '{}' has shape {}, but config.json implies {}", c.weights_path, name,
+                   shape_str(t.shape()), shape_str(stored));
+    out[r.to] = r.transpose ? transposed(as_f32(std::move(t))) : as_f32(std::move(t));
+  }
+  for (const auto& [from, r] : names)
+    check<IoError>(out.contains(r.to), "{}: lacks '{}' of shape {}", c.weights_path, from,
+                   shape_str(r.transpose ? Shape{r.shape[1], r.shape[0]} : r.shape));
+  check<IoError>(tied || out.contains("lm_head.weight"),
+                 "{}: lacks 'lm_head.weight' (\"tie_word_embeddings\" is false)", c.weights_path);
+  return out;
+}
+
 }  // namespace
 
 void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMap& weights,
@@ -463,6 +593,22 @@ void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMa
   }
 }
 
+namespace {
+
+std::string weights_file(const std::string& dir) {
+  for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
+    const fs::path p = fs::path(dir) / name;
+    if (!fs::exists(p)) continue;
+    check<IoError>(p.extension() == ".safetensors",
+                   "{}: the weights are a pickle file (pytorch_model.bin), which is not read here; save them as "
+                   "model.safetensors (transformers' save_pretrained does by default)", p.string());
+    return p.string();
+  }
+  throw IoError(fmt::format("{}: no model.safetensors", dir));
+}
+
+}  // namespace
+
 bool is_hf_checkpoint(const std::string& dir) {
   const fs::path config = fs::path(dir) / "config.json";
   if (!fs::is_regular_file(config)) return false;
@@ -481,6 +627,16 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
   const json arch = c.config.value("architectures", json::array());
   check<IoError>(arch.is_array() && arch.size() <= 1 && (arch.empty() || arch[0].is_string()),
                  "{}: \"architectures\" must name one architecture", c.config_path);
+  if (c.model_type == "gpt2") {
+    c.architecture = arch.empty() ? kGpt2Architectures.front() : arch[0].get<std::string>();
+    check<IoError>(std::find(kGpt2Architectures.begin(), kGpt2Architectures.end(), c.architecture) !=
+                       kGpt2Architectures.end(),
+                   "{}: \"architectures\" is [\"{}\"]; {} are read here", c.config_path, c.architecture,
+                   fmt::join(kGpt2Architectures, " and "));
+    c.job = gpt2_job(c);
+    c.weights_path = weights_file(dir);
+    return c;
+  }
   const Architecture& a = architecture(c.model_type, c.config_path);
   c.architecture = arch.empty() ? a.encoders.front() : arch[0].get<std::string>();
   c.has_head = c.architecture == a.classifier;
@@ -499,22 +655,14 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
                    "{}: \"max_seq_length\" is {}, not a length the model's positions cover", st.string(), n.dump());
     if (n.is_number_integer()) c.job["max_len"] = n;
   }
-  for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
-    if (fs::exists(fs::path(dir) / name)) {
-      c.weights_path = (fs::path(dir) / name).string();
-      break;
-    }
-  }
-  check<IoError>(!c.weights_path.empty(), "{}: no model.safetensors", dir);
-  check<IoError>(c.weights_path.ends_with(".safetensors"),
-                 "{}: the weights are a pickle file (pytorch_model.bin), which is not read here; save them as "
-                 "model.safetensors (transformers' save_pretrained does by default)", c.weights_path);
+  c.weights_path = weights_file(dir);
   return c;
 }
 
 TensorMap hf_model_tensors(const HfCheckpoint& c) {
   const SafetensorsFile file = SafetensorsFile::read(c.weights_path);
   TensorMap all = file.all_tensors();
+  if (c.model_type == "gpt2") return gpt2_tensors(c, std::move(all));
   const json& model = c.job["model"];
   const Architecture& a = architecture(c.model_type, c.config_path);
   const Names names = checkpoint_names(a, model, c.has_head);

@@ -90,7 +90,7 @@ TEST(LayerNorm, ParameterGradientsSumEveryColumnOverTheRows) {
 // bit for bit: with and without bias and dropout, small and threaded sizes.
 TEST(BiasActivationDropout, EqualsTheSeparateSteps) {
   Rng rng(5);
-  for (Activation a : {Activation::kRelu, Activation::kGelu})
+  for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh})
     for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}})
       for (float p : {0.0f, 0.2f})
         for (bool with_bias : {false, true}) {
@@ -124,7 +124,7 @@ std::vector<std::uint16_t> bits(const std::vector<H>& v) {
 template <typename H>
 void expect_stored_pass_equals_fp32_pass_rounded() {
   Rng rng(6);
-  for (Activation a : {Activation::kRelu, Activation::kGelu})
+  for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh})
     for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}})
       for (float p : {0.0f, 0.2f})
         for (bool rounded : {false, true}) {
@@ -156,7 +156,7 @@ TEST(BiasActivationDropout, InFp16EqualsTheFp32PassRounded) { expect_stored_pass
 // relu reads hid instead of pre: a (pre, hid) pair from the forward pass.
 TEST(BiasActivationDropout, Bf16BackwardEqualsTheSeparateSteps) {
   Rng rng(7);
-  for (Activation a : {Activation::kRelu, Activation::kGelu})
+  for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kGeluTanh})
     for (auto [n, F] : {std::pair<std::int64_t, std::int64_t>{5, 37}, {300, 301}, {64, 256}})
       for (float p : {0.0f, 0.2f}) {
         std::vector<float> dh(n * F), pre_f(n * F), hid_f(n * F), db(F);
@@ -311,7 +311,8 @@ TEST_P(Activations, GradientsMatchFiniteDifferences) {
   EXPECT_TRUE(all_close_v(dx, numeric_grad(loss, x), kFdAtol, kFdRtol));
 }
 
-INSTANTIATE_TEST_SUITE_P(ReluGelu, Activations, ::testing::Values(Activation::kRelu, Activation::kGelu));
+INSTANTIATE_TEST_SUITE_P(ReluGelu, Activations,
+                         ::testing::Values(Activation::kRelu, Activation::kGelu, Activation::kGeluTanh));
 
 TEST(Activations, GeluIsTheExactErfForm) {
   std::vector<double> x = {-3.0, -1.0, 0.0, 0.5, 2.0}, y(5);
@@ -320,6 +321,16 @@ TEST(Activations, GeluIsTheExactErfForm) {
   const double want[] = {-0.004049694095, -0.158655253931, 0.0, 0.345731230637, 1.954499736104};
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[i], want[i], 1e-9);
   EXPECT_THROW(parse_activation("tanh"), ConfigError);
+}
+
+TEST(Activations, GeluTanhIsPyTorchsTanhApproximation) {
+  std::vector<double> x = {-3.0, -1.0, 0.0, 0.5, 2.0}, y(5);
+  activation_forward<double>(Activation::kGeluTanh, y.data(), x.data(), 5);
+  // torch.nn.functional.gelu(torch.tensor(x, dtype=torch.float64), approximate="tanh")
+  const double want[] = {-0.003637392082, -0.158808009392, 0.0, 0.345714009825, 1.954597694088};
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[i], want[i], 1e-9);
+  EXPECT_EQ(parse_activation("gelu_tanh"), Activation::kGeluTanh);
+  EXPECT_EQ(activation_name(Activation::kGeluTanh), "gelu_tanh");
 }
 
 TEST(Dropout, KeepsScalesAndIsReproducible) {

@@ -117,7 +117,7 @@ TEST_P(GradientProbeTest, HeadGramIsSymmetricWithTheHeadsSquaredNormsOnItsDiagon
 }
 
 INSTANTIATE_TEST_SUITE_P(Norms, GradientProbeTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "PreLN" : "PostLN"; });
+                         [](const auto& p) { return p.param ? "PreLN" : "PostLN"; });
 
 TEST(GradientProbe, RefusesBf16) {
   ParamStore store;

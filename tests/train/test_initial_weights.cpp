@@ -97,13 +97,13 @@ TEST(InitialWeights, TensorsAreMatchedByNameAndRefusedWholeUnlessSkipped) {
                    "afresh)");
   for (const auto& [name, t] : state_dict(store)) EXPECT_TRUE(test::all_close(t, before.at(name), 0, 0)) << name;
 
-  InitialWeights missing{"m.safetensors", "", {}, ""};
+  InitialWeights missing{"m.safetensors", "", {}, "", ""};
   for (const auto& [name, t] : w.tensors)
     if (name != "encoder.norm.weight") missing.tensors.emplace(name, t.clone());
   EXPECT_EQ(refusal([&] { apply_initial_weights(store, missing, "^classifier\\."); }),
             "m.safetensors has no tensor 'encoder.norm.weight' of shape (16,) that the model has (skip it with "
             "--init-skip to keep its initialisation)");
-  InitialWeights extra{"x.safetensors", "", {}, ""};
+  InitialWeights extra{"x.safetensors", "", {}, "", ""};
   for (const auto& [name, t] : w.tensors) extra.tensors.emplace(name, t.clone());
   extra.tensors.emplace("decoder.head.weight", Tensor::zeros({2, 3}));
   EXPECT_EQ(refusal([&] { apply_initial_weights(store, extra, "^classifier\\."); }),

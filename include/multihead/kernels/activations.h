@@ -1,5 +1,6 @@
 // Element-wise activations of the feed-forward block, as torch.nn.functional:
-// relu, and gelu in its exact form 0.5 x (1 + erf(x / sqrt 2)).
+// relu, gelu in its exact form 0.5 x (1 + erf(x / sqrt 2)), and gelu_tanh,
+// F.gelu(approximate="tanh") (GPT-2's gelu_new).
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,9 @@
 
 namespace multihead {
 
-enum class Activation : std::uint8_t { kRelu, kGelu };
+enum class Activation : std::uint8_t { kRelu, kGelu, kGeluTanh };
 
-// Parses "relu" / "gelu"; throws ConfigError otherwise.
+// Parses "relu", "gelu" or "gelu_tanh"; throws ConfigError otherwise.
 Activation parse_activation(std::string_view name);
 std::string_view activation_name(Activation a);
 
