@@ -55,7 +55,7 @@ set(MULTIHEAD_PC_DESCRIPTION_core "Transformer multi-head attention on the CPU: 
 set(MULTIHEAD_PC_REQUIRES_core "fmt nlohmann_json libhwy zlib")
 set(MULTIHEAD_PC_LIBS_core "-lmultihead_core ${OPENBLAS_LIBRARY} -ldnnl -fopenmp")
 set(MULTIHEAD_PC_DESCRIPTION_train "multihead's training: data, tokenizers, the training loop, checkpoints")
-set(MULTIHEAD_PC_REQUIRES_train "multihead-core sentencepiece icu-uc zlib libcrypto")
+set(MULTIHEAD_PC_REQUIRES_train "multihead-core sentencepiece icu-uc libzip zlib libcrypto")
 if(MULTIHEAD_HAVE_MPI)
   string(APPEND MULTIHEAD_PC_REQUIRES_train " ompi-c")
 endif()

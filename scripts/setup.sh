@@ -38,6 +38,7 @@ packages=(
   libssl-dev               # find_package(OpenSSL ... Crypto): SHA-256 of the weights a run starts from
   libsentencepiece-dev     # pkg_check_modules(sentencepiece): subword tokenizers
   libicu-dev               # pkg_check_modules(icu-uc): Hugging Face tokenizers (character classes, NFD)
+  libzip-dev               # pkg_check_modules(libzip): torch.save zips (a checkpoint's pytorch_model.bin)
   libcairo2-dev            # pkg_check_modules(cairo): PNG plots and heatmaps in run reports
   libboost-dev             # find_package(Boost): Boost.Beast and Asio, the HTTP server of multihead serve
   libcpp-httplib-dev       # pkg_check_modules(cpp-httplib) in tests/: the server tests' HTTP client

@@ -488,8 +488,8 @@ class SequenceClassifier(nn.Module):
         if model.get("embedding_norm", False):
             self.embedding_norm = nn.LayerNorm(d, eps=layer["layer_norm_eps"])
             self.embedding_dropout = nn.Dropout(layer["dropout"])
-        # "tanh" or "relu": a d x d layer with that activation before the classifier (BERT's pooler,
-        # DistilBERT's pre-classifier).
+        # "tanh", "relu", "gelu" or "gelu_tanh": a d x d layer with that activation before the
+        # classifier (BERT's pooler, DistilBERT's pre-classifier, ELECTRA's classification head).
         self.head = model.get("head", "linear")
         if self.head != "linear":
             self.pre_classifier = nn.Linear(d, d)
@@ -509,7 +509,7 @@ class SequenceClassifier(nn.Module):
             pooled = (h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
         if self.head != "linear":
             pooled = self.pre_classifier(pooled)
-            pooled = torch.tanh(pooled) if self.head == "tanh" else F.relu(pooled)
+            pooled = torch.tanh(pooled) if self.head == "tanh" else _activation(self.head)(pooled)
         return self.classifier(pooled)
 
 

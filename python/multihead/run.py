@@ -60,10 +60,10 @@ class Run:
         return self._answering("predict").predict(texts)
 
     def save_pretrained(self, path):
-        """Writes the run as transformers writes a BertForSequenceClassification (config.json,
-        model.safetensors, tokenizer.json) into the new directory `path`, for
-        AutoModelForSequenceClassification.from_pretrained. The run must be of BERT's shape: fine-tuned
-        from a Hugging Face BERT checkpoint."""
+        """Writes the run in transformers' layout (config.json, model.safetensors, tokenizer.json)
+        into the new directory `path`, for from_pretrained: a classifier fine-tuned from a BERT,
+        RoBERTa, DistilBERT or ELECTRA checkpoint as its ...ForSequenceClassification, a language
+        model fine-tuned from GPT-2 as GPT2LMHeadModel."""
         return _mh.export_run(self.path, "hf", os.fspath(path))
 
     def embed(self, texts):

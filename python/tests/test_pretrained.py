@@ -231,6 +231,10 @@ def tiny_bert(tmp_path, name, head, tokenizer_dir, labels=("ham", "spam"), arch=
         cfg = transformers.BertConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                       intermediate_size=48, layer_norm_eps=1e-12, **config)
         kind = transformers.BertForSequenceClassification if head else transformers.BertModel
+    elif arch == "electra":
+        cfg = transformers.ElectraConfig(**common, embedding_size=32, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, intermediate_size=48, **config)
+        kind = transformers.ElectraForSequenceClassification if head else transformers.ElectraModel
     elif arch == "roberta":  # positions from pad_token_id + 1, so 2 more of them
         common["max_position_embeddings"] += 2
         cfg = transformers.RobertaConfig(**common, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -291,7 +295,8 @@ def tokenizer_of(wordpiece_dir, bpe_dir):
 
 
 @pytest.mark.parametrize("arch,activation", [("bert", "gelu"), ("bert", "relu"), ("distilbert", "gelu"),
-                                              ("distilbert", "relu"), ("roberta", "gelu")])
+                                              ("distilbert", "relu"), ("roberta", "gelu"), ("electra", "gelu"),
+                                              ("electra", "relu")])
 def test_a_classifier_checkpoint_gives_the_probabilities_of_transformers(tmp_path, tokenizer_of, arch, activation):
     import numpy as np
     import torch
@@ -321,6 +326,30 @@ def test_an_encoder_checkpoint_is_refused_for_prediction_in_one_line(tmp_path, w
     _, d = tiny_bert(tmp_path, "bert-encoder", False, wordpiece_dir)
     r = subprocess.run([CLI, "predict", "--run", str(d)], input="hello\n", capture_output=True, text=True)
     assert r.returncode == 2 and "no classification head" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_pytorch_model_bin_is_read_without_running_its_pickle(tmp_path, wordpiece_dir, dtype):
+    """torch.save's zip, as transformers wrote it before safetensors: the same probabilities as from
+    model.safetensors (float16 and bfloat16 weights widened, as transformers widens them in float32)."""
+    import numpy as np
+    import torch
+    pytest.importorskip("transformers")
+    model, d = tiny_bert(tmp_path, "cls", True, wordpiece_dir)
+    texts = ["good great fine", "awful poor bad", "a café, unseen"]
+    state = {k: v.to(getattr(torch, dtype)) if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    # A view that is not its storage's whole (a transposed weight made contiguous by nothing).
+    state["classifier.weight"] = state["classifier.weight"].t().contiguous().t()
+    want_model = type(model)(model.config).eval()
+    want_model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    (d / "model.safetensors").unlink()
+    torch.save(state, d / "pytorch_model.bin")
+    got = multihead.load_run(d, threads=1).predict(texts)
+    from tokenizers import Tokenizer
+    out, _ = reference_logits(want_model, Tokenizer.from_file(str(d / "tokenizer.json")), texts)
+    probs = torch.softmax(out.logits, -1).numpy()
+    np.testing.assert_allclose([[p["probabilities"][l] for l in ("ham", "spam")] for p in got], probs,
+                               rtol=1e-5, atol=1e-6)
 
 
 # --- Embeddings ----------------------------------------------------------------------------------
@@ -371,7 +400,7 @@ def test_an_encoder_embeds_as_sentence_transformers_pools(tmp_path, wordpiece_di
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta"])
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta", "electra"])
 def test_a_checkpoint_without_sentence_transformers_modules_embeds_by_mean(tmp_path, tokenizer_of, arch):
     import numpy as np
     import torch
@@ -432,7 +461,7 @@ def test_an_encoder_fine_tunes_with_a_new_head(tmp_path, wordpiece_dir):
 
 # --- Back out ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta"])
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "roberta", "electra"])
 def test_a_fine_tuned_run_loads_back_into_transformers_with_the_same_probabilities(tmp_path, tokenizer_of, arch):
     import numpy as np
     import torch
@@ -501,6 +530,18 @@ def drop_tensor(name):
 
 
 def pickle_weights(d):
+    """A pytorch_model.bin whose pickle calls os.system: torch.save's zip around it."""
+    import torch
+    (d / "model.safetensors").unlink()
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {d}/pwned",))
+    torch.save({"bert.embeddings.word_embeddings.weight": Payload()}, d / "pytorch_model.bin")
+
+
+def bare_pickle_weights(d):
+    """A pytorch_model.bin that is a bare pickle calling os.system (no zip)."""
     import pickle
     (d / "model.safetensors").unlink()
 
@@ -527,7 +568,8 @@ def unsupported_tokenizer(d):
     (edit_config(is_decoder=1), "\"is_decoder\" is 1, not a boolean"),
     (edit_config(position_embedding_type="relative_key"), "\"position_embedding_type\" is \"relative_key\""),
     (drop_tensor("bert.encoder.layer.1.output.dense.weight"), "lacks 'encoder.layer.1.output.dense.weight'"),
-    (pickle_weights, "pickle file"),
+    (pickle_weights, "its pickle refers to posix.system, which a state_dict does not hold"),
+    (bare_pickle_weights, "not a torch.save zip"),
     (unsupported_tokenizer, "model.type \"Unigram\" is not read here"),
 ])
 def test_a_hostile_checkpoint_is_refused_in_one_line(tmp_path, wordpiece_dir, edit, message):
@@ -593,13 +635,17 @@ def tiny_gpt2(tmp_path, tokenizer_dir, name="gpt2", **config):
 GPT2_TEXT = "The quick brown fox jumps over the lazy dog. Café 中文 😀 it's"
 
 
-@pytest.mark.parametrize("config", [{}, {"activation_function": "gelu"}, {"tie_word_embeddings": False}])
-def test_a_gpt2_checkpoint_attends_and_generates_as_transformers_does(tmp_path, gpt2_tokenizer_dir, config):
+@pytest.mark.parametrize("config,weights", [({}, "safetensors"), ({"activation_function": "gelu"}, "safetensors"),
+                                            ({"tie_word_embeddings": False}, "safetensors"), ({}, "bin")])
+def test_a_gpt2_checkpoint_attends_and_generates_as_transformers_does(tmp_path, gpt2_tokenizer_dir, config, weights):
     import numpy as np
     import torch
     from tokenizers import Tokenizer
     pytest.importorskip("transformers")
     model, d = tiny_gpt2(tmp_path, gpt2_tokenizer_dir, **config)
+    if weights == "bin":  # torch.save's zip: wte and the tied lm_head share one storage there
+        (d / "model.safetensors").unlink()
+        torch.save(model.state_dict(), d / "pytorch_model.bin")
     tok = Tokenizer.from_file(str(d / "tokenizer.json"))
     ids = tok.encode(GPT2_TEXT).ids
     run = multihead.load_run(d, threads=1)
@@ -666,3 +712,39 @@ def test_a_hostile_gpt2_checkpoint_is_refused_in_one_line(tmp_path, gpt2_tokeniz
     r = subprocess.run([CLI, "generate", "--run", str(d), "--prompt", "hello", "--tokens", "3"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_fine_tuned_gpt2_loads_back_into_transformers_with_the_same_attention(tmp_path, gpt2_tokenizer_dir):
+    import numpy as np
+    import torch
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+    _, d = tiny_gpt2(tmp_path, gpt2_tokenizer_dir, tie_word_embeddings=False)
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(mixed_corpus(300, seed=11)))
+    job = tmp_path / "lm.json"
+    job.write_text(json.dumps({"task": "language_modeling", "data": {"path": str(text)}, "eval_windows": 8,
+                               "train": {"steps": 4, "batch": 4, "seq_len": 24, "init_from": str(d), "lr": 1e-3},
+                               "sample": {"prompt": "The", "tokens": 4}}))
+    run_dir = tmp_path / "lm"
+    subprocess.run([CLI, "train", "--config", str(job), "--quiet", "--threads", "1", "--out", str(run_dir)],
+                   check=True, capture_output=True)
+    out = tmp_path / "exported"
+    r = subprocess.run([CLI, "export", "--run", str(run_dir), "--format", "hf", "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "GPT2LMHeadModel" in r.stdout, r.stderr
+    model = transformers.GPT2LMHeadModel.from_pretrained(out, attn_implementation="eager").eval()
+    assert model.config.activation_function == "gelu_new" and not model.config.tie_word_embeddings
+    ids = Tokenizer.from_file(str(out / "tokenizer.json")).encode(GPT2_TEXT).ids
+    with torch.no_grad():
+        want = model(torch.tensor([ids]), output_attentions=True)
+    run = multihead.load_run(run_dir, threads=1)
+    got = run.attention(GPT2_TEXT, max_tokens=64)["weights"]
+    np.testing.assert_allclose(np.array(got), np.stack([a[0].numpy() for a in want.attentions]), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        logits = run.to_torch()(torch.tensor([ids]))
+    np.testing.assert_allclose(logits.numpy(), want.logits.numpy(), rtol=1e-4, atol=1e-5)
+    # The fine-tune moved the weights: the export is the run's, not the checkpoint's.
+    source = transformers.GPT2LMHeadModel.from_pretrained(d).eval()
+    with torch.no_grad():
+        assert not torch.allclose(source(torch.tensor([ids])).logits, want.logits)

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "multihead/kernels/activations.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/init.h"
 
@@ -65,8 +66,8 @@ void ModelConfig::validate() const {
   layer_config().attention().validate();
   check_keys(*this);
   check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"", init);
-  check<ConfigError>(head == "linear" || head == "tanh" || head == "relu", "head must be linear, tanh or relu, got \"{}\"",
-                     head);
+  check<ConfigError>(head == "linear" || head == "tanh" || head == "relu" || head == "gelu" || head == "gelu_tanh",
+                     "head must be linear, tanh, relu, gelu or gelu_tanh, got \"{}\"", head);
 }
 
 AbsolutePositions::AbsolutePositions(ParamStore& store, const std::string& prefix, PositionKind kind,
@@ -208,7 +209,7 @@ void SequenceClassifier::release_saved() {
   encoder_.release_saved();
   if (pre_classifier_) pre_classifier_->release_saved();
   classifier_.release_saved();
-  x_ = Tensor(), h_ = Tensor(), pooled_ = Tensor(), head_ = Tensor();
+  x_ = Tensor(), h_ = Tensor(), pooled_ = Tensor(), head_ = Tensor(), head_pre_ = Tensor();
 }
 
 Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx) {
@@ -245,9 +246,13 @@ Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, con
       for (std::int64_t e = 0; e < d; ++e) p[e] /= n;
   }
   if (!pre_classifier_) return classifier_.forward(pooled_);
-  head_ = pre_classifier_->forward(pooled_);
-  for (float& v : std::span(head_.f32(), static_cast<std::size_t>(head_.numel())))
-    v = cfg_.head == "tanh" ? std::tanh(v) : std::max(v, 0.0f);
+  head_pre_ = pre_classifier_->forward(pooled_);
+  head_ = Tensor(head_pre_.shape());
+  if (cfg_.head == "tanh") {
+    for (std::int64_t i = 0; i < head_.numel(); ++i) head_.f32()[i] = std::tanh(head_pre_.f32()[i]);
+  } else {
+    activation_forward(parse_activation(cfg_.head), head_.f32(), head_pre_.f32(), head_.numel());
+  }
   return classifier_.forward(head_);
 }
 
@@ -255,11 +260,14 @@ void SequenceClassifier::backward(const Tensor& dlogits) {
   const std::int64_t B = h_.dim(0), L = h_.dim(1), d = cfg_.layer.d_model;
   Tensor dpooled = classifier_.backward(dlogits);
   if (pre_classifier_) {
-    // Through the activation, from its output: tanh' = 1 - y^2, relu' = [y > 0].
-    const float* y = head_.f32();
+    // Through the activation: tanh' = 1 - y^2 from its output, the others' from their input.
     float* g = dpooled.f32();
-    for (std::int64_t i = 0; i < dpooled.numel(); ++i)
-      g[i] *= cfg_.head == "tanh" ? 1.0f - y[i] * y[i] : (y[i] > 0.0f ? 1.0f : 0.0f);
+    if (cfg_.head == "tanh") {
+      const float* y = head_.f32();
+      for (std::int64_t i = 0; i < dpooled.numel(); ++i) g[i] *= 1.0f - y[i] * y[i];
+    } else {
+      activation_backward(parse_activation(cfg_.head), g, g, head_pre_.f32(), dpooled.numel());
+    }
     dpooled = pre_classifier_->backward(dpooled);
   }
   Tensor dh({B, L, d});

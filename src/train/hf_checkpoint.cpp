@@ -14,6 +14,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/kernels/half.h"
+#include "multihead/train/torch_pickle.h"
 
 namespace multihead {
 namespace {
@@ -125,14 +126,29 @@ json encoder_model(const HfCheckpoint& c, std::int64_t d, std::int64_t heads, st
           {"token_types", token_types}};
 }
 
-json bert_model(const HfCheckpoint& c) {
+// BERT's config keys, with the head given.
+json bert_like_model(const HfCheckpoint& c, const std::string& head) {
   const std::string positions = key<std::string>(c, "position_embedding_type", "absolute");
   check<IoError>(positions == "absolute", "{}: \"position_embedding_type\" is \"{}\"; absolute is read here",
                  c.config_path, positions);
   return encoder_model(c, key<std::int64_t>(c, "hidden_size"), key<std::int64_t>(c, "num_attention_heads"),
                        key<std::int64_t>(c, "num_hidden_layers"), key<std::int64_t>(c, "intermediate_size"),
                        key<double>(c, "hidden_dropout_prob", 0.1), activation(c, "hidden_act"),
-                       typed(c, "layer_norm_eps", 1e-12), "tanh", key<std::int64_t>(c, "type_vocab_size", 2));
+                       typed(c, "layer_norm_eps", 1e-12), head.c_str(), key<std::int64_t>(c, "type_vocab_size", 2));
+}
+
+json bert_model(const HfCheckpoint& c) { return bert_like_model(c, "tanh"); }
+
+// ELECTRA's discriminator: BERT's layers without a pooler, its
+// classification head a dense layer with GELU (whatever the layers' own
+// activation, as transformers' ElectraClassificationHead). Read where its
+// embeddings are as wide as its layers (no embeddings_project).
+json electra_model(const HfCheckpoint& c) {
+  const std::int64_t e = key<std::int64_t>(c, "embedding_size", 128), d = key<std::int64_t>(c, "hidden_size");
+  check<IoError>(e == d,
+                 "{}: \"embedding_size\" is {} and \"hidden_size\" {}; an ELECTRA whose embeddings are as wide as "
+                 "its layers is read here (no embeddings_project)", c.config_path, e, d);
+  return bert_like_model(c, "gelu");
 }
 
 // RoBERTa: BERT's layers, with one token type, positions counted from the
@@ -154,6 +170,12 @@ json bert_config(const json& m) {
           {"hidden_act", m["activation"]}, {"hidden_dropout_prob", m["dropout"]},
           {"attention_probs_dropout_prob", m["dropout"]}, {"type_vocab_size", m["token_types"]},
           {"layer_norm_eps", m["layer_norm_eps"]}, {"position_embedding_type", "absolute"}};
+}
+
+json electra_config(const json& m) {
+  json c = bert_config(m);
+  c["embedding_size"] = m["d_model"];
+  return c;
 }
 
 json roberta_config(const json& m) {
@@ -228,6 +250,12 @@ const std::vector<Architecture>& architectures() {
        {{"classifier.dense", "pre_classifier"}, {"classifier.out_proj", "classifier"}},
        roberta_model,
        roberta_config},
+      {"electra", "electra", "ElectraForSequenceClassification", {"ElectraModel", "ElectraForPreTraining"},
+       "wordpiece", "ElectraTokenizer", kBertInput, "encoder.layer.{}.", kBertLayer,
+       {},
+       {{"classifier.dense", "pre_classifier"}, {"classifier.out_proj", "classifier"}},
+       electra_model,
+       electra_config},
       {"distilbert", "distilbert", "DistilBertForSequenceClassification", {"DistilBertModel", "DistilBertForMaskedLM"},
        "wordpiece", "BertTokenizer",
        {{"embeddings.word_embeddings", "embedding"},
@@ -358,7 +386,8 @@ void join_in_proj(TensorMap& out, std::int64_t layers) {
 // what differs.
 const Architecture& run_architecture(const json& job) {
   check<ConfigError>(job.value("task", std::string()) == "text_classification",
-                     "export --format hf writes text classifiers; this run's task is {}", job.value("task", std::string("?")));
+                     "export --format hf writes text classifiers and language models; this run's task is {}",
+                     job.value("task", std::string("?")));
   const json& m = job["model"];
   const std::pair<const char*, json> shape[] = {
       {"norm_first", false}, {"final_norm", false},  {"positions", "learned"}, {"pooling", "cls"},
@@ -369,17 +398,21 @@ const Architecture& run_architecture(const json& job) {
                        "hf writes models of their shape, as a checkpoint read from Hugging Face is)", key,
                        m.value(key, json()).dump(), want.dump());
   const std::int64_t types = m.value("token_types", 0);
-  const std::string name = m.value("position_offset", 0) > 0 ? "roberta" : types > 0 ? "bert" : "distilbert";
+  const std::string head = m.value("head", std::string());
+  const std::string name = m.value("position_offset", 0) > 0 ? "roberta"
+                           : types == 0                      ? "distilbert"
+                           : head == "tanh"                  ? "bert"
+                                                             : "electra";
   const Architecture& a = architecture(name, "the run");
   const std::string tokenizer = job["tokenizer"].value("kind", std::string());
   check<ConfigError>(tokenizer == a.tokenizer_kind, "this run's tokenizer is {}; a {} checkpoint's is {}", tokenizer,
                      name, a.tokenizer_kind);
   check<ConfigError>(name != "roberta" || types == 1,
                      "this run's model.token_types is {}; RoBERTa's (positions from an offset) is 1", types);
-  const std::string head = m.value("head", std::string());
-  check<ConfigError>(head == (name == "distilbert" ? "relu" : "tanh"),
-                     "this run's model.head is {} with {} token types; BERT's and RoBERTa's is tanh with token "
-                     "types, DistilBERT's relu without", head, types);
+  const std::string want_head = name == "distilbert" ? "relu" : name == "electra" ? "gelu" : "tanh";
+  check<ConfigError>(head == want_head,
+                     "this run's model.head is {} with {} token types; BERT's and RoBERTa's is tanh and ELECTRA's "
+                     "gelu, with token types, DistilBERT's relu without", head, types);
   check<ConfigError>(name != "distilbert" || m.value("layer_norm_eps", 0.0) == 1e-12,
                      "this run's model.layer_norm_eps is {}; DistilBERT's is fixed at 1e-12", m.value("layer_norm_eps", 0.0));
   return a;
@@ -536,14 +569,31 @@ TensorMap gpt2_tensors(const HfCheckpoint& c, TensorMap all) {
 
 }  // namespace
 
-void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMap& weights,
-                         const std::vector<std::string>& labels, const Tokenizer& tokenizer) {
+namespace {
+
+// What export writes: the tensors under transformers' names, config.json and tokenizer_config.json.
+struct Written {
+  TensorMap tensors;
+  json config, tokenizer_config;
+};
+
+// A run tensor, checked to be there in the shape its config implies.
+const Tensor& run_tensor(const TensorMap& weights, const std::string& name, const Shape& shape) {
+  const auto it = weights.find(name);
+  check<ConfigError>(it != weights.end(), "the run's weights lack '{}'", name);
+  check<ConfigError>(it->second.shape() == shape, "the run's '{}' has shape {}, its config implies {}", name,
+                     shape_str(it->second.shape()), shape_str(shape));
+  return it->second;
+}
+
+Written encoder_written(const json& job, const TensorMap& weights, const std::vector<std::string>& labels,
+                        const Tokenizer& tokenizer) {
   const Architecture& a = run_architecture(job);
   const json& m = job["model"];
   check<ConfigError>(static_cast<std::int64_t>(labels.size()) == m["num_classes"].get<std::int64_t>(),
                      "the run names {} classes, its model has {}", labels.size(), m["num_classes"].dump());
   // In transformers' names: the base model's under its prefix, in_proj split into query, key and value.
-  TensorMap out;
+  Written w;
   const std::int64_t d = m["d_model"];
   const Names names = checkpoint_names(a, m, true);
   for (const auto* table : {&names.base, &names.head}) {
@@ -553,20 +603,75 @@ void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMa
       const std::string part =
           qkv == std::string::npos ? "" : r.to.substr(qkv + 10, r.to.find('.', qkv + 10) - qkv - 10);
       if (part == "query" || part == "key" || part == "value") {
-        const bool w = r.to.ends_with(".weight");
-        const Tensor& joined = weights.at(r.to.substr(0, qkv + 10) + (w ? "in_proj_weight" : "in_proj_bias"));
-        const std::int64_t slice = part == "query" ? 0 : part == "key" ? 1 : 2, n = w ? d * d : d;
-        out[name] =
+        const bool weight = r.to.ends_with(".weight");
+        const Tensor& joined = weights.at(r.to.substr(0, qkv + 10) + (weight ? "in_proj_weight" : "in_proj_bias"));
+        const std::int64_t slice = part == "query" ? 0 : part == "key" ? 1 : 2, n = weight ? d * d : d;
+        w.tensors[name] =
             Tensor::from(r.shape, std::span<const float>(joined.f32() + slice * n, static_cast<std::size_t>(n)));
         continue;
       }
-      const auto it = weights.find(r.to);
-      check<ConfigError>(it != weights.end(), "the run's weights lack '{}'", r.to);
-      check<ConfigError>(it->second.shape() == r.shape, "the run's '{}' has shape {}, its config implies {}", r.to,
-                         shape_str(it->second.shape()), shape_str(r.shape));
-      out[name] = it->second.clone();
+      w.tensors[name] = run_tensor(weights, r.to, r.shape).clone();
     }
   }
+  const TokenFrame f = tokenizer.frame();
+  w.config = hf_config_of(a, m, labels, f);
+  w.tokenizer_config = {{"tokenizer_class", a.tokenizer_class}, {"model_max_length", job["max_len"]},
+                        {"pad_token", tokenizer.piece(f.pad)}, {"unk_token", tokenizer.piece(f.unk)}};
+  if (!f.before.empty()) w.tokenizer_config["cls_token"] = tokenizer.piece(f.before.front());
+  if (!f.after.empty()) w.tokenizer_config["sep_token"] = tokenizer.piece(f.after.front());
+  return w;
+}
+
+// A language model of GPT-2's shape (as a GPT-2 checkpoint is read) as GPT2LMHeadModel.
+Written gpt2_written(const json& job, const TensorMap& weights, const Tokenizer& tokenizer) {
+  const json& m = job["model"];
+  const std::pair<const char*, json> shape[] = {
+      {"norm_first", true},     {"final_norm", true}, {"positions", "learned"}, {"attention", "full"},
+      {"num_kv_heads", 0},      {"embedding_norm", false}};
+  for (const auto& [key, want] : shape)
+    check<ConfigError>(m.value(key, json()) == want,
+                       "this run's model.{} is {}; a GPT-2 checkpoint's is {} (export --format hf writes language "
+                       "models of its shape, as a GPT-2 read from Hugging Face is)", key, m.value(key, json()).dump(),
+                       want.dump());
+  const std::string tokenizer_kind = job["tokenizer"].value("kind", std::string());
+  check<ConfigError>(tokenizer_kind == "hf_bpe", "this run's tokenizer is {}; a GPT-2 checkpoint's is hf_bpe",
+                     tokenizer_kind);
+  Written w;
+  for (const auto& [hf, r] : gpt2_names(m)) {
+    const Tensor& t = run_tensor(weights, r.to, r.shape);
+    w.tensors["transformer." + hf] = r.transpose ? transposed(t) : t.clone();
+  }
+  const bool tied = m["tie_embeddings"].get<bool>();
+  if (!tied)
+    w.tensors["lm_head.weight"] = run_tensor(weights, "lm_head.weight", {m["vocab_size"], m["d_model"]}).clone();
+  const std::string act = m["activation"];
+  const json dropout = m["dropout"];
+  w.config = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},
+              {"vocab_size", m["vocab_size"]},        {"n_positions", m["max_len"]},
+              {"n_embd", m["d_model"]},               {"n_layer", m["num_layers"]},
+              {"n_head", m["nhead"]},                 {"n_inner", m["dim_feedforward"]},
+              {"activation_function", act == "gelu_tanh" ? "gelu_new" : act},
+              {"resid_pdrop", dropout},               {"embd_pdrop", dropout},
+              {"attn_pdrop", dropout},                {"layer_norm_epsilon", m["layer_norm_eps"]},
+              {"tie_word_embeddings", tied},          {"scale_attn_weights", true},
+              {"initializer_range", 0.02},            {"dtype", "float32"}};
+  w.tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", m["max_len"]}};
+  // GPT-2's one special token, where the vocabulary has it: the start and end of a text.
+  for (std::int64_t id = tokenizer.vocab_size() - 1; id >= 0; --id) {
+    if (tokenizer.piece(id) != "<|endoftext|>") continue;
+    w.config["bos_token_id"] = w.config["eos_token_id"] = id;
+    for (const char* k : {"bos_token", "eos_token", "unk_token"}) w.tokenizer_config[k] = "<|endoftext|>";
+    break;
+  }
+  return w;
+}
+
+}  // namespace
+
+std::string write_hf_checkpoint(const std::string& dir, const json& job, const TensorMap& weights,
+                                const std::vector<std::string>& labels, const Tokenizer& tokenizer) {
+  const Written w = job.value("task", std::string()) == "language_modeling" ? gpt2_written(job, weights, tokenizer)
+                                                                           : encoder_written(job, weights, labels, tokenizer);
   check<ConfigError>(!fs::exists(fs::symlink_status(dir)) || (fs::is_directory(dir) && fs::is_empty(dir)),
                      "{} exists and is not an empty directory; export writes a new one", dir);
   // Beside dir, of a name no other process uses: removed on failure, as this call made it.
@@ -575,36 +680,33 @@ void write_hf_checkpoint(const std::string& dir, const json& job, const TensorMa
   std::error_code ec;
   try {
     fs::create_directories(partial);
-    write_safetensors((partial / "model.safetensors").string(), out, {{"format", "pt"}});
-    write_file_atomic((partial / "config.json").string(),
-                      hf_config_of(a, m, labels, tokenizer.frame()).dump(2) + "\n");
+    write_safetensors((partial / "model.safetensors").string(), w.tensors, {{"format", "pt"}});
+    write_file_atomic((partial / "config.json").string(), w.config.dump(2) + "\n");
     tokenizer.save(partial.string());
-    const TokenFrame f = tokenizer.frame();
-    json tc = {{"tokenizer_class", a.tokenizer_class}, {"model_max_length", job["max_len"]},
-               {"pad_token", tokenizer.piece(f.pad)}, {"unk_token", tokenizer.piece(f.unk)}};
-    if (!f.before.empty()) tc["cls_token"] = tokenizer.piece(f.before.front());
-    if (!f.after.empty()) tc["sep_token"] = tokenizer.piece(f.after.front());
-    write_file_atomic((partial / "tokenizer_config.json").string(), tc.dump(2) + "\n");
+    write_file_atomic((partial / "tokenizer_config.json").string(), w.tokenizer_config.dump(2) + "\n");
     if (fs::exists(dir)) fs::remove(dir);  // the empty directory checked above
     fs::rename(partial, dir);
   } catch (...) {
     fs::remove_all(partial, ec);
     throw;
   }
+  return w.config["architectures"][0].get<std::string>();
 }
 
 namespace {
 
+// model.safetensors, else pytorch_model.bin (read without running its pickle).
 std::string weights_file(const std::string& dir) {
   for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
     const fs::path p = fs::path(dir) / name;
-    if (!fs::exists(p)) continue;
-    check<IoError>(p.extension() == ".safetensors",
-                   "{}: the weights are a pickle file (pytorch_model.bin), which is not read here; save them as "
-                   "model.safetensors (transformers' save_pretrained does by default)", p.string());
-    return p.string();
+    if (fs::exists(p)) return p.string();
   }
-  throw IoError(fmt::format("{}: no model.safetensors", dir));
+  throw IoError(fmt::format("{}: no model.safetensors or pytorch_model.bin", dir));
+}
+
+TensorMap read_weights(const std::string& path) {
+  if (path.ends_with(".bin")) return read_torch_state_dict(path);
+  return SafetensorsFile::read(path).all_tensors();
 }
 
 }  // namespace
@@ -660,8 +762,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
 }
 
 TensorMap hf_model_tensors(const HfCheckpoint& c) {
-  const SafetensorsFile file = SafetensorsFile::read(c.weights_path);
-  TensorMap all = file.all_tensors();
+  TensorMap all = read_weights(c.weights_path);
   if (c.model_type == "gpt2") return gpt2_tensors(c, std::move(all));
   const json& model = c.job["model"];
   const Architecture& a = architecture(c.model_type, c.config_path);
@@ -671,7 +772,8 @@ TensorMap hf_model_tensors(const HfCheckpoint& c) {
     // The base model's tensors under its prefix (a model with a head) or none (the base model alone).
     const std::string n = name.starts_with(a.base + ".") ? name.substr(a.base.size() + 1) : name;
     // Buffers and pre-training heads, which transformers does not read into these models either.
-    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_") || n.starts_with("lm_head."))
+    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_") || n.starts_with("lm_head.") ||
+        n.starts_with("discriminator_predictions."))
       continue;
     const Rename* r = nullptr;
     if (const auto b = names.base.find(n); b != names.base.end()) r = &b->second;

@@ -214,7 +214,7 @@ TEST_P(PretrainedParts, GradientsMatchFiniteDifferences) {
   EXPECT_THROW(model.forward(long_ids, nullptr, ForwardContext{}), ShapeError);
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, PretrainedParts, ::testing::Values("linear", "tanh", "relu"));
+INSTANTIATE_TEST_SUITE_P(Heads, PretrainedParts, ::testing::Values("linear", "tanh", "relu", "gelu", "gelu_tanh"));
 
 }  // namespace
 }  // namespace multihead

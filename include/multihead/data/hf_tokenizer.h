@@ -4,6 +4,9 @@
 //   Chinese characters apart, accents stripped, lower case) and
 //   pre-tokeniser (white space and punctuation), framed as its
 //   post-processor says ([CLS] ... [SEP]);
+//   tokenizer.json with a BPE model and the ByteLevel pre-tokeniser and
+//   decoder (RoBERTa's and GPT-2's), framed as RoBERTa's (<s> ... </s>) or
+//   not at all (GPT-2's);
 //   vocab.txt with tokenizer_config.json, as transformers' BertTokenizerFast
 //   builds the same tokenizer from them.
 // Special tokens (added tokens not normalised, such as [CLS] or [MASK])

@@ -45,9 +45,10 @@ struct ModelConfig {
   // Classifier only.
   std::int64_t num_classes = 2;
   Pooling pooling = Pooling::kMean;
-  // Classifier only: "linear", the classifier over the pooled vector; "tanh"
-  // or "relu", a "pre_classifier" d_model x d_model layer with that
-  // activation first (BERT's pooler, DistilBERT's pre-classifier).
+  // Classifier only: "linear", the classifier over the pooled vector; "tanh",
+  // "relu", "gelu" or "gelu_tanh", a "pre_classifier" d_model x d_model layer
+  // with that activation first (BERT's and RoBERTa's tanh, DistilBERT's relu,
+  // ELECTRA's gelu).
   std::string head = "linear";
   // Pretrained encoders' input (BERT's family): a LayerNorm "embedding_norm"
   // (eps layer_norm_eps) and dropout over the summed embeddings; a
@@ -168,7 +169,7 @@ class SequenceClassifier : public Module {
   std::unique_ptr<Linear> pre_classifier_;
   Linear classifier_;
   const Tensor* padding_ = nullptr;
-  Tensor x_, h_, pooled_, head_;  // head_: pre_classifier's activated output
+  Tensor x_, h_, pooled_, head_, head_pre_;  // pre_classifier's output activated, and before
   std::vector<float> counts_;  // tokens pooled per sequence
 };
 

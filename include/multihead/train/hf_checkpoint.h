@@ -1,17 +1,21 @@
 // A Hugging Face checkpoint directory read as a run: transformers'
-// config.json, the weights in model.safetensors, and the tokenizer files
+// config.json, the weights in model.safetensors (or pytorch_model.bin, read
+// without running its pickle: train/torch_pickle.h), and the tokenizer files
 // beside them (data/hf_tokenizer.h). Every command that takes a run
 // directory takes one: the job it is read as comes from config.json, its
 // weights are renamed into multihead's parameters.
 //
-// Read: model_type "bert" (BERT, MiniLM) as BertModel (an encoder) or
-// BertForSequenceClassification (labels from id2label), and "distilbert" as
-// DistilBertModel or DistilBertForSequenceClassification. Each layer is
-// torch.nn.TransformerEncoderLayer's post-LN layer with GELU (or ReLU) and
-// the config's LayerNorm eps; the input adds learned positions (and BERT's
-// token type 0) and normalises; BERT's pooler (dense + tanh over [CLS]) or
-// DistilBERT's pre-classifier (dense + ReLU) is the classifier's
-// "pre_classifier". Anything else is an IoError naming the key.
+// Read: model_type "bert" (BERT, MiniLM), "roberta", "distilbert" and
+// "electra" (the discriminator, its embeddings as wide as its layers), each
+// as the encoder alone (BertModel, ...) or with its classification head
+// (...ForSequenceClassification, labels from id2label). Each layer is
+// torch.nn.TransformerEncoderLayer's post-LN layer with the config's
+// activation and LayerNorm eps; the input adds learned positions (from
+// RoBERTa's offset) and token type 0 and normalises; BERT's pooler (dense +
+// tanh over [CLS]), RoBERTa's and ELECTRA's head dense layer or DistilBERT's
+// pre-classifier is the classifier's "pre_classifier". "gpt2" is read as a
+// language model (GPT2LMHeadModel): pre-LN layers, learned positions, a final
+// norm, Conv1D weights transposed. Anything else is an IoError naming the key.
 #pragma once
 
 #include <string>
@@ -46,16 +50,19 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir);
 // them out of the models read here.
 TensorMap hf_model_tensors(const HfCheckpoint& c);
 
-// A text classifier of BERT's or DistilBERT's shape (as such a checkpoint is
-// read: post-LN, learned positions, the embeddings' norm, a head over [CLS];
-// a WordPiece tokenizer) written into the new directory `dir` as
-// transformers writes a BertForSequenceClassification (or DistilBert...): config.json (labels
-// as id2label), model.safetensors, tokenizer.json and tokenizer_config.json.
-// `job` is the run's config.json. A model of another shape is a ConfigError
-// naming what differs. Written beside `dir` first and renamed into place: a
-// failure leaves nothing.
-void write_hf_checkpoint(const std::string& dir, const nlohmann::json& job, const TensorMap& weights,
-                         const std::vector<std::string>& labels, const Tokenizer& tokenizer);
+// A run written into the new directory `dir` in transformers' layout:
+// config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
+// A text classifier of BERT's, RoBERTa's, DistilBERT's or ELECTRA's shape
+// (as such a checkpoint is read: post-LN, learned positions, the embeddings'
+// norm, a head over [CLS]; its tokenizer) is written as that architecture's
+// ...ForSequenceClassification (labels as id2label); a language model of
+// GPT-2's shape (pre-LN, learned positions, a final norm; byte-level BPE) as
+// GPT2LMHeadModel. `job` is the run's config.json. A model of another shape
+// is a ConfigError naming what differs. Written beside `dir` first and
+// renamed into place: a failure leaves nothing. Returns the architecture
+// written ("BertForSequenceClassification").
+std::string write_hf_checkpoint(const std::string& dir, const nlohmann::json& job, const TensorMap& weights,
+                                const std::vector<std::string>& labels, const Tokenizer& tokenizer);
 
 // The parameters a checkpoint without a classification head leaves at
 // their initialisation: a regex over names.
