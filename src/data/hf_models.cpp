@@ -1,6 +1,8 @@
 #include "hf_models.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <queue>
 
 #include <fmt/format.h>
@@ -30,6 +32,20 @@ std::string string_or(const json& j, const char* key, const std::string& fallbac
   if (!j.contains(key) || j[key].is_null()) return fallback;
   check<IoError>(j[key].is_string(), "{}: model.{} is not a string", path, key);
   return j[key].get<std::string>();
+}
+
+// Byte fallback: the <0xXX> token of each of s's bytes appended to out, where the vocabulary has
+// them all (true); else nothing.
+bool append_bytes(const std::unordered_map<std::string, std::int64_t>& vocab, const std::string& s,
+                  std::vector<std::int64_t>& out) {
+  std::vector<std::int64_t> bytes;
+  for (unsigned char b : s) {
+    const auto it = vocab.find(fmt::format("<0x{:02X}>", b));
+    if (it == vocab.end()) return false;
+    bytes.push_back(it->second);
+  }
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  return true;
 }
 
 class WordPiece : public SubwordModel {
@@ -174,18 +190,9 @@ class Bpe : public SubwordModel {
         last_unk = false;
         continue;
       }
-      if (byte_fallback_) {
-        std::vector<std::int64_t> bytes;
-        for (unsigned char b : raw) {
-          const auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
-          if (it == vocab_.end()) break;
-          bytes.push_back(it->second);
-        }
-        if (bytes.size() == raw.size()) {
-          ids.insert(ids.end(), bytes.begin(), bytes.end());
-          last_unk = false;
-          continue;
-        }
+      if (byte_fallback_ && append_bytes(vocab_, raw, ids)) {
+        last_unk = false;
+        continue;
       }
       if (unk_ >= 0 && !(fuse_unk_ && last_unk)) ids.push_back(unk_);
       last_unk = unk_ >= 0;
@@ -236,6 +243,111 @@ class Bpe : public SubwordModel {
   bool fuse_unk_ = false, byte_fallback_ = false, ignore_merges_ = false;
 };
 
+// Unigram (SentencePiece's model, as `tokenizers` runs it): the split of a
+// word into vocabulary pieces whose scores sum highest (Viterbi over its
+// characters), a character no piece covers scoring the lowest score less 10
+// as the unknown token, runs of unknown characters one token; with byte
+// fallback, a piece outside the vocabulary becomes its bytes' <0xXX> tokens.
+class Unigram : public SubwordModel {
+ public:
+  Unigram(const json& model, const std::string& path) {
+    check<IoError>(model.contains("vocab") && model["vocab"].is_array() && !model["vocab"].empty(),
+                   "{}: model.vocab is not a list of [piece, score]", path);
+    double min_score = std::numeric_limits<double>::infinity();
+    for (const json& entry : model["vocab"]) {
+      check<IoError>(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_number(),
+                     "{}: model.vocab is not a list of [piece, score]", path);
+      const std::int64_t id = static_cast<std::int64_t>(scores_.size());
+      check<IoError>(id < kMaxVocab, "{}: model.vocab holds more than {} pieces", path, kMaxVocab);
+      const std::string piece = entry[0].get<std::string>();
+      scores_.push_back(entry[1].get<double>());
+      vocab_.emplace(piece, id);  // the first of equal pieces, as tokenizers keeps it
+      longest_ = std::max(longest_, piece.size());
+      min_score = std::min(min_score, scores_.back());
+    }
+    const json unk = model.value("unk_id", json());
+    check<IoError>(unk.is_null() || (unk.is_number_integer() && unk.get<std::int64_t>() >= 0 &&
+                                     unk.get<std::int64_t>() < static_cast<std::int64_t>(scores_.size())),
+                   "{}: model.unk_id is not a piece's id", path);
+    if (unk.is_number_integer()) unk_ = unk.get<std::int64_t>();
+    unk_score_ = min_score - 10.0;
+    byte_fallback_ = model.value("byte_fallback", false);
+  }
+
+  void encode_word(const std::string& word, std::vector<std::int64_t>& out) const override {
+    for (const std::string& piece : best_split(word)) {
+      if (const auto it = vocab_.find(piece); it != vocab_.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+      if (byte_fallback_ && append_bytes(vocab_, piece, out)) continue;
+      check<IoError>(unk_ >= 0, "a Unigram tokenizer without an unknown token meets '{}', which it cannot split", piece);
+      out.push_back(unk_);
+    }
+  }
+  std::string type() const override { return "Unigram"; }
+
+ private:
+  // The best path's pieces, as strings (a run of unknown characters joined into one).
+  std::vector<std::string> best_split(const std::string& s) const {
+    struct Best {
+      double score = 0;
+      std::int64_t from = -1, id = -1;  // where its last piece starts; -1: not reached
+    };
+    const std::size_t n = s.size();
+    std::vector<Best> best(n + 1);
+    best[0].from = 0;
+    for (std::size_t at = 0; at < n; at = next_char(s, at)) {
+      if (best[at].from < 0) continue;
+      const double here = best[at].score;
+      const std::size_t char_end = next_char(s, at);
+      bool single = false;
+      // Every piece that begins here, shortest first.
+      for (std::size_t len = 1; len <= longest_ && at + len <= n; ++len) {
+        const auto it = vocab_.find(s.substr(at, len));
+        if (it == vocab_.end()) continue;
+        relax(best[at + len], here + scores_[static_cast<std::size_t>(it->second)], at, it->second);
+        single = single || at + len == char_end;
+      }
+      if (!single) relax(best[char_end], here + unk_score_, at, unk_);
+    }
+    std::vector<std::string> pieces;
+    std::string unknown;  // a run of unknown characters, gathered backwards
+    for (std::size_t end = n; end > 0;) {
+      const auto from = static_cast<std::size_t>(best[end].from);
+      if (unk_ >= 0 && best[end].id == unk_) {
+        unknown.insert(0, s, from, end - from);
+      } else {
+        if (!unknown.empty()) pieces.push_back(std::move(unknown)), unknown.clear();
+        pieces.push_back(s.substr(from, end - from));
+      }
+      end = from;
+    }
+    if (!unknown.empty()) pieces.push_back(std::move(unknown));
+    std::reverse(pieces.begin(), pieces.end());
+    return pieces;
+  }
+
+  // The first path to reach a position keeps it against later ones of equal score.
+  static void relax(auto& node, double score, std::size_t from, std::int64_t id) {
+    if (node.from >= 0 && score <= node.score) return;
+    node.score = score;
+    node.from = static_cast<std::int64_t>(from);
+    node.id = id;
+  }
+
+  static std::size_t next_char(const std::string& s, std::size_t at) {
+    std::size_t k = at + 1;
+    while (k < s.size() && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) ++k;
+    return k;
+  }
+
+  std::vector<double> scores_;
+  std::size_t longest_ = 0;
+  double unk_score_ = 0;
+  bool byte_fallback_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<SubwordModel> read_subword_model(const json& model, const std::string& path) {
@@ -244,7 +356,8 @@ std::unique_ptr<SubwordModel> read_subword_model(const json& model, const std::s
   const std::string type = model["type"].get<std::string>();
   if (type == "WordPiece") return std::make_unique<WordPiece>(model, path);
   if (type == "BPE") return std::make_unique<Bpe>(model, path);
-  throw IoError(fmt::format("{}: model.type \"{}\" is not read here (WordPiece and BPE are)", path, type));
+  if (type == "Unigram") return std::make_unique<Unigram>(model, path);
+  throw IoError(fmt::format("{}: model.type \"{}\" is not read here (WordPiece, BPE and Unigram are)", path, type));
 }
 
 }  // namespace multihead::hf

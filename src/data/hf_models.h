@@ -20,7 +20,7 @@ class SubwordModel {
   const std::unordered_map<std::string, std::int64_t>& vocab() const { return vocab_; }
   // The unknown token's id, or -1 where the model has none (byte-level BPE).
   std::int64_t unk() const { return unk_; }
-  // "WordPiece" or "BPE".
+  // "WordPiece", "BPE" or "Unigram".
   virtual std::string type() const = 0;
 
  protected:
@@ -29,10 +29,10 @@ class SubwordModel {
 };
 
 // The model of tokenizer.json's "model" object: WordPiece (greedy longest
-// match, "##" continuations) or BPE (merges by rank; a continuation prefix,
+// match, "##" continuations), BPE (merges by rank; a continuation prefix,
 // end-of-word suffix, unknown token, byte fallback and ignore_merges as
-// tokenizer.json sets them). Any other type, or BPE dropout, is an IoError
-// naming `path`.
+// tokenizer.json sets them) or Unigram (the split of highest score; byte
+// fallback). Any other type, or BPE dropout, is an IoError naming `path`.
 std::unique_ptr<SubwordModel> read_subword_model(const nlohmann::json& model, const std::string& path);
 
 }  // namespace multihead::hf

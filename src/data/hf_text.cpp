@@ -5,6 +5,7 @@
 #include <unicode/unistr.h>
 #include <unicode/utf8.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -53,19 +54,6 @@ bool is_chinese(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
          (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
-}
-
-std::u32string nfd(const std::u32string& s) {
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* norm = icu::Normalizer2::getNFDInstance(status);
-  check<IoError>(U_SUCCESS(status), "ICU's NFD normaliser is not available: {}", u_errorName(status));
-  const icu::UnicodeString in = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()),
-                                                              static_cast<std::int32_t>(s.size()));
-  const icu::UnicodeString out = norm->normalize(in, status);
-  check<IoError>(U_SUCCESS(status), "NFD normalisation failed: {}", u_errorName(status));
-  std::u32string r(static_cast<std::size_t>(out.countChar32()), U'\0');
-  out.toUTF32(reinterpret_cast<UChar32*>(r.data()), static_cast<std::int32_t>(r.size()), status);
-  return r;
 }
 
 // GPT-2's classes: \p{L}, \p{N} and \s as the regular expression reads them.
@@ -162,24 +150,68 @@ std::u32string BertNormalizer::operator()(std::u32string_view in) const {
     }
   }
   if (strip_accents) {
-    std::u32string d = nfd(s);
+    std::u32string d = normal_form(s, "NFD");
     s.clear();
     for (char32_t c : d)
       if (!is_nonspacing_mark(c)) s += c;
   }
-  if (lowercase) {
-    std::u32string l;
-    l.reserve(s.size());
-    for (char32_t c : s) {
-      if (c == 0x130) {  // İ: the one unconditional lower case of two characters
-        l += U"i\u0307";
-      } else {
-        l += static_cast<char32_t>(u_tolower(static_cast<UChar32>(c)));
-      }
+  return lowercase ? lower_case(s) : s;
+}
+
+std::u32string lower_case(std::u32string_view s) {
+  std::u32string l;
+  l.reserve(s.size());
+  for (char32_t c : s) {
+    if (c == 0x130) {  // İ: the one unconditional lower case of two characters
+      l += U"i\u0307";
+    } else {
+      l += static_cast<char32_t>(u_tolower(static_cast<UChar32>(c)));
     }
-    s = std::move(l);
   }
-  return s;
+  return l;
+}
+
+std::u32string normal_form(std::u32string_view s, const std::string& form) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* norm = form == "NFC"    ? icu::Normalizer2::getNFCInstance(status)
+                                 : form == "NFD"  ? icu::Normalizer2::getNFDInstance(status)
+                                 : form == "NFKC" ? icu::Normalizer2::getNFKCInstance(status)
+                                                  : icu::Normalizer2::getNFKDInstance(status);
+  check<IoError>(U_SUCCESS(status), "ICU's {} normaliser is not available: {}", form, u_errorName(status));
+  const icu::UnicodeString in = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()),
+                                                              static_cast<std::int32_t>(s.size()));
+  const icu::UnicodeString out = norm->normalize(in, status);
+  check<IoError>(U_SUCCESS(status), "{} normalisation failed: {}", form, u_errorName(status));
+  std::u32string r(static_cast<std::size_t>(out.countChar32()), U'\0');
+  out.toUTF32(reinterpret_cast<UChar32*>(r.data()), static_cast<std::int32_t>(r.size()), status);
+  return r;
+}
+
+std::vector<std::string> metaspace_pre_tokenize(std::u32string_view text, char32_t replacement, bool prepend,
+                                                bool split) {
+  std::u32string s(text);
+  std::replace(s.begin(), s.end(), U' ', replacement);
+  if (prepend && (s.empty() || s[0] != replacement)) s.insert(s.begin(), replacement);
+  if (!split) return {encode_utf8(s)};
+  // Split before each replacement character, which begins the piece after it.
+  std::vector<std::string> pieces;
+  std::size_t begin = 0;
+  for (std::size_t i = 1; i <= s.size(); ++i) {
+    if (i < s.size() && s[i] != replacement) continue;
+    pieces.push_back(encode_utf8(std::u32string_view(s).substr(begin, i - begin)));
+    begin = i;
+  }
+  return pieces;
+}
+
+std::string metaspace_decode(const std::vector<std::string>& tokens, char32_t replacement, bool prepended) {
+  std::u32string out;
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    for (char32_t c : decode_utf8(tokens[i])) {
+      if (c != replacement) out += c;
+      else if (i > 0 || !prepended) out += U' ';  // the first token's replacements are the prepended space
+    }
+  return encode_utf8(out);
 }
 
 std::vector<std::string> bert_pre_tokenize(std::u32string_view s) {

@@ -22,6 +22,13 @@ struct BertNormalizer {
   std::u32string operator()(std::u32string_view in) const;
 };
 
+// Lower case as `tokenizers` lowers (each character on its own, by its full
+// mapping: İ becomes two characters, a final sigma is σ).
+std::u32string lower_case(std::u32string_view s);
+
+// A Unicode normal form: "NFC", "NFD", "NFKC" or "NFKD".
+std::u32string normal_form(std::u32string_view s, const std::string& form);
+
 // BertPreTokenizer: words split at white space (dropped) and around each
 // punctuation mark (kept), as UTF-8.
 std::vector<std::string> bert_pre_tokenize(std::u32string_view s);
@@ -32,6 +39,16 @@ std::vector<std::string> bert_pre_tokenize(std::u32string_view s);
 // GPT-2's printable byte alphabet. A space goes first when `add_prefix_space`
 // and the text does not begin with one.
 std::vector<std::string> byte_level_pre_tokenize(std::u32string_view s, bool add_prefix_space, bool use_regex);
+
+// Metaspace (SentencePiece's white space): each space becomes `replacement`
+// (▁), which is put first where `prepend` and the text does not begin with
+// it; where `split`, the text is cut before each replacement character.
+std::vector<std::string> metaspace_pre_tokenize(std::u32string_view s, char32_t replacement, bool prepend,
+                                                bool split);
+
+// The Metaspace decoder: replacement characters become spaces, but those of
+// the first token where a space was `prepended` are dropped.
+std::string metaspace_decode(const std::vector<std::string>& tokens, char32_t replacement, bool prepended);
 
 // The ByteLevel decoder: each token's characters back to bytes (a token with
 // a character outside the alphabet is its own UTF-8), all read as lossy UTF-8.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 
@@ -83,7 +84,7 @@ class HfTokenizer : public Tokenizer {
     std::size_t done = 0;
     while (done < text.size()) {
       const Match m = next_added(text, done);
-      encode_plain(text.substr(done, m.begin - done), out);
+      encode_plain(text.substr(done, m.begin - done), done == 0, out);
       if (m.token == nullptr) break;
       out.push_back(m.token->id);
       done = m.end;
@@ -99,6 +100,7 @@ class HfTokenizer : public Tokenizer {
     switch (decoder_) {
       case Decoder::kWordPiece: return hf::wordpiece_decode(tokens, decoder_prefix_, decoder_cleanup_);
       case Decoder::kByteLevel: return hf::byte_level_decode(tokens);
+      case Decoder::kMetaspace: return hf::metaspace_decode(tokens, replacement_, prepend_ != Prepend::kNever);
       case Decoder::kNone: break;
     }
     std::string s;
@@ -113,15 +115,20 @@ class HfTokenizer : public Tokenizer {
     return pre_tokenizer_ == PreTokenizer::kByteLevel ? hf::byte_level_decode({p}) : p;
   }
   std::int64_t vocab_size() const override { return vocab_size_; }
-  std::string kind() const override { return model_->type() == "BPE" ? "hf_bpe" : "wordpiece"; }
+  std::string kind() const override {
+    const std::string t = model_->type();
+    return t == "BPE" ? "hf_bpe" : t == "Unigram" ? "hf_unigram" : "wordpiece";
+  }
   TokenFrame frame() const override { return frame_; }
   void save(const std::string& dir) const override {
     write_file_atomic((fs::path(dir) / "tokenizer.json").string(), source_.dump(2) + "\n");
   }
 
  private:
-  enum class PreTokenizer { kNone, kBert, kByteLevel };
-  enum class Decoder { kNone, kWordPiece, kByteLevel };
+  enum class PreTokenizer { kNone, kBert, kByteLevel, kMetaspace };
+  enum class Decoder { kNone, kWordPiece, kByteLevel, kMetaspace };
+  enum class Prepend { kAlways, kFirst, kNever };
+  using Normalizer = std::function<std::u32string(const std::u32string&)>;
   struct Match {
     std::size_t begin, end;
     const AddedToken* token;
@@ -150,31 +157,77 @@ class HfTokenizer : public Tokenizer {
     return {text.size(), text.size(), nullptr};
   }
 
-  void encode_plain(std::string_view text, std::vector<std::int64_t>& out) const {
+  // A stretch of text between added tokens; `at_start`: at the text's beginning.
+  void encode_plain(std::string_view text, bool at_start, std::vector<std::int64_t>& out) const {
     if (text.empty()) return;
     std::u32string s = hf::decode_utf8(text);
-    if (normalizer_) s = (*normalizer_)(s);
+    for (const Normalizer& n : normalizers_) s = n(s);
     std::vector<std::string> words;
     switch (pre_tokenizer_) {
       case PreTokenizer::kBert: words = hf::bert_pre_tokenize(s); break;
       case PreTokenizer::kByteLevel: words = hf::byte_level_pre_tokenize(s, add_prefix_space_, use_regex_); break;
+      case PreTokenizer::kMetaspace:
+        words = hf::metaspace_pre_tokenize(s, replacement_, prepend_ == Prepend::kAlways ||
+                                                                (prepend_ == Prepend::kFirst && at_start),
+                                           split_);
+        break;
       case PreTokenizer::kNone: if (!s.empty()) words = {hf::encode_utf8(s)}; break;
     }
     for (const std::string& w : words) model_->encode_word(w, out);
   }
 
+  // One normaliser, or a Sequence of them, appended to normalizers_.
   void read_normalizer(const json& n, const std::string& path) {
     if (n.is_null()) return;
     const std::string type = type_of(n, path + ": normalizer");
-    check<IoError>(type == "BertNormalizer", "{}: normalizer.type \"{}\" is not read here (BertNormalizer is)", path,
-                   type);
-    hf::BertNormalizer b;
-    b.clean_text = n.value("clean_text", true);
-    b.chinese = n.value("handle_chinese_chars", true);
-    b.lowercase = n.value("lowercase", true);
-    const json sa = n.value("strip_accents", json());
-    b.strip_accents = sa.is_boolean() ? sa.get<bool>() : b.lowercase;
-    normalizer_ = b;
+    if (type == "Sequence") {
+      for (const json& each : member(n, "normalizers", path + ": normalizer")) read_normalizer(each, path);
+      return;
+    }
+    if (type == "BertNormalizer") {
+      hf::BertNormalizer b;
+      b.clean_text = n.value("clean_text", true);
+      b.chinese = n.value("handle_chinese_chars", true);
+      b.lowercase = n.value("lowercase", true);
+      const json sa = n.value("strip_accents", json());
+      b.strip_accents = sa.is_boolean() ? sa.get<bool>() : b.lowercase;
+      normalizers_.push_back([b](const std::u32string& s) { return b(s); });
+    } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+      normalizers_.push_back([type](const std::u32string& s) { return hf::normal_form(s, type); });
+    } else if (type == "Lowercase") {
+      normalizers_.push_back([](const std::u32string& s) { return hf::lower_case(s); });
+    } else if (type == "Prepend") {
+      const std::u32string p = hf::decode_utf8(n.value("prepend", std::string()));
+      normalizers_.push_back([p](const std::u32string& s) { return s.empty() ? s : p + s; });
+    } else if (type == "Replace") {
+      const json& pattern = member(n, "pattern", path + ": normalizer");
+      check<IoError>(pattern.contains("String") && pattern["String"].is_string(),
+                     "{}: a Replace normaliser by regular expression is not read here (by string is)", path);
+      const std::u32string from = hf::decode_utf8(pattern["String"].get<std::string>()),
+                           to = hf::decode_utf8(n.value("content", std::string()));
+      check<IoError>(!from.empty(), "{}: a Replace normaliser of the empty string", path);
+      normalizers_.push_back([from, to](std::u32string s) {
+        for (std::size_t at = s.find(from); at != std::u32string::npos; at = s.find(from, at + to.size()))
+          s.replace(at, from.size(), to);
+        return s;
+      });
+    } else {
+      throw IoError(fmt::format("{}: normalizer.type \"{}\" is not read here (BertNormalizer, NFC, NFD, NFKC, NFKD, "
+                                "Lowercase, Prepend, Replace and Sequence are)", path, type));
+    }
+  }
+
+  // Metaspace's settings, in either of the forms tokenizers has written: prepend_scheme, or add_prefix_space.
+  void read_metaspace(const json& p, const std::string& path, const char* what) {
+    const std::u32string r = hf::decode_utf8(p.value("replacement", std::string("\u2581")));
+    check<IoError>(r.size() == 1, "{}: {}.replacement is not one character", path, what);
+    replacement_ = r[0];
+    const std::string scheme = p.contains("prepend_scheme") ? p.value("prepend_scheme", std::string("always"))
+                               : p.value("add_prefix_space", true) ? "always" : "never";
+    check<IoError>(scheme == "always" || scheme == "first" || scheme == "never",
+                   "{}: {}.prepend_scheme \"{}\" is none of always, first and never", path, what, scheme);
+    prepend_ = scheme == "always" ? Prepend::kAlways : scheme == "first" ? Prepend::kFirst : Prepend::kNever;
+    split_ = p.value("split", true);
   }
 
   // No decoder joins the tokens with spaces.
@@ -185,8 +238,13 @@ class HfTokenizer : public Tokenizer {
       decoder_ = Decoder::kByteLevel;
       return;
     }
-    check<IoError>(type == "WordPiece", "{}: decoder.type \"{}\" is not read here (WordPiece and ByteLevel are)",
-                   path, type);
+    if (type == "Metaspace") {
+      read_metaspace(d, path, "decoder");
+      decoder_ = Decoder::kMetaspace;
+      return;
+    }
+    check<IoError>(type == "WordPiece",
+                   "{}: decoder.type \"{}\" is not read here (WordPiece, ByteLevel and Metaspace are)", path, type);
     decoder_ = Decoder::kWordPiece;
     decoder_prefix_ = d.value("prefix", std::string("##"));
     decoder_cleanup_ = d.value("cleanup", true);
@@ -201,8 +259,14 @@ class HfTokenizer : public Tokenizer {
       use_regex_ = p.value("use_regex", true);
       return;
     }
+    if (type == "Metaspace") {
+      pre_tokenizer_ = PreTokenizer::kMetaspace;
+      read_metaspace(p, path, "pre_tokenizer");
+      return;
+    }
     check<IoError>(type == "BertPreTokenizer",
-                   "{}: pre_tokenizer.type \"{}\" is not read here (BertPreTokenizer and ByteLevel are)", path, type);
+                   "{}: pre_tokenizer.type \"{}\" is not read here (BertPreTokenizer, ByteLevel and Metaspace are)",
+                   path, type);
     pre_tokenizer_ = PreTokenizer::kBert;
   }
 
@@ -265,9 +329,12 @@ class HfTokenizer : public Tokenizer {
   std::vector<AddedToken> added_;
   std::vector<std::int64_t> special_ids_;
   std::int64_t vocab_size_ = 0;
-  std::optional<hf::BertNormalizer> normalizer_;
+  std::vector<Normalizer> normalizers_;  // in order
   PreTokenizer pre_tokenizer_ = PreTokenizer::kNone;
-  bool add_prefix_space_ = true, use_regex_ = true;
+  bool add_prefix_space_ = true, use_regex_ = true;  // ByteLevel
+  char32_t replacement_ = U'\u2581';                // Metaspace (pre-tokeniser and decoder)
+  Prepend prepend_ = Prepend::kAlways;
+  bool split_ = true;
   Decoder decoder_ = Decoder::kNone;
   std::string decoder_prefix_ = "##";
   bool decoder_cleanup_ = false;

@@ -271,7 +271,9 @@ TokenizerKind parse_tokenizer_kind(const std::string& s) {
   if (s == "word") return TokenizerKind::kWord;
   if (s == "wordpiece") return TokenizerKind::kWordPiece;
   if (s == "hf_bpe") return TokenizerKind::kBpe;
-  throw ConfigError(fmt::format("tokenizer must be sentencepiece, char, word, wordpiece or hf_bpe, got \"{}\"", s));
+  if (s == "hf_unigram") return TokenizerKind::kUnigram;
+  throw ConfigError(
+      fmt::format("tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"{}\"", s));
 }
 
 const char* tokenizer_kind_name(TokenizerKind k) {
@@ -280,13 +282,15 @@ const char* tokenizer_kind_name(TokenizerKind k) {
     case TokenizerKind::kWord: return "word";
     case TokenizerKind::kWordPiece: return "wordpiece";
     case TokenizerKind::kBpe: return "hf_bpe";
+    case TokenizerKind::kUnigram: return "hf_unigram";
     case TokenizerKind::kSentencePiece: break;
   }
   return "sentencepiece";
 }
 
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts) {
-  check<ConfigError>(cfg.kind != TokenizerKind::kWordPiece && cfg.kind != TokenizerKind::kBpe,
+  check<ConfigError>(cfg.kind != TokenizerKind::kWordPiece && cfg.kind != TokenizerKind::kBpe &&
+                         cfg.kind != TokenizerKind::kUnigram,
                      "a {} tokenizer is a pretrained checkpoint's: name that checkpoint (--init-from or "
                      "--tokenizer-from) rather than train one", tokenizer_kind_name(cfg.kind));
   check<ConfigError>(cfg.vocab_size > kNumSpecials, "vocab_size must exceed the {} special tokens, got {}",

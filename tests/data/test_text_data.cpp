@@ -210,7 +210,7 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     EXPECT_EQ(back->kind(), kind);
     EXPECT_EQ(tok->piece(kPadId), "<pad>") << kind;
   }
-  for (const char* kind : {"char", "word", "sentencepiece", "wordpiece", "hf_bpe"})
+  for (const char* kind : {"char", "word", "sentencepiece", "wordpiece", "hf_bpe", "hf_unigram"})
     EXPECT_STREQ(tokenizer_kind_name(parse_tokenizer_kind(kind)), kind);
   TokenizerConfig wordpiece;
   wordpiece.kind = TokenizerKind::kWordPiece;  // a checkpoint's, read and never trained
@@ -221,7 +221,7 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     parse_tokenizer_kind("bpe");
     ADD_FAILURE() << "bpe is a SentencePiece model type, not a tokenizer";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word, wordpiece or hf_bpe, got \"bpe\"");
+    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"bpe\"");
   }
   TokenizerConfig capped;
   capped.kind = TokenizerKind::kWord;

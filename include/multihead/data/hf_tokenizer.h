@@ -7,6 +7,9 @@
 //   tokenizer.json with a BPE model and the ByteLevel pre-tokeniser and
 //   decoder (RoBERTa's and GPT-2's), framed as RoBERTa's (<s> ... </s>) or
 //   not at all (GPT-2's);
+//   tokenizer.json with a Unigram model (SentencePiece's) and the Metaspace
+//   pre-tokeniser and decoder, after the normalisers NFC, NFD, NFKC, NFKD,
+//   Lowercase, Prepend and Replace (by string), in sequence;
 //   vocab.txt with tokenizer_config.json, as transformers' BertTokenizerFast
 //   builds the same tokenizer from them.
 // Special tokens (added tokens not normalised, such as [CLS] or [MASK])

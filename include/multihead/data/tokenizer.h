@@ -45,8 +45,8 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> load(const std::string& dir);
 };
 
-enum class TokenizerKind { kSentencePiece, kChar, kWord, kWordPiece, kBpe };
-// "sentencepiece", "char", "word", or "wordpiece" and "hf_bpe" (Hugging Face's,
+enum class TokenizerKind { kSentencePiece, kChar, kWord, kWordPiece, kBpe, kUnigram };
+// "sentencepiece", "char", "word", or "wordpiece", "hf_bpe" and "hf_unigram" (Hugging Face's,
 // read from a checkpoint, never trained); anything else is a ConfigError.
 TokenizerKind parse_tokenizer_kind(const std::string& s);
 const char* tokenizer_kind_name(TokenizerKind k);
