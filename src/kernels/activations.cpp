@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <type_traits>
 #include <vector>
 
 #include "column_ranges.h"
+#include "gelu.h"
 #include "multihead/core/error.h"
 #include "multihead/kernels/gemm_bf16.h"
 
@@ -46,9 +48,14 @@ constexpr T kGeluTanhScale = T(0.7978845608028654);  // sqrt(2 / pi)
 template <typename T>
 constexpr T kGeluTanhCubic = T(0.044715);
 
+// The float path of both GELUs runs in vectors (gelu.cpp); the double path here, with std::erf and
+// std::tanh, is their reference and the gradient checks' arithmetic.
 template <typename T>
 void forward_range(Activation a, T* y, const T* x, std::int64_t n) {
   const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    if (a != Activation::kRelu) return gelu_forward(y, x, n, a == Activation::kGeluTanh);
+  }
   if (a == Activation::kRelu) {
     for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
   } else if (a == Activation::kGeluTanh) {
@@ -67,6 +74,9 @@ template <typename T>
 void backward_range(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
   const T inv_sqrt2 = T(1) / std::numbers::sqrt2_v<T>;
   const T inv_sqrt2pi = T(1) / std::sqrt(T(2) * std::numbers::pi_v<T>);
+  if constexpr (std::is_same_v<T, float>) {
+    if (a != Activation::kRelu) return gelu_backward(dx, dy, x, n, a == Activation::kGeluTanh);
+  }
   if (a == Activation::kRelu) {
     for (std::int64_t i = 0; i < n; ++i) dx[i] = x[i] > T(0) ? dy[i] : T(0);
   } else if (a == Activation::kGeluTanh) {

@@ -333,6 +333,39 @@ TEST(Activations, GeluTanhIsPyTorchsTanhApproximation) {
   EXPECT_EQ(activation_name(Activation::kGeluTanh), "gelu_tanh");
 }
 
+// The float GELUs run in vectors (src/kernels/gelu.cpp, erf by Abramowitz and Stegun 7.1.26, as
+// PyTorch's): against the double path (std::erf, std::tanh), forward and gradient, over the range a
+// layer sees; and each element's value the same wherever it falls (a full vector or the tail).
+TEST(GeluVectors, MatchTheDoubleReferenceAndDoNotDependOnPosition) {
+  Rng rng(12);
+  for (Activation a : {Activation::kGelu, Activation::kGeluTanh}) {
+    const std::int64_t n = 4099;  // not a multiple of any vector width
+    std::vector<float> x(n), dy(n), y(n), dx(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      x[i] = i < 64 ? static_cast<float>(i - 32) * 0.3f : rng.normal() * 3.0f;
+      dy[i] = rng.normal();
+    }
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 30.0f, x[3] = -30.0f;
+    std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), yd(n), dxd(n);
+    activation_forward(a, y.data(), x.data(), n);
+    activation_forward<double>(a, yd.data(), xd.data(), n);
+    activation_backward(a, dx.data(), dy.data(), x.data(), n);
+    activation_backward<double>(a, dxd.data(), dyd.data(), xd.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double scale = std::max(1.0, std::fabs(xd[i]));
+      ASSERT_NEAR(y[i], yd[i], 1e-6 * scale) << activation_name(a) << " x " << x[i];
+      ASSERT_NEAR(dx[i], dxd[i], 2e-6 * scale * std::max(1.0, std::fabs(dyd[i]))) << activation_name(a) << " x " << x[i];
+    }
+    for (std::int64_t i = 0; i < 40; ++i) {  // one element alone: the tail's path
+      float one = 0, g = 0;
+      activation_forward(a, &one, &x[i], 1);
+      activation_backward(a, &g, &dy[i], &x[i], 1);
+      ASSERT_EQ(one, y[i]) << i;
+      ASSERT_EQ(g, dx[i]) << i;
+    }
+  }
+}
+
 TEST(Dropout, KeepsScalesAndIsReproducible) {
   std::vector<double> a(10000, 1.0), b(10000, 1.0);
   DropoutSpec spec{0.25f, 7, 3};
