@@ -380,18 +380,24 @@ const StorageType& storage_type(const std::string& name, const std::string& tens
 // The elements of view `t` of storage bytes `data`, in row-major order.
 Tensor materialise(const TensorView& t, const std::string& data, const StorageType& type, const std::string& name,
                    const std::string& source) {
-  check<IoError>(static_cast<std::uint64_t>(t.storage->numel) * type.bytes <= data.size(),
-                 "{}: the storage of '{}' holds {} bytes, not the {} its size says", source, name, data.size(),
-                 t.storage->numel * static_cast<std::int64_t>(type.bytes));
-  Tensor out(t.size, *type.dtype);
-  const std::int64_t n = out.numel();
-  if (n == 0) return out;
-  std::int64_t last = t.offset;  // the furthest element the view reaches
-  for (std::size_t k = 0; k < t.size.size(); ++k) {
-    check<IoError>(t.stride[k] >= 0, "{}: '{}' has a negative stride", source, name);
-    last += (t.size[k] - 1) * t.stride[k];
+  check<IoError>(static_cast<std::uint64_t>(t.storage->numel) <= data.size() / type.bytes,
+                 "{}: the storage of '{}' holds {} bytes, fewer than its {} elements", source, name, data.size(),
+                 t.storage->numel);
+  // The view within its storage, and no larger than it (a state_dict's tensors do not repeat elements): a
+  // small file cannot ask for a large tensor.
+  std::int64_t n = 1, last = t.offset;  // last: the furthest element the view reaches
+  bool fits = true;
+  for (std::size_t k = 0; k < t.size.size() && fits; ++k) {
+    std::int64_t reach = 0;
+    fits = t.size[k] >= 0 && t.stride[k] >= 0 && !__builtin_mul_overflow(t.size[k], n, &n) &&
+           (t.size[k] == 0 || (!__builtin_mul_overflow(t.size[k] - 1, t.stride[k], &reach) &&
+                               !__builtin_add_overflow(last, reach, &last)));
   }
-  check<IoError>(last < t.storage->numel, "{}: '{}' reaches past its storage", source, name);
+  check<IoError>(fits && (n == 0 || (last < t.storage->numel && n <= t.storage->numel)),
+                 "{}: '{}' of size {} reaches past its storage of {} elements", source, name, shape_str(t.size),
+                 t.storage->numel);
+  Tensor out(t.size, *type.dtype);
+  if (n == 0) return out;
   auto* dst = static_cast<char*>(out.raw());
   std::vector<std::int64_t> index(t.size.size(), 0);
   for (std::int64_t i = 0; i < n; ++i) {

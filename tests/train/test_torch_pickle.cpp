@@ -58,6 +58,10 @@ TEST(TorchPickle, RefusesCodeAndWhatItDoesNotRead) {
                                                   "hold; it is not read (a pickle can run code)"),
             std::string::npos);
   EXPECT_NE(refusal(corpus("double.bin")).find("'x' is a DoubleStorage, which is not read"), std::string::npos);
+  // torch.zeros(1).expand(1000000): a million elements asked of a storage of one (stride 0).
+  const std::string expanded = refusal(corpus("expanded.bin"));
+  EXPECT_NE(expanded.find("'x' of size (1000000,) reaches past its storage of 1 elements"), std::string::npos)
+      << expanded;
   EXPECT_NE(refusal(test::golden_dir().string() + "/../fuzz/corpus/torch_pickle").find("cannot"), std::string::npos);
 }
 
