@@ -237,7 +237,7 @@ std::vector<std::string> bert_pre_tokenize(std::u32string_view s) {
 
 std::vector<std::string> byte_level_pre_tokenize(std::u32string_view text, bool add_prefix_space, bool use_regex) {
   std::u32string s;
-  if (add_prefix_space && (text.empty() || text[0] != U' ')) s = U" ";
+  if (add_prefix_space && (text.empty() || text[0] != U' ')) s.push_back(U' ');
   s += text;
   const ByteAlphabet& alphabet = byte_alphabet();
   std::vector<std::string> pieces;
