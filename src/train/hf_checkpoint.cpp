@@ -14,6 +14,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/io/json_config.h"
 #include "multihead/kernels/half.h"
+#include "multihead/kernels/transpose.h"
 #include "multihead/train/torch_pickle.h"
 
 namespace multihead {
@@ -524,11 +525,8 @@ std::map<std::string, Gpt2Rename> gpt2_names(const json& m) {
 
 Tensor transposed(const Tensor& t) {
   const std::int64_t rows = t.dim(0), cols = t.dim(1);
-  Tensor out({cols, rows});
-  const float* in = t.f32();
-  float* o = out.f32();
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) o[c * rows + r] = in[r * cols + c];
+  Tensor out = Tensor::empty({cols, rows});
+  transpose(out.f32(), rows, t.f32(), cols, rows, cols);
   return out;
 }
 
