@@ -534,11 +534,18 @@ PYBIND11_MODULE(_multihead, m) {
       "The trained model of a run directory of `multihead train` (a text classifier, a language model or a "
       "pronunciation model)");
   py::class_<Tokenizer>(m, "Tokenizer", "A run's tokenizer: text to token ids and back, as the run reads its data")
-      .def("encode", &Tokenizer::encode, py::arg("text"), "The text's token ids (no <cls> or <eos> added)")
+      .def(
+          "encode",
+          [](const Tokenizer& t, const std::string& text, std::optional<std::size_t> max_tokens) {
+            return max_tokens ? t.encode_prefix(text, *max_tokens) : t.encode(text);
+          },
+          py::arg("text"), py::arg("max_tokens") = py::none(),
+          "The text's token ids (no <cls> or <eos> added); with max_tokens, the first max_tokens of them, "
+          "as a run cuts a long input (reading only as much of the text as they need)")
       .def("decode", &Tokenizer::decode, py::arg("ids"), "The text of token ids")
       .def("piece", &Tokenizer::piece, py::arg("id"), "A printable label of one id")
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
-      .def_property_readonly("kind", &Tokenizer::kind, "sentencepiece, char, word or wordpiece")
+      .def_property_readonly("kind", &Tokenizer::kind, "sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram")
       .def_static(
           "load", [](const std::filesystem::path& dir) { return Tokenizer::load(dir.string()); }, py::arg("dir"),
           "The tokenizer in a folder: a run's tokenizer/, or a Hugging Face checkpoint's tokenizer.json or vocab.txt")

@@ -250,6 +250,48 @@ def test_a_unigram_tokenizer_gives_the_ids_of_tokenizers(tmp_path, prepend_schem
         assert ours.decode(ids) == reference.decode(ids), repr(text)
 
 
+def bpe_merging_across_spaces(tmp_path):
+    """A BPE tokenizer without a pre-tokeniser whose merges cross a space and change the tokens
+    before it: "abcdefghijklmnop " is one token, "abcdefghijklmnop" two (its "p " merges first)."""
+    from tokenizers import Tokenizer
+    letters = "abcdefghijklmnop"
+    vocab = {c: i for i, c in enumerate(letters + " ")}
+    merges = [["p", " "]] + [[letters[:i], letters[i]] for i in range(1, len(letters) - 1)]
+    merges.append([letters[:-1], "p "])
+    for left, right in merges:
+        vocab[left + right] = len(vocab)
+    d = tmp_path / "bpe-across-spaces"
+    d.mkdir()
+    (d / "tokenizer.json").write_text(json.dumps({
+        "version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": None, "post_processor": None,
+        "decoder": None, "truncation": None, "padding": None,
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges}}))
+    return Tokenizer.from_file(str(d / "tokenizer.json")), d
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "byte-level", "unigram", "unigram-unsplit", "bpe-across-spaces"])
+def test_a_long_text_cut_to_its_first_tokens_gives_them_as_the_whole_does(tmp_path, kind):
+    """encode(text, max_tokens=n) reads only a prefix of the text where tokens end at white space;
+    where they may cross it (Metaspace without split, no pre-tokeniser) it reads the whole."""
+    reference, d = {"wordpiece": lambda: wordpiece_tokenizer(tmp_path),
+                    "byte-level": lambda: byte_level_bpe_tokenizer(tmp_path),
+                    "unigram": lambda: unigram_tokenizer(tmp_path, "always", None, split=True),
+                    "unigram-unsplit": lambda: unigram_tokenizer(tmp_path, "always", None, split=False),
+                    "bpe-across-spaces": lambda: bpe_merging_across_spaces(tmp_path)}[kind]()
+    ours = multihead.Tokenizer.load(d)
+    rng = random.Random(11)
+    corpus = mixed_corpus(2000, seed=12)
+    texts = [rng.choice([" ", "  ", "\n", " \t "]).join(rng.sample(corpus, rng.randint(20, 60))) for _ in range(4)]
+    if kind == "bpe-across-spaces":  # a prefix cut at a space would end in two tokens, not one
+        texts = [" ".join(["abcdefghijklmnop"] * 40)]
+        assert reference.encode(texts[0]).ids[:2] == [reference.token_to_id("abcdefghijklmnop ")] * 2
+    for text in texts:
+        whole = ours.encode(text)
+        assert whole == reference.encode(text, add_special_tokens=False).ids
+        for n in range(len(whole) + 3):  # every n, so that some prefix ends just past the n-th token
+            assert ours.encode(text, max_tokens=n) == whole[:n], (kind, n, len(whole))
+
+
 def test_a_tokenizer_of_a_kind_not_read_is_refused_in_one_line(tmp_path):
     from tokenizers import Tokenizer, models
     tok = Tokenizer(models.WordLevel(unk_token="<unk>", vocab={"<unk>": 0, "a": 1}))

@@ -17,7 +17,7 @@ namespace {
 
 using json = nlohmann::json;
 
-void read_vocab(const json& model, const std::string& path, std::unordered_map<std::string, std::int64_t>& vocab) {
+void read_vocab(const json& model, const std::string& path, Vocab& vocab) {
   check<IoError>(model.contains("vocab") && model["vocab"].is_object() && !model["vocab"].empty(),
                  "{}: model.vocab is not a map of tokens to ids", path);
   for (const auto& [token, id] : model["vocab"].items()) {
@@ -36,7 +36,7 @@ std::string string_or(const json& j, const char* key, const std::string& fallbac
 
 // Byte fallback: the <0xXX> token of each of s's bytes appended to out, where the vocabulary has
 // them all (true); else nothing.
-bool append_bytes(const std::unordered_map<std::string, std::int64_t>& vocab, const std::string& s,
+bool append_bytes(const Vocab& vocab, const std::string& s,
                   std::vector<std::int64_t>& out) {
   std::vector<std::int64_t> bytes;
   for (unsigned char b : s) {
@@ -304,7 +304,7 @@ class Unigram : public SubwordModel {
       bool single = false;
       // Every piece that begins here, shortest first.
       for (std::size_t len = 1; len <= longest_ && at + len <= n; ++len) {
-        const auto it = vocab_.find(s.substr(at, len));
+        const auto it = vocab_.find(std::string_view(s).substr(at, len));
         if (it == vocab_.end()) continue;
         relax(best[at + len], here + scores_[static_cast<std::size_t>(it->second)], at, it->second);
         single = single || at + len == char_end;

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -12,19 +14,27 @@
 
 namespace multihead::hf {
 
+// Token to id, looked up by string_view without a copy (a model's inner
+// loops try many substrings of a word).
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using Vocab = std::unordered_map<std::string, std::int64_t, StringHash, std::equal_to<>>;
+
 class SubwordModel {
  public:
   virtual ~SubwordModel() = default;
   // Appends the ids of one word (UTF-8, as the pre-tokeniser gave it).
   virtual void encode_word(const std::string& word, std::vector<std::int64_t>& out) const = 0;
-  const std::unordered_map<std::string, std::int64_t>& vocab() const { return vocab_; }
+  const Vocab& vocab() const { return vocab_; }
   // The unknown token's id, or -1 where the model has none (byte-level BPE).
   std::int64_t unk() const { return unk_; }
   // "WordPiece", "BPE" or "Unigram".
   virtual std::string type() const = 0;
 
  protected:
-  std::unordered_map<std::string, std::int64_t> vocab_;
+  Vocab vocab_;
   std::int64_t unk_ = -1;
 };
 

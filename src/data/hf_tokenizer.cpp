@@ -100,7 +100,9 @@ class HfTokenizer : public Tokenizer {
     switch (decoder_) {
       case Decoder::kWordPiece: return hf::wordpiece_decode(tokens, decoder_prefix_, decoder_cleanup_);
       case Decoder::kByteLevel: return hf::byte_level_decode(tokens);
-      case Decoder::kMetaspace: return hf::metaspace_decode(tokens, replacement_, prepend_ != Prepend::kNever);
+      case Decoder::kMetaspace:
+        return hf::metaspace_decode(tokens, decoder_metaspace_.replacement,
+                                    decoder_metaspace_.prepend != Prepend::kNever);
       case Decoder::kNone: break;
     }
     std::string s;
@@ -120,6 +122,16 @@ class HfTokenizer : public Tokenizer {
     return t == "BPE" ? "hf_bpe" : t == "Unigram" ? "hf_unigram" : "wordpiece";
   }
   TokenFrame frame() const override { return frame_; }
+  // Words split at white space (BERT's, GPT-2's expression, Metaspace's
+  // split) and no Replace that matches or writes it; without a pre-tokeniser,
+  // or with ByteLevel's use_regex or Metaspace's split off, a token may
+  // cross it.
+  bool tokens_end_at_white_space() const override {
+    const bool splits = pre_tokenizer_ == PreTokenizer::kBert ||
+                        (pre_tokenizer_ == PreTokenizer::kByteLevel && use_regex_) ||
+                        (pre_tokenizer_ == PreTokenizer::kMetaspace && pre_metaspace_.split);
+    return splits && !replace_touches_space_;
+  }
   void save(const std::string& dir) const override {
     write_file_atomic((fs::path(dir) / "tokenizer.json").string(), source_.dump(2) + "\n");
   }
@@ -128,6 +140,11 @@ class HfTokenizer : public Tokenizer {
   enum class PreTokenizer { kNone, kBert, kByteLevel, kMetaspace };
   enum class Decoder { kNone, kWordPiece, kByteLevel, kMetaspace };
   enum class Prepend { kAlways, kFirst, kNever };
+  struct Metaspace {
+    char32_t replacement = U'\u2581';
+    Prepend prepend = Prepend::kAlways;
+    bool split = true;
+  };
   using Normalizer = std::function<std::u32string(const std::u32string&)>;
   struct Match {
     std::size_t begin, end;
@@ -167,9 +184,10 @@ class HfTokenizer : public Tokenizer {
       case PreTokenizer::kBert: words = hf::bert_pre_tokenize(s); break;
       case PreTokenizer::kByteLevel: words = hf::byte_level_pre_tokenize(s, add_prefix_space_, use_regex_); break;
       case PreTokenizer::kMetaspace:
-        words = hf::metaspace_pre_tokenize(s, replacement_, prepend_ == Prepend::kAlways ||
-                                                                (prepend_ == Prepend::kFirst && at_start),
-                                           split_);
+        words = hf::metaspace_pre_tokenize(s, pre_metaspace_.replacement,
+                                           pre_metaspace_.prepend == Prepend::kAlways ||
+                                               (pre_metaspace_.prepend == Prepend::kFirst && at_start),
+                                           pre_metaspace_.split);
         break;
       case PreTokenizer::kNone: if (!s.empty()) words = {hf::encode_utf8(s)}; break;
     }
@@ -206,6 +224,10 @@ class HfTokenizer : public Tokenizer {
       const std::u32string from = hf::decode_utf8(pattern["String"].get<std::string>()),
                            to = hf::decode_utf8(n.value("content", std::string()));
       check<IoError>(!from.empty(), "{}: a Replace normaliser of the empty string", path);
+      const auto spaced = [](const std::u32string& t) {
+        return t.find_first_of(U" \t\n\v\f\r") != std::u32string::npos;
+      };
+      replace_touches_space_ = replace_touches_space_ || spaced(from) || spaced(to);
       normalizers_.push_back([from, to](std::u32string s) {
         for (std::size_t at = s.find(from); at != std::u32string::npos; at = s.find(from, at + to.size()))
           s.replace(at, from.size(), to);
@@ -218,16 +240,18 @@ class HfTokenizer : public Tokenizer {
   }
 
   // Metaspace's settings, in either of the forms tokenizers has written: prepend_scheme, or add_prefix_space.
-  void read_metaspace(const json& p, const std::string& path, const char* what) {
+  static Metaspace read_metaspace(const json& p, const std::string& path, const char* what) {
+    Metaspace m;
     const std::u32string r = hf::decode_utf8(p.value("replacement", std::string("\u2581")));
     check<IoError>(r.size() == 1, "{}: {}.replacement is not one character", path, what);
-    replacement_ = r[0];
+    m.replacement = r[0];
     const std::string scheme = p.contains("prepend_scheme") ? p.value("prepend_scheme", std::string("always"))
                                : p.value("add_prefix_space", true) ? "always" : "never";
     check<IoError>(scheme == "always" || scheme == "first" || scheme == "never",
                    "{}: {}.prepend_scheme \"{}\" is none of always, first and never", path, what, scheme);
-    prepend_ = scheme == "always" ? Prepend::kAlways : scheme == "first" ? Prepend::kFirst : Prepend::kNever;
-    split_ = p.value("split", true);
+    m.prepend = scheme == "always" ? Prepend::kAlways : scheme == "first" ? Prepend::kFirst : Prepend::kNever;
+    m.split = p.value("split", true);
+    return m;
   }
 
   // No decoder joins the tokens with spaces.
@@ -239,7 +263,7 @@ class HfTokenizer : public Tokenizer {
       return;
     }
     if (type == "Metaspace") {
-      read_metaspace(d, path, "decoder");
+      decoder_metaspace_ = read_metaspace(d, path, "decoder");
       decoder_ = Decoder::kMetaspace;
       return;
     }
@@ -261,7 +285,7 @@ class HfTokenizer : public Tokenizer {
     }
     if (type == "Metaspace") {
       pre_tokenizer_ = PreTokenizer::kMetaspace;
-      read_metaspace(p, path, "pre_tokenizer");
+      pre_metaspace_ = read_metaspace(p, path, "pre_tokenizer");
       return;
     }
     check<IoError>(type == "BertPreTokenizer",
@@ -324,7 +348,7 @@ class HfTokenizer : public Tokenizer {
 
   json source_;
   std::unique_ptr<hf::SubwordModel> model_;
-  std::unordered_map<std::string, std::int64_t> ids_;
+  hf::Vocab ids_;
   std::vector<std::string> pieces_;
   std::vector<AddedToken> added_;
   std::vector<std::int64_t> special_ids_;
@@ -332,10 +356,10 @@ class HfTokenizer : public Tokenizer {
   std::vector<Normalizer> normalizers_;  // in order
   PreTokenizer pre_tokenizer_ = PreTokenizer::kNone;
   bool add_prefix_space_ = true, use_regex_ = true;  // ByteLevel
-  char32_t replacement_ = U'\u2581';                // Metaspace (pre-tokeniser and decoder)
-  Prepend prepend_ = Prepend::kAlways;
-  bool split_ = true;
+  Metaspace pre_metaspace_;                          // Metaspace's pre-tokeniser
+  bool replace_touches_space_ = false;               // a Replace normaliser matches or writes white space
   Decoder decoder_ = Decoder::kNone;
+  Metaspace decoder_metaspace_;                      // Metaspace's decoder, which has settings of its own
   std::string decoder_prefix_ = "##";
   bool decoder_cleanup_ = false;
   TokenFrame frame_{{}, {}, 0, 0};

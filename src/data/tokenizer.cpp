@@ -371,7 +371,8 @@ std::vector<std::int64_t> Tokenizer::encode_prefix(std::string_view text, std::s
   // Prefixes of 6 bytes a token to begin with (English text takes about 4
   // with a vocabulary of thousands), doubled until they hold more than n
   // tokens: at most about twice the work of the prefix needed.
-  for (std::size_t want = std::max<std::size_t>(6 * n, 64); want < text.size(); want *= 2) {
+  for (std::size_t want = std::max<std::size_t>(6 * n, 64); tokens_end_at_white_space() && want < text.size();
+       want *= 2) {
     const std::size_t cut = text.find_first_of(" \t\n\v\f\r", want);
     if (cut == std::string_view::npos) break;
     std::vector<std::int64_t> ids = encode(text.substr(0, cut));

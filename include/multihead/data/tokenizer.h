@@ -30,10 +30,14 @@ class Tokenizer {
   virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
   // The first n tokens of encode(text), reading only as much of the text as
   // they need (a model that reads 384 tokens of a 1 MB e-mail tokenises a
-  // few KB of it). Tokens never span white space in any kind here (words,
-  // characters, and SentencePiece's pieces, which begin at white space), so
-  // a prefix cut at white space encodes to the first tokens of the whole.
+  // few KB of it) where tokens never span white space, so that a prefix cut
+  // at white space encodes to the first tokens of the whole; the whole text
+  // is encoded where they may.
   std::vector<std::int64_t> encode_prefix(std::string_view text, std::size_t n) const;
+  // Whether no token spans ASCII white space: true of words, characters and
+  // SentencePiece's pieces (which begin at white space); a Hugging Face
+  // tokenizer says by its pre-tokeniser and normalisers.
+  virtual bool tokens_end_at_white_space() const { return true; }
   virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
   virtual std::string piece(std::int64_t id) const = 0;  // a printable label, for heatmaps
   virtual std::int64_t vocab_size() const = 0;
