@@ -16,7 +16,8 @@ class Run:
     model as a torch.nn.Module (to_torch). Classifiers predict, language models generate,
     pronunciation runs pronounce, and those three show their attention.
 
-    threads: the kernels' threads (0: all cores); precision: of the activations ("" the run's).
+    threads: the kernels' threads (0: all cores); precision: "fp32", "bf16" or "fp16" activations, or
+    "int8" products (weights per output channel, activations per row); "" the run's own.
     """
 
     def __init__(self, path, threads=0, precision=""):

@@ -10,6 +10,7 @@
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/gemm_int8.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear_attention.h"
 #include "multihead/kernels/positions.h"
@@ -170,8 +171,11 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
 }
 
 GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters,
-                               bool bf16) {
+                               Precision precision) {
   check<ConfigError>(M > 0 && N > 0 && K > 0 && iters > 0, "gemm sizes and iters must be positive");
+  check<ConfigError>(precision != Precision::kF16, "bench gemm: --precision must be fp32, bf16 or int8 (fp16 has no "
+                     "product of its own: it computes in fp32), got fp16");
+  const bool bf16 = precision == Precision::kBF16;
   Tensor a({M, K}), b({K, N}), c({M, N});
   Rng rng(0);
   for (float& v : a.span_f32()) v = rng.normal();
@@ -185,6 +189,14 @@ GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, i
     r.ms = median(time_ms(2, iters, [&] {
       gemm_bf16(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a16.data<BF16>(), K, b16.data<BF16>(), N, 0.0f, c.f32(), N);
     }));
+  } else if (precision == Precision::kInt8) {
+    // b read as a layer's weight (N, K): the same numbers, a product of the same size.
+    std::vector<std::int8_t> q(static_cast<std::size_t>(N * K));
+    std::vector<float> scale(static_cast<std::size_t>(N));
+    std::vector<std::int32_t> row_sum(static_cast<std::size_t>(N));
+    quantize_weight_rows(b.f32(), N, K, q.data(), scale.data(), row_sum.data());
+    const Int8Weight w{q.data(), scale.data(), row_sum.data()};
+    r.ms = median(time_ms(2, iters, [&] { linear_forward_int8(c.f32(), N, a.f32(), K, w, nullptr, M, K, N); }));
   } else {
     r.ms = median(time_ms(2, iters, [&] {
       gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a.f32(), K, b.f32(), N, 0.0f, c.f32(), N);

@@ -69,7 +69,7 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c_in) {
   tc.clip_grad_norm = 1.0;
   tc.batch = c.batch;
   tc.seq_len = c.seq_len;
-  tc.precision = c.precision;
+  tc.precision = training_precision(c.precision, "bench train: --precision");
   tc.loss_scaling = c.precision == Precision::kF16;
   tc.allreduce_overlap = c.allreduce_overlap;
   check<ConfigError>(c.batch > 0 && c.seq_len > 0, "batch and seq-len must be positive");

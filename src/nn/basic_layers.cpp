@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/gemm_int8.h"
 #include "multihead/kernels/layer_norm.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/init.h"
@@ -26,6 +27,29 @@ Shape with_last(const Shape& s, std::int64_t last) {
 
 }  // namespace
 
+template <typename X>
+void linear_forward_param(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const ParamStore& store,
+                          ParamStore::Handle w, std::int64_t row0, const float* b, std::int64_t N, std::int64_t in,
+                          std::int64_t out) {
+  const float* W = store.data(w) + row0 * in;
+  if constexpr (std::is_same_v<X, float>) {
+    if (const Int8Weight* q = store.int8(w)) return linear_forward_int8(y, ldy, x, ldx, q->rows_from(row0, in), b, N, in, out);
+    linear_forward(y, ldy, x, ldx, W, b, N, in, out);
+  } else {
+    const BF16* W16 = store.bf16(w);
+    linear_forward_stored<X>(y, ldy, x, ldx, W, b, N, in, out, W16 != nullptr ? W16 + row0 * in : nullptr);
+  }
+}
+template void linear_forward_param<float>(float*, std::int64_t, const float*, std::int64_t, const ParamStore&,
+                                          ParamStore::Handle, std::int64_t, const float*, std::int64_t, std::int64_t,
+                                          std::int64_t);
+template void linear_forward_param<BF16>(float*, std::int64_t, const BF16*, std::int64_t, const ParamStore&,
+                                         ParamStore::Handle, std::int64_t, const float*, std::int64_t, std::int64_t,
+                                         std::int64_t);
+template void linear_forward_param<F16>(float*, std::int64_t, const F16*, std::int64_t, const ParamStore&,
+                                        ParamStore::Handle, std::int64_t, const float*, std::int64_t, std::int64_t,
+                                        std::int64_t);
+
 Linear::Linear(ParamStore& store, const std::string& prefix, std::int64_t in, std::int64_t out, bool bias)
     : store_(&store), in_(in), out_(out), bias_(bias) {
   check<ConfigError>(in > 0 && out > 0, "Linear sizes must be positive, got {} -> {}", in, out);
@@ -46,9 +70,8 @@ Tensor Linear::forward(const Tensor& x, Precision p) {
   const float* b = bias_ ? store_->data(b_) : nullptr;
   // In bf16 the product reads the rounded copy kept for backward.
   if (computes_in_bf16(st))
-    linear_forward_stored<BF16>(y.f32(), out_, x_.stored().data<BF16>(), in_, store_->data(w_), b, N, in_, out_,
-                                store_->bf16(w_));
-  else linear_forward(y.f32(), out_, x.f32(), in_, store_->data(w_), b, N, in_, out_);
+    linear_forward_param<BF16>(y.f32(), out_, x_.stored().data<BF16>(), in_, *store_, w_, 0, b, N, in_, out_);
+  else linear_forward_param<float>(y.f32(), out_, x.f32(), in_, *store_, w_, 0, b, N, in_, out_);
   return y;
 }
 

@@ -8,6 +8,7 @@
 
 #include "multihead/kernels/activations.h"
 #include "multihead/kernels/linear.h"
+#include "multihead/nn/basic_layers.h"
 #include "multihead/nn/init.h"
 
 namespace multihead {
@@ -354,9 +355,8 @@ Tensor LanguageModel::logits_of(const Tensor& h, Precision p, SavedTensor& saved
   saved.save(h, storage_dtype(p));
   visit_float_storage(saved.stored().dtype(), [&](auto tag) {
     using T = decltype(tag);
-    linear_forward_stored<T>(logits.f32(), cfg_.vocab_size, saved.stored().template data<T>(), d,
-                             store_->data(embedding_.weight()), nullptr, N, d, cfg_.vocab_size,
-                             store_->bf16(embedding_.weight()));
+    linear_forward_param<T>(logits.f32(), cfg_.vocab_size, saved.stored().template data<T>(), d, *store_,
+                            embedding_.weight(), 0, nullptr, N, d, cfg_.vocab_size);
   });
   return logits;
 }

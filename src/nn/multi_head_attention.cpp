@@ -7,6 +7,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/nn/basic_layers.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
@@ -234,15 +235,17 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   // store_projections then has nothing to narrow.
   const bool bf16_out = computes_in_bf16(c.store) && cfg_.positions != AttentionPositions::kRope;
   const DType out_type = bf16_out ? DType::kBF16 : DType::kF32;
-  // A projection's weight: parameter h from element `at` on, and its bf16
-  // copy where the store has one (frozen, ParamStore::bf16).
+  // A projection's weight: parameter h from row `row` on (rows `in` long),
+  // its bf16 copy where the store has one (frozen, ParamStore::bf16).
   struct Weight {
+    ParamStore::Handle h;
+    std::int64_t row;
     const float* w;
     const BF16* w16;
   };
-  auto weight = [&](ParamStore::Handle h, std::int64_t at) {
+  auto weight = [&](ParamStore::Handle h, std::int64_t row, std::int64_t in) {
     const BF16* w16 = store_->bf16(h);
-    return Weight{store_->data(h) + at, w16 != nullptr ? w16 + at : nullptr};
+    return Weight{h, row, store_->data(h) + row * in, w16 != nullptr ? w16 + row * in : nullptr};
   };
   auto project = [&](Tensor& y, std::int64_t offset, std::int64_t ldy, const Tensor& x, const SavedTensor& saved,
                      Weight w, const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
@@ -251,20 +254,21 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
       linear_forward_bf16(y.data<BF16>() + offset, ldy, saved.stored().data<BF16>(), in,
                           w.w16 != nullptr ? w.w16 : wb.data<BF16>(), b, N, in, out);
     } else if (computes_in_bf16(c.store)) {
-      linear_forward_stored<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, w.w, b, N, in, out, w.w16);
+      linear_forward_param<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, *store_, w.h, w.row, b, N,
+                                 in, out);
     } else {
-      linear_forward(y.f32() + offset, ldy, x.f32(), in, w.w, b, N, in, out);
+      linear_forward_param<float>(y.f32() + offset, ldy, x.f32(), in, *store_, w.h, w.row, b, N, in, out);
     }
   };
   if (c.self) {
     c.qkv = Tensor::empty({B, L, PW}, out_type);
-    project(c.qkv, 0, PW, query, c.query, weight(in_proj_weight_, 0), b_in, B * L, E, PW);
+    project(c.qkv, 0, PW, query, c.query, weight(in_proj_weight_, 0, E), b_in, B * L, E, PW);
     return;
   }
   const bool packed = cfg_.packed_in_proj();
-  const Weight wq = packed ? weight(in_proj_weight_, 0) : weight(q_proj_weight_, 0);
-  const Weight wk = packed ? weight(in_proj_weight_, E * E) : weight(k_proj_weight_, 0);
-  const Weight wv = packed ? weight(in_proj_weight_, (E + KE) * E) : weight(v_proj_weight_, 0);
+  const Weight wq = packed ? weight(in_proj_weight_, 0, E) : weight(q_proj_weight_, 0, E);
+  const Weight wk = packed ? weight(in_proj_weight_, E, E) : weight(k_proj_weight_, 0, cfg_.key_dim());
+  const Weight wv = packed ? weight(in_proj_weight_, E + KE, E) : weight(v_proj_weight_, 0, cfg_.value_dim());
   c.q = Tensor::empty({B, L, E}, out_type);
   c.k = Tensor::empty({B, S, KE}, out_type);
   c.v = Tensor::empty({B, S, KE}, out_type);
@@ -387,9 +391,8 @@ MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall
   out.output = Tensor::empty({B, L, E});
   visit_float_storage(c.store, [&](auto tag) {
     using T = decltype(tag);
-    linear_forward_stored<T>(out.output.f32(), E, c.attn.data<T>(), E, store_->data(out_proj_weight_),
-                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E,
-                             store_->bf16(out_proj_weight_));
+    linear_forward_param<T>(out.output.f32(), E, c.attn.data<T>(), E, *store_, out_proj_weight_, 0,
+                            cfg_.bias ? store_->data(out_proj_bias_) : nullptr, B * L, E, E);
   });
   if (call.need_weights) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));

@@ -6,6 +6,7 @@
 
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/nn/basic_layers.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
@@ -94,14 +95,12 @@ Tensor MultiheadAttention::project_packed(const Tensor& x, std::int64_t first, s
   Shape shape = x.shape();
   shape.back() = count;
   Tensor y = Tensor::empty(shape);
-  const float* W = store_->data(in_proj_weight_) + first * E;
   const float* b = cfg_.bias ? store_->data(in_proj_bias_) + first : nullptr;
-  const BF16* W16 = store_->bf16(in_proj_weight_);
   // As forward(): in bf16 the projection multiplies the rounded input.
   if (computes_in_bf16(st))
-    linear_forward_stored<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, W, b, N, E, count,
-                                W16 != nullptr ? W16 + first * E : nullptr);
-  else linear_forward(y.f32(), count, x.f32(), E, W, b, N, E, count);
+    linear_forward_param<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, *store_, in_proj_weight_, first,
+                               b, N, E, count);
+  else linear_forward_param<float>(y.f32(), count, x.f32(), E, *store_, in_proj_weight_, first, b, N, E, count);
   return y;
 }
 
@@ -111,9 +110,8 @@ Tensor MultiheadAttention::project_output(const Tensor& attn) const {
   Tensor out = Tensor::empty(shape);
   visit_float_storage(attn.dtype(), [&](auto tag) {
     using S = decltype(tag);
-    linear_forward_stored<S>(out.f32(), E, attn.data<S>(), E, store_->data(out_proj_weight_),
-                             cfg_.bias ? store_->data(out_proj_bias_) : nullptr, attn.numel() / E, E, E,
-                             store_->bf16(out_proj_weight_));
+    linear_forward_param<S>(out.f32(), E, attn.data<S>(), E, *store_, out_proj_weight_, 0,
+                            cfg_.bias ? store_->data(out_proj_bias_) : nullptr, attn.numel() / E, E, E);
   });
   return out;
 }

@@ -61,16 +61,41 @@ std::span<float> ParamStore::data_span(Handle h) {
   return {data(h), static_cast<std::size_t>(entries_.at(h).numel)};
 }
 
-void ParamStore::freeze() {
+void ParamStore::freeze(Precision inference) {
   require_finalized();
   frozen_ = true;
-  if (!computes_in_bf16(DType::kBF16) || total_ == 0) return;
+  if (inference == Precision::kInt8) {
+    std::int64_t rows = 0;
+    for (const Entry& e : entries_)
+      if (e.shape.size() == 2) rows += e.shape[0];
+    int8_values_.resize(static_cast<std::size_t>(total_));
+    int8_scales_.resize(static_cast<std::size_t>(rows));
+    int8_row_sums_.resize(static_cast<std::size_t>(rows));
+    int8_.assign(entries_.size(), std::nullopt);
+    std::int64_t row = 0;
+    for (std::size_t h = 0; h < entries_.size(); ++h) {
+      const Entry& e = entries_[h];
+      if (e.shape.size() != 2) continue;
+      std::int8_t* q = int8_values_.data() + e.offset;
+      quantize_weight_rows(data_.f32() + e.offset, e.shape[0], e.shape[1], q, int8_scales_.data() + row,
+                           int8_row_sums_.data() + row);
+      int8_[h] = Int8Weight{q, int8_scales_.data() + row, int8_row_sums_.data() + row};
+      row += e.shape[0];
+    }
+  }
+  if (!computes_in_bf16(DType::kBF16) || total_ == 0 || inference == Precision::kInt8) return;
   bf16_ = Tensor({total_}, DType::kBF16);
   to_bf16(bf16_.data<BF16>(), data_.f32(), total_);
 }
 
 const BF16* ParamStore::bf16(Handle h) const {
   return bf16_.defined() ? bf16_.data<BF16>() + entries_.at(h).offset : nullptr;
+}
+
+const Int8Weight* ParamStore::int8(Handle h) const {
+  if (int8_.empty()) return nullptr;
+  const std::optional<Int8Weight>& w = int8_.at(h);
+  return w ? &*w : nullptr;
 }
 
 std::optional<ParamStore::Handle> ParamStore::find(std::string_view name) const {

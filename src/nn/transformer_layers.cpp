@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/nn/basic_layers.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/transpose.h"
@@ -140,13 +141,14 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   pre_ = keep_pre ? Tensor::empty({N, F}, st) : Tensor();
   hid_ = Tensor::empty({N, F}, st);
   Tensor y = Tensor::empty(x.shape());
-  const float *w1 = store_->data(linear1_.weight()), *w2 = store_->data(linear2_.weight());
+  const float* w2 = store_->data(linear2_.weight());
   const BF16Weights wb(st, *store_, linear1_.weight(), linear2_.weight(), d, F);
   // fp32 products: W2 transposed once, (F, d), for every block's second
   // product; but a few rows (a token at a time, in decoding) take the product
   // with W2 as it is, where the transposition would cost more than it.
   Tensor w2t;
-  const bool transposed = !wb.active() && N >= kTransposeW2Rows;
+  const bool int8 = store_->int8(linear1_.weight()) != nullptr;  // a store frozen for int8 inference
+  const bool transposed = !wb.active() && !int8 && N >= kTransposeW2Rows;
   if (transposed) {
     w2t = Tensor::empty({F, d});
     transpose(w2t.f32(), d, w2, F, d, F);
@@ -174,7 +176,7 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
                             d);
       } else {
         float* hid = hid_in_buf ? buf.f32() + (pre_in_buf ? n * F : 0) : hid_.f32() + r0 * F;  // (n, F)
-        linear_forward<float>(pre, F, x.f32() + r0 * d, d, w1, nullptr, n, d, F);
+        linear_forward_param<float>(pre, F, x.f32() + r0 * d, d, *store_, linear1_.weight(), 0, nullptr, n, d, F);
         if constexpr (kHalf) {
           // Stored rounded, and hid rounded in the buffer too, so forward goes on
           // with exactly what backward will read.
@@ -186,7 +188,8 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
         if (transposed)
           linear_forward_t(y.f32() + r0 * d, d, hid, F, w2t.f32(), linear2_.bias_data(), n, F, d);
         else
-          linear_forward<float>(y.f32() + r0 * d, d, hid, F, w2, linear2_.bias_data(), n, F, d);
+          linear_forward_param<float>(y.f32() + r0 * d, d, hid, F, *store_, linear2_.weight(), 0,
+                                      linear2_.bias_data(), n, F, d);
       }
     }
   });

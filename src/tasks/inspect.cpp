@@ -67,8 +67,8 @@ std::vector<std::string> write_heatmaps(const AttentionMaps& maps, const std::st
 }
 
 InspectResult inspect_run(const std::string& run_dir, const std::string& text, const std::string& out_dir,
-                          std::int64_t max_tokens) {
-  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir);
+                          std::int64_t max_tokens, std::optional<Precision> precision) {
+  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir, precision);
   const AttentionMaps maps = run->attention(text, max_tokens);
   std::error_code ec;
   const bool existed = fs::exists(fs::symlink_status(out_dir));
@@ -88,8 +88,8 @@ InspectResult inspect_run(const std::string& run_dir, const std::string& text, c
 }
 
 InspectResult inspect_run_html(const std::string& run_dir, const std::string& text, const std::string& html_path,
-                               std::int64_t max_tokens) {
-  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir);
+                               std::int64_t max_tokens, std::optional<Precision> precision) {
+  const std::unique_ptr<TrainedRun> run = TrainedRun::load(run_dir, precision);
   std::vector<AttentionMaps> views = run->attention_views(text, max_tokens);
   InspectResult r;
   r.tokens = views.front().tokens;

@@ -377,7 +377,9 @@ PronunciationJob with_vocab_sizes(PronunciationJob job, const PronunciationVocab
 }  // namespace
 
 LoadedPronouncer::LoadedPronouncer(const PronunciationJob& job_in, const std::string& run_dir)
-    : vocab(load_run_vocab(run_dir)), job(with_vocab_sizes(job_in, vocab)), trained(job.model, run_dir) {}
+    : vocab(load_run_vocab(run_dir)),
+      job(with_vocab_sizes(job_in, vocab)),
+      trained(job.model, run_dir, job.train.precision) {}
 
 std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, const std::vector<std::string>& words,
                                                      DecodeOptions o) {

@@ -61,7 +61,8 @@ class TokenModelRun : public TrainedRun {
   const char* task() const override { return Job::kTask; }
 
  protected:
-  TokenModelRun(const Job& job, const std::string& dir, Precision precision) : loaded_(job, dir), precision_(precision) {}
+  TokenModelRun(const Job& job, const std::string& dir, Precision precision)
+      : loaded_(job, dir, precision), precision_(precision) {}
 
   LoadedRun<Job, Model> loaded_;
   Precision precision_;
@@ -273,13 +274,16 @@ class LanguageModelRun final : public TokenModelRun<LanguageModelJob, LanguageMo
   }
 };
 
+PronunciationJob with_precision(PronunciationJob job, Precision precision) {
+  job.train.precision = precision;
+  return job;
+}
+
 // A pronunciation run: no tokenizer, its own vocabulary (vocab.json).
 class PronunciationRun final : public TrainedRun {
  public:
   PronunciationRun(const PronunciationJob& job, const std::string& dir, Precision precision)
-      : run_(std::make_unique<LoadedPronouncer>(job, dir)) {
-    run_->job.train.precision = precision;
-  }
+      : run_(std::make_unique<LoadedPronouncer>(with_precision(job, precision), dir)) {}
 
   const char* task() const override { return PronunciationJob::kTask; }
 

@@ -24,6 +24,7 @@ const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::kSgd ? 
 
 void TrainConfig::validate() const {
   check_keys(*this);
+  training_precision(precision, "precision");
   check<ConfigError>(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
                      "betas must be in [0, 1), got {} and {}", adamw.beta1, adamw.beta2);
   check<ConfigError>(sgd.weight_decay >= 0 && std::isfinite(sgd.weight_decay), "weight_decay must be >= 0, got {}",

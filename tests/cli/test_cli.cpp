@@ -20,6 +20,7 @@
 #include "multihead/data/cmudict.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/gemm_int8.h"
 #include "multihead/version.h"
 #include "golden_case.h"
 #include "test_util.h"
@@ -237,6 +238,13 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
   EXPECT_GT(bj["gflops"].get<double>(), 0.0);
   EXPECT_EQ(bj["precision"].get<std::string>(), "bf16");
   EXPECT_EQ(bj["gemm"].get<std::string>(), std::string("bf16 operands, ") + bf16_path_name(bf16_path()));
+  // int8: a layer's product, on the path this CPU takes.
+  CliRun q = run("bench gemm --m 16 --n 16 --k 16 --iters 2 --json --precision int8");
+  ASSERT_EQ(q.code, 0) << q.err;
+  auto qj = nlohmann::json::parse(q.out.substr(q.out.rfind('\n', q.out.size() - 2) + 1));
+  EXPECT_GT(qj["gflops"].get<double>(), 0.0);
+  EXPECT_EQ(qj["precision"].get<std::string>(), "int8");
+  EXPECT_EQ(qj["gemm"].get<std::string>(), std::string("oneDNN u8 x s8, ") + int8_path_name());
 }
 
 TEST_F(Cli, BenchRejectsBadInput) {
@@ -254,12 +262,18 @@ TEST_F(Cli, BenchRejectsBadInput) {
       {"bench attention --positions spiral",
        "multihead: error: --positions must be none, relative, alibi or rope, got 'spiral'\n"},
       {"bench train --precision half",
-       "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
+       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\"\n"},
       {"bench gemm --precision half",
-       "multihead: error: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"half\"\n"},
+       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\"\n"},
       {"bench gemm --precision fp16",
-       "multihead: error: bench gemm: --precision must be fp32 or bf16 (fp16 has no product of its own: it computes "
-       "in fp32), got fp16\n"},
+       "multihead: error: bench gemm: --precision must be fp32, bf16 or int8 (fp16 has no product of its own: it "
+       "computes in fp32), got fp16\n"},
+      {"bench train --precision int8",
+       "multihead: error: bench train: --precision: int8 is a precision for inference (predict, eval, serve); train "
+       "in fp32, bf16 or fp16\n"},
+      {"bench attention --precision int8",
+       "multihead: error: bench attention: --precision: int8 is a precision for inference (predict, eval, serve); "
+       "train in fp32, bf16 or fp16\n"},
   };
   for (const auto& [args, msg] : cases) {
     CliRun r = run(args);
@@ -435,6 +449,17 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   CliRun e32 = run("eval --run " + out.string() + " --threads 1 --precision fp32");
   ASSERT_EQ(e32.code, 0) << e32.err;
   EXPECT_NE(e32.out.find("validation loss: "), std::string::npos);
+  // int8 products: the same decoding with the cache, and a validation loss near fp32's.
+  CliRun g8 = run("generate --run " + out.string() + " --prompt 'the wh' --tokens 12 --temperature 0 --precision int8");
+  ASSERT_EQ(g8.code, 0) << g8.err;
+  EXPECT_EQ(g8.out.size(), g.out.size());
+  CliRun e8 = run("eval --run " + out.string() + " --threads 1 --precision int8");
+  ASSERT_EQ(e8.code, 0) << e8.err;
+  const auto loss_of = [](const std::string& s) {
+    return std::stod(s.substr(s.find("validation loss: ") + std::string("validation loss: ").size()));
+  };
+  EXPECT_NEAR(loss_of(e8.out), loss_of(e32.out), 0.02 * loss_of(e32.out)) << e8.out << e32.out;
+  EXPECT_NE(loss_of(e8.out), loss_of(e32.out)) << "int8 products that change nothing";
   CliRun bad = run("generate --run " + out.string() + " --top-p 0");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err, "multihead: error: top_p must be in (0, 1], got 0\n");
@@ -496,6 +521,14 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   CliRun p = run("predict --run " + out.string() + " --input " + (dir / "words.txt").string() + " --threads 1");
   ASSERT_EQ(p.code, 0) << p.err;
   EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 2) << p.out;
+  // The encoder-decoder with int8 products: beam search with its caches, and the test scores.
+  CliRun p8 = run("predict --run " + out.string() + " --input " + (dir / "words.txt").string() +
+                  " --threads 1 --precision int8");
+  ASSERT_EQ(p8.code, 0) << p8.err;
+  EXPECT_EQ(std::count(p8.out.begin(), p8.out.end(), '\n'), 2) << p8.out;
+  CliRun e8 = run("eval --run " + out.string() + " --threads 1 --precision int8");
+  ASSERT_EQ(e8.code, 0) << e8.err;
+  EXPECT_EQ(e8.out.rfind("test: WER ", 0), 0u) << e8.out;
   CliRun n = run("predict --run " + out.string() + " --n-best 3 --input " + (dir / "words.txt").string());
   ASSERT_EQ(n.code, 0) << n.err;
   const std::string first = n.out.substr(0, n.out.find('\n'));
@@ -533,6 +566,10 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   CliRun in = run("inspect --run " + out.string() + " --text fade --threads 1 --out " + (dir / "maps").string());
   ASSERT_EQ(in.code, 0) << in.err;
   EXPECT_NE(in.out.find("tokens: F | A | D | E"), std::string::npos) << in.out;
+  CliRun in8 = run("inspect --run " + out.string() + " --text fade --threads 1 --precision int8 --out " +
+                   (dir / "maps8").string());
+  ASSERT_EQ(in8.code, 0) << in8.err;
+  EXPECT_TRUE(fs::exists(dir / "maps8" / "layer0_head0.png"));
   EXPECT_TRUE(fs::exists(dir / "maps" / "layer0_head1.png"));
 }
 
@@ -622,7 +659,10 @@ TEST_F(Cli, TrainRejectsBadInput) {
        "multihead: error: the flags: model: positions must be none, sinusoidal, learned, relative, rope or "
        "alibi, got \"absolute\"\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
-      {"train --precision fp8", "multihead: error: the flags: train: precision must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"\n"},
+      {"train --precision fp8", "multihead: error: the flags: train: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"fp8\"\n"},
+      {"train --precision int8",
+       "multihead: error: precision: int8 is a precision for inference (predict, eval, serve); train in fp32, bf16 "
+       "or fp16\n"},
       {"train --checkpoint-every -5", "multihead: error: the flags: train: checkpoint_every must be >= 0, got -5\n"},
       {"train --batch 30 --grad-accumulation 4",
        "multihead: error: batch (30) must be a multiple of grad_accumulation (4)\n"},

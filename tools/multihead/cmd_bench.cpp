@@ -10,6 +10,7 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/gemm_int8.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/nn/models.h"
 #include "multihead/train/distributed.h"
@@ -49,7 +50,7 @@ void run_attention(BenchOpts& o) {
                       : o.tile_gemm == "micro" ? TileGemm::kMicroKernel
                                                : TileGemm::kBlas;
   o.attn.variant = parse_attention_variant(o.attention);
-  o.attn.precision = parse_precision(o.precision);
+  o.attn.precision = training_precision(parse_precision(o.precision), "bench attention: --precision");
   // The model's position names; the layer takes those that act inside
   // attention (sinusoidal and learned positions belong to the embeddings).
   check<ConfigError>(o.positions == "none" || o.positions == "relative" || o.positions == "alibi" ||
@@ -96,14 +97,15 @@ void run_attention(BenchOpts& o) {
 
 void run_gemm(const BenchOpts& o) {
   const Precision precision = parse_precision(o.precision);
-  check<ConfigError>(precision != Precision::kF16, "bench gemm: --precision must be fp32 or bf16 (fp16 has no product "
-                     "of its own: it computes in fp32), got fp16");
-  const bool bf16 = precision == Precision::kBF16;
-  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.iters, bf16);
+  GemmBenchResult r = run_gemm_bench(o.m, o.n, o.k, o.attn.iters, precision);
   const MachineInfo machine = print_machine();
-  const std::string backend = bf16 ? fmt::format("bf16 operands, {}", bf16_path_name(bf16_path())) : o.gemm;
-  fmt::print("{} ({}) M={} N={} K={}: {:.3f} ms, {:.1f} GFLOP/s, {} threads\n", bf16 ? "bf16 gemm" : "sgemm", backend,
-             o.m, o.n, o.k, r.ms, r.gflops, r.threads);
+  const bool bf16 = precision == Precision::kBF16, int8 = precision == Precision::kInt8;
+  const std::string backend = bf16   ? fmt::format("bf16 operands, {}", bf16_path_name(bf16_path()))
+                              : int8 ? fmt::format("oneDNN u8 x s8, {}", int8_path_name())
+                                     : o.gemm;
+  fmt::print("{} ({}) M={} N={} K={}: {:.3f} ms, {:.1f} G{}/s, {} threads\n",
+             bf16 ? "bf16 gemm" : int8 ? "int8 linear (x W^T, x quantized each call)" : "sgemm", backend, o.m, o.n,
+             o.k, r.ms, r.gflops, int8 ? "OP" : "FLOP", r.threads);
   if (o.json)
     fmt::print("{}\n", nlohmann::json{{"ms", r.ms},
                                       {"gflops", r.gflops},
@@ -227,7 +229,9 @@ Command add_bench(CLI::App& app) {
     s->add_option("--precision", o->precision,
                   fmt::format("Activations and Q, K, V, O in fp32, bf16 or fp16; {}", kPrecisionCompute))
         ->capture_default_str();
-  gemm->add_option("--precision", o->precision, "Operands in fp32, or bf16 (fp32 accumulation and result)")
+  gemm->add_option("--precision", o->precision,
+                   "Operands in fp32, or bf16 (fp32 accumulation and result), or int8 (a layer's product: fp32 x "
+                   "quantized at each call, the weight once)")
       ->capture_default_str();
   for (CLI::App* s : {attn, gemm, train})
     s->add_option("--gemm", o->gemm, "fp32 GEMM backend: onednn or openblas")->capture_default_str();

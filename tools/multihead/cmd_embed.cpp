@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "multihead/core/precision.h"
 #include "multihead/core/error.h"
 #include "multihead/core/threading.h"
 #include "multihead/tasks/answers.h"
@@ -68,7 +69,8 @@ Command add_embed(CLI::App& app) {
       ->check(kNotEmpty);
   sub->add_flag("--json", o->json, "One JSON object a line: the input, its line number and its embedding");
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
-  sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
+  sub->add_option("--precision", o->precision,
+                  fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] {
             const auto run = load_for_answers(o->run, o->precision, o->threads);
             for (const std::string& line : embed_lines(*run, *o, read_items(o->input))) fmt::print("{}\n", line);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "multihead/core/precision.h"
 #include "multihead/core/error.h"
 #include "multihead/core/threading.h"
 #include "multihead/io/atomic_file.h"
@@ -88,7 +89,8 @@ Command add_predict(CLI::App& app) {
   sub->add_option("--input", o->input, "File of items, one a line (default: standard input; empty lines skipped)");
   sub->add_flag("--json", o->json, "One JSON object a line: the input, its line number and the prediction");
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
-  sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
+  sub->add_option("--precision", o->precision,
+                  fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] {
             if (o->input.empty()) o->input = "-";
             const auto run = load_for_answers(o->run, o->precision, o->threads);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "multihead/core/precision.h"
 #include "multihead/core/threading.h"
 #include "multihead/serve/server.h"
 
@@ -100,7 +101,8 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--idle-timeout-ms", o->cfg.idle_timeout_ms, "A connection idle this long between requests is closed")
       ->capture_default_str();
-  sub->add_option("--precision", o->precision, "Activations in fp32, bf16 or fp16 (default: the run's own)");
+  sub->add_option("--precision", o->precision,
+                  fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] { serve(*o); }};
 }
 

@@ -194,8 +194,9 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--seed", o->sampling.seed, "Sampling seed")->check(kUnsigned64)->capture_default_str();
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_option("--precision", o->precision,
-                  fmt::format("Activations and key/value cache in fp32, bf16 or fp16 (default: the run's own); {}",
-                              kPrecisionCompute));
+                  fmt::format("fp32, bf16, fp16 or int8 (default: the run's own; the key/value cache in fp32 for "
+                              "int8); {}",
+                              kInferencePrecisionCompute));
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
@@ -231,7 +232,7 @@ Command add_eval(CLI::App& app) {
                   "plots/confusion.png and plots/reliability.png (classifiers)")
       ->check(kNotEmpty);
   sub->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
-  sub->add_option("--precision", o->precision, fmt::format("Activations in fp32, bf16 or fp16 (default: the run's own); {}", kPrecisionCompute));
+  sub->add_option("--precision", o->precision, fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);

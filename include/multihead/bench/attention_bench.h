@@ -55,8 +55,12 @@ struct GemmBenchResult {
 };
 
 // C (M, N) = A (M, K) B (K, N) through the same products the library uses:
-// the fp32 GEMM backend, or with bf16 = true bf16 A and B with an fp32 C
-// (gemm_bf16: the CPU's bf16 units where it has them, bf16_path()).
-GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters, bool bf16 = false);
+// the fp32 GEMM backend; in bf16, bf16 A and B with an fp32 C (gemm_bf16:
+// the CPU's bf16 units where it has them, bf16_path()); in int8, fp32 A by
+// B quantized per column as a layer's weight (linear_forward_int8: A
+// quantized at each call, the product in int8, C rescaled to fp32). fp16
+// has no product of its own (a ConfigError).
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters,
+                               Precision precision = Precision::kF32);
 
 }  // namespace multihead

@@ -12,6 +12,17 @@
 
 namespace multihead {
 
+// y (N, out) = x W^T + b for a parameter W of the store from row `row0` on
+// ((out, in) rows of a matrix parameter whose rows are `in` long), x stored
+// as X: float, or BF16 / F16 (linear_forward_stored, with the store's bf16
+// copy of W where it has one). fp32 x multiplies the store's int8 copy of W
+// where it has one (a store frozen for int8 inference), else W itself. The
+// one place a layer's product with its weights picks its kernel.
+template <typename X>
+void linear_forward_param(float* y, std::int64_t ldy, const X* x, std::int64_t ldx, const ParamStore& store,
+                          ParamStore::Handle w, std::int64_t row0, const float* b, std::int64_t N, std::int64_t in,
+                          std::int64_t out);
+
 // torch.nn.Linear: y = x W^T + b over the last dimension. "weight" (out, in), "bias" (out).
 class Linear : public Module {
  public:

@@ -38,10 +38,11 @@ struct ForwardContext {
   std::uint64_t stream(std::uint32_t site) const { return (step << 24) | site; }
 };
 
-// Evaluation: no dropout, activations in precision p.
+// Evaluation: no dropout, activations in precision p (fp32 for int8, whose
+// products read the store's int8 weights: ParamStore::freeze).
 inline ForwardContext eval_context(Precision p) {
   ForwardContext c;
-  c.precision = p;
+  c.precision = activation_precision(p);
   return c;
 }
 

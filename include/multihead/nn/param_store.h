@@ -16,7 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include "multihead/core/precision.h"
 #include "multihead/core/tensor.h"
+#include "multihead/kernels/gemm_int8.h"
 
 namespace multihead {
 
@@ -53,9 +55,15 @@ class ParamStore {
   // call, which in a decoding step of a few rows costs as much as the
   // products. The writers of parameters (data_span, all_data) refuse a
   // frozen store.
-  void freeze();
+  //
+  // Frozen for int8 inference (Precision::kInt8), every matrix parameter
+  // (two dimensions: the products' weights, embedding tables among them) is
+  // also quantized once, per row (kernels/gemm_int8.h), and int8(h) gives
+  // it (null otherwise): the fp32 products of the layers read it instead.
+  void freeze(Precision inference = Precision::kF32);
   bool frozen() const noexcept { return frozen_; }
   const BF16* bf16(Handle h) const;
+  const Int8Weight* int8(Handle h) const;
 
   std::int64_t numel() const noexcept { return total_; }
   // A fresh id for a module's dropout site (see ForwardContext).
@@ -101,6 +109,12 @@ class ParamStore {
   Tensor data_;  // (numel)
   Tensor grad_;  // (numel)
   Tensor bf16_;  // (numel) BF16, once frozen on a CPU with bf16 products
+  // Frozen for int8: the values (numel, at each parameter's offset), and a
+  // scale and a row sum per row of each matrix; int8_[h] points into them.
+  std::vector<std::int8_t> int8_values_;
+  std::vector<float> int8_scales_;
+  std::vector<std::int32_t> int8_row_sums_;
+  std::vector<std::optional<Int8Weight>> int8_;
 };
 
 }  // namespace multihead

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "multihead/core/precision.h"
 #include "multihead/nn/encoder.h"
 
 namespace multihead {
@@ -54,13 +56,13 @@ struct InspectResult {
 };
 
 // run_dir: a run of `multihead train` (classifier, language model or
-// pronunciation). Writes out_dir/layer{l}_head{h}.png for the first
-// max_tokens tokens of text.
+// pronunciation), run in `precision` (the run's own where none is given).
+// Writes out_dir/layer{l}_head{h}.png for the first max_tokens tokens of text.
 InspectResult inspect_run(const std::string& run_dir, const std::string& text, const std::string& out_dir,
-                          std::int64_t max_tokens);
+                          std::int64_t max_tokens, std::optional<Precision> precision = std::nullopt);
 // The same input as one attention explorer page (tasks/attention_explorer.h)
 // at html_path, with every kind of attention the model has.
 InspectResult inspect_run_html(const std::string& run_dir, const std::string& text, const std::string& html_path,
-                               std::int64_t max_tokens);
+                               std::int64_t max_tokens, std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead

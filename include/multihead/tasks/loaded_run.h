@@ -16,9 +16,13 @@ namespace multihead {
 
 template <typename Job, typename Model>
 struct LoadedRun {
-  // `job` as the caller has it (config.json's, perhaps with another precision).
-  LoadedRun(const Job& job_in, const std::string& run_dir)
-      : job(job_in), tokenizer(load_run_tokenizer(run_dir, job.model.vocab_size)), trained(job.model, run_dir) {}
+  // `job` as the caller has it (config.json's, perhaps with another
+  // precision); the model frozen for `inference` (TrainedModel).
+  LoadedRun(const Job& job_in, const std::string& run_dir, Precision inference)
+      : job(job_in),
+        tokenizer(load_run_tokenizer(run_dir, job.model.vocab_size)),
+        trained(job.model, run_dir, inference) {}
+  LoadedRun(const Job& job_in, const std::string& run_dir) : LoadedRun(job_in, run_dir, job_in.train.precision) {}
   // The job read from the run's config.json (a run of another kind is a ConfigError).
   explicit LoadedRun(const std::string& run_dir) : LoadedRun(read_job(run_dir), run_dir) {}
   LoadedRun(const LoadedRun&) = delete;

@@ -145,6 +145,7 @@ DecoderAttentionMaps decoder_attention_maps(EncoderDecoder& model, const Pronunc
 // leaves them out, as run_job derives them from the data) and the model
 // with the last checkpoint's weights.
 struct LoadedPronouncer {
+  // The model frozen for job.train.precision (TrainedModel).
   LoadedPronouncer(const PronunciationJob& job, const std::string& run_dir);
   LoadedPronouncer(const LoadedPronouncer&) = delete;
   LoadedPronouncer& operator=(const LoadedPronouncer&) = delete;

@@ -174,17 +174,19 @@ struct ModelToTrain {
 
 // A model of a finished run: built from its config, with the weights of the
 // run directory's last checkpoint (what evaluating a run starts from), which
-// it never changes (the store is frozen: bf16 inference reads a bf16 copy).
+// it never changes (the store is frozen for the precision it will run in:
+// bf16 inference reads a bf16 copy, int8 an int8 one).
 template <typename Model>
 struct TrainedModel {
   ParamStore store;
   Model model;
 
   template <typename Config>
-  TrainedModel(const Config& config, const std::string& run_dir) : model(store, config) {
+  TrainedModel(const Config& config, const std::string& run_dir, Precision inference = Precision::kF32)
+      : model(store, config) {
     store.finalize();
     load_run_weights(store, run_dir);
-    store.freeze();
+    store.freeze(inference);
   }
   TrainedModel(const TrainedModel&) = delete;
   TrainedModel& operator=(const TrainedModel&) = delete;
