@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "multihead/core/error.h"
@@ -16,7 +17,7 @@ namespace {
 
 // Rows of x quantized: q (N, in) dense, a scale and a zero point a row.
 struct QuantizedRows {
-  std::vector<std::uint8_t> q;
+  std::unique_ptr<std::uint8_t[]> q;  // left uninitialised: every value is written
   std::vector<float> scale;
   std::vector<std::int32_t> zero;
 };
@@ -26,7 +27,7 @@ struct QuantizedRows {
 // `levels` + 1 values; rounding half to even, as torch.quantize_per_tensor.
 QuantizedRows quantize_activation_rows(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in, int levels) {
   QuantizedRows r;
-  r.q.resize(static_cast<std::size_t>(N * in));
+  r.q.reset(new std::uint8_t[static_cast<std::size_t>(N * in)]);
   r.scale.resize(static_cast<std::size_t>(N));
   r.zero.resize(static_cast<std::size_t>(N));
   const float top = static_cast<float>(levels);
@@ -39,7 +40,7 @@ QuantizedRows quantize_activation_rows(const float* x, std::int64_t ldx, std::in
     if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;  // a zero row (or one no scale can hold)
     const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, top);
     const float inv = 1.0f / scale;
-    std::uint8_t* q = r.q.data() + i * in;
+    std::uint8_t* q = r.q.get() + i * in;
     for (std::int64_t k = 0; k < in; ++k)
       q[k] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(row[k] * inv) + zero, 0.0f, top));
     r.scale[static_cast<std::size_t>(i)] = scale;
@@ -114,14 +115,14 @@ void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_
   const StepProfileScope profile(StepPart::kGemm);
   if (N == 0 || out == 0) return;
   const QuantizedRows qx = quantize_activation_rows(x, ldx, N, in, int8_activation_levels());
-  std::vector<std::int32_t> acc(static_cast<std::size_t>(N * out));
+  const std::unique_ptr<std::int32_t[]> acc(new std::int32_t[static_cast<std::size_t>(N * out)]);
   // oneDNN keeps a product of few rows (a decoding step) on one thread:
   // there each thread takes a share of the output columns.
   const bool shared = for_column_shares(N, out, [&](std::int64_t c0, std::int64_t n) {
-    onednn_u8s8s32(qx.q.data(), N, in, W.q + c0 * in, n, acc.data() + c0, out);
+    onednn_u8s8s32(qx.q.get(), N, in, W.q + c0 * in, n, acc.get() + c0, out);
   });
-  if (!shared) onednn_u8s8s32(qx.q.data(), N, in, W.q, out, acc.data(), out);
-  rescale(y, ldy, acc.data(), qx, W, b, N, out);
+  if (!shared) onednn_u8s8s32(qx.q.get(), N, in, W.q, out, acc.get(), out);
+  rescale(y, ldy, acc.get(), qx, W, b, N, out);
 }
 
 void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, std::int64_t ldx,

@@ -13,6 +13,7 @@
 #include "multihead/core/threading.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
+#include "multihead/kernels/gemm_int8.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/machine.cpp"
@@ -107,25 +108,26 @@ MachineInfo machine_info() {
   m.gemm_backend = gemm_backend_name(gemm_backend());
   m.gemm_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
   m.bf16_path = bf16_path_name(bf16_path());
+  m.int8_path = int8_path_name();
   m.threads = num_threads();
   return m;
 }
 
 std::string machine_summary(const MachineInfo& m) {
-  return fmt::format("{}, {} thread{}, kernels {} ({}), GEMM {}{}, bf16 products {}", m.cpu, m.threads,
-                     m.threads == 1 ? "" : "s", m.kernel_simd, m.kernel_target, m.gemm_backend,
-                     m.gemm_backend == "onednn" ? " " + m.gemm_isa : std::string(), m.bf16_path);
+  return fmt::format("{}, {} thread{}, kernels {} ({}), GEMM {}{}, bf16 products {}, int8 products {}", m.cpu,
+                     m.threads, m.threads == 1 ? "" : "s", m.kernel_simd, m.kernel_target, m.gemm_backend,
+                     m.gemm_backend == "onednn" ? " " + m.gemm_isa : std::string(), m.bf16_path, m.int8_path);
 }
 
 std::string machine_details(const MachineInfo& m) {
   return fmt::format(
       "cpu: {} ({})\nkernels: {} (Highway target {}, chosen {})\n"
       "gemm: {}, oneDNN ISA {} (chosen at run time; ONEDNN_MAX_CPU_ISA lowers it)\n"
-      "bf16 products: {} (fp16 always computes in fp32)\nthreads: {}",
+      "bf16 products: {} (fp16 always computes in fp32)\nint8 products: {}\nthreads: {}",
       m.cpu, m.cpu_simd.empty() ? std::string("no SIMD flags found") : fmt::format("{}", fmt::join(m.cpu_simd, " ")),
       m.kernel_simd, m.kernel_target,
       m.kernel_dispatch == "run time" ? "at run time, at most oneDNN's ISA" : "at build time (-march=native)",
-      m.gemm_backend, m.gemm_isa, m.bf16_path, m.threads);
+      m.gemm_backend, m.gemm_isa, m.bf16_path, m.int8_path, m.threads);
 }
 
 void to_json(nlohmann::json& j, const MachineInfo& m) {
@@ -137,6 +139,7 @@ void to_json(nlohmann::json& j, const MachineInfo& m) {
        {"gemm_backend", m.gemm_backend},
        {"gemm_isa", m.gemm_isa},
        {"bf16_path", m.bf16_path},
+       {"int8_path", m.int8_path},
        {"threads", m.threads}};
 }
 

@@ -68,7 +68,7 @@ TEST(Machine, AgreesWithTheCpuFlags) {
 
 TEST(Machine, GoesToJson) {
   const nlohmann::json j = machine_info();
-  for (const char* key : {"cpu", "cpu_simd", "kernel_simd", "kernel_target", "kernel_dispatch", "gemm_backend", "gemm_isa", "bf16_path", "threads"})
+  for (const char* key : {"cpu", "cpu_simd", "kernel_simd", "kernel_target", "kernel_dispatch", "gemm_backend", "gemm_isa", "bf16_path", "int8_path", "threads"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["threads"].get<int>(), num_threads());
   EXPECT_TRUE(j["cpu_simd"].is_array());

@@ -20,6 +20,7 @@ struct MachineInfo {
   std::string gemm_backend;            // "onednn" or "openblas"
   std::string gemm_isa;                // oneDNN's dispatch ceiling: "avx512_core_amx", "avx512_core_bf16", "avx2", ...
   std::string bf16_path;               // where bf16 products run: "amx", "avx512_bf16" or "fp32 (widened)"
+  std::string int8_path;               // int8 products' activations: 8-bit with VNNI, else 7-bit (int8_path_name)
   int threads = 0;
 };
 
