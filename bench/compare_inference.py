@@ -13,19 +13,20 @@ Three trained runs, each carried out of multihead by Run.to_torch() and exported
 
 The programs, each a fresh process per round, alternating, --rounds times:
 - multihead, the library call (Python's multihead.load_run: predict(texts), generate(prompts),
-  pronounce(words, beam=1)), fp32 and bf16 activations; and `multihead predict --input FILE` over
+  pronounce(words, beam=1)), fp32 and bf16 activations, and int8 products; and `multihead predict --input FILE` over
   the test texts and over the words (one a line); and `multihead serve` of the classifier and the
   encoder-decoder, one HTTP client sending the library cells' inputs (a batch of 32 a request);
 - PyTorch (`--torch`: 2.13's official CPU wheel in the project's .venv by default; 2.6, Debian 13's
   in scripts/torch2-root.sh's root, as history), the to_torch() modules under
   torch.inference_mode(), eager and under torch.compile (default mode, with Inductor's freezing,
   which folds the weights into the graphs as its inference users set it; the first pass, which
-  compiles, timed apart), fp32 and under bf16 autocast (--no-bf16 leaves every bf16 program out,
-  for a CPU without bf16 units, where no deployer would pick it);
+  compiles, timed apart), fp32, bf16 with the weights cast once (`.to(torch.bfloat16)`) and under
+  bf16 autocast (--no-bf16 leaves every bf16 program out, for a CPU without bf16 units, where no
+  deployer would pick it), and int8 by torch.ao.quantization.quantize_dynamic (its Linear layers);
 - ONNX Runtime (beside that PyTorch: PyPI's onnxruntime in .venv, or Debian 13's
   python3-onnxruntime in the 2.6 root), the torch.onnx.export graphs with every graph
   optimisation, intra-op threads = --threads, fp32 (its CPU provider has no bf16 kernels for these
-  graphs). The language model is exported with its KV cache as inputs and outputs, the
+  graphs), and int8 by onnxruntime.quantization.quantize_dynamic. The language model is exported with its KV cache as inputs and outputs, the
   encoder-decoder as its encoder (the memory's cross-attention keys and values out) and its
   decoding step (those and the self-attention cache in, the cache out).
 
@@ -218,6 +219,10 @@ def child_torch(spec, precision, compiled):
     import torch
     torch.set_num_threads(spec["threads"])
     m = load_modules(spec)
+    if precision == "int8":  # dynamic int8, as torch.ao.quantization's users run it on a CPU
+        m = {k: torch.ao.quantization.quantize_dynamic(v, {torch.nn.Linear}, dtype=torch.qint8) for k, v in m.items()}
+    elif precision == "bf16w":  # the weights cast to bf16 once, as a deployer keeps a bf16 model
+        m = {k: v.to(torch.bfloat16) for k, v in m.items()}
     x = inputs(spec)
     cls, lm, s2s = m["classifier"], m["lm"], m["s2s"]
     first = {}
@@ -380,16 +385,29 @@ def export_s2s(s2s, x):
                     dynamic_axes=step_axes)
 
 
-def child_ort(spec):
+def ort_int8(spec):
+    """The graphs quantized by ONNX Runtime's quantize_dynamic (int8 weights, uint8 activations
+    per tensor), written beside them once."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    for name in ("classifier", "lm_step", "s2s_encoder", "s2s_step"):
+        fp32 = os.path.join(spec["dir"], f"{name}.onnx")
+        int8 = os.path.join(spec["dir"], f"{name}.int8.onnx")
+        if not os.path.exists(int8):
+            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8)
+    return ".int8"
+
+
+def child_ort(spec, precision=""):
     import numpy as np
     import onnxruntime as ort
+    suffix = ort_int8(spec) if precision == "int8" else ""
     o = ort.SessionOptions()
     o.intra_op_num_threads, o.inter_op_num_threads = spec["threads"], 1
     o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    cls = ort.InferenceSession(os.path.join(spec["dir"], "classifier.onnx"), o, providers=["CPUExecutionProvider"])
-    lm = ort.InferenceSession(os.path.join(spec["dir"], "lm_step.onnx"), o, providers=["CPUExecutionProvider"])
-    enc = ort.InferenceSession(os.path.join(spec["dir"], "s2s_encoder.onnx"), o, providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(os.path.join(spec["dir"], "s2s_step.onnx"), o, providers=["CPUExecutionProvider"])
+    cls = ort.InferenceSession(os.path.join(spec["dir"], f"classifier{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
+    lm = ort.InferenceSession(os.path.join(spec["dir"], f"lm_step{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
+    enc = ort.InferenceSession(os.path.join(spec["dir"], f"s2s_encoder{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(os.path.join(spec["dir"], f"s2s_step{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
     x = inputs(spec)
     batches = id_batches(x)
     word_batches = id_batches(x, "word_")
@@ -718,7 +736,7 @@ def main():
                "serve": lambda: child_serve(spec, precision),
                "torch": lambda: child_torch(spec, precision, False),
                "compiled": lambda: child_torch(spec, precision, True),
-               "export": lambda: child_export(spec), "ort": lambda: child_ort(spec)}[kind]
+               "export": lambda: child_export(spec), "ort": lambda: child_ort(spec, precision)}[kind]
         print(json.dumps(run()))
         return
     for path, preset in ((a.classifier, "spam"), (a.lm, "moby-dick"), (a.s2s, "cmudict")):
@@ -758,14 +776,17 @@ def main():
         spec.update(theirs("export"))
         save()
         programs = [("multihead", "multihead:fp32", ours), ("multihead bf16", "multihead:bf16", ours),
+                    ("multihead int8", "multihead:int8", ours),
                     ("multihead predict", "predict:fp32", ours), ("multihead predict bf16", "predict:bf16", ours),
                     ("multihead serve", "serve:fp32", ours),
-                    ("PyTorch eager", "torch:fp32", theirs), ("PyTorch eager bf16", "torch:bf16", theirs)]
+                    ("PyTorch eager", "torch:fp32", theirs), ("PyTorch eager bf16", "torch:bf16", theirs),
+                    ("PyTorch bf16 weights", "torch:bf16w", theirs),
+                    ("PyTorch int8 (quantize_dynamic)", "torch:int8", theirs)]
         if a.compile:
             programs += [("torch.compile", "compiled:fp32", theirs), ("torch.compile bf16", "compiled:bf16", theirs)]
-        programs.append(("ONNX Runtime", "ort", theirs))
+        programs += [("ONNX Runtime", "ort", theirs), ("ONNX Runtime int8", "ort:int8", theirs)]
         if not a.bf16:
-            programs = [p for p in programs if not p[1].endswith(":bf16")]
+            programs = [p for p in programs if not p[1].endswith((":bf16", ":bf16w"))]
         results = {name: [] for name, _, _ in programs}
         for _ in range(a.rounds):
             for name, kind, how in programs:
@@ -794,9 +815,12 @@ def report(a, spec, peer, results):
             cells.append(f"{statistics.median(vals):.1f}" if vals else "")
         print(f"| {label} ({unit}) | " + " | ".join(cells) + " |")
     print()
-    for base in [n for n in ("multihead", "multihead bf16") if n in results]:
-        for n in names:
-            if n.startswith("multihead"):
+    def precision_of(name):
+        return "int8" if "int8" in name else "bf16" if "bf16" in name else "fp32"
+
+    for base in [n for n in ("multihead", "multihead bf16", "multihead int8") if n in results]:
+        for n in names:  # like against like: each precision against the peers' of the same kind
+            if n.startswith("multihead") or precision_of(n) != precision_of(base):
                 continue
             parts = []
             for key, label, unit, higher in CELLS:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -34,13 +35,20 @@ QuantizedRows quantize_activation_rows(const float* x, std::int64_t ldx, std::in
 #pragma omp parallel for schedule(static) if (N * in > (1 << 16))
   for (std::int64_t i = 0; i < N; ++i) {
     const float* row = x + i * ldx;
-    float lo = 0.0f, hi = 0.0f;
-    for (std::int64_t k = 0; k < in; ++k) lo = std::min(lo, row[k]), hi = std::max(hi, row[k]);
+    float lo = 0.0f, hi = 0.0f, probe = 0.0f;  // probe: NaN where the row holds a NaN or an infinity
+    for (std::int64_t k = 0; k < in; ++k) lo = std::min(lo, row[k]), hi = std::max(hi, row[k]), probe += row[k] * 0.0f;
+    std::uint8_t* q = r.q.get() + i * in;
+    if (std::isnan(probe) || !std::isfinite(hi - lo)) {
+      // No scale holds the row: its outputs are NaN, as an fp32 product's would be.
+      std::fill(q, q + in, std::uint8_t{0});
+      r.scale[static_cast<std::size_t>(i)] = std::numeric_limits<float>::quiet_NaN();
+      r.zero[static_cast<std::size_t>(i)] = 0;
+      continue;
+    }
     float scale = (hi - lo) / top;
-    if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;  // a zero row (or one no scale can hold)
+    if (!(scale > 0.0f)) scale = 1.0f;  // a zero row
     const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, top);
     const float inv = 1.0f / scale;
-    std::uint8_t* q = r.q.get() + i * in;
     for (std::int64_t k = 0; k < in; ++k)
       q[k] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(row[k] * inv) + zero, 0.0f, top));
     r.scale[static_cast<std::size_t>(i)] = scale;

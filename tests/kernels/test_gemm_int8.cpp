@@ -114,6 +114,27 @@ TEST(Int8Gemm, BothWidthsAreWithinQuantizationErrorOfFp32) {
   }
 }
 
+// A row that holds a NaN or an infinity has no scale: its outputs are NaN,
+// as an fp32 product's would be, and the other rows are untouched.
+TEST(Int8Gemm, ANonFiniteRowGivesNaNAndSparesTheOthers) {
+  Rng rng(9);
+  const std::int64_t N = 4, in = 64, out = 8;
+  std::vector<float> x = normal(N * in, rng), W = normal(out * in, rng, 0.05f);
+  x[1 * in + 5] = NAN;
+  x[2 * in + 9] = INFINITY;
+  const QuantizedMatrix m(W, out, in);
+  for (const bool reference : {false, true}) {
+    std::vector<float> y(N * out);
+    if (reference)
+      linear_forward_int8_reference(y.data(), out, x.data(), in, m.weight(), nullptr, N, in, out, 127);
+    else
+      linear_forward_int8(y.data(), out, x.data(), in, m.weight(), nullptr, N, in, out);
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t o = 0; o < out; ++o)
+        EXPECT_EQ(std::isnan(y[i * out + o]), i == 1 || i == 2) << i << ", " << o << (reference ? " (twin)" : "");
+  }
+}
+
 TEST(Int8Gemm, TheTwinRefusesOtherWidths) {
   const std::vector<float> x(4), W(4);
   const QuantizedMatrix m(W, 2, 2);

@@ -44,6 +44,7 @@ int int8_activation_levels();
 const char* int8_path_name();
 
 // y: (N, out) row stride ldy; x: (N, in) row stride ldx; b: (out) or null.
+// A row of x holding a NaN or an infinity gives a row of NaN (no scale holds it).
 void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W,
                          const float* b, std::int64_t N, std::int64_t in, std::int64_t out);
 
