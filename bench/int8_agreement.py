@@ -3,7 +3,8 @@
 
 For each run (a directory of `multihead train`, or a Hugging Face checkpoint that is a classifier):
 - a text classifier: its test split's labels in fp32 and in int8, the share that agree, and the
-  accuracy of each against the split's answers;
+  accuracy of each against the split's answers; with --rounds, the speed of each over the first
+  --timed test texts (alternating rounds, medians; the same process and threads);
 - a language model: greedy continuations of prompts cut from its validation text, in fp32 and in
   int8: the share of generated tokens that agree position by position, and the validation loss of
   each (`multihead eval`);
@@ -16,8 +17,10 @@ For each run (a directory of `multihead train`, or a Hugging Face checkpoint tha
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -33,14 +36,24 @@ def cli_eval(binary, run, precision, threads):
 
 def classifier(run_dir, a):
     texts, answers = multihead.load_run(run_dir, threads=a.threads).test_texts()
-    labels = {}
-    for precision in ("fp32", "int8"):
-        run = multihead.load_run(run_dir, threads=a.threads, precision=precision)
-        labels[precision] = [p["label"] for p in run.predict(texts)]
+    runs = {p: multihead.load_run(run_dir, threads=a.threads, precision=p) for p in ("fp32", "int8")}
+    labels = {p: [x["label"] for x in run.predict(texts)] for p, run in runs.items()}
     agree = sum(x == y for x, y in zip(labels["fp32"], labels["int8"])) / len(texts)
     acc = {p: sum(x == y for x, y in zip(labels[p], answers)) / len(texts) for p in labels}
-    return (f"{len(texts)} test texts: labels agree {agree:.2%}; accuracy fp32 {acc['fp32']:.2%}, "
-            f"int8 {acc['int8']:.2%}")
+    out = (f"{len(texts)} test texts: labels agree {agree:.2%}; accuracy fp32 {acc['fp32']:.2%}, "
+           f"int8 {acc['int8']:.2%}")
+    if a.rounds:  # the test set's first --timed texts classified, the two precisions alternating
+        timed = texts[: a.timed]
+        seconds = {p: [] for p in runs}
+        for _ in range(a.rounds):
+            for p, run in runs.items():
+                t0 = time.perf_counter()
+                run.predict(timed)
+                seconds[p].append(time.perf_counter() - t0)
+        rate = {p: len(timed) / statistics.median(v) for p, v in seconds.items()}
+        out += (f"; {len(timed)} texts, median of {a.rounds} alternating rounds: fp32 {rate['fp32']:.1f} and "
+                f"int8 {rate['int8']:.1f} inputs/s, int8 {rate['int8'] / rate['fp32']:.2f}x")
+    return out
 
 
 def language_model(run_dir, a):
@@ -86,6 +99,8 @@ def main():
     ap.add_argument("--prompts", type=int, default=50)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--words", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=0, help="time classifiers' predictions over this many rounds")
+    ap.add_argument("--timed", type=int, default=200, help="test texts a timed round classifies")
     a = ap.parse_args()
     multihead.set_num_threads(a.threads)
     print(multihead.machine())

@@ -33,8 +33,10 @@ void linear_forward_param(float* y, std::int64_t ldy, const X* x, std::int64_t l
                           std::int64_t out) {
   const float* W = store.data(w) + row0 * in;
   if constexpr (std::is_same_v<X, float>) {
-    if (const Int8Weight* q = store.int8(w)) return linear_forward_int8(y, ldy, x, ldx, q->rows_from(row0, in), b, N, in, out);
-    linear_forward(y, ldy, x, ldx, W, b, N, in, out);
+    if (const Int8Weight* q = store.int8(w))
+      linear_forward_int8(y, ldy, x, ldx, q->rows_from(row0, in), b, N, in, out);
+    else
+      linear_forward(y, ldy, x, ldx, W, b, N, in, out);
   } else {
     const BF16* W16 = store.bf16(w);
     linear_forward_stored<X>(y, ldy, x, ldx, W, b, N, in, out, W16 != nullptr ? W16 + row0 * in : nullptr);

@@ -7,11 +7,11 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_ref.h"
 #include "multihead/kernels/gemm_bf16.h"
-#include "multihead/nn/basic_layers.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/positions.h"
 #include "multihead/nn/attention_kernel.h"
+#include "multihead/nn/basic_layers.h"
 #include "multihead/nn/init.h"
 
 namespace multihead {

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "multihead/kernels/gemm_bf16.h"
-#include "multihead/nn/basic_layers.h"
 #include "multihead/kernels/half.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/kernels/transpose.h"
+#include "multihead/nn/basic_layers.h"
 
 namespace multihead {
 

@@ -111,7 +111,7 @@ std::pair<double, double> evaluate(VisionTransformer& model, const Images& data,
 }  // namespace
 
 std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir) {
-  TrainedModel<VisionTransformer> m(job.model, run_dir);
+  TrainedModel<VisionTransformer> m(job.model, run_dir, job.train.precision);
   Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx(test.labels.size());
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);

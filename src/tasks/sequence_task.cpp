@@ -87,7 +87,7 @@ std::string length_line(const LengthAccuracy& a) {
 }  // namespace
 
 std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir) {
-  TrainedModel<LanguageModel> m(job.model, run_dir);
+  TrainedModel<LanguageModel> m(job.model, run_dir, job.train.precision);
   std::vector<std::string> lines;
   for (auto L : job.test_lengths)
     lines.push_back(length_line(

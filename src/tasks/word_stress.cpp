@@ -173,7 +173,7 @@ ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, c
 }
 
 std::vector<std::string> evaluate_run(const WordStressJob& job, const std::string& run_dir) {
-  TrainedModel<SequenceClassifier> m(job.model, run_dir);
+  TrainedModel<SequenceClassifier> m(job.model, run_dir, job.train.precision);
   const StressData data = load_data(job);
   const ClassificationMetrics test = evaluate_split(m.model, data, data.split.test, job);
   check_finite_result("the test loss", test.loss);

@@ -476,6 +476,11 @@ TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   auto res = nlohmann::json::parse(std::ifstream(out / "results.json"));
   EXPECT_EQ(res["by_length"].size(), 3u);
   for (const auto& a : res["by_length"]) EXPECT_GE(a["token_accuracy"].get<double>(), 0.0);
+  // eval in int8 (its store frozen for int8 as every kind's is) tests the same lengths.
+  CliRun e8 = run("eval --run " + out.string() + " --threads 1 --precision int8");
+  ASSERT_EQ(e8.code, 0) << e8.err;
+  for (const char* len : {"length 16: ", "length 32: ", "length 64: "})
+    EXPECT_NE(e8.out.find(len), std::string::npos) << e8.out;
   // inspect draws text models only: a sequence-task run is refused by name.
   CliRun in = run("inspect --run " + out.string() + " --text 'abc' --out " + (dir / "maps").string());
   EXPECT_EQ(in.code, 2);

@@ -15,6 +15,7 @@
 #include "multihead/core/rng.h"
 #include "multihead/kernels/gemm_int8.h"
 #include "multihead/kernels/linear.h"
+#include "multihead/nn/param_store.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -132,6 +133,34 @@ TEST(Int8Gemm, ANonFiniteRowGivesNaNAndSparesTheOthers) {
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t o = 0; o < out; ++o)
         EXPECT_EQ(std::isnan(y[i * out + o]), i == 1 || i == 2) << i << ", " << o << (reference ? " (twin)" : "");
+  }
+}
+
+// A store frozen for int8 holds each matrix quantized by rows (what the
+// layers' products read), and nothing for vectors; frozen otherwise, none.
+TEST(Int8Gemm, AStoreFrozenForInt8QuantizesItsMatrices) {
+  Rng rng(11);
+  for (const Precision p : {Precision::kF32, Precision::kInt8}) {
+    ParamStore store;
+    const ParamStore::Handle w = store.add("w", {3, 5}), b = store.add("b", {3}), e = store.add("e", {4, 2});
+    store.finalize();
+    for (float& v : store.all_data()) v = rng.normal();
+    const std::vector<float> W(store.data(w), store.data(w) + 15);
+    store.freeze(p);
+    if (p != Precision::kInt8) {
+      EXPECT_EQ(store.int8(w), nullptr);
+      continue;
+    }
+    ASSERT_NE(store.int8(w), nullptr);
+    ASSERT_NE(store.int8(e), nullptr);
+    EXPECT_EQ(store.int8(b), nullptr);
+    const QuantizedMatrix want(W, 3, 5);
+    for (int i = 0; i < 15; ++i) EXPECT_EQ(store.int8(w)->q[i], want.q[i]) << i;
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(store.int8(w)->scale[r], want.scale[r]);
+      EXPECT_EQ(store.int8(w)->row_sum[r], want.row_sum[r]);
+    }
+    EXPECT_EQ(store.int8(w)->rows_from(2, 5).scale, store.int8(w)->scale + 2);
   }
 }
 
