@@ -340,7 +340,7 @@ TEST(MixedPrecisionConfig, ParsedWithFp16LossScalingByDefault) {
     parse_precision("fp8");
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "precision must be \"fp32\", \"bf16\" or \"fp16\", got \"fp8\"");
+    EXPECT_STREQ(e.what(), "precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"fp8\"");
   }
   auto read = [](const char* text) {
     const nlohmann::json j = nlohmann::json::parse(text);
@@ -359,6 +359,10 @@ TEST(MixedPrecisionConfig, ParsedWithFp16LossScalingByDefault) {
   ConfigWriter w(written);
   TrainConfig::keys(w, fp16);
   EXPECT_EQ(written["precision"], "fp16");
+  // int8 is read (a loaded run's precision) but no training runs in it.
+  TrainConfig int8 = read(R"({"precision": "int8"})");
+  EXPECT_EQ(int8.precision, Precision::kInt8);
+  EXPECT_THROW(int8.validate(), ConfigError);
 }
 
 }  // namespace
