@@ -98,9 +98,15 @@ void quantize_weight_rows(const float* W, std::int64_t out, std::int64_t in, std
 #pragma omp parallel for schedule(static) if (out * in > (1 << 16))
   for (std::int64_t o = 0; o < out; ++o) {
     const float* row = W + o * in;
-    float top = 0.0f;
-    for (std::int64_t k = 0; k < in; ++k) top = std::max(top, std::abs(row[k]));
-    const float s = top > 0.0f && std::isfinite(top) ? top / 127.0f : 1.0f;
+    float top = 0.0f, probe = 0.0f;  // probe: NaN where the row holds a NaN or an infinity
+    for (std::int64_t k = 0; k < in; ++k) top = std::max(top, std::abs(row[k])), probe += row[k] * 0.0f;
+    if (std::isnan(probe)) {  // no scale holds the row: its outputs are NaN, as an fp32 product's would be
+      std::fill(q + o * in, q + (o + 1) * in, std::int8_t{0});
+      scale[o] = std::numeric_limits<float>::quiet_NaN();
+      row_sum[o] = 0;
+      continue;
+    }
+    const float s = top > 0.0f ? top / 127.0f : 1.0f;
     std::int32_t sum = 0;
     for (std::int64_t k = 0; k < in; ++k) {
       const auto v = static_cast<std::int8_t>(std::clamp(std::nearbyint(row[k] / s), -127.0f, 127.0f));

@@ -39,8 +39,11 @@ std::vector<float> normal(std::int64_t n, Rng& rng, float sd = 1.0f) {
 }
 
 TEST(Int8Gemm, WeightRowsAreQuantizedSymmetricallyPerRow) {
-  const std::vector<float> W = {0.5f, -1.0f, 0.25f, 0.0f, 0.0f, 0.0f, 3.0f, 2.0f, -0.01f};
-  const QuantizedMatrix m(W, 3, 3);
+  const std::vector<float> W = {0.5f, -1.0f, 0.25f, 0.0f, 0.0f, 0.0f, 3.0f, 2.0f, -0.01f, 1.0f, NAN, 2.0f};
+  const QuantizedMatrix m(W, 4, 3);
+  EXPECT_TRUE(std::isnan(m.scale[3]));  // a row no scale holds
+  EXPECT_EQ(m.q[9], 0);
+  EXPECT_EQ(m.row_sum[3], 0);
   EXPECT_FLOAT_EQ(m.scale[0], 1.0f / 127);
   EXPECT_EQ(m.q[0], 64);  // 63.5 rounds half to even
   EXPECT_EQ(m.q[1], -127);

@@ -33,7 +33,8 @@ struct Int8Weight {
 };
 
 // W (out, in) fp32 to q (out, in), scale (out) and row_sum (out): scale =
-// max|row| / 127 (1 for a zero row), q = round(W / scale).
+// max|row| / 127 (1 for a zero row), q = round(W / scale); a row holding a
+// NaN or an infinity gets zeros and a NaN scale (its outputs are NaN).
 void quantize_weight_rows(const float* W, std::int64_t out, std::int64_t in, std::int8_t* q, float* scale,
                           std::int32_t* row_sum);
 
