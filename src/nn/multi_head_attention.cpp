@@ -235,24 +235,20 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   // store_projections then has nothing to narrow.
   const bool bf16_out = computes_in_bf16(c.store) && cfg_.positions != AttentionPositions::kRope;
   const DType out_type = bf16_out ? DType::kBF16 : DType::kF32;
-  // A projection's weight: parameter h from row `row` on (rows `in` long),
-  // its bf16 copy where the store has one (frozen, ParamStore::bf16).
+  // A projection's weight: parameter h from row `row` on.
   struct Weight {
     ParamStore::Handle h;
     std::int64_t row;
-    const float* w;
-    const BF16* w16;
   };
-  auto weight = [&](ParamStore::Handle h, std::int64_t row, std::int64_t in) {
-    const BF16* w16 = store_->bf16(h);
-    return Weight{h, row, store_->data(h) + row * in, w16 != nullptr ? w16 + row * in : nullptr};
-  };
+  auto weight = [](ParamStore::Handle h, std::int64_t row) { return Weight{h, row}; };
   auto project = [&](Tensor& y, std::int64_t offset, std::int64_t ldy, const Tensor& x, const SavedTensor& saved,
                      Weight w, const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
     if (bf16_out) {
-      const Tensor wb = w.w16 != nullptr ? Tensor() : bf16_weights(w.w, out, in);
+      // The store's bf16 copy where it has one (frozen, ParamStore::bf16), else W rounded here.
+      const BF16* w16 = store_->bf16(w.h);
+      const Tensor wb = w16 != nullptr ? Tensor() : bf16_weights(store_->data(w.h) + w.row * in, out, in);
       linear_forward_bf16(y.data<BF16>() + offset, ldy, saved.stored().data<BF16>(), in,
-                          w.w16 != nullptr ? w.w16 : wb.data<BF16>(), b, N, in, out);
+                          w16 != nullptr ? w16 + w.row * in : wb.data<BF16>(), b, N, in, out);
     } else if (computes_in_bf16(c.store)) {
       linear_forward_param<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, *store_, w.h, w.row, b, N,
                                  in, out);
@@ -262,13 +258,13 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   };
   if (c.self) {
     c.qkv = Tensor::empty({B, L, PW}, out_type);
-    project(c.qkv, 0, PW, query, c.query, weight(in_proj_weight_, 0, E), b_in, B * L, E, PW);
+    project(c.qkv, 0, PW, query, c.query, weight(in_proj_weight_, 0), b_in, B * L, E, PW);
     return;
   }
   const bool packed = cfg_.packed_in_proj();
-  const Weight wq = packed ? weight(in_proj_weight_, 0, E) : weight(q_proj_weight_, 0, E);
-  const Weight wk = packed ? weight(in_proj_weight_, E, E) : weight(k_proj_weight_, 0, cfg_.key_dim());
-  const Weight wv = packed ? weight(in_proj_weight_, E + KE, E) : weight(v_proj_weight_, 0, cfg_.value_dim());
+  const Weight wq = packed ? weight(in_proj_weight_, 0) : weight(q_proj_weight_, 0);
+  const Weight wk = packed ? weight(in_proj_weight_, E) : weight(k_proj_weight_, 0);
+  const Weight wv = packed ? weight(in_proj_weight_, E + KE) : weight(v_proj_weight_, 0);
   c.q = Tensor::empty({B, L, E}, out_type);
   c.k = Tensor::empty({B, S, KE}, out_type);
   c.v = Tensor::empty({B, S, KE}, out_type);
