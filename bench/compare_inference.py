@@ -24,11 +24,16 @@ The programs, each a fresh process per round, alternating, --rounds times:
   bf16 autocast (--no-bf16 leaves every bf16 program out, for a CPU without bf16 units, where no
   deployer would pick it), and int8 by torch.ao.quantization.quantize_dynamic (its Linear layers);
 - ONNX Runtime (beside that PyTorch: PyPI's onnxruntime in .venv, or Debian 13's
-  python3-onnxruntime in the 2.6 root), the torch.onnx.export graphs with every graph
-  optimisation, intra-op threads = --threads, fp32 (its CPU provider has no bf16 kernels for these
-  graphs), and int8 by onnxruntime.quantization.quantize_dynamic. The language model is exported with its KV cache as inputs and outputs, the
-  encoder-decoder as its encoder (the memory's cross-attention keys and values out) and its
-  decoding step (those and the self-attention cache in, the cache out).
+  python3-onnxruntime in the 2.6 root), the graphs of Run.export_onnx (multihead.onnx_export,
+  through the peer's torch.onnx.export) with every graph optimisation, intra-op threads =
+  --threads, fp32 (its CPU provider has no bf16 kernels for these graphs), and int8 by
+  onnxruntime.quantization.quantize_dynamic. The classifier goes through ONNX Runtime's transformer
+  optimizer first (model_type bert: one Attention and two SkipLayerNormalization nodes a layer),
+  as a deployer runs it; the language model is exported as its decoding step with its KV cache as
+  inputs and outputs, the encoder-decoder as its encoder (the memory's cross-attention keys and
+  values out) and its decoding step (those and the self-attention cache in, the cache out). The
+  graphs' node counts are printed, as exported and after ONNX Runtime's optimisations.
+- --max-autotune adds torch.compile in max-autotune mode (fp32), --only runs some programs.
 
 Cells: batch-1 latency of a short (about 20 tokens) and a long input (the model's whole window:
 the classifier reads at most max_len tokens, the language model was trained on seq_len); the
@@ -183,12 +188,8 @@ def child_multihead(spec, precision):
 
 def load_modules(spec, export=False):
     """The to_torch() modules, rebuilt from their state_dicts by multihead/modules.py (PyTorch only)."""
-    import importlib.util
     import torch
-    where = os.path.join(spec["dir"], "modules.py")
-    s = importlib.util.spec_from_file_location("mh_modules", where)
-    modules = importlib.util.module_from_spec(s)
-    s.loader.exec_module(modules)
+    modules = load_file(spec, "modules")
     made = {}
     for name in ("classifier", "lm", "s2s"):
         m = spec["models"][name]
@@ -232,10 +233,11 @@ def child_torch(spec, precision, compiled):
     if compiled:
         import torch._inductor.config
         torch._inductor.config.freezing = True
-        cls = torch.compile(cls)
-        lm.forward_cached = torch.compile(lm.forward_cached, dynamic=True)
-        s2s.encode = torch.compile(s2s.encode, dynamic=True)
-        s2s.decode_cached = torch.compile(s2s.decode_cached, dynamic=True)
+        mode = compiled if isinstance(compiled, str) else None  # "max-autotune": Inductor tries GEMM templates
+        cls = torch.compile(cls, mode=mode)
+        lm.forward_cached = torch.compile(lm.forward_cached, dynamic=True, mode=mode)
+        s2s.encode = torch.compile(s2s.encode, dynamic=True, mode=mode)
+        s2s.decode_cached = torch.compile(s2s.decode_cached, dynamic=True, mode=mode)
     ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else contextlib.nullcontext
     batches = [tuple(map(torch.from_numpy, b)) for b in id_batches(x)]
     word_batches = [tuple(map(torch.from_numpy, b)) for b in id_batches(x, "word_")]
@@ -284,119 +286,79 @@ def child_torch(spec, precision, compiled):
     return out
 
 
-def onnx_export(*args, **kwargs):
-    """torch.onnx.export's TorchScript-based exporter, the one PyTorch 2.6 ran by default (2.9 and
-    later default to the dynamo exporter), so that every peer exports the same graphs."""
-    import inspect
-    import torch
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kwargs["dynamo"] = False
-    torch.onnx.export(*args, **kwargs)
+def load_file(spec, name):
+    """A module of multihead's Python package that needs only PyTorch (modules.py, onnx_export.py),
+    loaded from the work folder: the peer's interpreter may have no multihead installed."""
+    import importlib.util
+    s = importlib.util.spec_from_file_location(f"mh_{name}", os.path.join(spec["dir"], f"{name}.py"))
+    module = importlib.util.module_from_spec(s)
+    s.loader.exec_module(module)
+    return module
+
+
+def node_counts(path):
+    """The graph's node count, and after ONNX Runtime's own optimisations (ORT_ENABLE_ALL)."""
+    import onnx
+    import onnxruntime as ort
+    o = ort.SessionOptions()
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    o.log_severity_level = 3
+    o.optimized_model_filepath = path + ".optimized"
+    ort.InferenceSession(path, o, providers=["CPUExecutionProvider"])
+    after = len(onnx.load(o.optimized_model_filepath).graph.node)
+    os.remove(o.optimized_model_filepath)
+    return [len(onnx.load(path).graph.node), after]
 
 
 def child_export(spec):
-    """The ONNX graphs, exported by the peer's torch.onnx.export from the to_torch() modules: the
-    classifier (ids, padding) -> logits; the language model's decoding step with its KV cache,
-    (ids, past keys and values of each layer) -> (logits, present keys and values); the
-    encoder-decoder's encoder (source, padding) -> (the memory's keys and values for each decoder
-    layer) and its decoding step (ids, padding, the memory's and the past keys and values) ->
-    (logits, present keys and values)."""
+    """The ONNX graphs (multihead.onnx_export, through the peer's torch.onnx.export, from the
+    to_torch() modules): the classifier, the language model's decoding step with its KV cache, the
+    encoder-decoder's encoder and decoding step; then the classifier through ONNX Runtime's
+    transformer optimizer (model_type bert, the raw 2-D mask so any padding stays right), as a
+    deployer runs it. Node counts: as exported, after ORT_ENABLE_ALL, and (the classifier) after
+    the transformer optimizer and ORT_ENABLE_ALL."""
+    import numpy as np
     import torch
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
     m = load_modules(spec, export=True)
+    export = load_file(spec, "onnx_export")
     x = inputs(spec)
-    cls, lm, s2s = m["classifier"], m["lm"], m["s2s"]
-    ids = torch.from_numpy(x["ids"][:2, :24])
-    pad = torch.from_numpy(x["padding"][:2, :24])
+    d = spec["dir"]
+    export.export_module("classifier", m["classifier"], d, torch.from_numpy(x["ids"][:2, :24]),
+                         torch.from_numpy(x["padding"][:2, :24]))
+    export.export_module("lm", m["lm"], d, torch.from_numpy(x["prompts"]))
+    export.export_module("s2s", m["s2s"], d, torch.from_numpy(x["word_ids"][:2, :6]),
+                         torch.from_numpy(np.ascontiguousarray(x["word_padding"][:2, :6])))
+    model = spec["models"]["classifier"]["model"]
+    options = FusionOptions("bert")
+    options.use_raw_attention_mask(True)
+    fused = optimize_model(os.path.join(d, "classifier.onnx"), model_type="bert", num_heads=model["nhead"],
+                           hidden_size=model["d_model"], optimization_options=options)
+    fused.save_model_to_file(os.path.join(d, "classifier.fused.onnx"))
+    nodes = {name: node_counts(os.path.join(d, f"{name}.onnx"))
+             for name in ("classifier", "lm_step", "s2s_encoder", "s2s_step")}
+    nodes["classifier"] += node_counts(os.path.join(d, "classifier.fused.onnx"))[1:]
+    fused_ops = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
     with torch.no_grad():
-        onnx_export(cls, (ids, pad), os.path.join(spec["dir"], "classifier.onnx"),
-                    input_names=["ids", "padding"], output_names=["logits"], opset_version=17,
-                    dynamic_axes={"ids": {0: "batch", 1: "length"}, "padding": {0: "batch", 1: "length"},
-                                  "logits": {0: "batch"}})
-    layers = len(lm.encoder.layers)
-
-    class Step(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids, *past):
-            logits, cache = self.lm.forward_cached(ids, [(past[2 * i], past[2 * i + 1]) for i in range(layers)])
-            return (logits,) + tuple(t for kv in cache for t in kv)
-
-    # Traced on a step of 2 tokens after 3 cached: the general path (a mask), right for every T and S.
-    prompts = torch.from_numpy(x["prompts"])
-    with torch.no_grad():
-        _, cache = lm.forward_cached(prompts[:1, :3])
-    past = tuple(t for kv in cache for t in kv)
-    names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
-    axes = {"ids": {0: "batch", 1: "new"}, "logits": {0: "batch", 1: "new"}}
-    axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
-    axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
-    with torch.no_grad():
-        onnx_export(Step(), (prompts[:1, 3:5],) + past, os.path.join(spec["dir"], "lm_step.onnx"),
-                    input_names=["ids"] + [f"past_{n}" for n in names],
-                    output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
-                    dynamic_axes=axes)
-    export_s2s(s2s, x)
-    return {"version": torch.__version__, "past_shape": list(past[0].shape)}
-
-
-def export_s2s(s2s, x):
-    import torch
-    layers = len(s2s.decoder.layers)
-
-    class Encode(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.s2s = s2s
-
-        def forward(self, source, padding):
-            return tuple(t for kv in self.s2s.encode(source, padding) for t in kv)
-
-    class Step(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.s2s = s2s
-
-        def forward(self, ids, padding, *kv):
-            memory = [(kv[2 * i], kv[2 * i + 1]) for i in range(layers)]
-            past = [(kv[2 * (layers + i)], kv[2 * (layers + i) + 1]) for i in range(layers)]
-            logits, cache = self.s2s.decode_cached(ids, memory, padding, past)
-            return (logits,) + tuple(t for kv in cache for t in kv)
-
-    source, padding = torch.from_numpy(x["word_ids"][:2, :6]), torch.from_numpy(x["word_padding"][:2, :6])
-    names = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
-    enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
-    enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
-    with torch.no_grad():
-        onnx_export(Encode(), (source, padding), os.path.join(x["dir"], "s2s_encoder.onnx"),
-                    input_names=["source", "padding"], output_names=[f"memory_{n}" for n in names],
-                    opset_version=17, dynamic_axes=enc_axes)
-        memory = s2s.encode(source, padding)
-        # Traced on a step of 2 tokens after 3 cached: the general path (a mask), right for every T and S.
-        _, cache = s2s.decode_cached(torch.tensor([[1, 5, 6]] * 2), memory, padding)
-    step_axes = {"ids": {0: "batch", 1: "new"}, "padding": {0: "batch", 1: "letters"},
-                 "logits": {0: "batch", 1: "new"}}
-    step_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
-    step_axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
-    step_axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
-    args = (torch.tensor([[7, 8]] * 2), padding) + tuple(t for kv in memory + cache for t in kv)
-    with torch.no_grad():
-        onnx_export(Step(), args, os.path.join(x["dir"], "s2s_step.onnx"),
-                    input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
-                    output_names=["logits"] + [f"present_{n}" for n in names], opset_version=17,
-                    dynamic_axes=step_axes)
+        _, cache = m["lm"].forward_cached(torch.from_numpy(x["prompts"][:1, :3]))
+    return {"version": torch.__version__, "past_shape": list(cache[0][0].shape), "onnx_nodes": nodes,
+            "fused_ops": fused_ops}
 
 
 def ort_int8(spec):
     """The graphs quantized by ONNX Runtime's quantize_dynamic (int8 weights, uint8 activations
     per tensor), written beside them once."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    for name in ("classifier", "lm_step", "s2s_encoder", "s2s_step"):
+    for name in ("classifier.fused", "lm_step", "s2s_encoder", "s2s_step"):
         fp32 = os.path.join(spec["dir"], f"{name}.onnx")
         int8 = os.path.join(spec["dir"], f"{name}.int8.onnx")
         if not os.path.exists(int8):
-            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8)
+            # The fused graph's contrib ops (Attention, SkipLayerNormalization) leave ONNX's shape
+            # inference without types: the weights' type named (ORT's own advice).
+            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     return ".int8"
 
 
@@ -407,7 +369,8 @@ def child_ort(spec, precision=""):
     o = ort.SessionOptions()
     o.intra_op_num_threads, o.inter_op_num_threads = spec["threads"], 1
     o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    cls = ort.InferenceSession(os.path.join(spec["dir"], f"classifier{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
+    cls = ort.InferenceSession(os.path.join(spec["dir"], f"classifier.fused{suffix}.onnx"), o,
+                               providers=["CPUExecutionProvider"])
     lm = ort.InferenceSession(os.path.join(spec["dir"], f"lm_step{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
     enc = ort.InferenceSession(os.path.join(spec["dir"], f"s2s_encoder{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(os.path.join(spec["dir"], f"s2s_step{suffix}.onnx"), o, providers=["CPUExecutionProvider"])
@@ -652,7 +615,8 @@ def prepare(a, work):
         f.write("\n".join(words) + "\n")
     with open(os.path.join(work, "one.txt"), "w") as f:
         f.write(texts[short] + "\n")
-    shutil.copy(os.path.join(ROOT, "python", "multihead", "modules.py"), work)
+    for name in ("modules.py", "onnx_export.py"):
+        shutil.copy(os.path.join(ROOT, "python", "multihead", name), work)
     models = {}
     for name, run in (("classifier", cls), ("lm", lm), ("s2s", s2s)):
         module = run.to_torch()
@@ -725,9 +689,13 @@ def main():
     ap.add_argument("--lm", default=os.path.join(ROOT, "runs", "moby-dick"))
     ap.add_argument("--repeats", type=int, default=20, help="timed calls of a latency cell (at least a second)")
     ap.add_argument("--no-compile", dest="compile", action="store_false", help="leave out torch.compile")
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="torch.compile's max-autotune mode too (fp32; its compilation takes minutes)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (exported graphs, inputs)")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false",
                     help="leave out the bf16 programs (a CPU without bf16 units)")
+    ap.add_argument("--only", help="the programs to run, by name, comma-separated (every one by default; "
+                    "multihead's fp32 reference runs always)")
     add_torch_argument(ap)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -740,6 +708,7 @@ def main():
                "serve": lambda: child_serve(spec, precision),
                "torch": lambda: child_torch(spec, precision, False),
                "compiled": lambda: child_torch(spec, precision, True),
+               "autotuned": lambda: child_torch(spec, precision, "max-autotune"),
                "export": lambda: child_export(spec), "ort": lambda: child_ort(spec, precision)}[kind]
         print(json.dumps(run()))
         return
@@ -788,9 +757,17 @@ def main():
                     ("PyTorch int8 (quantize_dynamic)", "torch:int8", theirs)]
         if a.compile:
             programs += [("torch.compile", "compiled:fp32", theirs), ("torch.compile bf16", "compiled:bf16", theirs)]
+            if a.max_autotune:
+                programs += [("torch.compile max-autotune", "autotuned:fp32", theirs)]
         programs += [("ONNX Runtime", "ort", theirs), ("ONNX Runtime int8", "ort:int8", theirs)]
         if not a.bf16:
             programs = [p for p in programs if not p[1].endswith((":bf16", ":bf16w"))]
+        if a.only:
+            wanted = [w.strip() for w in a.only.split(",")]
+            unknown = [w for w in wanted if w not in [p[0] for p in programs]]
+            if unknown:
+                sys.exit(f"--only: no program {unknown[0]!r}; the programs: {', '.join(p[0] for p in programs)}")
+            programs = [p for p in programs if p[0] in wanted]
         results = {name: [] for name, _, _ in programs}
         for _ in range(a.rounds):
             for name, kind, how in programs:
@@ -808,7 +785,12 @@ def report(a, spec, peer, results):
     print(f"language model {a.lm}: {spec['about']['lm']}")
     print(f"encoder-decoder {a.s2s}: {spec['about']['s2s']}")
     print(f"{a.threads} threads, {a.rounds} alternating rounds, each a fresh process per program; medians of rounds")
-    print(f"PyTorch {peer.version}; ONNX Runtime {results['ONNX Runtime'][0]['version']}\n")
+    ort_version = results['ONNX Runtime'][0]['version'] if 'ONNX Runtime' in results else 'not run'
+    print(f"PyTorch {peer.version}; ONNX Runtime {ort_version}")
+    nodes = spec["onnx_nodes"]
+    counts = "; ".join(f"{name} {' -> '.join(str(n) for n in c)}" for name, c in nodes.items())
+    print(f"ONNX nodes as exported -> after ORT_ENABLE_ALL (the classifier: -> after the transformer optimizer "
+          f"too): {counts}; fused by the optimizer: {', '.join(f'{k} {v}' for k, v in spec['fused_ops'].items())}\n")
     names = list(results)
     print("| | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")

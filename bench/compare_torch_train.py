@@ -4,8 +4,9 @@
 The same encoder classifier on both sides: token embedding (vocab 8000),
 sinusoidal positions, a stack of post-LN TransformerEncoderLayers with a
 final LayerNorm, mean pooling and a linear head to 2 classes; AdamW (PyTorch's
-fused AdamW where it has one on the CPU, 2.4 and later) with gradient clipping
-at 1.0; random tokens, every sequence full length.
+fused AdamW where it has one on the CPU, 2.4 and later; and, as a variant beside torch.compile,
+its foreach AdamW with the step compiled, PyTorch's recipe for a compiled optimizer) with gradient
+clipping at 1.0; random tokens, every sequence full length.
 
     scripts/setup.sh
     /usr/bin/python3 bench/compare_torch_train.py --threads 2
@@ -67,7 +68,14 @@ def torch_tokens_per_s(a):
             return self.classifier(h.mean(1))
 
     model = Classifier().train()
-    opt = adamw(torch, model.parameters(), 1e-4)
+    if a.compile_optimizer:
+        # PyTorch's recipe for a compiled optimizer: AdamW's foreach form, its step under
+        # torch.compile (Inductor fuses the update of every parameter into generated kernels).
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        optimizer_step = torch.compile(opt.step, fullgraph=False)
+    else:
+        opt = adamw(torch, model.parameters(), 1e-4)
+        optimizer_step = opt.step
     # torch.compile (default mode): Inductor compiles forward and backward into generated C++/OpenMP
     # kernels on the CPU; the first step compiles and is timed apart.
     forward = torch.compile(model) if a.compile else model
@@ -82,10 +90,10 @@ def torch_tokens_per_s(a):
             loss = torch.nn.functional.cross_entropy(forward(ids).float(), labels)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step()
 
     first_s = 0.0
-    if a.compile:
+    if a.compile or a.compile_optimizer:
         t0 = time.perf_counter()
         step()
         first_s = time.perf_counter() - t0
@@ -138,6 +146,14 @@ def profile_parts(torch, step, steps=3):
     return {"parts_ms": parts, "top_ops_ms": [[k, round(ms, 1)] for ms, k in ops[:10]]}
 
 
+def peer_label(name, rounds):
+    """A PyTorch program's row name: eager (fused AdamW), compiled, or compiled with its AdamW step."""
+    label = f"PyTorch {rounds[0]['version']}"
+    if name.endswith(" compiled+optimizer"):
+        return label + " + torch.compile, AdamW step compiled (foreach)"
+    return label + (" + torch.compile" if name.endswith(" compiled") else "")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "multihead"))
@@ -164,6 +180,7 @@ def main():
                          "torch.profiler's operators for each eager PyTorch (its faster SDPA kernel)")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)  # the child compiles
+    ap.add_argument("--compile-optimizer", action="store_true", help=argparse.SUPPRESS)  # and its AdamW step
     ap.add_argument("--sdpa", default="auto", help=argparse.SUPPRESS)  # the child's SDPA kernel
     a = ap.parse_args()
     if a.torch_child:
@@ -185,6 +202,7 @@ def main():
     theirs = {p.name: [] for p in peer_list}  # per round: tokens/s and version
     compiled = [p for p in peer_list if p.name != "1.13"] if a.torch_compile else []
     theirs.update({p.name + " compiled": [] for p in compiled})
+    theirs.update({p.name + " compiled+optimizer": [] for p in compiled})
     child_args = [os.path.abspath(__file__), "--torch-child"] + [x for x in sys.argv[1:] if x != "--profile"]
     for _ in range(a.rounds):
         for g in backends:
@@ -193,9 +211,11 @@ def main():
         for p in peer_list:
             theirs[p.name].append(run_fastest_kernel(p, lambda k: child_args + ["--sdpa", k], a.threads))
         for p in compiled:  # SDPA's own choice of kernel inside the compiled graph
-            r = p.run(child_args + ["--sdpa", "auto", "--compile"], a.threads)
-            r["kernel_note"] = f" (first step {r['first_s']:.1f} s)"
-            theirs[p.name + " compiled"].append(r)
+            for suffix, flags in ((" compiled", ["--compile"]),
+                                  (" compiled+optimizer", ["--compile", "--compile-optimizer"])):
+                r = p.run(child_args + ["--sdpa", "auto"] + flags, a.threads)
+                r["kernel_note"] = f" (first step {r['first_s']:.1f} s)"
+                theirs[p.name + suffix].append(r)
     tokens = a.batch * a.seq_len
     print(f"encoder classifier: d_model {a.d_model}, {a.num_heads} heads, {a.num_layers} layers, feed-forward "
           f"{a.dim_feedforward}, vocab {a.vocab_size}, batch {a.batch} x {a.seq_len}, dropout {a.dropout}, "
@@ -208,7 +228,7 @@ def main():
         print(f"| multihead ({g} GEMMs) | {statistics.median(r['tokens_per_s'] for r in runs):.0f} | {steps} |")
     for name, ts in theirs.items():
         steps = ", ".join(f"{tokens / t['tokens_per_s'] * 1e3:.0f}{t['kernel_note']}" for t in ts)
-        label = f"PyTorch {ts[0]['version']}" + (" + torch.compile" if name.endswith(" compiled") else "")
+        label = peer_label(name, ts)
         print(f"| {label} | {statistics.median(t['tokens_per_s'] for t in ts):.0f} | {steps} |")
     for p in compiled:
         print(f"\ntorch.compile (default mode) of PyTorch {p.name} generated: {theirs[p.name + ' compiled'][0]['generated']}")
@@ -216,7 +236,7 @@ def main():
     for g, runs in ours.items():
         for name, ts in theirs.items():
             ratios = [r["tokens_per_s"] / t["tokens_per_s"] for r, t in zip(runs, ts)]
-            label = f"PyTorch {ts[0]['version']}" + (" + torch.compile" if name.endswith(" compiled") else "")
+            label = peer_label(name, ts)
             print(f"speedup with {g} GEMMs over {label}: {statistics.median(ratios):.2f}x "
                   f"(median of rounds: {', '.join(f'{x:.2f}' for x in ratios)})")
         print(f"multihead peak {runs[0]['peak_bytes'] / 2**20:.0f} MiB allocated")

@@ -41,16 +41,40 @@ def alibi_slopes(num_heads):
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def rotate(x, theta, start=0):
-    """RoPE on x (B, H, L, D) at positions start .. start + L - 1: the pair (x[2i], x[2i+1]) at
+def rope_angles(theta, D, start, end):
+    """RoPE's cos and sin at positions start .. end - 1, each (end - start, D/2) float32: pair i at
     position p turns by p * theta^(-2i / D)."""
-    L, D = x.shape[-2], x.shape[-1]
     freq = torch.exp(torch.arange(D // 2, dtype=torch.float64) * (-2.0 * math.log(theta) / D))
-    angle = torch.arange(start, start + L, dtype=torch.float64)[:, None] * freq[None, :]  # (L, D/2)
+    angle = torch.arange(start, end, dtype=torch.float64)[:, None] * freq[None, :]  # (L, D/2)
     # Reduced modulo 2 pi in float64, then float32: cos and sin as exact as in float64 (multihead's),
     # and ONNX Runtime, which has no float64 cos or sin, runs the exported graph.
     angle = torch.remainder(angle, 2 * math.pi).float()
-    c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    return torch.cos(angle), torch.sin(angle)
+
+
+_rope_tables = {}
+
+
+def rope_table(theta, D, positions):
+    """rope_angles for positions 0 .. positions - 1, made once and shared by every layer: what an
+    exported graph gathers by position instead of computing cos and sin at every step."""
+    key = (theta, D, positions)
+    if key not in _rope_tables:
+        _rope_tables[key] = rope_angles(theta, D, 0, positions)
+    return _rope_tables[key]
+
+
+def rotate(x, theta, start=0, table=None):
+    """RoPE on x (B, H, L, D) at positions start .. start + L - 1: the pair (x[2i], x[2i+1]) at
+    position p turns by p * theta^(-2i / D). table: rope_table's (cos, sin) to read the positions
+    from where it holds them (the same numbers); an exported graph always reads it, and fails on
+    positions past it."""
+    L, D = x.shape[-2], x.shape[-1]
+    if table is not None and (_exporting() or start + L <= table[0].shape[0]):
+        c, s = table[0][start:start + L], table[1][start:start + L]
+    else:
+        c, s = rope_angles(theta, D, start, start + L)
+    c, s = c.to(x.dtype), s.to(x.dtype)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
 
@@ -64,6 +88,12 @@ def sinusoidal_table(max_len, d_model):
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle)[:, :d_model // 2]
     return table.float()
+
+
+def _exporting():
+    """Whether torch.onnx.export is tracing this call (then the attention takes the shape ONNX
+    Runtime's optimizer fuses)."""
+    return hasattr(torch, "onnx") and torch.onnx.is_in_onnx_export()
 
 
 def _masked_softmax(scores, blocked):
@@ -88,7 +118,7 @@ class Attention(nn.Module):
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, positions="none", rope_theta=10000.0,
                  relative_clip=16, relative_values=True, attention="full", window_left=64, window_right=64,
-                 sparse_block=64, sparse_neighbours=1, global_tokens=0, num_kv_heads=0):
+                 sparse_block=64, sparse_neighbours=1, global_tokens=0, num_kv_heads=0, rope_positions=0):
         super().__init__()
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads
@@ -115,6 +145,15 @@ class Attention(nn.Module):
                 self.relative_value = None
         if positions == "alibi":
             self.register_buffer("alibi_slopes", alibi_slopes(num_heads), persistent=False)
+        # RoPE's cos and sin for the model's positions (rope_positions > 0): read, not recomputed.
+        if positions == "rope" and rope_positions > 0:
+            cos, sin = rope_table(rope_theta, self.head_dim, rope_positions)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+
+    @property
+    def _rope(self):
+        return (self.rope_cos, self.rope_sin) if hasattr(self, "rope_cos") else None
 
     def _heads(self, x, start, heads):
         """Rows start : start + heads * head_dim of the projection of x, as (B, heads, L, head_dim)."""
@@ -167,7 +206,7 @@ class Attention(nn.Module):
         q = self._heads(x, 0, self.num_heads)
         k, v = self.keys_values(x if memory is None else memory)
         if self.positions == "rope":
-            q, k = rotate(q, self.rope_theta), rotate(k, self.rope_theta)
+            q, k = rotate(q, self.rope_theta, 0, self._rope), rotate(k, self.rope_theta, 0, self._rope)
         return self._attend(q, k, v, key_padding_mask, causal)
 
     def cross(self, x, kv, key_padding_mask=None):
@@ -187,7 +226,7 @@ class Attention(nn.Module):
         q = self._heads(x, 0, self.num_heads)
         k, v = self.keys_values(x)
         if self.positions == "rope":
-            q, k = rotate(q, self.rope_theta, S), rotate(k, self.rope_theta, S)
+            q, k = rotate(q, self.rope_theta, S, self._rope), rotate(k, self.rope_theta, S, self._rope)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         # The new tokens at positions S .. S + T - 1 among the keys (causal, bottom-right).
@@ -207,6 +246,8 @@ class Attention(nn.Module):
 
     def _softmax(self, q, k, v, key_padding_mask, causal):
         L, S = q.shape[2], k.shape[2]
+        if _exporting() and self.attention == "full" and self.positions in ("none", "rope"):
+            return self._softmax_for_onnx(q, k, v, key_padding_mask, causal)
         if (not torch.is_grad_enabled() and self.attention == "full" and self.positions in ("none", "rope")
                 and hasattr(F, "scaled_dot_product_attention")):
             # Inference on PyTorch 2: its fused kernel (and, exported, one masked softmax). A query that
@@ -235,6 +276,24 @@ class Attention(nn.Module):
         if buckets is not None and self.relative_value is not None:
             out = out + torch.matmul(torch.einsum("bhls,lsn->bhln", probs, buckets), self.relative_value)
         return out
+
+    def _softmax_for_onnx(self, q, k, v, key_padding_mask, causal):
+        """Softmax attention as ONNX Runtime's transformer optimizer recognises it and fuses into
+        one Attention (or MultiHeadAttention) node: MatMul, Div by sqrt(head_dim), Add of the
+        additive mask BERT's exporters write ((1 - keep) * the float minimum, keep unsqueezed twice
+        from (B, S)), Softmax, MatMul. A key blocked costs the float minimum rather than minus
+        infinity, so a query with no key left averages every value instead of giving zeros."""
+        L, S = q.shape[2], k.shape[2]
+        lowest = torch.finfo(q.dtype).min
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        if key_padding_mask is not None:
+            keep = (~key_padding_mask.bool()).unsqueeze(1).unsqueeze(2).to(q.dtype)
+            scores = scores + (1.0 - keep) * lowest
+        if causal:  # bottom-right: query i sits at key position i + S - L (none blocked for one query)
+            i = torch.arange(L, device=q.device)[:, None] + (S - L)
+            j = torch.arange(S, device=q.device)[None, :]
+            scores = scores + (j > i).to(q.dtype) * lowest
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
 
     def _linear(self, q, k, v, key_padding_mask, causal):
         """Katharopoulos et al. (2020): out_i = phi(q_i) S_i / (phi(q_i) . z_i + eps)."""
@@ -281,10 +340,13 @@ class EncoderLayer(nn.Module):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     def forward(self, x, padding=None, causal=False):
+        # The attention's output is the residual sum's first term (the same sum): ONNX Runtime's
+        # optimizer looks for the attention there first and would take an Add before x (the
+        # positions added to the embeddings) for it.
         if self.norm_first:
-            x = x + self.dropout1(self.self_attn(self.norm1(x), key_padding_mask=padding, causal=causal))
+            x = self.dropout1(self.self_attn(self.norm1(x), key_padding_mask=padding, causal=causal)) + x
             return x + self._ff(self.norm2(x))
-        x = self.norm1(x + self.dropout1(self.self_attn(x, key_padding_mask=padding, causal=causal)))
+        x = self.norm1(self.dropout1(self.self_attn(x, key_padding_mask=padding, causal=causal)) + x)
         return self.norm2(x + self._ff(x))
 
 
@@ -389,7 +451,8 @@ def layer_settings(model, pytorch_layers=True):
     positions = model.get("positions", "sinusoidal")
     attention = {"positions": positions if positions in ("rope", "alibi", "relative") else "none",
                  "rope_theta": model.get("rope_theta", 10000.0), "relative_clip": model.get("relative_clip", 16),
-                 "relative_values": model.get("relative_values", True)}
+                 "relative_values": model.get("relative_values", True),
+                 "rope_positions": model.get("max_len", 512) if positions == "rope" else 0}
     for key, default in (("attention", "full"), ("window_left", 64), ("window_right", 64), ("sparse_block", 64),
                          ("sparse_neighbours", 1), ("global_tokens", 0), ("num_kv_heads", 0)):
         attention[key] = model.get(key, default)

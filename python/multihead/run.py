@@ -126,6 +126,28 @@ class Run:
         module.load_state_dict(weights)
         return module.eval()
 
+    def export_onnx(self, directory):
+        """The run's model as ONNX graphs in directory (created if missing), traced from
+        to_torch(pytorch_layers=False) in the shape ONNX Runtime's transformer optimizer fuses
+        (multihead.onnx_export): a classifier's (ids, padding) -> logits "classifier.onnx"; a
+        language model's decoding step with its KV cache "lm_step.onnx"; an encoder-decoder's
+        encoder "s2s_encoder.onnx" and decoding step "s2s_step.onnx". Returns their paths."""
+        import torch
+        from . import onnx_export
+        kind = {"text_classification": "classifier", "word_stress": "classifier", "language_modeling": "lm",
+                "sequence_task": "lm", "pronunciation": "s2s"}.get(self.task)
+        if kind is None:
+            raise ValueError(f"export_onnx exports classifiers, language models and encoder-decoders, not {self.task}")
+        module = self.to_torch(pytorch_layers=False)
+        vocab = (module.source_embedding if kind == "s2s" else module.embedding).weight.shape[0]
+        rows, length = (1, 5) if kind == "lm" else (2, 6)
+        ids = torch.randint(0, vocab, (rows, length), generator=torch.Generator().manual_seed(0))
+        padding = torch.zeros(rows, length, dtype=torch.bool)
+        if kind != "lm":
+            padding[1, length - 2:] = True  # traced with padding: the masked path
+        os.makedirs(directory, exist_ok=True)
+        return onnx_export.export_module(kind, module, directory, ids, padding)
+
     def test_texts(self):
         """The run's test split, as its training split it (the data must still be where the run read
         it): a text classifier's (texts, label names); a pronunciation run's (words, each word's first

@@ -294,6 +294,93 @@ def test_onnx_export_passes_the_checker(runs, name, inputs):
     assert [i.name for i in model.graph.input] == list(inputs)
 
 
+def ort_session(path):
+    ort = pytest.importorskip("onnxruntime")  # the project's .venv (python/requirements.txt)
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("name", ["classifier-sinusoidal", "classifier-learned-cls-prenorm-gelu"])
+def test_an_exported_classifier_is_what_onnx_runtimes_optimizer_fuses(runs, name, tmp_path):
+    pytest.importorskip("onnxruntime")  # and its transformer optimizer: the .venv only
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+    run = multihead.load_run(runs[name], threads=1)
+    (path,) = run.export_onnx(tmp_path)
+    options = FusionOptions("bert")
+    options.use_raw_attention_mask(True)
+    fused = optimize_model(path, model_type="bert", num_heads=4, hidden_size=16, optimization_options=options)
+    ops = fused.get_fused_operator_statistics()
+    # Each of the 2 layers: one Attention, and its two residual sums in SkipLayerNormalization
+    # (post-norm; pre-norm has the next layer's, or the final, norm after each sum); GELU's bias in it.
+    assert ops["Attention"] == 2 and ops["SkipLayerNormalization"] >= 3, ops
+    if "gelu" in name:
+        assert ops["BiasGelu"] == 2, ops
+    fused.save_model_to_file(str(tmp_path / "fused.onnx"))
+    inputs, want = run.sample(4)
+    inputs["padding"][1, -3:] = True  # a padded row among them
+    with torch.no_grad():
+        want = run.to_torch()(**inputs)
+    feed = {k: v.numpy() for k, v in inputs.items()}
+    for graph in (path, tmp_path / "fused.onnx"):
+        assert_matches(torch.from_numpy(ort_session(graph).run(None, feed)[0]), want)
+
+
+def test_an_exported_language_model_decodes_with_its_cache_and_a_rope_table(runs, tmp_path):
+    import onnx
+    run = multihead.load_run(runs["lm-rope-gqa-prenorm"], threads=1)
+    (path,) = run.export_onnx(tmp_path)
+    ops = {n.op_type for n in onnx.load(path).graph.node}
+    assert not ops & {"Cos", "Sin", "Exp"}, "RoPE's angles are gathered from a table, not computed at each step"
+    step = ort_session(path)
+    module = run.to_torch()
+    ids = torch.tensor([run.tokenizer.encode(p) for p in ("the wha", "sky was")])
+    with torch.no_grad():
+        want = module.generate(ids, 6)
+    names = [i.name for i in step.get_inputs()[1:]]
+    feed = {n: torch.zeros(2, 2, 0, 4).numpy() for n in names}  # 2 key/value heads of 4
+    feed["ids"], got = ids.numpy(), [ids]
+    for _ in range(6):
+        out = step.run(None, feed)
+        nxt = torch.from_numpy(out[0][:, -1].argmax(-1))[:, None]
+        got.append(nxt)
+        feed = dict(zip(names, out[1:]), ids=nxt.numpy())
+    assert torch.equal(torch.cat(got, dim=1), want)
+
+
+def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, tmp_path):
+    run = multihead.load_run(runs["pronunciation-rope-gqa-prenorm"], threads=1)
+    encoder_path, step_path = run.export_onnx(tmp_path)
+    encoder, step = ort_session(encoder_path), ort_session(step_path)
+    module = run.to_torch()
+    vocab = run.tokenizer
+    words = [vocab.encode(w) for w in ("BADEA", "STORMEA")]
+    source = torch.full((2, 7), vocab.pad_id)
+    for i, w in enumerate(words):
+        source[i, :len(w)] = torch.tensor(w)
+    padding = source == vocab.pad_id
+    with torch.no_grad():
+        want = module.generate(source, padding, vocab.start_id, vocab.end_id, max_len=8)
+    memory = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, {"source": source.numpy(),
+                                                                                   "padding": padding.numpy()})))
+    past = [i.name for i in step.get_inputs() if i.name.startswith("past_")]
+    feed = {n: torch.zeros(2, 2, 0, 4).numpy() for n in past}
+    nxt, got = torch.full((2, 1), vocab.start_id), []
+    for _ in range(want.shape[1]):
+        out = step.run(None, dict(feed, ids=nxt.numpy(), padding=padding.numpy(), **memory))
+        nxt = torch.from_numpy(out[0][:, -1].argmax(-1))[:, None]
+        got.append(nxt)
+        feed = dict(zip(past, out[1:]))
+    got = torch.cat(got, dim=1)
+    ended = torch.cumsum(got == vocab.end_id, 1) - (got == vocab.end_id).long() > 0  # after the end: free
+    assert torch.equal(got[~ended], want[~ended])
+
+
+def test_a_run_with_no_onnx_graph_says_so(runs, tmp_path):
+    with pytest.raises(ValueError, match="export_onnx exports classifiers, language models and encoder-decoders, "
+                                         "not image_classification"):
+        multihead.load_run(runs["image"]).export_onnx(tmp_path)
+
+
 def test_weights_changed_in_pytorch_fine_tune_in_multihead_and_come_back(runs, data, tmp_path):
     import hashlib
     source_dir = runs["classifier-rope-gqa"]

@@ -1,0 +1,143 @@
+"""ONNX graphs of the modules of multihead.modules (Run.to_torch(pytorch_layers=False)), made for
+ONNX Runtime: needs PyTorch (and its ONNX exporter) only.
+
+- classifier (ids, padding) -> logits;
+- a language model's decoding step with its KV cache: (ids, past_key_i, past_value_i ...) ->
+  (logits, present_key_i, present_value_i ...), each cache (B, kv_heads, length, head_dim);
+- an encoder-decoder's encoder (source, padding) -> (memory_key_i, memory_value_i ...), the
+  memory's cross-attention keys and values for each decoder layer, and its decoding step (ids,
+  padding, memory_*, past_*) -> (logits, present_*).
+
+Every axis but the model's own is dynamic. While torch.onnx.export traces them, multihead.modules'
+attention takes the shape ONNX Runtime's transformer optimizer fuses (separate Q, K and V
+projections, MatMul / Div / an additive mask / Softmax / MatMul, the attention first in its residual
+sum), and RoPE reads its cos and sin from a table by position:
+
+    from onnxruntime.transformers.optimizer import optimize_model
+    optimize_model("classifier.onnx", model_type="bert", num_heads=H, hidden_size=E)
+
+turns each encoder layer of a classifier into one Attention and two SkipLayerNormalization nodes
+(and BiasGelu where the activation is GELU).
+"""
+import inspect
+import os
+
+import torch
+
+OPSET = 17
+
+
+def export(module, args, path, **kwargs):
+    """torch.onnx.export with the TorchScript-based exporter (PyTorch 2.9 and later default to the
+    dynamo one, whose graphs ONNX Runtime's optimizer does not match), in eval mode, no gradients."""
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs["dynamo"] = False
+    with torch.no_grad():
+        torch.onnx.export(module, args, path, opset_version=OPSET, **kwargs)
+    return path
+
+
+def export_classifier(classifier, path, ids, padding):
+    """classifier (a SequenceClassifier) as (ids, padding) -> logits, traced on ids (B, L) and
+    padding (B, L) bool."""
+    axes = {"ids": {0: "batch", 1: "length"}, "padding": {0: "batch", 1: "length"}, "logits": {0: "batch"}}
+    return export(classifier, (ids, padding), path, input_names=["ids", "padding"], output_names=["logits"],
+                  dynamic_axes=axes)
+
+
+def _flat(cache):
+    return tuple(t for kv in cache for t in kv)
+
+
+def _pairs(flat, first, count):
+    return [(flat[2 * (first + i)], flat[2 * (first + i) + 1]) for i in range(count)]
+
+
+def _cache_names(layers):
+    return [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+
+
+class _LanguageModelStep(torch.nn.Module):
+    def __init__(self, lm):
+        super().__init__()
+        self.lm, self.layers = lm, len(lm.encoder.layers)
+
+    def forward(self, ids, *past):
+        logits, cache = self.lm.forward_cached(ids, _pairs(past, 0, self.layers))
+        return (logits,) + _flat(cache)
+
+
+def export_language_model_step(lm, path, prompt):
+    """lm's decoding step (a LanguageModel) with its KV cache; prompt (1, P >= 5) ids: traced on
+    its tokens 3 and 4 after the first three cached (the general path, a mask), right for every
+    number of new and cached tokens."""
+    with torch.no_grad():
+        _, cache = lm.forward_cached(prompt[:1, :3])
+    names = _cache_names(len(lm.encoder.layers))
+    axes = {"ids": {0: "batch", 1: "new"}, "logits": {0: "batch", 1: "new"}}
+    axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
+    axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
+    return export(_LanguageModelStep(lm), (prompt[:1, 3:5],) + _flat(cache), path,
+                  input_names=["ids"] + [f"past_{n}" for n in names],
+                  output_names=["logits"] + [f"present_{n}" for n in names], dynamic_axes=axes)
+
+
+class _Encode(torch.nn.Module):
+    def __init__(self, s2s):
+        super().__init__()
+        self.s2s = s2s
+
+    def forward(self, source, padding):
+        return _flat(self.s2s.encode(source, padding))
+
+
+class _DecodeStep(torch.nn.Module):
+    def __init__(self, s2s):
+        super().__init__()
+        self.s2s, self.layers = s2s, len(s2s.decoder.layers)
+
+    def forward(self, ids, padding, *kv):
+        logits, cache = self.s2s.decode_cached(ids, _pairs(kv, 0, self.layers), padding,
+                                               _pairs(kv, self.layers, self.layers))
+        return (logits,) + _flat(cache)
+
+
+def export_encoder_decoder(s2s, encoder_path, step_path, source, padding):
+    """s2s (an EncoderDecoder) as its encoder and its decoding step, traced on source (B, S) ids
+    and padding (B, S) bool, the step on two target tokens after three cached."""
+    names = _cache_names(len(s2s.decoder.layers))
+    enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
+    enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
+    export(_Encode(s2s), (source, padding), encoder_path, input_names=["source", "padding"],
+           output_names=[f"memory_{n}" for n in names], dynamic_axes=enc_axes)
+    with torch.no_grad():
+        memory = s2s.encode(source, padding)
+        _, cache = s2s.decode_cached(torch.tensor([[1, 5, 6]] * source.shape[0]), memory, padding)
+    axes = {"ids": {0: "batch", 1: "new"}, "padding": {0: "batch", 1: "letters"}, "logits": {0: "batch", 1: "new"}}
+    axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
+    axes.update({f"past_{n}": {0: "batch", 2: "cached"} for n in names})
+    axes.update({f"present_{n}": {0: "batch", 2: "length"} for n in names})
+    args = (torch.tensor([[7, 8]] * source.shape[0]), padding) + _flat(memory) + _flat(cache)
+    export(_DecodeStep(s2s), args, step_path,
+           input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
+           output_names=["logits"] + [f"present_{n}" for n in names], dynamic_axes=axes)
+    return encoder_path, step_path
+
+
+def graph_files(kind):
+    """The file names export_run writes for a model kind ("classifier", "lm", "s2s")."""
+    return {"classifier": ["classifier.onnx"], "lm": ["lm_step.onnx"],
+            "s2s": ["s2s_encoder.onnx", "s2s_step.onnx"]}[kind]
+
+
+def export_module(kind, module, directory, ids, padding=None):
+    """module's graphs into directory (graph_files(kind)), traced on ids (B, L) (and padding for a
+    classifier or an encoder-decoder's source); returns their paths."""
+    paths = [os.path.join(directory, f) for f in graph_files(kind)]
+    if kind == "classifier":
+        export_classifier(module, paths[0], ids, padding)
+    elif kind == "lm":
+        export_language_model_step(module, paths[0], ids)
+    else:
+        export_encoder_decoder(module, paths[0], paths[1], ids, padding)
+    return paths
