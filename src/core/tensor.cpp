@@ -51,9 +51,9 @@ std::string shape_str(const Shape& shape) {
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
-    check<ShapeError>(d >= 0, "negative dimension in shape {}", shape_str(shape));
+    check<ShapeError>(d >= 0, "negative dimension in shape {}", shape_text(shape));
     check<ShapeError>(d == 0 || n <= std::numeric_limits<std::int64_t>::max() / d, "shape {} is too large",
-                      shape_str(shape));
+                      shape_text(shape));
     n *= d;
   }
   return n;
@@ -68,7 +68,7 @@ void set_poison_uninitialized(bool on) noexcept { g_poison.store(on); }
 Tensor::Tensor(Shape shape, DType dtype, Uninit)
     : shape_(std::move(shape)), numel_(shape_numel(shape_)), dtype_(dtype) {
   check<MemoryError>(static_cast<std::uint64_t>(numel_) <= kMaxAllocationBytes / dtype_size(dtype_),
-                     "a tensor of shape {} would need more than {} bytes", shape_str(shape_), kMaxAllocationBytes);
+                     "a tensor of shape {} would need more than {} bytes", shape_text(shape_), kMaxAllocationBytes);
   data_ = tracked_alloc(nbytes());
 }
 
@@ -113,7 +113,7 @@ void Tensor::release() noexcept {
 Tensor Tensor::from(Shape shape, std::span<const float> values) {
   Tensor t(std::move(shape), DType::kF32);
   check<ShapeError>(static_cast<std::int64_t>(values.size()) == t.numel(), "{} values given for shape {}",
-                    values.size(), shape_str(t.shape()));
+                    values.size(), shape_text(t.shape()));
   if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size_bytes());
   return t;
 }
@@ -121,7 +121,7 @@ Tensor Tensor::from(Shape shape, std::span<const float> values) {
 Tensor Tensor::from_bool(Shape shape, std::span<const std::uint8_t> values) {
   Tensor t(std::move(shape), DType::kBool);
   check<ShapeError>(static_cast<std::int64_t>(values.size()) == t.numel(), "{} values given for shape {}",
-                    values.size(), shape_str(t.shape()));
+                    values.size(), shape_text(t.shape()));
   auto* d = t.data<std::uint8_t>();
   for (std::size_t i = 0; i < values.size(); ++i) d[i] = values[i] ? 1 : 0;
   return t;
@@ -130,7 +130,7 @@ Tensor Tensor::from_bool(Shape shape, std::span<const std::uint8_t> values) {
 Tensor Tensor::from_i64(Shape shape, std::span<const std::int64_t> values) {
   Tensor t(std::move(shape), DType::kI64);
   check<ShapeError>(static_cast<std::int64_t>(values.size()) == t.numel(), "{} values given for shape {}",
-                    values.size(), shape_str(t.shape()));
+                    values.size(), shape_text(t.shape()));
   if (!values.empty()) std::memcpy(t.raw(), values.data(), values.size_bytes());
   return t;
 }
@@ -144,12 +144,12 @@ Tensor Tensor::clone() const {
 std::int64_t Tensor::dim(int i) const {
   int n = ndim();
   int j = i < 0 ? i + n : i;
-  check<ShapeError>(j >= 0 && j < n, "dimension {} out of range for shape {}", i, shape_str(shape_));
+  check<ShapeError>(j >= 0 && j < n, "dimension {} out of range for shape {}", i, shape_text(shape_));
   return shape_[static_cast<std::size_t>(j)];
 }
 
 void Tensor::reshape(Shape shape) {
-  check<ShapeError>(shape_numel(shape) == numel_, "cannot reshape {} to {}", shape_str(shape_), shape_str(shape));
+  check<ShapeError>(shape_numel(shape) == numel_, "cannot reshape {} to {}", shape_text(shape_), shape_text(shape));
   shape_ = std::move(shape);
 }
 
@@ -167,7 +167,7 @@ void Tensor::check_dtype(DType want) const {
 }
 
 void expect_shape(const Tensor& t, const Shape& want, std::string_view what) {
-  check<ShapeError>(t.shape() == want, "{} has shape {}, expected {}", what, shape_str(t.shape()), shape_str(want));
+  check<ShapeError>(t.shape() == want, "{} has shape {}, expected {}", what, shape_text(t.shape()), shape_text(want));
 }
 
 Tensor gather_rows(const Tensor& t, std::span<const std::int64_t> rows) {

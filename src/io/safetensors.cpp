@@ -125,7 +125,7 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
                    e.end, name, data_size);
     check<IoError>(e.end - e.begin == numel * esize,
                    "{}: '{}' has {} bytes but shape {} of {} needs {}", src, name, e.end - e.begin,
-                   shape_str(e.shape), e.dtype, numel * esize);
+                   shape_text(e.shape), e.dtype, numel * esize);
     f.entries_.emplace(name, std::move(e));
   }
 

@@ -15,7 +15,7 @@ namespace {
 // Rows of x viewed as (N, last): N = numel / last.
 std::int64_t rows_of(const Tensor& x, std::int64_t last, const char* what) {
   check<ShapeError>(x.ndim() >= 1 && x.dim(-1) == last, "{} input has shape {}, expected (..., {})", what,
-                    shape_str(x.shape()), last);
+                    shape_text(x.shape()), last);
   return x.numel() / last;
 }
 
@@ -205,7 +205,7 @@ const Tensor& Dropout::backward(const Tensor& g, Tensor& scratch) const {
 }
 
 void add_inplace(Tensor& a, const Tensor& b) {
-  check<ShapeError>(a.shape() == b.shape(), "cannot add {} to {}", shape_str(b.shape()), shape_str(a.shape()));
+  check<ShapeError>(a.shape() == b.shape(), "cannot add {} to {}", shape_text(b.shape()), shape_text(a.shape()));
   float* pa = a.f32();
   const float* pb = b.f32();
   const std::int64_t n = a.numel();

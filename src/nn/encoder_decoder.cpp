@@ -72,7 +72,7 @@ Tensor EncoderDecoder::forward(const Tensor& source, const Tensor* source_paddin
                                const ForwardContext& ctx) {
   check<ShapeError>(source.ndim() == 2 && target.ndim() == 2 && source.dim(0) == target.dim(0),
                     "source ids have shape {} and target ids {}, expected (B, S) and (B, T)",
-                    shape_str(source.shape()), shape_str(target.shape()));
+                    shape_text(source.shape()), shape_text(target.shape()));
   source_masks_ = AttentionMaskArgs{source_padding, nullptr, CausalAlign::kNone};
   x_ = source_embedding_.forward(source);
   source_positions_.forward_inplace(x_);
@@ -115,7 +115,7 @@ EncodedMemory EncoderDecoder::encode(const Tensor& source, const Tensor* source_
 Tensor EncoderDecoder::decode_step(const Tensor& target, std::vector<KvCache>& self_caches,
                                    const EncodedMemory& memory, std::int64_t capacity, Precision p) {
   check<ShapeError>(target.ndim() == 2 && target.dim(0) == memory.batch(),
-                    "target ids have shape {}, expected ({}, T)", shape_str(target.shape()), memory.batch());
+                    "target ids have shape {}, expected ({}, T)", shape_text(target.shape()), memory.batch());
   const std::int64_t past = self_caches.empty() ? 0 : self_caches.front().length;
   Tensor y = target_embedding_.forward(target);
   target_embedding_.release_saved();

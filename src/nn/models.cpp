@@ -214,7 +214,7 @@ void SequenceClassifier::release_saved() {
 }
 
 Tensor SequenceClassifier::forward(const Tensor& ids, const Tensor* padding, const ForwardContext& ctx) {
-  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, L)", shape_str(ids.shape()));
+  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, L)", shape_text(ids.shape()));
   const std::int64_t B = ids.dim(0), L = ids.dim(1), d = cfg_.layer.d_model;
   if (padding) {
     expect_shape(*padding, {B, L}, "padding mask");
@@ -336,7 +336,7 @@ void LanguageModel::release_saved() {
 }
 
 Tensor LanguageModel::forward(const Tensor& ids, const ForwardContext& ctx) {
-  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, L)", shape_str(ids.shape()));
+  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, L)", shape_text(ids.shape()));
   x_ = embedding_.forward(ids);
   positions_.forward_inplace(x_);
   AttentionMaskArgs masks;
@@ -363,7 +363,7 @@ Tensor LanguageModel::logits_of(const Tensor& h, Precision p, SavedTensor& saved
 
 Tensor LanguageModel::forward_cached(const Tensor& ids, std::vector<KvCache>& caches, std::int64_t capacity,
                                      Precision p) {
-  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, T)", shape_str(ids.shape()));
+  check<ShapeError>(ids.ndim() == 2, "token ids have shape {}, expected (B, T)", shape_text(ids.shape()));
   const std::int64_t past = caches.empty() ? 0 : caches[0].length;
   Tensor x = embedding_.forward(ids);
   embedding_.release_saved();

@@ -180,7 +180,7 @@ AttentionMasks<float> MultiheadAttention::input_masks(const Tensor* key_padding_
   if (attn_mask) {
     const Shape& s = attn_mask->shape();
     bool ok2 = s == Shape{L, S}, ok3 = s == Shape{B * H, L, S};
-    check<ShapeError>(ok2 || ok3, "attn_mask has shape {}, expected ({}, {}) or ({}, {}, {})", shape_str(s), L, S,
+    check<ShapeError>(ok2 || ok3, "attn_mask has shape {}, expected ({}, {}) or ({}, {}, {})", shape_text(s), L, S,
                       B * H, L, S);
     masks.attn_per_head = ok3;
     if (mask_is_bool(*attn_mask, "attn_mask")) masks.attn_bool = attn_mask->data<std::uint8_t>();
@@ -410,13 +410,13 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
                                                      const MultiheadAttentionCall& call) {
   const std::int64_t E = cfg_.embed_dim;
   check<ShapeError>(query.ndim() == 3 && query.dim(2) == E, "query has shape {}, expected (B, L, {})",
-                    shape_str(query.shape()), E);
+                    shape_text(query.shape()), E);
   const std::int64_t B = query.dim(0), L = query.dim(1);
   check<ShapeError>(key.ndim() == 3 && key.dim(0) == B && key.dim(2) == cfg_.key_dim(),
-                    "key has shape {}, expected ({}, S, {})", shape_str(key.shape()), B, cfg_.key_dim());
+                    "key has shape {}, expected ({}, S, {})", shape_text(key.shape()), B, cfg_.key_dim());
   const std::int64_t S = key.dim(1);
   check<ShapeError>(value.ndim() == 3 && value.dim(0) == B && value.dim(1) == S && value.dim(2) == cfg_.value_dim(),
-                    "value has shape {}, expected ({}, {}, {})", shape_str(value.shape()), B, S, cfg_.value_dim());
+                    "value has shape {}, expected ({}, {}, {})", shape_text(value.shape()), B, S, cfg_.value_dim());
   for (const auto& [t, name] : {std::pair{&query, "query"}, std::pair{&key, "key"}, std::pair{&value, "value"}})
     check<ShapeError>(t->dtype() == DType::kF32, "{} has dtype {}, expected {}", name, dtype_name(t->dtype()),
                       dtype_name(DType::kF32));

@@ -19,7 +19,7 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
                                           Tensor* weights) {
   const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
   const std::int64_t PW = E + 2 * KE, KH = cfg_.kv_heads(), group = cfg_.group();
-  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
+  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_text(x.shape()), E);
   check<ConfigError>(cfg_.packed_in_proj() && !cfg_.add_bias_kv && !cfg_.add_zero_attn,
                      "cached decoding supports plain self-attention only");
   const std::int64_t B = x.dim(0), T = x.dim(1), past = cache.length;
@@ -119,7 +119,7 @@ Tensor MultiheadAttention::project_output(const Tensor& attn) const {
 void MultiheadAttention::cache_memory(const Tensor& memory, KvCache& cache, Precision p) const {
   const std::int64_t E = cfg_.embed_dim, KE = cfg_.kv_dim();
   check<ShapeError>(memory.ndim() == 3 && memory.dim(2) == E, "memory has shape {}, expected (B, S, {})",
-                    shape_str(memory.shape()), E);
+                    shape_text(memory.shape()), E);
   check<ConfigError>(cfg_.packed_in_proj() && !cfg_.add_bias_kv && !cfg_.add_zero_attn &&
                          cfg_.positions == AttentionPositions::kNone && cfg_.variant == AttentionVariant::kFull,
                      "cached cross-attention supports plain full attention only");
@@ -144,7 +144,7 @@ void MultiheadAttention::cache_memory(const Tensor& memory, KvCache& cache, Prec
 Tensor MultiheadAttention::forward_memory(const Tensor& x, const KvCache& memory, const Tensor* key_padding_mask,
                                           Tensor* weights) {
   const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
-  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_str(x.shape()), E);
+  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_text(x.shape()), E);
   check<ShapeError>(memory.k.defined() && memory.k.dim(0) == x.dim(0),
                     "the memory cache holds batch {}, the input has batch {}",
                     memory.k.defined() ? memory.k.dim(0) : 0, x.dim(0));

@@ -28,11 +28,11 @@ void load_state_dict(ParamStore& store, const TensorMap& tensors, const std::str
   for (std::size_t h = 0; h < store.entries().size(); ++h) {
     const auto& e = store.entry(h);
     auto it = tensors.find(e.name);
-    check<ShapeError>(it != tensors.end(), "{}: missing tensor '{}' of shape {}", what, e.name, shape_str(e.shape));
+    check<ShapeError>(it != tensors.end(), "{}: missing tensor '{}' of shape {}", what, e.name, shape_text(e.shape));
     const Tensor& t = it->second;
     check<ShapeError>(t.dtype() == DType::kF32, "{}: '{}' must be F32, got {}", what, e.name, dtype_name(t.dtype()));
-    check<ShapeError>(t.shape() == e.shape, "{}: '{}' has shape {}, expected {}", what, e.name, shape_str(t.shape()),
-                      shape_str(e.shape));
+    check<ShapeError>(t.shape() == e.shape, "{}: '{}' has shape {}, expected {}", what, e.name, shape_text(t.shape()),
+                      shape_text(e.shape));
     check_finite_weights(t, what, e.name);
   }
   if (!allow_extra)

@@ -131,7 +131,7 @@ class BF16Weights {
 Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
   const std::int64_t d = linear1_.in(), F = linear1_.out();
   check<ShapeError>(x.ndim() >= 1 && x.dim(-1) == d, "feed-forward input has shape {}, expected (..., {})",
-                    shape_str(x.shape()), d);
+                    shape_text(x.shape()), d);
   const std::int64_t N = x.numel() / d, rows = ff_block_rows(d, F);
   const DType st = storage_dtype(ctx.precision);
   const DropoutSpec& drop = dropout_.begin(ctx);

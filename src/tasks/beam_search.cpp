@@ -53,7 +53,7 @@ void reorder(std::vector<KvCache>& caches, std::span<const std::int64_t> rows) {
 void check_source(const EncoderDecoder& model, const Tensor& source, const DecodeOptions& o) {
   o.validate();
   check<ShapeError>(source.ndim() == 2 && source.dim(0) > 0, "source ids have shape {}, expected (B, S)",
-                    shape_str(source.shape()));
+                    shape_text(source.shape()));
   const std::int64_t V = model.config().model.vocab_size;
   check<ConfigError>(o.start_token < V && o.end_token < V, "start and end tokens must be below the vocabulary of {}",
                      V);

@@ -160,7 +160,10 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
       for (const std::int64_t i : batch) part.push_back(&ids[static_cast<std::size_t>(i)]);
       TokenBatch tb = make_token_batch(part, std::vector<std::int64_t>(part.size(), 0), job_.max_len, frame);
       padding_ = &tb.padding;
-      use(batch, model_.forward(tb.ids, &tb.padding, ctx));
+      // A batch with no padding (one text, or texts of one length) masks no key: the model
+      // takes no mask then, the same numbers without the masked kernels' work.
+      const bool padded = tb.tokens < tb.ids.numel();
+      use(batch, model_.forward(tb.ids, padded ? &tb.padding : nullptr, ctx));
       padding_ = nullptr;
       model_.release_saved();
     }

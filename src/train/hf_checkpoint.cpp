@@ -543,7 +543,7 @@ TensorMap gpt2_tensors(const HfCheckpoint& c, TensorMap all) {
       if (tied) continue;
       check<IoError>(t.shape() == Shape({m["vocab_size"], m["d_model"]}),
                      "{}: 'lm_head.weight' has shape {}, but config.json implies ({}, {})", c.weights_path,
-                     shape_str(t.shape()), m["vocab_size"].dump(), m["d_model"].dump());
+                     shape_text(t.shape()), m["vocab_size"].dump(), m["d_model"].dump());
       out["lm_head.weight"] = as_f32(std::move(t));
       continue;
     }
@@ -554,12 +554,12 @@ TensorMap gpt2_tensors(const HfCheckpoint& c, TensorMap all) {
                    "{}: '{}' is {}, not a float tensor", c.weights_path, name, dtype_name(t.dtype()));
     const Shape stored = r.transpose ? Shape{r.shape[1], r.shape[0]} : r.shape;
     check<IoError>(t.shape() == stored, "{}: '{}' has shape {}, but config.json implies {}", c.weights_path, name,
-                   shape_str(t.shape()), shape_str(stored));
+                   shape_text(t.shape()), shape_text(stored));
     out[r.to] = r.transpose ? transposed(as_f32(std::move(t))) : as_f32(std::move(t));
   }
   for (const auto& [from, r] : names)
     check<IoError>(out.contains(r.to), "{}: lacks '{}' of shape {}", c.weights_path, from,
-                   shape_str(r.transpose ? Shape{r.shape[1], r.shape[0]} : r.shape));
+                   shape_text(r.transpose ? Shape{r.shape[1], r.shape[0]} : r.shape));
   check<IoError>(tied || out.contains("lm_head.weight"),
                  "{}: lacks 'lm_head.weight' (\"tie_word_embeddings\" is false)", c.weights_path);
   return out;
@@ -580,7 +580,7 @@ const Tensor& run_tensor(const TensorMap& weights, const std::string& name, cons
   const auto it = weights.find(name);
   check<ConfigError>(it != weights.end(), "the run's weights lack '{}'", name);
   check<ConfigError>(it->second.shape() == shape, "the run's '{}' has shape {}, its config implies {}", name,
-                     shape_str(it->second.shape()), shape_str(shape));
+                     shape_text(it->second.shape()), shape_text(shape));
   return it->second;
 }
 
@@ -780,7 +780,7 @@ TensorMap hf_model_tensors(const HfCheckpoint& c) {
     check<IoError>(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16,
                    "{}: '{}' is {}, not a float tensor", c.weights_path, name, dtype_name(t.dtype()));
     check<IoError>(t.shape() == r->shape, "{}: '{}' has shape {}, but config.json implies {}", c.weights_path, name,
-                   shape_str(t.shape()), shape_str(r->shape));
+                   shape_text(t.shape()), shape_text(r->shape));
     out[r->to] = as_f32(std::move(t));
   }
   for (const auto* table : {&names.base, &names.head}) {
@@ -788,7 +788,7 @@ TensorMap hf_model_tensors(const HfCheckpoint& c) {
       // An encoder's checkpoint may lack BERT's pooler (add_pooling_layer=False).
       const bool optional = !c.has_head && r.to.starts_with("pre_classifier.");
       check<IoError>(optional || out.contains(r.to), "{}: lacks '{}' of shape {}", c.weights_path, from,
-                     shape_str(r.shape));
+                     shape_text(r.shape));
     }
   }
   join_in_proj(out, model["num_layers"].get<std::int64_t>());

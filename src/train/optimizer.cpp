@@ -23,8 +23,8 @@ void load_slot(const ParamStore& store, Tensor& flat, const std::string& slot, c
     auto it = in.find(name);
     check<IoError>(it != in.end(), "checkpoint lacks optimizer state '{}'", name);
     check<IoError>(it->second.shape() == e.shape && it->second.dtype() == DType::kF32,
-                   "checkpoint optimizer state '{}' has shape {}, expected {}", name, shape_str(it->second.shape()),
-                   shape_str(e.shape));
+                   "checkpoint optimizer state '{}' has shape {}, expected {}", name, shape_text(it->second.shape()),
+                   shape_text(e.shape));
     std::memcpy(flat.f32() + e.offset, it->second.f32(), sizeof(float) * static_cast<std::size_t>(e.numel));
   }
 }

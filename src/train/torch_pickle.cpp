@@ -394,7 +394,7 @@ Tensor materialise(const TensorView& t, const std::string& data, const StorageTy
                                !__builtin_add_overflow(last, reach, &last)));
   }
   check<IoError>(fits && (n == 0 || (last < t.storage->numel && n <= t.storage->numel)),
-                 "{}: '{}' of size {} reaches past its storage of {} elements", source, name, shape_str(t.size),
+                 "{}: '{}' of size {} reaches past its storage of {} elements", source, name, shape_text(t.size),
                  t.storage->numel);
   Tensor out(t.size, *type.dtype);
   if (n == 0) return out;

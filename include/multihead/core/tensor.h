@@ -45,6 +45,12 @@ constexpr DType dtype_of<F16>() { return DType::kF16; }
 using Shape = std::vector<std::int64_t>;
 
 std::string shape_str(const Shape& shape);  // "(2, 3, 4)"; past 8 dimensions "(1, 2, 3, 4, ..., 9) [N dimensions]"
+// A shape as a check's message names it, formatted only when the check fails:
+// check(ok, "... {}", shape_text(x.shape())) costs no string on every call.
+struct ShapeText {
+  const Shape& shape;
+};
+inline ShapeText shape_text(const Shape& shape) { return {shape}; }
 // Number of elements; throws ShapeError on a negative dimension or overflow.
 std::int64_t shape_numel(const Shape& shape);
 
@@ -124,3 +130,10 @@ void expect_shape(const Tensor& t, const Shape& want, std::string_view what);
 Tensor gather_rows(const Tensor& t, std::span<const std::int64_t> rows);
 
 }  // namespace multihead
+
+template <>
+struct fmt::formatter<multihead::ShapeText> : fmt::formatter<std::string_view> {
+  auto format(const multihead::ShapeText& t, fmt::format_context& ctx) const {
+    return fmt::formatter<std::string_view>::format(multihead::shape_str(t.shape), ctx);
+  }
+};
