@@ -12,6 +12,7 @@
 #include "multihead/core/error.h"
 #include "multihead/core/step_profile.h"
 #include "few_rows.h"
+#include "quantize_rows.h"
 
 namespace multihead {
 namespace {
@@ -23,16 +24,23 @@ struct QuantizedRows {
   std::vector<std::int32_t> zero;
 };
 
-// Asymmetric per row over [min(0, row), max(0, row)] (zero exactly
-// representable, as PyTorch's dynamic quantization chooses its range), to
-// `levels` + 1 values; rounding half to even, as torch.quantize_per_tensor.
-QuantizedRows quantize_activation_rows(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in, int levels) {
+QuantizedRows rows_for(std::int64_t N, std::int64_t in) {
   QuantizedRows r;
   r.q.reset(new std::uint8_t[static_cast<std::size_t>(N * in)]);
   r.scale.resize(static_cast<std::size_t>(N));
   r.zero.resize(static_cast<std::size_t>(N));
+  return r;
+}
+
+// Asymmetric per row over [min(0, row), max(0, row)] (zero exactly
+// representable, as PyTorch's dynamic quantization chooses its range), to
+// `levels` + 1 values; rounding half to even, as torch.quantize_per_tensor.
+// The scalar twin of quantize_rows_u8 (kernels/quantize_rows.cpp), which the
+// product runs: the reference product quantizes with this one.
+QuantizedRows quantize_activation_rows_reference(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in,
+                                                 int levels) {
+  QuantizedRows r = rows_for(N, in);
   const float top = static_cast<float>(levels);
-#pragma omp parallel for schedule(static) if (N * in > (1 << 16))
   for (std::int64_t i = 0; i < N; ++i) {
     const float* row = x + i * ldx;
     float lo = 0.0f, hi = 0.0f, probe = 0.0f;  // probe: NaN where the row holds a NaN or an infinity
@@ -128,7 +136,9 @@ void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_
                          const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
   const StepProfileScope profile(StepPart::kGemm);
   if (N == 0 || out == 0) return;
-  const QuantizedRows qx = quantize_activation_rows(x, ldx, N, in, int8_activation_levels());
+  QuantizedRows qx = rows_for(N, in);
+  quantize_rows_u8(x, ldx, N, in, static_cast<float>(int8_activation_levels()), qx.q.get(), qx.scale.data(),
+                   qx.zero.data());
   const std::unique_ptr<std::int32_t[]> acc(new std::int32_t[static_cast<std::size_t>(N * out)]);
   // oneDNN keeps a product of few rows (a decoding step) on one thread:
   // there each thread takes a share of the output columns.
@@ -143,7 +153,7 @@ void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, s
                                    const Int8Weight& W, const float* b, std::int64_t N, std::int64_t in,
                                    std::int64_t out, int levels) {
   check<ConfigError>(levels == 127 || levels == 255, "int8 activation levels must be 127 or 255, got {}", levels);
-  const QuantizedRows qx = quantize_activation_rows(x, ldx, N, in, levels);
+  const QuantizedRows qx = quantize_activation_rows_reference(x, ldx, N, in, levels);
   std::vector<std::int32_t> acc(static_cast<std::size_t>(N * out));
   for (std::int64_t i = 0; i < N; ++i)
     for (std::int64_t o = 0; o < out; ++o) {

@@ -7,6 +7,7 @@
 // with ONEDNN_MAX_CPU_ISA=AVX2, where the path must be the 7-bit one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -16,6 +17,7 @@
 #include "multihead/kernels/gemm_int8.h"
 #include "multihead/kernels/linear.h"
 #include "multihead/nn/param_store.h"
+#include "quantize_rows.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -136,6 +138,57 @@ TEST(Int8Gemm, ANonFiniteRowGivesNaNAndSparesTheOthers) {
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t o = 0; o < out; ++o)
         EXPECT_EQ(std::isnan(y[i * out + o]), i == 1 || i == 2) << i << ", " << o << (reference ? " (twin)" : "");
+  }
+}
+
+// The activations' quantizer in vectors (kernels/quantize_rows.cpp) against
+// its definition, row by row: every length around the vector width (the
+// tail through the same code), a padded stride, ties rounded to even, rows
+// of one sign, a zero row, and rows holding a NaN or an infinity.
+TEST(Int8Gemm, TheVectorQuantizerKeepsItsDefinition) {
+  Rng rng(13);
+  for (const float top : {127.0f, 255.0f}) {
+    for (std::int64_t in = 1; in <= 37; ++in) {
+      const std::int64_t N = 7, ldx = in + 3;
+      std::vector<float> x(N * ldx, 1e9f);  // the stride's gap: never read
+      for (std::int64_t i = 0; i < N; ++i)
+        for (std::int64_t k = 0; k < in; ++k) x[i * ldx + k] = rng.normal();
+      for (std::int64_t k = 0; k < in; ++k) {
+        x[1 * ldx + k] = std::fabs(x[1 * ldx + k]);   // positive only
+        x[2 * ldx + k] = -std::fabs(x[2 * ldx + k]);  // negative only
+        x[3 * ldx + k] = 0.0f;                        // zero
+        // Ties: top at the end makes the scale 1, and k + 0.5 rounds to the even neighbour.
+        x[4 * ldx + k] = k + 1 == in ? top : static_cast<float>(k % 8) + 0.5f;
+      }
+      x[5 * ldx + in / 2] = NAN;
+      x[6 * ldx + in - 1] = -INFINITY;
+      std::vector<std::uint8_t> q(N * in);
+      std::vector<float> scale(N);
+      std::vector<std::int32_t> zero(N);
+      quantize_rows_u8(x.data(), ldx, N, in, top, q.data(), scale.data(), zero.data());
+      for (std::int64_t i = 0; i < N; ++i) {
+        const float* row = x.data() + i * ldx;
+        const std::string where = "row " + std::to_string(i) + ", length " + std::to_string(in);
+        if (i >= 5) {
+          EXPECT_TRUE(std::isnan(scale[i])) << where;
+          for (std::int64_t k = 0; k < in; ++k) EXPECT_EQ(q[i * in + k], 0) << where;
+          continue;
+        }
+        float lo = 0.0f, hi = 0.0f;
+        for (std::int64_t k = 0; k < in; ++k) lo = std::min(lo, row[k]), hi = std::max(hi, row[k]);
+        const float s = hi > lo ? (hi - lo) / top : 1.0f;
+        const float z = std::clamp(std::nearbyint(-lo / s), 0.0f, top);
+        EXPECT_EQ(scale[i], s) << where;
+        EXPECT_EQ(zero[i], static_cast<std::int32_t>(z)) << where;
+        for (std::int64_t k = 0; k < in; ++k)
+          EXPECT_EQ(q[i * in + k], static_cast<std::uint8_t>(std::clamp(std::nearbyint(row[k] * (1.0f / s)) + z, 0.0f, top)))
+              << where << ", value " << k;
+        if (i == 4 && in > 2) {
+          EXPECT_EQ(q[i * in + 0], 0) << "0.5 rounds to 0";
+          EXPECT_EQ(q[i * in + 1], 2) << "1.5 rounds to 2";
+        }
+      }
+    }
   }
 }
 

@@ -1,0 +1,20 @@
+// Rows of fp32 activations quantized to uint8 in float vectors
+// (src/kernels/quantize_rows.cpp), dispatched to the CPU's Highway target:
+// what the int8 products (gemm_int8.cpp) quantize their input with at every
+// call. Internal header of src/kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace multihead {
+
+// Each row i of x (N rows of `in`, stride ldx) over [min(0, row), max(0, row)]
+// to top + 1 levels: scale[i] = (max - min) / top (1 for a zero row),
+// zero[i] = round(-min / scale) in [0, top], q (N, in) dense = clamp(round(x /
+// scale) + zero, 0, top), rounding half to even. A row holding a NaN or an
+// infinity gets zeros and a NaN scale. Equal, value for value, to the scalar
+// twin in gemm_int8.cpp (the reference product's quantizer).
+void quantize_rows_u8(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in, float top, std::uint8_t* q,
+                      float* scale, std::int32_t* zero);
+
+}  // namespace multihead
