@@ -40,7 +40,8 @@ def main():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, L, E])],
         [helper.make_tensor("weight", TensorProto.FLOAT, weight.shape, weight.flatten()),
          helper.make_tensor("bias", TensorProto.FLOAT, bias.shape, bias)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = a.threads, 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])

@@ -131,7 +131,8 @@ class Run:
         to_torch(pytorch_layers=False) in the shape ONNX Runtime's transformer optimizer fuses
         (multihead.onnx_export): a classifier's (ids, padding) -> logits "classifier.onnx"; a
         language model's decoding step with its KV cache "lm_step.onnx"; an encoder-decoder's
-        encoder "s2s_encoder.onnx" and decoding step "s2s_step.onnx". Returns their paths."""
+        encoder "s2s_encoder.onnx" and decoding step "s2s_step.onnx", each replacing a file of its
+        name there. Returns their paths."""
         import torch
         from . import onnx_export
         kind = {"text_classification": "classifier", "word_stress": "classifier", "language_modeling": "lm",

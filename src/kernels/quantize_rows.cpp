@@ -60,7 +60,8 @@ void quantize_row(const float* x, std::int64_t n, float top, std::uint8_t* q, fl
   if (!(scale > 0.0f)) scale = 1.0f;  // a zero row
   const float zero = std::clamp(std::nearbyint(-low / scale), 0.0f, top);
   const VF inv = hn::Set(d, 1.0f / scale), vzero = hn::Set(d, zero), vtop = hn::Set(d, top);
-  for (std::int64_t i = 0; i < full; i += N) hn::StoreU(quantized(d, du8, hn::LoadU(d, x + i), inv, vzero, vtop), du8, q + i);
+  for (std::int64_t i = 0; i < full; i += N)
+    hn::StoreU(quantized(d, du8, hn::LoadU(d, x + i), inv, vzero, vtop), du8, q + i);
   if (full < n) {
     HWY_ALIGN std::uint8_t bytes[hn::MaxLanes(DF())] = {};
     hn::Store(quantized(d, du8, hn::Load(d, tail), inv, vzero, vtop), du8, bytes);

@@ -180,9 +180,10 @@ TEST(Int8Gemm, TheVectorQuantizerKeepsItsDefinition) {
         const float z = std::clamp(std::nearbyint(-lo / s), 0.0f, top);
         EXPECT_EQ(scale[i], s) << where;
         EXPECT_EQ(zero[i], static_cast<std::int32_t>(z)) << where;
-        for (std::int64_t k = 0; k < in; ++k)
-          EXPECT_EQ(q[i * in + k], static_cast<std::uint8_t>(std::clamp(std::nearbyint(row[k] * (1.0f / s)) + z, 0.0f, top)))
-              << where << ", value " << k;
+        for (std::int64_t k = 0; k < in; ++k) {
+          const float want = std::clamp(std::nearbyint(row[k] * (1.0f / s)) + z, 0.0f, top);
+          EXPECT_EQ(q[i * in + k], static_cast<std::uint8_t>(want)) << where << ", value " << k;
+        }
         if (i == 4 && in > 2) {
           EXPECT_EQ(q[i * in + 0], 0) << "0.5 rounds to 0";
           EXPECT_EQ(q[i * in + 1], 2) << "1.5 rounds to 2";
