@@ -240,7 +240,6 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
     ParamStore::Handle h;
     std::int64_t row;
   };
-  auto weight = [](ParamStore::Handle h, std::int64_t row) { return Weight{h, row}; };
   auto project = [&](Tensor& y, std::int64_t offset, std::int64_t ldy, const Tensor& x, const SavedTensor& saved,
                      Weight w, const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
     if (bf16_out) {
@@ -258,13 +257,13 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
   };
   if (c.self) {
     c.qkv = Tensor::empty({B, L, PW}, out_type);
-    project(c.qkv, 0, PW, query, c.query, weight(in_proj_weight_, 0), b_in, B * L, E, PW);
+    project(c.qkv, 0, PW, query, c.query, Weight{in_proj_weight_, 0}, b_in, B * L, E, PW);
     return;
   }
   const bool packed = cfg_.packed_in_proj();
-  const Weight wq = packed ? weight(in_proj_weight_, 0) : weight(q_proj_weight_, 0);
-  const Weight wk = packed ? weight(in_proj_weight_, E) : weight(k_proj_weight_, 0);
-  const Weight wv = packed ? weight(in_proj_weight_, E + KE) : weight(v_proj_weight_, 0);
+  const Weight wq = packed ? Weight{in_proj_weight_, 0} : Weight{q_proj_weight_, 0};
+  const Weight wk = packed ? Weight{in_proj_weight_, E} : Weight{k_proj_weight_, 0};
+  const Weight wv = packed ? Weight{in_proj_weight_, E + KE} : Weight{v_proj_weight_, 0};
   c.q = Tensor::empty({B, L, E}, out_type);
   c.k = Tensor::empty({B, S, KE}, out_type);
   c.v = Tensor::empty({B, S, KE}, out_type);
