@@ -319,8 +319,6 @@ def child_export(spec):
     the transformer optimizer and ORT_ENABLE_ALL."""
     import numpy as np
     import torch
-    from onnxruntime.transformers.fusion_options import FusionOptions
-    from onnxruntime.transformers.optimizer import optimize_model
     m = load_modules(spec, export=True)
     export = load_file(spec, "onnx_export")
     x = inputs(spec)
@@ -331,15 +329,11 @@ def child_export(spec):
     export.export_module("s2s", m["s2s"], d, torch.from_numpy(x["word_ids"][:2, :6]),
                          torch.from_numpy(np.ascontiguousarray(x["word_padding"][:2, :6])))
     model = spec["models"]["classifier"]["model"]
-    options = FusionOptions("bert")
-    options.use_raw_attention_mask(True)
-    fused = optimize_model(os.path.join(d, "classifier.onnx"), model_type="bert", num_heads=model["nhead"],
-                           hidden_size=model["d_model"], optimization_options=options)
-    fused.save_model_to_file(os.path.join(d, "classifier.fused.onnx"))
+    fused_ops = export.fuse_classifier(os.path.join(d, "classifier.onnx"), os.path.join(d, "classifier.fused.onnx"),
+                                       model["nhead"], model["d_model"])
     nodes = {name: node_counts(os.path.join(d, f"{name}.onnx"))
              for name in ("classifier", "lm_step", "s2s_encoder", "s2s_step")}
     nodes["classifier"] += node_counts(os.path.join(d, "classifier.fused.onnx"))[1:]
-    fused_ops = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
     with torch.no_grad():
         _, cache = m["lm"].forward_cached(torch.from_numpy(x["prompts"][:1, :3]))
     return {"version": torch.__version__, "past_shape": list(cache[0][0].shape), "onnx_nodes": nodes,

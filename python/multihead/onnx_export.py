@@ -13,11 +13,11 @@ attention takes the shape ONNX Runtime's transformer optimizer fuses (separate Q
 projections, MatMul / Div / an additive mask / Softmax / MatMul, the attention first in its residual
 sum), and RoPE reads its cos and sin from a table by position:
 
-    from onnxruntime.transformers.optimizer import optimize_model
-    optimize_model("classifier.onnx", model_type="bert", num_heads=H, hidden_size=E)
+    fuse_classifier("classifier.onnx", "classifier.fused.onnx", num_heads=H, hidden_size=E)
 
-turns each encoder layer of a classifier into one Attention and two SkipLayerNormalization nodes
-(and BiasGelu where the activation is GELU).
+runs ONNX Runtime's optimizer over it (model_type bert), which turns each encoder layer of a
+classifier into one Attention and two SkipLayerNormalization nodes (and BiasGelu where the
+activation is GELU).
 """
 import inspect
 import os
@@ -122,6 +122,21 @@ def export_encoder_decoder(s2s, encoder_path, step_path, source, padding):
            input_names=["ids", "padding"] + [f"memory_{n}" for n in names] + [f"past_{n}" for n in names],
            output_names=["logits"] + [f"present_{n}" for n in names], dynamic_axes=axes)
     return encoder_path, step_path
+
+
+def fuse_classifier(path, fused_path, num_heads, hidden_size):
+    """ONNX Runtime's transformer optimizer (onnxruntime.transformers, imported here) over a
+    classifier's graph: model_type bert, with its raw 2-D mask so that any padding stays right
+    (its default, a length a row, assumes padding on the right). Writes fused_path; returns the
+    counts of the operators it fused, those it made none of left out."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+    options = FusionOptions("bert")
+    options.use_raw_attention_mask(True)
+    fused = optimize_model(str(path), model_type="bert", num_heads=num_heads, hidden_size=hidden_size,
+                           optimization_options=options)
+    fused.save_model_to_file(str(fused_path))
+    return {op: n for op, n in fused.get_fused_operator_statistics().items() if n}
 
 
 def graph_files(kind):
