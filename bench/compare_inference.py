@@ -31,8 +31,10 @@ The programs, each a fresh process per round, alternating, --rounds times:
   optimizer first (model_type bert: one Attention and two SkipLayerNormalization nodes a layer),
   as a deployer runs it; the language model is exported as its decoding step with its KV cache as
   inputs and outputs, the encoder-decoder as its encoder (the memory's cross-attention keys and
-  values out) and its decoding step (those and the self-attention cache in, the cache out). The
-  graphs' node counts are printed, as exported and after ONNX Runtime's optimisations.
+  values out) and its decoding step (those and the self-attention cache in, the cache out), each
+  decoding step written around ONNX Runtime's GroupQueryAttention and MultiHeadAttention
+  (multihead.onnx_decoding), the ops of its own decoding path. The graphs' node counts are
+  printed, as exported and after ONNX Runtime's optimisations.
 - --max-autotune adds torch.compile in max-autotune mode (fp32), --only runs some programs.
 
 Cells: batch-1 latency of a short (about 20 tokens) and a long input (the model's whole window:
@@ -287,13 +289,16 @@ def child_torch(spec, precision, compiled):
 
 
 def load_file(spec, name):
-    """A module of multihead's Python package that needs only PyTorch (modules.py, onnx_export.py),
-    loaded from the work folder: the peer's interpreter may have no multihead installed."""
-    import importlib.util
-    s = importlib.util.spec_from_file_location(f"mh_{name}", os.path.join(spec["dir"], f"{name}.py"))
-    module = importlib.util.module_from_spec(s)
-    s.loader.exec_module(module)
-    return module
+    """A module of multihead's Python package that needs only PyTorch (modules.py, onnx_export.py,
+    onnx_decoding.py), loaded from the work folder as a package of its own there: the peer's
+    interpreter may have no multihead installed."""
+    import importlib
+    import types
+    if "mh_work" not in sys.modules:
+        package = types.ModuleType("mh_work")
+        package.__path__ = [spec["dir"]]
+        sys.modules["mh_work"] = package
+    return importlib.import_module(f"mh_work.{name}")
 
 
 def node_counts(path):
@@ -609,7 +614,7 @@ def prepare(a, work):
         f.write("\n".join(words) + "\n")
     with open(os.path.join(work, "one.txt"), "w") as f:
         f.write(texts[short] + "\n")
-    for name in ("modules.py", "onnx_export.py"):
+    for name in ("modules.py", "onnx_export.py", "onnx_decoding.py"):
         shutil.copy(os.path.join(ROOT, "python", "multihead", name), work)
     models = {}
     for name, run in (("classifier", cls), ("lm", lm), ("s2s", s2s)):

@@ -17,7 +17,8 @@ sum), and RoPE reads its cos and sin from a table by position:
 
 runs ONNX Runtime's optimizer over it (model_type bert), which turns each encoder layer of a
 classifier into one Attention and two SkipLayerNormalization nodes (and BiasGelu where the
-activation is GELU).
+activation is GELU). No optimizer of ONNX Runtime fuses a traced decoding step, so those are
+written op by op around its decoding ops (multihead.onnx_decoding) where they compute the layers.
 """
 import inspect
 import os
@@ -68,9 +69,15 @@ class _LanguageModelStep(torch.nn.Module):
 
 
 def export_language_model_step(lm, path, prompt):
-    """lm's decoding step (a LanguageModel) with its KV cache; prompt (1, P >= 5) ids: traced on
-    its tokens 3 and 4 after the first three cached (the general path, a mask), right for every
-    number of new and cached tokens."""
+    """lm's decoding step (a LanguageModel) with its KV cache. Where ONNX Runtime's
+    GroupQueryAttention computes its layers (onnx_decoding.supports), the graph written op by op
+    around it, right for a first prompt, for one new token a row at any batch, and for more after
+    a cache at batch 1 (the op's own domain). Otherwise traced on prompt (1, P >= 5): its tokens 3
+    and 4 after the first three cached (the general path, a mask), right for every number of new
+    and cached tokens."""
+    from . import onnx_decoding
+    if onnx_decoding.supports(lm):
+        return onnx_decoding.export_language_model_step(lm, path)
     with torch.no_grad():
         _, cache = lm.forward_cached(prompt[:1, :3])
     names = _cache_names(len(lm.encoder.layers))
@@ -104,12 +111,17 @@ class _DecodeStep(torch.nn.Module):
 
 def export_encoder_decoder(s2s, encoder_path, step_path, source, padding):
     """s2s (an EncoderDecoder) as its encoder and its decoding step, traced on source (B, S) ids
-    and padding (B, S) bool, the step on two target tokens after three cached."""
+    and padding (B, S) bool. The step written op by op around ONNX Runtime's decoding ops where
+    they compute its layers (onnx_decoding.supports_decoder; their domain as for a language
+    model), else traced on two target tokens after three cached."""
     names = _cache_names(len(s2s.decoder.layers))
     enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
     enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
     export(_Encode(s2s), (source, padding), encoder_path, input_names=["source", "padding"],
            output_names=[f"memory_{n}" for n in names], dynamic_axes=enc_axes)
+    from . import onnx_decoding
+    if onnx_decoding.supports_decoder(s2s):
+        return encoder_path, onnx_decoding.export_decoder_step(s2s, step_path)
     with torch.no_grad():
         memory = s2s.encode(source, padding)
         _, cache = s2s.decode_cached(torch.tensor([[1, 5, 6]] * source.shape[0]), memory, padding)

@@ -98,6 +98,11 @@ RUNS = {
     "lm-relative": lambda d: language_model(d, positions="relative", relative_clip=4),
     "lm-rope-gqa-prenorm": lambda d: language_model(d, positions="rope", num_kv_heads=2, norm_first=True),
     "lm-alibi": lambda d: language_model(d, positions="alibi"),
+    # Heads GroupQueryAttention's CPU kernel takes (16 wide with RoPE, 8 without): the decoding
+    # step's export written around it.
+    "lm-rope-gqa-prenorm-wide": lambda d: language_model(d, d_model=64, positions="rope", num_kv_heads=2,
+                                                         norm_first=True),
+    "lm-learned-gelu-wide": lambda d: language_model(d, d_model=32, positions="learned", activation="gelu"),
     "image": lambda d: {"task": "image_classification",
                         "data": {"path": str(d / "images"), "validation_examples": 8},
                         "model": {"image_size": 8, "patch": 4, "num_layers": 2, "num_classes": 3, "d_model": 16,
@@ -126,6 +131,13 @@ RUNS = {
                                                  "model": dict(TINY, max_len=32, positions="rope", num_kv_heads=2,
                                                                norm_first=True),
                                                  "train": TRAIN},
+    "pronunciation-rope-prenorm-wide": lambda d: {"task": "pronunciation", "eval_batch": 16,
+                                                  "data": {"path": str(d / "dict.txt"), "validation_words": 4,
+                                                           "validation_fraction": 0.05, "test_fraction": 0.1},
+                                                  "decode": {"beam": 1, "max_len": 12},
+                                                  "model": dict(TINY, d_model=64, max_len=32, positions="rope",
+                                                                norm_first=True),
+                                                  "train": TRAIN},
     "word-stress-learned": lambda d: {"task": "word_stress", "eval_batch": 16,
                                       "data": {"path": str(d / "dict.txt"), "test_fraction": 0.2},
                                       "model": dict(TINY, positions="learned", max_len=16), "train": TRAIN},
@@ -320,31 +332,52 @@ def test_an_exported_classifier_is_what_onnx_runtimes_optimizer_fuses(runs, name
         assert_matches(torch.from_numpy(ort_session(graph).run(None, feed)[0]), want)
 
 
-def test_an_exported_language_model_decodes_with_its_cache_and_a_rope_table(runs, tmp_path):
+@pytest.mark.parametrize("name", ["lm-rope-gqa-prenorm", "lm-rope-gqa-prenorm-wide", "lm-learned-gelu-wide"])
+def test_an_exported_language_model_decodes_with_its_cache_and_a_rope_table(runs, name, tmp_path):
     import onnx
-    run = multihead.load_run(runs["lm-rope-gqa-prenorm"], threads=1)
+    run = multihead.load_run(runs[name], threads=1)
     (path,) = run.export_onnx(tmp_path)
-    ops = {n.op_type for n in onnx.load(path).graph.node}
-    assert not ops & {"Cos", "Sin", "Exp"}, "RoPE's angles are gathered from a table, not computed at each step"
+    ops = [n.op_type for n in onnx.load(path).graph.node]
+    assert not set(ops) & {"Cos", "Sin", "Exp"}, "RoPE's angles are gathered from a table, not computed at each step"
+    if "wide" in name:  # written around ONNX Runtime's decoding op: one a layer, and little else
+        assert ops.count("GroupQueryAttention") == 2 and len(ops) < 50, ops
+    else:  # heads 4 wide: traced
+        assert "GroupQueryAttention" not in ops
     step = ort_session(path)
     module = run.to_torch()
     ids = torch.tensor([run.tokenizer.encode(p) for p in ("the wha", "sky was")])
     with torch.no_grad():
         want = module.generate(ids, 6)
+        logits, _ = module.forward_cached(ids[:1])
     names = [i.name for i in step.get_inputs()[1:]]
-    feed = {n: torch.zeros(2, 2, 0, 4).numpy() for n in names}  # 2 key/value heads of 4
-    feed["ids"], got = ids.numpy(), [ids]
+    kv_heads, head_dim = step.get_inputs()[1].shape[1], step.get_inputs()[1].shape[3]
+
+    def empty(batch):
+        return {n: torch.zeros(batch, kv_heads, 0, head_dim).numpy() for n in names}
+
+    feed, got = dict(empty(2), ids=ids.numpy()), [ids]
     for _ in range(6):
         out = step.run(None, feed)
         nxt = torch.from_numpy(out[0][:, -1].argmax(-1))[:, None]
         got.append(nxt)
         feed = dict(zip(names, out[1:]), ids=nxt.numpy())
     assert torch.equal(torch.cat(got, dim=1), want)
+    # Several new tokens after a cache (batch 1): the logits the whole prompt gives them.
+    cached = step.run(None, dict(empty(1), ids=ids[:1, :4].numpy()))
+    out = step.run(None, dict(zip(names, cached[1:]), ids=ids[:1, 4:].numpy()))
+    assert_matches(torch.from_numpy(out[0]), logits[:, 4:])
 
 
-def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, tmp_path):
-    run = multihead.load_run(runs["pronunciation-rope-gqa-prenorm"], threads=1)
+@pytest.mark.parametrize("name", ["pronunciation-rope-gqa-prenorm", "pronunciation-rope-prenorm-wide"])
+def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, name, tmp_path):
+    import onnx
+    run = multihead.load_run(runs[name], threads=1)
     encoder_path, step_path = run.export_onnx(tmp_path)
+    ops = [n.op_type for n in onnx.load(step_path).graph.node]
+    if "wide" in name:  # each of the 2 decoder layers' self- and cross-attention: ONNX Runtime's ops
+        assert ops.count("GroupQueryAttention") == 2 and ops.count("MultiHeadAttention") == 2, ops
+    else:
+        assert "GroupQueryAttention" not in ops
     encoder, step = ort_session(encoder_path), ort_session(step_path)
     module = run.to_torch()
     vocab = run.tokenizer
@@ -357,17 +390,24 @@ def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, tmp_pat
         want = module.generate(source, padding, vocab.start_id, vocab.end_id, max_len=8)
     memory = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, {"source": source.numpy(),
                                                                                    "padding": padding.numpy()})))
-    past = [i.name for i in step.get_inputs() if i.name.startswith("past_")]
-    feed = {n: torch.zeros(2, 2, 0, 4).numpy() for n in past}
+    past = [i for i in step.get_inputs() if i.name.startswith("past_")]
+    feed = {i.name: torch.zeros(2, i.shape[1], 0, i.shape[3]).numpy() for i in past}
     nxt, got = torch.full((2, 1), vocab.start_id), []
     for _ in range(want.shape[1]):
         out = step.run(None, dict(feed, ids=nxt.numpy(), padding=padding.numpy(), **memory))
         nxt = torch.from_numpy(out[0][:, -1].argmax(-1))[:, None]
         got.append(nxt)
-        feed = dict(zip(past, out[1:]))
+        feed = dict(zip([i.name for i in past], out[1:]))
     got = torch.cat(got, dim=1)
     ended = torch.cumsum(got == vocab.end_id, 1) - (got == vocab.end_id).long() > 0  # after the end: free
     assert torch.equal(got[~ended], want[~ended])
+    # A first step of three target tokens: the logits the module gives them.
+    target = torch.tensor([[vocab.start_id, 5, 6]] * 2)
+    with torch.no_grad():
+        logits, _ = module.decode_cached(target, module.encode(source, padding), padding)
+    empty = {i.name: torch.zeros(2, i.shape[1], 0, i.shape[3]).numpy() for i in past}
+    out = step.run(None, dict(empty, ids=target.numpy(), padding=padding.numpy(), **memory))
+    assert_matches(torch.from_numpy(out[0]), logits)
 
 
 def test_a_run_with_no_onnx_graph_says_so(runs, tmp_path):

@@ -1,0 +1,269 @@
+"""Decoding steps as ONNX Runtime's own decoding path runs them: graphs written op by op from a
+module's weights, each layer's self-attention one GroupQueryAttention node (ONNX Runtime's contrib
+op: RoPE from a cos/sin table by position, the KV cache appended in place of Concat, causal
+masking, grouped key/value heads) and each cross-attention one MultiHeadAttention node over the
+memory's keys and values, instead of the dozens of nodes a traced export gives and no optimizer of
+ONNX Runtime fuses back (its GPT-2 fusion wants GPT-2's own export, its rotary fusion LLaMA's
+rotate-half pattern, where multihead turns interleaved pairs).
+
+The graphs keep the traced steps' interfaces (multihead.onnx_export): a language model's (ids
+(B, T), past_key_i, past_value_i ...) -> (logits (B, T, vocabulary), present_key_i,
+present_value_i ...), an encoder-decoder's (ids, padding, memory_key_i, memory_value_i ...,
+past_key_i, past_value_i ...) -> (logits, present_*), each cache (B, kv_heads, length, head_dim)
+with RoPE applied, as multihead.modules holds it. Every row of a batch has the same length
+(GroupQueryAttention's positions come from the cache's length), and ONNX Runtime takes several new
+tokens after a cache only at batch 1.
+
+Needs the onnx package and PyTorch (the module's weights), not ONNX Runtime.
+"""
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from . import modules
+
+OPSET = 17
+
+
+def _fits(attn):
+    """Self-attention GroupQueryAttention computes: full, RoPE (its table made) or no positions
+    inside, heads as its CPU kernel takes them (a multiple of 8 wide, of 16 with RoPE)."""
+    rope = attn.positions == "rope"
+    return (attn.attention == "full" and attn.positions in ("none", "rope") and (attn._rope or not rope)
+            and attn.head_dim % (16 if rope else 8) == 0)
+
+
+def _absolute(positions):
+    """Absolute positions this module adds: learned, sinusoidal or none."""
+    return positions is None or hasattr(positions, "table") or isinstance(positions, torch.nn.Embedding)
+
+
+_ACTIVATIONS = (torch.nn.functional.relu, torch.nn.functional.gelu, modules.gelu_tanh)
+
+
+def supports(lm):
+    """Whether this module writes lm's decoding step (a multihead.modules.LanguageModel of our own
+    layers): every layer's self-attention _fits, absolute positions outside, ReLU or either GELU;
+    else the traced export serves it."""
+    return _absolute(lm.pos_embedding) and all(
+        isinstance(layer, modules.EncoderLayer) and _fits(layer.self_attn) and layer.activation in _ACTIVATIONS
+        for layer in lm.encoder.layers)
+
+
+def supports_decoder(s2s):
+    """The same for an EncoderDecoder's decoding step: also cross-attention with as many key/value
+    heads as query heads (MultiHeadAttention's)."""
+    return _absolute(s2s.target_positions) and all(
+        isinstance(layer, modules.DecoderLayer) and _fits(layer.self_attn) and layer.activation in _ACTIVATIONS
+        and layer.multihead_attn.kv_heads == layer.multihead_attn.num_heads for layer in s2s.decoder.layers)
+
+
+class _Graph:
+    """Nodes and initializers gathered as the step is written."""
+
+    def __init__(self):
+        self.nodes, self.weights, self.count, self.lengths, self.constants = [], [], 0, None, set()
+
+    def weight(self, name, array):
+        self.weights.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def tensor(self, t, name):
+        return self.weight(name, t.detach().float().cpu().numpy())
+
+    def const(self, name, values, dtype=np.int64):
+        """A small constant, made once by its name."""
+        if name not in self.constants:
+            self.constants.add(self.weight(name, np.array(values, dtype=dtype)))
+        return name
+
+    def op(self, op_type, inputs, outputs=1, domain=None, **attrs):
+        """One node; returns its output name (or names, for several)."""
+        self.count += 1
+        names = [f"{op_type.lower()}_{self.count}" + (f"_{i}" if outputs > 1 else "") for i in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, names, name=f"{op_type}_{self.count}",
+                                           domain=domain, **attrs))
+        return names if outputs > 1 else names[0]
+
+    def linear(self, x, layer, name):
+        """x @ W^T + b for an nn.Linear (or a weight alone)."""
+        weight = layer.weight if hasattr(layer, "weight") else layer
+        y = self.op("MatMul", [x, self.tensor(weight.t(), f"{name}.weight_t")])
+        bias = getattr(layer, "bias", None)
+        return y if bias is None else self.op("Add", [y, self.tensor(bias, f"{name}.bias")])
+
+    def norm(self, x, ln, name):
+        return self.op("LayerNormalization", [x, self.tensor(ln.weight, f"{name}.weight"),
+                                              self.tensor(ln.bias, f"{name}.bias")], axis=-1, epsilon=ln.eps)
+
+
+def _projection(g, x, linear, name):
+    """x @ W^T of an nn.Linear, its bias left for the residual sum's SkipLayerNormalization:
+    (product, bias)."""
+    return g.op("MatMul", [x, g.tensor(linear.weight.t(), f"{name}.weight_t")]), g.tensor(linear.bias, f"{name}.bias")
+
+
+def _self_attention(g, x, attn, past, seq, presents, name):
+    """One GroupQueryAttention over x (B, T, E) and the layer's cache (its present appended to
+    presents), through out_proj."""
+    qkv = g.op("MatMul", [x, g.tensor(attn.in_proj_weight.t(), f"{name}.in_proj_weight_t")])
+    qkv = g.op("Add", [qkv, g.tensor(attn.in_proj_bias, f"{name}.in_proj_bias")])
+    rope = attn.positions == "rope"
+    inputs = [qkv, "", "", past[0], past[1], seq["seqlens_k"], seq["total"]]
+    if rope:
+        inputs += [seq["cos"], seq["sin"]]
+    out, key, value = g.op("GroupQueryAttention", inputs, outputs=3, domain="com.microsoft",
+                           num_heads=attn.num_heads, kv_num_heads=attn.kv_heads,
+                           scale=1.0 / float(np.sqrt(attn.head_dim)), do_rotary=int(rope),
+                           rotary_interleaved=int(rope))
+    presents += [key, value]
+    return _projection(g, out, attn.out_proj, f"{name}.out_proj")
+
+
+def _cross_attention(g, x, attn, memory, keep, name):
+    """x (B, T, E) attends to the memory's keys and values (B, heads, S, head_dim): its query
+    projection, one MultiHeadAttention (keep: (B, S) int32, 1 at a letter), out_proj."""
+    E = attn.embed_dim
+    q = g.op("MatMul", [x, g.tensor(attn.in_proj_weight[:E].t(), f"{name}.q_proj_weight_t")])
+    q = g.op("Add", [q, g.tensor(attn.in_proj_bias[:E], f"{name}.q_proj_bias")])
+    out = g.op("MultiHeadAttention", [q, memory[0], memory[1], "", keep], domain="com.microsoft",
+               num_heads=attn.num_heads, scale=1.0 / float(np.sqrt(attn.head_dim)))
+    return _projection(g, out, attn.out_proj, f"{name}.out_proj")
+
+
+def _feed_forward(g, x, layer, name):
+    h = g.linear(x, layer.linear1, f"{name}.linear1")
+    if layer.activation is torch.nn.functional.relu:
+        h = g.op("Relu", [h])
+    else:  # ONNX Runtime's contrib GELUs (erf form; the tanh form FastGelu), in vectors on its CPU
+        h = g.op("Gelu" if layer.activation is torch.nn.functional.gelu else "FastGelu", [h], domain="com.microsoft")
+    return _projection(g, h, layer.linear2, f"{name}.linear2")
+
+
+def _sublayers(g, layers, seq, presents, memories):
+    """Each layer's parts in order, as (the norm paired with it, a function of its input giving
+    (product, bias)): self-attention with norm1, cross-attention with norm2 (a decoder layer), the
+    feed-forward block with the last norm."""
+    parts = []
+    for i, layer in enumerate(layers):
+        name, past = f"layers.{i}", (f"past_key_{i}", f"past_value_{i}")
+        parts.append((layer.norm1, lambda h, layer=layer, name=name, past=past:
+                      _self_attention(g, h, layer.self_attn, past, seq, presents, name)))
+        if memories is not None:
+            parts.append((layer.norm2, lambda h, layer=layer, name=name, memory=memories[i]:
+                          _cross_attention(g, h, layer.multihead_attn, *memory, f"{name}.cross")))
+        parts.append((layer.norm3 if memories is not None else layer.norm2,
+                      lambda h, layer=layer, name=name: _feed_forward(g, h, layer, name)))
+    return parts
+
+
+def _skip_norm(g, delta, bias, x, ln, name):
+    """LayerNorm(x + delta + bias) and the sum itself, one SkipLayerNormalization."""
+    out, _, _, total = g.op("SkipLayerNormalization", [delta, x, g.tensor(ln.weight, f"{name}.weight"),
+                                                       g.tensor(ln.bias, f"{name}.bias"), bias],
+                            outputs=4, domain="com.microsoft", epsilon=ln.eps)
+    return out, total
+
+
+def _decode(g, x, layers, norm, memories=None):
+    """The stack of layers over the new tokens x, then its final norm (if any), eval mode; and the
+    layers' present caches in order. Each residual sum and the LayerNorm after it are one
+    SkipLayerNormalization with the sublayer's bias folded in, as ONNX Runtime's own model builder
+    writes them: pre-norm, the norm before the next sublayer (or the final one); post-norm, the
+    sublayer's own."""
+    presents = []
+    parts = _sublayers(g, layers, _sequence(g, layers[0].self_attn), presents, memories)
+    if not layers[0].norm_first:
+        for i, (ln, part) in enumerate(parts):
+            x, _ = _skip_norm(g, *part(x), x, ln, f"sublayer.{i}.norm")
+        return (x if norm is None else g.norm(x, norm, "norm")), presents
+    h, pending = g.norm(x, parts[0][0], "sublayer.0.norm"), None
+    for i, (ln, part) in enumerate(parts):
+        if pending is not None:
+            h, x = _skip_norm(g, *pending, x, ln, f"sublayer.{i}.norm")
+        pending = part(h)
+    if norm is not None:
+        return _skip_norm(g, *pending, x, norm, "norm")[0], presents
+    return g.op("Add", [g.op("Add", list(pending)), x]), presents
+
+
+def _lengths(g):
+    """The cache's length S (past_key_0's third axis) and S + T, each (1,) int64, made once."""
+    if g.lengths is None:
+        cached = g.op("Shape", ["past_key_0"], start=2, end=3)
+        g.lengths = cached, g.op("Add", [cached, g.op("Shape", ["ids"], start=1, end=2)])
+    return g.lengths
+
+
+def _sequence(g, attn):
+    """What every layer's GroupQueryAttention reads of the step: the total length S + T (an int32
+    scalar), seqlens_k (each row's total minus one, int32) and the RoPE table (attn's: every
+    layer's is the same modules.rope_table)."""
+    total32 = g.op("Cast", [_lengths(g)[1]], to=TensorProto.INT32)
+    last = g.op("Sub", [total32, g.const("one_i32", [1], np.int32)])
+    seq = {"seqlens_k": g.op("Expand", [last, g.op("Shape", ["ids"], start=0, end=1)]),
+           "total": g.op("Squeeze", [total32, g.const("axis_0", [0])])}
+    if attn.positions == "rope":
+        seq["cos"], seq["sin"] = g.tensor(attn.rope_cos, "rope_cos"), g.tensor(attn.rope_sin, "rope_sin")
+    return seq
+
+
+def _embed(g, embedding, positions):
+    """The new tokens' embeddings, with absolute positions S .. S + T - 1 added (if any)."""
+    x = g.op("Gather", [g.tensor(embedding.weight, "embedding.weight"), "ids"])
+    if positions is None:
+        return x
+    table = positions.weight if isinstance(positions, torch.nn.Embedding) else positions.table
+    cached, end = _lengths(g)
+    return g.op("Add", [x, g.op("Slice", [g.tensor(table, "positions.table"), cached, end, g.const("axis_0", [0])])])
+
+
+def _cache_inputs(prefix, layers, attn, length):
+    return [helper.make_tensor_value_info(f"{prefix}_{kind}_{i}", TensorProto.FLOAT,
+                                          ["batch", attn.kv_heads, length, attn.head_dim])
+            for i in range(layers) for kind in ("key", "value")]
+
+
+def _save(g, name, inputs, logits, vocab, presents, attn, path):
+    """The graph with the step's outputs (logits, present_*) named, as path."""
+    layers = len(presents) // 2
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "new", vocab])]
+    outputs += _cache_inputs("present", layers, attn, "length")
+    g.nodes += [helper.make_node("Identity", [t], [o.name]) for t, o in zip([logits] + presents, outputs)]
+    ids = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "new"])]
+    graph = helper.make_graph(g.nodes, name, ids + inputs + _cache_inputs("past", layers, attn, "cached"), outputs,
+                              g.weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
+                                                      helper.make_opsetid("com.microsoft", 1)]), str(path))
+    return path
+
+
+def export_language_model_step(lm, path):
+    """lm's decoding step (a LanguageModel that supports() admits) written to path: positions up
+    to the model's max_len (its RoPE or position table). Returns path."""
+    attn = lm.eval().encoder.layers[0].self_attn
+    g = _Graph()
+    x, presents = _decode(g, _embed(g, lm.embedding, lm.pos_embedding), lm.encoder.layers, lm.encoder.norm)
+    head = lm.lm_head.weight if lm.lm_head is not None else lm.embedding.weight
+    logits = g.op("MatMul", [x, g.tensor(head.t(), "lm_head.weight_t")])
+    return _save(g, "lm_step", [], logits, head.shape[0], presents, attn, path)
+
+
+def export_decoder_step(s2s, path):
+    """An EncoderDecoder's decoding step (supports_decoder() admits it) written to path, reading
+    the memory as onnx_export's encoder graph gives it (memory_key_i, memory_value_i) and the
+    source's padding (B, S) bool, True at padding. Returns path."""
+    layers = s2s.eval().decoder.layers
+    g = _Graph()
+    keep = g.op("Cast", [g.op("Not", ["padding"])], to=TensorProto.INT32)
+    memories = [((f"memory_key_{i}", f"memory_value_{i}"), keep) for i in range(len(layers))]
+    x, presents = _decode(g, _embed(g, s2s.target_embedding, s2s.target_positions), layers, s2s.decoder.norm,
+                          memories)
+    logits = g.linear(x, s2s.output, "output")
+    cross = layers[0].multihead_attn
+    inputs = [helper.make_tensor_value_info("padding", TensorProto.BOOL, ["batch", "letters"])]
+    inputs += [helper.make_tensor_value_info(f"memory_{kind}_{i}", TensorProto.FLOAT,
+                                             ["batch", cross.kv_heads, "letters", cross.head_dim])
+               for i in range(len(layers)) for kind in ("key", "value")]
+    return _save(g, "s2s_step", inputs, logits, s2s.output.weight.shape[0], presents, layers[0].self_attn, path)
