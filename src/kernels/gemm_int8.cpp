@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "multihead/core/error.h"
 #include "multihead/core/step_profile.h"
 #include "few_rows.h"
+#include "onednn_matmul.h"
 #include "quantize_rows.h"
 
 namespace multihead {
@@ -65,8 +67,9 @@ QuantizedRows quantize_activation_rows_reference(const float* x, std::int64_t ld
   return r;
 }
 
-// y = sx sw (acc - zx row_sum) + b, over acc (N, out) dense.
-void rescale(float* y, std::int64_t ldy, const std::int32_t* acc, const QuantizedRows& x, const Int8Weight& W,
+// y = sx sw (acc - zx row_sum) + b, over acc (N, out) dense: the scalar twin
+// of rescale_rows (kernels/quantize_rows.cpp), which the product runs.
+void rescale_reference(float* y, std::int64_t ldy, const std::int32_t* acc, const QuantizedRows& x, const Int8Weight& W,
              const float* b, std::int64_t N, std::int64_t out) {
 #pragma omp parallel for schedule(static) if (N * out > (1 << 16))
   for (std::int64_t i = 0; i < N; ++i) {
@@ -89,14 +92,77 @@ void onednn_u8s8s32(const std::uint8_t* A, std::int64_t M, std::int64_t K, const
                N, K);
 }
 
-int levels_of_this_cpu() {
+enum class Int8Isa { kAmx, kVnni, kNone };
+
+Int8Isa int8_isa() {
   // Read once: oneDNN fixes its ISA when it first dispatches.
-  static const int levels = [] {
-    const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-    const auto has = [&](dnnl_cpu_isa_t level) { return (isa & level) == static_cast<unsigned>(level); };
-    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni) ? 255 : 127;
+  static const Int8Isa isa = [] {
+    const auto bits = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+    const auto has = [&](dnnl_cpu_isa_t level) { return (bits & level) == static_cast<unsigned>(level); };
+    if (has(dnnl_cpu_isa_avx512_core_amx)) return Int8Isa::kAmx;
+    return has(dnnl_cpu_isa_avx512_core_vnni) || has(dnnl_cpu_isa_avx2_vnni) ? Int8Isa::kVnni : Int8Isa::kNone;
   }();
-  return levels;
+  return isa;
+}
+
+// On AMX the products run on oneDNN's matmul primitive (its AMX-INT8
+// kernels; gemm_u8s8s32 is 5-7x slower there at a layer's shapes), the rows
+// in blocks of kAmxRows, each block quantized, multiplied and rescaled by one
+// thread while its rows are in that core's cache. The last block is rounded up
+// to whole tiles of 16 rows (zero rows, products no one reads): a few shapes a
+// weight, each primitive made once (about 0.5 ms), where exact row counts
+// would make one for every length of input.
+constexpr std::int64_t kAmxRows = 64;
+
+// Rows [0, m <= kAmxRows) of the product on AMX, on the calling thread.
+void amx_block(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W, const float* b,
+               std::int64_t m, std::int64_t in, std::int64_t out) {
+  const std::int64_t rows = (m + 15) / 16 * 16;
+  thread_local std::vector<std::uint8_t> q;
+  thread_local std::vector<float> scale;
+  thread_local std::vector<std::int32_t> zero, acc;
+  q.resize(static_cast<std::size_t>(rows * in));
+  scale.resize(static_cast<std::size_t>(m));
+  zero.resize(static_cast<std::size_t>(m));
+  acc.resize(static_cast<std::size_t>(rows * out));
+  quantize_rows_u8(x, ldx, m, in, static_cast<float>(int8_activation_levels()), q.data(), scale.data(), zero.data());
+  std::fill(q.begin() + m * in, q.end(), std::uint8_t{0});
+  MatmulKey k{rows, out, in, in, in, out, false, true};
+  k.a_type = dnnl_u8, k.b_type = dnnl_s8, k.c_type = dnnl_s32;
+  onednn_matmul(k, q.data(), W.q, acc.data());
+  rescale_rows(y, ldy, acc.data(), m, out, scale.data(), zero.data(), W.scale, W.row_sum, b);
+}
+
+void amx_forward(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W, const float* b,
+                 std::int64_t N, std::int64_t in, std::int64_t out) {
+  const std::int64_t blocks = (N + kAmxRows - 1) / kAmxRows;
+  if (blocks == 1) {
+    // One block on one thread: oneDNN's own threading of a few rows on AMX,
+    // and the columns shared out between the threads, both measured slower
+    // here (2-3x at 20-64 rows), the copy of the weights into the tiles'
+    // layout at each call being the cost either way.
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      amx_block(y, ldy, x, ldx, W, b, N, in, out);
+    } catch (...) {
+      omp_set_num_threads(threads);
+      throw;
+    }
+    return omp_set_num_threads(threads);
+  }
+  std::exception_ptr error;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    const std::int64_t r0 = i * kAmxRows;
+    try {
+      amx_block(y + r0 * ldy, ldy, x + r0 * ldx, ldx, W, b, std::min(kAmxRows, N - r0), in, out);
+    } catch (...) {
+#pragma omp critical(multihead_int8_blocks)
+      error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace
@@ -126,16 +192,22 @@ void quantize_weight_rows(const float* W, std::int64_t out, std::int64_t in, std
   }
 }
 
-int int8_activation_levels() { return levels_of_this_cpu(); }
+int int8_activation_levels() { return int8_isa() == Int8Isa::kNone ? 127 : 255; }
 
 const char* int8_path_name() {
-  return int8_activation_levels() == 255 ? "vnni (8-bit activations)" : "7-bit activations (no VNNI)";
+  switch (int8_isa()) {
+    case Int8Isa::kAmx: return "amx-int8 (8-bit activations)";
+    case Int8Isa::kVnni: return "vnni (8-bit activations)";
+    case Int8Isa::kNone: break;
+  }
+  return "7-bit activations (no VNNI)";
 }
 
 void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W,
                          const float* b, std::int64_t N, std::int64_t in, std::int64_t out) {
   const StepProfileScope profile(StepPart::kGemm);
   if (N == 0 || out == 0) return;
+  if (int8_isa() == Int8Isa::kAmx) return amx_forward(y, ldy, x, ldx, W, b, N, in, out);
   QuantizedRows qx = rows_for(N, in);
   quantize_rows_u8(x, ldx, N, in, static_cast<float>(int8_activation_levels()), qx.q.get(), qx.scale.data(),
                    qx.zero.data());
@@ -146,7 +218,7 @@ void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_
     onednn_u8s8s32(qx.q.get(), N, in, W.q + c0 * in, n, acc.get() + c0, out);
   });
   if (!shared) onednn_u8s8s32(qx.q.get(), N, in, W.q, out, acc.get(), out);
-  rescale(y, ldy, acc.get(), qx, W, b, N, out);
+  rescale_rows(y, ldy, acc.get(), N, out, qx.scale.data(), qx.zero.data(), W.scale, W.row_sum, b);
 }
 
 void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, std::int64_t ldx,
@@ -162,7 +234,7 @@ void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, s
         s += static_cast<std::int32_t>(qx.q[static_cast<std::size_t>(i * in + k)]) * W.q[o * in + k];
       acc[static_cast<std::size_t>(i * out + o)] = s;
     }
-  rescale(y, ldy, acc.data(), qx, W, b, N, out);
+  rescale_reference(y, ldy, acc.data(), qx, W, b, N, out);
 }
 
 }  // namespace multihead

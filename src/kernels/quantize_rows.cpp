@@ -1,7 +1,8 @@
 // The activations' per-row quantization of the int8 products in float
 // vectors, once for each Highway target: a pass for the row's range (and
 // whether it is finite), a pass that scales, rounds, clamps and narrows to
-// bytes. The scalar twin in gemm_int8.cpp is what the tests hold it to.
+// bytes; and the products' rescaling to fp32. The scalar twins in
+// gemm_int8.cpp are what the tests hold them to.
 #include "quantize_rows.h"
 
 #include <algorithm>
@@ -71,7 +72,36 @@ void quantize_row(const float* x, std::int64_t n, float top, std::uint8_t* q, fl
   *zero_out = static_cast<std::int32_t>(zero);
 }
 
+// One row of y = sx sw (acc - zx row_sum) + b, in the scalar twin's order of operations (no fused
+// multiply-add), so that both give the same floats.
+void rescale_row(float* y, const std::int32_t* acc, std::int64_t n, float sx, std::int32_t zx, const float* sw,
+                 const std::int32_t* row_sum, const float* b) {
+  const DF d;
+  const hn::RebindToSigned<DF> di;
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto vzx = hn::Set(di, zx);
+  const VF vsx = hn::Set(d, sx);
+  std::int64_t o = 0;
+  for (; o + N <= n; o += N) {
+    const auto sum = hn::Sub(hn::LoadU(di, acc + o), hn::Mul(vzx, hn::LoadU(di, row_sum + o)));
+    VF v = hn::Mul(hn::Mul(vsx, hn::LoadU(d, sw + o)), hn::ConvertTo(d, sum));
+    if (b != nullptr) v = hn::Add(v, hn::LoadU(d, b + o));
+    hn::StoreU(v, d, y + o);
+  }
+  for (; o < n; ++o) {
+    const float v = sx * sw[o] * static_cast<float>(acc[o] - zx * row_sum[o]);
+    y[o] = b != nullptr ? v + b[o] : v;
+  }
+}
+
 }  // namespace
+
+void rescale_rows_simd(float* y, std::int64_t ldy, const std::int32_t* acc, std::int64_t N, std::int64_t out,
+                       const float* sx, const std::int32_t* zx, const float* sw, const std::int32_t* row_sum,
+                       const float* b) {
+#pragma omp parallel for schedule(static) if (N * out > (1 << 16))
+  for (std::int64_t i = 0; i < N; ++i) rescale_row(y + i * ldy, acc + i * out, out, sx[i], zx[i], sw, row_sum, b);
+}
 
 void quantize_rows_u8_simd(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in, float top,
                            std::uint8_t* q, float* scale, std::int32_t* zero) {
@@ -87,6 +117,13 @@ HWY_AFTER_NAMESPACE();
 namespace multihead {
 
 HWY_EXPORT(quantize_rows_u8_simd);
+HWY_EXPORT(rescale_rows_simd);
+
+void rescale_rows(float* y, std::int64_t ldy, const std::int32_t* acc, std::int64_t N, std::int64_t out,
+                  const float* sx, const std::int32_t* zx, const float* sw, const std::int32_t* row_sum,
+                  const float* b) {
+  MULTIHEAD_DISPATCH(rescale_rows_simd)(y, ldy, acc, N, out, sx, zx, sw, row_sum, b);
+}
 
 void quantize_rows_u8(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in, float top, std::uint8_t* q,
                       float* scale, std::int32_t* zero) {

@@ -1,7 +1,7 @@
-// Rows of fp32 activations quantized to uint8 in float vectors
-// (src/kernels/quantize_rows.cpp), dispatched to the CPU's Highway target:
-// what the int8 products (gemm_int8.cpp) quantize their input with at every
-// call. Internal header of src/kernels.
+// Rows of fp32 activations quantized to uint8, and int32 products rescaled to
+// fp32, in vectors (src/kernels/quantize_rows.cpp), dispatched to the CPU's
+// Highway target: what the int8 products (gemm_int8.cpp) run at every call.
+// Internal header of src/kernels.
 #pragma once
 
 #include <cstdint>
@@ -16,5 +16,11 @@ namespace multihead {
 // twin in gemm_int8.cpp (the reference product's quantizer).
 void quantize_rows_u8(const float* x, std::int64_t ldx, std::int64_t N, std::int64_t in, float top, std::uint8_t* q,
                       float* scale, std::int32_t* zero);
+
+// y (N, out) row stride ldy = sx[i] sw[o] (acc[i][o] - zx[i] row_sum[o]) (+ b[o]), acc (N, out)
+// dense: the int32 products rescaled, equal, value for value, to the scalar twin in gemm_int8.cpp.
+void rescale_rows(float* y, std::int64_t ldy, const std::int32_t* acc, std::int64_t N, std::int64_t out,
+                  const float* sx, const std::int32_t* zx, const float* sw, const std::int32_t* row_sum,
+                  const float* b);
 
 }  // namespace multihead

@@ -39,9 +39,10 @@ void quantize_weight_rows(const float* W, std::int64_t out, std::int64_t in, std
                           std::int32_t* row_sum);
 
 // The levels an activation row is quantized to here: 255 where oneDNN's
-// int8 products run on VNNI dot products, else 127.
+// int8 products run on VNNI dot products or AMX-INT8 tiles, else 127.
 int int8_activation_levels();
-// "vnni (8-bit activations)" or "7-bit activations (no VNNI)".
+// "amx-int8 (8-bit activations)", "vnni (8-bit activations)" or "7-bit
+// activations (no VNNI)".
 const char* int8_path_name();
 
 // y: (N, out) row stride ldy; x: (N, in) row stride ldx; b: (out) or null.
