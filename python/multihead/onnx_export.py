@@ -151,6 +151,11 @@ def fuse_classifier(path, fused_path, num_heads, hidden_size):
     return {op: n for op, n in fused.get_fused_operator_statistics().items() if n}
 
 
+# The kind of graphs each task's run exports (Run.export_onnx).
+TASK_KINDS = {"text_classification": "classifier", "word_stress": "classifier", "language_modeling": "lm",
+              "sequence_task": "lm", "pronunciation": "s2s"}
+
+
 def graph_files(kind):
     """The file names export_run writes for a model kind ("classifier", "lm", "s2s")."""
     return {"classifier": ["classifier.onnx"], "lm": ["lm_step.onnx"],
@@ -168,3 +173,40 @@ def export_module(kind, module, directory, ids, padding=None):
     else:
         export_encoder_decoder(module, paths[0], paths[1], ids, padding)
     return paths
+
+
+def main(argv=None):
+    """python -m multihead.onnx_export --run DIR --out DIR [--fuse]: a run's ONNX graphs
+    (Run.export_onnx) from the command line; --fuse also writes a classifier's graph through ONNX
+    Runtime's transformer optimizer (classifier.fused.onnx). Bad input: one line on stderr and exit
+    code 2."""
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(prog="python -m multihead.onnx_export",
+                                 description="Write a run's model as ONNX graphs (Run.export_onnx).")
+    ap.add_argument("--run", required=True, help="the run directory (or Hugging Face checkpoint)")
+    ap.add_argument("--out", required=True, help="the directory to write the graphs into (created if missing)")
+    ap.add_argument("--fuse", action="store_true",
+                    help="a classifier's graph also through ONNX Runtime's transformer optimizer")
+    a = ap.parse_args(argv)
+    import multihead
+    try:
+        run = multihead.load_run(a.run)
+        if a.fuse and TASK_KINDS.get(run.task) != "classifier":
+            raise ValueError(f"--fuse takes a classifier's run; {a.run} is a {run.task} run")
+        paths = run.export_onnx(a.out)
+        if a.fuse:
+            attn = run.to_torch(pytorch_layers=False).encoder.layers[0].self_attn
+            fused = os.path.join(a.out, "classifier.fused.onnx")
+            fuse_classifier(paths[0], fused, attn.num_heads, attn.embed_dim)
+            paths.append(fused)
+    except (ValueError, OSError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -135,8 +135,7 @@ class Run:
         name there. Returns their paths."""
         import torch
         from . import onnx_export
-        kind = {"text_classification": "classifier", "word_stress": "classifier", "language_modeling": "lm",
-                "sequence_task": "lm", "pronunciation": "s2s"}.get(self.task)
+        kind = onnx_export.TASK_KINDS.get(self.task)
         if kind is None:
             raise ValueError(f"export_onnx exports classifiers, language models and encoder-decoders, not {self.task}")
         module = self.to_torch(pytorch_layers=False)

@@ -410,6 +410,31 @@ def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, name, t
     assert_matches(torch.from_numpy(out[0]), logits)
 
 
+def test_the_export_command_writes_a_runs_graphs_and_refuses_in_one_line(runs, tmp_path):
+    import sys
+
+    def export(*args):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        return subprocess.run([sys.executable, "-m", "multihead.onnx_export", *args], capture_output=True, text=True,
+                              env=env)
+
+    out = tmp_path / "lm"
+    done = export("--run", str(runs["lm-rope-gqa-prenorm-wide"]), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"wrote {out / 'lm_step.onnx'}\n" and (out / "lm_step.onnx").stat().st_size > 0
+    for args, message in ((["--run", str(runs["lm-alibi"]), "--fuse"], "--fuse takes a classifier's run; "),
+                          (["--run", str(tmp_path / "missing")], str(tmp_path / "missing"))):
+        refused = export(*args, "--out", str(tmp_path / "refused"))
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.startswith("error: ") and message in refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert not (tmp_path / "refused").exists()  # nothing written
+    pytest.importorskip("onnxruntime")  # the fusion: the .venv only
+    fused = export("--run", str(runs["classifier-sinusoidal"]), "--out", str(tmp_path / "cls"), "--fuse")
+    assert fused.returncode == 0, fused.stderr
+    assert (tmp_path / "cls" / "classifier.fused.onnx").exists() and "classifier.fused.onnx" in fused.stdout
+
+
 def test_a_run_with_no_onnx_graph_says_so(runs, tmp_path):
     with pytest.raises(ValueError, match="export_onnx exports classifiers, language models and encoder-decoders, "
                                          "not image_classification"):

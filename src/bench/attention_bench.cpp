@@ -195,7 +195,9 @@ GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, i
     std::vector<float> scale(static_cast<std::size_t>(N));
     std::vector<std::int32_t> row_sum(static_cast<std::size_t>(N));
     quantize_weight_rows(b.f32(), N, K, q.data(), scale.data(), row_sum.data());
-    const Int8Weight w{q.data(), scale.data(), row_sum.data()};
+    // With packs, as a frozen store's weights: copies in the kernels' layout made once.
+    const std::shared_ptr<Int8Packs> packs = make_int8_packs();
+    const Int8Weight w{q.data(), scale.data(), row_sum.data(), packs.get()};
     r.ms = median(time_ms(2, iters, [&] { linear_forward_int8(c.f32(), N, a.f32(), K, w, nullptr, M, K, N); }));
   } else {
     r.ms = median(time_ms(2, iters, [&] {

@@ -8,6 +8,8 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "multihead/core/error.h"
@@ -114,7 +116,49 @@ Int8Isa int8_isa() {
 // would make one for every length of input.
 constexpr std::int64_t kAmxRows = 64;
 
-// Rows [0, m <= kAmxRows) of the product on AMX, on the calling thread.
+}  // namespace
+
+class Int8Packs {
+ public:
+  // B (k.N rows of k.K int8 values) in the layout of k's primitive (k
+  // packed_b), reordered on its first use and kept.
+  const void* packed(const MatmulKey& k, const std::int8_t* B) {
+    const dnnl_memory_desc_t layout = onednn_packed_b_layout(k);
+    const std::lock_guard lock(mutex_);
+    std::vector<Pack>& packs = packs_[Source{B, k.N, k.K}];
+    for (const Pack& p : packs)  // a layout per weight, unless blocks of other heights want another
+      if (dnnl_memory_desc_equal(&p.layout, &layout)) return p.bytes.get();
+    Pack p{layout, std::unique_ptr<std::uint8_t[]>(new std::uint8_t[onednn_packed_b_bytes(k)])};
+    onednn_pack_b(k, B, p.bytes.get());
+    packs.push_back(std::move(p));
+    return packs.back().bytes.get();
+  }
+
+ private:
+  struct Source {
+    const std::int8_t* B;
+    std::int64_t N, K;
+    bool operator==(const Source&) const = default;
+  };
+  struct SourceHash {
+    std::size_t operator()(const Source& s) const noexcept {
+      return std::hash<const void*>{}(s.B) ^ (std::hash<std::int64_t>{}(s.N * 1000003 + s.K) << 1);
+    }
+  };
+  struct Pack {
+    dnnl_memory_desc_t layout;
+    std::unique_ptr<std::uint8_t[]> bytes;
+  };
+  std::mutex mutex_;
+  std::unordered_map<Source, std::vector<Pack>, SourceHash> packs_;
+};
+
+std::shared_ptr<Int8Packs> make_int8_packs() { return std::make_shared<Int8Packs>(); }
+
+namespace {
+
+// Rows [0, m <= kAmxRows) of the product on AMX, on the calling thread; B
+// from W's packs where it has them.
 void amx_block(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W, const float* b,
                std::int64_t m, std::int64_t in, std::int64_t out) {
   const std::int64_t rows = (m + 15) / 16 * 16;
@@ -129,7 +173,8 @@ void amx_block(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, con
   std::fill(q.begin() + m * in, q.end(), std::uint8_t{0});
   MatmulKey k{rows, out, in, in, in, out, false, true};
   k.a_type = dnnl_u8, k.b_type = dnnl_s8, k.c_type = dnnl_s32;
-  onednn_matmul(k, q.data(), W.q, acc.data());
+  k.packed_b = W.packs != nullptr;
+  onednn_matmul(k, q.data(), k.packed_b ? W.packs->packed(k, W.q) : W.q, acc.data());
   rescale_rows(y, ldy, acc.data(), m, out, scale.data(), zero.data(), W.scale, W.row_sum, b);
 }
 

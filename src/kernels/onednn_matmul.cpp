@@ -28,7 +28,7 @@ struct MatmulKeyHash {
     std::memcpy(&a, &k.alpha, 4);
     std::memcpy(&b, &k.beta, 4);
     mix((std::uint64_t{a} << 32) | b);
-    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.bias ? 4u : 0u));
+    mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.bias ? 4u : 0u) | (k.packed_b ? 8u : 0u));
     mix((std::uint64_t{static_cast<std::uint32_t>(k.a_type)} << 32) ^ (std::uint64_t{static_cast<std::uint32_t>(k.b_type)} << 16) ^
         static_cast<std::uint32_t>(k.c_type));
     return h;
@@ -59,7 +59,10 @@ std::shared_ptr<const Matmul> create_matmul(const MatmulKey& k) {
   using dt = dnnl::memory::data_type;
   auto m = std::make_shared<Matmul>();
   m->a = operand_desc(k.M, k.K, k.lda, k.ta, k.a_type);
-  m->b = operand_desc(k.K, k.N, k.ldb, k.tb, k.b_type);
+  // Packed: oneDNN picks B's layout (any), the primitive's pd says which.
+  m->b = k.packed_b ? dnnl::memory::desc({k.K, k.N}, static_cast<dnnl::memory::data_type>(k.b_type),
+                                         dnnl::memory::format_tag::any)
+                    : operand_desc(k.K, k.N, k.ldb, k.tb, k.b_type);
   m->c = operand_desc(k.M, k.N, k.ldc, false, k.c_type);
   dnnl::primitive_attr attr;
   // The caller's threads may run products side by side: each call brings its
@@ -76,6 +79,7 @@ std::shared_ptr<const Matmul> create_matmul(const MatmulKey& k) {
       k.bias ? dnnl::matmul::desc(m->a, m->b, m->bias, m->c) : dnnl::matmul::desc(m->a, m->b, m->c), attr,
       cpu_engine());
   m->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  m->b = pd.weights_desc();
   m->primitive = dnnl::matmul(pd);
   return m;
 }
@@ -149,6 +153,20 @@ void onednn_matmul(const MatmulKey& k, const void* A, const void* B, void* C, co
     bm.scratchpad.set_data_handle(scratchpad.data());
   }
   bm.matmul->primitive.execute(stream, bm.args);
+  stream.wait();
+}
+
+dnnl_memory_desc_t onednn_packed_b_layout(const MatmulKey& k) { return cached_matmul(k)->b.data; }
+
+std::size_t onednn_packed_b_bytes(const MatmulKey& k) { return cached_matmul(k)->b.get_size(); }
+
+void onednn_pack_b(const MatmulKey& k, const void* B, void* packed) {
+  const std::shared_ptr<const Matmul> m = cached_matmul(k);
+  dnnl::engine& engine = cpu_engine();
+  dnnl::memory plain(operand_desc(k.K, k.N, k.ldb, k.tb, k.b_type), engine, const_cast<void*>(B));
+  dnnl::memory into(m->b, engine, packed);
+  dnnl::stream stream(engine);
+  dnnl::reorder(plain, into).execute(stream, plain, into);
   stream.wait();
 }
 

@@ -6,6 +6,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace multihead {
@@ -19,8 +20,17 @@ struct MatmulKey {
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false;
   dnnl_data_type_t a_type = dnnl_bf16, b_type = dnnl_bf16, c_type = dnnl_f32;
+  // B in the primitive's own layout (onednn_pack_b's copy) rather than as
+  // ldb and tb say.
+  bool packed_b = false;
   bool operator==(const MatmulKey&) const = default;
 };
+
+// For a key with packed_b: the layout the primitive reads B in, its size in
+// bytes, and B (stored as k's ldb and tb say) reordered into it.
+dnnl_memory_desc_t onednn_packed_b_layout(const MatmulKey& k);
+std::size_t onednn_packed_b_bytes(const MatmulKey& k);
+void onednn_pack_b(const MatmulKey& k, const void* B, void* packed);
 
 // Runs the product on oneDNN's primitive for k (created on first use, kept
 // for later calls of the same shape; a stream of new shapes starts the cache

@@ -72,6 +72,7 @@ void ParamStore::freeze(Precision inference) {
     int8_scales_.resize(static_cast<std::size_t>(rows));
     int8_row_sums_.resize(static_cast<std::size_t>(rows));
     int8_.assign(entries_.size(), std::nullopt);
+    int8_packs_ = make_int8_packs();
     std::int64_t row = 0;
     for (std::size_t h = 0; h < entries_.size(); ++h) {
       const Entry& e = entries_[h];
@@ -79,7 +80,7 @@ void ParamStore::freeze(Precision inference) {
       std::int8_t* q = int8_values_.data() + e.offset;
       quantize_weight_rows(data_.f32() + e.offset, e.shape[0], e.shape[1], q, int8_scales_.data() + row,
                            int8_row_sums_.data() + row);
-      int8_[h] = Int8Weight{q, int8_scales_.data() + row, int8_row_sums_.data() + row};
+      int8_[h] = Int8Weight{q, int8_scales_.data() + row, int8_row_sums_.data() + row, int8_packs_.get()};
       row += e.shape[0];
     }
   }

@@ -14,8 +14,8 @@ namespace multihead {
 
 std::string export_run(const std::string& run_dir, const std::string& format, const std::string& out) {
   check<ConfigError>(format == "hf",
-                     "export --format must be hf, got '{}' (PyTorch modules and ONNX come from the Python package: "
-                     "Run.to_torch, then torch.onnx.export)", format);
+                     "export --format must be hf, got '{}' (PyTorch modules and ONNX graphs come from the Python "
+                     "package: Run.to_torch, and python -m multihead.onnx_export --run RUN --out DIR)", format);
   check_output_apart(out, "--out", {{"the run (--run)", run_dir}});
   const RunConfig cfg = read_run_config(run_dir);
   const std::string task = cfg.json.value("task", std::string());

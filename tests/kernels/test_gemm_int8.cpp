@@ -31,7 +31,11 @@ struct QuantizedMatrix {
       : q(out * in), scale(out), row_sum(out) {
     quantize_weight_rows(W.data(), out, in, q.data(), scale.data(), row_sum.data());
   }
-  Int8Weight weight() const { return {q.data(), scale.data(), row_sum.data()}; }
+  std::shared_ptr<Int8Packs> packs = make_int8_packs();
+  // packed: with a store's packs (on AMX, its copies in the tiles' layout).
+  Int8Weight weight(bool packed = false) const {
+    return {q.data(), scale.data(), row_sum.data(), packed ? packs.get() : nullptr};
+  }
 };
 
 std::vector<float> normal(std::int64_t n, Rng& rng, float sd = 1.0f) {
@@ -85,15 +89,20 @@ TEST(Int8Gemm, TheCpusPathEqualsItsTwinExactly) {
       W[k] = 0.05f;
     }
     const QuantizedMatrix m(W, c.out, c.in);
-    std::vector<float> got(c.N * ldy, NAN), want(c.N * ldy, NAN);
-    linear_forward_int8(got.data(), ldy, x.data(), ldx, m.weight(), b.data(), c.N, c.in, c.out);
+    std::vector<float> want(c.N * ldy, NAN);
     linear_forward_int8_reference(want.data(), ldy, x.data(), ldx, m.weight(), b.data(), c.N, c.in, c.out,
                                   int8_activation_levels());
-    for (std::int64_t i = 0; i < c.N; ++i)
-      for (std::int64_t o = 0; o < c.out; ++o)
-        ASSERT_EQ(got[i * ldy + o], want[i * ldy + o]) << "row " << i << " column " << o;
-    for (std::int64_t i = 0; i < c.N; ++i)  // the padding between rows is left alone
-      for (std::int64_t o = c.out; o < ldy; ++o) ASSERT_TRUE(std::isnan(got[i * ldy + o]));
+    // Twice with packs: the copies made at the first call, read at the second.
+    for (const bool packed : {false, true, true}) {
+      SCOPED_TRACE(packed ? "packed weights" : "plain weights");
+      std::vector<float> got(c.N * ldy, NAN);
+      linear_forward_int8(got.data(), ldy, x.data(), ldx, m.weight(packed), b.data(), c.N, c.in, c.out);
+      for (std::int64_t i = 0; i < c.N; ++i)
+        for (std::int64_t o = 0; o < c.out; ++o)
+          ASSERT_EQ(got[i * ldy + o], want[i * ldy + o]) << "row " << i << " column " << o;
+      for (std::int64_t i = 0; i < c.N; ++i)  // the padding between rows is left alone
+        for (std::int64_t o = c.out; o < ldy; ++o) ASSERT_TRUE(std::isnan(got[i * ldy + o]));
+    }
   }
 }
 

@@ -7,7 +7,8 @@
 // row (uint8 with a scale and a zero point a row, so that an outlier in one
 // token costs no other token its resolution); the product accumulated in
 // int32 by oneDNN's u8 x s8 GEMM, which takes the CPU's VNNI dot products
-// (AVX512-VNNI, AVX-VNNI) where it has them; the result rescaled to fp32:
+// (AVX512-VNNI, AVX-VNNI) where it has them, or its matmul primitive on AMX
+// (AMX-INT8 tiles); the result rescaled to fp32:
 //
 //   y[r][o] = sx[r] sw[o] (sum_k qx[r][k] qw[o][k] - zx[r] sum_k qw[o][k]) + b[o].
 //
@@ -19,17 +20,31 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace multihead {
 
+// Copies of int8 weights in the layout the CPU's int8 kernels read (oneDNN's
+// AMX tiles), each made at its weight's first product and kept with the
+// weights' owner: on AMX, reordering a plain weight at every call costs more
+// than the product of a few rows. Thread-safe; a weight's packs live as long
+// as this object.
+class Int8Packs;
+std::shared_ptr<Int8Packs> make_int8_packs();
+
 // A weight (out, in) quantized by quantize_weight_rows: its rows from q on
-// (row stride `in`), their scales and the sums of their int8 values.
+// (row stride `in`), their scales and the sums of their int8 values; packs:
+// where its packed copies are kept (null: reordered at each product where the
+// kernels want another layout).
 struct Int8Weight {
   const std::int8_t* q = nullptr;
   const float* scale = nullptr;
   const std::int32_t* row_sum = nullptr;
+  Int8Packs* packs = nullptr;
   // The weight from row r on (a part of a packed projection).
-  Int8Weight rows_from(std::int64_t r, std::int64_t in) const { return {q + r * in, scale + r, row_sum + r}; }
+  Int8Weight rows_from(std::int64_t r, std::int64_t in) const {
+    return {q + r * in, scale + r, row_sum + r, packs};
+  }
 };
 
 // W (out, in) fp32 to q (out, in), scale (out) and row_sum (out): scale =

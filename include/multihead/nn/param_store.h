@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -114,6 +115,7 @@ class ParamStore {
   std::vector<std::int8_t> int8_values_;
   std::vector<float> int8_scales_;
   std::vector<std::int32_t> int8_row_sums_;
+  std::shared_ptr<Int8Packs> int8_packs_;  // the matrices' copies in the int8 kernels' layout
   std::vector<std::optional<Int8Weight>> int8_;
 };
 
