@@ -194,6 +194,8 @@ def main(argv=None):
         run = multihead.load_run(a.run)
         if a.fuse and TASK_KINDS.get(run.task) != "classifier":
             raise ValueError(f"--fuse takes a classifier's run; {a.run} is a {run.task} run")
+        if a.fuse:  # before anything is written
+            import onnxruntime.transformers.optimizer  # noqa: F401
         paths = run.export_onnx(a.out)
         if a.fuse:
             attn = run.to_torch(pytorch_layers=False).encoder.layers[0].self_attn

@@ -108,7 +108,7 @@ Int8Isa int8_isa() {
 }
 
 // On AMX the products run on oneDNN's matmul primitive (its AMX-INT8
-// kernels; gemm_u8s8s32 is 5-7x slower there at a layer's shapes), the rows
+// kernels; gemm_u8s8s32 was 2-7x slower there at a layer's shapes), the rows
 // in blocks of kAmxRows, each block quantized, multiplied and rescaled by one
 // thread while its rows are in that core's cache. The last block is rounded up
 // to whole tiles of 16 rows (zero rows, products no one reads): a few shapes a
@@ -183,9 +183,8 @@ void amx_forward(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, c
   const std::int64_t blocks = (N + kAmxRows - 1) / kAmxRows;
   if (blocks == 1) {
     // One block on one thread: oneDNN's own threading of a few rows on AMX,
-    // and the columns shared out between the threads, both measured slower
-    // here (2-3x at 20-64 rows), the copy of the weights into the tiles'
-    // layout at each call being the cost either way.
+    // and the columns shared out between the threads, were both 2-3x slower
+    // at 20-64 rows (measured with the weights reordered at each call).
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
     try {
