@@ -1,10 +1,12 @@
 // int8 products (kernels/gemm_int8.h) against their twin, which multiplies
 // in plain int32 loops: equal exactly on the CPU's path (oneDNN's u8 x s8
-// GEMM, 8-bit activations with VNNI, 7-bit without), over padded strides,
+// GEMM, 8-bit activations with VNNI, 7-bit without; the matmul primitive on
+// AMX, in row blocks, its weights packed once), over padded strides,
 // few rows (column shares) and many, and values at the edges of the ranges
 // where a saturating product would show; and both activation widths within
 // a quantization error of the fp32 product. ctest runs this file once more
-// with ONEDNN_MAX_CPU_ISA=AVX2, where the path must be the 7-bit one.
+// with ONEDNN_MAX_CPU_ISA=AVX2, where the path must be the 7-bit one, and on a
+// CPU with AMX with AVX512_CORE_VNNI, where it must be VNNI's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,6 +70,9 @@ TEST(Int8Gemm, TheCpusPathEqualsItsTwinExactly) {
   const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
   if (isa != nullptr && std::string(isa) == "AVX2") {
     EXPECT_EQ(int8_activation_levels(), 127);
+  }
+  if (isa != nullptr && std::string(isa) == "AVX512_CORE_VNNI") {  // held below AMX: VNNI's path
+    EXPECT_STREQ(int8_path_name(), "vnni (8-bit activations)");
   }
   SCOPED_TRACE(int8_path_name());
   Rng rng(3);
