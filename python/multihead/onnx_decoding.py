@@ -86,12 +86,13 @@ class _Graph:
                                            domain=domain, **attrs))
         return names if outputs > 1 else names[0]
 
-    def linear(self, x, layer, name):
-        """x @ W^T + b for an nn.Linear (or a weight alone)."""
-        weight = layer.weight if hasattr(layer, "weight") else layer
-        y = self.op("MatMul", [x, self.tensor(weight.t(), f"{name}.weight_t")])
-        bias = getattr(layer, "bias", None)
-        return y if bias is None else self.op("Add", [y, self.tensor(bias, f"{name}.bias")])
+    def matmul(self, x, weight, name):
+        """x @ weight^T (weight (out, in), as nn.Linear holds it)."""
+        return self.op("MatMul", [x, self.tensor(weight.t(), f"{name}.weight_t")])
+
+    def linear(self, x, weight, bias, name):
+        """x @ weight^T + bias."""
+        return self.op("Add", [self.matmul(x, weight, name), self.tensor(bias, f"{name}.bias")])
 
     def norm(self, x, ln, name):
         return self.op("LayerNormalization", [x, self.tensor(ln.weight, f"{name}.weight"),
@@ -101,14 +102,13 @@ class _Graph:
 def _projection(g, x, linear, name):
     """x @ W^T of an nn.Linear, its bias left for the residual sum's SkipLayerNormalization:
     (product, bias)."""
-    return g.op("MatMul", [x, g.tensor(linear.weight.t(), f"{name}.weight_t")]), g.tensor(linear.bias, f"{name}.bias")
+    return g.matmul(x, linear.weight, name), g.tensor(linear.bias, f"{name}.bias")
 
 
 def _self_attention(g, x, attn, past, seq, presents, name):
     """One GroupQueryAttention over x (B, T, E) and the layer's cache (its present appended to
     presents), through out_proj."""
-    qkv = g.op("MatMul", [x, g.tensor(attn.in_proj_weight.t(), f"{name}.in_proj_weight_t")])
-    qkv = g.op("Add", [qkv, g.tensor(attn.in_proj_bias, f"{name}.in_proj_bias")])
+    qkv = g.linear(x, attn.in_proj_weight, attn.in_proj_bias, f"{name}.in_proj")
     rope = attn.positions == "rope"
     inputs = [qkv, "", "", past[0], past[1], seq["seqlens_k"], seq["total"]]
     if rope:
@@ -125,15 +125,14 @@ def _cross_attention(g, x, attn, memory, keep, name):
     """x (B, T, E) attends to the memory's keys and values (B, heads, S, head_dim): its query
     projection, one MultiHeadAttention (keep: (B, S) int32, 1 at a letter), out_proj."""
     E = attn.embed_dim
-    q = g.op("MatMul", [x, g.tensor(attn.in_proj_weight[:E].t(), f"{name}.q_proj_weight_t")])
-    q = g.op("Add", [q, g.tensor(attn.in_proj_bias[:E], f"{name}.q_proj_bias")])
+    q = g.linear(x, attn.in_proj_weight[:E], attn.in_proj_bias[:E], f"{name}.q_proj")
     out = g.op("MultiHeadAttention", [q, memory[0], memory[1], "", keep], domain="com.microsoft",
                num_heads=attn.num_heads, scale=1.0 / float(np.sqrt(attn.head_dim)))
     return _projection(g, out, attn.out_proj, f"{name}.out_proj")
 
 
 def _feed_forward(g, x, layer, name):
-    h = g.linear(x, layer.linear1, f"{name}.linear1")
+    h = g.linear(x, layer.linear1.weight, layer.linear1.bias, f"{name}.linear1")
     if layer.activation is torch.nn.functional.relu:
         h = g.op("Relu", [h])
     else:  # ONNX Runtime's contrib GELUs (erf form; the tanh form FastGelu), in vectors on its CPU
@@ -246,7 +245,7 @@ def export_language_model_step(lm, path):
     g = _Graph()
     x, presents = _decode(g, _embed(g, lm.embedding, lm.pos_embedding), lm.encoder.layers, lm.encoder.norm)
     head = lm.lm_head.weight if lm.lm_head is not None else lm.embedding.weight
-    logits = g.op("MatMul", [x, g.tensor(head.t(), "lm_head.weight_t")])
+    logits = g.matmul(x, head, "lm_head")
     return _save(g, "lm_step", [], logits, head.shape[0], presents, attn, path)
 
 
@@ -260,7 +259,7 @@ def export_decoder_step(s2s, path):
     memories = [((f"memory_key_{i}", f"memory_value_{i}"), keep) for i in range(len(layers))]
     x, presents = _decode(g, _embed(g, s2s.target_embedding, s2s.target_positions), layers, s2s.decoder.norm,
                           memories)
-    logits = g.linear(x, s2s.output, "output")
+    logits = g.linear(x, s2s.output.weight, s2s.output.bias, "output")
     cross = layers[0].multihead_attn
     inputs = [helper.make_tensor_value_info("padding", TensorProto.BOOL, ["batch", "letters"])]
     inputs += [helper.make_tensor_value_info(f"memory_{kind}_{i}", TensorProto.FLOAT,

@@ -1,5 +1,6 @@
 """ONNX graphs of the modules of multihead.modules (Run.to_torch(pytorch_layers=False)), made for
-ONNX Runtime: needs PyTorch (and its ONNX exporter) only.
+ONNX Runtime: needs PyTorch (and its ONNX exporter), and the onnx package for the decoding steps
+written op by op (multihead.onnx_decoding).
 
 - classifier (ids, padding) -> logits;
 - a language model's decoding step with its KV cache: (ids, past_key_i, past_value_i ...) ->
