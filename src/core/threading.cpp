@@ -20,4 +20,8 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+OnThisThreadOnly::OnThisThreadOnly() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+
+OnThisThreadOnly::~OnThisThreadOnly() { omp_set_num_threads(saved_); }
+
 }  // namespace multihead

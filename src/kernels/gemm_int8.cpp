@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "multihead/core/error.h"
+#include "multihead/core/threading.h"
 #include "multihead/core/step_profile.h"
 #include "few_rows.h"
 #include "onednn_matmul.h"
@@ -185,15 +186,8 @@ void amx_forward(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, c
     // One block on one thread: oneDNN's own threading of a few rows on AMX,
     // and the columns shared out between the threads, were both 2-3x slower
     // at 20-64 rows (measured with the weights reordered at each call).
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-    try {
-      amx_block(y, ldy, x, ldx, W, b, N, in, out);
-    } catch (...) {
-      omp_set_num_threads(threads);
-      throw;
-    }
-    return omp_set_num_threads(threads);
+    const OnThisThreadOnly alone;
+    return amx_block(y, ldy, x, ldx, W, b, N, in, out);
   }
   std::exception_ptr error;
 #pragma omp parallel for schedule(static)

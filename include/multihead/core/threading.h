@@ -24,4 +24,18 @@ void check_threads(std::int64_t n);
 void set_num_threads(int n);
 int num_threads();
 
+// For its lifetime the calling thread's OpenMP regions, and the oneDNN calls
+// it makes, run on that thread alone; its count is restored after (a product
+// too small to share, where handing it out costs more than it saves).
+class OnThisThreadOnly {
+ public:
+  OnThisThreadOnly();
+  ~OnThisThreadOnly();
+  OnThisThreadOnly(const OnThisThreadOnly&) = delete;
+  OnThisThreadOnly& operator=(const OnThisThreadOnly&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace multihead
