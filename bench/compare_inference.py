@@ -92,12 +92,23 @@ def check(name, got_probs, got_gen, got_said, spec, exact):
             "pronunciations_equal": said_equal}
 
 
-def time_cells(spec, classify, classify_all, greedy, pronounce, pronounce_all, x):
+def time_cells(spec, classify, classify_all, greedy, pronounce, pronounce_all, x, read):
     """Every cell, timed alike in each program: classify(input) answers one input (x's cls_short,
     cls_long); classify_all() the whole test set; greedy(p, n) continues the prompts p by n tokens
     (x's first: one prompt, prompts: the batch of GEN_BATCH, long_prompt: the window's length);
-    pronounce(word) decodes one word (x's short_word, long_word); pronounce_all() the word set."""
+    pronounce(word) decodes one word (x's short_word, long_word); pronounce_all() the word set.
+    The single inputs' answers come back too, under "answers", for report() to hold against
+    multihead fp32's (the batched cells' outputs are checked by check()): read["label"] reads
+    classify's result as the class index, read["tokens"](result, prompt) greedy's as the new token
+    ids, read["said"] pronounce's as the phonemes."""
     r = spec["repeats"]
+    answers = {"cls_short_ms": read["label"](classify(x["cls_short"])),
+               "cls_long_ms": read["label"](classify(x["cls_long"])),
+               "lm_short_ms": read["tokens"](greedy(x["first"], 1), x["first"]),
+               "lm_long_ms": read["tokens"](greedy(x["long_prompt"], 1), x["long_prompt"]),
+               "gen1_tokens_per_s": read["tokens"](greedy(x["first"], GEN_TOKENS), x["first"]),
+               "s2s_short_ms": read["said"](pronounce(x["short_word"])),
+               "s2s_long_ms": read["said"](pronounce(x["long_word"]))}
     return {"cls_short_ms": timed(lambda: classify(x["cls_short"]), r, 1.0) * 1e3,
             "cls_long_ms": timed(lambda: classify(x["cls_long"]), r, 1.0) * 1e3,
             "cls_inputs_per_s": len(spec["texts"]) / timed(classify_all, 3),
@@ -107,7 +118,16 @@ def time_cells(spec, classify, classify_all, greedy, pronounce, pronounce_all, x
             "gen8_tokens_per_s": GEN_BATCH * GEN_TOKENS / timed(lambda: greedy(x["prompts"], GEN_TOKENS), 3),
             "s2s_short_ms": timed(lambda: pronounce(x["short_word"]), r, 1.0) * 1e3,
             "s2s_long_ms": timed(lambda: pronounce(x["long_word"]), r, 1.0) * 1e3,
-            "s2s_words_per_s": len(spec["words"]) / timed(pronounce_all, 3)}
+            "s2s_words_per_s": len(spec["words"]) / timed(pronounce_all, 3), "answers": answers}
+
+
+def peer_reader(spec, end_of_prompt):
+    """time_cells' read for a peer whose results are arrays: logits (1, classes); generated ids
+    (1, n), after the prompt's own where end_of_prompt (the peer's generate gives them back too);
+    phoneme ids (1, T)."""
+    return {"label": lambda logits: int(logits[0].argmax()),
+            "tokens": lambda ids, p: [int(t) for t in ids[0][p.shape[1] if end_of_prompt else 0:]],
+            "said": lambda ids: phonemes(spec, [ids[0].tolist()])[0]}
 
 
 def id_batches(x, prefix=""):
@@ -182,8 +202,14 @@ def child_multihead(spec, precision):
     out = check(f"multihead {precision}", probs, gen, said, spec, exact=precision == "fp32")
     x = {"cls_short": spec["short_text"], "cls_long": spec["long_text"], "first": prompts[0], "prompts": prompts,
          "long_prompt": spec["long_prompt"], "short_word": spec["short_word"], "long_word": spec["long_word"]}
+    def new_tokens(text, prompt):
+        ids, prompt_ids = lm.tokenizer.encode(text), lm.tokenizer.encode(prompt)
+        return ids[len(prompt_ids):] if ids[:len(prompt_ids)] == prompt_ids else ids
+
+    read = {"label": lambda answers: labels.index(answers[0]["label"]), "tokens": new_tokens,
+            "said": lambda got: " ".join(got[0][0]["phonemes"])}
     out.update(time_cells(spec, lambda t: cls.predict([t]), classify_all, greedy,
-                          lambda w: s2s.pronounce([w], beam=1), pronounce_all, x))
+                          lambda w: s2s.pronounce([w], beam=1), pronounce_all, x, read))
     out["version"] = multihead.__version__
     return out
 
@@ -283,7 +309,8 @@ def child_torch(spec, precision, compiled):
                                                          ("long_prompt", "long_prompt"), ("short_word", "short_word"),
                                                          ("long_word", "long_word"))}
     one.update(first=prompts[:1], prompts=prompts)
-    out.update(time_cells(spec, classify_one, classify_all, greedy, pronounce, pronounce_all, one))
+    out.update(time_cells(spec, classify_one, classify_all, greedy, pronounce, pronounce_all, one,
+                          peer_reader(spec, end_of_prompt=True)))
     out.update(first, version=torch.__version__)
     return out
 
@@ -435,7 +462,8 @@ def child_ort(spec, precision=""):
     one = {"cls_short": x["short_ids"][None], "cls_long": x["long_ids"][None], "first": prompts[:1],
            "prompts": prompts, "long_prompt": x["long_prompt"][None], "short_word": x["short_word"][None],
            "long_word": x["long_word"][None]}
-    out.update(time_cells(spec, classify_one, classify_all, greedy, pronounce, pronounce_all, one))
+    out.update(time_cells(spec, classify_one, classify_all, greedy, pronounce, pronounce_all, one,
+                          peer_reader(spec, end_of_prompt=False)))
     out["version"] = ort.__version__
     return out
 
@@ -542,6 +570,10 @@ def child_serve(spec, precision):
                     "s2s_short_ms": timed(lambda: s2s([spec["short_word"]]), r, 1.0) * 1e3,
                     "s2s_long_ms": timed(lambda: s2s([spec["long_word"]]), r, 1.0) * 1e3,
                     "s2s_words_per_s": len(words) / timed(pronounce_all, 3)})
+        out["answers"] = {"cls_short_ms": labels.index(cls([spec["short_text"]])[0]["label"]),
+                          "cls_long_ms": labels.index(cls([spec["long_text"]])[0]["label"]),
+                          "s2s_short_ms": s2s([spec["short_word"]])[0]["pronunciations"][0]["phonemes"],
+                          "s2s_long_ms": s2s([spec["long_word"]])[0]["pronunciations"][0]["phonemes"]}
         return out
     finally:
         for p in (cls_p, s2s_p):
@@ -743,7 +775,7 @@ def main():
 
         spec["reference"] = True
         save()
-        ours("multihead:fp32")  # multihead fp32's outputs: what every program is checked against
+        reference = ours("multihead:fp32")  # multihead fp32's outputs: what every program is checked against
         spec["reference"] = False
         spec.update(theirs("export"))
         save()
@@ -771,7 +803,7 @@ def main():
         for _ in range(a.rounds):
             for name, kind, how in programs:
                 results[name].append(how(kind))
-        report(a, spec, peer, results)
+        report(a, spec, peer, results, reference["answers"])
     finally:
         if a.keep:
             print(f"\nwork folder kept: {work}")
@@ -779,7 +811,12 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(a, spec, peer, results):
+def differs(runs, key, reference):
+    """Whether a program's answer to a single-input cell differed from multihead fp32's in a round."""
+    return any(key in r.get("answers", {}) and r["answers"][key] != reference[key] for r in runs)
+
+
+def report(a, spec, peer, results, reference):
     print(f"classifier {a.classifier}: {spec['about']['classifier']}")
     print(f"language model {a.lm}: {spec['about']['lm']}")
     print(f"encoder-decoder {a.s2s}: {spec['about']['s2s']}")
@@ -797,8 +834,14 @@ def report(a, spec, peer, results):
         cells = []
         for n in names:
             vals = [r[key] for r in results[n] if key in r]
-            cells.append(f"{statistics.median(vals):.1f}" if vals else "")
+            mark = " (differs)" if differs(results[n], key, reference) else ""
+            cells.append(f"{statistics.median(vals):.1f}{mark}" if vals else "")
         print(f"| {label} ({unit}) | " + " | ".join(cells) + " |")
+    print()
+    wrong = {n: [label for key, label, _, _ in CELLS if differs(results[n], key, reference)] for n in names}
+    for n in [n for n in names if wrong[n]]:
+        print(f"{n}: its answer differs from multihead fp32's on one input in: {'; '.join(wrong[n])} "
+              f"(an fp32 program's ratio there is left out: it did other work)")
     print()
     def precision_of(name):
         return "int8" if "int8" in name else "bf16" if "bf16" in name else "fp32"
@@ -811,7 +854,10 @@ def report(a, spec, peer, results):
             for key, label, unit, higher in CELLS:
                 ratios = [(m[key] / t[key]) if higher else (t[key] / m[key])
                           for m, t in zip(results[base], results[n]) if key in m and key in t]
-                if ratios:
+                if ratios and precision_of(n) == "fp32" and (differs(results[base], key, reference)
+                                                             or differs(results[n], key, reference)):
+                    parts.append(f"{label}: output differs")
+                elif ratios:
                     parts.append(f"{label} {statistics.median(ratios):.2f}x ({', '.join(f'{r:.2f}' for r in ratios)})")
             print(f"{base} over {n}: " + "; ".join(parts))
     print()
