@@ -37,6 +37,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   const std::int64_t Br = query_block(tiles, terms.masks), Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
+  const bool threaded = worth_threads(d);
   const RelativePositions<float>& rel = terms.positions.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
   using C = Carver;
@@ -58,7 +59,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   Tensor k_packed = Tensor::empty({d.B * d.H, k_size}, DType::kBF16);
   Tensor v_packed = Tensor::empty({d.B * d.H, v_size}, DType::kBF16);
   std::vector<HeadOperand> k_heads(static_cast<std::size_t>(d.B * d.H)), v_heads(k_heads.size());
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (threaded)
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const std::int64_t b = bh / d.H, h = bh % d.H;
     k_heads[bh] = HeadOperand::lay_out(k_use, k_packed.data<BF16>() + bh * k_size, k.at(b, h), k.row_stride, d.S, d.D);
@@ -66,7 +67,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
         HeadOperand::lay_out(v_use, v_packed.data<BF16>() + bh * v_size, v.at(b, h), v.row_stride, d.S, d.Dv);
   }
 
-#pragma omp parallel
+#pragma omp parallel if (threaded)
   {
     Carver carve(workspace.f32() + omp_get_thread_num() * per_thread);
     float* s = carve.f32(Br * Sr);

@@ -39,6 +39,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
   const std::int64_t nqb = ceil_div(d.L, Br);
   const std::int64_t tasks = d.B * d.H * nqb;
+  const bool threaded = worth_threads(d);
   const TileMath tm{tiles_use_blas(tiles, d)};
   const RelativePositions<float>& rel = terms.positions.relative;
   const std::int64_t nb = rel.active() ? rel.buckets() : 0;
@@ -60,7 +61,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
   Tensor v_all = packs ? Tensor::empty({d.B * d.H, d.S * d.Dv}) : Tensor();
   std::vector<simd::GemmB> kts(static_cast<std::size_t>(packs ? d.B * d.H * nkt : 0));  // (B*H, key tiles)
   if (packs) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (threaded)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       const std::int64_t b = bh / d.H, h = bh % d.H;
       float* kbuf = conv_buffers(omp_get_thread_num()) + Br * d.D;  // (Bc, D)
@@ -75,7 +76,7 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
     }
   }
 
-#pragma omp parallel
+#pragma omp parallel if (threaded)
   {
     float* s = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
     float* acc = s + Br * Bc;                                        // (Br, Dv)

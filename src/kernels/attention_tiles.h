@@ -387,6 +387,15 @@ inline void dot_scores(float* S, std::int64_t lds, const float* Q, std::int64_t 
     for (std::int64_t j = 0; j < nc; ++j) S[r * lds + j] = alpha * simd::dot(Q + r * ldq, K + j * ldk, D);
 }
 
+// Multiply-adds (QK^T and PV over every head) below which a forward call
+// stays on the calling thread: a decoding step's, one query row a head over a
+// few dozen keys, is about a microsecond of work, and waking the other
+// threads and joining them cost several times that.
+inline constexpr std::int64_t kThreadedFromMacs = std::int64_t{1} << 17;
+inline bool worth_threads(const AttentionDims& d) {
+  return d.B * d.H * d.L * d.S * (d.D + d.Dv) >= kThreadedFromMacs;
+}
+
 inline bool tiles_use_blas(const AttentionTiles& t, const AttentionDims& d) {
   return t.gemm == TileGemm::kBlas || (t.gemm == TileGemm::kAuto && std::max(d.D, d.Dv) <= kBlasTileMaxDim);
 }
