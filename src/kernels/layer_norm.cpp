@@ -140,10 +140,15 @@ inline float stored_value(F16 v) { return f16_to_float(v.bits); }
 
 }  // namespace
 
+// Values (N * d) from which a pass over the rows is shared between the
+// threads: from 2^16, a 384 x 128 one (a long input to a small model) ran on
+// one thread while the others waited for the next product.
+constexpr std::int64_t kThreadedFrom = std::int64_t{1} << 14;
+
 template <typename T>
 void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, std::int64_t N,
                         std::int64_t d, T eps) {
-#pragma omp parallel for schedule(static) if (N * d > (1 << 16))
+#pragma omp parallel for schedule(static) if (N * d > kThreadedFrom)
   for (std::int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * d;
     T* yr = y + n * d;
@@ -173,7 +178,7 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
 template <typename T>
 void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean, const T* rstd,
                          const T* gamma, std::int64_t N, std::int64_t d) {
-#pragma omp parallel for schedule(static) if (N * d > (1 << 16))
+#pragma omp parallel for schedule(static) if (N * d > kThreadedFrom)
   for (std::int64_t n = 0; n < N; ++n) {
     const T* xr = x + n * d;
     const T* dyr = dy + n * d;
@@ -206,7 +211,7 @@ void residual_layer_norm_forward(float* y, float* mean, float* rstd, float* s, T
                                  const float* gamma, const float* beta, std::int64_t N, std::int64_t d, float eps,
                                  const DropoutSpec& drop, bool write_sum) {
   check(saved != nullptr || write_sum, "residual_layer_norm_forward: the sum must go somewhere for backward");
-#pragma omp parallel if (N * d > (1 << 16))
+#pragma omp parallel if (N * d > kThreadedFrom)
   {
     std::vector<float> row(write_sum ? 0 : static_cast<std::size_t>(d));  // h, when it is not written over s
 #pragma omp for schedule(static)
@@ -230,7 +235,7 @@ void residual_layer_norm_backward(float* dh, float* ds, float* dgamma, float* db
                                   const float* rstd, const float* gamma, std::int64_t N, std::int64_t d,
                                   const DropoutSpec& drop) {
   constexpr bool kStoredF32 = std::is_same_v<T, float>;
-#pragma omp parallel if (N * d > (1 << 16))
+#pragma omp parallel if (N * d > kThreadedFrom)
   {
     // One row of the summed gradient and of h widened, in L1.
     std::vector<float> g_row(dy_extra ? static_cast<std::size_t>(d) : 0);

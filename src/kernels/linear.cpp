@@ -14,11 +14,13 @@ namespace multihead {
 namespace {
 
 // y (N, out) = b, each row: the GEMM then adds onto it (beta = 1). One pass
-// over y, shared between the threads when y is large (a 4096 x 1536 output
-// takes about a millisecond to write on one core).
+// over y, shared between the threads from 2^15 values (a 4096 x 1536 output
+// takes about a millisecond to write on one core; one 384-token e-mail's
+// projections, 384 x 128 to 384 x 384, made a twentieth of its classification
+// serial on one thread: 2.75 against 2.6 ms on 2 Xeon cores).
 template <typename T>
 void seed_bias(T* y, std::int64_t ldy, const T* b, std::int64_t N, std::int64_t out) {
-#pragma omp parallel for schedule(static) if (N * out >= (std::int64_t{1} << 18))
+#pragma omp parallel for schedule(static) if (N * out >= (std::int64_t{1} << 15))
   for (std::int64_t n = 0; n < N; ++n)
     for (std::int64_t o = 0; o < out; ++o) y[n * ldy + o] = b[o];
 }

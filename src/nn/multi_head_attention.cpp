@@ -73,8 +73,8 @@ void MultiheadAttention::init(Rng& rng) {
 
 void MultiheadAttention::rotate(HeadsView<float> q, HeadsView<float> k, std::int64_t S, bool inverse) const {
   const auto& d = saved_.dims;
-  rope_rotate(q, d.B, d.L, d.H, d.D, saved_.query_offset, cfg_.rope_theta, inverse);
-  rope_rotate(k, d.B, S, cfg_.kv_heads(), d.D, 0, cfg_.rope_theta, inverse);
+  rope_rotate(q, d.B, d.L, d.H, d.D, rope_.rows(saved_.query_offset, d.L, d.D, cfg_.rope_theta), inverse);
+  rope_rotate(k, d.B, S, cfg_.kv_heads(), d.D, rope_.rows(0, S, d.D, cfg_.rope_theta), inverse);
 }
 
 void MultiheadAttention::add_pattern(AttentionMasks<float>& m) const {

@@ -28,8 +28,9 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
   const DType st = cfg_.variant == AttentionVariant::kLinear ? DType::kF32 : storage_dtype(p);
   Tensor qkv = project_packed(x, 0, PW, st);
   if (cfg_.positions == AttentionPositions::kRope) {
-    rope_rotate(HeadsView<float>{qkv.f32(), T * PW, PW, D}, B, T, H, D, past, cfg_.rope_theta, false);
-    rope_rotate(HeadsView<float>{qkv.f32() + E, T * PW, PW, D}, B, T, KH, D, past, cfg_.rope_theta, false);
+    const float* pairs = rope_.rows(past, T, D, cfg_.rope_theta);  // the queries' and the keys' positions
+    rope_rotate(HeadsView<float>{qkv.f32(), T * PW, PW, D}, B, T, H, D, pairs, false);
+    rope_rotate(HeadsView<float>{qkv.f32() + E, T * PW, PW, D}, B, T, KH, D, pairs, false);
   }
   Tensor attn = Tensor::empty({B, T, E}, st);
   if (cfg_.variant == AttentionVariant::kLinear) {

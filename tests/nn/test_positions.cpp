@@ -52,6 +52,31 @@ TEST(Rope, RotationIsOrthogonalAndRelative) {
   EXPECT_GT(std::fabs(score(1, 3) - score(1, 5)), 1e-6);
 }
 
+// A RopeTable's pairs rotate as rope_rotate computing its own, bit for bit:
+// from a cold table, at positions past what it holds (it grows), backwards,
+// and after the head size or theta changes (it starts over).
+TEST(Rope, KeptTableRotatesAsComputedPairs) {
+  Rng rng(4);
+  RopeTable table;
+  struct Call {
+    std::int64_t offset, L, D;
+    double theta;
+    bool inverse;
+  };
+  for (const Call& c : {Call{0, 5, 8, 1e4, false}, Call{3, 9, 8, 1e4, true}, Call{40, 3, 8, 1e4, false},
+                        Call{2, 4, 16, 1e4, false}, Call{2, 4, 16, 500.0, true}}) {
+    const std::int64_t B = 2, H = 3, ld = H * c.D;
+    std::vector<float> x(static_cast<std::size_t>(B * c.L * ld));
+    for (float& v : x) v = rng.normal();
+    std::vector<float> want = x;
+    rope_rotate(HeadsView<float>{want.data(), c.L * ld, ld, c.D}, B, c.L, H, c.D, c.offset, c.theta, c.inverse);
+    rope_rotate(HeadsView<float>{x.data(), c.L * ld, ld, c.D}, B, c.L, H, c.D,
+                table.rows(c.offset, c.L, c.D, c.theta), c.inverse);
+    EXPECT_EQ(x, want) << "offset " << c.offset << ", D " << c.D << ", theta " << c.theta;
+  }
+  EXPECT_THROW(table.rows(0, 2, 7, 1e4), ConfigError);
+}
+
 struct PositionCase {
   const char* name;
   AttentionPositions positions;

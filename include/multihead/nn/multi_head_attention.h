@@ -21,6 +21,7 @@
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/linear_attention.h"
+#include "multihead/kernels/positions.h"
 #include "multihead/nn/module.h"
 #include "multihead/nn/saved_tensor.h"
 
@@ -315,6 +316,7 @@ class MultiheadAttention : public Module {
   bool keep_head_grads_ = false;
   Tensor head_input_grads_;                    // (H, B, L, E) when keep_head_grads_
   Saved saved_;
+  mutable RopeTable rope_;  // RoPE's pairs by position, kept between calls (rotate is const)
 };
 
 }  // namespace multihead
