@@ -202,6 +202,7 @@ def child_multihead(spec, precision):
     out = check(f"multihead {precision}", probs, gen, said, spec, exact=precision == "fp32")
     x = {"cls_short": spec["short_text"], "cls_long": spec["long_text"], "first": prompts[0], "prompts": prompts,
          "long_prompt": spec["long_prompt"], "short_word": spec["short_word"], "long_word": spec["long_word"]}
+
     def new_tokens(text, prompt):
         ids, prompt_ids = lm.tokenizer.encode(text), lm.tokenizer.encode(prompt)
         return ids[len(prompt_ids):] if ids[:len(prompt_ids)] == prompt_ids else ids
@@ -841,8 +842,7 @@ def report(a, spec, peer, results, reference):
     wrong = {n: [label for key, label, _, _ in CELLS if differs(results[n], key, reference)] for n in names}
     for n in [n for n in names if wrong[n]]:
         print(f"{n}: its answer differs from multihead fp32's on one input in: {'; '.join(wrong[n])} "
-              f"(an fp32 program's ratio there is left out: it did other work)")
-    print()
+              f"(an fp32 program's ratio there is left out: it did other work)\n")
     def precision_of(name):
         return "int8" if "int8" in name else "bf16" if "bf16" in name else "fp32"
 
