@@ -34,6 +34,8 @@ install(FILES ${CMAKE_BINARY_DIR}/include/multihead/version.h DESTINATION ${CMAK
         COMPONENT core)
 install(TARGETS multihead_all EXPORT multihead_app_targets COMPONENT app)
 install(TARGETS multihead RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT app)
+# The licence travels with every component (Apache-2.0, the file at the root).
+install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/multihead COMPONENT core)
 foreach(layer core train app)
   install(EXPORT multihead_${layer}_targets NAMESPACE multihead:: DESTINATION ${MULTIHEAD_CMAKE_DIR}
           FILE multihead-${layer}-targets.cmake COMPONENT ${layer})

@@ -16,7 +16,9 @@
 #      runs/spam), then of "Using multihead from other programs"
 #      (install and embed by CMake and pkg-config, pip install into a venv,
 #      multihead serve on runs/spam answering curl);
-#   4. every python block of the README, each as a file, with PYTHONPATH=build/python.
+#   4. every python block of the README, each as a file, with PYTHONPATH=build/python, by Debian's
+#      python3, or by the project's .venv/bin/python where the block's first line says
+#      `# .venv/bin/python`.
 # The commands are read out of README.md itself. The first that fails is
 # named, with the tail of its log, and the script exits 1.
 #
@@ -182,10 +184,14 @@ run "build/multihead eval --run runs/spam"
 run "build/multihead inspect --run runs/spam --text 'Free money: click here to claim your prize' --out runs/spam/inspect"
 run "ls runs/spam/inspect/*.png >/dev/null"
 for cmd in "${guide_cmds[@]}" "${use_cmds[@]}"; do run "$cmd"; done
-# The python blocks, each a file of its own run by Debian's python3 on the build's package.
+# The python blocks, each a file of its own run on the build's package: by Debian's python3, or by
+# the project's .venv where the block's first line names it.
 for n in $(cut -f1 <<<"$python_blocks" | uniq); do
-  awk -F'\t' -v n="$n" '$1 == n {sub(/^[^\t]*\t/, ""); print}' <<<"$python_blocks" >"$root/root/multihead/readme-python-$n.py"
-  run "PYTHONPATH=build/python /usr/bin/python3 readme-python-$n.py"
+  block=$root/root/multihead/readme-python-$n.py
+  awk -F'\t' -v n="$n" '$1 == n {sub(/^[^\t]*\t/, ""); print}' <<<"$python_blocks" >"$block"
+  python=/usr/bin/python3
+  [[ $(head -n 1 "$block") == "# .venv/bin/python" ]] && python=.venv/bin/python
+  run "PYTHONPATH=build/python $python readme-python-$n.py"
 done
 
 find "$root/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -u -t "$cache/debs/" {} +

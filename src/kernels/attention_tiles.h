@@ -389,8 +389,9 @@ inline void dot_scores(float* S, std::int64_t lds, const float* Q, std::int64_t 
 
 // Multiply-adds (QK^T and PV over every head) below which a forward call
 // stays on the calling thread: a decoding step's, one query row a head over a
-// few dozen keys, is about a microsecond of work, and waking the other
-// threads and joining them cost several times that.
+// few dozen keys, is a few thousand, and under perf such a call spent nearly
+// all its time in OpenMP's start and join (an encoder-decoder's greedy
+// decoding, 2 threads).
 inline constexpr std::int64_t kThreadedFromMacs = std::int64_t{1} << 17;
 inline bool worth_threads(const AttentionDims& d) {
   return d.B * d.H * d.L * d.S * (d.D + d.Dv) >= kThreadedFromMacs;

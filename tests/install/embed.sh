@@ -20,7 +20,7 @@ for f in bin/multihead lib/libmultihead_core.a lib/libmultihead_train.a lib/libm
          include/multihead/train.h include/multihead/app.h \
          lib/cmake/multihead/multiheadConfig.cmake lib/cmake/multihead/multiheadConfigVersion.cmake \
          lib/cmake/multihead/multihead-core-targets.cmake lib/pkgconfig/multihead.pc lib/pkgconfig/multihead-core.pc \
-         lib/pkgconfig/multihead-train.pc lib/pkgconfig/multihead-app.pc; do
+         lib/pkgconfig/multihead-train.pc lib/pkgconfig/multihead-app.pc share/doc/multihead/LICENSE; do
   [[ -e $prefix/$f ]] || { echo "FAIL: the install has no $f"; exit 1; }
 done
 if find "$prefix" -name '_multihead*' | grep -q .; then

@@ -27,6 +27,8 @@ venv, what = sys.argv[1], sys.argv[2]
 assert multihead.__file__.startswith(venv + "/"), f"multihead imported from {multihead.__file__}, not the venv"
 recorded = importlib.metadata.version("multihead")
 assert multihead.__version__ == recorded, f"the module says {multihead.__version__}, pip recorded {recorded}"
+licence = importlib.metadata.metadata("multihead")["License"]
+assert licence == "Apache-2.0", f"pip recorded the licence {licence!r}, not Apache-2.0"
 print(f"{what}: multihead {multihead.__version__} from {multihead.__file__}, beside torch {torch.__version__}")
 PY
   rm -rf "$work/tests" && mkdir "$work/tests" && cp "$source/python/tests/test_torch.py" "$work/tests/"
