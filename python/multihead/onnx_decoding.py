@@ -6,6 +6,11 @@ memory's keys and values, instead of the dozens of nodes a traced export gives a
 ONNX Runtime fuses back (its GPT-2 fusion wants GPT-2's own export, its rotary fusion LLaMA's
 rotate-half pattern, where multihead turns interleaved pairs).
 
+An encoder-decoder's encoder is written so too: each self-attention one MultiHeadAttention over
+the whole source (RoPE turned by RotaryEmbedding), its output the memory's keys and values for
+each decoder layer, as the traced encoder gives them: (source, padding) -> memory_key_i,
+memory_value_i.
+
 The graphs keep the traced steps' interfaces (multihead.onnx_export): a language model's (ids
 (B, T), past_key_i, past_value_i ...) -> (logits (B, T, vocabulary), present_key_i,
 present_value_i ...), an encoder-decoder's (ids, padding, memory_key_i, memory_value_i ...,
@@ -59,6 +64,17 @@ def supports_decoder(s2s):
         and layer.multihead_attn.kv_heads == layer.multihead_attn.num_heads for layer in s2s.decoder.layers)
 
 
+def supports_encoder(s2s):
+    """Whether this module writes an EncoderDecoder's encoder: each encoder layer's self-attention
+    full with RoPE (its table made) or no positions inside, as many key/value heads as query heads
+    (MultiHeadAttention's), absolute positions outside, ReLU or either GELU."""
+    return _absolute(s2s.source_positions) and all(
+        isinstance(layer, modules.EncoderLayer) and layer.activation in _ACTIVATIONS
+        and layer.self_attn.attention == "full" and layer.self_attn.positions in ("none", "rope")
+        and (layer.self_attn._rope or layer.self_attn.positions != "rope")
+        and layer.self_attn.kv_heads == layer.self_attn.num_heads for layer in s2s.encoder.layers)
+
+
 class _Graph:
     """Nodes and initializers gathered as the step is written."""
 
@@ -71,6 +87,12 @@ class _Graph:
 
     def tensor(self, t, name):
         return self.weight(name, t.detach().float().cpu().numpy())
+
+    def shared(self, t, name):
+        """A tensor every layer reads (the RoPE table), added once by its name."""
+        if name not in self.constants:
+            self.constants.add(self.tensor(t, name))
+        return name
 
     def const(self, name, values, dtype=np.int64):
         """A small constant, made once by its name."""
@@ -140,15 +162,14 @@ def _feed_forward(g, x, layer, name):
     return _projection(g, h, layer.linear2, f"{name}.linear2")
 
 
-def _sublayers(g, layers, seq, presents, memories):
+def _sublayers(g, layers, attend, memories):
     """Each layer's parts in order, as (the norm paired with it, a function of its input giving
-    (product, bias)): self-attention with norm1, cross-attention with norm2 (a decoder layer), the
-    feed-forward block with the last norm."""
+    (product, bias)): self-attention with norm1 (attend(h, i, layer, name)), cross-attention with
+    norm2 (a decoder layer), the feed-forward block with the last norm."""
     parts = []
     for i, layer in enumerate(layers):
-        name, past = f"layers.{i}", (f"past_key_{i}", f"past_value_{i}")
-        parts.append((layer.norm1, lambda h, layer=layer, name=name, past=past:
-                      _self_attention(g, h, layer.self_attn, past, seq, presents, name)))
+        name = f"layers.{i}"
+        parts.append((layer.norm1, lambda h, i=i, layer=layer, name=name: attend(h, i, layer, name)))
         if memories is not None:
             parts.append((layer.norm2, lambda h, layer=layer, name=name, memory=memories[i]:
                           _cross_attention(g, h, layer.multihead_attn, *memory, f"{name}.cross")))
@@ -165,26 +186,34 @@ def _skip_norm(g, delta, bias, x, ln, name):
     return out, total
 
 
-def _decode(g, x, layers, norm, memories=None):
-    """The stack of layers over the new tokens x, then its final norm (if any), eval mode; and the
-    layers' present caches in order. Each residual sum and the LayerNorm after it are one
-    SkipLayerNormalization with the sublayer's bias folded in, as ONNX Runtime's own model builder
-    writes them: pre-norm, the norm before the next sublayer (or the final one); post-norm, the
-    sublayer's own."""
-    presents = []
-    parts = _sublayers(g, layers, _sequence(g, layers[0].self_attn), presents, memories)
-    if not layers[0].norm_first:
+def _stack(g, x, parts, norm_first, norm):
+    """The sublayers' parts over x, then the final norm (if any), eval mode. Each residual sum and
+    the LayerNorm after it are one SkipLayerNormalization with the sublayer's bias folded in, as
+    ONNX Runtime's own model builder writes them: pre-norm, the norm before the next sublayer (or
+    the final one); post-norm, the sublayer's own."""
+    if not norm_first:
         for i, (ln, part) in enumerate(parts):
             x, _ = _skip_norm(g, *part(x), x, ln, f"sublayer.{i}.norm")
-        return (x if norm is None else g.norm(x, norm, "norm")), presents
+        return x if norm is None else g.norm(x, norm, "norm")
     h, pending = g.norm(x, parts[0][0], "sublayer.0.norm"), None
     for i, (ln, part) in enumerate(parts):
         if pending is not None:
             h, x = _skip_norm(g, *pending, x, ln, f"sublayer.{i}.norm")
         pending = part(h)
     if norm is not None:
-        return _skip_norm(g, *pending, x, norm, "norm")[0], presents
-    return g.op("Add", [g.op("Add", list(pending)), x]), presents
+        return _skip_norm(g, *pending, x, norm, "norm")[0]
+    return g.op("Add", [g.op("Add", list(pending)), x])
+
+
+def _decode(g, x, layers, norm, memories=None):
+    """The stack of layers over the new tokens x (_stack), each self-attention a GroupQueryAttention
+    over the layer's cache; and the layers' present caches in order."""
+    presents, seq = [], _sequence(g, layers[0].self_attn)
+
+    def attend(h, i, layer, name):
+        return _self_attention(g, h, layer.self_attn, (f"past_key_{i}", f"past_value_{i}"), seq, presents, name)
+
+    return _stack(g, x, _sublayers(g, layers, attend, memories), layers[0].norm_first, norm), presents
 
 
 def _lengths(g):
@@ -216,6 +245,23 @@ def _embed(g, embedding, positions):
     table = positions.weight if isinstance(positions, torch.nn.Embedding) else positions.table
     cached, end = _lengths(g)
     return g.op("Add", [x, g.op("Slice", [g.tensor(table, "positions.table"), cached, end, g.const("axis_0", [0])])])
+
+
+def _encoder_attention(g, x, attn, keep, name):
+    """Self-attention over the whole source x (B, S, E): the packed projection split into Q, K and
+    V, RoPE turned by RotaryEmbedding (interleaved pairs, positions from 0) where the layer has it,
+    one MultiHeadAttention (keep: (B, S) int32, 1 at a letter), through out_proj."""
+    E = attn.embed_dim
+    qkv = g.linear(x, attn.in_proj_weight, attn.in_proj_bias, f"{name}.in_proj")
+    q, k, v = g.op("Split", [qkv, g.const(f"split_{E}", [E, E, E])], outputs=3, axis=-1)
+    if attn.positions == "rope":
+        cos, sin = g.shared(attn.rope_cos, "rope_cos"), g.shared(attn.rope_sin, "rope_sin")
+        start = g.const("position_0", [0])
+        q, k = (g.op("RotaryEmbedding", [t, start, cos, sin], domain="com.microsoft", interleaved=1,
+                     num_heads=attn.num_heads) for t in (q, k))
+    out = g.op("MultiHeadAttention", [q, k, v, "", keep], domain="com.microsoft", num_heads=attn.num_heads,
+               scale=1.0 / float(np.sqrt(attn.head_dim)))
+    return _projection(g, out, attn.out_proj, f"{name}.out_proj")
 
 
 def _cache_inputs(prefix, layers, attn, length):
@@ -266,3 +312,44 @@ def export_decoder_step(s2s, path):
                                              ["batch", cross.kv_heads, "letters", cross.head_dim])
                for i in range(len(layers)) for kind in ("key", "value")]
     return _save(g, "s2s_step", inputs, logits, s2s.output.weight.shape[0], presents, layers[0].self_attn, path)
+
+
+def export_encoder(s2s, path):
+    """An EncoderDecoder's encoder (supports_encoder() admits it) written to path with the traced
+    encoder's interface: (source (B, S) ids, padding (B, S) bool, True at padding) -> memory_key_i,
+    memory_value_i (B, kv_heads, S, head_dim) for each decoder layer's cross-attention. Each
+    self-attention a MultiHeadAttention, each residual sum and its LayerNorm a
+    SkipLayerNormalization. Returns path."""
+    layers = s2s.eval().encoder.layers
+    g = _Graph()
+    keep = g.op("Cast", [g.op("Not", ["padding"])], to=TensorProto.INT32)
+    x = g.op("Gather", [g.tensor(s2s.source_embedding.weight, "source_embedding.weight"), "source"])
+    if s2s.source_positions is not None:
+        positions = s2s.source_positions
+        table = positions.weight if isinstance(positions, torch.nn.Embedding) else positions.table
+        letters = g.op("Shape", ["source"], start=1, end=2)
+        x = g.op("Add", [x, g.op("Slice", [g.tensor(table, "source_positions.table"), g.const("zero", [0]), letters,
+                                           g.const("axis_0", [0])])])
+
+    def attend(h, i, layer, name):
+        return _encoder_attention(g, h, layer.self_attn, keep, name)
+
+    memory = _stack(g, x, _sublayers(g, layers, attend, None), layers[0].norm_first, s2s.encoder.norm)
+    outputs, crosses = [], s2s._steppers()[1]
+    for i, cross in enumerate(crosses):
+        E, KE = cross.embed_dim, cross.kv_heads * cross.head_dim
+        shape = g.const(f"heads_{cross.kv_heads}_{cross.head_dim}", [0, 0, cross.kv_heads, cross.head_dim])
+        for kind, start in (("key", E), ("value", E + KE)):
+            t = g.linear(memory, cross.in_proj_weight[start:start + KE], cross.in_proj_bias[start:start + KE],
+                         f"cross.{i}.{kind}")
+            t = g.op("Transpose", [g.op("Reshape", [t, shape])], perm=[0, 2, 1, 3])
+            outputs.append((f"memory_{kind}_{i}", t, cross))
+    g.nodes += [helper.make_node("Identity", [t], [name]) for name, t, _ in outputs]
+    inputs = [helper.make_tensor_value_info("source", TensorProto.INT64, ["batch", "letters"]),
+              helper.make_tensor_value_info("padding", TensorProto.BOOL, ["batch", "letters"])]
+    outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", c.kv_heads, "letters", c.head_dim])
+            for name, _, c in outputs]
+    graph = helper.make_graph(g.nodes, "s2s_encoder", inputs, outs, g.weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
+                                                      helper.make_opsetid("com.microsoft", 1)]), str(path))
+    return path

@@ -111,16 +111,20 @@ class _DecodeStep(torch.nn.Module):
 
 
 def export_encoder_decoder(s2s, encoder_path, step_path, source, padding):
-    """s2s (an EncoderDecoder) as its encoder and its decoding step, traced on source (B, S) ids
-    and padding (B, S) bool. The step written op by op around ONNX Runtime's decoding ops where
-    they compute its layers (onnx_decoding.supports_decoder; their domain as for a language
-    model), else traced on two target tokens after three cached."""
-    names = _cache_names(len(s2s.decoder.layers))
-    enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
-    enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
-    export(_Encode(s2s), (source, padding), encoder_path, input_names=["source", "padding"],
-           output_names=[f"memory_{n}" for n in names], dynamic_axes=enc_axes)
+    """s2s (an EncoderDecoder) as its encoder and its decoding step. Each written op by op around
+    ONNX Runtime's own ops where they compute its layers (onnx_decoding.supports_encoder: the
+    encoder's self-attention a MultiHeadAttention; supports_decoder: the step's a
+    GroupQueryAttention, its domain as for a language model), else traced: the encoder on source
+    (B, S) ids and padding (B, S) bool, the step on two target tokens after three cached."""
     from . import onnx_decoding
+    names = _cache_names(len(s2s.decoder.layers))
+    if onnx_decoding.supports_encoder(s2s):
+        onnx_decoding.export_encoder(s2s, encoder_path)
+    else:
+        enc_axes = {"source": {0: "batch", 1: "letters"}, "padding": {0: "batch", 1: "letters"}}
+        enc_axes.update({f"memory_{n}": {0: "batch", 2: "letters"} for n in names})
+        export(_Encode(s2s), (source, padding), encoder_path, input_names=["source", "padding"],
+               output_names=[f"memory_{n}" for n in names], dynamic_axes=enc_axes)
     if onnx_decoding.supports_decoder(s2s):
         return encoder_path, onnx_decoding.export_decoder_step(s2s, step_path)
     with torch.no_grad():

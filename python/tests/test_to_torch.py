@@ -368,7 +368,8 @@ def test_an_exported_language_model_decodes_with_its_cache_and_a_rope_table(runs
     assert_matches(torch.from_numpy(out[0]), logits[:, 4:])
 
 
-@pytest.mark.parametrize("name", ["pronunciation-rope-gqa-prenorm", "pronunciation-rope-prenorm-wide"])
+@pytest.mark.parametrize("name", ["pronunciation-rope-gqa-prenorm", "pronunciation-rope-prenorm-wide",
+                                  "pronunciation-sinusoidal"])
 def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, name, tmp_path):
     import onnx
     run = multihead.load_run(runs[name], threads=1)
@@ -376,8 +377,16 @@ def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, name, t
     ops = [n.op_type for n in onnx.load(step_path).graph.node]
     if "wide" in name:  # each of the 2 decoder layers' self- and cross-attention: ONNX Runtime's ops
         assert ops.count("GroupQueryAttention") == 2 and ops.count("MultiHeadAttention") == 2, ops
-    else:
+    else:  # RoPE in 4-wide heads, or grouped key/value heads: traced
         assert "GroupQueryAttention" not in ops
+    # The encoder's 2 self-attentions: MultiHeadAttention, RoPE turned by RotaryEmbedding; traced
+    # with grouped key/value heads, which MultiHeadAttention does not take.
+    ops = [n.op_type for n in onnx.load(encoder_path).graph.node]
+    if "gqa" in name:
+        assert "MultiHeadAttention" not in ops
+    else:
+        assert ops.count("MultiHeadAttention") == 2 and ops.count("SkipLayerNormalization") >= 2, ops
+        assert ops.count("RotaryEmbedding") == (4 if "rope" in name else 0), ops
     encoder, step = ort_session(encoder_path), ort_session(step_path)
     module = run.to_torch()
     vocab = run.tokenizer
@@ -390,6 +399,11 @@ def test_an_exported_encoder_decoder_pronounces_as_the_module_does(runs, name, t
         want = module.generate(source, padding, vocab.start_id, vocab.end_id, max_len=8)
     memory = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, {"source": source.numpy(),
                                                                                    "padding": padding.numpy()})))
+    with torch.no_grad():  # the memory each decoder layer's cross-attention reads, at the letters
+        for i, (key, value) in enumerate(module.encode(source, padding)):
+            for kind, t in (("key", key), ("value", value)):
+                letters = ~padding[:, None, :, None].expand_as(t)
+                assert_matches(torch.from_numpy(memory[f"memory_{kind}_{i}"])[letters], t[letters])
     past = [i for i in step.get_inputs() if i.name.startswith("past_")]
     feed = {i.name: torch.zeros(2, i.shape[1], 0, i.shape[3]).numpy() for i in past}
     nxt, got = torch.full((2, 1), vocab.start_id), []
