@@ -237,14 +237,16 @@ def _sequence(g, attn):
     return seq
 
 
-def _embed(g, embedding, positions):
-    """The new tokens' embeddings, with absolute positions S .. S + T - 1 added (if any)."""
-    x = g.op("Gather", [g.tensor(embedding.weight, "embedding.weight"), "ids"])
+def _embed(g, embedding, positions, ids="ids", span=None, prefix=""):
+    """The embeddings of ids, with absolute positions span() = (start, end) added (if any; by
+    default the new tokens' S .. S + T - 1 after the cache)."""
+    x = g.op("Gather", [g.tensor(embedding.weight, f"{prefix}embedding.weight"), ids])
     if positions is None:
         return x
     table = positions.weight if isinstance(positions, torch.nn.Embedding) else positions.table
-    cached, end = _lengths(g)
-    return g.op("Add", [x, g.op("Slice", [g.tensor(table, "positions.table"), cached, end, g.const("axis_0", [0])])])
+    start, end = span() if span else _lengths(g)
+    return g.op("Add", [x, g.op("Slice", [g.tensor(table, f"{prefix}positions.table"), start, end,
+                                          g.const("axis_0", [0])])])
 
 
 def _encoder_attention(g, x, attn, keep, name):
@@ -277,8 +279,13 @@ def _save(g, name, inputs, logits, vocab, presents, attn, path):
     outputs += _cache_inputs("present", layers, attn, "length")
     g.nodes += [helper.make_node("Identity", [t], [o.name]) for t, o in zip([logits] + presents, outputs)]
     ids = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "new"])]
-    graph = helper.make_graph(g.nodes, name, ids + inputs + _cache_inputs("past", layers, attn, "cached"), outputs,
-                              g.weights)
+    return _write(g, name, ids + inputs + _cache_inputs("past", layers, attn, "cached"), outputs, path)
+
+
+def _write(g, name, inputs, outputs, path):
+    """The graph of g's nodes and weights, with its inputs and outputs, as path (ONNX's opset and
+    ONNX Runtime's contrib ops)."""
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
                                                       helper.make_opsetid("com.microsoft", 1)]), str(path))
     return path
@@ -323,13 +330,8 @@ def export_encoder(s2s, path):
     layers = s2s.eval().encoder.layers
     g = _Graph()
     keep = g.op("Cast", [g.op("Not", ["padding"])], to=TensorProto.INT32)
-    x = g.op("Gather", [g.tensor(s2s.source_embedding.weight, "source_embedding.weight"), "source"])
-    if s2s.source_positions is not None:
-        positions = s2s.source_positions
-        table = positions.weight if isinstance(positions, torch.nn.Embedding) else positions.table
-        letters = g.op("Shape", ["source"], start=1, end=2)
-        x = g.op("Add", [x, g.op("Slice", [g.tensor(table, "source_positions.table"), g.const("zero", [0]), letters,
-                                           g.const("axis_0", [0])])])
+    x = _embed(g, s2s.source_embedding, s2s.source_positions, "source", prefix="source_",
+               span=lambda: (g.const("zero", [0]), g.op("Shape", ["source"], start=1, end=2)))
 
     def attend(h, i, layer, name):
         return _encoder_attention(g, h, layer.self_attn, keep, name)
@@ -349,7 +351,4 @@ def export_encoder(s2s, path):
               helper.make_tensor_value_info("padding", TensorProto.BOOL, ["batch", "letters"])]
     outs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", c.kv_heads, "letters", c.head_dim])
             for name, _, c in outputs]
-    graph = helper.make_graph(g.nodes, "s2s_encoder", inputs, outs, g.weights)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
-                                                      helper.make_opsetid("com.microsoft", 1)]), str(path))
-    return path
+    return _write(g, "s2s_encoder", inputs, outs, path)
