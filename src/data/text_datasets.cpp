@@ -1,6 +1,7 @@
 #include "multihead/data/text_datasets.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
+#include "multihead/core/suggest.h"
 #include "multihead/io/atomic_file.h"
 
 namespace multihead {
@@ -170,7 +172,9 @@ std::string missing_name(const std::string& name, const std::vector<std::string>
                          std::string_view flag) {
   std::vector<std::string> quoted;
   for (const auto& f : found) quoted.push_back("'" + clip_text(f, 40) + "'");
-  return fmt::format("no {} named '{}' (the {}s are: {}; {} names another)", noun, clip_text(name, 40), noun,
+  const std::string near = closest_name(name, found);
+  const std::string mean = near.empty() ? "" : fmt::format("did you mean '{}'? ", clip_text(near, 40));
+  return fmt::format("no {} named '{}' ({}the {}s are: {}; {} names another)", noun, clip_text(name, 40), mean, noun,
                      fmt::join(quoted, ", "), flag);
 }
 
@@ -206,25 +210,29 @@ TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<s
                  "{}: every text is empty (or only white space): there is nothing to learn from", path);
   TextDataset ds;
   for (auto& t : texts) ds.examples.push_back({std::move(t), 0});
-  // Integer labels are class numbers, used as they are; other labels are
-  // numbered in order of appearance. A label of digits too long for a class
-  // number is still an integer label, out of range (not a reason to read
-  // every label as a name).
+  // Integer labels name classes in numeric order ("1".."5" are classes 0..4,
+  // named "1".."5"): only the values present are classes, so a class with
+  // no examples never enters the model, its F1 or the macro average. Other
+  // labels are numbered in order of appearance. label_names records the
+  // mapping (results.json's "labels").
   const bool all_int = std::all_of(labels.begin(), labels.end(), [](const std::string& l) {
-    return !l.empty() && std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    return !l.empty() && l.size() <= 18 && std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   });
   if (all_int) {
-    std::int64_t mx = 0;
+    std::map<std::int64_t, std::int64_t> ids;  // value -> class, in numeric order
+    std::vector<std::int64_t> values(labels.size());
     for (std::size_t i = 0; i < labels.size(); ++i) {
-      const std::string& l = labels[i];
-      const std::size_t lead = std::min(l.find_first_not_of('0'), l.size() - 1);  // "007" is 7, "000" is 0
-      check<IoError>(l.size() - lead <= 9 && std::stoll(l.substr(lead)) < kMaxClasses,
-                     "{}: integer label {} is out of range (integer labels are class numbers, 0 to {})", path,
-                     clip_text(l, 24), kMaxClasses - 1);
-      ds.examples[i].label = std::stoll(l.substr(lead));
-      mx = std::max(mx, ds.examples[i].label);
+      values[i] = std::stoll(labels[i]);  // "007" is 7
+      ids.emplace(values[i], 0);
+      check<IoError>(static_cast<std::int64_t>(ids.size()) <= kMaxClasses,
+                     "{}: more than {} distinct labels; a classifier takes at most {} classes", path, kMaxClasses,
+                     kMaxClasses);
     }
-    for (std::int64_t i = 0; i <= mx; ++i) ds.label_names.push_back(std::to_string(i));
+    for (auto& [value, id] : ids) {
+      id = static_cast<std::int64_t>(ds.label_names.size());
+      ds.label_names.push_back(std::to_string(value));
+    }
+    for (std::size_t i = 0; i < labels.size(); ++i) ds.examples[i].label = ids[values[i]];
   } else {
     std::map<std::string, std::int64_t> ids;
     for (std::size_t i = 0; i < labels.size(); ++i) {
@@ -250,10 +258,17 @@ TextDataset parse_delimited_dataset(const std::string& text, char delimiter, con
   std::vector<Record> records = parse_delimited(has_bom ? text.substr(bom.size()) : text, delimiter, path);
   check<IoError>(!records.empty(), "{}: empty file (expected a header row)", path);
   const auto& header = records.front().fields;
+  // A file of the other delimiter reads as one column with the other inside: say so.
+  const char other = delimiter == ',' ? '\t' : ',';
+  const std::string hint =
+      header.size() == 1 && header.front().find(other) != std::string::npos
+          ? fmt::format("; its header has {} and no {}: give --source {}", other == '\t' ? "tabs" : "commas",
+                        other == '\t' ? "commas" : "tabs", other == '\t' ? "tsv" : "csv")
+          : "";
   auto column = [&](const std::string& name) {
     auto it = std::find(header.begin(), header.end(), name);
-    check<IoError>(it != header.end(), "{}: line 1: {}", path,
-                   missing_name(name, header, "column", flag_for(name, text_column)));
+    check<IoError>(it != header.end(), "{}: line 1: {}{}", path,
+                   missing_name(name, header, "column", flag_for(name, text_column)), hint);
     return static_cast<std::size_t>(it - header.begin());
   };
   const std::size_t tc = column(text_column), lc = column(label_column);
@@ -318,6 +333,15 @@ void check_two_classes(const TextDataset& ds, const std::string& path) {
   check<IoError>(ex.empty() || std::any_of(ex.begin(), ex.end(), [&](const TextExample& e) { return e.label != ex.front().label; }),
                  "{}: every row has the label '{}'; a classifier needs at least two classes", path,
                  ds.label_names[static_cast<std::size_t>(ex.front().label)]);
+}
+
+std::string labelled_format_of(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext == ".csv") return "csv";
+  if (ext == ".tsv" || ext == ".tab") return "tsv";
+  if (ext == ".jsonl" || ext == ".ndjson") return "jsonl";
+  return "";
 }
 
 TextDataset load_labelled_file(const std::string& path, const std::string& format, const std::string& text_column,

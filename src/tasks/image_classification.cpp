@@ -135,8 +135,7 @@ ModelSample sample_model(const ImageClassificationJob& job, const std::string& r
 
 std::vector<std::string> summary_lines(const ImageClassificationResult& r) {
   return {fmt::format("test accuracy: {:.2f}%, test loss {:.4f}", 100 * r.test_accuracy, r.test_loss),
-          fmt::format("training: {} steps{} in {:.1f} s", r.steps, skipped_steps_note(r.skipped_steps),
-                      r.train_seconds)};
+          fmt::format("training: {}", r.trained)};
 }
 
 namespace {
@@ -217,8 +216,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   for (std::size_t i = 0; i < test_idx.size(); ++i) test_idx[i] = static_cast<std::int64_t>(i);
   progress.log(fmt::format("data: {} training, {} validation, {} test images", tr.size(), val.size(), test_idx.size()));
 
-  job.train.steps = job.budget.steps(static_cast<std::int64_t>(tr.size()), job.train.batch);
-  job.train.schedule.total_steps = job.train.steps;
+  job.train.set_steps(job.budget.steps(static_cast<std::int64_t>(tr.size()), job.train.batch));
   ModelToTrain<VisionTransformer> m(job.model, job.train, progress);
   ImageClassificationTask task(m.model, job, train, val);
   FitPlan plan;
@@ -230,7 +228,8 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   if (fitted.validation) result.validation_accuracy = fitted.validation->accuracy.value_or(0);
   result.steps = fitted.steps;
   result.skipped_steps = fitted.skipped_steps;
-  result.train_seconds = fitted.seconds;
+  result.train_seconds = fitted.total_seconds;
+  result.trained = fitted.steps_and_time();
   result.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   std::vector<double> probabilities;
   std::tie(result.test_loss, result.test_accuracy) =

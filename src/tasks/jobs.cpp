@@ -103,6 +103,12 @@ Job with_source_tokenizer(Job job, bool resumes) {
         if constexpr (requires { j.tokenizer; }) {
           TokenizerConfig& t = j.tokenizer;
           if (t.from.empty() && std::filesystem::is_directory(j.train.init_from)) t.from = j.train.init_from;
+          // A state_dict has no tokenizer: one trained afresh would number the tokens otherwise than its
+          // embeddings learned them, silently.
+          check<ConfigError>(resumes || !t.from.empty() || j.train.init_from.empty(),
+                             "{} is a state_dict, which carries no tokenizer; give --tokenizer-from RUN, the run "
+                             "whose tokenizer its weights learned with (tokenizer.from)",
+                             j.train.init_from);
           if (t.from.empty()) return;
           if (resumes && !std::filesystem::exists(std::filesystem::path(t.from) / "config.json")) return;
           const RunConfig source = read_run_config(t.from);
@@ -118,17 +124,33 @@ Job with_source_tokenizer(Job job, bool resumes) {
   return job;
 }
 
-// A job that starts from a Hugging Face checkpoint has the checkpoint's
-// model: its shape is the checkpoint's, not the job's to choose (the number
-// of classes is still the data's). A run resuming from its own checkpoint
+// A job that starts from a Hugging Face checkpoint, or from a run of its
+// kind, has that model: its shape is the source's, not the job's to choose
+// (the number of classes is still the data's), as the tokenizer is the
+// source's (with_source_tokenizer). A run resuming from its own checkpoint
 // recorded that model already.
 Job with_source_model(Job job, bool resumes) {
   std::visit(
       [resumes](auto& j) {
         if constexpr (requires { j.model.pooling; }) {
-          if (resumes || !is_hf_checkpoint(j.train.init_from)) return;
-          const HfCheckpoint c = read_hf_checkpoint(j.train.init_from);
+          if (resumes) return;
           using J = std::decay_t<decltype(j)>;
+          const std::filesystem::path run_config = std::filesystem::path(j.train.init_from) / "config.json";
+          if (!j.train.init_from.empty() && std::filesystem::is_regular_file(run_config) &&
+              !is_hf_checkpoint(j.train.init_from)) {
+            const RunConfig source = read_run_config(j.train.init_from);
+            if (source.json.value("task", std::string(TextClassificationJob::kTask)) != J::kTask ||
+                !source.json.contains("model") || !source.json["model"].is_object())
+              return;  // another kind's run: its parameters are matched by name, as a state_dict's
+            const std::int64_t classes = j.model.num_classes;
+            j.model = ModelConfig();
+            ConfigReader reader(source.json["model"], source.path + ": model");
+            ModelConfig::keys(reader, j.model);
+            j.model.num_classes = classes;
+            return;
+          }
+          if (!is_hf_checkpoint(j.train.init_from)) return;
+          const HfCheckpoint c = read_hf_checkpoint(j.train.init_from);
           check<ConfigError>(c.job["task"] == J::kTask, "{} is a {} ({}); a {} job cannot start from it",
                              j.train.init_from, c.job["task"].get<std::string>(), c.architecture, J::kTask);
           const std::int64_t classes = j.model.num_classes;
@@ -197,6 +219,19 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
       run.reset();
       if (existed) fs::remove(fs::path(out) / "run.lock", ec);
       else fs::remove_all(out, ec);
+    }
+    // A stop's advice ("the same command with --resume") is not the same
+    // command when it replaced a run: --resume excludes --overwrite.
+    if (mode == RunMode::kOverwrite) {
+      try {
+        throw;
+      } catch (const Interrupted& e) {
+        std::string advice = e.what();
+        const std::string with = "the same command with --resume";
+        if (const std::size_t at = advice.find(with); at != std::string::npos)
+          advice.insert(at + with.size(), " in place of --overwrite");
+        throw Interrupted(e.signal(), advice);
+      }
     }
     throw;
   }

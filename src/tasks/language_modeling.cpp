@@ -175,7 +175,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   job.model.max_len = at_least_max_len(
       job.model.max_len,
       job.train.seq_len + (job.model.positions == PositionKind::kLearned ? 0 : job.sample_tokens + 64), progress);
-  job.train.schedule.total_steps = job.train.steps;
+  job.train.set_steps(job.train.steps);
   const std::int64_t L = job.train.seq_len;
   check<IoError>(static_cast<std::int64_t>(train_ids.size()) > L + 1, "the training text is shorter than one window");
 
@@ -193,7 +193,8 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   result.validation_perplexity = std::exp(result.validation_loss);
   result.steps = fitted.steps;
   result.skipped_steps = fitted.skipped_steps;
-  result.train_seconds = fitted.seconds;
+  result.train_seconds = fitted.total_seconds;
+  result.trained = fitted.steps_and_time(fmt::format("{:.0f} tokens/s", fitted.items_per_s));
   result.tokens_per_s = fitted.items_per_s;
   result.sample = tok->decode(generate(m.model, tok->encode(job.prompt), job.sample_tokens, job.sampling, L));
   run.write_results(result);
@@ -229,8 +230,7 @@ std::string loss_text(double nats) {
 
 std::vector<std::string> summary_lines(const LanguageModelResult& r) {
   return {"validation loss: " + loss_text(r.validation_loss),
-          fmt::format("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)", r.steps,
-                      skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s),
+          fmt::format("training: {}", r.trained),
           fmt::format("sample:\n{}", r.sample)};
 }
 

@@ -271,8 +271,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
     for (const auto& p : data.phonemes[w]) longest = std::max<std::int64_t>(longest, 1 + static_cast<std::int64_t>(p.size()));
   }
   job.model.model.max_len = at_least_max_len(job.model.model.max_len, std::max(longest, job.decode.max_len), progress);
-  job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train_pairs.size()), job.train.batch);
-  job.train.schedule.total_steps = job.train.steps;
+  job.train.set_steps(job.budget.steps(static_cast<std::int64_t>(data.train_pairs.size()), job.train.batch));
   job.validate("the job");
 
   ModelToTrain<EncoderDecoder> m(job.model, job.train, progress);
@@ -290,7 +289,8 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;
-  r.train_seconds = fitted.seconds;
+  r.train_seconds = fitted.total_seconds;
+  r.trained = fitted.steps_and_time();
   r.ms_per_step = 1e3 * fitted.seconds / static_cast<double>(std::max<std::int64_t>(1, r.steps - fitted.first_step));
   if (fitted.validation) {
     check_finite_result("the validation loss", fitted.validation->loss);
@@ -344,8 +344,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
 
 std::vector<std::string> summary_lines(const PronunciationResult& r) {
   std::vector<std::string> lines = test_lines(r.test, r.by_length, r.longer_than_training);
-  lines.push_back(fmt::format("training: {} steps{} in {:.1f} s; test decoding {:.1f} s", r.steps,
-                              skipped_steps_note(r.skipped_steps), r.train_seconds, r.decode_seconds));
+  lines.push_back(fmt::format("training: {}; test decoding {:.1f} s", r.trained, r.decode_seconds));
   return lines;
 }
 

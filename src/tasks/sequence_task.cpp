@@ -107,8 +107,7 @@ ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir,
 std::vector<std::string> summary_lines(const SequenceTaskResult& r) {
   std::vector<std::string> lines;
   for (const auto& a : r.by_length) lines.push_back(length_line(a));
-  lines.push_back(fmt::format("training: {} steps{} in {:.1f} s ({:.1f} ms a step)", r.steps,
-                              skipped_steps_note(r.skipped_steps), r.train_seconds, r.ms_per_step));
+  lines.push_back(fmt::format("training: {}", r.trained));
   return lines;
 }
 
@@ -162,7 +161,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   std::int64_t longest = job.task.max_tokens();
   for (auto L : job.test_lengths) longest = std::max(longest, 2 * L + 2);
   job.model.max_len = at_least_max_len(job.model.max_len, longest, progress);
-  job.train.schedule.total_steps = job.train.steps;
+  job.train.set_steps(job.train.steps);
   job.model.validate();
   progress.log(fmt::format("task: {} of {} symbols, trained on lengths {}..{}", synthetic_kind_name(job.task.kind),
                            job.task.symbols, job.task.min_len, job.task.max_len));
@@ -179,8 +178,9 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   r.skipped_steps = fitted.skipped_steps;
   r.losses = fitted.curves.loss;
   r.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
-  r.train_seconds = fitted.seconds;
-  r.ms_per_step = 1e3 * r.train_seconds / static_cast<double>(std::max<std::int64_t>(r.steps - fitted.first_step, 1));
+  r.train_seconds = fitted.total_seconds;
+  r.ms_per_step = 1e3 * fitted.seconds / static_cast<double>(std::max<std::int64_t>(r.steps - fitted.first_step, 1));
+  r.trained = fitted.steps_and_time(fmt::format("{:.1f} ms a step", r.ms_per_step));
   std::vector<double> lx, la, lt;
   for (auto L : job.test_lengths) {
     r.by_length.push_back(evaluate_length(m.model, job.task, L, job.eval_batches, job.train.batch, job.train.seed,

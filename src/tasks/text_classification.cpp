@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "multihead/core/suggest.h"
 #include "multihead/data/batching.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
@@ -22,6 +23,20 @@ namespace multihead {
 
 using json = nlohmann::json;
 
+namespace {
+
+const std::vector<std::string> kDataSources = {"spamassassin", "aclimdb", "csv", "tsv", "jsonl"};
+
+}  // namespace
+
+TextClassificationJob::TextClassificationJob() {
+  model.vocab_size = tokenizer.vocab_size;  // until the tokenizer is trained
+  train.schedule.base_lr = 1e-3;
+  train.schedule.warmup_ratio = 0.1;
+  train.schedule.decay = Decay::kCosine;
+  train.clip_grad_norm = 1.0;
+}
+
 void TextClassificationJob::validate(const std::string& where) const {
   budget.validate(where);
   check<ConfigError>(max_len > 1, "{}: max_len must be at least 2, got {}", where, max_len);
@@ -34,9 +49,17 @@ struct PreparedData {
   std::vector<std::int64_t> train, validation, test;
 };
 
-PreparedData load_and_split(const TextClassificationJob& job) {
+PreparedData load_and_split(const TextClassificationJob& job_in) {
   PreparedData p;
-  check<ConfigError>(!job.data_path.empty(), "no data path given for source '{}'", job.source);
+  TextClassificationJob job = job_in;
+  job.source = data_source(job);
+  // A labelled file given to a corpus source reads as a missing corpus: name the flag instead.
+  const std::string format = labelled_format_of(job.data_path);
+  check<ConfigError>(format.empty() || (job.source != "spamassassin" && job.source != "aclimdb") ||
+                         std::filesystem::is_directory(job.data_path),
+                     "{} is a {} file, and the {} source reads its corpus's folder; give --source {} (or leave "
+                     "--source out: the extension names the format)",
+                     job.data_path, format, job.source, format);
   if (job.source == "aclimdb") {
     TextDataset tr = load_aclimdb(job.data_path, "train"), te = load_aclimdb(job.data_path, "test");
     SplitIndices s = split_indices(static_cast<std::int64_t>(tr.examples.size()), job.validation_fraction, 0.0,
@@ -58,8 +81,8 @@ PreparedData load_and_split(const TextClassificationJob& job) {
     if (job.strip_headers)
       for (TextExample& e : p.dataset.examples) e.text = strip_mail_headers(e.text);
   } else {
-    throw ConfigError(
-        fmt::format("data source must be spamassassin, aclimdb, csv, tsv or jsonl, got '{}'", job.source));
+    throw ConfigError(fmt::format("data source must be spamassassin, aclimdb, csv, tsv or jsonl, got '{}'{}",
+                                  clip_text(job.source), did_you_mean(job.source, kDataSources)));
   }
   check_two_classes(p.dataset, job.data_path);
   SplitIndices s = split_indices(static_cast<std::int64_t>(p.dataset.examples.size()), job.validation_fraction,
@@ -200,6 +223,19 @@ std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, c
   return s;
 }
 
+std::string data_source(const TextClassificationJob& job) {
+  check<ConfigError>(!job.data_path.empty() || !job.source.empty(),
+                     "no data given: name a labelled file with --data (csv, tsv or jsonl), or a preset with --preset");
+  check<ConfigError>(!job.data_path.empty(), "no data path given for source '{}'", job.source);
+  if (!job.source.empty()) return job.source;
+  const std::string format = labelled_format_of(job.data_path);
+  check<ConfigError>(!format.empty(),
+                     "{}: cannot tell the data's format from its name; give --source (csv, tsv, jsonl, or "
+                     "spamassassin or aclimdb for those corpora's folders)",
+                     job.data_path);
+  return format;
+}
+
 std::string title_of(const TextClassificationJob& job) {
   if (!job.report_title.empty()) return job.report_title;
   if (job.source == "spamassassin") return "SpamAssassin: ham against spam";
@@ -211,6 +247,7 @@ std::string title_of(const TextClassificationJob& job) {
 TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& run, Progress& progress,
                                  StopRequest* stop) {
   TextClassificationJob job = job_in;
+  job.source = data_source(job);  // config.json records the format the extension named
   job.report_title = title_of(job);
   PreparedData data = load_and_split(job);
   progress.log(fmt::format("data: {} examples ({} train, {} validation, {} test), labels {}",
@@ -229,8 +266,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   job.model.vocab_size = tok->vocab_size();
   job.model.num_classes = static_cast<std::int64_t>(data.dataset.label_names.size());
   job.model.max_len = at_least_max_len(job.model.max_len, job.max_len, progress);
-  job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.train.size()), job.train.batch);
-  job.train.schedule.total_steps = job.train.steps;
+  job.train.set_steps(job.budget.steps(static_cast<std::int64_t>(data.train.size()), job.train.batch));
 
   ModelToTrain<SequenceClassifier> m(job.model, job.train, progress);
   ClassifierTrainingTask task(m.model, encoded, data.validation, job.max_len, job.eval_batch, job.train.precision);
@@ -241,7 +277,8 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
 
   TextClassificationResult result;
   if (fitted.validation) result.validation = {fitted.validation->loss, fitted.validation->accuracy.value_or(0), fitted.validation->examples};
-  result.train_seconds = fitted.seconds;
+  result.train_seconds = fitted.total_seconds;
+  result.trained = fitted.steps_and_time(fmt::format("{:.0f} tokens/s", fitted.items_per_s));
   result.steps = fitted.steps;
   result.skipped_steps = fitted.skipped_steps;
   result.tokens_per_s = fitted.items_per_s;
@@ -294,8 +331,7 @@ std::string test_line(const ClassificationMetrics& m) {
 
 std::vector<std::string> summary_lines(const TextClassificationResult& r) {
   return {test_line(r.test),
-          fmt::format("training: {} steps{} in {:.1f} s ({:.0f} tokens/s)", r.steps,
-                      skipped_steps_note(r.skipped_steps), r.train_seconds, r.tokens_per_s)};
+          fmt::format("training: {}", r.trained)};
 }
 
 TextDataset classifier_test_texts(const TextClassificationJob& job) {
@@ -382,8 +418,7 @@ namespace {
 TextDataset eval_file(const TextClassificationJob& job, const EvalRequest& req, const std::vector<std::string>& names) {
   std::string format = req.format;
   if (format.empty()) {
-    const std::string ext = std::filesystem::path(req.data).extension().string();
-    format = ext == ".csv" ? "csv" : ext == ".tsv" ? "tsv" : ext == ".jsonl" ? "jsonl" : "";
+    format = labelled_format_of(req.data);
     if (format.empty() && (job.source == "csv" || job.source == "tsv" || job.source == "jsonl")) format = job.source;
     check<ConfigError>(!format.empty(), "{}: cannot tell the format from the extension; give --source csv, tsv or jsonl",
                        req.data);

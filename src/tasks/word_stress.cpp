@@ -105,8 +105,7 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   job.model.vocab_size = WordStressJob::kLetterTokens;
   job.model.num_classes = WordStressJob::kClasses;
   job.model.max_len = at_least_max_len(job.model.max_len, job.max_letters, progress);
-  job.train.steps = job.budget.steps(static_cast<std::int64_t>(data.split.train.size()), job.train.batch);
-  job.train.schedule.total_steps = job.train.steps;
+  job.train.set_steps(job.budget.steps(static_cast<std::int64_t>(data.split.train.size()), job.train.batch));
 
   ModelToTrain<SequenceClassifier> m(job.model, job.train, progress);
   ClassifierTrainingTask task(m.model, data.examples, data.split.validation, job.max_letters, job.eval_batch,
@@ -120,7 +119,8 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   if (fitted.validation) r.validation_accuracy = fitted.validation->accuracy.value_or(0);
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;
-  r.train_seconds = fitted.seconds;
+  r.train_seconds = fitted.total_seconds;
+  r.trained = fitted.steps_and_time();
   r.peak_activation_bytes = fitted.curves.memory.max_activation_bytes();
   const ClassificationReport test = report_classifier(m.model, data.examples, data.split.test, stress_class_names(),
                                                       job.eval_batch, job.max_letters, job.train.precision, stop);
@@ -162,8 +162,7 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
 std::vector<std::string> summary_lines(const WordStressResult& r) {
   return {test_line(r.test_accuracy, r.test_words, r.test_loss),
           fmt::format("always the most common class: {:.2f}%", 100 * r.majority_accuracy),
-          fmt::format("training: {} steps{} in {:.1f} s", r.steps, skipped_steps_note(r.skipped_steps),
-                      r.train_seconds)};
+          fmt::format("training: {}", r.trained)};
 }
 
 ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const SampleSettings& settings) {

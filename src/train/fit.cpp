@@ -78,9 +78,12 @@ class Loop {
     result_.steps = trainer_.steps_done();
     result_.skipped_steps = trainer_.skipped_steps();
     result_.seconds = seconds();
+    result_.total_seconds = run_.training_seconds();
     result_.items_per_s = static_cast<double>(items_) / result_.seconds;
-    // A plan without validation has had no checkpoint after its last step.
-    if (plan_.epoch_examples.empty() && plan_.eval_every == 0) save_run_checkpoint(run_, trainer_);
+    // A plan without validation has had no checkpoint after its last step
+    // (a resumed run that trained none has it already).
+    if (plan_.epoch_examples.empty() && plan_.eval_every == 0 && result_.steps > result_.first_step)
+      save_run_checkpoint(run_, trainer_);
     if (!group_.primary()) throw FollowerFinished();
     return std::move(result_);
   }
@@ -246,10 +249,30 @@ std::string skipped_steps_note(std::int64_t skipped) {
   return skipped ? fmt::format(" ({} skipped: the loss or gradient was not finite)", skipped) : "";
 }
 
+namespace {
+
+// "" for a run trained in one invocation; else what this one trained.
+std::string this_run(const FitResult& r) {
+  if (r.first_step == 0) return "";
+  if (r.steps == r.first_step) return "none in this run";
+  return fmt::format("steps {}-{} in this run: {:.1f} s", r.first_step + 1, r.steps, r.seconds);
+}
+
+}  // namespace
+
 std::string FitResult::summary() const {
   std::string s = fmt::format("{} steps", steps);
   if (epochs) s += fmt::format(", {} epochs", epochs);
-  return s + fmt::format(", {:.1f} s, {:.0f} {}", seconds, items_per_s, unit);
+  const std::string part = this_run(*this);
+  if (part.empty()) return s + fmt::format(", {:.1f} s, {:.0f} {}", seconds, items_per_s, unit);
+  return s + fmt::format(", {:.1f} s in all, {}, {:.0f} {}", total_seconds, part, items_per_s, unit);
+}
+
+std::string FitResult::steps_and_time(std::string_view rate) const {
+  std::string part = this_run(*this);
+  if (!rate.empty()) part += (part.empty() ? "" : ", ") + std::string(rate);
+  return fmt::format("{} steps{} in {:.1f} s{}", steps, skipped_steps_note(skipped_steps), total_seconds,
+                     part.empty() ? "" : " (" + part + ")");
 }
 
 CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale,

@@ -1,5 +1,7 @@
 #include "multihead/train/resume.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "multihead/core/error.h"
@@ -31,6 +33,8 @@ json comparable(json config) {
     config["train"].erase("checkpoint_every");
     config["train"].erase("keep_checkpoints");
     config["train"].erase("on_nonfinite");
+    // A warmup ratio is recorded as the warmup_steps it came to (TrainConfig::set_steps), compared below.
+    config["train"].erase("warmup_ratio");
     // The length, which a continued run changes (continue_schedule).
     for (const char* key : {"steps", "total_steps", "epochs", "max_steps", "restart_step", "restart_lr"})
       config["train"].erase(key);
@@ -85,6 +89,20 @@ void continue_schedule(const json& before, const std::string& path, json& config
   trainer.restart_decay(train["restart_step"].get<std::int64_t>(), train["restart_lr"].get<double>());
 }
 
+// The checkpoint's metadata key for the run's training time so far.
+constexpr std::string_view kTrainSecondsKey = "train.seconds";
+
+// The training time a checkpoint recorded (0 for one written before it was recorded).
+double checkpoint_seconds(const std::map<std::string, std::string>& meta, const std::string& path) {
+  const auto it = meta.find(std::string(kTrainSecondsKey));
+  if (it == meta.end()) return 0;
+  char* end = nullptr;
+  const double s = std::strtod(it->second.c_str(), &end);
+  check<IoError>(!it->second.empty() && end == it->second.c_str() + it->second.size() && std::isfinite(s) && s >= 0,
+                 "{}: {} is not a time in seconds", path, kTrainSecondsKey);
+  return s;
+}
+
 // True when the run was asked to resume and has a checkpoint to resume from.
 bool resumes_from_checkpoint(const RunDir& run) {
   return run.resume_requested() && std::filesystem::exists(last_checkpoint_path(run.path()));
@@ -122,6 +140,7 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
     std::filesystem::remove(last_checkpoint_path(run.path()), ec);
     start_from_weights(config, trainer, progress);
     run.write_config(config);
+    run.start_training_clock(0);
     return {};
   }
   const std::string path = run.file("config.json");
@@ -150,9 +169,23 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
       throw IoError(fmt::format("{}: metrics.records is not a number", last_checkpoint_path(run.path())));
     }
   }
+  // A finished run given another length that comes to no more steps (--steps
+  // past an epoch job's epochs, which it only caps) would train nothing:
+  // refused, with the flag that continues it. The same length again redoes
+  // the results (a run stopped in its test).
+  const std::int64_t done = trainer.steps_done(), now = train_int(config, "steps");
+  const bool other_length = train_int(before, "epochs") != train_int(config, "epochs") ||
+                            train_int(before, "max_steps") != train_int(config, "max_steps");
+  if (other_length && done == now && std::filesystem::exists(run.file("results.json"))) {
+    const bool epochs = config.contains("train") && config["train"].contains("epochs");
+    throw ConfigError(fmt::format(
+        "{} has trained all {} steps its settings give: nothing to train; continue it with more {}", run.path(), done,
+        epochs ? fmt::format("--epochs (it has {}; --steps only caps them)", train_int(config, "epochs")) : "--steps"));
+  }
   continue_schedule(before, path, config, trainer);
   // config.json is rewritten, so threads and the like show this run's values.
   run.write_config(config);
+  run.start_training_clock(checkpoint_seconds(meta, last_checkpoint_path(run.path())));
   return run.keep_metrics(records);
 }
 
@@ -160,6 +193,7 @@ void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std
   if (!run.writes()) return;
   std::map<std::string, std::string> meta = extra;
   meta["metrics.records"] = std::to_string(run.metrics_records());
+  meta[std::string(kTrainSecondsKey)] = fmt::format("{}", run.training_seconds());
   meta[std::string(kCheckpointConfigKey)] = architecture_of(run.config()).dump();
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
   // The kept copy is written as every file here is, whole or not at all.

@@ -235,4 +235,14 @@ std::vector<nlohmann::json> RunDir::keep_metrics(std::int64_t count) {
   return kept;
 }
 
+void RunDir::start_training_clock(double before) {
+  seconds_before_ = before;
+  clock_started_ = std::chrono::steady_clock::now();
+}
+
+double RunDir::training_seconds() const {
+  if (!clock_started_) return seconds_before_;
+  return seconds_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - *clock_started_).count();
+}
+
 }  // namespace multihead

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace multihead {
 
 NonFinite parse_nonfinite(const std::string& s) {
@@ -21,6 +20,14 @@ OptimizerKind parse_optimizer(const std::string& s) {
 }
 
 const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adamw"; }
+
+void TrainConfig::set_steps(std::int64_t n) {
+  steps = n;
+  schedule.total_steps = n;
+  if (schedule.warmup_steps == 0 && schedule.warmup_ratio > 0 && n > 0)
+    schedule.warmup_steps = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(std::ceil(schedule.warmup_ratio * static_cast<double>(n))));
+}
 
 void TrainConfig::validate() const {
   check_keys(*this);

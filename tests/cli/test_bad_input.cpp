@@ -52,7 +52,8 @@ TEST_F(BadInput, EmptyAndTinyTextDatasets) {
   write(tsv, "text\tlabel\n\xff\xfe\t1\n");
   expect_refused("train --source tsv --data " + tsv, tsv + ": invalid UTF-8 at byte 11");
   write(csv, "text,label\nfine,100000\n");
-  expect_refused("train --source csv --data " + csv, csv + ": integer label 100000 is out of range (integer labels are class numbers, 0 to 999)");
+  expect_refused("train --source csv --data " + csv,
+                 csv + ": every row has the label '100000'; a classifier needs at least two classes");
   // Into a folder that exists and is empty: the failed run leaves it empty
   // (it used to keep config.json, tokenizer/, checkpoints/ and plots/).
   const fs::path empty = dir / "empty";

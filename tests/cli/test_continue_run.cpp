@@ -108,7 +108,7 @@ TEST_F(ContinueRun, ADecayRestartsFromTheRateTheRunStoppedAt) {
 TEST_F(ContinueRun, AClassifierContinuesForMoreEpochs) {
   test::write_sentiment_csv(dir / "reviews.csv", 24);
   const std::string job = " --source csv --data " + path("reviews.csv") +
-                          " --tokenizer word --vocab-size 32 --max-len 8 --schedule constant" + kTiny;
+                          " --tokenizer word --vocab-size 32 --max-len 8 --schedule constant --warmup-ratio 0" + kTiny;
   ASSERT_EQ(test::run("train --epochs 1 --out " + path("continued") + job).code, 0);
   const test::CliRun more = test::run("train --resume --epochs 2 --threads 1 --quiet --out " + path("continued"));
   ASSERT_EQ(more.code, 0) << more.err;
@@ -119,6 +119,32 @@ TEST_F(ContinueRun, AClassifierContinuesForMoreEpochs) {
   const json b = json::parse(read_file(path("single") + "/results.json"));
   EXPECT_EQ(a["test_accuracy"], b["test_accuracy"]);
   EXPECT_EQ(a["steps"], b["steps"]);
+}
+
+// --steps on a finished epoch job only caps its epochs: more of it trains
+// nothing, and is refused in one line that names --epochs, the run left as
+// it was. A continued run reports the whole run's steps and time, and this
+// invocation's own.
+TEST_F(ContinueRun, MoreStepsThanAnEpochJobsEpochsIsRefusedAndTimesAddUp) {
+  test::write_sentiment_csv(dir / "reviews.csv", 24);
+  const std::string job = " --data " + path("reviews.csv") + " --tokenizer word --vocab-size 32 --max-len 8" + kTiny;
+  ASSERT_EQ(test::run("train --epochs 1 --out " + path("run") + job).code, 0);
+  const std::string report = read_file(path("run") + "/report.md"), results = read_file(path("run") + "/results.json");
+  const double first_seconds = json::parse(results)["train_seconds"].get<double>();
+  const test::CliRun capped = test::run("train --resume --steps 60 --threads 1 --quiet --out " + path("run"));
+  EXPECT_EQ(capped.code, 2);
+  EXPECT_EQ(capped.err, "multihead: error: " + path("run") +
+                            " has trained all 9 steps its settings give: nothing to train; continue it with more "
+                            "--epochs (it has 1; --steps only caps them)\n");
+  EXPECT_EQ(read_file(path("run") + "/report.md"), report);
+  EXPECT_EQ(read_file(path("run") + "/results.json"), results);
+  const test::CliRun more = test::run("train --resume --epochs 2 --threads 1 --out " + path("run"));
+  ASSERT_EQ(more.code, 0) << more.err;
+  EXPECT_NE(more.out.find("training: 18 steps in "), std::string::npos) << more.out;
+  EXPECT_NE(more.out.find("(steps 10-18 in this run: "), std::string::npos) << more.out;
+  const double total = json::parse(read_file(path("run") + "/results.json"))["train_seconds"].get<double>();
+  EXPECT_GT(total, first_seconds);
+  EXPECT_NE(read_file(path("run") + "/report.md").find("s in all, steps 10-18 in this run: "), std::string::npos);
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ std::string job(int steps, int threads = 1, int checkpoint_every = 7) {
       steps, checkpoint_every, threads);
 }
 
-// Starts the binary with `args` (split on spaces), output to /dev/null.
-pid_t spawn(const std::string& args) {
+// Starts the binary with `args` (split on spaces), output to /dev/null,
+// its standard error to `err` (/dev/null unless named).
+pid_t spawn(const std::string& args, const std::string& err = "/dev/null") {
   std::vector<std::string> words = {test::cli_path()};
   std::size_t pos = 0;
   while (pos < args.size()) {
@@ -54,7 +55,7 @@ pid_t spawn(const std::string& args) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::freopen("/dev/null", "w", stdout);
-    std::freopen("/dev/null", "w", stderr);
+    std::freopen(err.c_str(), "w", stderr);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
@@ -166,6 +167,33 @@ TEST_F(CrashSafety, SigintAndSigtermCheckpointTheStepReachedAndExit) {
     ASSERT_FALSE(steps.empty());
     EXPECT_EQ(ckpt.metadata().at("step"), std::to_string(steps.size()));
   }
+}
+
+// A stop after --overwrite advises the command that goes on: --resume in
+// place of --overwrite (the two exclude each other; "the same command with
+// --resume" was refused).
+TEST_F(CrashSafety, AStopAfterOverwriteAdvisesResumeInItsPlace) {
+  const fs::path out = dir / "replaced";
+  ASSERT_EQ(run(job(2) + " --out " + out.string()).code, 0);  // a few lines of metrics
+  const std::string err = (dir / "stop.err").string();
+  const pid_t pid = spawn(job(1'000'000, 1, 0) + " --overwrite --out " + out.string(), err);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  // The replacing run's metrics start afresh: wait for its tenth step.
+  while ((!fs::exists(out / "metrics.jsonl") || count_lines(read_file((out / "metrics.jsonl").string())) < 10) &&
+         ::waitpid(pid, &status, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(pid, SIGINT);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
+  EXPECT_NE(read_file(err).find("its checkpoint is saved: the same command with --resume in place of --overwrite goes "
+                                "on from there"),
+            std::string::npos)
+      << read_file(err);
+  // Followed: it resumes (to a shorter end, so that it finishes).
+  const CliRun resumed = run(job(1'000'000, 1, 0) + " --resume --steps 40 --out " + out.string());
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
 }
 
 TEST_F(CrashSafety, TextAndLanguageModelJobsResumeBitForBit) {

@@ -79,6 +79,38 @@ TEST_F(FineTune, ARunFineTunedOnOtherLabelsStartsFromTheSourceAndSaysSo) {
   EXPECT_EQ(json::parse(read_file(path("tuned") + "/config.json"))["train"]["epochs"], 3);
 }
 
+// A run's model settings come with its weights, as its tokenizer does: a
+// fine-tune names neither (it used to fail on the first tensor's shape and
+// suggest --init-skip). A state_dict carries no tokenizer: refused, naming
+// --tokenizer-from (a tokenizer trained afresh would number tokens anew).
+TEST_F(FineTune, ARunsModelSettingsComeWithItAndAStateDictNeedsATokenizer) {
+  ASSERT_EQ(test::run("train --data " + path("reviews.csv") +
+                      " --tokenizer word --vocab-size 32 --max-len 8 --epochs 1 --out " + path("source") + kTiny)
+                .code,
+            0);
+  const test::CliRun tuned = test::run("train --data " + path("moods.csv") + " --init-from " + path("source") +
+                                       " --init-skip '^classifier\\.' --epochs 1 --threads 1 --quiet --out " +
+                                       path("tuned"));
+  ASSERT_EQ(tuned.code, 0) << tuned.err;
+  const json model = json::parse(read_file(path("tuned") + "/config.json"))["model"];
+  const json source = json::parse(read_file(path("source") + "/config.json"))["model"];
+  for (const char* key : {"d_model", "nhead", "num_layers", "dim_feedforward", "positions", "vocab_size"})
+    EXPECT_EQ(model[key], source[key]) << key;
+  EXPECT_EQ(model["num_classes"], 3);  // the data's
+  const std::string weights = path("source") + "/checkpoints/last.safetensors";
+  const test::CliRun bare = test::run("train --data " + path("reviews.csv") + " --init-from " + weights +
+                                      " --max-len 8 --epochs 1 --out " + path("bare") + kTiny);
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_EQ(bare.err, "multihead: error: " + weights +
+                          " is a state_dict, which carries no tokenizer; give --tokenizer-from RUN, the run whose "
+                          "tokenizer its weights learned with (tokenizer.from)\n");
+  EXPECT_FALSE(std::filesystem::exists(path("bare")));
+  const test::CliRun named = test::run("train --data " + path("reviews.csv") + " --init-from " + weights +
+                                       " --tokenizer-from " + path("source") + " --max-len 8 --epochs 1 --out " +
+                                       path("named") + kTiny);
+  EXPECT_EQ(named.code, 0) << named.err;
+}
+
 TEST_F(FineTune, APinnedDigestThatDoesNotMatchIsRefused) {
   ASSERT_EQ(test::run("train --source csv --data " + path("reviews.csv") +
                       " --tokenizer word --vocab-size 32 --max-len 8 --epochs 1 --out " + path("source") + kTiny)

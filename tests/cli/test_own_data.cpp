@@ -143,5 +143,84 @@ TEST_F(OwnData, AnotherSourceDropsThePresetsTitleAndPreprocessing) {
   EXPECT_NE(read_file(path("run") + "/tokenizer/tokenizer.json").find("ubject"), std::string::npos);
 }
 
+// The traps a first run on one's own file fell into, each through the CLI
+// as typed: the format from the extension, one recipe however the job is
+// given, warmup scaled to the run, a TSV read as CSV, a column's case.
+TEST_F(OwnData, TheFormatComesFromTheExtensionAndOneRecipeServesFlagsAndConfigs) {
+  // No --source: the extension names the format (it used to look for the SpamAssassin corpus).
+  const std::string columns = " --text-column body --label-column kind";
+  const test::CliRun by_flags =
+      test::run("train --data " + path("tickets.jsonl") + columns + " --threads 1 --quiet --epochs 1 --out " +
+                path("flags") + " --tokenizer word --vocab-size 32");
+  ASSERT_EQ(by_flags.code, 0) << by_flags.err;
+  json flags = json::parse(read_file(path("flags") + "/config.json"));
+  EXPECT_EQ(flags["data"]["source"], "jsonl");  // recorded as the extension named it
+  // The same job from a config file: the same settings, key for key (the
+  // flags used to take the spam preset's model and schedule).
+  std::ofstream(path("job.json")) << json{{"data", {{"path", path("tickets.jsonl")}, {"text_column", "body"},
+                                                    {"label_column", "kind"}}},
+                                          {"tokenizer", {{"kind", "word"}, {"vocab_size", 32}}},
+                                          {"train", {{"epochs", 1}}},
+                                          {"threads", 1}}
+                                         .dump();
+  const test::CliRun by_config = test::run("train --config " + path("job.json") + " --quiet --out " + path("config"));
+  ASSERT_EQ(by_config.code, 0) << by_config.err;
+  json config = json::parse(read_file(path("config") + "/config.json"));
+  for (json* j : {&flags, &config}) j->erase("train");
+  EXPECT_EQ(flags, config);
+  const json train = json::parse(read_file(path("flags") + "/config.json"))["train"];
+  EXPECT_EQ(train, json::parse(read_file(path("config") + "/config.json"))["train"]);
+  // The recipe: cosine decay after a warmup of 10% of the run (at least a step), clipping at 1.
+  EXPECT_EQ(train["schedule"], "cosine");
+  EXPECT_EQ(train["clip_grad_norm"], 1.0);
+  EXPECT_EQ(train["steps"], 2);  // 63 training examples in batches of 32
+  EXPECT_EQ(train["warmup_steps"], 1);
+  EXPECT_EQ(by_flags.err.find("warmup"), std::string::npos) << by_flags.err;
+  // A preset only when named: its settings then, on the user's data.
+  const test::CliRun preset = test::run("train --preset spam --data " + path("tickets.jsonl") + columns +
+                                        " --source jsonl --epochs 1 --threads 1 --quiet --out " + path("preset") +
+                                        " --tokenizer word --vocab-size 32");
+  ASSERT_EQ(preset.code, 0) << preset.err;
+  EXPECT_EQ(json::parse(read_file(path("preset") + "/config.json"))["model"]["dim_feedforward"], 256);
+  EXPECT_EQ(config["model"]["dim_feedforward"], 512);
+}
+
+TEST_F(OwnData, AnUnknownFormatOrAWrongDelimiterSaysWhatToGive) {
+  std::ofstream(path("notes.txt")) << "text,label\n";
+  const test::CliRun unnamed = test::run("train --data " + path("notes.txt") + kTiny + " --out " + path("run"));
+  EXPECT_EQ(unnamed.code, 2);
+  EXPECT_EQ(unnamed.err, "multihead: error: " + path("notes.txt") +
+                             ": cannot tell the data's format from its name; give --source (csv, tsv, jsonl, or "
+                             "spamassassin or aclimdb for those corpora's folders)\n");
+  // A TSV named .csv: one column with tabs inside, and the hint.
+  {
+    std::ofstream f(path("tabs.csv"));
+    f << "text\tlabel\n";
+    for (int r = 0; r < 10; ++r) f << "good day\tpos\nbad day\tneg\n";
+  }
+  const test::CliRun tabs = test::run("train --data " + path("tabs.csv") + kTiny + " --out " + path("run"));
+  EXPECT_EQ(tabs.code, 2);
+  EXPECT_EQ(tabs.err, "multihead: error: " + path("tabs.csv") +
+                          ": line 1: no column named 'text' (the columns are: 'text\tlabel'; --text-column names "
+                          "another); its header has tabs and no commas: give --source tsv\n");
+  // A labelled file given to the corpus source, and a mistyped source.
+  const test::CliRun corpus =
+      test::run("train --source spamassassin --data " + path("tabs.csv") + kTiny + " --out " + path("run"));
+  EXPECT_EQ(corpus.code, 2);
+  EXPECT_EQ(corpus.err, "multihead: error: " + path("tabs.csv") +
+                            " is a csv file, and the spamassassin source reads its corpus's folder; give --source csv "
+                            "(or leave --source out: the extension names the format)\n");
+  const test::CliRun json_source =
+      test::run("train --source json --data " + path("tickets.jsonl") + kTiny + " --out " + path("run"));
+  EXPECT_EQ(json_source.code, 2);
+  EXPECT_NE(json_source.err.find("got 'json' (did you mean 'jsonl'?)"), std::string::npos) << json_source.err;
+  // A column named in another case.
+  const test::CliRun cased = test::run("train --data " + path("tickets.jsonl") +
+                                       " --text-column Body --label-column kind" + kTiny + " --out " + path("run"));
+  EXPECT_EQ(cased.code, 2);
+  EXPECT_NE(cased.err.find("no key named 'Body' (did you mean 'body'? the keys are"), std::string::npos) << cased.err;
+  EXPECT_FALSE(std::filesystem::exists(path("run")));
+}
+
 }  // namespace
 }  // namespace multihead

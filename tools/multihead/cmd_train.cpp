@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -84,17 +85,39 @@ class StopOnSignals {
   std::thread waiter_;
 };
 
-// The job a config file, a preset, or (resuming without either) the run in
-// `out` describes.
+// Whether the flags name data of the user's (--data or --source): the job
+// then starts from a text classifier's defaults, the one recipe a config
+// file and multihead.train start from, unless a preset is named.
+bool own_data(const TrainOpts& o) {
+  return std::any_of(o.settings.begin(), o.settings.end(),
+                     [](const JobSetting& s) { return s.flag == "--data" || s.flag == "--source"; });
+}
+
+// The job a config file, a preset, the defaults (own data), or (resuming
+// without either) the run in `out` describes.
 Job job_to_train(const TrainOpts& o, const std::string& out) {
   if (!o.config.empty()) return job_from_file(o.config);
   const std::string recorded = out + "/config.json";
   if (o.resume && !o.preset_given && std::filesystem::exists(recorded)) return job_from_file(recorded);
+  // Read from an empty config, as a config file's absent keys are (the model section's defaults are its reader's).
+  if (!o.preset_given && own_data(o)) return job_from_json(nlohmann::json::object(), "the defaults");
   return preset_job(o.preset);
 }
 
+// --out's default: runs/<preset>, runs/<data file's stem> or runs/job.
+std::string default_out(const TrainOpts& o) {
+  if (!o.config.empty()) return "runs/job";
+  if (o.preset_given || !own_data(o)) return "runs/" + o.preset;
+  for (auto s = o.settings.rbegin(); s != o.settings.rend(); ++s)
+    if (s->flag == "--data") {
+      const std::string stem = std::filesystem::path(s->value).stem().string();
+      if (!stem.empty() && stem != "." && stem != "..") return "runs/" + stem;
+    }
+  return "runs/job";
+}
+
 void run_train(const TrainOpts& o) {
-  const std::string out = !o.out.empty() ? o.out : o.config.empty() ? "runs/" + o.preset : "runs/job";
+  const std::string out = !o.out.empty() ? o.out : default_out(o);
   Job job = apply_settings(job_to_train(o, out), o.settings);
   set_num_threads(job_threads(job));
   // Under mpirun rank 0 speaks for the run.
@@ -121,11 +144,15 @@ Command add_train(CLI::App& app) {
       "train",
       "Train a model (text or image classifier, language model, sequence task) and write a run directory with its "
       "report");
-  sub->add_option("--preset", o->preset, preset_help())
+  sub->add_option("--preset", o->preset,
+                  preset_help() + "; with --data or --source and no preset, a text classifier with the defaults "
+                                  "a config file has (docs/CONFIG.md)")
       ->capture_default_str()
       ->each([o](const std::string&) { o->preset_given = true; });
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it")->check(kNotEmpty);
-  sub->add_option("--out", o->out, "Run directory (default runs/<preset>)")->check(kNotEmpty);
+  sub->add_option("--out", o->out,
+                  "Run directory (default runs/<preset>, or runs/<the data file's name> with --data)")
+      ->check(kNotEmpty);
   // Each flag sets the config keys it aliases (tasks/job_flags.h), in the order given, after the config is read;
   // its value is named by the type of the first of them.
   std::map<std::string, std::string> key_types;

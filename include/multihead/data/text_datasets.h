@@ -26,13 +26,14 @@ TextDataset load_aclimdb(const std::string& root, const std::string& split);
 // CSV (',') or TSV ('\t') with a header row; `text_column` and
 // `label_column` name columns. Quoted fields follow RFC 4180 ("" escapes a
 // quote; quoted fields may span lines). Labels are strings, numbered in order
-// of first appearance unless every label is an integer, which is then used as
-// is. A missing column is an IoError that lists the columns found.
+// of first appearance unless every label is an integer: the values present
+// are then the classes, in numeric order. A missing column is an IoError that
+// lists the columns found.
 TextDataset load_delimited(const std::string& path, char delimiter, const std::string& text_column,
                            const std::string& label_column);
 // The classes a labelled dataset may have, refused before anything is
 // trained: a per-class report, a confusion matrix and the model's head all
-// grow with them. Integer labels are class numbers, so they are below it.
+// grow with them.
 inline constexpr std::int64_t kMaxClasses = 1000;
 // The same from the file's bytes; `source` names it in errors.
 TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, const std::string& text_column,
@@ -42,6 +43,9 @@ TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, co
 // `label_key`; labels numbered as load_delimited numbers them.
 TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string& text_key,
                                      const std::string& label_key, const std::string& source);
+// The labelled-file format a file name's extension names: "csv" (.csv),
+// "tsv" (.tsv, .tab), "jsonl" (.jsonl, .ndjson), any case; "" for another.
+std::string labelled_format_of(const std::string& path);
 // A labelled file by format: "csv", "tsv" or "jsonl".
 TextDataset load_labelled_file(const std::string& path, const std::string& format, const std::string& text_column,
                                const std::string& label_column);

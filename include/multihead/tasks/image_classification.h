@@ -49,6 +49,9 @@ struct ImageClassificationResult {
   std::int64_t steps = 0;
   std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
   double train_seconds = 0;
+  // "60 steps in 15.1 s (steps 49-60 in this run: 3.1 s)" (FitResult::steps_and_time); train_seconds
+  // is the whole run's, over every invocation.
+  std::string trained;
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 

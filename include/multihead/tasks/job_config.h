@@ -28,8 +28,9 @@ namespace multihead {
 
 // The sections every kind of job shares, for each side of the key lists
 // (Base: ConfigReader, ConfigWriter or ConfigDescriber): "tokenizer",
-// "model" and "train", each read by its struct's own key list into a fresh
-// struct, so that its defaults are the struct's, and validated once read.
+// "model" and "train", each read by its struct's own key list and validated
+// once read. "model" is read into a fresh struct (its defaults are the
+// section's); "train" keeps the kind's recipe where a key is absent.
 template <typename Base>
 class JobKeys : public Base {
  public:
@@ -57,15 +58,14 @@ class JobKeys : public Base {
     return *this;
   }
   // "train", with the epoch budget's keys for jobs that train in epochs.
+  // Its absent keys keep the kind's own recipe (the values its constructor
+  // gives a job: one default for a config, the flags and the Python API),
+  // and a description gives those values.
   template <typename T, typename B = EpochBudget>
   JobKeys& train(T& t, B* budget = nullptr) {
-    if constexpr (kReads) t = TrainConfig{};
-    const TrainConfig fresh;
-    const TrainConfig& described = std::is_same_v<Base, ConfigDescriber> ? fresh : t;
     this->section("train", [&](Base& s) {
       if (budget) EpochBudget::keys(s, *budget);
-      if constexpr (kReads) TrainConfig::keys(s, t);
-      else TrainConfig::keys(s, described);
+      TrainConfig::keys(s, t);
     });
     if constexpr (kReads) t.validate();
     return *this;

@@ -107,6 +107,9 @@ struct PronunciationResult {
   std::int64_t train_pronunciations = 0, validation_pronunciations = 0, test_pronunciations = 0;
   std::int64_t steps = 0, skipped_steps = 0;
   double train_seconds = 0, decode_seconds = 0;
+  // "60 steps in 15.1 s (steps 49-60 in this run: 3.1 s)" (FitResult::steps_and_time); train_seconds
+  // is the whole run's, over every invocation.
+  std::string trained;
 };
 
 PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress,

@@ -132,10 +132,16 @@ struct FitResult {
   std::int64_t first_step = 0;    // where this process started (> 0: resumed)
   std::int64_t epochs = 0;        // epoch-based: epochs trained in, the last possibly cut short
   double seconds = 0;             // this process's training time
+  double total_seconds = 0;       // the run's, over every invocation (RunDir::training_seconds)
   double items_per_s = 0;         // micro_step's items over `seconds`
   std::string unit;               // of items_per_s, as in the plan
-  // "30 steps, 2 epochs, 12.1 s, 3100 tok/s" for the report.
+  // "30 steps, 2 epochs, 12.1 s, 3100 tok/s" for the report (a resumed
+  // run: "..., 12.1 s in all, steps 21-30 in this run: 4.0 s, 3100 tok/s").
   std::string summary() const;
+  // "30 steps in 12.1 s (3100 tokens/s)", a resumed run's "30 steps in
+  // 12.1 s (steps 21-30 in this run: 4.0 s, 3100 tokens/s)", with
+  // skipped_steps_note after the count; `rate` (this run's) is optional.
+  std::string steps_and_time(std::string_view rate = "") const;
 };
 
 // " (3 skipped: the loss or gradient was not finite)" after a step count,

@@ -4,6 +4,9 @@
 // starts a new log; a resumed run keeps the records up to its checkpoint.
 #pragma once
 
+#include <chrono>
+#include <optional>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -77,6 +80,11 @@ class RunDir {
   // Keeps the log's first `count` records, rewrites it atomically and
   // appends from there; returns the records kept.
   std::vector<nlohmann::json> keep_metrics(std::int64_t count);
+  // The run's training time over every invocation: `before` (what its
+  // checkpoint recorded; 0 for a new run) plus the time since this call.
+  // A checkpoint records it, so a resumed run reports the whole.
+  void start_training_clock(double before);
+  double training_seconds() const;
 
  private:
   std::string path_;
@@ -87,6 +95,8 @@ class RunDir {
   std::int64_t records_ = 0;
   std::FILE* metrics_ = nullptr;
   nlohmann::json config_ = nlohmann::json::object();
+  double seconds_before_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> clock_started_;
 };
 
 }  // namespace multihead

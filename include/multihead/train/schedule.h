@@ -33,6 +33,10 @@ struct LrSchedule {
   Decay decay = Decay::kConstant;
   std::int64_t restart_step = 0;  // 0: no restart
   double restart_lr = 0.0;
+  // Warmup as a share of the run's steps, used when warmup_steps is 0 (as
+  // Hugging Face's warmup_ratio): a run sets its length with
+  // TrainConfig::set_steps, which turns it into warmup_steps.
+  double warmup_ratio = 0.0;
 
   double lr_at(std::int64_t step) const;
 };

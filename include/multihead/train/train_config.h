@@ -76,6 +76,7 @@ struct TrainConfig {
     k.named("optimizer", t.optimizer, optimizer_name, parse_optimizer);
     k("lr", t.schedule.base_lr, positive())("min_lr", t.schedule.min_lr, at_least(0));
     k("warmup_steps", t.schedule.warmup_steps, between(0, kMaxSteps));
+    k("warmup_ratio", t.schedule.warmup_ratio, between(0, 1));
     k.named("schedule", t.schedule.decay, decay_name, parse_decay);
     k.pair("betas", t.adamw.beta1, t.adamw.beta2);
     k("eps", t.adamw.eps, positive());
@@ -100,6 +101,12 @@ struct TrainConfig {
     k("allreduce_overlap", t.allreduce_overlap);
     k("init_from", t.init_from)("init_skip", t.init_skip)("init_sha256", t.init_sha256);
   }
+
+  // The run's length, once known (from its epochs and data, or steps):
+  // steps and the schedule's total, and a warmup given as a ratio turned
+  // into steps (at least one when the ratio is not 0), which config.json
+  // then records, so that a resumed or continued run keeps it.
+  void set_steps(std::int64_t n);
 
   // Every value in its range (ConfigError naming the key otherwise): what
   // a job config and the command-line flags are both checked by.
