@@ -249,8 +249,17 @@ TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<s
   return ds;
 }
 
-TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
-                                    const std::string& label_column, const std::string& path) {
+namespace {
+
+// The named columns of a CSV or TSV file's rows, each name with the flag
+// that names another in errors: rows[r][c] is row r's value of columns[c].
+struct Columns {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::int64_t> lines;  // each row's first line in the file
+};
+Columns delimited_columns(const std::string& text, char delimiter,
+                          const std::vector<std::pair<std::string, std::string_view>>& columns,
+                          const std::string& path) {
   check_utf8(text, path);
   // A UTF-8 byte-order mark (spreadsheet exports write one) is not part of the first column's name.
   const std::string_view bom = "\xEF\xBB\xBF";
@@ -265,31 +274,38 @@ TextDataset parse_delimited_dataset(const std::string& text, char delimiter, con
           ? fmt::format("; its header has {} and no {}: give --source {}", other == '\t' ? "tabs" : "commas",
                         other == '\t' ? "commas" : "tabs", other == '\t' ? "tsv" : "csv")
           : "";
-  auto column = [&](const std::string& name) {
+  std::vector<std::size_t> at;
+  for (const auto& [name, flag] : columns) {
     auto it = std::find(header.begin(), header.end(), name);
-    check<IoError>(it != header.end(), "{}: line 1: {}{}", path,
-                   missing_name(name, header, "column", flag_for(name, text_column)), hint);
-    return static_cast<std::size_t>(it - header.begin());
-  };
-  const std::size_t tc = column(text_column), lc = column(label_column);
-  std::vector<std::string> texts, labels;
+    check<IoError>(it != header.end(), "{}: line 1: {}{}", path, missing_name(name, header, "column", flag), hint);
+    at.push_back(static_cast<std::size_t>(it - header.begin()));
+  }
+  Columns out;
   for (std::size_t r = 1; r < records.size(); ++r) {
     const Record& rec = records[r];
     check<IoError>(rec.fields.size() == header.size(), "{}: line {}: {} fields, the header has {}", path, rec.line,
                    rec.fields.size(), header.size());
-    check_label(rec.fields[lc], path, rec.line);
-    texts.push_back(rec.fields[tc]);
-    labels.push_back(rec.fields[lc]);
+    std::vector<std::string> values;
+    for (std::size_t c : at) values.push_back(rec.fields[c]);
+    out.rows.push_back(std::move(values));
+    out.lines.push_back(rec.line);
   }
-  check<IoError>(!texts.empty(), "{}: no data rows after the header", path);
-  return labelled_dataset(std::move(texts), labels, path);
+  check<IoError>(!out.rows.empty(), "{}: no data rows after the header", path);
+  return out;
 }
 
-TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string& text_key,
-                                     const std::string& label_key, const std::string& path) {
+// The named keys of a JSON Lines file's records (blank lines skipped), as
+// delimited_columns: rows[r][c] is record r's value under keys[c].
+struct JsonColumns {
+  std::vector<std::vector<nlohmann::json>> rows;
+  std::vector<std::int64_t> lines;
+};
+JsonColumns json_lines_columns(const std::string& bytes,
+                               const std::vector<std::pair<std::string, std::string_view>>& keys,
+                               const std::string& path) {
   check_utf8(bytes, path);
-  std::vector<std::string> texts, labels;
-  std::size_t line = 0;
+  JsonColumns out;
+  std::int64_t line = 0;
   for (std::size_t at = 0; at < bytes.size();) {
     std::size_t end = bytes.find('\n', at);
     if (end == std::string::npos) end = bytes.size();
@@ -303,29 +319,79 @@ TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string
     } catch (const nlohmann::json::exception& e) {
       // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 9: ... invalid string: ..."
       const std::string why = e.what();
-      const std::size_t at = why.find("] ");
+      const std::size_t colon = why.find("] ");
       throw IoError(fmt::format("{}: line {}: not valid JSON ({})", path, line,
-                                clip_text(at == std::string::npos ? why : why.substr(at + 2), 200)));
+                                clip_text(colon == std::string::npos ? why : why.substr(colon + 2), 200)));
     }
     check<IoError>(j.is_object(), "{}: line {}: not a JSON object", path, line);
-    for (const std::string* key : {&text_key, &label_key})
-      if (!j.contains(*key)) {
+    std::vector<nlohmann::json> values;
+    for (const auto& [key, flag] : keys) {
+      if (!j.contains(key)) {
         std::vector<std::string> found;
         for (const auto& [k, v] : j.items()) found.push_back(k);
-        throw IoError(fmt::format("{}: line {}: {}", path, line, missing_name(*key, found, "key", flag_for(*key, text_key))));
+        throw IoError(fmt::format("{}: line {}: {}", path, line, missing_name(key, found, "key", flag)));
       }
-    const nlohmann::json& t = j[text_key];
-    const nlohmann::json& l = j[label_key];
-    check<IoError>(t.is_string(), "{}: line {}: '{}' is not a string", path, line, text_key);
+      values.push_back(std::move(j[key]));
+    }
+    out.rows.push_back(std::move(values));
+    out.lines.push_back(line);
+  }
+  check<IoError>(!out.rows.empty(), "{}: no records (expected one JSON object a line)", path);
+  return out;
+}
+
+}  // namespace
+
+TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
+                                    const std::string& label_column, const std::string& path) {
+  const Columns c = delimited_columns(text, delimiter,
+                                      {{text_column, flag_for(text_column, text_column)},
+                                       {label_column, flag_for(label_column, text_column)}},
+                                      path);
+  std::vector<std::string> texts, labels;
+  for (std::size_t r = 0; r < c.rows.size(); ++r) {
+    check_label(c.rows[r][1], path, c.lines[r]);
+    texts.push_back(c.rows[r][0]);
+    labels.push_back(c.rows[r][1]);
+  }
+  return labelled_dataset(std::move(texts), labels, path);
+}
+
+TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string& text_key,
+                                     const std::string& label_key, const std::string& path) {
+  const JsonColumns c = json_lines_columns(
+      bytes, {{text_key, flag_for(text_key, text_key)}, {label_key, flag_for(label_key, text_key)}}, path);
+  std::vector<std::string> texts, labels;
+  for (std::size_t r = 0; r < c.rows.size(); ++r) {
+    const nlohmann::json& t = c.rows[r][0];
+    const nlohmann::json& l = c.rows[r][1];
+    check<IoError>(t.is_string(), "{}: line {}: '{}' is not a string", path, c.lines[r], text_key);
     check<IoError>(l.is_string() || l.is_number_unsigned(), "{}: line {}: '{}' is not a string or a class number",
-                   path, line, label_key);
+                   path, c.lines[r], label_key);
     std::string label = l.is_string() ? l.get<std::string>() : std::to_string(l.get<std::uint64_t>());
-    check_label(label, path, static_cast<std::int64_t>(line));
+    check_label(label, path, c.lines[r]);
     texts.push_back(t.get<std::string>());
     labels.push_back(std::move(label));
   }
-  check<IoError>(!texts.empty(), "{}: no records (expected one JSON object a line)", path);
   return labelled_dataset(std::move(texts), labels, path);
+}
+
+std::vector<NumberedText> parse_text_column(const std::string& bytes, const std::string& format,
+                                            const std::string& column, const std::string& path) {
+  check<ConfigError>(format == "csv" || format == "tsv" || format == "jsonl",
+                     "a file read by column is csv, tsv or jsonl, not '{}'", format);
+  std::vector<NumberedText> out;
+  if (format == "jsonl") {
+    const JsonColumns c = json_lines_columns(bytes, {{column, "--text-column"}}, path);
+    for (std::size_t r = 0; r < c.rows.size(); ++r) {
+      check<IoError>(c.rows[r][0].is_string(), "{}: line {}: '{}' is not a string", path, c.lines[r], column);
+      out.push_back({c.lines[r], c.rows[r][0].get<std::string>()});
+    }
+    return out;
+  }
+  const Columns c = delimited_columns(bytes, format == "csv" ? ',' : '\t', {{column, "--text-column"}}, path);
+  for (std::size_t r = 0; r < c.rows.size(); ++r) out.push_back({c.lines[r], c.rows[r][0]});
+  return out;
 }
 
 void check_two_classes(const TextDataset& ds, const std::string& path) {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -342,21 +343,51 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_NE(in.out.find("tokens: <cls> | good | great | day"), std::string::npos) << in.out;
   EXPECT_NE(in.out.find("predicted: "), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "inspect" / "layer0_head1.png"));
-  // predict: new input, one item a line (empty lines skipped), labels as the data named them.
+  // predict: new input, one item a line, labels as the data named them; a
+  // blank line is answered blank, so that output line N answers input line N.
   {
     std::ofstream items(dir / "items.txt");
     items << "good great fine\n\nbad awful poor\n";
   }
   CliRun p = run("predict --run " + out.string() + " --input " + (dir / "items.txt").string() + " --threads 1");
   ASSERT_EQ(p.code, 0) << p.err;
-  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 2);
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 3);
   EXPECT_TRUE(p.out.rfind("pos\t", 0) == 0 || p.out.rfind("neg\t", 0) == 0) << p.out;
+  EXPECT_NE(p.out.find("\n\n"), std::string::npos) << p.out;  // line 2 blank
   CliRun pj = run("predict --run " + out.string() + " --json --input " + (dir / "items.txt").string());
   ASSERT_EQ(pj.code, 0) << pj.err;
-  const auto first = nlohmann::json::parse(pj.out.substr(0, pj.out.find('\n')));
-  EXPECT_EQ(first["line"], 1);
-  EXPECT_EQ(first["input"], "good great fine");
-  EXPECT_NEAR(first["probabilities"]["pos"].get<double>() + first["probabilities"]["neg"].get<double>(), 1.0, 1e-9);
+  std::vector<nlohmann::json> answers;
+  std::istringstream lines(pj.out);
+  for (std::string l; std::getline(lines, l);) answers.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[0]["line"], 1);
+  EXPECT_EQ(answers[0]["input"], "good great fine");
+  EXPECT_NEAR(answers[0]["probabilities"]["pos"].get<double>() + answers[0]["probabilities"]["neg"].get<double>(), 1.0,
+              1e-9);
+  EXPECT_EQ(answers[1], (nlohmann::json{{"line", 2}, {"blank", true}}));
+  EXPECT_EQ(answers[2]["line"], 3);
+  // By column: a CSV's records, a text spanning lines among them (an e-mail), one answer each, in
+  // the run's text column unless --text-column names another; JSON Lines the same.
+  {
+    std::ofstream csv(dir / "mail.csv");
+    csv << "id,text\n1,\"good great\nfine day\"\n2,bad awful poor\n";
+    std::ofstream jsonl(dir / "mail.jsonl");
+    jsonl << R"({"body": "good great fine"})" << "\n" << R"({"body": "bad awful poor"})" << "\n";
+  }
+  CliRun pc = run("predict --run " + out.string() + " --json --input " + (dir / "mail.csv").string());
+  ASSERT_EQ(pc.code, 0) << pc.err;
+  EXPECT_EQ(std::count(pc.out.begin(), pc.out.end(), '\n'), 2) << pc.out;
+  EXPECT_EQ(nlohmann::json::parse(pc.out.substr(0, pc.out.find('\n')))["input"], "good great\nfine day");
+  CliRun pk = run("predict --run " + out.string() + " --text-column body --input " + (dir / "mail.jsonl").string());
+  ASSERT_EQ(pk.code, 0) << pk.err;
+  EXPECT_EQ(std::count(pk.out.begin(), pk.out.end(), '\n'), 2) << pk.out;
+  CliRun pm = run("predict --run " + out.string() + " --text-column Body --input " + (dir / "mail.jsonl").string());
+  EXPECT_EQ(pm.code, 2);
+  EXPECT_NE(pm.err.find("no key named 'Body' (did you mean 'body'?"), std::string::npos) << pm.err;
+  CliRun ps = run("predict --run " + out.string() + " --text-column body --input " + (dir / "items.txt").string());
+  EXPECT_EQ(ps.code, 2);
+  EXPECT_EQ(ps.err, "multihead: error: --text-column reads the input by column: give --source csv, tsv or jsonl "
+                    "(the input's name does not say)\n");
   {
     std::ofstream items(dir / "bad_items.txt");
     items << "good day\n\xff\xfe\n";
@@ -525,12 +556,13 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   }
   CliRun p = run("predict --run " + out.string() + " --input " + (dir / "words.txt").string() + " --threads 1");
   ASSERT_EQ(p.code, 0) << p.err;
-  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 2) << p.out;
+  EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 3) << p.out;  // the blank line answered blank
+  EXPECT_NE(p.out.find("\n\n"), std::string::npos) << p.out;
   // The encoder-decoder with int8 products: beam search with its caches, and the test scores.
   CliRun p8 = run("predict --run " + out.string() + " --input " + (dir / "words.txt").string() +
                   " --threads 1 --precision int8");
   ASSERT_EQ(p8.code, 0) << p8.err;
-  EXPECT_EQ(std::count(p8.out.begin(), p8.out.end(), '\n'), 2) << p8.out;
+  EXPECT_EQ(std::count(p8.out.begin(), p8.out.end(), '\n'), 3) << p8.out;
   CliRun e8 = run("eval --run " + out.string() + " --threads 1 --precision int8");
   ASSERT_EQ(e8.code, 0) << e8.err;
   EXPECT_EQ(e8.out.rfind("test: WER ", 0), 0u) << e8.out;

@@ -20,7 +20,8 @@ namespace multihead::cli {
 namespace {
 
 struct PredictOpts {
-  std::string run, input, precision;
+  std::string run, precision;
+  InputOptions input;
   bool json = false;
   AnswerSettings settings;
   int threads = 0;
@@ -42,39 +43,19 @@ std::string plain_line(const nlohmann::json& a, std::int64_t n_best) {
   return fmt::format("{}", fmt::join(cells, "\t"));
 }
 
-// Every output line is made before any is printed: a bad item (named by its
-// line) leaves no partial output. Items are answered in chunks of lines, and
-// a chunk in batches of similar length and bounded size (a classifier's:
-// TrainedRun::predict), so that the memory a batch takes does not grow with
-// the file and the lines of a chunk share batches with little padding.
-std::vector<std::string> predict(TrainedRun& run, const PredictOpts& o,
-                                 const std::vector<std::pair<std::int64_t, std::string>>& items) {
-  const AnswerSettings& settings = o.settings;
-  check_answer_settings(run, settings);
-  std::vector<std::string> out;
-  constexpr std::size_t kChunk = 2048;
-  for (std::size_t i0 = 0; i0 < items.size(); i0 += kChunk) {
-    const std::size_t i1 = std::min(items.size(), i0 + kChunk);
-    std::vector<std::string> inputs;
-    for (std::size_t i = i0; i < i1; ++i) inputs.push_back(items[i].second);
-    std::vector<nlohmann::json> answers;
-    try {
-      answers = answer(run, inputs, settings);
-    } catch (const InputError& e) {
-      throw ConfigError(
-          fmt::format("{} line {}: {}", o.input == "-" ? "input" : o.input, items[i0 + e.index].first, e.what()));
-    }
-    for (std::size_t i = i0; i < i1; ++i) {
-      nlohmann::json& a = answers[i - i0];
-      if (!o.json) {
-        out.push_back(plain_line(a, settings.n_best));
-        continue;
-      }
-      a["line"] = items[i].first;
-      out.push_back(a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    }
-  }
-  return out;
+// Items are answered in chunks (answer_lines), and a chunk in batches of
+// similar length and bounded size (a classifier's: TrainedRun::predict), so
+// that the memory a batch takes does not grow with the file and the items
+// of a chunk share batches with little padding.
+std::vector<std::string> predict(TrainedRun& run, const PredictOpts& o, const std::vector<InputItem>& items) {
+  check_answer_settings(run, o.settings);
+  return answer_lines<std::vector<nlohmann::json>>(
+      items, o.input, o.json, [&](const std::vector<std::string>& texts) { return answer(run, texts, o.settings); },
+      [&](const InputItem& item, nlohmann::json& a) {
+        if (!o.json) return plain_line(a, o.settings.n_best);
+        a["line"] = item.line;
+        return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      });
 }
 
 }  // namespace
@@ -83,18 +64,18 @@ Command add_predict(CLI::App& app) {
   auto o = std::make_shared<PredictOpts>();
   CLI::App* sub = app.add_subcommand(
       "predict",
-      "Run a trained model on new input, one item a line: a classifier's label and its probability, a language "
-      "model's continuation of each line, or a word's pronunciation");
+      "Run a trained model on new input, one item a line or a CSV, TSV or JSON Lines record each: a classifier's "
+      "label and its probability, a language model's continuation, or a word's pronunciation");
   add_trained_run_options(*sub, o->run, o->settings);
-  sub->add_option("--input", o->input, "File of items, one a line (default: standard input; empty lines skipped)");
+  add_input_options(*sub, o->input, "items (texts, prompts or words)");
   sub->add_flag("--json", o->json, "One JSON object a line: the input, its line number and the prediction");
   sub->add_option("--threads", o->threads, "Threads (0: all cores)");
   sub->add_option("--precision", o->precision,
                   fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] {
-            if (o->input.empty()) o->input = "-";
+            const std::vector<InputItem> items = read_inputs(o->input, o->run);
             const auto run = load_for_answers(o->run, o->precision, o->threads);
-            for (const std::string& line : predict(*run, *o, read_items(o->input))) fmt::print("{}\n", line);
+            for (const std::string& line : predict(*run, *o, items)) fmt::print("{}\n", line);
           }};
 }
 

@@ -2,6 +2,7 @@
 // the app and returns the function that runs it; the work is in the library.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <functional>
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "multihead/core/error.h"
 
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/trained_run.h"
@@ -47,10 +52,59 @@ void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s)
 // cannot be read says nothing here: the load names the problem.
 void warn_about_run(const std::string& run_dir);
 
-// The input's non-empty lines (a trailing \r dropped), with their line
-// numbers; "-" is standard input. A device (other than a terminal) or an
-// endless line is refused.
-std::vector<std::pair<std::int64_t, std::string>> read_items(const std::string& path);
+// Where predict and embed read their texts: --input (a file, or "-" for
+// standard input), read a line at a time, or by column (--text-column)
+// when --source is given or the file's extension names CSV, TSV or JSON
+// Lines: then a record each, whatever its lines.
+struct InputOptions {
+  std::string input = "-", source, text_column;
+};
+void add_input_options(CLI::App& sub, InputOptions& o, const char* items);
+
+// One item of the input: its line (a record's first), its text; a blank
+// line of a line-a-line input is an item with `blank` set, answered with an
+// empty line (or a JSON object saying so) to keep output and input aligned.
+struct InputItem {
+  std::int64_t line = 0;
+  std::string text;
+  bool blank = false;
+};
+// The items o names: a line each, or a record each, its text in
+// --text-column (default `run_dir`'s data.text_column, else "text"). A device
+// (other than a terminal) or an endless line is refused.
+std::vector<InputItem> read_inputs(const InputOptions& o, const std::string& run_dir);
+
+// The answer lines of `items` in order: make(texts) answers a chunk of the
+// non-blank ones (an InputError naming the input's line is a ConfigError),
+// line(item, answer_index) formats one, and a blank item is "" in plain
+// output, {"line": N, "blank": true} in JSON. Every line is made before any
+// is printed: a bad item leaves no partial output.
+template <typename Answers, typename Make, typename Line>
+std::vector<std::string> answer_lines(const std::vector<InputItem>& items, const InputOptions& o, bool json,
+                                      Make&& make, Line&& line) {
+  constexpr std::size_t kChunk = 2048;  // the memory of a chunk's answers is bounded, not the file's
+  std::vector<std::string> out(items.size());
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].blank) todo.push_back(i);
+    else if (json)
+      out[i] = nlohmann::json{{"line", items[i].line}, {"blank", true}}.dump();
+  }
+  for (std::size_t c0 = 0; c0 < todo.size(); c0 += kChunk) {
+    const std::size_t c1 = std::min(todo.size(), c0 + kChunk);
+    std::vector<std::string> texts;
+    for (std::size_t c = c0; c < c1; ++c) texts.push_back(items[todo[c]].text);
+    Answers answers;
+    try {
+      answers = make(texts);
+    } catch (const InputError& e) {
+      throw ConfigError(fmt::format("{} line {}: {}", o.input == "-" ? "input" : o.input,
+                                    items[todo[c0 + e.index]].line, e.what()));
+    }
+    for (std::size_t c = c0; c < c1; ++c) out[todo[c]] = line(items[todo[c]], answers[c - c0]);
+  }
+  return out;
+}
 
 // A trained run loaded for answers with --precision (empty: the run's own)
 // and --threads, its load's warnings on stderr.

@@ -43,6 +43,17 @@ TextDataset parse_delimited_dataset(const std::string& bytes, char delimiter, co
 // `label_key`; labels numbered as load_delimited numbers them.
 TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string& text_key,
                                      const std::string& label_key, const std::string& source);
+// One text of a file read by column, with the line its record starts on.
+struct NumberedText {
+  std::int64_t line = 0;
+  std::string text;
+};
+// The `column` of every record of a CSV, TSV or JSON Lines file's bytes
+// (`format`), in order: what a model answers one record at a time (a CSV
+// text may span lines). A missing column is an IoError listing those found.
+std::vector<NumberedText> parse_text_column(const std::string& bytes, const std::string& format,
+                                            const std::string& column, const std::string& path);
+
 // The labelled-file format a file name's extension names: "csv" (.csv),
 // "tsv" (.tsv, .tab), "jsonl" (.jsonl, .ndjson), any case; "" for another.
 std::string labelled_format_of(const std::string& path);
