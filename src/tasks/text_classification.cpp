@@ -27,6 +27,9 @@ namespace {
 
 const std::vector<std::string> kDataSources = {"spamassassin", "aclimdb", "csv", "tsv", "jsonl"};
 
+// A classifier run's class names, in the order of the model's outputs.
+constexpr const char* kLabelsFile = "labels.json";
+
 }  // namespace
 
 TextClassificationJob::TextClassificationJob() {
@@ -257,6 +260,8 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
     check<IoError>(e.label >= 0 && e.label < static_cast<std::int64_t>(data.dataset.label_names.size()),
                    "{}: label {} is out of range", job.data_path, e.label);
 
+  // The classes' names before anything is trained: a stopped run predicts them too.
+  if (run.writes()) run.write_json(kLabelsFile, {{"labels", data.dataset.label_names}});
   std::vector<std::string> train_texts;
   for (std::int64_t i : data.train) train_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
   std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, train_texts);
@@ -384,14 +389,16 @@ ModelSample sample_model(const TextClassificationJob& job, const std::string& ru
 std::vector<std::string> run_class_names(const std::string& dir, std::int64_t num_classes,
                                          std::vector<std::string>* warnings) {
   if (is_hf_checkpoint(dir)) return read_hf_checkpoint(dir).labels;  // config.json's id2label
-  // results.json names the classes. A run made before it existed has none:
-  // its classes are their numbers, and the run says so.
-  const std::filesystem::path results = std::filesystem::path(dir) / "results.json";
+  // labels.json names the classes from the run's start (a stopped run's
+  // too); a run made before it existed has them in results.json, and one
+  // made before that, nowhere: its classes are their numbers, and the run says so.
+  std::filesystem::path results = std::filesystem::path(dir) / kLabelsFile;
+  if (!std::filesystem::exists(results)) results = std::filesystem::path(dir) / "results.json";
   std::vector<std::string> labels;
   if (!std::filesystem::exists(results)) {
     if (warnings)
-      warnings->push_back(fmt::format("{} has no results.json: the classes are named by their numbers, 0 to {}", dir,
-                                      num_classes - 1));
+      warnings->push_back(fmt::format("{} has no {}: the classes are named by their numbers, 0 to {}", dir,
+                                      kLabelsFile, num_classes - 1));
     for (std::int64_t c = 0; c < num_classes; ++c) labels.push_back(std::to_string(c));
     return labels;
   }

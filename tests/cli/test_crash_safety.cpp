@@ -196,6 +196,36 @@ TEST_F(CrashSafety, AStopAfterOverwriteAdvisesResumeInItsPlace) {
   EXPECT_EQ(resumed.code, 0) << resumed.err;
 }
 
+// A classifier stopped in training predicts its classes by name: they are
+// written before the first step (labels.json), not with the results.
+TEST_F(CrashSafety, AStoppedClassifierPredictsClassesByName) {
+  {
+    std::ofstream f(dir / "moods.csv");
+    f << "text,label\n";
+    for (int r = 0; r < 40; ++r) f << (r % 2 ? "good great fine day" : "bad poor awful day") << "," << (r % 2 ? "happy" : "sad") << "\n";
+    std::ofstream(dir / "items.txt") << "good day\nbad day\n";
+  }
+  const fs::path out = dir / "stopped";
+  const pid_t pid = spawn("train --data " + (dir / "moods.csv").string() +
+                          " --tokenizer word --vocab-size 64 --epochs 100000 --d-model 16 --num-heads 2 --num-layers 1 "
+                          "--batch 4 --max-len 8 --threads 1 --checkpoint-every 1 --quiet --out " + out.string());
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  while (!fs::exists(out / "checkpoints/last.safetensors") && ::waitpid(pid, &status, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::kill(pid, SIGINT);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_FALSE(fs::exists(out / "results.json"));
+  const CliRun p = run("predict --run " + out.string() + " --threads 1 --input " + (dir / "items.txt").string());
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_TRUE(p.err.empty()) << p.err;
+  std::istringstream lines(p.out);
+  int answered = 0;
+  for (std::string line; std::getline(lines, line); ++answered)
+    EXPECT_TRUE(line.rfind("happy\t", 0) == 0 || line.rfind("sad\t", 0) == 0) << line;  // not "0" or "1"
+  EXPECT_EQ(answered, 2);
+}
+
 TEST_F(CrashSafety, TextAndLanguageModelJobsResumeBitForBit) {
   {
     std::ofstream f(dir / "tiny.csv");

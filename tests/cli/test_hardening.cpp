@@ -92,10 +92,10 @@ TEST_F(CliHardening, SettingsThatWouldBeReplacedOrIgnoredAreRefused) {
   }
 }
 
-// results.json naming one class twice: a prediction could not say which it means.
+// labels.json naming one class twice: a prediction could not say which it means.
 TEST_F(CliHardening, AResultsFileThatNamesAClassTwiceIsRefused) {
   const std::string run_dir = classifier();
-  const std::string results = run_dir + "/results.json";
+  const std::string results = run_dir + "/labels.json";
   json r = json::parse(read_file(results));
   r["labels"] = {"pos", "pos"};
   write_file_atomic(results, r.dump());

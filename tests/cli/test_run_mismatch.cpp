@@ -103,13 +103,13 @@ TEST_F(RunMismatch, DataWithOtherClassesThanTheModelIsRefusedByEval) {
 }
 
 TEST_F(RunMismatch, AnUnreadableOrInconsistentResultsFileIsAnError) {
-  const std::string path = (out / "results.json").string();
+  const std::string path = (out / "labels.json").string();
   write_file_atomic(path, "garbage");
   CliRun garbage = run(predict);
   EXPECT_EQ(garbage.code, 2);
   EXPECT_EQ(garbage.err.rfind("multihead: error: " + path + ": invalid JSON (", 0), 0u) << garbage.err;
   EXPECT_TRUE(garbage.out.empty());
-  json r = json::parse(results);
+  json r = json::parse(read_file((out / "results.json").string()));
   r["labels"] = {"a", "b", "c"};
   write_file_atomic(path, r.dump());
   CliRun three = run(predict);
@@ -123,10 +123,18 @@ TEST_F(RunMismatch, AnUnreadableOrInconsistentResultsFileIsAnError) {
 }
 
 TEST_F(RunMismatch, ARunWithoutResultsNamesItsClassesByNumberAndSaysSo) {
+  // A run made before labels.json existed names them in results.json.
+  fs::remove(out / "labels.json");
+  CliRun older = run(predict);
+  EXPECT_EQ(older.code, 0) << older.err;
+  EXPECT_TRUE(older.err.empty()) << older.err;
+  EXPECT_TRUE(older.out.find("pos\t") != std::string::npos || older.out.find("neg\t") != std::string::npos)
+      << older.out;
+  // One made before results.json did, nowhere.
   fs::remove(out / "results.json");
   CliRun p = run(predict);
   EXPECT_EQ(p.code, 0) << p.err;
-  EXPECT_EQ(p.err, "multihead: warning: " + out.string() + " has no results.json: the classes are named by their "
+  EXPECT_EQ(p.err, "multihead: warning: " + out.string() + " has no labels.json: the classes are named by their "
                    "numbers, 0 to 1\n");
   EXPECT_EQ(test::count_lines(p.out), 2);
   EXPECT_EQ(p.out.find("pos"), std::string::npos) << p.out;
