@@ -1,3 +1,4 @@
+#include "multihead/core/suggest.h"
 #include "multihead/core/precision.h"
 
 namespace multihead {
@@ -7,7 +8,8 @@ Precision parse_precision(std::string_view name) {
   if (name == "bf16") return Precision::kBF16;
   if (name == "fp16") return Precision::kF16;
   if (name == "int8") return Precision::kInt8;
-  throw ConfigError(fmt::format("precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"{}\"", name));
+  throw ConfigError(fmt::format("precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"{}\"{}", name,
+                                did_you_mean(name, {"fp32", "bf16", "fp16", "int8"})));
 }
 
 Precision training_precision(Precision p, std::string_view what) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 #include "multihead/data/tokenizer.h"
 
 namespace multihead {
@@ -11,7 +12,8 @@ SyntheticKind parse_synthetic_kind(std::string_view name) {
   if (name == "copy") return SyntheticKind::kCopy;
   if (name == "reverse") return SyntheticKind::kReverse;
   if (name == "sort") return SyntheticKind::kSort;
-  throw ConfigError(fmt::format("synthetic task must be copy, reverse or sort, got \"{}\"", name));
+  throw ConfigError(fmt::format("synthetic task must be copy, reverse or sort, got \"{}\"{}", name,
+                                did_you_mean(name, {"copy", "reverse", "sort"})));
 }
 
 const char* synthetic_kind_name(SyntheticKind kind) {

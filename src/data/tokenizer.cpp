@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 #include "multihead/data/hf_tokenizer.h"
 #include "multihead/io/atomic_file.h"
 
@@ -273,7 +274,8 @@ TokenizerKind parse_tokenizer_kind(const std::string& s) {
   if (s == "hf_bpe") return TokenizerKind::kBpe;
   if (s == "hf_unigram") return TokenizerKind::kUnigram;
   throw ConfigError(
-      fmt::format("tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"{}\"", s));
+      fmt::format("tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"{}\"{}", s,
+                  did_you_mean(s, {"sentencepiece", "char", "word", "wordpiece", "hf_bpe", "hf_unigram"})));
 }
 
 const char* tokenizer_kind_name(TokenizerKind k) {
@@ -310,7 +312,8 @@ std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std
     return std::make_unique<WordTokenizer>(most_frequent(counts, cap), cfg.lowercase);
   }
   check<ConfigError>(cfg.model_type == "bpe" || cfg.model_type == "unigram",
-                     "SentencePiece model_type must be bpe or unigram, got \"{}\"", cfg.model_type);
+                     "SentencePiece model_type must be bpe or unigram, got \"{}\"{}", cfg.model_type,
+                     did_you_mean(cfg.model_type, {"bpe", "unigram"}));
   const std::string args = fmt::format(
       "--model_type={} --vocab_size={} --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3 --pad_piece=<pad> "
       "--unk_piece=<unk> --bos_piece=<cls> --eos_piece=<eos> --character_coverage=0.9995 "

@@ -9,6 +9,7 @@
 #include "column_ranges.h"
 #include "gelu.h"
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 #include "multihead/kernels/gemm_bf16.h"
 
 namespace multihead {
@@ -17,7 +18,8 @@ Activation parse_activation(std::string_view name) {
   if (name == "relu") return Activation::kRelu;
   if (name == "gelu") return Activation::kGelu;
   if (name == "gelu_tanh") return Activation::kGeluTanh;
-  throw ConfigError(fmt::format("activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"{}\"", name));
+  throw ConfigError(fmt::format("activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"{}\"{}", name,
+                                did_you_mean(name, {"relu", "gelu", "gelu_tanh"})));
 }
 
 std::string_view activation_name(Activation a) {

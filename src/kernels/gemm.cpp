@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 #include "multihead/core/step_profile.h"
 #include "few_rows.h"
 
@@ -95,7 +96,8 @@ GemmBackend gemm_backend() { return g_backend.load(); }
 GemmBackend parse_gemm_backend(std::string_view name) {
   if (name == "onednn") return GemmBackend::kOneDnn;
   if (name == "openblas") return GemmBackend::kOpenBlas;
-  throw ConfigError(fmt::format("gemm backend must be onednn or openblas, got '{}'", name));
+  throw ConfigError(fmt::format("gemm backend must be onednn or openblas, got '{}'{}", name,
+                                did_you_mean(name, {"onednn", "openblas"})));
 }
 
 const char* gemm_backend_name(GemmBackend backend) {

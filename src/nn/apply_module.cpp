@@ -1,3 +1,4 @@
+#include "multihead/core/suggest.h"
 #include "multihead/nn/apply_module.h"
 
 #include <cstring>
@@ -65,7 +66,8 @@ struct CallKeys {
   }
   static CausalAlign parse_alignment(std::string_view name) {
     check<ConfigError>(name == "top_left" || name == "bottom_right",
-                       "causal_alignment must be \"top_left\" or \"bottom_right\", got \"{}\"", name);
+                       "causal_alignment must be \"top_left\" or \"bottom_right\", got \"{}\"{}", name,
+                       did_you_mean(name, {"top_left", "bottom_right"}));
     return name == "top_left" ? CausalAlign::kTopLeft : CausalAlign::kBottomRight;
   }
 

@@ -1,3 +1,4 @@
+#include "multihead/core/suggest.h"
 #include "multihead/nn/models.h"
 
 #include <cmath>
@@ -24,7 +25,8 @@ PositionKind parse_position_kind(std::string_view name) {
   for (const auto& [n, k] : kPositionNames)
     if (n == name) return k;
   throw ConfigError(fmt::format(
-      "positions must be none, sinusoidal, learned, relative, rope or alibi, got \"{}\"", name));
+      "positions must be none, sinusoidal, learned, relative, rope or alibi, got \"{}\"{}", name,
+      did_you_mean(name, {"none", "sinusoidal", "learned", "relative", "rope", "alibi"})));
 }
 
 std::string_view position_kind_name(PositionKind kind) {
@@ -36,7 +38,7 @@ std::string_view position_kind_name(PositionKind kind) {
 Pooling parse_pooling(std::string_view name) {
   if (name == "mean") return Pooling::kMean;
   if (name == "cls") return Pooling::kCls;
-  throw ConfigError(fmt::format("pooling must be mean or cls, got \"{}\"", name));
+  throw ConfigError(fmt::format("pooling must be mean or cls, got \"{}\"{}", name, did_you_mean(name, {"mean", "cls"})));
 }
 
 std::string_view pooling_name(Pooling p) { return p == Pooling::kCls ? "cls" : "mean"; }
@@ -66,9 +68,11 @@ void ModelConfig::validate() const {
   layer.validate();
   layer_config().attention().validate();
   check_keys(*this);
-  check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"", init);
+  check<ConfigError>(init == "pytorch" || init == "xavier", "init must be pytorch or xavier, got \"{}\"{}", init,
+                     did_you_mean(init, {"pytorch", "xavier"}));
   check<ConfigError>(head == "linear" || head == "tanh" || head == "relu" || head == "gelu" || head == "gelu_tanh",
-                     "head must be linear, tanh, relu, gelu or gelu_tanh, got \"{}\"", head);
+                     "head must be linear, tanh, relu, gelu or gelu_tanh, got \"{}\"{}", head,
+                     did_you_mean(head, {"linear", "tanh", "relu", "gelu", "gelu_tanh"}));
 }
 
 AbsolutePositions::AbsolutePositions(ParamStore& store, const std::string& prefix, PositionKind kind,

@@ -2,6 +2,7 @@
 #include "multihead/nn/multi_head_attention.h"
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 
 namespace multihead {
 
@@ -36,7 +37,8 @@ AttentionVariant parse_attention_variant(std::string_view name) {
   if (name == "block_sparse") return AttentionVariant::kBlockSparse;
   if (name == "linear") return AttentionVariant::kLinear;
   throw ConfigError(fmt::format(
-      "attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"{}\"", name));
+      "attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"{}\"{}", name,
+      did_you_mean(name, {"full", "sliding_window", "block_sparse", "linear"})));
 }
 
 std::string_view attention_variant_name(AttentionVariant v) {

@@ -34,7 +34,9 @@ void ServerMetrics::record(std::string_view path, int status, std::chrono::stead
   ++h.count;
 }
 
-std::string ServerMetrics::exposition(const BatcherStats& b, const ServerCounts& server) const {
+std::string ServerMetrics::exposition(const ServeCounters& counters) const {
+  const BatcherStats& b = counters.batcher;
+  const ServeCounters& server = counters;
   std::string out;
   {
     std::lock_guard lock(mutex_);

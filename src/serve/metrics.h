@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "multihead/serve/batcher.h"
+#include "multihead/serve/server.h"
 
 namespace multihead::serve_detail {
 
@@ -22,18 +23,13 @@ namespace multihead::serve_detail {
 inline constexpr std::array<double, 14> kLatencyBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                           0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
-// The counts kept outside the batcher, as the server has them.
-struct ServerCounts {
-  std::int64_t open_connections = 0, turned_away = 0, evicted = 0, bad_requests = 0, handler_failures = 0;
-};
-
 class ServerMetrics {
  public:
   // "/v1/predict", "/v1/health", "/v1/model", "/metrics", or "other".
   static std::string_view endpoint_of(std::string_view path);
   // An answer sent: its request's path, HTTP status and time taken.
   void record(std::string_view path, int status, std::chrono::steady_clock::duration took);
-  std::string exposition(const BatcherStats& batcher, const ServerCounts& server) const;
+  std::string exposition(const ServeCounters& counters) const;
 
  private:
   struct Histogram {

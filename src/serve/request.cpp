@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/core/suggest.h"
 #include "multihead/io/json_config.h"
 #include "multihead/io/json_keys.h"
 
@@ -57,7 +58,9 @@ PredictRequest parse_predict_request(const std::string& body, const std::string&
         refuse(fmt::format("'{}' does not apply to {} runs", key, task));
       settings[key] = v;
     } else {
-      refuse(fmt::format("unknown field '{}'", clip_text(key)));
+      std::vector<std::string> known = fields;
+      known.insert(known.begin(), "inputs");
+      refuse(fmt::format("unknown field '{}'{}", clip_text(key), did_you_mean(key, known)));
     }
   }
   try {

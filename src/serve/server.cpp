@@ -127,6 +127,17 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
   Waiting waiting_since;
   std::uint64_t accepted = 0;
 
+  ServeCounters counters() {
+    ServeCounters c;
+    c.batcher = batcher->stats();
+    c.turned_away = turned_away.load();
+    c.evicted = evicted.load();
+    c.bad_requests = bad_requests.load();
+    c.handler_failures = handler_failures.load();
+    std::lock_guard lock(sessions_mutex);
+    c.open_connections = static_cast<std::int64_t>(sessions.size());
+    return c;
+  }
   void listen();
   void accept();
   void admit(tcp::socket socket);
@@ -358,7 +369,14 @@ std::string ModelServer::url() const {
 }
 const TrainedRun& ModelServer::run() const { return *impl_->run; }
 
-BatcherStats ModelServer::stats() const { return impl_->batcher->stats(); }
+ServeCounters ModelServer::counters() const { return impl_->counters(); }
+
+std::string ServeCounters::closing_line() const {
+  std::string line = fmt::format("stopped after {} requests ({} answered, {} refused, {} dropped: client gone)",
+                                 requests(), batcher.answered, refused(), batcher.dropped);
+  if (turned_away > 0) line += fmt::format("; {} connections turned away", turned_away);
+  return line;
+}
 
 void ModelServer::serve() {
   Impl& s = *impl_;
@@ -411,34 +429,28 @@ response<string_body> ModelServer::Impl::answer(const request<string_body>& req)
   const bool get = req.method() == serve_detail::http::verb::get;
   if (path == "/v1/health") {
     if (!get) return only("GET");
-    const BatcherStats st = batcher->stats();
+    const ServeCounters c = counters();
     return json_response(200, {{"status", "ok"},
                                {"task", task},
-                               {"requests", st.requests},
-                               {"answered", st.answered},
-                               {"refused", st.refused},
-                               {"dropped", st.dropped},
-                               {"bad_requests", bad_requests.load()},
-                               {"turned_away", turned_away.load()},
-                               {"evicted", evicted.load()},
-                               {"handler_failures", handler_failures.load()},
-                               {"batches", st.batches},
-                               {"inputs", st.inputs},
-                               {"queued", st.queued},
-                               {"model_threads", st.threads}});
+                               {"requests", c.requests()},
+                               {"answered", c.batcher.answered},
+                               {"refused", c.refused()},
+                               {"dropped", c.batcher.dropped},
+                               {"bad_requests", c.bad_requests},
+                               {"turned_away", c.turned_away},
+                               {"evicted", c.evicted},
+                               {"handler_failures", c.handler_failures},
+                               {"batches", c.batcher.batches},
+                               {"inputs", c.batcher.inputs},
+                               {"queued", c.batcher.queued},
+                               {"model_threads", c.batcher.threads}});
   }
   if (path == "/v1/model") return get ? json_response(200, model) : only("GET");
   if (path == "/metrics") {
     if (!get) return only("GET");
-    serve_detail::ServerCounts counts{0, turned_away.load(), evicted.load(), bad_requests.load(),
-                                      handler_failures.load()};
-    {
-      std::lock_guard lock(sessions_mutex);
-      counts.open_connections = static_cast<std::int64_t>(sessions.size());
-    }
     response<string_body> res{serve_detail::http::status::ok, req.version()};
     res.set(serve_detail::http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.body() = metrics.exposition(batcher->stats(), counts);
+    res.body() = metrics.exposition(counters());
     return res;
   }
   if (path == "/v1/predict" || path == "/v1/embed") return only("POST");

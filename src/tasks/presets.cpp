@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 #include "multihead/io/json_config.h"
 #include "multihead/preset_configs.h"
 
@@ -61,7 +62,7 @@ Job preset_job(const std::string& name) {
     if (name == p.name) return p.make();
     names.push_back(p.name);
   }
-  throw ConfigError(fmt::format("unknown preset '{}' (known: {})", name, fmt::join(names, ", ")));
+  throw ConfigError(fmt::format("unknown preset '{}'{} (known: {})", name, did_you_mean(name, names), fmt::join(names, ", ")));
 }
 
 }  // namespace multihead

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 
 #if MULTIHEAD_HAVE_MPI
 #include <mpi.h>
@@ -18,7 +19,7 @@ namespace multihead {
 Allreduce parse_allreduce(const std::string& s) {
   if (s == "mpi") return Allreduce::kMpi;
   if (s == "ordered") return Allreduce::kOrdered;
-  throw ConfigError(fmt::format("allreduce must be mpi or ordered, got '{}'", s));
+  throw ConfigError(fmt::format("allreduce must be mpi or ordered, got '{}'{}", s, did_you_mean(s, {"mpi", "ordered"})));
 }
 
 const char* allreduce_name(Allreduce a) { return a == Allreduce::kOrdered ? "ordered" : "mpi"; }

@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include "multihead/core/error.h"
+#include "multihead/core/suggest.h"
 
 namespace multihead {
 
@@ -16,7 +17,8 @@ Decay parse_decay(std::string_view name) {
   if (name == "cosine") return Decay::kCosine;
   if (name == "linear") return Decay::kLinear;
   if (name == "inverse_sqrt") return Decay::kInverseSqrt;
-  throw ConfigError(fmt::format("schedule must be constant, cosine, linear or inverse_sqrt, got \"{}\"", name));
+  throw ConfigError(fmt::format("schedule must be constant, cosine, linear or inverse_sqrt, got \"{}\"{}", name,
+                                did_you_mean(name, {"constant", "cosine", "linear", "inverse_sqrt"})));
 }
 
 std::string_view decay_name(Decay d) {

@@ -1,3 +1,4 @@
+#include "multihead/core/suggest.h"
 #include "multihead/train/train_config.h"
 
 #include <algorithm>
@@ -8,7 +9,7 @@ namespace multihead {
 NonFinite parse_nonfinite(const std::string& s) {
   if (s == "stop") return NonFinite::kStop;
   if (s == "skip") return NonFinite::kSkip;
-  throw ConfigError(fmt::format("on_nonfinite must be stop or skip, got '{}'", s));
+  throw ConfigError(fmt::format("on_nonfinite must be stop or skip, got '{}'{}", s, did_you_mean(s, {"stop", "skip"})));
 }
 
 const char* nonfinite_name(NonFinite n) { return n == NonFinite::kSkip ? "skip" : "stop"; }
@@ -16,7 +17,7 @@ const char* nonfinite_name(NonFinite n) { return n == NonFinite::kSkip ? "skip" 
 OptimizerKind parse_optimizer(const std::string& s) {
   if (s == "adamw") return OptimizerKind::kAdamW;
   if (s == "sgd") return OptimizerKind::kSgd;
-  throw ConfigError(fmt::format("optimizer must be adamw or sgd, got \"{}\"", s));
+  throw ConfigError(fmt::format("optimizer must be adamw or sgd, got \"{}\"{}", s, did_you_mean(s, {"adamw", "sgd"})));
 }
 
 const char* optimizer_name(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adamw"; }

@@ -263,9 +263,9 @@ TEST_F(Cli, BenchRejectsBadInput) {
       {"bench attention --positions spiral",
        "multihead: error: --positions must be none, relative, alibi or rope, got 'spiral'\n"},
       {"bench train --precision half",
-       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\"\n"},
+       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\" (did you mean 'fp16'?)\n"},
       {"bench gemm --precision half",
-       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\"\n"},
+       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\" (did you mean 'fp16'?)\n"},
       {"bench gemm --precision fp16",
        "multihead: error: bench gemm: --precision must be fp32, bf16 or int8 (fp16 has no product of its own: it "
        "computes in fp32), got fp16\n"},
@@ -694,7 +694,7 @@ TEST_F(Cli, TrainRejectsBadInput) {
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute",
        "multihead: error: the flags: model: positions must be none, sinusoidal, learned, relative, rope or "
-       "alibi, got \"absolute\"\n"},
+       "alibi, got \"absolute\" (did you mean 'learned'?)\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
       {"train --precision fp8", "multihead: error: the flags: train: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"fp8\"\n"},
       {"train --precision int8",

@@ -92,6 +92,36 @@ TEST_F(CliHardening, SettingsThatWouldBeReplacedOrIgnoredAreRefused) {
   }
 }
 
+// Every enumerated value, mistyped or named as another tool names it, is
+// answered with the value meant (the flags' values, a preset, the version).
+TEST_F(CliHardening, AMistypedValueNamesTheOneMeant) {
+  const std::string job = " --preset reverse --threads 1 --quiet --out " + path("never");
+  const std::pair<std::string, std::string> cases[] = {
+      {"train --positions rotary" + job, "got \"rotary\" (did you mean 'rope'?)"},
+      {"train --positions ROPE" + job, "got \"ROPE\" (did you mean 'rope'?)"},
+      {"train --optimizer adam" + job, "got \"adam\" (did you mean 'adamw'?)"},
+      {"train --schedule cosin" + job, "got \"cosin\" (did you mean 'cosine'?)"},
+      {"train --precision bfloat16" + job, "got \"bfloat16\" (did you mean 'bf16'?)"},
+      {"train --attention sparse" + job, "got \"sparse\" (did you mean 'block_sparse'?)"},
+      {"train --tokenizer chars --data " + path("x.jsonl") + " --out " + path("never"), "got \"chars\" (did you mean 'char'?)"},
+      {"train --on-nonfinite skp" + job, "got 'skp' (did you mean 'skip'?)"},
+      {"train --allreduce order" + job, "got 'order' (did you mean 'ordered'?)"},
+      {"train --preset spm --out " + path("never"), "unknown preset 'spm' (did you mean 'spam'?)"},
+      {"train --source json --data " + path("x.jsonl") + " --out " + path("never"), "got 'json' (did you mean 'jsonl'?)"},
+      {"eval --run " + path("nowhere") + " --precision in8", "got \"in8\" (did you mean 'int8'?)"},
+      {"-v", "unknown flag '-v' (did you mean --version?)"},
+      {"version", "unknown command 'version' (did you mean --version?)"},
+  };
+  std::ofstream(path("x.jsonl")) << R"({"text": "a", "label": "b"})" << "\n";
+  for (const auto& [args, meant] : cases) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_NE(r.err.find(meant), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(test::count_lines(r.err), 1) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(path("never")));
+}
+
 // labels.json naming one class twice: a prediction could not say which it means.
 TEST_F(CliHardening, AResultsFileThatNamesAClassTwiceIsRefused) {
   const std::string run_dir = classifier();

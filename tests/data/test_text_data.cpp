@@ -219,7 +219,7 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     parse_tokenizer_kind("bpe");
     ADD_FAILURE() << "bpe is a SentencePiece model type, not a tokenizer";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"bpe\"");
+    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"bpe\" (did you mean 'sentencepiece'?)");
   }
   TokenizerConfig capped;
   capped.kind = TokenizerKind::kWord;

@@ -66,7 +66,7 @@ TEST_F(ApplyErrors, BadConfigs) {
 TEST_F(ApplyErrors, VariantsFromTheConfig) {
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"attention":"sparse"})", weights,
                      inputs),
-            "m.json: attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"sparse\"");
+            "m.json: attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"sparse\" (did you mean 'block_sparse'?)");
   // The same weights run under every variant that keeps their shapes.
   for (const char* extra : {R"("attention":"sliding_window","window_left":1,"window_right":1)",
                             R"("attention":"block_sparse","sparse_block":2,"global_tokens":1)",

@@ -260,7 +260,7 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   EXPECT_EQ(health["model_threads"], 1);  // --threads reaches the thread that runs the model
   const auto [code, rest] = server.stop();
   EXPECT_EQ(code, 0);
-  EXPECT_NE(rest.find("stopped after 2 requests (2 answered"), std::string::npos) << rest;
+  EXPECT_NE(rest.find("stopped after 3 requests (2 answered, 1 refused"), std::string::npos) << rest;  // the bad embed
 }
 
 // The samples of a Prometheus text exposition (format 0.0.4), checked line
@@ -505,7 +505,21 @@ TEST_F(Serve, BadRequestsGetJsonErrorsAndServingGoesOn) {
   EXPECT_NE(reply.find("{\"error\":"), std::string::npos) << reply;
   // Still serving.
   EXPECT_EQ(post(c, {{"inputs", {"good"}}})["outputs"].size(), 1u);
-  EXPECT_EQ(get(c, "/v1/health")["bad_requests"].get<int>(), static_cast<int>(cases.size()) + 2);
+  const json health = get(c, "/v1/health");
+  EXPECT_EQ(health["bad_requests"].get<int>(), static_cast<int>(cases.size()) + 2);
+  // One source for every count: /metrics, /v1/health and the closing line
+  // agree (the closing line said "0 refused" where /metrics counted them).
+  const auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(parse_exposition(m->body).at("multihead_bad_requests_total"), health["bad_requests"].get<double>());
+  EXPECT_GE(health["refused"].get<int>(), health["bad_requests"].get<int>());
+  const auto [code, rest] = server.stop();
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(rest.find(fmt::format("stopped after {} requests ({} answered, {} refused, 0 dropped",
+                                  health["requests"].get<int>(), health["answered"].get<int>(),
+                                  health["refused"].get<int>())),
+            std::string::npos)
+      << rest << health;
 }
 
 // Clients that send their request a byte at a time each hold a connection

@@ -51,9 +51,7 @@ void serve(ServeOpts& o) {
   server.serve();
   pthread_kill(watcher.native_handle(), SIGTERM);  // wakes the watcher when serve() ended without a signal
   watcher.join();
-  const BatcherStats st = server.stats();
-  fmt::print("multihead serve: stopped after {} requests ({} answered, {} refused, {} dropped: client gone)\n",
-             st.requests, st.answered, st.refused, st.dropped);
+  fmt::print("multihead serve: {}\n", server.counters().closing_line());
 }
 
 }  // namespace

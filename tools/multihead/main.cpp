@@ -128,6 +128,15 @@ int main(int argc, char** argv) {
   // `help`, and a first word that names no command, before CLI11 (which
   // would answer "A subcommand is required" to both).
   if (argc >= 2 && std::string_view(argv[1]) == "help") return print_help(app, argc, argv);
+  // The version is a flag: `version`, `-v` and `--verison` are pointed at it.
+  const std::string_view first = argc >= 2 ? argv[1] : "";
+  const std::vector<std::string> top_flags = {"--help", "--version"};
+  if (first == "-v" || first == "version" || (first.starts_with("--") && !multihead::closest_name(first, top_flags).empty()))
+    return fail(fmt::format("unknown {} '{}' (did you mean {}?)", first.starts_with("-") ? "flag" : "command",
+                            multihead::clip_text(std::string(first)),
+                            first == "-v" || first == "version" ? "--version" : multihead::closest_name(first, top_flags))
+                    .c_str(),
+                2);
   if (argc >= 2 && argv[1][0] != '-' && !subcommand_named(app, argv[1]))
     return fail(fmt::format("unknown command '{}'{}; the commands are: {}", multihead::clip_text(argv[1]),
                             multihead::did_you_mean(argv[1], command_names(app)), fmt::join(command_names(app), ", "))

@@ -63,6 +63,20 @@ struct ServeConfig {
 // --connections [0, 2^16], --max-body-bytes [1, 2^30], ...).
 void check_serve_config(const ServeConfig& config);
 
+// Every count the server keeps, read at one moment: what /v1/health,
+// /metrics and the closing line of `multihead serve` all say. A request
+// refused before it reached the model (malformed, too large, unknown) is
+// counted as a request and as refused, as /metrics counts it.
+struct ServeCounters {
+  BatcherStats batcher;
+  std::int64_t open_connections = 0, turned_away = 0, evicted = 0, bad_requests = 0, handler_failures = 0;
+
+  std::int64_t requests() const { return batcher.requests + bad_requests; }
+  std::int64_t refused() const { return batcher.refused + bad_requests; }
+  // "stopped after 10 requests (2 answered, 8 refused, 0 dropped: client gone)".
+  std::string closing_line() const;
+};
+
 class ModelServer {
  public:
   // Loads the run and binds the address (ConfigError or IoError when either fails).
@@ -78,7 +92,7 @@ class ModelServer {
   void serve();
   // From any thread (a signal watcher's, say): stops taking connections.
   void stop();
-  BatcherStats stats() const;
+  ServeCounters counters() const;
 
  private:
   struct Impl;
