@@ -477,14 +477,73 @@ std::string load_text_corpus(const std::string& path) {
   return text;
 }
 
-SplitIndices split_indices(std::int64_t n, double validation_fraction, double test_fraction, std::uint64_t seed) {
-  check<ConfigError>(validation_fraction >= 0 && test_fraction >= 0 && validation_fraction + test_fraction < 1,
-                     "validation and test fractions must be >= 0 and leave a training split");
+namespace {
+
+// 0 .. n - 1 in the seed's shuffled order (Fisher-Yates).
+std::vector<std::int64_t> shuffled_indices(std::int64_t n, std::uint64_t seed) {
   std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
   Rng rng(seed, 0x5b117);
-  for (std::int64_t i = n - 1; i > 0; --i)  // Fisher-Yates
+  for (std::int64_t i = n - 1; i > 0; --i)
     std::swap(idx[static_cast<std::size_t>(i)], idx[rng.next_u32() % static_cast<std::uint32_t>(i + 1)]);
+  return idx;
+}
+
+void check_fractions(double validation_fraction, double test_fraction) {
+  check<ConfigError>(validation_fraction >= 0 && test_fraction >= 0 && validation_fraction + test_fraction < 1,
+                     "validation and test fractions must be >= 0 and leave a training split");
+}
+
+// floor(fraction * n) shared among classes of sizes `sizes` in proportion,
+// the remainder to the largest fractional parts (the first class on a tie),
+// never more than `room` of a class.
+std::vector<std::int64_t> quotas(const std::vector<std::int64_t>& sizes, const std::vector<std::int64_t>& room,
+                                 double fraction, std::int64_t n) {
+  std::int64_t left = static_cast<std::int64_t>(fraction * static_cast<double>(n));
+  std::vector<std::int64_t> q(sizes.size());
+  std::vector<std::pair<double, std::size_t>> parts;
+  for (std::size_t c = 0; c < sizes.size(); ++c) {
+    const double exact = fraction * static_cast<double>(sizes[c]);
+    q[c] = std::min(room[c], static_cast<std::int64_t>(exact));
+    left -= q[c];
+    parts.emplace_back(-(exact - static_cast<double>(q[c])), c);
+  }
+  std::stable_sort(parts.begin(), parts.end());
+  for (std::size_t k = 0; left > 0 && k < parts.size(); ++k)
+    if (q[parts[k].second] < room[parts[k].second]) ++q[parts[k].second], --left;
+  return q;
+}
+
+}  // namespace
+
+SplitIndices stratified_split_indices(const std::vector<std::int64_t>& labels, double validation_fraction,
+                                      double test_fraction, std::uint64_t seed) {
+  check_fractions(validation_fraction, test_fraction);
+  const std::int64_t n = static_cast<std::int64_t>(labels.size());
+  const std::vector<std::int64_t> order = shuffled_indices(n, seed);
+  std::int64_t classes = 0;
+  for (std::int64_t l : labels) classes = std::max(classes, l + 1);
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(classes));
+  for (std::int64_t l : labels) ++sizes[static_cast<std::size_t>(l)];
+  const std::vector<std::int64_t> test = quotas(sizes, sizes, test_fraction, n);
+  std::vector<std::int64_t> room(sizes.size());
+  for (std::size_t c = 0; c < sizes.size(); ++c) room[c] = sizes[c] - test[c];
+  const std::vector<std::int64_t> validation = quotas(sizes, room, validation_fraction, n);
+  // Each class's examples in the shuffled order: its first test[c] to test, the next validation[c] to
+  // validation, the rest to training; every split in the shuffled order.
+  std::vector<std::int64_t> seen(sizes.size());
+  SplitIndices s;
+  for (std::int64_t i : order) {
+    const std::size_t c = static_cast<std::size_t>(labels[static_cast<std::size_t>(i)]);
+    const std::int64_t k = seen[c]++;
+    (k < test[c] ? s.test : k < test[c] + validation[c] ? s.validation : s.train).push_back(i);
+  }
+  return s;
+}
+
+SplitIndices split_indices(std::int64_t n, double validation_fraction, double test_fraction, std::uint64_t seed) {
+  check_fractions(validation_fraction, test_fraction);
+  const std::vector<std::int64_t> idx = shuffled_indices(n, seed);
   const std::int64_t n_test = static_cast<std::int64_t>(test_fraction * static_cast<double>(n));
   const std::int64_t n_val = static_cast<std::int64_t>(validation_fraction * static_cast<double>(n));
   SplitIndices s;

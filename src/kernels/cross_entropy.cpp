@@ -10,17 +10,28 @@ namespace multihead {
 template <typename T>
 CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N,
                                  std::int64_t C, std::int64_t ignore_index, double label_smoothing,
-                                 double grad_scale) {
+                                 double grad_scale, const double* weight) {
   check<ConfigError>(label_smoothing >= 0.0 && label_smoothing <= 1.0, "label_smoothing must be in [0, 1], got {}",
                      label_smoothing);
   CrossEntropyResult r;
+  double weights = 0;  // sum of w[y] over the rows scored: the mean's denominator
   for (std::int64_t n = 0; n < N; ++n) {
     if (targets[n] == ignore_index) continue;
     check<ShapeError>(targets[n] >= 0 && targets[n] < C, "target {} at row {} is outside [0, {})", targets[n], n, C);
     ++r.count;
+    weights += weight ? weight[targets[n]] : 1.0;
+  }
+  double weight_sum = static_cast<double>(C);  // sum of w[c] over the classes
+  if (weight) {
+    weight_sum = 0;
+    for (std::int64_t c = 0; c < C; ++c) {
+      check<ConfigError>(std::isfinite(weight[c]) && weight[c] >= 0, "class weight {} is {}: weights are finite and >= 0",
+                         c, weight[c]);
+      weight_sum += weight[c];
+    }
   }
   const double eps = label_smoothing;
-  const double inv = r.count > 0 ? 1.0 / static_cast<double>(r.count) : 0.0;
+  const double inv = weights > 0 ? 1.0 / weights : 0.0;
   double total = 0;
   for (std::int64_t n = 0; n < N; ++n) {
     const T* z = logits + n * C;
@@ -38,14 +49,24 @@ CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t
     }
     const double lse = mx + std::log(sum);
     const double nll = lse - static_cast<double>(z[targets[n]]);
-    const double smooth = lse - sum_z / static_cast<double>(C);  // mean_c(-log p_c)
-    total += (1.0 - eps) * nll + eps * smooth;
+    const double wy = weight ? weight[targets[n]] : 1.0;
+    // sum_c w_c (-log p_c) / C; without weights mean_c(-log p_c).
+    double smooth = lse - sum_z / static_cast<double>(C);
+    if (weight) {
+      smooth = 0;
+      for (std::int64_t c = 0; c < C; ++c) smooth += weight[c] * (lse - static_cast<double>(z[c]));
+      smooth /= static_cast<double>(C);
+    }
+    total += (1.0 - eps) * wy * nll + eps * smooth;
     if (dz) {
+      // d/dz_c: (1 - eps) w_y (p_c - [c = y]) + eps/C (sum_k w_k p_c - w_c).
       const double s = grad_scale * inv;
       for (std::int64_t c = 0; c < C; ++c) {
-        double p = std::exp(static_cast<double>(z[c]) - lse);
-        double target = (c == targets[n] ? 1.0 - eps : 0.0) + eps / static_cast<double>(C);
-        dz[c] = static_cast<T>((p - target) * s);
+        const double p = std::exp(static_cast<double>(z[c]) - lse);
+        const double wc = weight ? weight[c] : 1.0;
+        const double g = (1.0 - eps) * wy * (p - (c == targets[n] ? 1.0 : 0.0)) +
+                         eps / static_cast<double>(C) * (weight_sum * p - wc);
+        dz[c] = static_cast<T>(g * s);
       }
     }
   }
@@ -54,8 +75,8 @@ CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t
 }
 
 template CrossEntropyResult cross_entropy<float>(float*, const float*, const std::int64_t*, std::int64_t,
-                                                 std::int64_t, std::int64_t, double, double);
+                                                 std::int64_t, std::int64_t, double, double, const double*);
 template CrossEntropyResult cross_entropy<double>(double*, const double*, const std::int64_t*, std::int64_t,
-                                                  std::int64_t, std::int64_t, double, double);
+                                                  std::int64_t, std::int64_t, double, double, const double*);
 
 }  // namespace multihead

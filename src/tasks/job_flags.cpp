@@ -37,6 +37,8 @@ const std::vector<JobFlag>& job_flags() {
        false,
        {"title", "data.strip_headers"}},
       {"--data", "Data path (folder or file)", {{kAny, "data.path"}}},
+      {"--class-weights", "Weigh the loss by class: none, or balanced (n / (classes x the class's count))",
+       {{"text_classification", "class_weights"}}},
       {"--text-column", "The column (CSV, TSV) or key (JSON Lines) that holds the text", {{kAny, "data.text_column"}}},
       {"--label-column", "The column (CSV, TSV) or key (JSON Lines) that holds the class", {{kAny, "data.label_column"}}},
       {"--d-model", "Model width", {{kAny, "model.d_model"}}},

@@ -42,6 +42,9 @@ TextClassificationJob::TextClassificationJob() {
 
 void TextClassificationJob::validate(const std::string& where) const {
   budget.validate(where);
+  check<ConfigError>(class_weights == "none" || class_weights == "balanced",
+                     "{}: class_weights must be none or balanced, got '{}'{}", where, clip_text(class_weights),
+                     did_you_mean(class_weights, {"none", "balanced"}));
   check<ConfigError>(max_len > 1, "{}: max_len must be at least 2, got {}", where, max_len);
 }
 
@@ -51,6 +54,16 @@ struct PreparedData {
   TextDataset dataset;
   std::vector<std::int64_t> train, validation, test;
 };
+
+// The dataset's split by the job's seed and fractions, stratified by class unless the job says not.
+SplitIndices split(const TextClassificationJob& job, const TextDataset& ds, double test_fraction) {
+  if (!job.stratify)
+    return split_indices(static_cast<std::int64_t>(ds.examples.size()), job.validation_fraction, test_fraction,
+                         job.train.seed);
+  std::vector<std::int64_t> labels;
+  for (const TextExample& e : ds.examples) labels.push_back(e.label);
+  return stratified_split_indices(labels, job.validation_fraction, test_fraction, job.train.seed);
+}
 
 PreparedData load_and_split(const TextClassificationJob& job_in) {
   PreparedData p;
@@ -65,8 +78,7 @@ PreparedData load_and_split(const TextClassificationJob& job_in) {
                      job.data_path, format, job.source, format);
   if (job.source == "aclimdb") {
     TextDataset tr = load_aclimdb(job.data_path, "train"), te = load_aclimdb(job.data_path, "test");
-    SplitIndices s = split_indices(static_cast<std::int64_t>(tr.examples.size()), job.validation_fraction, 0.0,
-                                   job.train.seed);
+    SplitIndices s = split(job, tr, 0.0);
     p.dataset = std::move(tr);
     p.train = std::move(s.train);
     p.validation = std::move(s.validation);
@@ -88,8 +100,7 @@ PreparedData load_and_split(const TextClassificationJob& job_in) {
                                   clip_text(job.source), did_you_mean(job.source, kDataSources)));
   }
   check_two_classes(p.dataset, job.data_path);
-  SplitIndices s = split_indices(static_cast<std::int64_t>(p.dataset.examples.size()), job.validation_fraction,
-                                 job.test_fraction, job.train.seed);
+  SplitIndices s = split(job, p.dataset, job.test_fraction);
   p.train = std::move(s.train), p.validation = std::move(s.validation), p.test = std::move(s.test);
   check<IoError>(!p.train.empty() && !p.test.empty(), "{}: too few examples ({}) for the requested splits",
                  job.data_path, p.dataset.examples.size());
@@ -176,7 +187,9 @@ MicroBatchLoss ClassifierTrainingTask::micro_step(std::span<const std::int64_t> 
   const Gathered g = gather(examples_, examples);
   TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len_, examples_.frame);
   Tensor logits = model_.forward(tb.ids, &tb.padding, ctx);
-  return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale), tb.tokens};
+  return {cross_entropy_backward(model_, logits, tb.labels.data<std::int64_t>(), grad_scale, 0.0,
+                                 class_weights_.empty() ? nullptr : class_weights_.data()),
+          tb.tokens};
 }
 
 Validation ClassifierTrainingTask::validate() {
@@ -224,6 +237,18 @@ std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, c
                      heatmaps.size(), first.layers * first.heads);
   for (const auto& f : heatmaps) s += fmt::format("![{0}](plots/{0})\n", f);
   return s;
+}
+
+std::vector<double> class_weights_of(const TextClassificationJob& job, const std::vector<std::int64_t>& labels,
+                                     std::span<const std::int64_t> train, std::int64_t classes) {
+  if (job.class_weights == "none") return {};
+  std::vector<double> count(static_cast<std::size_t>(classes));
+  for (std::int64_t i : train) ++count[static_cast<std::size_t>(labels[static_cast<std::size_t>(i)])];
+  std::vector<double> w(count.size());
+  // A class absent from training has no examples to weigh: 0, as it adds nothing to the loss anyway.
+  for (std::size_t c = 0; c < w.size(); ++c)
+    w[c] = count[c] > 0 ? static_cast<double>(train.size()) / (static_cast<double>(classes) * count[c]) : 0.0;
+  return w;
 }
 
 std::string data_source(const TextClassificationJob& job) {
@@ -274,7 +299,11 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   job.train.set_steps(job.budget.steps(static_cast<std::int64_t>(data.train.size()), job.train.batch));
 
   ModelToTrain<SequenceClassifier> m(job.model, job.train, progress);
-  ClassifierTrainingTask task(m.model, encoded, data.validation, job.max_len, job.eval_batch, job.train.precision);
+  const std::vector<double> weights = class_weights_of(job, encoded.labels, data.train, job.model.num_classes);
+  if (!weights.empty())
+    progress.log(fmt::format("class weights ({}): {:.3f}", job.class_weights, fmt::join(weights, ", ")));
+  ClassifierTrainingTask task(m.model, encoded, data.validation, job.max_len, job.eval_batch, job.train.precision,
+                              weights);
   FitPlan plan;
   plan.epoch_examples = data.train;
   plan.throughput_key = "tokens_per_s";

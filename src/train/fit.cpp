@@ -276,11 +276,12 @@ std::string FitResult::steps_and_time(std::string_view rate) const {
 }
 
 CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale,
-                                    double label_smoothing) {
+                                    double label_smoothing, const double* class_weights) {
   const std::int64_t C = logits.dim(logits.ndim() - 1), rows = logits.numel() / C;
   CrossEntropyGrad g{0.0, Tensor::empty(logits.shape())};
-  g.loss =
-      cross_entropy(g.dlogits.f32(), logits.f32(), targets, rows, C, kIgnoreIndex, label_smoothing, grad_scale).loss;
+  g.loss = cross_entropy(g.dlogits.f32(), logits.f32(), targets, rows, C, kIgnoreIndex, label_smoothing, grad_scale,
+                         class_weights)
+               .loss;
   return g;
 }
 

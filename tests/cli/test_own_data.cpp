@@ -222,5 +222,32 @@ TEST_F(OwnData, AnUnknownFormatOrAWrongDelimiterSaysWhatToGive) {
   EXPECT_FALSE(std::filesystem::exists(path("run")));
 }
 
+// --class-weights balanced weighs each class by n / (classes x its count in
+// the training split), recorded and logged; a stratified split (the
+// default) keeps a rare class's share in every split.
+TEST_F(OwnData, BalancedClassWeightsAndAStratifiedSplit) {
+  {
+    std::ofstream f(path("rare.csv"));
+    f << "text,label\n";
+    for (int r = 0; r < 90; ++r) f << "common words here,common\n";
+    for (int r = 0; r < 10; ++r) f << "rare words there,rare\n";
+  }
+  const test::CliRun r = test::run("train --data " + path("rare.csv") +
+                                   " --class-weights balanced --tokenizer word --vocab-size 32 --max-len 8 --d-model 16 "
+                                   "--num-heads 2 --num-layers 1 --epochs 1 --threads 1 --out " + path("run"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 70 training examples: 63 common, 7 rare: weights 70 / (2 x 63) and 70 / (2 x 7).
+  EXPECT_NE(r.err.find("class weights (balanced): 0.556, 5.000"), std::string::npos) << r.err;
+  EXPECT_EQ(json::parse(read_file(path("run") + "/config.json"))["class_weights"], "balanced");
+  const json results = json::parse(read_file(path("run") + "/results.json"));
+  EXPECT_EQ(results["test"]["per_class"]["rare"]["support"], 2);  // 20% of the rare class's 10
+  const test::CliRun bad = test::run("train --data " + path("rare.csv") + " --class-weights balance" + kTiny +
+                                     " --out " + path("never"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("class_weights must be none or balanced, got 'balance' (did you mean 'balanced'?)"),
+            std::string::npos)
+      << bad.err;
+}
+
 }  // namespace
 }  // namespace multihead

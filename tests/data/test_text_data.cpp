@@ -184,6 +184,35 @@ TEST(Splits, DeterministicDisjointAndComplete) {
   EXPECT_NE(split_indices(100, 0.1, 0.2, 8).test, a.test);
 }
 
+// A stratified split holds each class in its share: of 100 examples, 90 of
+// class 0 and 10 of class 1, the 20 test examples are 18 and 2, the 10
+// validation ones 9 and 1, as StratifiedShuffleSplit allocates them.
+TEST(Splits, StratifiedSplitsHoldEachClassInItsShare) {
+  std::vector<std::int64_t> labels(100, 0);
+  for (int i = 0; i < 100; i += 10) labels[static_cast<std::size_t>(i + 3)] = 1;
+  const SplitIndices a = stratified_split_indices(labels, 0.1, 0.2, 7);
+  EXPECT_EQ(a.train, stratified_split_indices(labels, 0.1, 0.2, 7).train);
+  const auto count = [&](const std::vector<std::int64_t>& part, std::int64_t c) {
+    return std::count_if(part.begin(), part.end(), [&](std::int64_t i) { return labels[static_cast<std::size_t>(i)] == c; });
+  };
+  EXPECT_EQ(a.test.size(), 20u);
+  EXPECT_EQ(a.validation.size(), 10u);
+  EXPECT_EQ(count(a.test, 1), 2);
+  EXPECT_EQ(count(a.validation, 1), 1);
+  EXPECT_EQ(count(a.train, 1), 7);
+  std::vector<int> seen(100, 0);
+  for (const auto* part : {&a.train, &a.validation, &a.test})
+    for (auto i : *part) ++seen[static_cast<std::size_t>(i)];
+  for (int s : seen) EXPECT_EQ(s, 1);
+  // Remainders go to the largest fractional parts: 7 of class 0 and 3 of
+  // class 1 with a test fraction of 0.3 make 3 test examples, 2.1 and 0.9:
+  // 2 and 1.
+  const std::vector<std::int64_t> small = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+  const SplitIndices b = stratified_split_indices(small, 0.0, 0.3, 1);
+  ASSERT_EQ(b.test.size(), 3u);
+  EXPECT_EQ(std::count_if(b.test.begin(), b.test.end(), [&](std::int64_t i) { return small[static_cast<std::size_t>(i)] == 1; }), 1);
+}
+
 TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
   const std::vector<std::string> texts = {"the cat sat on the mat", "the dog sat", "caf\xc3\xa9 au lait"};
   for (const char* kind : {"char", "word", "sentencepiece"}) {

@@ -99,6 +99,45 @@ TrainConfig tiny_train() {
   return t;
 }
 
+// Class weights as torch.nn.functional.cross_entropy(weight=w) takes them,
+// with and without label smoothing and an ignored row: the loss and its
+// gradient as PyTorch 2.13.0 computed them for these logits (in double).
+TEST(CrossEntropy, ClassWeightsFollowPyTorch) {
+  const std::vector<double> z = {0.3, -1.2, 2.0, 1.5, 0.2, -0.7, -0.4, 0.9, 0.1, 2.2, -0.3, 0.5};
+  const std::vector<std::int64_t> y = {2, 0, kIgnoreIndex, 1};
+  const std::vector<double> w = {0.5, 2.0, 1.0};
+  struct Want {
+    double eps, loss;
+    std::vector<double> grad;
+  };
+  const Want wants[] = {
+      {0.0, 1.6667708832571406,
+       {0.04266253205239748, 0.009519297609188968, -0.052181829661586444, -0.03958703989838944, 0.028144386326156155,
+        0.011442653572233277, 0, 0, 0, 0.45180486482953847, -0.534342169720768, 0.08253730489122951}},
+      {0.1, 1.7040338094901828,
+       {0.038611669491366025, -0.009369666478276925, -0.029242003013089067, -0.016293883313412815,
+        0.012849352122024598, 0.0034445311913881924, 0, 0, 0, 0.428217757366403, -0.49779219836335514,
+        0.0695744409969521}},
+  };
+  for (const Want& want : wants) {
+    std::vector<double> dz(z.size());
+    const CrossEntropyResult r = cross_entropy(dz.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, want.eps, 1.0, w.data());
+    EXPECT_NEAR(r.loss, want.loss, 1e-13) << want.eps;
+    EXPECT_EQ(r.count, 3);
+    for (std::size_t i = 0; i < dz.size(); ++i) EXPECT_NEAR(dz[i], want.grad[i], 1e-13) << want.eps << " " << i;
+  }
+  // Weights of 1 are no weights.
+  const std::vector<double> ones(3, 1.0);
+  std::vector<double> a(z.size()), b(z.size());
+  const double plain = cross_entropy(a.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, 0.1).loss;
+  EXPECT_NEAR(cross_entropy(b.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, 0.1, 1.0, ones.data()).loss, plain, 1e-14);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-14);
+  // A negative weight is refused by name.
+  const std::vector<double> bad = {1.0, -1.0, 1.0};
+  EXPECT_THROW(cross_entropy<double>(nullptr, z.data(), y.data(), 4, 3, kIgnoreIndex, 0.0, 1.0, bad.data()),
+               ConfigError);
+}
+
 TEST(Training, LossFallsOnALearnableTask) {
   // The label is token 0 mod 3; [CLS] pooling reads token 0's output.
   TrainConfig tc = tiny_train();

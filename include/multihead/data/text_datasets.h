@@ -90,6 +90,15 @@ struct SplitIndices {
   std::vector<std::int64_t> train, validation, test;
 };
 SplitIndices split_indices(std::int64_t n, double validation_fraction, double test_fraction, std::uint64_t seed);
+// The same split stratified by class (labels[i] is example i's, 0 ..
+// classes - 1), as scikit-learn's StratifiedShuffleSplit: each split holds
+// each class in its share of the whole (floor(fraction * n) examples,
+// shared among the classes in proportion, remainders to the largest
+// fractional parts), so that a rare class is in the test and validation
+// splits as often as the data has it. Every split is in the seed's shuffled
+// order.
+SplitIndices stratified_split_indices(const std::vector<std::int64_t>& labels, double validation_fraction,
+                                      double test_fraction, std::uint64_t seed);
 
 // Checks that text is valid UTF-8; throws IoError naming `where` otherwise.
 void check_utf8(const std::string& text, const std::string& where);

@@ -40,6 +40,12 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   bool strip_headers = false;  // remove each text's RFC 822 mail headers
   std::string text_column = "text", label_column = "label";
   double validation_fraction = 0.1, test_fraction = 0.2;
+  // Each split holds each class in its share of the whole (data/text_datasets.h).
+  bool stratify = true;
+  // The loss's class weights: "none", or "balanced" (scikit-learn's: a
+  // class's weight n / (classes x its count in the training split), so that
+  // every class weighs as much in the loss), as CrossEntropyLoss(weight=...).
+  std::string class_weights = "none";
   TokenizerConfig tokenizer;
   ModelConfig model;
   TrainConfig train;
@@ -59,11 +65,11 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   // from_json reads and to_json writes (tasks/job_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
-    k("max_len", j.max_len);
+    k("max_len", j.max_len)("class_weights", j.class_weights);
     k.section("data", [&](auto& d) {
       d("source", j.source)("path", j.data_path)("strip_headers", j.strip_headers);
       d("text_column", j.text_column)("label_column", j.label_column);
-      d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction);
+      d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction)("stratify", j.stratify);
     });
     k.tokenizer(j.tokenizer);
     k.model(j.model, j.tokenizer.vocab_size);
@@ -75,6 +81,11 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
 // The job's data source: its source, or the one data_path's extension names
 // (.csv, .tsv, .jsonl); a ConfigError naming --source when it names none.
 std::string data_source(const TextClassificationJob& job);
+
+// The class weights job.class_weights asks for, from the classes' counts
+// in the training split (labels of the examples `train`); empty for "none".
+std::vector<double> class_weights_of(const TextClassificationJob& job, const std::vector<std::int64_t>& labels,
+                                     std::span<const std::int64_t> train, std::int64_t classes);
 
 // The report's title: report_title, or one naming the data
 // ("Text classification: tickets.csv").
@@ -150,11 +161,12 @@ ClassificationReport report_classifier(SequenceClassifier& model, const Tokenize
 // stress train so.
 class ClassifierTrainingTask final : public TrainingTask {
  public:
+  // class_weights: PyTorch's CrossEntropyLoss weight, a weight a class (empty: none).
   ClassifierTrainingTask(SequenceClassifier& model, const TokenizedExamples& examples,
                          std::vector<std::int64_t> validation, std::int64_t max_len, std::int64_t eval_batch,
-                         Precision precision)
+                         Precision precision, std::vector<double> class_weights = {})
       : model_(model), examples_(examples), validation_(std::move(validation)), max_len_(max_len),
-        eval_batch_(eval_batch), precision_(precision) {}
+        eval_batch_(eval_batch), precision_(precision), class_weights_(std::move(class_weights)) {}
   MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
                             double grad_scale) override;
   Validation validate() override;
@@ -165,6 +177,7 @@ class ClassifierTrainingTask final : public TrainingTask {
   std::vector<std::int64_t> validation_;
   std::int64_t max_len_, eval_batch_;
   Precision precision_;
+  std::vector<double> class_weights_;
 };
 
 // The classifier's logits for the first settings.examples of the examples

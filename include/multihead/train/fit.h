@@ -204,21 +204,22 @@ struct TrainedModel {
 std::int64_t at_least_max_len(std::int64_t max_len, std::int64_t needed, Progress& progress);
 
 // Softmax cross-entropy of logits (..., C) against one target a row (rows
-// with kIgnoreIndex are left out), with label smoothing as PyTorch's, mean
-// over the rows, and its gradient times grad_scale.
+// with kIgnoreIndex are left out), with label smoothing and class weights
+// as PyTorch's (kernels/cross_entropy.h), mean over the rows, and its
+// gradient times grad_scale.
 struct CrossEntropyGrad {
   double loss = 0;
   Tensor dlogits;
 };
 CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* targets, double grad_scale,
-                                    double label_smoothing = 0.0);
+                                    double label_smoothing = 0.0, const double* class_weights = nullptr);
 
 // The end of every task's micro_step: the loss of `logits`, its gradient
 // through the model, and the model's saved activations released.
 template <typename Model>
 double cross_entropy_backward(Model& model, const Tensor& logits, const std::int64_t* targets, double grad_scale,
-                              double label_smoothing = 0.0) {
-  CrossEntropyGrad g = cross_entropy_grad(logits, targets, grad_scale, label_smoothing);
+                              double label_smoothing = 0.0, const double* class_weights = nullptr) {
+  CrossEntropyGrad g = cross_entropy_grad(logits, targets, grad_scale, label_smoothing, class_weights);
   model.backward(g.dlogits);
   model.release_saved();
   return g.loss;
