@@ -133,3 +133,37 @@ def test_python_threads_run_while_a_step_computes(tmp_path):
     (t2, c2), (t3, c3) = marks[1], marks[2]  # steps 2 and 3
     assert t3 - t2 > 0.02, "a step too short to tell"
     assert c3 - c2 > rate * (t3 - t2) / 3, (c3 - c2, rate * (t3 - t2))
+
+
+def test_a_binary_runs_ranking_is_scikit_learns(tmp_path):
+    """results.json's ROC and precision-recall curves, their areas and the positive class are
+    scikit-learn's roc_curve, roc_auc_score and average_precision_score on the run's own test
+    probabilities (data with label noise, so that the ranking is imperfect and ties occur)."""
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(5)
+    words = ["good", "great", "fine", "bad", "awful", "poor", "day", "film", "plot", "acting"]
+    path = tmp_path / "noisy.csv"
+    with open(path, "w") as f:
+        f.write("text,label\n")
+        for _ in range(150):
+            text = " ".join(rng.choice(words, size=4))
+            positive = sum(w in ("good", "great", "fine") for w in text.split()) >= 1
+            if rng.random() < 0.2:
+                positive = not positive
+            f.write(f"{text},{'yes' if positive else 'no'}\n")
+    run = multihead.train(job(path, epochs=2), tmp_path / "run")
+    test = json.load(open(tmp_path / "run" / "results.json"))["test"]
+    positive = run.labels[1]
+    assert test["positive_class"] == positive
+    texts, truth = run.test_texts()
+    scores = [a["probabilities"][positive] for a in run.predict(texts)]
+    y = [t == positive for t in truth]
+    assert 0 < sum(y) < len(y)
+    assert test["roc_auc"] == pytest.approx(sklearn_metrics.roc_auc_score(y, scores), abs=1e-9)
+    assert test["average_precision"] == pytest.approx(sklearn_metrics.average_precision_score(y, scores), abs=1e-9)
+    fpr, tpr, thresholds = sklearn_metrics.roc_curve(y, scores, drop_intermediate=False)
+    np.testing.assert_allclose(test["roc"]["fpr"], fpr, atol=1e-12)
+    np.testing.assert_allclose(test["roc"]["tpr"], tpr, atol=1e-12)
+    np.testing.assert_allclose(test["roc"]["thresholds"], thresholds[1:], atol=1e-6)  # sklearn's first is +inf
+    assert (tmp_path / "run" / "plots" / "roc.png").stat().st_size > 0
+    assert (tmp_path / "run" / "plots" / "precision_recall.png").stat().st_size > 0

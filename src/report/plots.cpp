@@ -67,25 +67,15 @@ void text_at(cairo_t* cr, double x, double y, const std::string& s, double size,
   cairo_restore(cr);
 }
 
-// A tick's value with as many decimals as the axis's step needs (0.25 steps:
-// "23.25", not "23.2"), or in scientific notation when the step or the
-// value is very small or large, the same way on every tick of the axis.
-std::string tick_label(double v, double step) {
-  char buf[32];
-  const double a = std::fabs(v);
-  if (v == 0) return "0";
-  if (step < 1e-3 || a >= 1e6) {
-    std::snprintf(buf, sizeof buf, "%.1e", v);
-    return buf;
-  }
+// The decimals `step` needs after its scaling by 10^-exponent (0.25: 2).
+int step_decimals(double step, int exponent) {
   int decimals = 0;
   while (decimals < 6) {
-    const double scaled = step * std::pow(10.0, decimals);
+    const double scaled = step * std::pow(10.0, decimals - exponent);
     if (std::fabs(scaled - std::round(scaled)) < 1e-6 * scaled) break;
     ++decimals;
   }
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
+  return decimals;
 }
 
 // Shortens a label to n characters (whole UTF-8 sequences) for axis text.
@@ -154,6 +144,23 @@ void draw_marker(cairo_t* cr, double x, double y) {
 }
 
 }  // namespace
+
+std::string tick_label(double v, double step) {
+  char buf[32];
+  const double a = std::fabs(v);
+  if (v == 0) return "0";
+  if (step < 1e-3 || a >= 1e6) {
+    // As many digits of the mantissa as tell this tick from the next (a step
+    // of 2.5e-4: 1.25e-03, not 1.3e-03).
+    const int exponent = static_cast<int>(std::floor(std::log10(a)));
+    const int step_exponent = static_cast<int>(std::floor(std::log10(step)));
+    const int digits = std::clamp(exponent - step_exponent + step_decimals(step, step_exponent), 0, 6);
+    std::snprintf(buf, sizeof buf, "%.*e", digits, v);
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.*f", step_decimals(step, 0), v);
+  return buf;
+}
 
 void line_plot_png(const std::string& path, const std::string& title, const std::string& x_label,
                    const std::string& y_label, const std::vector<Series>& series, const PlotAxes& axes) {
@@ -315,8 +322,15 @@ void line_plot_png(const std::string& path, const std::string& title, const std:
         }
         if (!s.faint && !s.dashed && drawn <= kMarkersUpTo) draw_marker(cr, sx(x), py(y));
         if (i < s.labels.size() && !s.labels[i].empty()) {
-          text_at(cr, sx(x) + 6, py(y) - 9, s.labels[i], 10);
-          points.emplace_back(sx(x) + 12, py(y) - 9);
+          // Right of the point and above it, unless that would run past the plot's right edge or
+          // top: then to its left, or below it.
+          cairo_set_font_size(cr, 10);
+          cairo_text_extents_t ext;
+          cairo_text_extents(cr, s.labels[i].c_str(), &ext);
+          const bool to_left = sx(x) + 6 + ext.x_advance > left + pw - 2;
+          const double ly = py(y) - 9 - 6 < top ? py(y) + 11 : py(y) - 9;
+          text_at(cr, to_left ? sx(x) - 6 : sx(x) + 6, ly, s.labels[i], 10, to_left ? 1.0 : 0.0);
+          points.emplace_back(to_left ? sx(x) - 12 : sx(x) + 12, ly);
         }
       }
     }

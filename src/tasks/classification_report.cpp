@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,12 @@ ClassificationReport classification_report(std::span<const double> probabilities
     if (!right) mistakes.push_back({static_cast<std::int64_t>(i), t, pred, conf});
   }
   r.accuracy = ratio(static_cast<double>(correct), static_cast<double>(N));
+  if (C == 2) {
+    std::vector<double> scores(N);
+    const std::unique_ptr<bool[]> positive(new bool[N]);  // not vector<bool>: a span needs its bools
+    for (std::size_t i = 0; i < N; ++i) scores[i] = probabilities[i * 2 + 1], positive[i] = labels_true[i] == 1;
+    r.binary = binary_curves(scores, std::span<const bool>(positive.get(), N));
+  }
   for (ReliabilityBin& b : r.bins) {
     const double n = static_cast<double>(b.count);
     b.confidence = ratio(b.confidence, n);
@@ -103,7 +110,7 @@ nlohmann::json to_json(const ClassificationReport& r) {
   for (const ReliabilityBin& b : r.bins)
     if (b.count > 0)
       bins.push_back({{"lo", b.lo}, {"hi", b.hi}, {"count", b.count}, {"confidence", b.confidence}, {"accuracy", b.accuracy}});
-  return {{"examples", r.examples},
+  nlohmann::json out = {{"examples", r.examples},
           {"accuracy", r.accuracy},
           {"loss", r.loss},
           {"macro_precision", r.macro_precision},
@@ -113,9 +120,33 @@ nlohmann::json to_json(const ClassificationReport& r) {
           {"per_class", per_class},
           {"confusion_matrix", {{"labels", r.labels}, {"rows", "true class"}, {"columns", "predicted class"}, {"counts", counts}}},
           {"calibration", {{"ece", r.ece}, {"bins", bins}}}};
+  if (r.binary) {
+    // NaN (one class only) is written as null.
+    const BinaryCurves& b = *r.binary;
+    out["positive_class"] = r.labels[1];
+    out["roc_auc"] = b.roc_auc;
+    out["average_precision"] = b.average_precision;
+    out["roc"] = {{"fpr", b.fpr}, {"tpr", b.tpr}, {"thresholds", b.thresholds}};
+    out["precision_recall"] = {{"precision", b.precision}, {"recall", b.recall}, {"thresholds", b.thresholds}};
+  }
+  return out;
 }
 
 namespace {
+
+// The --threshold that reaches each of a few precisions on these examples,
+// with the recall it keeps: the trade a deployer picks from.
+std::string precision_thresholds(const BinaryCurves& b) {
+  std::string s;
+  for (const double goal : {0.9, 0.95, 0.99}) {
+    const std::optional<double> t = threshold_for_precision(b, goal);
+    if (!t) continue;
+    const auto k = static_cast<std::size_t>(std::find(b.thresholds.begin(), b.thresholds.end(), *t) - b.thresholds.begin());
+    s += fmt::format("{}precision >= {:.2f} from --threshold {:.4g} (recall {:.4f})", s.empty() ? "" : "; ", goal,
+                     *t, b.recall[k]);
+  }
+  return s.empty() ? "" : "Thresholds on these examples: " + s + ".\n";
+}
 
 // A cell of a Markdown table: no '|' or line break inside.
 std::string cell(const std::string& s, std::size_t max_chars = 100) {
@@ -215,6 +246,14 @@ std::string markdown(const ClassificationReport& r, const std::vector<std::strin
       "\nCalibration: expected calibration error {:.4f} over {} confidence bins (0 is perfectly calibrated: in each "
       "bin the share right equals the mean confidence).\n",
       r.ece, r.bins.size());
+  if (r.binary)
+    md += std::isnan(r.binary->roc_auc)
+              ? fmt::format("\nROC and precision-recall: undefined, the examples are all of one class.\n")
+              : fmt::format("\nRanking (the probability of `{}`, the positive class): ROC AUC {:.4f}, average "
+                            "precision {:.4f} over {} positive and {} negative examples.\n",
+                            cell(r.labels[1], 40), r.binary->roc_auc, r.binary->average_precision,
+                            r.binary->positives, r.binary->negatives) +
+                  precision_thresholds(*r.binary);
   if (texts && !r.worst.empty()) {
     md += "\nThe most confident mistakes:\n\n| true | predicted | confidence | text |\n|---|---|---|---|\n";
     for (const Mistake& m : r.worst)
@@ -272,7 +311,32 @@ void reliability_png(const std::string& path, const std::string& title, const Cl
   ideal.dashed = true;
   PlotAxes axes;
   axes.y_min = 0, axes.y_max = 1;
-  line_plot_png(path, title, "confidence (the predicted class's probability)", "accuracy", {ideal, model}, axes);
+  line_plot_png(path, title, "confidence (the predicted class's probability)", "accuracy (fraction right)",
+                {ideal, model}, axes);
+}
+
+// The ROC and precision-recall curves of a binary report, each with its area.
+void roc_png(const std::string& path, const std::string& title, const ClassificationReport& r) {
+  const BinaryCurves& b = *r.binary;
+  Series model{fmt::format("model (AUC {:.4f})", b.roc_auc), b.fpr, b.tpr};
+  Series chance{"chance", {0, 1}, {0, 1}};
+  chance.dashed = true;
+  PlotAxes axes;
+  axes.y_min = 0, axes.y_max = 1;
+  line_plot_png(path, title, "false positive rate (negatives predicted positive)",
+                "true positive rate (positives found)", {chance, model}, axes);
+}
+
+void precision_recall_png(const std::string& path, const std::string& title, const ClassificationReport& r) {
+  const BinaryCurves& b = *r.binary;
+  Series model{fmt::format("model (average precision {:.4f})", b.average_precision), b.recall, b.precision};
+  const double base = static_cast<double>(b.positives) / static_cast<double>(b.positives + b.negatives);
+  Series chance{fmt::format("chance (the positive share, {:.3f})", base), {0, 1}, {base, base}};
+  chance.dashed = true;
+  PlotAxes axes;
+  axes.y_min = 0, axes.y_max = 1;
+  line_plot_png(path, title, "recall (positives found)", "precision (predicted positives right)", {chance, model},
+                axes);
 }
 
 std::string errors_section(const ClassificationReport& r, const std::vector<std::string>* texts,
@@ -286,11 +350,22 @@ std::string errors_section(const ClassificationReport& r, const std::vector<std:
   const std::string reliability = figure_markdown("reliability diagram", plots_link + "reliability.png", [&] {
     reliability_png(plots_dir + "/reliability.png", fmt::format("Reliability ({} examples)", r.examples), r);
   });
+  std::string ranking;
+  if (r.binary && !std::isnan(r.binary->roc_auc)) {
+    const std::string positive = r.labels[1];
+    ranking = figure_markdown("ROC curve", plots_link + "roc.png", [&] {
+      roc_png(plots_dir + "/roc.png", fmt::format("ROC, positive class {} ({} examples)", positive, r.examples), r);
+    });
+    ranking += figure_markdown("precision-recall curve", plots_link + "precision_recall.png", [&] {
+      precision_recall_png(plots_dir + "/precision_recall.png",
+                           fmt::format("Precision-recall, positive class {} ({} examples)", positive, r.examples), r);
+    });
+  }
   return fmt::format(
       "## Errors\n\nOn the {} {} examples: accuracy {:.2f}%, macro F1 {:.4f}, weighted F1 {:.4f}, loss {:.4f}.\n\n{}\n"
-      "{}{}",
+      "{}{}{}",
       r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), confusion,
-      reliability);
+      reliability, ranking);
 }
 
 }  // namespace multihead

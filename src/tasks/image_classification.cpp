@@ -220,6 +220,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   ModelToTrain<VisionTransformer> m(job.model, job.train, progress);
   ImageClassificationTask task(m.model, job, train, val);
   FitPlan plan;
+  plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = tr;
   plan.unit = "img/s";
   const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);

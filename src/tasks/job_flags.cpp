@@ -80,6 +80,10 @@ const std::vector<JobFlag>& job_flags() {
        {{kAny, "train.precision"}},
        false,
        {"train.loss_scaling"}},
+      {"--early-stopping",
+       "Stop after this many validations in a row without a lower validation loss, keeping the best one's weights "
+       "(checkpoints/best.safetensors: what the run is tested and answers with); 0: off",
+       {{kAny, "train.early_stopping"}}},
       {"--checkpoint-layers", "Gradient checkpointing per layer", {{kAny, "train.checkpoint_layers"}}, true},
       {"--checkpoint-every",
        "Steps between checkpoints (0: after each epoch or evaluation and at the end)",

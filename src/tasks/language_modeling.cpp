@@ -165,7 +165,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   const std::string text = load_text_corpus(job.text_path);
   const std::size_t split = validation_split(text, job.validation_fraction);
   const std::string train_text = text.substr(0, split), val_text = text.substr(split);
-  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, {train_text});
+  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, {train_text}, &progress);
   const std::vector<std::int64_t> train_ids = tok->encode(train_text), val_ids = tok->encode(val_text);
   progress.log(fmt::format("data: {} characters, {} training and {} validation tokens; tokenizer {} with {} tokens",
                            text.size(), train_ids.size(), val_ids.size(), tok->kind(), tok->vocab_size()));
@@ -182,6 +182,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   ModelToTrain<LanguageModel> m(job.model, job.train, progress);
   LanguageModelTask task(m.model, job, train_ids, val_ids);
   FitPlan plan;
+  plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.eval_every = job.eval_every;
   plan.throughput_key = "tokens_per_s";
   plan.loss_unit = " nats/token";

@@ -277,6 +277,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   ModelToTrain<EncoderDecoder> m(job.model, job.train, progress);
   PronunciationTask task(m.model, job, data);
   FitPlan plan;
+  plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = data.train_pairs;
   // Both sides pad to the batch's longest word or pronunciation.
   for (auto p : data.train_pairs)

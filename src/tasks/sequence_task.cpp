@@ -168,6 +168,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   ModelToTrain<LanguageModel> m(job.model, job.train, progress);
   SequenceTrainingTask task(m.model, job);
   FitPlan plan;
+  plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.unit = "seq/s";
   const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
 

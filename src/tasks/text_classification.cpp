@@ -1,6 +1,7 @@
 #include "multihead/tasks/text_classification.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "multihead/core/suggest.h"
@@ -289,7 +290,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   if (run.writes()) run.write_json(kLabelsFile, {{"labels", data.dataset.label_names}});
   std::vector<std::string> train_texts;
   for (std::int64_t i : data.train) train_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
-  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, train_texts);
+  std::unique_ptr<Tokenizer> tok = run_tokenizer(run, job.tokenizer, train_texts, &progress);
   const TokenizedExamples encoded = encode_all(*tok, data.dataset);
   progress.log(fmt::format("tokenizer: {} with {} tokens", tok->kind(), tok->vocab_size()));
 
@@ -305,6 +306,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   ClassifierTrainingTask task(m.model, encoded, data.validation, job.max_len, job.eval_batch, job.train.precision,
                               weights);
   FitPlan plan;
+  plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = data.train;
   plan.throughput_key = "tokens_per_s";
   const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
@@ -345,6 +347,11 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   std::vector<std::string> test_texts;
   for (std::int64_t i : data.test) test_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
   report.rows.insert(report.rows.begin() + 2, {"test macro F1", fmt::format("{:.4f}", scored.macro_f1)});
+  if (scored.binary && !std::isnan(scored.binary->roc_auc))
+    report.rows.insert(report.rows.begin() + 3,
+                       {"test ROC AUC", fmt::format("{:.4f} (average precision {:.4f}; positive class {})",
+                                                    scored.binary->roc_auc, scored.binary->average_precision,
+                                                    scored.labels[1])});
   const std::string errors = errors_section(scored, &test_texts, run.file("plots"), "plots/", "test");
   report.sections = errors + (job.model.layer.pattern.has_weights()
                         ? attention_section(m.model, *tok, encoded.tokens[static_cast<std::size_t>(data.test.front())],

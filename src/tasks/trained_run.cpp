@@ -87,15 +87,30 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
 
   std::vector<std::string> labels() const override { return labels_; }
 
-  std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings&) override {
+  std::vector<std::string> request_fields() const override { return {"threshold"}; }
+
+  void check_settings(const AnswerSettings& s) override {
+    TrainedRun::check_settings(s);
+    if (s.threshold == -1) return;
+    check<ConfigError>(s.threshold >= 0 && s.threshold <= 1, "--threshold must be in [0, 1], got {}", s.threshold);
+    check<ConfigError>(labels_.size() == 2, "--threshold applies to two-class classifiers; this one has {} classes",
+                       labels_.size());
+  }
+
+  std::vector<nlohmann::json> answer(const std::vector<std::string>& inputs, const AnswerSettings& s) override {
     // Before any input is read: an encoder without a head classifies nothing (it embeds; serve answers /v1/embed).
     check<ConfigError>(no_head_.empty(), "{}", no_head_);
     return batched_answers(
         inputs,
         [&](const std::vector<std::string>& texts) {
-          const std::vector<Prediction> got = predict(texts);
+          std::vector<Prediction> got = predict(texts);
           std::vector<nlohmann::json> out;
-          for (std::size_t i = 0; i < texts.size(); ++i) out.push_back(classified_answer(texts[i], got[i], labels_));
+          for (std::size_t i = 0; i < texts.size(); ++i) {
+            // The positive (second) class from the threshold up, as a deployer sets it for a precision.
+            if (s.threshold != -1) got[i].label = labels_[got[i].probabilities[1] >= s.threshold ? 1 : 0];
+            out.push_back(classified_answer(texts[i], got[i], labels_));
+            if (s.threshold != -1) out.back()["threshold"] = s.threshold;
+          }
           return out;
         },
         [&](const std::string& text) { predict({text}); });
@@ -233,6 +248,7 @@ class LanguageModelRun final : public TokenModelRun<LanguageModelJob, LanguageMo
 
   void check_settings(const AnswerSettings& s) override {
     check_no_pronunciation_settings(s);
+    check_no_threshold(s);
     check<ConfigError>(s.tokens >= 0 && s.tokens <= kMaxGeneratedTokens, "--tokens must be in [0, {}], got {}",
                        kMaxGeneratedTokens, s.tokens);
     check<ConfigError>(s.sampling.temperature >= 0, "--temperature must be >= 0, got {}", s.sampling.temperature);
@@ -293,6 +309,7 @@ class PronunciationRun final : public TrainedRun {
   std::vector<std::string> request_fields() const override { return {"n_best", "beam"}; }
   void check_settings(const AnswerSettings& s) override {
     check_no_generation_settings(s);
+    check_no_threshold(s);
     pronounce({}, s.n_best, s.beam);  // checks, no word
   }
 
@@ -445,6 +462,10 @@ std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir,
 void TrainedRun::check_settings(const AnswerSettings& s) {
   check_no_pronunciation_settings(s);
   check_no_generation_settings(s);
+}
+
+void TrainedRun::check_no_threshold(const AnswerSettings& s) {
+  check<ConfigError>(s.threshold == -1, "--threshold applies to two-class classifiers only");
 }
 
 void TrainedRun::check_no_pronunciation_settings(const AnswerSettings& s) {

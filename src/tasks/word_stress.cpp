@@ -111,6 +111,7 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   ClassifierTrainingTask task(m.model, data.examples, data.split.validation, job.max_letters, job.eval_batch,
                               job.train.precision);
   FitPlan plan;
+  plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = data.split.train;
   plan.throughput_key = "tokens_per_s";
   const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);

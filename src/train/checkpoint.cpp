@@ -66,7 +66,7 @@ std::string checkpoint_format_warning(const std::map<std::string, std::string>& 
 
 std::string run_checkpoint_warning(const std::string& run_dir) {
   if (is_hf_checkpoint(run_dir)) return "";  // transformers' files have no multihead format to be old
-  const std::string path = last_checkpoint_path(run_dir);
+  const std::string path = answer_checkpoint_path(run_dir);
   return checkpoint_format_warning(read_safetensors_metadata(path), path);
 }
 
@@ -132,7 +132,7 @@ void load_run_weights(ParamStore& store, const std::string& run_dir) {
     return;
   }
   const RunConfig config = read_run_config(run_dir);
-  const std::string path = last_checkpoint_path(run_dir);
+  const std::string path = answer_checkpoint_path(run_dir);
   const SafetensorsFile f = SafetensorsFile::read(path);
   check_checkpoint_format(f);
   check_config_matches_checkpoint(config.json, config.path, f.metadata(), path);
@@ -142,7 +142,7 @@ void load_run_weights(ParamStore& store, const std::string& run_dir) {
 TensorMap run_weights(const std::string& run_dir) {
   if (is_hf_checkpoint(run_dir)) return hf_model_tensors(read_hf_checkpoint(run_dir));
   const RunConfig config = read_run_config(run_dir);
-  const std::string path = last_checkpoint_path(run_dir);
+  const std::string path = answer_checkpoint_path(run_dir);
   const SafetensorsFile f = SafetensorsFile::read(path);
   check_checkpoint_format(f);
   check_config_matches_checkpoint(config.json, config.path, f.metadata(), path);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -11,6 +12,8 @@
 #include "multihead/core/error.h"
 #include "multihead/data/batching.h"
 #include "multihead/kernels/cross_entropy.h"
+#include "multihead/io/atomic_file.h"
+#include "multihead/train/checkpoint.h"
 #include "multihead/train/distributed.h"
 #include "multihead/train/resume.h"
 
@@ -62,16 +65,23 @@ class Loop {
   FitResult run(const json& config) {
     for (const json& rec : start_or_resume(run_, config, trainer_, &progress_)) {
       result_.curves.add_record(rec);
-      if (rec.contains("validation_loss")) result_.validation = validation_of(rec);
+      if (rec.contains("validation_loss")) {
+        result_.validation = validation_of(rec);
+        track_best(rec["step"].get<std::int64_t>(), rec["validation_loss"].get<double>());  // where a resumed run stood
+      }
     }
     result_.unit = plan_.unit;
     result_.first_step = trainer_.steps_done();
     progress_.set_total(train_.steps);
     progress_.resume_at(result_.first_step);
     t0_ = std::chrono::steady_clock::now();
-    if (!plan_.epoch_examples.empty()) run_epochs();
+    if (result_.stopped_early) progress_.log(fmt::format("the run stopped early at step {}", trainer_.steps_done()));
+    else if (!plan_.epoch_examples.empty()) run_epochs();
     else run_steps();
     progress_.finish();
+    // The best validation's weights are the model's from here on: the job tests them.
+    if (result_.best_step && std::filesystem::exists(best_checkpoint_path(run_.path())))
+      load_checkpoint_weights(store_, best_checkpoint_path(run_.path()));
     // The ranks took the same steps from the same weights; a mismatch would
     // mean the runs diverged (a reduction that gave ranks different bits).
     if (group_.size() > 1) group_.check_same(weights_crc(), "the trained weights (CRC-32)");
@@ -105,33 +115,34 @@ class Loop {
     const std::int64_t n = static_cast<std::int64_t>(plan_.epoch_examples.size());
     const std::int64_t per_epoch = (n + train_.batch - 1) / train_.batch;
     // train.steps <= per_epoch * epochs; less when a step cap cuts the last epoch short.
-    for (std::int64_t epoch = trainer_.steps_done() / per_epoch; epoch * per_epoch < train_.steps; ++epoch) {
+    for (std::int64_t epoch = trainer_.steps_done() / per_epoch; epoch * per_epoch < train_.steps && !result_.stopped_early;
+         ++epoch) {
       const auto batches =
           plan_.example_lengths.empty()
               ? epoch_batches(plan_.epoch_examples, train_.batch, train_.seed, epoch, true)
               : length_grouped_batches(plan_.epoch_examples, plan_.example_lengths, train_.batch, train_.seed, epoch);
       for (std::size_t bi = static_cast<std::size_t>(trainer_.steps_done() - epoch * per_epoch);
-           bi < batches.size() && trainer_.steps_done() < train_.steps; ++bi) {
+           bi < batches.size() && trainer_.steps_done() < train_.steps && !result_.stopped_early; ++bi) {
         const StepStats st = step(batches[bi]);
         // The epoch's validation checkpoints after its last step anyway.
         const bool last = bi + 1 == batches.size() || trainer_.steps_done() == train_.steps;
         const bool within = !last && plan_.eval_every > 0 && trainer_.steps_done() % plan_.eval_every == 0;
         record(st, epoch, !last && !within);
-        if (within) validate(epoch, false);
+        if (within) validate(epoch, false), agree_on_early_stop();
         if (!last) stop_if_asked();
       }
-      validate(epoch, true);
+      if (!result_.stopped_early) validate(epoch, true), agree_on_early_stop();
       stop_if_asked(true);
     }
     result_.epochs = (trainer_.steps_done() + per_epoch - 1) / per_epoch;
   }
 
   void run_steps() {
-    for (std::int64_t s = trainer_.steps_done(); s < train_.steps; ++s) {
+    for (std::int64_t s = trainer_.steps_done(); s < train_.steps && !result_.stopped_early; ++s) {
       const StepStats st = step(task_.step_examples(s));
       const bool validates = plan_.eval_every > 0 && ((s + 1) % plan_.eval_every == 0 || s + 1 == train_.steps);
       record(st, std::nullopt, !validates);
-      if (validates) validate(std::nullopt, false);
+      if (validates) validate(std::nullopt, false), agree_on_early_stop();
       stop_if_asked();
     }
   }
@@ -175,6 +186,21 @@ class Loop {
     if (group_.size() > 1) rec["ranks"] = group_.size();
     finish_step(run_, progress_, trainer_, st, rec, may_checkpoint);
     progress_.update(st.step + 1, epoch.value_or(0) + 1, st.loss, per_s, plan_.unit.c_str(), MemoryCurve::text(st));
+    draw_curves(false);
+  }
+
+  // The curves for watching (FitPlan::on_curves): every 10 s, and after a validation.
+  void draw_curves(bool validated) {
+    if (!plan_.on_curves || !group_.primary()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!validated && now - last_drawn_ < std::chrono::seconds(10)) return;
+    last_drawn_ = now;
+    try {
+      plan_.on_curves(result_.curves, result_.validation && result_.validation->accuracy);
+    } catch (const std::exception& e) {
+      if (!draw_failed_) progress_.warn(fmt::format("the training curves could not be drawn: {}", e.what()));
+      draw_failed_ = true;
+    }
   }
 
   // After a step: when a stop was asked for, a checkpoint of where the run
@@ -206,11 +232,37 @@ class Loop {
     progress_.record(rec);
     if (epoch_end) save_run_checkpoint(run_, trainer_, {{"data.epoch", std::to_string(*epoch + 1)}});
     else save_run_checkpoint(run_, trainer_, {{"data.step", std::to_string(at)}});
+    if (track_best(at, v.loss) && run_.writes())  // this checkpoint is the best so far: kept as such
+      write_file_atomic(best_checkpoint_path(run_.path()),
+                        read_file(last_checkpoint_path(run_.path()), kMaxWeightsBytes));
     std::string line = epoch_end ? fmt::format("epoch {}", *epoch + 1)
                                  : epoch ? fmt::format("epoch {} step {}", *epoch + 1, at) : fmt::format("step {}", at);
     line += fmt::format(": validation loss {:.4f}{}", v.loss, plan_.loss_unit);
     if (v.accuracy) line += fmt::format(", accuracy {:.2f}%", 100 * *v.accuracy);
     progress_.log(line);
+    draw_curves(true);
+    if (result_.stopped_early)
+      progress_.log(fmt::format("early stopping: the validation loss has not fallen below {:.4f} (step {}) in {} "
+                                "validations; training stops, and the job goes on with step {}'s weights",
+                                best_loss_, *result_.best_step, train_.early_stopping, *result_.best_step));
+  }
+
+  // Rank 0 validates alone: under mpirun every rank learns whether it stopped
+  // training, and all leave the loop after the same step.
+  void agree_on_early_stop() {
+    if (train_.early_stopping > 0 && group_.size() > 1) result_.stopped_early = group_.max(result_.stopped_early) != 0;
+  }
+
+  // Early stopping's record of a validation: whether it is the best yet (a
+  // lower loss), and the run stopped after train.early_stopping that are not.
+  bool track_best(std::int64_t step, double loss) {
+    if (train_.early_stopping == 0) return false;
+    if (!result_.best_step || loss < best_loss_) {
+      best_loss_ = loss, result_.best_step = step, worse_ = 0;
+      return true;
+    }
+    if (++worse_ >= train_.early_stopping) result_.stopped_early = true;
+    return false;
   }
 
   TrainingTask& task_;
@@ -225,6 +277,10 @@ class Loop {
   FitResult result_;
   std::int64_t items_ = 0;
   std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point last_drawn_ = std::chrono::steady_clock::now();
+  bool draw_failed_ = false;
+  double best_loss_ = 0;   // early stopping: the lowest validation loss
+  std::int64_t worse_ = 0;  // and the validations since it
 };
 
 }  // namespace
@@ -262,6 +318,7 @@ std::string this_run(const FitResult& r) {
 
 std::string FitResult::summary() const {
   std::string s = fmt::format("{} steps", steps);
+  if (stopped_early) s += fmt::format(" (stopped early: the best validation at step {}, whose weights are tested)", *best_step);
   if (epochs) s += fmt::format(", {} epochs", epochs);
   const std::string part = this_run(*this);
   if (part.empty()) return s + fmt::format(", {:.1f} s, {:.0f} {}", seconds, items_per_s, unit);
@@ -270,6 +327,8 @@ std::string FitResult::summary() const {
 
 std::string FitResult::steps_and_time(std::string_view rate) const {
   std::string part = this_run(*this);
+  if (stopped_early) part = fmt::format("stopped early; the best validation at step {}{}{}", *best_step,
+                                        part.empty() ? "" : ", ", part);
   if (!rate.empty()) part += (part.empty() ? "" : ", ") + std::string(rate);
   return fmt::format("{} steps{} in {:.1f} s{}", steps, skipped_steps_note(skipped_steps), total_seconds,
                      part.empty() ? "" : " (" + part + ")");

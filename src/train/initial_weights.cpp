@@ -36,7 +36,7 @@ InitialWeights read_initial_weights(const std::string& from) {
     // A new head for new labels: one the checkpoint lacks, or has for another number of classes, starts afresh.
     w.optional = kHfHeadParameters;
   } else if (fs::is_directory(from)) {
-    w.file = last_checkpoint_path(from);
+    w.file = answer_checkpoint_path(from);  // the weights the run answers with: its best, when it kept one
     w.tensors = run_weights(from);
     w.warning = run_checkpoint_warning(from);
   } else {

@@ -1,5 +1,6 @@
 #include "multihead/train/resume.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -111,7 +112,7 @@ bool resumes_from_checkpoint(const RunDir& run) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
-                                         const std::vector<std::string>& texts) {
+                                         const std::vector<std::string>& texts, Progress* progress) {
   if (resumes_from_checkpoint(run)) return Tokenizer::load(run.file("tokenizer"));
   if (!cfg.from.empty()) {  // another run's, kept in this run too
     std::unique_ptr<Tokenizer> tok = load_tokenizer_of_run(cfg.from);
@@ -125,7 +126,15 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
     group.max(0);  // rank 0 has saved it
     return Tokenizer::load(run.file("tokenizer"));
   }
+  // SentencePiece trains for a minute or more on a large corpus, and says nothing meanwhile: said first.
+  if (progress)
+    progress->log(fmt::format("tokenizer: training a {} tokenizer of at most {} tokens on {} texts...",
+                              tokenizer_kind_name(cfg.kind), cfg.vocab_size, texts.size()));
+  const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Tokenizer> tok = train_tokenizer(cfg, texts);
+  if (progress)
+    progress->log(fmt::format("tokenizer: trained in {:.1f} s",
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   tok->save(run.file("tokenizer"));
   group.max(0);
   return tok;

@@ -134,6 +134,15 @@ RunDir::~RunDir() {
   }
 }
 
+std::string best_checkpoint_path(const std::string& run_dir) {
+  return (fs::path(run_dir) / "checkpoints" / "best.safetensors").string();
+}
+
+std::string answer_checkpoint_path(const std::string& run_dir) {
+  const std::string best = best_checkpoint_path(run_dir);
+  return fs::exists(best) ? best : last_checkpoint_path(run_dir);
+}
+
 std::string last_checkpoint_path(const std::string& run_dir) {
   return (fs::path(run_dir) / "checkpoints" / "last.safetensors").string();
 }

@@ -309,7 +309,8 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   for (const char* f : {"config.json", "metrics.jsonl", "results.json", "report.md", "tokenizer/tokenizer.json",
                         "checkpoints/last.safetensors", "plots/loss.png", "plots/accuracy.png",
                         "plots/learning_rate.png", "plots/grad_norm.png", "plots/throughput.png",
-                        "plots/confusion.png", "plots/reliability.png", "plots/attention_layer0_head1.png"})
+                        "plots/confusion.png", "plots/reliability.png", "plots/roc.png", "plots/precision_recall.png",
+                        "plots/attention_layer0_head1.png"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   // Every picture the report shows exists.
   std::ifstream report(out / "report.md");
@@ -321,7 +322,8 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
     ++images;
     EXPECT_TRUE(fs::exists(out / line.substr(open + 2, line.size() - open - 3))) << line;
   }
-  EXPECT_EQ(images, 10);  // loss, accuracy, learning rate, gradient norm, throughput, memory, confusion, reliability, 2 heads
+  EXPECT_EQ(images, 12);  // loss, accuracy, learning rate, gradient norm, throughput, memory, confusion, reliability,
+                          // ROC, precision-recall, 2 heads
   // The report and the results name the machine they were measured on.
   EXPECT_NE(read_file((out / "report.md").string()).find("\nMeasured on "), std::string::npos);
   EXPECT_NE(read_file((out / "report.md").string()).find(", 1 thread, kernels "), std::string::npos);
@@ -397,6 +399,21 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_EQ(pb.err, "multihead: error: " + (dir / "bad_items.txt").string() +
                         " line 2: a text to classify: invalid UTF-8 at byte 0\n");
   EXPECT_TRUE(pb.out.empty());  // nothing printed for the good line either
+  // --threshold: the positive (second) class, here "neg", from that probability up.
+  for (const auto& [t, label] : {std::pair{"0", "neg"}, std::pair{"1", "pos"}}) {
+    CliRun pt = run("predict --run " + out.string() + " --json --threshold " + t + " --input " +
+                    (dir / "items.txt").string());
+    ASSERT_EQ(pt.code, 0) << pt.err;
+    std::istringstream answered(pt.out);
+    for (std::string l; std::getline(answered, l);) {
+      const auto a = nlohmann::json::parse(l);
+      if (a.contains("blank")) continue;
+      EXPECT_EQ(a["label"], label) << l;
+      EXPECT_EQ(a["threshold"], std::stod(t)) << l;
+    }
+  }
+  CliRun pr = run("predict --run " + out.string() + " --threshold 1.5 --input " + (dir / "items.txt").string());
+  EXPECT_EQ(pr.code, 2);
   CliRun pn = run("predict --run " + out.string() + " --n-best 2 --input " + (dir / "items.txt").string());
   EXPECT_EQ(pn.code, 2);
   EXPECT_EQ(pn.err, "multihead: error: --n-best and --beam apply to pronunciation runs only\n");

@@ -197,7 +197,8 @@ TEST_F(CrashSafety, AStopAfterOverwriteAdvisesResumeInItsPlace) {
 }
 
 // A classifier stopped in training predicts its classes by name: they are
-// written before the first step (labels.json), not with the results.
+// written before the first step (labels.json), not with the results. Its
+// training curves are drawn as it trains, to be watched.
 TEST_F(CrashSafety, AStoppedClassifierPredictsClassesByName) {
   {
     std::ofstream f(dir / "moods.csv");
@@ -213,6 +214,12 @@ TEST_F(CrashSafety, AStoppedClassifierPredictsClassesByName) {
   int status = 0;
   while (!fs::exists(out / "checkpoints/last.safetensors") && ::waitpid(pid, &status, WNOHANG) == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The training curves are drawn while it trains (after each validation), long before the report.
+  while (!fs::exists(out / "plots/memory.png") && ::waitpid(pid, &status, WNOHANG) == 0)  // drawn last
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(fs::exists(out / "plots/learning_rate.png"));
+  EXPECT_FALSE(fs::exists(out / "report.md"));
+  EXPECT_EQ(read_file((out / "plots/loss.png").string()).substr(1, 3), "PNG");
   ::kill(pid, SIGINT);
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_FALSE(fs::exists(out / "results.json"));

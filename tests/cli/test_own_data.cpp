@@ -5,8 +5,10 @@
 // giving every class's probability.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -247,6 +249,48 @@ TEST_F(OwnData, BalancedClassWeightsAndAStratifiedSplit) {
   EXPECT_NE(bad.err.find("class_weights must be none or balanced, got 'balance' (did you mean 'balanced'?)"),
             std::string::npos)
       << bad.err;
+}
+
+// --early-stopping N: training stops after N validations without a lower
+// validation loss, the best one's weights kept (best.safetensors), tested
+// and answered with: eval reproduces the test accuracy train printed, from
+// them. A resumed run that stopped early trains no further.
+TEST_F(OwnData, EarlyStoppingKeepsTheBestValidationsWeights) {
+  // A learning rate that overfits 90 examples at once: the validation loss rises after a few epochs.
+  const std::string job = "train --data " + path("tickets.jsonl") +
+                          " --text-column body --label-column kind --tokenizer word --vocab-size 32 --max-len 8 "
+                          "--d-model 16 --num-heads 2 --num-layers 1 --batch 8 --lr 0.3 --schedule constant "
+                          "--warmup-ratio 0 --clip-grad-norm 0 --epochs 60 --early-stopping 2 --threads 1 --out " +
+                          path("run");
+  const test::CliRun r = test::run(job);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("early stopping: the validation loss has not fallen below"), std::string::npos) << r.err;
+  // Said before the tokenizer trains (SentencePiece can take a minute), and the first step logged.
+  EXPECT_NE(r.err.find("tokenizer: training a word tokenizer of at most 32 tokens on 63 texts..."), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("\nstep 1/"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("stopped early; the best validation at step "), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(path("run") + "/checkpoints/best.safetensors"));
+  const json results = json::parse(read_file(path("run") + "/results.json"));
+  EXPECT_LT(results["steps"].get<int>(), 60 * 8);  // 63 training examples: 8 steps an epoch
+  // The validations after the best: exactly the patience.
+  std::vector<double> losses;
+  std::istringstream metrics(read_file(path("run") + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    const json rec = json::parse(line);
+    if (rec.contains("validation_loss")) losses.push_back(rec["validation_loss"].get<double>());
+  }
+  ASSERT_GE(losses.size(), 3u);
+  const auto best = std::min_element(losses.begin(), losses.end());
+  EXPECT_EQ(losses.end() - best - 1, 2) << "validations after the best";
+  const test::CliRun e = test::run("eval --run " + path("run") + " --threads 1");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.out.substr(0, e.out.find('\n')), r.out.substr(0, r.out.find('\n')));
+  const std::string before = read_file(path("run") + "/metrics.jsonl");
+  const test::CliRun again = test::run("train --resume --threads 1 --quiet --out " + path("run"));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(read_file(path("run") + "/metrics.jsonl").substr(0, before.size()), before);
+  EXPECT_EQ(json::parse(read_file(path("run") + "/results.json"))["steps"], results["steps"]);
 }
 
 }  // namespace

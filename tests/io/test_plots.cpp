@@ -39,6 +39,18 @@ bool is_png(const fs::path& p) {
   return head.size() > 8 && head.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0;
 }
 
+// A learning-rate axis of 2.5e-4 steps labelled each tick apart (1.25e-3
+// was "1.3e-03", like 1.3e-3's).
+TEST(Plots, TickLabelsTellEveryTickApart) {
+  EXPECT_EQ(tick_label(1.25e-3, 2.5e-4), "1.25e-03");
+  EXPECT_EQ(tick_label(5e-4, 2.5e-4), "5.0e-04");
+  EXPECT_EQ(tick_label(2e-4, 1e-4), "2e-04");
+  EXPECT_EQ(tick_label(2e6, 5e5), "2.0e+06");
+  EXPECT_EQ(tick_label(23.25, 0.25), "23.25");
+  EXPECT_EQ(tick_label(0.1, 0.1), "0.1");
+  EXPECT_EQ(tick_label(0, 1e-4), "0");
+}
+
 TEST(Plots, AwkwardSeriesStillMakeAPicture) {
   const fs::path dir = fs::temp_directory_path() / "multihead_test_plots";
   fs::remove_all(dir);

@@ -58,6 +58,8 @@ TEST(PredictRequest, EachSettingIsTypedBoundedAndForItsKind) {
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "tokens": 2})", {}), "'tokens' does not apply to language_model runs");
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "tokenz": 2})", kLanguageModel), "unknown field 'tokenz' (did you mean 'tokens'?)");
   EXPECT_EQ(refusal(R"({"input": ["a"]})", {}), "unknown field 'input' (did you mean 'inputs'?)");
+  EXPECT_EQ(refusal(R"({"inputs": ["a"], "threshold": 0.5})", kLanguageModel),
+            "'threshold' does not apply to language_model runs");
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "mode": 1})", {}), "unknown field 'mode'");
   EXPECT_EQ(refusal(R"({"tokens": 2})", kLanguageModel), "the body has no 'inputs' (an array of strings)");
 }

@@ -228,6 +228,8 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   const json got = post(c, {{"inputs", texts}});
   ASSERT_EQ(got["outputs"].size(), texts.size());
   for (std::size_t i = 0; i < texts.size(); ++i) expect_near_answers(got["outputs"][i], want[i]);
+  // A threshold of 0: the positive (second) class, neg, for every input.
+  for (const json& a : post(c, {{"inputs", texts}, {"threshold", 0}})["outputs"]) EXPECT_EQ(a["label"], "neg") << a;
   const json model = get(c, "/v1/model");
   EXPECT_EQ(model["task"], "text_classification");
   EXPECT_EQ(model["labels"], json({"pos", "neg"}));  // as the data named them, in its order
@@ -255,12 +257,12 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
   EXPECT_EQ(status, 400);
   const json health = get(c, "/v1/health");
   EXPECT_EQ(health["status"], "ok");
-  EXPECT_EQ(health["answered"], 2);
-  EXPECT_EQ(health["inputs"], 8);
+  EXPECT_EQ(health["answered"], 3);
+  EXPECT_EQ(health["inputs"], 12);
   EXPECT_EQ(health["model_threads"], 1);  // --threads reaches the thread that runs the model
   const auto [code, rest] = server.stop();
   EXPECT_EQ(code, 0);
-  EXPECT_NE(rest.find("stopped after 3 requests (2 answered, 1 refused"), std::string::npos) << rest;  // the bad embed
+  EXPECT_NE(rest.find("stopped after 4 requests (3 answered, 1 refused"), std::string::npos) << rest;  // the bad embed
 }
 
 // The samples of a Prometheus text exposition (format 0.0.4), checked line

@@ -24,6 +24,10 @@ void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s)
   sub.add_option("--n-best", s.n_best, "Pronunciation runs: pronunciations per word, each with its score")
       ->capture_default_str();
   sub.add_option("--beam", s.beam, "Pronunciation runs: beam width (default: the run's, at least --n-best)");
+  sub.add_option("--threshold", s.threshold,
+                 "Two-class classifiers: the positive (second) class from this probability up (default: the likelier "
+                 "class; eval prints the threshold that reaches a precision)")
+      ->check(CLI::Range(0.0, 1.0));
 }
 
 void add_input_options(CLI::App& sub, InputOptions& o, const char* items) {

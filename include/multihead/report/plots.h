@@ -37,6 +37,12 @@ struct PlotAxes {
   bool log_x = false, log_y = false;
 };
 
+// A tick's value with as many decimals as the axis's step needs (0.25
+// steps: "23.25", not "23.2"), or in scientific notation when the step or
+// the value is very small or large, with the mantissa digits that tell one
+// tick from the next (a step of 2.5e-4: "1.25e-03", not "1.3e-03").
+std::string tick_label(double v, double step);
+
 // Axes end and tick at whole multiples of a round step (nice_tick_step); a
 // series that is never negative keeps 0 as the floor of its axis. Series
 // of at most kMarkersUpTo points are drawn with a marker at each point.

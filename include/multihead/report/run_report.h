@@ -23,6 +23,16 @@ struct RunReport {
 };
 void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report);
 
+// The training curves' figures (those write_run_report draws) from the
+// curves so far, with the accuracy's when the validation has one: what
+// training redraws as it goes (FitPlan::on_curves), so that plots/*.png can
+// be watched while a run trains.
+void draw_training_curves(RunDir& run, const TrainingCurves& curves, bool accuracy);
+// The FitPlan::on_curves that draws them into `run`.
+inline auto live_curves(RunDir& run) {
+  return [&run](const TrainingCurves& curves, bool accuracy) { draw_training_curves(run, curves, accuracy); };
+}
+
 // PNG of the memory's parts and peak against the step.
 void plot_memory(const MemoryCurve& memory, const std::string& path);
 

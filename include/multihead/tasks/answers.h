@@ -2,7 +2,8 @@
 // --json` prints a line each and what `multihead serve` returns, made in one
 // place so that the two always agree.
 //   classifier:     {"input", "label", "probabilities": {label: p, ...}}, and
-//                   "truncated": true when the text was cut to the model's length
+//                   "truncated": true when the text was cut to the model's length,
+//                   "threshold": t when the label came from a threshold
 //   language model: {"input", "output"}  (the prompt and its continuation)
 //   pronunciation:  {"input", "pronunciations": [{"phonemes", "log_prob", "score", "ended"}, ...]}
 #pragma once
@@ -24,6 +25,9 @@ struct AnswerSettings {
   std::int64_t tokens = 200;                // language models: tokens generated
   SamplingConfig sampling{0.8, 0, 0.95, 0};  // language models
   std::int64_t n_best = 1, beam = 0;        // pronunciation runs (beam 0: the run's, at least n_best)
+  // Two-class classifiers: the positive (second) class is the label when
+  // its probability is at least this; -1, the default: the likelier class.
+  double threshold = -1;
   // Text encoders: each input's sentence embedding ({"embedding": [...]},
   // TrainedRun::embed) rather than its prediction. Set by the endpoint
   // (serve's POST /v1/embed), not by a request's keys.
@@ -39,11 +43,12 @@ struct AnswerSettings {
     k("top_p", s.sampling.top_p, Range{0, 1, true, false})("seed", s.sampling.seed);
     k("n_best", s.n_best, between(1, static_cast<double>(max_beam)));
     k("beam", s.beam, between(0, static_cast<double>(max_beam)));
+    k("threshold", s.threshold);  // in [0, 1], which the classifier checks: its default, -1, is not
   }
   bool operator==(const AnswerSettings& o) const {
     return tokens == o.tokens && sampling.temperature == o.sampling.temperature && sampling.top_k == o.sampling.top_k &&
            sampling.top_p == o.sampling.top_p && sampling.seed == o.sampling.seed && n_best == o.n_best &&
-           beam == o.beam && embed == o.embed;
+           beam == o.beam && threshold == o.threshold && embed == o.embed;
   }
 };
 

@@ -7,11 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "multihead/tasks/binary_curves.h"
 
 namespace multihead {
 
@@ -45,6 +48,10 @@ struct ClassificationReport {
   double ece = 0;                       // expected calibration error: sum over bins of count/N * |accuracy - confidence|
   std::vector<ReliabilityBin> bins;
   std::vector<Mistake> worst;  // the most confident mistakes, most confident first
+  // Two classes: the ROC and precision-recall curves of the second class's
+  // probability (the positive class, as scikit-learn's pos_label is the
+  // greater label: spam of ham and spam, 1 of 0 and 1).
+  std::optional<BinaryCurves> binary;
 
   std::int64_t confusion_at(std::size_t truth, std::size_t predicted) const {
     return confusion[truth * labels.size() + predicted];

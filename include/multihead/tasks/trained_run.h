@@ -99,6 +99,7 @@ class TrainedRun {
   // pronunciation's (--n-best, --beam), and generation's (--tokens, ...).
   static void check_no_pronunciation_settings(const AnswerSettings& s);
   static void check_no_generation_settings(const AnswerSettings& s);
+  static void check_no_threshold(const AnswerSettings& s);
 };
 
 }  // namespace multihead

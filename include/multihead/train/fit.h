@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -123,6 +124,11 @@ struct FitPlan {
   std::string throughput_key;
   // After validation losses in log lines (" nats/token").
   std::string loss_unit;
+  // The curves so far (and whether the validation has an accuracy), at most
+  // every 10 seconds of training and after each validation, on rank 0: a
+  // task draws its report's curves with it, to be watched while it trains.
+  // A failure is a warning, never the run's end.
+  std::function<void(const TrainingCurves&, bool)> on_curves;
 };
 
 struct FitResult {
@@ -134,6 +140,10 @@ struct FitResult {
   double seconds = 0;             // this process's training time
   double total_seconds = 0;       // the run's, over every invocation (RunDir::training_seconds)
   double items_per_s = 0;         // micro_step's items over `seconds`
+  // Early stopping: the step of the best validation (its weights are the
+  // store's when fit returns), and whether training stopped before its end.
+  std::optional<std::int64_t> best_step;
+  bool stopped_early = false;
   std::string unit;               // of items_per_s, as in the plan
   // "30 steps, 2 epochs, 12.1 s, 3100 tok/s" for the report (a resumed
   // run: "..., 12.1 s in all, steps 21-30 in this run: 4.0 s, 3100 tok/s").

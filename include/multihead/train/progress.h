@@ -1,6 +1,9 @@
 // Progress of long work. On a terminal: one line redrawn in place, with a
 // bar, the step, the epoch, the loss, the throughput and the ETA. Otherwise
-// (a pipe, a log file, CI): a plain log line every `log_every` steps.
+// (a pipe, a log file, CI): a plain log line at the first step, every
+// `log_every` steps, and whenever 10 seconds have passed without one. The
+// ETA counts from the end of the first step, whose start-up costs (kernels
+// compiled, memory first touched) would otherwise hold it high.
 #pragma once
 
 #include <chrono>
@@ -44,7 +47,10 @@ class Progress {
   std::FILE* out_;
   bool quiet_, warnings_, tty_, bar_shown_ = false;
   std::int64_t log_every_, first_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, last_line_;
+  // The end of the first step this process ran, and its number: the ETA's origin.
+  std::chrono::steady_clock::time_point paced_from_;
+  std::int64_t paced_step_ = -1;
   Observer observer_;
 };
 

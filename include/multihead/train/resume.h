@@ -23,7 +23,7 @@ namespace multihead {
 // trained with from tokenizer/; a fresh one takes cfg.from's (another run's)
 // or trains it on `texts`, and saves it there.
 std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfig& cfg,
-                                         const std::vector<std::string>& texts);
+                                         const std::vector<std::string>& texts, Progress* progress = nullptr);
 
 // Starts a job's training. A fresh run starts from the weights its config's
 // train.init_from names, if any (recording their SHA-256 in the config),

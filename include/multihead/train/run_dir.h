@@ -15,8 +15,14 @@
 
 namespace multihead {
 
-// The checkpoint a run leaves for evaluation and inspection: run_dir/checkpoints/last.safetensors.
+// The checkpoint a run resumes from: run_dir/checkpoints/last.safetensors.
 std::string last_checkpoint_path(const std::string& run_dir);
+// The weights of the best validation of a run that stops early:
+// run_dir/checkpoints/best.safetensors.
+std::string best_checkpoint_path(const std::string& run_dir);
+// The checkpoint a run answers with (eval, predict, serve, export,
+// inspect): its best when it kept one, else its last.
+std::string answer_checkpoint_path(const std::string& run_dir);
 // A checkpoint kept with train.keep_checkpoints: run_dir/checkpoints/step_N.safetensors,
 // N the steps trained (at least 8 digits, so that names sort by step up to 10^8).
 std::string kept_checkpoint_path(const std::string& run_dir, std::int64_t step);

@@ -67,6 +67,11 @@ struct TrainConfig {
   // the parameters init_skip matches keep theirs. init_sha256: the file's
   // SHA-256, which a run records and a config may pin.
   std::string init_from, init_skip, init_sha256;
+  // Early stopping: after this many validations in a row without a lower
+  // validation loss, training stops (0: never). The best validation's
+  // weights are kept as checkpoints/best.safetensors, evaluated at the end
+  // and answered with (train/run_dir.h's answer_checkpoint_path).
+  std::int64_t early_stopping = 0;
 
   // The keys of a job config's "train" section (io/json_config.h), named as
   // PyTorch's arguments where it has them (lr, betas, eps, weight_decay).
@@ -100,6 +105,7 @@ struct TrainConfig {
     k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce);
     k("allreduce_overlap", t.allreduce_overlap);
     k("init_from", t.init_from)("init_skip", t.init_skip)("init_sha256", t.init_sha256);
+    k("early_stopping", t.early_stopping, between(0, kMaxSteps));
   }
 
   // The run's length, once known (from its epochs and data, or steps):

@@ -1,0 +1,55 @@
+#include "multihead/tasks/binary_curves.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "multihead/core/error.h"
+
+namespace multihead {
+
+BinaryCurves binary_curves(std::span<const double> scores, std::span<const bool> positive) {
+  check<ShapeError>(scores.size() == positive.size(), "{} scores for {} labels", scores.size(), positive.size());
+  BinaryCurves c;
+  for (const bool p : positive) (p ? c.positives : c.negatives) += 1;
+  std::vector<std::size_t> order(scores.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  // Highest score first; ties kept together (a threshold takes all of them).
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
+  const double pos = static_cast<double>(c.positives), neg = static_cast<double>(c.negatives);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  c.fpr.push_back(0), c.tpr.push_back(0);
+  double tp = 0, fp = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    (positive[order[k]] ? tp : fp) += 1;
+    if (k + 1 < order.size() && scores[order[k + 1]] == scores[order[k]]) continue;
+    c.thresholds.push_back(scores[order[k]]);
+    c.fpr.push_back(neg > 0 ? fp / neg : nan);
+    c.tpr.push_back(pos > 0 ? tp / pos : nan);
+    c.precision.push_back(tp / (tp + fp));
+    c.recall.push_back(pos > 0 ? tp / pos : nan);
+  }
+  if (c.positives == 0 || c.negatives == 0) {
+    c.roc_auc = c.average_precision = nan;
+    return c;
+  }
+  for (std::size_t k = 1; k < c.fpr.size(); ++k)
+    c.roc_auc += (c.fpr[k] - c.fpr[k - 1]) * (c.tpr[k] + c.tpr[k - 1]) / 2;
+  double last_recall = 0;
+  for (std::size_t k = 0; k < c.thresholds.size(); ++k) {
+    c.average_precision += (c.recall[k] - last_recall) * c.precision[k];
+    last_recall = c.recall[k];
+  }
+  return c;
+}
+
+std::optional<double> threshold_for_precision(const BinaryCurves& c, double precision) {
+  std::optional<double> best;
+  double best_recall = -1;
+  for (std::size_t k = 0; k < c.thresholds.size(); ++k)
+    if (c.precision[k] >= precision && c.recall[k] > best_recall) best = c.thresholds[k], best_recall = c.recall[k];
+  return best;
+}
+
+}  // namespace multihead
