@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `multihead` Python package, built by CMake: the C++ library and its pybind11 module
 (python/) are configured in build-python/cmake, the module is built there, and it lands in the
 package beside python/multihead's files. The version is CMakeLists.txt's project() version.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side fine-tuning benchmark: multihead against PyTorch with transformers, on a
 pretrained Hugging Face checkpoint (all-MiniLM-L6-v2 by default, as the spam-minilm preset).
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side inference benchmark: multihead against the peers a deployer picks.
 
 Three trained runs, each carried out of multihead by Run.to_torch() and exported by torch.onnx.export:

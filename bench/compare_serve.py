@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """multihead serve against the library it serves: per input, is the server as fast?
 
 The spam classifier and the cmudict encoder-decoder (greedy), fp32, --threads each: the library

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side benchmark: multihead against torch.nn.MultiheadAttention.
 
 Runs the same self-attention shapes through `multihead bench attention` and

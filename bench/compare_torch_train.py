@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side training benchmark: multihead against PyTorch.
 
 The same encoder classifier on both sides: token embedding (vocab 8000),

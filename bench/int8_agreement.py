@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What int8 products change, against fp32, on trained runs' own test data.
 
 For each run (a directory of `multihead train`, or a Hugging Face checkpoint that is a classifier):

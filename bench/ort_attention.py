@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ONNX Runtime's fused Attention node alone (com.microsoft Attention: the packed QKV projection
 and the attention, no output projection), timed on one input of B x L x E, beside
 `multihead bench attention` on the same shape: what bounds a classifier's cell where ONNX Runtime's

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The portable build against the native one, A/B alternating.
 
 The default build (-march=x86-64-v3, Highway's AVX2 and AVX-512 kernels chosen

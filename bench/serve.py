@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Load benchmark of `multihead serve`: batched against unbatched.
 
 Starts `multihead serve --run RUN` on a free loopback port three times: with

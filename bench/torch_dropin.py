@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Side-by-side benchmark: multihead.torch's drop-ins against PyTorch's own, inside PyTorch.
 
 1. Attention alone: scaled_dot_product_attention (PyTorch 1.13 has none; its math, as

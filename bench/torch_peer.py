@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch at its best, for the side-by-side benchmarks: 2.13, and Debian's 1.13 and 2.6 as history.
 
 The PyTorch peers (`--torch 2.13,1.13,2.6` or `all`; 2.13 by default):

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Attention variants against length: full (fused), block-sparse,
 sliding-window and linear attention, as `multihead bench attention`
 measures them (self-attention layer, E=512, H=8, batch 1).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes OUTPUT, a C++ header holding each of INPUTS (NAME=PATH pairs, | between)
 # as `inline constexpr std::string_view NAME`: text files kept as real files
 # in the repository and compiled into the library.

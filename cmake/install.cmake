@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # What `cmake --install build --prefix P` puts under P: the static libraries of the three layers
 # and their headers, each layer an install component (core, train, app: `cmake --install build
 # --component core` installs that layer alone), the CLI, a CMake package

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README, run as a newcomer would on a fresh Debian 12 machine.
 #
 #   scripts/fresh-machine-test.sh [--steps N] [--keep]

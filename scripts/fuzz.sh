@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets (clang 14, ASan + UBSan) and fuzzes each for
 # SECONDS (default 300), two at a time, from the committed seed corpus.
 # New inputs go to build-fuzz/corpus/ (the committed corpus stays small);

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Generates the golden fixtures in tests/golden/ with PyTorch.
 
 Needs Debian's python3-torch (1.13); run it with the system interpreter:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A virtual environment with PyTorch's CPU build, as a CPU user installs it, and numpy, at the
 # versions python/requirements.txt pins: for `pip install .` of the package beside it. An
 # environment already at DIR is brought to those versions.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fingerprints of short, fixed-seed runs of every preset: the SHA-256 of each
 # run's last checkpoint and of its metrics with the timing and memory fields
 # taken out. A change meant to leave training as it was (a refactoring) must

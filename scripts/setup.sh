@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what multihead needs, from Debian 12's packages, PyPI and the npm registry.
 #
 #   scripts/setup.sh            build and test dependencies, and .venv: the project's

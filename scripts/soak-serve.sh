@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Server soak: `multihead serve` under hostile clients beside normal ones for
 # MINUTES (default 10), after a quiet phase of normal clients alone:
 # thousands of idle connections, hundreds of clients dripping a header byte a

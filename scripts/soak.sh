@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Soak test: trains the spam preset for MINUTES (default 30), checkpointing
 # every 50 steps, then checks from metrics.jsonl that the allocator's peak,
 # the bytes held between steps and the resident memory stop growing after

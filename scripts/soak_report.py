@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Reads a run's metrics.jsonl and says whether memory stopped growing.
 
 Warm-up is the first epoch (its first checkpoint and evaluation included)

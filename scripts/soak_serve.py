@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile clients beside normal ones against a running `multihead serve`, for a while.
 
     /usr/bin/python3 scripts/soak_serve.py PORT PID MINUTES

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # PyTorch 2.x for the side-by-side benchmarks: a Debian 13 (trixie) root with
 # Debian's python3-torch (2.6) and python3-numpy, run under chroot.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One golden case written by scripts/gen_golden.py: the four files of
 // `multihead apply` in one folder.
 #pragma once

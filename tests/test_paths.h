@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where this build keeps what the tests read: the golden fixtures in the
 // source tree and the multihead binary in the build tree. The paths are
 // compiled into test_paths.cpp alone, so the other test files' objects do not

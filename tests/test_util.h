@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the tests: tolerance comparisons that report the largest
 // difference, and central finite differences in double precision.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program that uses an installed multihead's core layer alone (multihead::core): one
 // self-attention layer (E=64, H=4), forward and backward on random input (B=2, L=12), and the
 // norms of what came out. With the same seed, `multihead demo --seed S` prints the same three norms.

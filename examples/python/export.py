@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A run of `multihead train` as a PyTorch module, checked against multihead, and exported to ONNX.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/python/export.py runs/spam runs/spam.onnx

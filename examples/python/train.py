@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Training from Python with the library's training loop: progress in a callback, and a clean stop.
 
     PYTHONPATH=build/python /usr/bin/python3 examples/python/train.py runs/reverse-py

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead's applications (multihead::app, over multihead::train): the
 // tasks and their jobs, trained runs that answer inputs, the HTTP server,
 // experiments, benchmarks, and the reports, plots and attention explorer a

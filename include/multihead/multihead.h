@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead's core layer (multihead::core): tensors, the attention and
 // layer kernels, the modules (attention, encoder and decoder layers, the
 // models) over a ParamStore, and weights in and out as PyTorch's state_dict

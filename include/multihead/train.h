@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead's training layer (multihead::train, over multihead::core):
 // datasets, tokenizers and batching, the training loop and its optimizers,
 // schedules and loss scaling, run directories and checkpoints, data-parallel

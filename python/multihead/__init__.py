@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead: Transformer multi-head attention on the CPU.
 
     import multihead.torch   # fused attention for PyTorch: scaled_dot_product_attention,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead's models as plain PyTorch modules: what Run.to_torch() builds.
 
 Each module holds a run's weights under the names multihead's checkpoints give them (PyTorch's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Decoding steps as ONNX Runtime's own decoding path runs them: graphs written op by op from a
 module's weights, each layer's self-attention one GroupQueryAttention node (ONNX Runtime's contrib
 op: RoPE from a cos/sin table by position, the KV cache appended in place of Concat, causal

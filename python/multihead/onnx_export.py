@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ONNX graphs of the modules of multihead.modules (Run.to_torch(pytorch_layers=False)), made for
 ONNX Runtime: needs PyTorch (and its ONNX exporter), and the onnx package for the decoding steps
 written op by op (multihead.onnx_decoding).

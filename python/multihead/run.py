@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead.load_run: a run directory of `multihead train`, for answers and for PyTorch."""
 
 import json
@@ -56,9 +57,22 @@ class Run:
         """What the load noticed and worked around (a classifier without results.json)."""
         return self._answers.warnings if self._answers is not None else []
 
-    def predict(self, texts):
-        """Each text's label and class probabilities: [{'label': ..., 'probabilities': {...}}]."""
-        return self._answering("predict").predict(texts)
+    def predict(self, texts, threshold=None):
+        """Each text's label and class probabilities: [{'label': ..., 'probabilities': {...}}].
+        threshold (two-class runs): the second class, the positive one, is the label from this
+        probability up, as `predict --threshold` and serve's "threshold" label (results.json's
+        "thresholds" gives those that reach a precision on the validation split)."""
+        answers = self._answering("predict").predict(texts)
+        if threshold is None:
+            return answers
+        labels = self.labels
+        if len(labels) != 2 or not 0 <= threshold <= 1:
+            raise _mh.ConfigError(f"threshold applies to two-class classifiers, a probability in [0, 1]; this run has "
+                              f"{len(labels)} classes and the threshold is {threshold}")
+        for a in answers:
+            a["label"] = labels[1] if a["probabilities"][labels[1]] >= threshold else labels[0]
+            a["threshold"] = threshold
+        return answers
 
     def save_pretrained(self, path):
         """Writes the run in transformers' layout (config.json, model.safetensors, tokenizer.json)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead's fused attention for PyTorch on the CPU.
 
 - scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead._multihead: the attention kernels for Python. They take the
 // torch tensors themselves and use PyTorch's memory in place (nothing is
 // copied); multihead/torch.py arranges the layouts. Errors of the library

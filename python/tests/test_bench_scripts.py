@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The side-by-side benchmark scripts (bench/) end to end on tiny shapes: they run, name every peer,
 and their ratios are the quotients of the times they print. The peers here are PyTorch 1.13
 (Debian's python3) and, by default, PyTorch 2.13 (the project's .venv); the 2.6 root is a cached

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every tensor layout PyTorch allows reaches multihead's kernels safely: expanded (stride 0),
 transposed, sliced and as_strided inputs give PyTorch's own results, forward and gradients, and
 whatever the kernels cannot take is a Python exception, never a crash of the interpreter. The

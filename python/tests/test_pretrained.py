@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hugging Face checkpoints and tokenizers read by multihead, against the reference libraries:
 `tokenizers` for token ids, `transformers` for logits and hidden states, `sentence-transformers` for
 embeddings. Every checkpoint here is made offline: random tiny models of each architecture, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead.load_run on runs that `multihead train` (the CLI) wrote: a classifier's predictions
 and attention, a language model's samples, and clear errors."""
 

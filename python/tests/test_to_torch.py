@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run.to_torch(): every job kind, and every kind of positions and attention, as a plain PyTorch
 module whose outputs on a batch of the run's own data are multihead's (fp32, relative 1e-4), in
 eval mode and in training mode with dropout 0; the export of a classifier and a language model to

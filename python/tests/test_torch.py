@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead.torch against PyTorch's own attention: outputs and every gradient in float64 on random
 shapes, masks and flags; the fused float32 and bfloat16 paths against float64; accelerate() on a
 Transformer; and clear errors for bad input."""

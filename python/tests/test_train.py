@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """multihead.train: the library's training loop from Python, with each record the run writes going
 to on_step, a clean stop (on_step's False, Ctrl-C, an exception in on_step) that keeps the
 checkpoint and resumes to the weights of an uninterrupted run, and the GIL released meanwhile."""
@@ -165,5 +166,13 @@ def test_a_binary_runs_ranking_is_scikit_learns(tmp_path):
     np.testing.assert_allclose(test["roc"]["fpr"], fpr, atol=1e-12)
     np.testing.assert_allclose(test["roc"]["tpr"], tpr, atol=1e-12)
     np.testing.assert_allclose(test["roc"]["thresholds"], thresholds[1:], atol=1e-6)  # sklearn's first is +inf
+    # A threshold labels as the CLI's --threshold does: the positive class from it up.
+    middle = sorted(scores)[len(scores) // 2]
+    for a, s in zip(run.predict(texts, threshold=middle), scores):
+        assert a["label"] == (positive if s >= middle else run.labels[0]) and a["threshold"] == middle
+    with pytest.raises(multihead.ConfigError, match="a probability in"):
+        run.predict(texts[:1], threshold=1.5)
+    for chosen in json.load(open(tmp_path / "run" / "results.json"))["thresholds"]:  # on the validation split
+        assert chosen["validation_precision"] >= chosen["precision_goal"]
     assert (tmp_path / "run" / "plots" / "roc.png").stat().st_size > 0
     assert (tmp_path / "run" / "plots" / "precision_recall.png").stat().st_size > 0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Debian roots made by debootstrap from this machine's own mirror: sourced by
 # scripts/fresh-machine-test.sh (a bare Debian 12 root for the README's
 # commands) and scripts/torch2-root.sh (Debian 13 with PyTorch 2.x, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Python environments with PyTorch's CPU build: sourced by scripts/setup.sh
 # (.venv, the project's) and tests/install/pip_install.sh (fresh venvs that
 # `pip install` the package). PyTorch is installed as a CPU user installs it,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/bench/attention_bench.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timing helpers of the benchmarks behind `multihead bench`. Internal header.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Philox4x32-10 constants (Salmon et al., "Parallel random numbers: as
 // easy as 1, 2, 3", as in Random123), shared by the scalar generator and the
 // vector batch of rng.cpp, which is compiled once per Highway target.

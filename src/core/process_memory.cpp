@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/core/process_memory.h"
 
 #include <fstream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The subword models of Hugging Face's tokenizer.json ("model"): a
 // pre-tokenised word to token ids, as the `tokenizers` library splits it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "hf_text.h"
 
 #include <unicode/normalizer2.h>

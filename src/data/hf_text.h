@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The text stages of Hugging Face's tokenizers (tokenizer.json's normalizer,
 // pre_tokenizer and decoder), as the `tokenizers` library applies them.
 #pragma once

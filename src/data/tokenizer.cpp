@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/data/tokenizer.h"
 
 #include <sentencepiece_processor.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the experiments (internal): statistics over seeds, quiet runs,
 // the per-experiment folder.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two claims about the backward pass, measured over training on the reverse
 // and spam presets (learned and sinusoidal positions, post-LN and pre-LN):
 //   "the positional encoding's gradients flow mainly to the lower layers":

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The experiment about what splitting into heads costs: "splitting into h
 // heads reduces the complexity from O(n^2 d) to O(n^2 d / h)" and "parallel
 // heads are 2.8x faster". In FLOPs the split changes nothing: the scores are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The experiments about heads: how many (text and image classification),
 // and what trained heads do (ablation, diversity, dispersion with length).
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `multihead experiment optimisation`: gradient clipping and warmup.
 #include <filesystem>
 #include <map>

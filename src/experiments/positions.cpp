@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `multihead experiment positions`: positional encodings and length
 // extrapolation on a synthetic sequence task (no dataset needed).
 #include <filesystem>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `multihead experiment positions-seq2seq`: the articles' table of
 // positional encodings in translation, redone on an encoder-decoder that
 // learns pronunciation from spelling (CMUdict; --quick: a synthetic

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The experiment about mixed precision: does training in bf16 or fp16 run
 // faster, and does it keep the accuracy of fp32?
 #include <filesystem>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `multihead experiment variants`: full, block-sparse, sliding-window and
 // linear attention against sequence length.
 #include <filesystem>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/io/json_keys.h"
 
 #include <unordered_set>

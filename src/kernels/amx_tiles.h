@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bf16 products on AMX tiles for the fused attention kernel's small products.
 //
 // Attention multiplies thin operands: a query block (Br, D) against a head's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bf16 attention kernels' blocks: which keys a query block sees (KeyPlan),
 // the per-thread buffers (Carver), a head's K or V laid out for the block
 // products (HeadOperand, on AMX tiles or for oneDNN), where the scale is

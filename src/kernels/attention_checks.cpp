@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/kernels/attention_checks.h"
 
 #include "multihead/core/error.h"

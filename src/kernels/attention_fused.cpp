@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused attention in fp32 tiles, forward: one task per (batch, head, query
 // block), an online softmax over its key tiles (attention_fused.h).
 #include <omp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused attention in fp32 tiles, backward: one task per (batch, head), the
 // weights of each tile recomputed from the saved lse (attention_fused.h).
 #include <omp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention weights nn.MultiheadAttention returns, recomputed tile by
 // tile from the fused forward's lse (attention_fused.h).
 #include <omp.h>

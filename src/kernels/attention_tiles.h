@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the fused attention kernels share: how masks, sparse patterns and
 // relative positions fall on a (query block, key block) tile, the small
 // products of relative positions, and the fp32 kernels' tile products.

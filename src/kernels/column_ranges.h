@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Passes that sum the columns of a row-major matrix (bias and LayerNorm
 // parameter gradients) while they go over it. Internal header.
 #pragma once

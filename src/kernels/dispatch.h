@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run-time dispatch of the Highway kernels. Each kernel file is compiled once
 // per target (hwy/foreach_target.h; AVX2 and AVX-512 in the default build,
 // only the build machine's in a -DMULTIHEAD_NATIVE=ON build) and exports its

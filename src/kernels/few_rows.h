@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Products shared out between the threads: by rows (tall ones, OpenBLAS) or
 // by columns (few rows by many columns, oneDNN: a decoding step, one row per
 // sequence). Internal header of the GEMM backends.

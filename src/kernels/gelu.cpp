@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GELU and its gradient in float vectors, both forms (exact erf and tanh),
 // once for each Highway target. The erf is Abramowitz and Stegun's 7.1.26
 // (absolute error below 1.5e-7), as PyTorch's vectorised CPU GELU computes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GELU in float vectors (src/kernels/gelu.cpp), dispatched to the CPU's
 // Highway target: the activations' float path (activations.cpp). Internal
 // header of src/kernels.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "onednn_matmul.h"
 
 #include <oneapi/dnnl/dnnl.hpp>

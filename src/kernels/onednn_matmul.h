@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // oneDNN's matmul primitive, created once per product shape and bound once
 // per thread: the bf16 products (AMX, AVX512-BF16) and, on AMX, the int8
 // ones, whose BLAS-like gemm_u8s8s32 takes a path there several times slower

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The activations' per-row quantization of the int8 products in float
 // vectors, once for each Highway target: a pass for the row's range (and
 // whether it is finite), a pass that scales, rounds, clamps and narrows to

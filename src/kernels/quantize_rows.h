@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rows of fp32 activations quantized to uint8, and int32 products rescaled to
 // fp32, in vectors (src/kernels/quantize_rows.cpp), dispatched to the CPU's
 // Highway target: what the int8 products (gemm_int8.cpp) run at every call.

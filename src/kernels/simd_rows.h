@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Vectorised row operations for the fused attention kernels (Google
 // Highway). Internal header.
 // Compiled once for each Highway target of the file that includes it (after

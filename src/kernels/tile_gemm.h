@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Register-blocked GEMM for attention tiles (Google Highway). Internal header.
 //
 //   C (M, N) = alpha * op(A) B  [+ C when accumulate]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MultiheadAttention's backward pass: the output projection, the attention
 // kernels' backward, and the input projections, in the reverse order of forward.
 #include "multihead/nn/multi_head_attention.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Incremental decoding through MultiheadAttention: the KV cache (or, for
 // linear attention, the recurrent state) and the attention of new positions
 // over it; and cross-attention over a memory projected once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MultiheadAttentionConfig's checks and the attention variants' names.
 #include "multihead/nn/multi_head_attention.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/nn/saved_tensor.h"
 
 #include "multihead/kernels/half.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whether the client of a request that waits for its answer is still there,
 // so that the work of a request nobody waits for is never begun.
 #pragma once

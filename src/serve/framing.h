@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a request's header frames its body, checked before the body is read.
 // Where a server and a proxy in front of it could read the framing two ways,
 // one client's body becomes another request (request smuggling): so the only

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What `GET /metrics` says, in Prometheus's text exposition format (0.0.4):
 // requests answered by endpoint and status code, a latency histogram by
 // endpoint, the batcher's batch sizes, queue depth and inputs cut to the

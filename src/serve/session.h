@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One client connection of `multihead serve` (Boost.Beast over Asio): it
 // reads a request, answers it, and reads the next, so pipelined requests are
 // answered in order from what the buffer already holds. Every wait has a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pronunciation task's data: the dictionary split by word and encoded,
 // its teacher-forced batches, and decoding words in length-sorted batches.
 // Internal header of src/tasks (pronunciation*.cpp).

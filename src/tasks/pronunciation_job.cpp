@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pronunciation job: its vocabulary of letters and phonemes, its config
 // (to and from JSON, checks, flag overrides), and CMUdict's spelling of a word.
 #include "multihead/tasks/pronunciation.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/tasks/text_classification.h"
 
 #include <algorithm>
@@ -322,8 +323,29 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   const ClassificationReport scored = report_classifier(m.model, encoded, data.test, data.dataset.label_names,
                                                         job.eval_batch, job.max_len, job.train.precision, stop);
   result.test = {scored.loss, scored.accuracy, scored.examples};
+  // A two-class run's thresholds for a precision, chosen on the validation split (the test split
+  // stays unseen by the choice): what a deployer passes to predict --threshold or serve.
+  nlohmann::json thresholds = nlohmann::json::array();
+  std::string chosen;
+  if (scored.binary && !data.validation.empty()) {
+    const ClassificationReport validated = report_classifier(m.model, encoded, data.validation,
+                                                             data.dataset.label_names, job.eval_batch, job.max_len,
+                                                             job.train.precision, stop);
+    if (validated.binary && !std::isnan(validated.binary->roc_auc))
+      for (const double goal : {0.9, 0.95, 0.99})
+        if (const std::optional<double> t = threshold_for_precision(*validated.binary, goal)) {
+          const auto& b = *validated.binary;
+          const auto k = static_cast<std::size_t>(std::find(b.thresholds.begin(), b.thresholds.end(), *t) -
+                                                  b.thresholds.begin());
+          thresholds.push_back({{"precision_goal", goal}, {"threshold", *t}, {"validation_precision", b.precision[k]},
+                                {"validation_recall", b.recall[k]}});
+          chosen += fmt::format("{}precision >= {:.2f}: --threshold {:.4g} (recall {:.4f})", chosen.empty() ? "" : "; ",
+                                goal, *t, b.recall[k]);
+        }
+  }
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
-  run.write_results({{"test_accuracy", result.test.accuracy},
+  run.write_results({{"thresholds", thresholds},
+                     {"test_accuracy", result.test.accuracy},
                      {"test_loss", result.test.loss},
                      {"test_macro_f1", scored.macro_f1},
                      {"test", to_json(scored)},
@@ -347,6 +369,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   std::vector<std::string> test_texts;
   for (std::int64_t i : data.test) test_texts.push_back(data.dataset.examples[static_cast<std::size_t>(i)].text);
   report.rows.insert(report.rows.begin() + 2, {"test macro F1", fmt::format("{:.4f}", scored.macro_f1)});
+  if (!chosen.empty()) report.rows.push_back({"thresholds (chosen on the validation split)", chosen});
   if (scored.binary && !std::isnan(scored.binary->roc_auc))
     report.rows.insert(report.rows.begin() + 3,
                        {"test ROC AUC", fmt::format("{:.4f} (average precision {:.4f}; positive class {})",

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/train/fit.h"
 
 #include <atomic>
@@ -79,12 +80,12 @@ class Loop {
     else if (!plan_.epoch_examples.empty()) run_epochs();
     else run_steps();
     progress_.finish();
-    // The best validation's weights are the model's from here on: the job tests them.
-    if (result_.best_step && std::filesystem::exists(best_checkpoint_path(run_.path())))
-      load_checkpoint_weights(store_, best_checkpoint_path(run_.path()));
     // The ranks took the same steps from the same weights; a mismatch would
     // mean the runs diverged (a reduction that gave ranks different bits).
     if (group_.size() > 1) group_.check_same(weights_crc(), "the trained weights (CRC-32)");
+    // The best validation's weights are the model's from here on: the job (rank 0's) tests them.
+    if (result_.best_step && group_.primary() && std::filesystem::exists(best_checkpoint_path(run_.path())))
+      load_checkpoint_weights(store_, best_checkpoint_path(run_.path()));
     result_.steps = trainer_.steps_done();
     result_.skipped_steps = trainer_.skipped_steps();
     result_.seconds = seconds();
@@ -184,6 +185,7 @@ class Loop {
       result_.curves.add_throughput(st.step + 1, per_s, plan_.throughput_key);
     }
     if (group_.size() > 1) rec["ranks"] = group_.size();
+    rec["train_seconds"] = run_.training_seconds();  // the whole run's, a resumed one's earlier time included
     finish_step(run_, progress_, trainer_, st, rec, may_checkpoint);
     progress_.update(st.step + 1, epoch.value_or(0) + 1, st.loss, per_s, plan_.unit.c_str(), MemoryCurve::text(st));
     draw_curves(false);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/train/progress.h"
 
 #include <unistd.h>

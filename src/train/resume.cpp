@@ -1,8 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/train/resume.h"
 
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
 #include <filesystem>
 
 #include "multihead/core/error.h"
@@ -90,18 +89,14 @@ void continue_schedule(const json& before, const std::string& path, json& config
   trainer.restart_decay(train["restart_step"].get<std::int64_t>(), train["restart_lr"].get<double>());
 }
 
-// The checkpoint's metadata key for the run's training time so far.
-constexpr std::string_view kTrainSecondsKey = "train.seconds";
-
-// The training time a checkpoint recorded (0 for one written before it was recorded).
-double checkpoint_seconds(const std::map<std::string, std::string>& meta, const std::string& path) {
-  const auto it = meta.find(std::string(kTrainSecondsKey));
-  if (it == meta.end()) return 0;
-  char* end = nullptr;
-  const double s = std::strtod(it->second.c_str(), &end);
-  check<IoError>(!it->second.empty() && end == it->second.c_str() + it->second.size() && std::isfinite(s) && s >= 0,
-                 "{}: {} is not a time in seconds", path, kTrainSecondsKey);
-  return s;
+// The training time the last of a resumed run's kept records noted (0 for
+// records written before steps noted it). In the metrics, not the
+// checkpoint, whose bytes stay the same from run to run.
+double recorded_seconds(const std::vector<json>& records) {
+  for (auto r = records.rbegin(); r != records.rend(); ++r)
+    if (const auto it = r->find("train_seconds"); it != r->end() && it->is_number() && it->get<double>() >= 0)
+      return it->get<double>();
+  return 0;
 }
 
 // True when the run was asked to resume and has a checkpoint to resume from.
@@ -194,15 +189,15 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
   continue_schedule(before, path, config, trainer);
   // config.json is rewritten, so threads and the like show this run's values.
   run.write_config(config);
-  run.start_training_clock(checkpoint_seconds(meta, last_checkpoint_path(run.path())));
-  return run.keep_metrics(records);
+  std::vector<json> kept = run.keep_metrics(records);
+  run.start_training_clock(recorded_seconds(kept));
+  return kept;
 }
 
 void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std::string, std::string>& extra) {
   if (!run.writes()) return;
   std::map<std::string, std::string> meta = extra;
   meta["metrics.records"] = std::to_string(run.metrics_records());
-  meta[std::string(kTrainSecondsKey)] = fmt::format("{}", run.training_seconds());
   meta[std::string(kCheckpointConfigKey)] = architecture_of(run.config()).dump();
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
   // The kept copy is written as every file here is, whole or not at all.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "multihead/core/suggest.h"
 #include "multihead/train/train_config.h"
 

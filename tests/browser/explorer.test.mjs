@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention explorer (`multihead inspect --html`) in a real browser: Debian's chromium, headless, driven
 // by playwright-core. Trains small runs with the CLI, writes their pages, and checks what a user sees: the
 // grid has layers x heads cells, a click opens the head, hovering a query (a key) highlights the weights the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs the multihead binary as a user would, for the CLI tests: exit code,
 // stdout and stderr; and a fixture with a scratch folder.
 #pragma once

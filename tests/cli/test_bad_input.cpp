@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad datasets and checkpoints given to `multihead train` and `eval`: one
 // error line, exit code 2, and nothing written or lost.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The multihead binary as a user runs it: exit codes, one-line errors, no
 // partial output, and `apply` reproducing a PyTorch golden case.
 #include <gtest/gtest.h>
@@ -329,6 +330,14 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_NE(read_file((out / "report.md").string()).find(", 1 thread, kernels "), std::string::npos);
   const auto results = nlohmann::json::parse(std::ifstream(out / "results.json"));
   EXPECT_EQ(results["machine"]["threads"], 1);
+  // Two classes: thresholds for a precision, chosen on the validation split, each reaching its goal there.
+  ASSERT_TRUE(results["thresholds"].is_array());
+  for (const auto& t : results["thresholds"]) {
+    EXPECT_GE(t["validation_precision"].get<double>(), t["precision_goal"].get<double>()) << t;
+    EXPECT_GE(t["threshold"].get<double>(), 0.0);
+    EXPECT_LE(t["threshold"].get<double>(), 1.0);
+  }
+  EXPECT_NE(results["test"]["roc_auc"], nullptr);
   EXPECT_FALSE(results["machine"]["cpu"].get<std::string>().empty());
   EXPECT_NE(r.err.find("peak "), std::string::npos);  // memory on the log lines
   EXPECT_NE(r.err.find("activations "), std::string::npos);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Continuing a finished run past its end: `train --resume --steps N` (or
 // --epochs) takes the run's own settings from its config.json, appends to its
 // metrics and redoes its results; with a rate that does not depend on the

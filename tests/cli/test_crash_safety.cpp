@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training that is killed, stopped by a non-finite loss, or resumed: the
 // multihead binary run as a user runs it.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fine-tuning through the CLI: `train --init-from RUN [--init-skip REGEX]`
 // starts from another run's weights and takes its tokenizer, on data with
 // other labels (a new head, skipped); the run records where it started, and

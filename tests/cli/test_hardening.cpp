@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a user can give the CLI that used to be taken silently or cost minutes
 // before failing: each a one-line refusal with exit code 2 and nothing
 // written, or a bound that holds (the report of a run with many classes or

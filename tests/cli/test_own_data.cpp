@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A user's own labelled data through the CLI: JSON Lines with columns named
 // by flags, a run titled after its data, and `eval` scoring the test split
 // or a new three-class file, with per-class scores, the confusion matrix

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A run directory that no longer matches its checkpoint is refused: a
 // config.json edited in a key that keeps every weight's shape (nhead,
 // norm_first), a results.json that is garbage or names another number of

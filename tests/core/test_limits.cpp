@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sizes are checked before anything is allocated: settings beyond the
 // limits are ConfigErrors, shapes whose bytes overflow and allocations
 // beyond reach are MemoryErrors, and a model larger than the machine's

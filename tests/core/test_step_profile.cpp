@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The step profile behind `bench train`'s time split.
 #include <gtest/gtest.h>
 

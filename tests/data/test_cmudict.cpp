@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CMU Pronouncing Dictionary loader: variants kept together under their
 // word, stress marks kept or dropped, Latin-1 words in UTF-8, and malformed
 // lines named.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Synthetic tasks and IDX files.
 #include <gtest/gtest.h>
 

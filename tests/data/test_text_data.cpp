@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loaders, tokenizers and batching, on small data the tests write themselves.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every experiment in --quick mode writes its table with the expected rows
 // and columns, its results and its plots. Nothing is asserted about the
 // numbers: at these sizes they mean nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The aclImdb loader over a real folder built from the input: which of
 // train/{pos,neg} exist (or are files instead), and the files in them, with
 // names and contents taken from the input (names such as "7_x.txt",

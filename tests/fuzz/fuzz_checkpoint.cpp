@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint headers with format tags: a safetensors file read whole
 // (checksums checked) and by its header alone, then its format checked. The
 // two readers must agree on the metadata, and a format taken must carry what

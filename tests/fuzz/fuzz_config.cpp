@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job configs (text, language model, image, sequence task) and module
 // configs for `apply`, from arbitrary JSON text.
 #include "fuzz_target.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CSV and TSV loaders: RFC 4180 quoting, header columns, labels, UTF-8.
 #include "fuzz_target.h"
 #include "multihead/data/text_datasets.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HTTP request framing: raw bytes through Beast's request parser as a
 // connection of multihead serve reads them (the header first, then the
 // server's framing check, then the body), for the combinations that smuggle

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The IDX reader (MNIST format), plain or gzip-compressed, on arbitrary bytes.
 #include "fuzz_target.h"
 #include "multihead/data/idx.h"

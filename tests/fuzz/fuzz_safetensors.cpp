@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The safetensors reader on arbitrary bytes: header length, JSON header,
 // dtypes, shapes and offsets all come from the input.
 #include "fuzz_target.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Headers of many entries, names drawn from the input two bytes each (so
 // repeats are common): the parse takes linear time, and refuses exactly the
 // headers that repeat a name, naming the first repeat in file order.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Structured round trip: tensors built from the input (count, names, dtypes,
 // shapes, values) are serialised, parsed back, and must come back equal.
 #include <cstring>

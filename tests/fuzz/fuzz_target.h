@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every fuzz target shares. A target defines LLVMFuzzerTestOneInput;
 // libFuzzer drives it (-DMULTIHEAD_FUZZ=ON, clang), and replay_main.cpp
 // replays the committed corpus through it in the ordinary test suite.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tokenizer input: arbitrary bytes through the character, word and
 // SentencePiece tokenizers (trained once on a fixed text), and the UTF-8
 // checks every loader applies.

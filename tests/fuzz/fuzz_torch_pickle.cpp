@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The torch.save reader (pytorch_model.bin) on arbitrary bytes: the zip, its
 // pickle's opcodes, the globals it names, the storages and views it builds.
 #include "fuzz_target.h"

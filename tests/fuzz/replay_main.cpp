@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays corpus files through a fuzz target without the fuzzing engine:
 // replay DIR_OR_FILE... runs every file once and fails on the first finding
 // (which aborts or crashes, as under libFuzzer).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the build into a fresh prefix, moves the prefix (the package must not depend on where
 # it was installed), and builds examples/embed (a consumer of the core layer alone) against it
 # twice: by find_package(multihead COMPONENTS core) and by pkg-config's multihead-core. Each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The package installed the standard way, beside PyTorch 2.13 (CPU build):
 #   1. `pip install SOURCE` (PEP 517, build isolation on: pyproject.toml's build requirements from
 #      PyPI) into a fresh venv with torch, numpy and pytest alone;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // apply_module's error paths: every one names what is wrong.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one writer of files replaces regular files only: a symbolic link,
 // device, FIFO or directory at the target is refused and left as it was.
 #include <gtest/gtest.h>

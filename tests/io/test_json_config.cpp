@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config key lists (io/json_config.h): one list read and written, absent
 // keys keeping their defaults, and every error naming the file and key.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Line plots: round tick steps, and valid PNG files for awkward series
 // (empty, one point, constant, NaN gaps, negative values).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run directories: writes are atomic, the debris of a killed run (the
 // temporaries of interrupted atomic writes) is removed when a run starts, one
 // process at a time holds a directory, and a run is never replaced unasked.

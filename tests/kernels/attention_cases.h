@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention kernels' test cases: sizes, every mask kind, positions,
 // sparse patterns and dropout, with random data; shared by the fused fp32
 // and bf16 kernels' tests.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The AMX tile products (amx_tiles.h) against the bf16 reference twin in
 // double: both packings, parts of a packing that start inside it, every
 // edge (rows, columns and inner lengths off the 16 / 32 grid), alpha, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bf16 attention kernel against the fp32 reference on the same
 // bf16-rounded Q, K and V, for every case of the fused kernel's suite
 // (sizes, masks, positions, sparse patterns, dropout, fully masked rows),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention kernels check their sizes and views at entry, before any
 // parallel region: a view a GEMM cannot read (rows closer than their width,
 // as an expanded tensor has) and sequences past the fp32 accumulators'

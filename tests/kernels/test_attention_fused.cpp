@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused attention kernel against the reference kernel: forward, saved
 // log-sum-exp, recomputed weights and every gradient, for every mask kind
 // and for sizes that are not multiples of the tiles.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference attention kernel against a loop-by-loop transcription of the
 // definition, and its gradients against finite differences in double.
 #include <gtest/gtest.h>

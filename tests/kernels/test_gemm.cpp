@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gemm on both fp32 backends against a double-precision triple loop: every
 // transpose combination, padded row strides, alpha and beta, empty products,
 // calls from inside a parallel region, products tall enough for the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bf16 products (fp32 accumulation) against their reference twin in double,
 // on the CPU's path (oneDNN's bf16 matmul where it has bf16 units) and on
 // the widening path, which every CPU runs: every transpose, padded strides,

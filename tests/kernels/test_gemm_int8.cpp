@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // int8 products (kernels/gemm_int8.h) against their twin, which multiplies
 // in plain int32 loops: equal exactly on the CPU's path (oneDNN's u8 x s8
 // GEMM, 8-bit activations with VNNI, 7-bit without; the matmul primitive on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bf16 and fp16 conversions: rounding, specials, and the vectorised paths
 // against the scalar ones.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LayerNorm, activations and dropout: definitions and finite-difference gradients in double.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Linear attention against its quadratic formula, by finite differences, and
 // its recurrent form against the causal kernel.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The machine record that --version, run reports and benchmark lines carry.
 #include <gtest/gtest.h>
 

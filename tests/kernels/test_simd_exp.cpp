@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused kernels' softmax exponentials (simd::exp_shift_sum, on Highway's
 // contrib Exp) against exp in double, ULP by ULP, over the arguments the
 // kernels give it; its edges (0, -inf, underflow, NaN); its tails and sums.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Each vectorised row primitive of simd_rows.h and the tile micro-kernel
 // (tile_gemm.h) against a plain scalar loop: every length from 0 to two
 // vectors and one more, so that the full-vector loops, the tails and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Data-parallel training under mpirun (`mpirun -np N multihead train ...`), on this machine over loopback.
 
 N ranks with grad_accumulation A run the step's N*A micro-batches that one process with grad_accumulation N*A

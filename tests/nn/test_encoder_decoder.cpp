@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The encoder-decoder model: teacher-forced forward against cached decoding,
 // the source's padding, gradients by finite differences, and bf16 on frozen
 // weights.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Incremental decoding and sampling.
 #include <gtest/gtest.h>
 

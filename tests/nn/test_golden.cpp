@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Modules against PyTorch: every golden case from scripts/gen_golden.py
 // (MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer),
 // comparing the output, the weights and every gradient.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gradient probe (nn/gradient_probe.h): the split of the stack input's
 // gradient by the first sublayer each path enters, and the heads' shares of
 // an attention input's gradient.

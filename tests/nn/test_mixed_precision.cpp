@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Activations in bf16 and fp16: the 16-bit kernels against their fp32 twins
 // on the same stored values (tight), and whole modules against fp32 runs
 // (PyTorch's low-precision tolerances), gradients included.

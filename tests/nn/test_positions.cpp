@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Positional encodings: RoPE, ALiBi and Shaw relative positions inside
 // MultiheadAttention, and absolute positions in the models.
 #include <gtest/gtest.h>

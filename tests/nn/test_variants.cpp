@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attention variants in MultiheadAttention: grouped-query heads against
 // repeated heads, gradients by finite differences, and cached decoding.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A pytest plugin that puts multihead's drop-ins under PyTorch's own tests, which stay untouched
 (pytest -p multihead_substitute, with this folder on PYTHONPATH):
 

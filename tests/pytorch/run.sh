@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # PyTorch's own attention tests against multihead's drop-ins, under PyTorch 2.13 (.venv) and
 # Debian's PyTorch 1.13 (/usr/bin/python3), each test run as PyTorch ships it and with multihead
 # substituted (run_upstream.py prints each test's outcome in both).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runs PyTorch's own attention tests twice, as PyTorch ships them and with multihead's drop-ins
 substituted (multihead_substitute.py), and prints each test's outcome in both.
 

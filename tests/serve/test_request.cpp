@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The body of a predict request, read through the answer settings' key list:
 // each kind takes its own settings, each is typed and bounded, and every
 // refusal names the field.

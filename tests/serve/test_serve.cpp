@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead serve, as its clients see it: the binary started on a free
 // loopback port and spoken to over HTTP (cpp-httplib's client, and raw
 // sockets for what no well-behaved client sends).

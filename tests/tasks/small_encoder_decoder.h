@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small encoder-decoder for the decoding and inspection tests: one encoder
 // and two decoder layers, d_model 16, 2 heads, no dropout.
 #pragma once

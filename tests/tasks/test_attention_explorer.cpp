@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention explorer's page: the data it embeds reads back to the weights
 // (every kept weight within half a byte of its row's maximum, the largest keys
 // kept), the per-head numbers on hand-computed maps, and labels that cannot

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Greedy and beam search over an EncoderDecoder: width 1 is greedy, cached
 // decoding equals decoding by whole forward passes, and a wide enough beam
 // finds the exhaustive search's best output.

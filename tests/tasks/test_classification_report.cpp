@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The classification report against values worked out by hand: per-class
 // precision, recall and F1 (scikit-learn's definitions), their macro and
 // support-weighted means, the confusion matrix, the expected calibration

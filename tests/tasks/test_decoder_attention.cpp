@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decoder's attention maps of a pronunciation model: its causal
 // self-attention over the phonemes read and its cross-attention over the
 // letters, row by row as it decodes.

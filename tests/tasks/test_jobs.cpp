@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job registry: configs read by their task, presets, and flags applied
 // as each kind of job takes them.
 #include <gtest/gtest.h>

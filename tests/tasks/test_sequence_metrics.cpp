@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // WER, PER and BLEU on cases worked out by hand.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The word stress task: its labels from CMUdict's stress digits, and a run
 // trained, evaluated and refused where it does not apply, through the CLI
 // like any other kind (the task was added by docs/ARCHITECTURE.md's recipe).

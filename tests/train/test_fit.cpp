@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fit, the one training loop: which examples each step and micro-batch get,
 // when it validates and checkpoints, what it records, and resuming.
 #include <gtest/gtest.h>

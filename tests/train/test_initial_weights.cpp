@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Starting from other weights (train/initial_weights.h): a state_dict that
 // PyTorch initialised and saved (scripts/gen_golden.py) gives PyTorch's loss
 // and gradients at the first step; tensors are matched by name, and a

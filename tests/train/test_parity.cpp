@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training parity with PyTorch: the same tiny encoder classifier, the same
 // initial weights and batches, 20 AdamW steps with warmup, cosine decay and
 // clipping (scripts/gen_golden.py). The losses must agree at every step.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pytorch_model.bin read without running its pickle (train/torch_pickle.h), on files torch.save
 // wrote (PyTorch 1.13; the fuzz corpus holds them).
 #include <gtest/gtest.h>

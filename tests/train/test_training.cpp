@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The training stack: resuming, accumulation, checkpointing, determinism,
 // optimizers, schedules, clipping and the loss.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead apply: run one module on PyTorch-named weights and inputs.
 #include <memory>
 

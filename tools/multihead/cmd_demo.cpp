@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead demo: one self-attention layer, forward and backward, with its
 // head-averaged attention drawn in the terminal.
 #include <chrono>

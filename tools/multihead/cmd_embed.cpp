@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead embed: sentence embeddings of a text encoder, one text a line.
 #include <cstdio>
 #include <memory>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead export: a run in another library's layout.
 #include <memory>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead inspect: attention heatmaps of a trained model for one input, as
 // PNGs or as one attention explorer page (--html).
 #include <memory>

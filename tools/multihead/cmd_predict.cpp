@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead predict: a trained run on new input, one item a line.
 #include <algorithm>
 #include <cstdio>

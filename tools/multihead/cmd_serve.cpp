@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead serve: a trained run behind HTTP, until SIGINT or SIGTERM.
 #include <pthread.h>
 #include <signal.h>

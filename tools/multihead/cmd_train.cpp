@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead train | eval | generate: runs from a preset, a JSON config and flags.
 #include <pthread.h>
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Subcommands of the multihead CLI. Each registers itself and its flags on
 // the app and returns the function that runs it; the work is in the library.
 #pragma once
@@ -76,7 +77,7 @@ std::vector<InputItem> read_inputs(const InputOptions& o, const std::string& run
 
 // The answer lines of `items` in order: make(texts) answers a chunk of the
 // non-blank ones (an InputError naming the input's line is a ConfigError),
-// line(item, answer_index) formats one, and a blank item is "" in plain
+// line(item, answer) formats one, and a blank item is "" in plain
 // output, {"line": N, "blank": true} in JSON. Every line is made before any
 // is printed: a bad item leaves no partial output.
 template <typename Answers, typename Make, typename Line>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // multihead: command-line front end. It parses flags and dispatches; any
 // error becomes one line on stderr and exit code 2. Under mpirun (train and
 // bench train) a rank's error also ends the other ranks (MPI_Abort), which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Benchmarks of the self-attention layer and of the attention kernel alone,
 // as `multihead bench attention` runs them. Timing is the median of repeated
 // iterations; memory is the allocator's peak and the resident-set growth.

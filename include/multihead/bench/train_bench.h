@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training-step benchmark of an encoder classifier, as `multihead bench train`
 // runs it. Under mpirun it is data-parallel: each rank trains its share of
 // the batch and the step sums the gradients over the ranks (train/trainer.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Counting allocator. Every tensor buffer goes through it, so current and
 // peak bytes are exact and the CLI and benchmarks can report them. Freed
 // blocks of 64 KiB and more are cached for reuse; the counts are of live

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Typed errors. The library throws these and never exits or aborts; the CLI
 // turns any of them into one line on stderr and exit code 2.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The precision activations are stored in. Master weights, gradients and
 // optimizer state are always fp32, and kernels accumulate in fp32; bf16 and
 // fp16 change what is kept between kernels (activations, the attention

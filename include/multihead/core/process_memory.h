@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resident memory of this process, from /proc (Linux). Benchmarks use it to
 // measure any program's peak the same way, ours and PyTorch's alike.
 #pragma once

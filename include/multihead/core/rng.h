@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Counter-based random numbers (Philox4x32-10, Salmon et al. 2011).
 //
 // A random value is a pure function of (seed, stream, index), so any thread

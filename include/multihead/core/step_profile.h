@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a training step's time goes, for `bench train`: wall time inside the
 // GEMMs, the attention kernels and the optimizer (with clipping); the rest of
 // a step is elementwise work (norms, activations, dropout, softmax of the

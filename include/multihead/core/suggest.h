@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // "Did you mean": the known name nearest a mistyped one, for errors about
 // unknown subcommands, flags and config keys.
 #pragma once

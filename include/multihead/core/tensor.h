@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Contiguous row-major tensors. A Tensor owns its buffer (allocated through
 // the counting allocator) and is move-only: copies are explicit (clone), so
 // a hidden O(n) copy never slips into a hot path.

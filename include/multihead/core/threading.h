@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One owner for the cores. Our kernels parallelise with OpenMP, and BLAS calls
 // made inside those regions run single-threaded (OpenBLAS's OpenMP build and
 // oneDNN both check omp_in_parallel); BLAS calls outside them use the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batches of token sequences, padded to their longest member.
 #pragma once
 

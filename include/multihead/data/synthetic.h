@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Synthetic sequence tasks, generated in-process, for length-extrapolation
 // studies. An example is one token stream for a causal language model:
 //   <cls> x_1 ... x_n <eos> y_1 ... y_n

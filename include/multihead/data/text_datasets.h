@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Labelled text datasets. Every loader rejects malformed input with an
 // IoError naming the file and the line or record.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tokenizers: text to token ids and back. Ids 0..3 are the same special
 // tokens in every tokenizer: <pad> 0, <unk> 1, <cls> 2 (also begin of
 // sequence), <eos> 3.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `multihead experiment NAME`: measurements of the claims articles make
 // about multi-head attention, one command each. An experiment trains a grid
 // of settings, each with several seeds, and writes into its folder

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whole-file writes that never leave a partial file: write a temporary file
 // beside the target, fsync it, rename it over the target, fsync the folder.
 // The one place the library opens files for writing.

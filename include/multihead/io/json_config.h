@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Strict reading of JSON configs: every value is type-checked, and a key the
 // reader never asked for is an error (a typo must not be silently ignored).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Duplicate keys in JSON text. nlohmann::json keeps the last of repeated keys
 // silently; a config, request or file header that says one thing twice is
 // refused instead, so that what was read is what was written.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a command may write: never over what it reads. A run directory that
 // is replaced (train --overwrite), or cleared after a failed start, must not
 // be, contain or lie inside any of its inputs, and a file written must not be

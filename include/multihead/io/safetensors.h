@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // safetensors reader and writer (the format of Hugging Face's safetensors
 // library, which PyTorch users save state_dicts in):
 //   8-byte little-endian header length N, N bytes of JSON header, raw data.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise activations of the feed-forward block, as torch.nn.functional:
 // relu, gelu in its exact form 0.5 x (1 + erf(x / sqrt 2)), and gelu_tanh,
 // F.gelu(approximate="tanh") (GPT-2's gelu_new).

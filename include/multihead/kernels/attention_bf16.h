@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused attention that multiplies in bf16, for CPUs with bf16 matrix units
 // (AMX tiles, AVX512-BF16 dot products), forward and backward.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every attention kernel checks at its entry, before any parallel region
 // (an exception cannot leave an OpenMP region: it would end the process):
 // sizes, views that a GEMM can read, and sequence lengths its accumulators

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused ("flash") attention on the CPU, forward and backward.
 //
 // Queries and keys are processed in tiles with an online softmax (running

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reference scaled dot-product attention. It materialises the (L, S) weights
 // per (batch, head) and is the oracle the fused kernels are tested against.
 //

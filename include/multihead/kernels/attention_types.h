@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared vocabulary of the attention kernels: sizes, strided head views,
 // masks (with PyTorch nn.MultiheadAttention polarity), the positions that act
 // on the scores, and dropout.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.nn.functional.cross_entropy with reduction "mean", ignore_index and
 // label_smoothing:
 //   loss_i = (1 - eps) * -log p_i[y_i] + eps * mean_c(-log p_i[c])

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Inverted dropout from the counter-based generator. Element i of a stream
 // draws 16 random bits, r(i) = bits [16 (i mod 2), 16 (i mod 2) + 16) of word
 // (i / 2) mod 4 of Philox block i / 8 (so one block serves 8 elements), and is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Row-major GEMM: C = alpha * op(A) op(B) + beta * C.
 // Overloaded for float (the library) and double (the gradient checks).
 //

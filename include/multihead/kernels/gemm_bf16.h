@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Matrix products of bf16 operands with fp32 accumulation and an fp32
 // result, the products mixed precision runs in bf16 mode:
 //

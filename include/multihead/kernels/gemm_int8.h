@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dynamic int8 products for inference, as a deployer quantizes a Linear:
 //
 //   y (N, out) = x (N, in) W^T + b,

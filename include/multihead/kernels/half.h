@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // 16-bit floating-point storage: bfloat16 and IEEE half (fp16). Values are
 // stored as raw 16-bit patterns and computed on in fp32. Conversions round
 // to nearest even, keep NaN a NaN and infinities infinite; fp16 overflows to

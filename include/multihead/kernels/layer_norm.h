@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LayerNorm over the last dimension, as torch.nn.LayerNorm:
 //   y = (x - mean) / sqrt(var + eps) * gamma + beta, var biased (divides by d).
 #pragma once

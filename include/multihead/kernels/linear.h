@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Affine map y = x W^T + b with PyTorch's nn.Linear layout: W is (out, in).
 #pragma once
 

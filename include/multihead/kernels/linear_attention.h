@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Linear attention (Katharopoulos et al. 2020) with the feature map
 // phi(x) = elu(x) + 1 > 0:
 //   out_i = phi(q_i)^T S_i / (phi(q_i) . z_i + eps)

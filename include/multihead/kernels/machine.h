@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a figure was measured on. Speed and even results differ between CPUs
 // (the kernels and oneDNN pick their code from the CPU), so --version, run
 // reports and benchmark lines carry this record.

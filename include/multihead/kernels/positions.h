@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Positional encodings that act inside attention rather than on the input:
 // rotary embeddings (RoPE) on queries and keys, and the ALiBi slopes (the
 // bias itself is applied in the kernels' score computation, see

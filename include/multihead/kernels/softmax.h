@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Row softmax that treats a row of all -inf as "nothing to attend to".
 #pragma once
 

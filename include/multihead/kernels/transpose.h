@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Out-of-place matrix transpose, for packing Kᵀ and Vᵀ in the fused attention
 // kernels. Our own SIMD code, so that its speed does not hang on a BLAS
 // library recognising the CPU.

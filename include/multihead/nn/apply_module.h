@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs one module described in PyTorch's terms on given weights and inputs:
 // the library side of `multihead apply`, and what the golden tests call.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention kernel a module runs on heads stored as T: for bf16 storage
 // on a CPU that multiplies in bf16 (computes_in_bf16), the bf16 kernel
 // (attention_bf16.h); otherwise the fused kernel, which for 16-bit storage

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The small modules layers are made of: Linear, LayerNorm, Dropout, Embedding.
 // Each names its parameters as the PyTorch module of the same name does.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.nn.TransformerEncoder: a stack of encoder layers ("layers.{i}.") and
 // an optional final LayerNorm ("norm."), with per-layer gradient
 // checkpointing: a checkpointed layer frees its activations after forward

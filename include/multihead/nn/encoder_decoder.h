@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An encoder-decoder Transformer (Vaswani et al. 2017) between two
 // vocabularies, as nn.Transformer with embeddings and an output layer:
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a backward pass through a TransformerEncoder can report beside the
 // gradients (TransformerEncoder::set_gradient_probe): where the gradient of
 // the stack's input comes from, and how the heads of each layer's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter initialisers with PyTorch's formulas (torch.nn.init). The random
 // streams differ from PyTorch's; the distributions are the same.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whole models: token embedding, positions, an encoder stack and a head.
 //
 //   SequenceClassifier: embedding -> positions -> TransformerEncoder ->

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every module shares. A module:
 //   - is constructed with (ParamStore&, prefix, config) and declares its
 //     parameters under PyTorch's state_dict names, prefixed;

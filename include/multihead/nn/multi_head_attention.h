@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.nn.MultiheadAttention, batch-first: inputs and output are (B, L, E).
 //
 // Mask polarity follows nn.MultiheadAttention, not F.scaled_dot_product_attention:

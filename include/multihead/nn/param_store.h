@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // All parameters of a model in one flat buffer, and their gradients in a
 // second buffer of the same layout. zero_grad, optimizer steps, clipping and
 // checkpointing are then single passes over memory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tensor a module keeps from forward for backward, in the activation
 // precision. In fp32 it is the caller's own tensor, held by pointer (the
 // caller keeps it alive until backward, as every module's contract says); in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameters by name, as PyTorch's state_dict: what safetensors files carry.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.nn.TransformerEncoderLayer and TransformerDecoderLayer (batch-first),
 // with their state_dict names: self_attn.*, multihead_attn.*, linear1.*,
 // linear2.*, norm1.*, norm2.*, norm3.*.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PNG figures for run reports (drawn with cairo): line charts of training
 // curves and attention heatmaps with token labels. Files are written
 // atomically.

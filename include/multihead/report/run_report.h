@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A run's report.md and its figures, written after training.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one thread that runs a served model. Requests from any number of
 // connection threads queue here; the worker answers them in batches of up to
 // max_batch inputs, waiting at most max_wait after the oldest request for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The body of a `POST /v1/predict` request, read and checked before any work:
 //   {"inputs": ["text", ...]}                      every job kind
 //   + "tokens", "temperature", "top_k", "top_p", "seed"   language models

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `multihead serve`: a trained run behind HTTP/1.1 (Boost.Beast), for other
 // programs to use.
 //   POST /v1/predict  {"inputs": [...], settings...} -> {"outputs": [answer, ...]}

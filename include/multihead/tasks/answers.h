@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A trained run's answers to new inputs, as JSON objects: what `predict
 // --json` prints a line each and what `multihead serve` returns, made in one
 // place so that the two always agree.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention explorer: one self-contained HTML page for looking inside
 // every head of a model for one input. Its data, script and style are inside
 // the file (src/tasks/explorer/ holds the script and style, compiled in), so

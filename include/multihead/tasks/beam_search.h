@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decoding an EncoderDecoder: greedy and beam search, batched, the source
 // encoded once (its cross-attention keys and values projected once per
 // input) and the decoder's self-attention keys and values cached.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A binary classifier's ranking quality, as scikit-learn computes it from
 // the scores of the positive class: the ROC curve and its area
 // (roc_curve, roc_auc_score), the precision-recall curve and average

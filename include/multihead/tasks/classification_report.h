@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a classifier got wrong, from its probabilities and the true labels:
 // per-class precision, recall and F1, their macro and weighted means, the
 // confusion matrix, calibration (expected calibration error over confidence

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sentence embeddings: an encoder's hidden states pooled into one vector a
 // text, as sentence-transformers pools them.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What `multihead eval` is asked beyond a run's own held-out data: another
 // file to score, and a folder for the full report.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A run written out in another library's layout: "hf", a text classifier of
 // BERT's shape (one fine-tuned from a Hugging Face BERT checkpoint, or the
 // checkpoint itself) as transformers' BertForSequenceClassification

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sampling from a language model: incremental decoding with a KV cache and
 // temperature, top-k and top-p (nucleus) sampling.
 #pragma once

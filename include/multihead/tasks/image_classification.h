@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Image classification with a Vision Transformer on IDX data (Fashion-MNIST),
 // from files to report.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Looking inside a trained model: the attention weights of every layer and
 // head for one input, as arrays and as heatmap PNGs with token labels.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a job's config is read and written. Each kind of job derives from
 // JobConfig<Kind> and lists its keys once, in a static member template
 //

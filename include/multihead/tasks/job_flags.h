@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Settings given on top of a job's preset or config: the flags of
 // `multihead train`, each an alias of keys of the job's config, and --set,
 // which sets any key by its path. One table (job_flags) declares the flags,

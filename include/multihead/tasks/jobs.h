@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job registry: every kind of training job, read from a config or a
 // preset, adjusted by flags, trained into a run directory and evaluated from
 // one, with a single dispatch on the kind (Job's alternative).

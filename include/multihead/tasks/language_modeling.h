@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Language modelling from text to report: a tokenizer trained on the
 // training part of a corpus, a causal Transformer trained on random windows,
 // validation loss, and samples in the report.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A run directory loaded back as its parts: the job as config.json records
 // it, the tokenizer it trained with (checked against the job's vocabulary
 // before any weights are read) and the model with the last checkpoint's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A run's model on a batch of the run's own data, whatever its kind: the
 // inputs as the run builds them, named as the model's forward arguments,
 // and the logits the model answers for them, in fp32. What a model carried

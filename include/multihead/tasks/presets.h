@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The jobs `multihead train --preset NAME` runs, which the experiments of
 // `multihead experiment` start from too. Each is a job config like any
 // other, kept in src/tasks/presets/NAME.json and compiled in.

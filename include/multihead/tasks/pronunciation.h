@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pronunciation from spelling (the CMU Pronouncing Dictionary): an
 // encoder-decoder over letters and ARPAbet phonemes, trained with teacher
 // forcing and label smoothing on every pronunciation of the training words,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scores of predicted token sequences against references, each example
 // having one or more correct answers (a word's pronunciations):
 //   word error rate     the share of examples whose prediction equals none of its references;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Synthetic sequence tasks (copy, reverse, sort) learned by a causal
 // language model, trained on one range of lengths and tested on others:
 // the length-extrapolation benchmark of positional encodings.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Text classification from data to report: load and split a dataset, train
 // a tokenizer on the training split, train an encoder classifier, evaluate,
 // and write the run directory (config, metrics, checkpoints, tokenizer,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A finished run of `multihead train`, loaded for use: a text classifier's
 // predictions, a language model's continuations, a pronunciation model's
 // pronunciations, and the attention of each for one input (what `inspect`, `generate` and Python's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Word stress from spelling: which syllable of an English word carries its
 // primary stress, predicted from the letters alone by an encoder classifier
 // (a [CLS] token pooled, as BERT classifies). The labels come from the CMU

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training checkpoints: a safetensors file of the model's and optimizer's
 // tensors whose metadata names its format, carries checksums, and records the
 // sections of the job config that describe the model.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data-parallel training's process group: the ranks `mpirun -np N` started,
 // or this process alone.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fit: the one training loop every task shares.
 //
 //   data → batches → model → loss → optimizer → run directory

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Dynamic loss scaling for fp16 training, with torch.cuda.amp.GradScaler's
 // semantics: the loss (so every gradient) is multiplied by `scale`; before
 // clipping and the optimizer step the gradients are divided by it again; a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Hugging Face checkpoint directory read as a run: transformers'
 // config.json, the weights in model.safetensors (or pytorch_model.bin, read
 // without running its pickle: train/torch_pickle.h), and the tokenizer files

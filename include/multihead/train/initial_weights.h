@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a run's weights start, when not from its own initialisation: another
 // run's last checkpoint (fine-tuning), or a state_dict saved with safetensors
 // (PyTorch's safetensors.torch.save_file, or multihead.save_state_dict),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimizers over the flat parameter and gradient buffers, with PyTorch's
 // update rules (torch.optim.AdamW and torch.optim.SGD), so a step is one
 // pass over memory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Progress of long work. On a terminal: one line redrawn in place, with a
 // bar, the step, the epoch, the loss, the throughput and the ETA. Otherwise
 // (a pipe, a log file, CI): a plain log line at the first step, every

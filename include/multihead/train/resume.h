@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoints of a job's run directory, and picking a run up from its last
 // one. A checkpoint holds the weights, the optimizer, the step and how many
 // metrics records were written; the data position is a function of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The directory a run writes: config.json, metrics.jsonl (one JSON object a
 // line, appended as the run goes), checkpoints/, tokenizer/, plots/ and
 // report.md. Every file but the metrics log is written atomically. A new run
@@ -87,8 +88,8 @@ class RunDir {
   // appends from there; returns the records kept.
   std::vector<nlohmann::json> keep_metrics(std::int64_t count);
   // The run's training time over every invocation: `before` (what its
-  // checkpoint recorded; 0 for a new run) plus the time since this call.
-  // A checkpoint records it, so a resumed run reports the whole.
+  // last kept metrics record noted; 0 for a new run) plus the time since
+  // this call. Each step's record notes it, so a resumed run reports the whole.
   void start_training_clock(double before);
   double training_seconds() const;
 

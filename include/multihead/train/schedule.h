@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learning-rate schedules: linear warmup, then a decay.
 //   warmup:       lr = base * (step + 1) / warmup_steps     for step < warmup_steps
 //   constant:     lr = base

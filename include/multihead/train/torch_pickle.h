@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A state_dict saved by torch.save (PyTorch's zip format: a pickle of the
 // dict, each tensor's storage a file beside it), read without running any
 // of the pickle's code, as torch.load(weights_only=True) reads it: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optimisation side of a training run, with the keys of a job config's
 // "train" section (named as in PyTorch where PyTorch has a name for them).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optimisation loop shared by every task: gradient accumulation over
 // micro-batches, clipping, the learning-rate schedule, the optimizer step,
 // and crash-safe checkpoints that resume bit for bit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention explorer (multihead inspect --html): reads the page's embedded
 // data (#mh-data, written by tasks/attention_explorer.cpp) and draws
 //   - a model view: every layer x head as a small heatmap; click one to open it;
