@@ -45,11 +45,11 @@ BinaryCurves binary_curves(std::span<const double> scores, std::span<const bool>
   return c;
 }
 
-std::optional<double> threshold_for_precision(const BinaryCurves& c, double precision) {
-  std::optional<double> best;
-  double best_recall = -1;
+std::optional<ThresholdChoice> threshold_for_precision(const BinaryCurves& c, double precision) {
+  std::optional<ThresholdChoice> best;
   for (std::size_t k = 0; k < c.thresholds.size(); ++k)
-    if (c.precision[k] >= precision && c.recall[k] > best_recall) best = c.thresholds[k], best_recall = c.recall[k];
+    if (c.precision[k] >= precision && (!best || c.recall[k] > best->recall))
+      best = ThresholdChoice{c.thresholds[k], c.precision[k], c.recall[k]};
   return best;
 }
 

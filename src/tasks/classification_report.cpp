@@ -140,11 +140,10 @@ namespace {
 std::string precision_thresholds(const BinaryCurves& b) {
   std::string s;
   for (const double goal : {0.9, 0.95, 0.99}) {
-    const std::optional<double> t = threshold_for_precision(b, goal);
+    const std::optional<ThresholdChoice> t = threshold_for_precision(b, goal);
     if (!t) continue;
-    const auto k = static_cast<std::size_t>(std::find(b.thresholds.begin(), b.thresholds.end(), *t) - b.thresholds.begin());
     s += fmt::format("{}precision >= {:.2f} from --threshold {:.4g} (recall {:.4f})", s.empty() ? "" : "; ", goal,
-                     *t, b.recall[k]);
+                     t->threshold, t->recall);
   }
   return s.empty() ? "" : "Thresholds on these examples: " + s + ".\n";
 }

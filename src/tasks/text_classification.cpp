@@ -333,14 +333,11 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
                                                              job.train.precision, stop);
     if (validated.binary && !std::isnan(validated.binary->roc_auc))
       for (const double goal : {0.9, 0.95, 0.99})
-        if (const std::optional<double> t = threshold_for_precision(*validated.binary, goal)) {
-          const auto& b = *validated.binary;
-          const auto k = static_cast<std::size_t>(std::find(b.thresholds.begin(), b.thresholds.end(), *t) -
-                                                  b.thresholds.begin());
-          thresholds.push_back({{"precision_goal", goal}, {"threshold", *t}, {"validation_precision", b.precision[k]},
-                                {"validation_recall", b.recall[k]}});
+        if (const std::optional<ThresholdChoice> t = threshold_for_precision(*validated.binary, goal)) {
+          thresholds.push_back({{"precision_goal", goal}, {"threshold", t->threshold},
+                                {"validation_precision", t->precision}, {"validation_recall", t->recall}});
           chosen += fmt::format("{}precision >= {:.2f}: --threshold {:.4g} (recall {:.4f})", chosen.empty() ? "" : "; ",
-                                goal, *t, b.recall[k]);
+                                goal, t->threshold, t->recall);
         }
   }
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});

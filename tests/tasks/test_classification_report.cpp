@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "multihead/core/error.h"
+#include "multihead/tasks/binary_curves.h"
 #include "multihead/tasks/classification_report.h"
 
 namespace multihead {
@@ -147,6 +149,33 @@ TEST(ClassificationReport, ManyClassesKeepTheTablesReadableAndTheWholeInCsv) {
   const std::string few = markdown(classification_report(kProbs, kTruth, kLabels, 0.5));
   EXPECT_NE(few.find("| true \\ predicted |"), std::string::npos);
   EXPECT_EQ(few.find("lowest F1"), std::string::npos);
+}
+
+// The ranking metrics on a case with a tie across the classes (0.8), as
+// scikit-learn 1.9.1 gives them: roc_curve(drop_intermediate=False) without
+// its +inf threshold, roc_auc_score 0.71875, average_precision_score
+// 0.7470238095238095; and the threshold for a precision.
+TEST(BinaryCurves, FollowScikitLearn) {
+  const std::vector<double> scores = {0.9, 0.8, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1};
+  const bool positive[] = {true, false, true, true, false, false, true, false};
+  const BinaryCurves c = binary_curves(scores, positive);
+  EXPECT_EQ(c.thresholds, (std::vector<double>{0.9, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1}));
+  EXPECT_EQ(c.fpr, (std::vector<double>{0, 0, 0.25, 0.25, 0.5, 0.75, 0.75, 1}));
+  EXPECT_EQ(c.tpr, (std::vector<double>{0, 0.25, 0.5, 0.75, 0.75, 0.75, 1, 1}));
+  EXPECT_DOUBLE_EQ(c.roc_auc, 0.71875);
+  EXPECT_DOUBLE_EQ(c.average_precision, 0.7470238095238095);
+  // Precision 1 only at 0.9 (recall 0.25); 0.75 at 0.6 (recall 0.75; 0.4 falls to 0.6 precision).
+  const auto one = threshold_for_precision(c, 1.0);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->threshold, 0.9);
+  EXPECT_EQ(one->recall, 0.25);
+  const auto three_quarters = threshold_for_precision(c, 0.75);
+  ASSERT_TRUE(three_quarters);
+  EXPECT_EQ(three_quarters->threshold, 0.6);
+  EXPECT_EQ(three_quarters->recall, 0.75);
+  // One class only: the areas are undefined, not a number.
+  const bool none[] = {false, false, false, false, false, false, false, false};
+  EXPECT_TRUE(std::isnan(binary_curves(scores, none).roc_auc));
 }
 
 }  // namespace

@@ -33,8 +33,12 @@ struct BinaryCurves {
 BinaryCurves binary_curves(std::span<const double> scores, std::span<const bool> positive);
 
 // Among the thresholds whose precision is at least `precision`, the one with
-// the most recall (the highest of equals): what a user asking for 99%
-// precision sets --threshold to. None when no threshold reaches it.
-std::optional<double> threshold_for_precision(const BinaryCurves& c, double precision);
+// the most recall (the highest of equals), with its precision and recall:
+// what a user asking for 99% precision sets --threshold to. None when no
+// threshold reaches it.
+struct ThresholdChoice {
+  double threshold = 0, precision = 0, recall = 0;
+};
+std::optional<ThresholdChoice> threshold_for_precision(const BinaryCurves& c, double precision);
 
 }  // namespace multihead
