@@ -332,7 +332,7 @@ JsonColumns json_lines_columns(const std::string& bytes,
         for (const auto& [k, v] : j.items()) found.push_back(k);
         throw IoError(fmt::format("{}: line {}: {}", path, line, missing_name(key, found, "key", flag)));
       }
-      values.push_back(std::move(j[key]));
+      values.push_back(j[key]);  // a copy: the text and label may be one key
     }
     out.rows.push_back(std::move(values));
     out.lines.push_back(line);
