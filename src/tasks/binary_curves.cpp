@@ -10,10 +10,11 @@
 
 namespace multihead {
 
-BinaryCurves binary_curves(std::span<const double> scores, std::span<const bool> positive) {
-  check<ShapeError>(scores.size() == positive.size(), "{} scores for {} labels", scores.size(), positive.size());
+BinaryCurves binary_curves(std::span<const double> scores, std::span<const std::int64_t> labels,
+                           std::int64_t positive) {
+  check<ShapeError>(scores.size() == labels.size(), "{} scores for {} labels", scores.size(), labels.size());
   BinaryCurves c;
-  for (const bool p : positive) (p ? c.positives : c.negatives) += 1;
+  for (const std::int64_t l : labels) (l == positive ? c.positives : c.negatives) += 1;
   std::vector<std::size_t> order(scores.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   // Highest score first; ties kept together (a threshold takes all of them).
@@ -23,7 +24,7 @@ BinaryCurves binary_curves(std::span<const double> scores, std::span<const bool>
   c.fpr.push_back(0), c.tpr.push_back(0);
   double tp = 0, fp = 0;
   for (std::size_t k = 0; k < order.size(); ++k) {
-    (positive[order[k]] ? tp : fp) += 1;
+    (labels[order[k]] == positive ? tp : fp) += 1;
     if (k + 1 < order.size() && scores[order[k + 1]] == scores[order[k]]) continue;
     c.thresholds.push_back(scores[order[k]]);
     c.fpr.push_back(neg > 0 ? fp / neg : nan);
@@ -51,6 +52,13 @@ std::optional<ThresholdChoice> threshold_for_precision(const BinaryCurves& c, do
     if (c.precision[k] >= precision && (!best || c.recall[k] > best->recall))
       best = ThresholdChoice{c.thresholds[k], c.precision[k], c.recall[k]};
   return best;
+}
+
+std::vector<std::pair<double, ThresholdChoice>> precision_goal_thresholds(const BinaryCurves& c) {
+  std::vector<std::pair<double, ThresholdChoice>> out;
+  for (const double goal : kPrecisionGoals)
+    if (const std::optional<ThresholdChoice> t = threshold_for_precision(c, goal)) out.emplace_back(goal, *t);
+  return out;
 }
 
 }  // namespace multihead

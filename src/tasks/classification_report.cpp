@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include <fmt/format.h>
 
@@ -66,9 +65,8 @@ ClassificationReport classification_report(std::span<const double> probabilities
   r.accuracy = ratio(static_cast<double>(correct), static_cast<double>(N));
   if (C == 2) {
     std::vector<double> scores(N);
-    const std::unique_ptr<bool[]> positive(new bool[N]);  // not vector<bool>: a span needs its bools
-    for (std::size_t i = 0; i < N; ++i) scores[i] = probabilities[i * 2 + 1], positive[i] = labels_true[i] == 1;
-    r.binary = binary_curves(scores, std::span<const bool>(positive.get(), N));
+    for (std::size_t i = 0; i < N; ++i) scores[i] = probabilities[i * 2 + 1];
+    r.binary = binary_curves(scores, labels_true, 1);
   }
   for (ReliabilityBin& b : r.bins) {
     const double n = static_cast<double>(b.count);
@@ -139,12 +137,9 @@ namespace {
 // with the recall it keeps: the trade a deployer picks from.
 std::string precision_thresholds(const BinaryCurves& b) {
   std::string s;
-  for (const double goal : {0.9, 0.95, 0.99}) {
-    const std::optional<ThresholdChoice> t = threshold_for_precision(b, goal);
-    if (!t) continue;
+  for (const auto& [goal, t] : precision_goal_thresholds(b))
     s += fmt::format("{}precision >= {:.2f} from --threshold {:.4g} (recall {:.4f})", s.empty() ? "" : "; ", goal,
-                     t->threshold, t->recall);
-  }
+                     t.threshold, t.recall);
   return s.empty() ? "" : "Thresholds on these examples: " + s + ".\n";
 }
 

@@ -332,13 +332,12 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
                                                              data.dataset.label_names, job.eval_batch, job.max_len,
                                                              job.train.precision, stop);
     if (validated.binary && !std::isnan(validated.binary->roc_auc))
-      for (const double goal : {0.9, 0.95, 0.99})
-        if (const std::optional<ThresholdChoice> t = threshold_for_precision(*validated.binary, goal)) {
-          thresholds.push_back({{"precision_goal", goal}, {"threshold", t->threshold},
-                                {"validation_precision", t->precision}, {"validation_recall", t->recall}});
-          chosen += fmt::format("{}precision >= {:.2f}: --threshold {:.4g} (recall {:.4f})", chosen.empty() ? "" : "; ",
-                                goal, t->threshold, t->recall);
-        }
+      for (const auto& [goal, t] : precision_goal_thresholds(*validated.binary)) {
+        thresholds.push_back({{"precision_goal", goal}, {"threshold", t.threshold},
+                              {"validation_precision", t.precision}, {"validation_recall", t.recall}});
+        chosen += fmt::format("{}precision >= {:.2f}: --threshold {:.4g} (recall {:.4f})", chosen.empty() ? "" : "; ",
+                              goal, t.threshold, t.recall);
+      }
   }
   run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"thresholds", thresholds},

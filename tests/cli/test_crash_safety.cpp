@@ -63,6 +63,19 @@ pid_t spawn(const std::string& args, const std::string& err = "/dev/null") {
   return pid;
 }
 
+// Polls, every `poll`, until ready() or the process `pid` has ended (its
+// status then in `status`).
+template <typename Ready>
+void wait_until(pid_t pid, int& status, Ready ready,
+                std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
+  while (!ready() && ::waitpid(pid, &status, WNOHANG) == 0) std::this_thread::sleep_for(poll);
+}
+
+// Whether a run's metrics.jsonl holds at least n records.
+bool has_records(const fs::path& run_dir, int n) {
+  return fs::exists(run_dir / "metrics.jsonl") && count_lines(read_file((run_dir / "metrics.jsonl").string())) >= n;
+}
+
 // The per-step records (step and loss) of a run's metrics.jsonl.
 std::vector<std::pair<std::int64_t, double>> step_losses(const fs::path& run_dir) {
   std::vector<std::pair<std::int64_t, double>> out;
@@ -93,8 +106,8 @@ void kill_at_first_checkpoint_and_resume(const std::string& args, const fs::path
   const pid_t pid = spawn(args + " --out " + out.string());
   ASSERT_GT(pid, 0);
   int status = 0;
-  while (!fs::exists(out / "checkpoints/last.safetensors") && ::waitpid(pid, &status, WNOHANG) == 0)
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  wait_until(pid, status, [&] { return fs::exists(out / "checkpoints/last.safetensors"); },
+             std::chrono::microseconds(200));
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
@@ -156,9 +169,7 @@ TEST_F(CrashSafety, SigintAndSigtermCheckpointTheStepReachedAndExit) {
     const pid_t pid = spawn(job(1'000'000, 1, 0) + " --out " + out.string());
     ASSERT_GT(pid, 0);
     int status = 0;
-    while ((!fs::exists(out / "metrics.jsonl") || count_lines(read_file((out / "metrics.jsonl").string())) < 5) &&
-           ::waitpid(pid, &status, WNOHANG) == 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    wait_until(pid, status, [&] { return has_records(out, 5); });
     ::kill(pid, sig);
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFEXITED(status)) << "signal " << sig << " ended it with signal " << WTERMSIG(status);
@@ -181,9 +192,7 @@ TEST_F(CrashSafety, AStopAfterOverwriteAdvisesResumeInItsPlace) {
   ASSERT_GT(pid, 0);
   int status = 0;
   // The replacing run's metrics start afresh: wait for its tenth step.
-  while ((!fs::exists(out / "metrics.jsonl") || count_lines(read_file((out / "metrics.jsonl").string())) < 10) &&
-         ::waitpid(pid, &status, WNOHANG) == 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  wait_until(pid, status, [&] { return has_records(out, 10); });
   ::kill(pid, SIGINT);
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
@@ -213,11 +222,9 @@ TEST_F(CrashSafety, AStoppedClassifierPredictsClassesByName) {
                           "--batch 4 --max-len 8 --threads 1 --checkpoint-every 1 --quiet --out " + out.string());
   ASSERT_GT(pid, 0);
   int status = 0;
-  while (!fs::exists(out / "checkpoints/last.safetensors") && ::waitpid(pid, &status, WNOHANG) == 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  wait_until(pid, status, [&] { return fs::exists(out / "checkpoints/last.safetensors"); });
   // The training curves are drawn while it trains (after each validation), long before the report.
-  while (!fs::exists(out / "plots/memory.png") && ::waitpid(pid, &status, WNOHANG) == 0)  // drawn last
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  wait_until(pid, status, [&] { return fs::exists(out / "plots/memory.png"); });  // drawn last
   EXPECT_TRUE(fs::exists(out / "plots/learning_rate.png"));
   EXPECT_FALSE(fs::exists(out / "report.md"));
   EXPECT_EQ(read_file((out / "plots/loss.png").string()).substr(1, 3), "PNG");

@@ -157,8 +157,8 @@ TEST(ClassificationReport, ManyClassesKeepTheTablesReadableAndTheWholeInCsv) {
 // 0.7470238095238095; and the threshold for a precision.
 TEST(BinaryCurves, FollowScikitLearn) {
   const std::vector<double> scores = {0.9, 0.8, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1};
-  const bool positive[] = {true, false, true, true, false, false, true, false};
-  const BinaryCurves c = binary_curves(scores, positive);
+  const std::vector<std::int64_t> labels = {1, 0, 1, 1, 0, 0, 1, 0};
+  const BinaryCurves c = binary_curves(scores, labels, 1);
   EXPECT_EQ(c.thresholds, (std::vector<double>{0.9, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1}));
   EXPECT_EQ(c.fpr, (std::vector<double>{0, 0, 0.25, 0.25, 0.5, 0.75, 0.75, 1}));
   EXPECT_EQ(c.tpr, (std::vector<double>{0, 0.25, 0.5, 0.75, 0.75, 0.75, 1, 1}));
@@ -174,8 +174,8 @@ TEST(BinaryCurves, FollowScikitLearn) {
   EXPECT_EQ(three_quarters->threshold, 0.6);
   EXPECT_EQ(three_quarters->recall, 0.75);
   // One class only: the areas are undefined, not a number.
-  const bool none[] = {false, false, false, false, false, false, false, false};
-  EXPECT_TRUE(std::isnan(binary_curves(scores, none).roc_auc));
+  const std::vector<std::int64_t> none(8, 0);
+  EXPECT_TRUE(std::isnan(binary_curves(scores, none, 1).roc_auc));
 }
 
 }  // namespace

@@ -85,24 +85,24 @@ std::vector<std::string> answer_lines(const std::vector<InputItem>& items, const
                                       Make&& make, Line&& line) {
   constexpr std::size_t kChunk = 2048;  // the memory of a chunk's answers is bounded, not the file's
   std::vector<std::string> out(items.size());
-  std::vector<std::size_t> todo;
+  std::vector<std::size_t> to_answer;  // the non-blank items, by index
   for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!items[i].blank) todo.push_back(i);
+    if (!items[i].blank) to_answer.push_back(i);
     else if (json)
       out[i] = nlohmann::json{{"line", items[i].line}, {"blank", true}}.dump();
   }
-  for (std::size_t c0 = 0; c0 < todo.size(); c0 += kChunk) {
-    const std::size_t c1 = std::min(todo.size(), c0 + kChunk);
+  for (std::size_t c0 = 0; c0 < to_answer.size(); c0 += kChunk) {
+    const std::size_t c1 = std::min(to_answer.size(), c0 + kChunk);
     std::vector<std::string> texts;
-    for (std::size_t c = c0; c < c1; ++c) texts.push_back(items[todo[c]].text);
+    for (std::size_t c = c0; c < c1; ++c) texts.push_back(items[to_answer[c]].text);
     Answers answers;
     try {
       answers = make(texts);
     } catch (const InputError& e) {
       throw ConfigError(fmt::format("{} line {}: {}", o.input == "-" ? "input" : o.input,
-                                    items[todo[c0 + e.index]].line, e.what()));
+                                    items[to_answer[c0 + e.index]].line, e.what()));
     }
-    for (std::size_t c = c0; c < c1; ++c) out[todo[c]] = line(items[todo[c]], answers[c - c0]);
+    for (std::size_t c = c0; c < c1; ++c) out[to_answer[c]] = line(items[to_answer[c]], answers[c - c0]);
   }
   return out;
 }

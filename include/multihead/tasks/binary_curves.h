@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace multihead {
@@ -29,8 +30,9 @@ struct BinaryCurves {
 };
 
 // scores[i]: example i's score for the positive class (its probability);
-// positive[i]: whether it is of that class.
-BinaryCurves binary_curves(std::span<const double> scores, std::span<const bool> positive);
+// labels[i]: its class, the positive one `positive`.
+BinaryCurves binary_curves(std::span<const double> scores, std::span<const std::int64_t> labels,
+                           std::int64_t positive);
 
 // Among the thresholds whose precision is at least `precision`, the one with
 // the most recall (the highest of equals), with its precision and recall:
@@ -40,5 +42,10 @@ struct ThresholdChoice {
   double threshold = 0, precision = 0, recall = 0;
 };
 std::optional<ThresholdChoice> threshold_for_precision(const BinaryCurves& c, double precision);
+
+// The precisions a report offers thresholds for, and each one's choice
+// (those no threshold reaches left out).
+inline constexpr double kPrecisionGoals[] = {0.9, 0.95, 0.99};
+std::vector<std::pair<double, ThresholdChoice>> precision_goal_thresholds(const BinaryCurves& c);
 
 }  // namespace multihead
