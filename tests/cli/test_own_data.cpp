@@ -292,6 +292,16 @@ TEST_F(OwnData, EarlyStoppingKeepsTheBestValidationsWeights) {
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_EQ(read_file(path("run") + "/metrics.jsonl").substr(0, before.size()), before);
   EXPECT_EQ(json::parse(read_file(path("run") + "/results.json"))["steps"], results["steps"]);
+  // Replaced (--overwrite) by a run without early stopping, no best checkpoint of the run it
+  // replaced is left to answer with: eval answers with the new run's weights.
+  const std::string plain = job.substr(0, job.find(" --early-stopping")) + " --threads 1 --out " + path("run") +
+                            " --epochs 2 --overwrite";
+  const test::CliRun replaced = test::run(plain);
+  ASSERT_EQ(replaced.code, 0) << replaced.err;
+  EXPECT_FALSE(std::filesystem::exists(path("run") + "/checkpoints/best.safetensors"));
+  const test::CliRun e2 = test::run("eval --run " + path("run") + " --threads 1");
+  ASSERT_EQ(e2.code, 0) << e2.err;
+  EXPECT_EQ(e2.out.substr(0, e2.out.find('\n')), replaced.out.substr(0, replaced.out.find('\n')));
 }
 
 }  // namespace
