@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +56,7 @@ pid_t spawn(const std::string& args, const std::string& err = "/dev/null") {
   argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives a test process that died
     std::freopen("/dev/null", "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
     ::execv(argv[0], argv.data());
