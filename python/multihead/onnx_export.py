@@ -157,9 +157,16 @@ def fuse_classifier(path, fused_path, num_heads, hidden_size):
     return {op: n for op, n in fused.get_fused_operator_statistics().items() if n}
 
 
-# The kind of graphs each task's run exports (Run.export_onnx).
-TASK_KINDS = {"text_classification": "classifier", "word_stress": "classifier", "language_modeling": "lm",
-              "sequence_task": "lm", "pronunciation": "s2s"}
+# The kind of graphs a run exports (Run.export_onnx), by its model family (the registry of kinds,
+# multihead._multihead.kinds()); a Vision Transformer's run exports none.
+FAMILY_GRAPHS = {"sequence_classifier": "classifier", "language_model": "lm", "encoder_decoder": "s2s"}
+
+
+def graph_kind(task):
+    """The kind of graphs ("classifier", "lm", "s2s") a run of task exports, or None."""
+    from . import _multihead
+    family = next((k["model"] for k in _multihead.kinds() if k["task"] == task), None)
+    return FAMILY_GRAPHS.get(family)
 
 
 def graph_files(kind):
@@ -198,7 +205,7 @@ def main(argv=None):
     import multihead
     try:
         run = multihead.load_run(a.run)
-        if a.fuse and TASK_KINDS.get(run.task) != "classifier":
+        if a.fuse and graph_kind(run.task) != "classifier":
             raise ValueError(f"--fuse takes a classifier's run; {a.run} is a {run.task} run")
         if a.fuse:  # before anything is written
             import onnxruntime.transformers.optimizer  # noqa: F401

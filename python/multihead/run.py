@@ -6,10 +6,9 @@ import os
 
 from . import _multihead as _mh
 
-# The kinds whose models answer inputs here (predict, generate, pronounce, attention).
-_ANSWERING = ("text_classification", "language_modeling", "pronunciation")
-# The kinds whose inputs are text read by the run's tokenizer.
-_TOKENIZED = ("text_classification", "language_modeling")
+# The registry of kinds, by task: what each kind's loaded run answers ("none", "classify",
+# "generate", "pronounce") and the model it holds (tasks/kinds.h).
+_KINDS = {k["task"]: k for k in _mh.kinds()}
 
 
 class Run:
@@ -25,15 +24,17 @@ class Run:
         self.path = os.fspath(path)
         self.stopped = False  # multihead.train: stopped before its end
         self.config = json.loads(_mh.run_config(self.path))
-        self.task = self.config.get("task", "text_classification")
-        if self.task in _ANSWERING:
-            self._answers = _mh.load_run(self.path, threads, precision)
-        else:
-            _mh.set_num_threads(threads)
-            self._answers = None
-        if self.task in _TOKENIZED:
+        self.task = self.config.get("task", next(iter(_KINDS)))
+        if self.task not in _KINDS:
+            raise ValueError(f"{self.path}: task must be one of {', '.join(_KINDS)}, got '{self.task}'")
+        self._kind = _KINDS[self.task]
+        self._threads = threads  # for each call of the kernels; the host's own count is restored after
+        _mh.ThreadCount(threads)  # checks it now
+        answers = self._kind["answers"]
+        self._answers = _mh.load_run(self.path, threads, precision) if answers != "none" else None
+        if answers in ("classify", "generate"):  # text read by the run's tokenizer
             self.tokenizer = _mh.run_tokenizer(self.path, self.config["model"]["vocab_size"])
-        elif self.task == "pronunciation":  # words to letter ids, phoneme ids to symbols
+        elif answers == "pronounce":  # words to letter ids, phoneme ids to symbols
             self.tokenizer = _mh.run_pronunciation_vocab(self.path)
         else:
             self.tokenizer = None
@@ -41,9 +42,16 @@ class Run:
     def __repr__(self):
         return f"multihead.Run({self.path!r}, task={self.task!r})"
 
+    def _compute(self, what, method, *args):
+        """The loaded run's method, on the run's threads."""
+        run = self._answering(what)
+        with _mh.ThreadCount(self._threads):
+            return getattr(run, method)(*args)
+
     def _answering(self, what):
         if self._answers is None:
-            raise ValueError(f"{what} needs a text classification, language model or pronunciation run; this "
+            nouns = [k["noun"] for k in _KINDS.values() if k["answers"] != "none"]
+            raise ValueError(f"{what} needs a run of {', '.join(nouns[:-1])} or {nouns[-1]}; this "
                              f"run's task is {self.task}")
         return self._answers
 
@@ -62,7 +70,7 @@ class Run:
         threshold (two-class runs): the second class, the positive one, is the label from this
         probability up, as `predict --threshold` and serve's "threshold" label (results.json's
         "thresholds" gives those that reach a precision on the validation split)."""
-        answers = self._answering("predict").predict(texts)
+        answers = self._compute("predict", "predict", texts)
         if threshold is None:
             return answers
         labels = self.labels
@@ -84,25 +92,24 @@ class Run:
     def embed(self, texts):
         """Each text's sentence embedding, an array (len(texts), d_model) of float32: pooled and
         normalised as a checkpoint's sentence-transformers modules say (else mean over its tokens)."""
-        return self._answering("embed").embed(list(texts))
+        return self._compute("embed", "embed", list(texts))
 
     def generate(self, prompt, tokens=200, temperature=0.8, top_k=0, top_p=0.95, seed=0):
         """A language model's continuation of prompt (temperature 0: greedy). A list of prompts of
         equal token count is continued together, a batch row each (one product per layer for all
         at each step), and gives a list; the first is what that prompt alone gives."""
-        run = self._answering("generate")
         if isinstance(prompt, (list, tuple)):
-            return run.generate_batch(list(prompt), tokens, temperature, top_k, top_p, seed)
-        return run.generate(prompt, tokens, temperature, top_k, top_p, seed)
+            return self._compute("generate", "generate_batch", list(prompt), tokens, temperature, top_k, top_p, seed)
+        return self._compute("generate", "generate", prompt, tokens, temperature, top_k, top_p, seed)
 
     def pronounce(self, words, n_best=1, beam=0):
         """A pronunciation run's n_best pronunciations of each word, best first."""
-        return self._answering("pronounce").pronounce(words, n_best, beam)
+        return self._compute("pronounce", "pronounce", words, n_best, beam)
 
     def attention(self, text, max_tokens=64):
         """Every layer's and head's attention over text: {'tokens', 'weights' (layers, heads, T, T),
         'prediction'}."""
-        return self._answering("attention").attention(text, max_tokens)
+        return self._compute("attention", "attention", text, max_tokens)
 
     def state_dict(self):
         """The last checkpoint's weights by PyTorch state_dict name, as torch tensors."""
@@ -124,19 +131,20 @@ class Run:
         for table in ("pos_embedding.weight", "source_positions.weight"):
             if table in weights:  # a learned table's length is its checkpoint's
                 model["max_len"] = weights[table].shape[0]
-        if self.task in ("text_classification", "word_stress"):
+        family = self._kind["model"]
+        if family == "sequence_classifier":
             module = modules.SequenceClassifier(model, weights["embedding.weight"].shape[0],
                                                 weights["classifier.weight"].shape[0], pytorch_layers)
-        elif self.task in ("language_modeling", "sequence_task"):
+        elif family == "language_model":
             module = modules.LanguageModel(model, weights["embedding.weight"].shape[0], pytorch_layers)
-        elif self.task == "image_classification":
+        elif family == "vision_transformer":
             module = modules.VisionTransformer(model, pytorch_layers)
-        elif self.task == "pronunciation":
+        elif family == "encoder_decoder":
             module = modules.EncoderDecoder(model, weights["source_embedding.weight"].shape[0],
                                             weights["target_embedding.weight"].shape[0],
                                             self.config.get("decoder_layers", 0), pytorch_layers)
         else:
-            raise ValueError(f"to_torch does not know the task {self.task}")
+            raise ValueError(f"to_torch does not know the model family {family} of {self.task}")
         module.load_state_dict(weights)
         return module.eval()
 
@@ -149,7 +157,7 @@ class Run:
         name there. Returns their paths."""
         import torch
         from . import onnx_export
-        kind = onnx_export.TASK_KINDS.get(self.task)
+        kind = onnx_export.FAMILY_GRAPHS.get(self._kind["model"])
         if kind is None:
             raise ValueError(f"export_onnx exports classifiers, language models and encoder-decoders, not {self.task}")
         module = self.to_torch(pytorch_layers=False)
@@ -174,7 +182,8 @@ class Run:
         it: (inputs, logits), inputs a dict of torch tensors named as to_torch()'s forward arguments.
         training: in training mode with dropout 0. What to check a module from to_torch() against."""
         import torch
-        inputs, logits = _mh.sample_run_model(self.path, examples, training)
+        with _mh.ThreadCount(self._threads):
+            inputs, logits = _mh.sample_run_model(self.path, examples, training)
         return {k: torch.from_numpy(v) for k, v in inputs.items()}, torch.from_numpy(logits)
 
 

@@ -311,6 +311,18 @@ void ref_weights(py::handle weights, py::handle probs, bool average_heads, doubl
   attention_weights_from_probs<double>(w, p, d, average_heads, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
+// Python's `with ThreadCount(n):`, a ThreadCountScope over the block.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int threads) : threads_(threads) { check_threads(threads); }
+  void enter() { scope_.emplace(threads_); }
+  void exit() { scope_.reset(); }
+
+ private:
+  int threads_;
+  std::optional<ThreadCountScope> scope_;
+};
+
 // multihead.train: the library's one training loop (train_job) on a job
 // given as JSON text, a preset's name or a file, into `out`. The GIL is
 // released while it computes and taken for each record the run writes,
@@ -327,7 +339,7 @@ bool train(const std::string& kind, const std::string& config, const std::filesy
   check<ConfigError>(mode == "new" || mode == "resume" || mode == "overwrite",
                      "mode must be new, resume or overwrite, got '{}'", mode);
   const RunMode run_mode = mode == "resume" ? RunMode::kResume : mode == "overwrite" ? RunMode::kOverwrite : RunMode::kNew;
-  set_num_threads(job_threads(job));
+  const ThreadCountScope threads(job_threads(job));  // the host's count comes back after
   StopRequest stop;
   std::optional<py::error_already_set> raised;  // by on_step, or KeyboardInterrupt
   const py::object loads = py::module_::import("json").attr("loads");
@@ -527,7 +539,7 @@ PYBIND11_MODULE(_multihead, m) {
   m.def(
       "load_run",
       [](const std::filesystem::path& path, int threads, const std::string& precision) {
-        set_num_threads(threads);
+        const ThreadCountScope scope(threads);
         return TrainedRun::load(path.string(),
                                 precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
       },
@@ -662,7 +674,26 @@ PYBIND11_MODULE(_multihead, m) {
         "Trains the job (kind: json, preset or file) into out; returns whether it stopped before its end "
         "(multihead.train)");
   m.def("set_num_threads", &set_num_threads, py::arg("threads"),
-        "Threads for the kernels (0: all cores), as the CLI's --threads");
+        "Threads for the kernels (0: all cores), as the CLI's --threads, from now on in this thread");
+  m.def("num_threads", &num_threads, "The calling thread's OpenMP thread count");
+  py::class_<ThreadCount>(m, "ThreadCount",
+                          "with ThreadCount(n): the kernels called inside run on n threads (0: all cores); the "
+                          "thread's OpenMP and OpenBLAS counts are the host's again after")
+      .def(py::init<int>(), py::arg("threads"))
+      .def("__enter__", [](ThreadCount& t) { t.enter(); })
+      .def("__exit__", [](ThreadCount& t, const py::args&) { t.exit(); });
   m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");
+  m.def(
+      "kinds",
+      [] {
+        py::list out;
+        for (const KindInfo& k : kinds())
+          out.append(py::dict(py::arg("task") = k.task, py::arg("noun") = k.noun,
+                              py::arg("answers") = run_answers_name(k.answers),
+                              py::arg("model") = model_family_name(k.model)));
+        return out;
+      },
+      "The registry of kinds (tasks/kinds.h): each kind's task, noun, what its loaded run answers "
+      "(none, classify, generate, pronounce) and its model family");
   m.attr("__version__") = MULTIHEAD_VERSION;
 }

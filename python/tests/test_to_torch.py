@@ -204,7 +204,7 @@ def test_the_tokenizer_encodes_as_the_run_does(runs):
 def test_a_run_without_answers_says_so(runs):
     run = multihead.load_run(runs["image"], threads=1)
     assert run.task == "image_classification"
-    with pytest.raises(ValueError, match="predict needs a text classification, language model or pronunciation"):
+    with pytest.raises(ValueError, match="predict needs a run of text classifiers, language models or pronunciation jobs"):
         run.predict(["x"])
     linear = multihead.load_run(runs["classifier-linear"], threads=1)
     assert linear.predict(["good film"])[0]["label"] in ("pos", "neg")
@@ -482,3 +482,16 @@ def test_weights_changed_in_pytorch_fine_tune_in_multihead_and_come_back(runs, d
     inputs, want = tuned.sample(6)
     with torch.no_grad():
         assert_matches(tuned.to_torch()(**inputs), want)
+
+
+def test_the_registry_of_kinds_is_the_librarys():
+    # The Python package reads the kinds from the library (tasks/kinds.h), so a kind added there is
+    # known here with nothing else to change.
+    from multihead import _multihead
+    kinds = {k["task"]: (k["answers"], k["model"]) for k in _multihead.kinds()}
+    assert kinds == {"text_classification": ("classify", "sequence_classifier"),
+                     "language_modeling": ("generate", "language_model"),
+                     "image_classification": ("none", "vision_transformer"),
+                     "sequence_task": ("none", "language_model"),
+                     "pronunciation": ("pronounce", "encoder_decoder"),
+                     "word_stress": ("none", "sequence_classifier")}

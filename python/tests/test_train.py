@@ -62,6 +62,28 @@ def test_a_job_trains_with_every_record_seen_and_returns_the_run(reviews, tmp_pa
     assert not (tmp_path / "nothing").exists()
 
 
+def test_the_hosts_thread_count_is_restored_after_each_call(reviews, tmp_path):
+    # The job asks for 1 thread and the loaded run for 2; the host's count (3 here) is what the
+    # calling thread has again after train, load_run and every answer.
+    from multihead import _multihead
+    host = _multihead.num_threads()
+    try:
+        _multihead.set_num_threads(3)
+        run = multihead.train(job(reviews, epochs=1), tmp_path / "run")
+        assert _multihead.num_threads() == 3
+        loaded = multihead.load_run(tmp_path / "run", threads=2)
+        assert _multihead.num_threads() == 3
+        loaded.predict(["good day"]), loaded.embed(["good day"]), loaded.attention("good day"), run.sample(2)
+        assert _multihead.num_threads() == 3
+        with _multihead.ThreadCount(1):
+            assert _multihead.num_threads() == 1
+        assert _multihead.num_threads() == 3
+        with pytest.raises(multihead.ConfigError, match="threads must be in"):
+            multihead.load_run(tmp_path / "run", threads=-1)
+    finally:
+        _multihead.set_num_threads(host)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(reviews, tmp_path_factory):
     return weights(multihead.train(job(reviews), tmp_path_factory.mktemp("whole") / "run"))

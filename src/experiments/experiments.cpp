@@ -127,27 +127,56 @@ std::vector<std::uint64_t> Context::seeds() const {
 
 }  // namespace experiment
 
-const std::vector<std::string>& experiment_names() {
-  static const std::vector<std::string> names = {"heads",         "positions",    "positions-seq2seq",
-                                                 "variants",      "head-analysis", "optimisation",
-                                                 "precision",     "head-cost",     "gradients"};
+namespace {
+
+struct ExperimentRow {
+  ExperimentKind kind;
+  ExperimentReport (*run)(experiment::Context&);
+};
+
+const std::vector<ExperimentRow>& experiment_rows() {
+  using namespace experiment;
+  static const std::vector<ExperimentRow> rows = {
+      {{"heads", "several heads against one, at equal width (text and image classification)"}, heads_experiment},
+      {{"positions", "position encodings and length extrapolation"}, positions_experiment},
+      {{"positions-seq2seq", "position encodings in an encoder-decoder, on pronunciation"},
+       seq2seq_positions_experiment},
+      {{"variants", "windowed (block-sparse) and linear attention against full attention, by length"},
+       variants_experiment},
+      {{"head-analysis", "heads inside a trained model: ablation, diversity and dispersion"}, head_analysis_experiment},
+      {{"optimisation", "gradient clipping and warmup"}, optimisation_experiment},
+      {{"precision", "mixed precision: does it speed up training?"}, precision_experiment},
+      {{"head-cost", "splitting into heads: what it costs"}, head_cost_experiment},
+      {{"gradients", "where gradients flow: positions and heads"},
+       gradients_experiment},
+  };
+  return rows;
+}
+
+}  // namespace
+
+const std::vector<ExperimentKind>& experiment_kinds() {
+  static const std::vector<ExperimentKind> kinds = [] {
+    std::vector<ExperimentKind> k;
+    for (const ExperimentRow& r : experiment_rows()) k.push_back(r.kind);
+    return k;
+  }();
+  return kinds;
+}
+
+std::vector<std::string> experiment_names() {
+  std::vector<std::string> names;
+  for (const ExperimentKind& k : experiment_kinds()) names.emplace_back(k.name);
   return names;
 }
 
 ExperimentReport run_experiment(const std::string& name, const ExperimentOptions& o) {
-  check<ConfigError>(std::ranges::find(experiment_names(), name) != experiment_names().end(),
-                     "unknown experiment '{}' (known: {})", name, fmt::join(experiment_names(), ", "));
+  const auto& rows = experiment_rows();
+  const auto row = std::ranges::find_if(rows, [&](const ExperimentRow& r) { return name == r.kind.name; });
+  check<ConfigError>(row != rows.end(), "unknown experiment '{}' (known: {})", name, fmt::join(experiment_names(), ", "));
   check<ConfigError>(o.seeds >= 1, "seeds must be at least 1, got {}", o.seeds);
   experiment::Context c(o, name);
-  ExperimentReport r = name == "heads"           ? experiment::heads_experiment(c)
-                       : name == "positions"     ? experiment::positions_experiment(c)
-                       : name == "positions-seq2seq" ? experiment::seq2seq_positions_experiment(c)
-                       : name == "variants"      ? experiment::variants_experiment(c)
-                       : name == "head-analysis" ? experiment::head_analysis_experiment(c)
-                       : name == "precision"     ? experiment::precision_experiment(c)
-                       : name == "head-cost"     ? experiment::head_cost_experiment(c)
-                       : name == "gradients"     ? experiment::gradients_experiment(c)
-                                                 : experiment::optimisation_experiment(c);
+  ExperimentReport r = row->run(c);
   r.name = name;
   r.dir = c.dir;
   std::string md = fmt::format("# Experiment: {}{}\n\n", name, o.quick ? " (quick: sizes too small to mean anything)" : "");

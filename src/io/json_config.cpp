@@ -234,12 +234,21 @@ ConfigDescriber& ConfigDescriber::section(const std::string& key, const std::fun
   inner.prefix_ = prefix_ + key + ".";
   keys(inner);
   rows_.insert(rows_.end(), inner.rows_.begin(), inner.rows_.end());
+  last_ = static_cast<std::size_t>(-1);  // a section is described by its keys
   return *this;
 }
 
 ConfigDescriber& ConfigDescriber::add(const std::string& key, std::string type, std::string default_value,
                                       std::string bounds) {
-  rows_.push_back({prefix_ + key, std::move(type), std::move(default_value), std::move(bounds)});
+  rows_.push_back({prefix_ + key, std::move(type), std::move(default_value), std::move(bounds), ""});
+  last_ = rows_.size() - 1;
+  return *this;
+}
+
+ConfigDescriber& ConfigDescriber::doc(const char* what) {
+  check<Error>(last_ < rows_.size() && rows_[last_].description.empty(),
+               "a key list's doc(\"{}\") follows no key of its own", what);
+  rows_[last_].description = what;
   return *this;
 }
 

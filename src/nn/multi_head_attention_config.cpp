@@ -14,7 +14,8 @@ void MultiheadAttentionConfig::validate() const {
                      kMaxWidth);
   check<ConfigError>(embed_dim % num_heads == 0, "embed_dim ({}) must be divisible by num_heads ({})", embed_dim,
                      num_heads);
-  check<ConfigError>(kdim >= 0 && vdim >= 0, "kdim ({}) and vdim ({}) must be positive", kdim, vdim);
+  check<ConfigError>(kdim >= 0 && vdim >= 0, "kdim ({}) and vdim ({}) must be >= 0 (0: embed_dim, as PyTorch's None)", kdim,
+                     vdim);
   check<ConfigError>(positions != AttentionPositions::kRope || head_dim() % 2 == 0,
                      "rotary positions need an even head dimension, got {}", head_dim());
   check<ConfigError>(positions != AttentionPositions::kRelative || relative_clip >= 0,

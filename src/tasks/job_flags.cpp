@@ -303,12 +303,18 @@ std::string tasks_cell(const JobKeyRow& r) {
   return r.tasks.size() == std::variant_size_v<Job> ? "all" : fmt::format("{}", fmt::join(r.tasks, ", "));
 }
 
-std::string default_cell(const JobKeyRow& r) {
-  if (r.defaults_by_task.empty()) return r.key.default_value;
+// A column of the row: the one value when every kind gives the same, else
+// each kind's ("0.1 (text_classification); 0.02 (pronunciation)").
+std::string cell(const JobKeyRow& r, std::string KeyDescription::*field) {
+  bool same = true;
+  for (const KeyDescription& k : r.by_task) same = same && k.*field == r.key.*field;
+  if (same) return r.key.*field;
   std::vector<std::string> parts;
-  for (const auto& [task, value] : r.defaults_by_task) parts.push_back(fmt::format("{} ({})", value, task));
+  for (std::size_t i = 0; i < r.tasks.size(); ++i) parts.push_back(fmt::format("{} ({})", r.by_task[i].*field, r.tasks[i]));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
+
+std::string default_cell(const JobKeyRow& r) { return cell(r, &KeyDescription::default_value); }
 
 }  // namespace
 
@@ -317,17 +323,9 @@ std::vector<JobKeyRow> job_key_rows() {
   for (const auto& [task, keys] : kinds_keys(std::make_index_sequence<std::variant_size_v<Job>>{})) {
     for (const KeyDescription& k : keys) {
       auto it = std::find_if(rows.begin(), rows.end(), [&](const JobKeyRow& r) { return r.key.path == k.path; });
-      if (it == rows.end()) {
-        rows.push_back({k, {task}, {}});
-        continue;
-      }
+      if (it == rows.end()) it = rows.insert(rows.end(), JobKeyRow{k, {}, {}});
       it->tasks.push_back(task);
-      if (k.default_value != it->key.default_value || !it->defaults_by_task.empty()) {
-        if (it->defaults_by_task.empty())
-          for (std::size_t i = 0; i + 1 < it->tasks.size(); ++i)
-            it->defaults_by_task.emplace_back(it->tasks[i], it->key.default_value);
-        it->defaults_by_task.emplace_back(task, k.default_value);
-      }
+      it->by_task.push_back(k);
     }
   }
   // The task key's default is each kind's own name: one row saying so.
@@ -336,7 +334,7 @@ std::vector<JobKeyRow> job_key_rows() {
       r.key.type = "name";
       r.key.default_value = "text_classification";
       r.key.bounds = fmt::format("one of {}", fmt::join(job_tasks(), ", "));
-      r.defaults_by_task.clear();
+      for (KeyDescription& k : r.by_task) k = r.key;
     }
   return rows;
 }
@@ -349,11 +347,12 @@ std::string job_keys_markdown() {
       "this file is current. A key that is absent keeps its default. Each flag of `multihead train` sets the keys\n"
       "it aliases, and `--set path=value` sets any key (`--set model.rope_theta=500000`); either is read and\n"
       "checked as the key it sets.\n\n"
-      "| key | type | default | bounds | flag | tasks |\n|---|---|---|---|---|---|\n";
+      "| key | what it sets | type | default | bounds | flag | tasks |\n|---|---|---|---|---|---|---|\n";
   for (const JobKeyRow& r : job_key_rows()) {
     const std::vector<std::string_view> flags = flags_of(r.key.path);
-    md += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", r.key.path, r.key.type, default_cell(r), r.key.bounds,
-                      fmt::join(flags, ", "), tasks_cell(r));
+    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", r.key.path, cell(r, &KeyDescription::description),
+                      r.key.type, default_cell(r), cell(r, &KeyDescription::bounds), fmt::join(flags, ", "),
+                      tasks_cell(r));
   }
   return md;
 }
@@ -369,9 +368,9 @@ std::string job_keys_text() {
   for (const JobKeyRow& r : rows) {
     std::string line = fmt::format("  {:<{}}  {:<{}}  default {}", r.key.path, wide_path, r.key.type, wide_type,
                                    default_cell(r));
-    if (!r.key.bounds.empty()) line += ", " + r.key.bounds;
+    if (const std::string bounds = cell(r, &KeyDescription::bounds); !bounds.empty()) line += ", " + bounds;
     if (r.tasks.size() != std::variant_size_v<Job>) line += " [" + tasks_cell(r) + "]";
-    text += line + "\n";
+    text += line + "\n" + std::string(wide_path + 4, ' ') + cell(r, &KeyDescription::description) + "\n";
   }
   return text;
 }

@@ -33,8 +33,9 @@ Job read_kind(const std::string& task, const nlohmann::json& config, const std::
 }
 
 template <std::size_t... I>
-std::vector<std::string> task_names(std::index_sequence<I...>) {
-  return {std::variant_alternative_t<I, Job>::kTask...};
+std::vector<KindInfo> kind_rows(std::index_sequence<I...>) {
+  return {{std::variant_alternative_t<I, Job>::kTask, std::variant_alternative_t<I, Job>::kNoun,
+           std::variant_alternative_t<I, Job>::kAnswers, std::variant_alternative_t<I, Job>::kModel}...};
 }
 
 }  // namespace
@@ -47,7 +48,42 @@ int job_threads(const Job& job) {
   return std::visit([](const auto& j) { return j.threads; }, job);
 }
 
-std::vector<std::string> job_tasks() { return task_names(std::make_index_sequence<std::variant_size_v<Job>>{}); }
+const std::vector<KindInfo>& kinds() {
+  static const std::vector<KindInfo> rows = kind_rows(std::make_index_sequence<std::variant_size_v<Job>>{});
+  return rows;
+}
+
+const KindInfo& kind_of(std::string_view task) {
+  for (const KindInfo& k : kinds())
+    if (task == k.task) return k;
+  throw ConfigError(fmt::format("task must be one of {}, got '{}'", fmt::join(job_tasks(), ", "), task));
+}
+
+const char* run_answers_name(RunAnswers a) {
+  switch (a) {
+    case RunAnswers::kNone: return "none";
+    case RunAnswers::kClassify: return "classify";
+    case RunAnswers::kGenerate: return "generate";
+    case RunAnswers::kPronounce: return "pronounce";
+  }
+  return "?";
+}
+
+const char* model_family_name(ModelFamily m) {
+  switch (m) {
+    case ModelFamily::kSequenceClassifier: return "sequence_classifier";
+    case ModelFamily::kLanguageModel: return "language_model";
+    case ModelFamily::kVisionTransformer: return "vision_transformer";
+    case ModelFamily::kEncoderDecoder: return "encoder_decoder";
+  }
+  return "?";
+}
+
+std::vector<std::string> job_tasks() {
+  std::vector<std::string> names;
+  for (const KindInfo& k : kinds()) names.emplace_back(k.task);
+  return names;
+}
 
 Job job_from_json(const nlohmann::json& config, const std::string& source) {
   check<ConfigError>(config.is_object(), "{}: a job config is a JSON object", source);

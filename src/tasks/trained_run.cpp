@@ -427,21 +427,44 @@ AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& to
 
 namespace {
 
-// The loaded run of each kind that has one, in the run's own precision
-// unless another is asked for; the kinds without one give none.
-std::unique_ptr<TrainedRun> load_kind(const TextClassificationJob& j, const std::string& dir,
-                                      std::optional<Precision> p) {
-  return std::make_unique<ClassifierRun>(j, dir, p.value_or(j.train.precision));
+// The loaded run of each kind whose kAnswers says it answers (tasks/kinds.h).
+// Left undefined for the others: a kind that claims answers without a
+// loaded run here does not compile.
+template <typename J>
+struct LoadedRunOf;
+template <>
+struct LoadedRunOf<TextClassificationJob> {
+  using type = ClassifierRun;
+};
+template <>
+struct LoadedRunOf<LanguageModelJob> {
+  using type = LanguageModelRun;
+};
+template <>
+struct LoadedRunOf<PronunciationJob> {
+  using type = PronunciationRun;
+};
+
+// In the run's own precision unless another is asked for; none for a kind
+// without answers.
+template <typename J>
+std::unique_ptr<TrainedRun> load_kind(const J& j, const std::string& dir, std::optional<Precision> p) {
+  if constexpr (J::kAnswers == RunAnswers::kNone) {
+    return nullptr;
+  } else {
+    return std::make_unique<typename LoadedRunOf<J>::type>(j, dir, p.value_or(j.train.precision));
+  }
 }
-std::unique_ptr<TrainedRun> load_kind(const LanguageModelJob& j, const std::string& dir, std::optional<Precision> p) {
-  return std::make_unique<LanguageModelRun>(j, dir, p.value_or(j.train.precision));
-}
-std::unique_ptr<TrainedRun> load_kind(const PronunciationJob& j, const std::string& dir, std::optional<Precision> p) {
-  return std::make_unique<PronunciationRun>(j, dir, p.value_or(j.train.precision));
-}
-template <typename OtherJob>
-std::unique_ptr<TrainedRun> load_kind(const OtherJob&, const std::string&, std::optional<Precision>) {
-  return nullptr;
+
+// "text classifiers, language models and pronunciation jobs": the kinds with a loaded run.
+std::string answering_nouns() {
+  std::vector<std::string> nouns;
+  for (const KindInfo& k : kinds())
+    if (k.answers != RunAnswers::kNone) nouns.emplace_back(k.noun);
+  std::string s;
+  for (std::size_t i = 0; i < nouns.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == nouns.size() ? " and " : ", ") + nouns[i];
+  return s;
 }
 
 }  // namespace
@@ -455,9 +478,8 @@ std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir,
     if (std::string w = run_checkpoint_warning(run_dir); !w.empty()) run->warnings_.insert(run->warnings_.begin(), std::move(w));
     return run;
   }
-  throw ConfigError(fmt::format("{}: inspect and load_run read text classification, language model and "
-                                "pronunciation runs, this run's task is '{}'",
-                                cfg.path, job_task(job)));
+  throw ConfigError(fmt::format("{}: inspect and load_run read the runs of {}, this run's task is '{}'", cfg.path,
+                                answering_nouns(), job_task(job)));
 }
 
 void TrainedRun::check_settings(const AnswerSettings& s) {

@@ -39,7 +39,8 @@ using test::run;
 TEST_F(Cli, VersionAndHelp) {
   CliRun v = run("--version");
   EXPECT_EQ(v.code, 0);
-  // The version, then the machine: CPU, the kernels' SIMD level, the GEMM and its ISA, threads.
+  // The version, then the machine: CPU, the kernels' SIMD level, the GEMM and its ISA, threads. A fresh
+  // process, so the GEMM named is the default whatever other tests chose.
   EXPECT_EQ(v.out.rfind(std::string("multihead ") + MULTIHEAD_VERSION + "\ncpu: ", 0), 0u) << v.out;
   for (const char* line : {"\nkernels: ", "\ngemm: onednn, oneDNN ISA ", "\nthreads: "})
     EXPECT_NE(v.out.find(line), std::string::npos) << line << " in " << v.out;
@@ -542,8 +543,8 @@ TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   CliRun in = run("inspect --run " + out.string() + " --text 'abc' --out " + (dir / "maps").string());
   EXPECT_EQ(in.code, 2);
   EXPECT_EQ(in.err, "multihead: error: " + (out / "config.json").string() +
-                        ": inspect and load_run read text classification, language model and pronunciation "
-                        "runs, this run's task is 'sequence_task'\n");
+                        ": inspect and load_run read the runs of text classifiers, language models and "
+                        "pronunciation jobs, this run's task is 'sequence_task'\n");
   EXPECT_FALSE(fs::exists(dir / "maps"));
 }
 
@@ -623,7 +624,7 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   CliRun z = run("train --config " + (dir / "beam0.json").string() + " --out " + (dir / "beam0").string());
   EXPECT_EQ(z.code, 2);
   EXPECT_EQ(z.err, "multihead: error: " + (dir / "beam0.json").string() +
-                       ": decode: the beam width must be positive, got 0\n");
+                       ": decode: beam must be >= 1, got 0\n");
   EXPECT_FALSE(fs::exists(dir / "beam0"));
   // inspect: the encoder's self-attention over the word's letters, spelled as predict reads them.
   CliRun in = run("inspect --run " + out.string() + " --text fade --threads 1 --out " + (dir / "maps").string());

@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Every experiment in --quick mode writes its table with the expected rows
-// and columns, its results and its plots. Nothing is asserted about the
-// numbers: at these sizes they mean nothing.
+// and columns, its results and its plots. At these sizes the numbers mean
+// nothing about the claims, so what is checked of them is what holds
+// whatever was learnt: each cell is the mean and sample standard deviation
+// of the runs results.json records, and the quantities with a closed form
+// (a FLOP count, ln L, a bound on the mass outside the top keys, a test
+// set's size) have it.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
+
+#include <fmt/format.h>
 
 #include "multihead/core/error.h"
 #include "multihead/experiments/experiments.h"
@@ -46,6 +52,25 @@ class QuickExperiment : public test::ScratchFolder {
     for (const auto& row : t.rows) EXPECT_NE(row[col].find(" ± "), std::string::npos) << t.title << ": " << row[col];
   }
 };
+
+// The cell a table shows for values over seeds, computed here apart from the
+// experiments' own helpers: "mean ± sample std", scaled, with `decimals`.
+std::string cell(const std::vector<double>& v, double scale, int decimals, const std::string& suffix = "") {
+  double m = 0, ss = 0;
+  for (double x : v) m += x / static_cast<double>(v.size());
+  for (double x : v) ss += (x - m) * (x - m);
+  return fmt::format("{:.{}f} ± {:.{}f}{}", scale * m, decimals, scale * std::sqrt(ss / static_cast<double>(v.size() - 1)),
+                     decimals, suffix);
+}
+
+// The values of `field` over the runs of results.json where `key` is `value`.
+std::vector<double> over_runs(const nlohmann::json& runs, const std::string& key, std::int64_t value,
+                              const std::string& field) {
+  std::vector<double> v;
+  for (const auto& run : runs)
+    if (run.contains(key) && run[key] == value && run.contains(field)) v.push_back(run[field].get<double>());
+  return v;
+}
 
 std::vector<std::string> first_column(const ExperimentTable& t) {
   std::vector<std::string> v;
@@ -182,6 +207,17 @@ TEST_F(QuickExperiment, Heads) {
   EXPECT_EQ(first_column(t), (std::vector<std::string>{"1", "2", "4", "8", "16"}));
   EXPECT_EQ(t.rows[4][1], "1");  // d_model 16 over 16 heads
   expect_mean_std(t, 2);
+  // Each row's cells are its runs' numbers over the two seeds.
+  for (const auto& row : t.rows) {
+    const std::int64_t h = std::stoll(row[0]);
+    const std::vector<double> acc = over_runs(r.results["runs"], "heads", h, "test_accuracy");
+    ASSERT_EQ(acc.size(), 2u) << h;
+    EXPECT_EQ(row[2], cell(acc, 100.0, 2, "%")) << h;
+    EXPECT_EQ(row[4], cell(over_runs(r.results["runs"], "heads", h, "peak_activation_bytes"), 1.0 / 1048576, 1)) << h;
+    // The synthetic set's 240 texts, a fifth of them the test: 48, so every
+    // accuracy is a whole number of 48ths.
+    for (double a : acc) EXPECT_NEAR(a * 48, std::round(a * 48), 1e-9) << a;
+  }
   EXPECT_TRUE(fs::exists(dir / "heads" / "accuracy_by_heads.png"));
 }
 
@@ -191,8 +227,28 @@ TEST_F(QuickExperiment, HeadAnalysis) {
   EXPECT_EQ(r.tables[0].rows.size(), 1u);  // the summary over seeds
   EXPECT_EQ(r.tables[1].rows.size(), 4u);  // one layer of 4 heads, ablated one by one
   EXPECT_EQ(r.tables[2].columns, (std::vector<std::string>{"layer", "JS distance"}));
-  EXPECT_EQ(first_column(r.tables[3]), (std::vector<std::string>{"4", "8", "16"}));
-  expect_mean_std(r.tables[3], 2);
+  const ExperimentTable& disp = r.tables[3];
+  EXPECT_EQ(first_column(disp), (std::vector<std::string>{"4", "8", "16"}));
+  expect_mean_std(disp, 2);
+  // Whatever the heads learnt: ln L is the entropy of uniform attention and
+  // bounds every row's; the top 2 of L keys hold at least 2 / L of the mass.
+  const nlohmann::json& runs = r.results["runs"];
+  for (const auto& row : disp.rows) {
+    const std::int64_t L = std::stoll(row[0]);
+    EXPECT_EQ(row[1], fmt::format("{:.2f}", std::log(static_cast<double>(L))));
+    std::vector<double> one_head, outside;
+    for (const auto& run : runs)
+      if (run.contains("length") && run["length"] == L) {
+        EXPECT_LE(run["entropy"].get<double>(), std::log(static_cast<double>(L)) + 1e-9) << run;
+        EXPECT_GE(run["entropy"].get<double>(), 0.0) << run;
+        EXPECT_LE(run["mass_outside_top_k"].get<double>(), 1.0 - 2.0 / static_cast<double>(L) + 1e-9) << run;
+        if (run["heads"] == 1) one_head.push_back(run["entropy"].get<double>());
+        if (run["heads"] == 1) outside.push_back(run["mass_outside_top_k"].get<double>());
+      }
+    ASSERT_EQ(one_head.size(), 2u) << L;
+    EXPECT_EQ(row[2], cell(one_head, 1.0, 2)) << L;
+    EXPECT_EQ(row[4], cell(outside, 1.0, 3)) << L;
+  }
   EXPECT_TRUE(fs::exists(dir / "head-analysis" / "entropy_by_length.png"));
 }
 

@@ -44,8 +44,11 @@ TEST_F(ApplyErrors, BadConfigs) {
             "m.json: unknown key 'num_head' (did you mean 'num_heads'?)");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":3})", weights, inputs),
             "embed_dim (16) must be divisible by num_heads (3)");
+  // A key's own bounds are checked as it is read, naming the file; num_heads <= embed_dim spans keys.
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":0})", weights, inputs),
-            "num_heads must be in [1, embed_dim], got 0");
+            "m.json: num_heads must be in [1, 65536], got 0");
+  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":32})", weights, inputs),
+            "num_heads must be in [1, embed_dim], got 32");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":"16","num_heads":4})", weights, inputs),
             "m.json: 'embed_dim' must be an integer");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","num_heads":4})", weights, inputs),

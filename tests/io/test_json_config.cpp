@@ -42,8 +42,8 @@ template <typename Keys, typename S>
 void settings_keys(Keys& k, S& s) {
   k("name", s.name)("on", s.on)("rate", s.rate)("count", s.count)("seed", s.seed)("lengths", s.lengths);
   k.required("width", s.width, between(1, 64)).or_null("kdim", s.kdim, 0);
-  k.named("shape", s.shape, shape_name, parse_shape);
-  k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
+  k.named("shape", s.shape, shape_name, parse_shape).doc("the outline");
+  k.section("inner", [&](auto& inner) { inner("depth", s.depth).doc("how deep"); });
 }
 
 json write(const Settings& s) {
@@ -127,6 +127,26 @@ TEST(ConfigKeys, TheDescriptionNamesRequiredAndNullableKeys) {
   EXPECT_EQ(rows.at("kdim").type, "integer or null");
   EXPECT_EQ(rows.at("kdim").default_value, "null");
   EXPECT_EQ(rows.at("inner.depth").default_value, "4");
+  // doc() describes the key before it, inside a section too; a name's bounds are its names.
+  EXPECT_EQ(rows.at("shape").description, "the outline");
+  EXPECT_EQ(rows.at("shape").bounds, "one of round, square");
+  EXPECT_EQ(rows.at("inner.depth").description, "how deep");
+  EXPECT_EQ(rows.at("name").description, "");
+}
+
+// A doc() that follows no key of its own list (first, after a section, or a
+// second one) is a mistake in the list, refused rather than misplaced.
+TEST(ConfigKeys, ADocFollowsItsKey) {
+  EXPECT_THROW(ConfigDescriber().doc("nothing"), Error);
+  ConfigDescriber d;
+  d("a", 1).doc("one");
+  EXPECT_THROW(d.doc("again"), Error);
+  d.section("s", [](ConfigDescriber& s) { s("b", 2).doc("two"); });
+  EXPECT_THROW(d.doc("the section"), Error);
+  EXPECT_EQ(d.rows().back().description, "two");
+  // Reading and writing pass over doc().
+  const json written = write(Settings{});
+  EXPECT_EQ(read(written).shape, Shape::kRound);
 }
 
 // A key given twice is refused wherever it stands (nlohmann::json would keep

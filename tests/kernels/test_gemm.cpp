@@ -168,7 +168,5 @@ TEST(Transpose, OddSizesAndPaddedStrides) {
   }
 }
 
-TEST(GemmBackend, OneDnnIsTheDefault) { EXPECT_EQ(gemm_backend(), GemmBackend::kOneDnn); }
-
 }  // namespace
 }  // namespace multihead

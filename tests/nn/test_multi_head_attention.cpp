@@ -43,6 +43,17 @@ TEST(MhaConfig, BadSizesAreClearErrors) {
   auto c = cfg_of(8, 2);
   c.dropout = 1.5;
   EXPECT_THROW(MultiheadAttention(store, "", c), ConfigError);
+  // kdim 0 is PyTorch's None (embed_dim), and the message says 0 passes.
+  auto k = cfg_of(8, 2);
+  k.kdim = 0;
+  EXPECT_NO_THROW(MultiheadAttention(store, "k0.", k));
+  k.kdim = -1;
+  try {
+    MultiheadAttention m(store, "k1.", k);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "kdim (-1) and vdim (0) must be >= 0 (0: embed_dim, as PyTorch's None)");
+  }
 }
 
 TEST(Mha, DeclaresPyTorchStateDictNames) {

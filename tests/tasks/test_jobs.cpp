@@ -3,6 +3,8 @@
 // as each kind of job takes them.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 #include <stdexcept>
@@ -37,6 +39,22 @@ TEST(Jobs, EveryPresetReadsBackFromItsConfigAsTheSameKindAndSettings) {
   EXPECT_TRUE(std::holds_alternative<SequenceTaskJob>(preset_job("reverse")));
   EXPECT_TRUE(std::holds_alternative<PronunciationJob>(preset_job("cmudict")));
   EXPECT_TRUE(std::holds_alternative<TextClassificationJob>(preset_job("spam-minilm")));
+}
+
+// The registry: what each kind's run answers and the model it holds, in
+// Job's order, and a run of every kind that answers loads as one.
+TEST(Jobs, TheRegistryDescribesEveryKind) {
+  std::vector<std::string> rows;
+  for (const KindInfo& k : kinds())
+    rows.push_back(fmt::format("{} {} {}", k.task, run_answers_name(k.answers), model_family_name(k.model)));
+  EXPECT_EQ(rows, (std::vector<std::string>{"text_classification classify sequence_classifier",
+                                            "language_modeling generate language_model",
+                                            "image_classification none vision_transformer",
+                                            "sequence_task none language_model", "pronunciation pronounce encoder_decoder",
+                                            "word_stress none sequence_classifier"}));
+  EXPECT_STREQ(kind_of("word_stress").noun, "word stress jobs");
+  EXPECT_THROW(kind_of("translation"), ConfigError);
+  for (const KindInfo& k : kinds()) EXPECT_STREQ(job_task(job_from_json({{"task", k.task}}, "c.json")), k.task);
 }
 
 TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
@@ -214,6 +232,17 @@ TEST(Jobs, EveryKeyIsDescribedWithItsDefaultAndBounds) {
   EXPECT_EQ(row("train.epochs").tasks,
             (std::vector<std::string>{"text_classification", "image_classification", "pronunciation", "word_stress"}));
   EXPECT_EQ(row("threads").tasks, job_tasks());  // every kind
+  // Every key says what it sets, and a name's bounds are the names it takes.
+  for (const JobKeyRow& r : rows)
+    for (std::size_t i = 0; i < r.tasks.size(); ++i)
+      EXPECT_FALSE(r.by_task[i].description.empty()) << r.key.path << " of " << r.tasks[i] << " has no doc()";
+  // Where kinds differ, each kind's bounds show: a pronunciation job's fractions are below 0.5.
+  EXPECT_NE(job_keys_markdown().find("in [0, 1) (text_classification); in (0, 1) (language_modeling); in (0, 0.5) "
+                                     "(pronunciation); in [0, 0.5] (word_stress)"),
+            std::string::npos);
+  EXPECT_EQ(row("model.positions").key.bounds, "one of none, sinusoidal, learned, relative, rope, alibi");
+  EXPECT_EQ(row("train.optimizer").key.bounds, "one of adamw, sgd");
+  EXPECT_EQ(row("train.lr").key.description, "the peak learning rate, reached after the warmup");
   // Every key a preset's config has is described, and every described key path is unique.
   std::set<std::string> paths;
   for (const JobKeyRow& r : rows) EXPECT_TRUE(paths.insert(r.key.path).second) << r.key.path;

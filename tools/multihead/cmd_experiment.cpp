@@ -16,9 +16,13 @@ Command add_experiment(CLI::App& app) {
     ExperimentOptions opt;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* sub = app.add_subcommand(
-      "experiment", "Measure a claim about attention: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision, head-cost or gradients");
-  sub->add_option("name", o->name, "heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision, head-cost or gradients")->required();
+  std::string names, claims;
+  for (const ExperimentKind& k : experiment_kinds()) {
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", k.name);
+    claims += fmt::format("\n  {}: {}", k.name, k.claim);
+  }
+  CLI::App* sub = app.add_subcommand("experiment", "Measure a claim about attention: " + names);
+  sub->add_option("name", o->name, "The experiment:" + claims)->required();
   sub->add_flag("--quick", o->opt.quick, "Tiny sizes, seconds long (checks the pipeline; the numbers mean nothing)");
   sub->add_option("--out", o->opt.out, "Results folder; the experiment writes OUT/NAME/")
       ->check(kNotEmpty)

@@ -25,6 +25,21 @@ void check_threads(std::int64_t n);
 void set_num_threads(int n);
 int num_threads();
 
+// For its lifetime the calling thread's OpenMP regions and BLAS calls run on
+// n threads (0: all cores); the thread's OpenMP count and OpenBLAS's are
+// restored after. What an entry point inside a host process uses (the
+// Python module), so that the host's own settings survive the call.
+class ThreadCountScope {
+ public:
+  explicit ThreadCountScope(int n);
+  ~ThreadCountScope();
+  ThreadCountScope(const ThreadCountScope&) = delete;
+  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+
+ private:
+  int saved_omp_, saved_blas_;
+};
+
 // For its lifetime the calling thread's OpenMP regions, and the oneDNN calls
 // it makes, run on that thread alone; its count is restored after (a product
 // too small to share, where handing it out costs more than it saves).

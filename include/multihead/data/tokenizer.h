@@ -68,8 +68,11 @@ struct TokenizerConfig {
   // The keys of a job config's "tokenizer" section (io/json_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& t) {
-    k.named("kind", t.kind, tokenizer_kind_name, parse_tokenizer_kind);
-    k("model_type", t.model_type)("vocab_size", t.vocab_size)("from", t.from);
+    k.named("kind", t.kind, tokenizer_kind_name, parse_tokenizer_kind)
+        .doc("how text becomes tokens: a SentencePiece model trained on the data, characters or words");
+    k("model_type", t.model_type).doc("the SentencePiece model: bpe or unigram");
+    k("vocab_size", t.vocab_size).doc("the vocabulary's size (for char and word a cap)");
+    k("from", t.from).doc("a run or checkpoint directory whose tokenizer is taken instead of training one");
   }
 };
 

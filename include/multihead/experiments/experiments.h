@@ -51,8 +51,16 @@ struct ExperimentReport {
 inline constexpr double kSpikeNats = 0.1;
 std::int64_t count_loss_spikes(const std::vector<double>& losses);
 
-// heads, positions, positions-seq2seq, variants, head-analysis, optimisation, precision.
-const std::vector<std::string>& experiment_names();
+// The experiments, one row each: its name (`multihead experiment NAME`) and
+// the claim it measures. The table in experiments.cpp is the one place an
+// experiment is added; the CLI's help and the unknown-name error read it.
+struct ExperimentKind {
+  const char* name;
+  const char* claim;
+};
+const std::vector<ExperimentKind>& experiment_kinds();
+// Their names, in the table's order.
+std::vector<std::string> experiment_names();
 // Throws ConfigError for an unknown name.
 ExperimentReport run_experiment(const std::string& name, const ExperimentOptions& options);
 

@@ -12,17 +12,21 @@
 //     double rate = 0.5;
 //     template <class Keys, class S>  // S: Settings to read, const Settings otherwise
 //     static void keys(Keys& k, S& s) {
-//       k("count", s.count, between(1, 64))("rate", s.rate, positive());
-//       k.required("width", s.width, between(1, 4096));  // no default: must be given
-//       k.or_null("kdim", s.kdim, 0);                     // null (None) reads as 0
-//       k.named("shape", s.shape, shape_name, parse_shape);
-//       k.section("inner", [&](auto& inner) { inner("depth", s.depth); });
+//       k("count", s.count, between(1, 64)).doc("how many");  // bounds and what it sets
+//       k("rate", s.rate, positive()).doc("the rate");
+//       k.required("width", s.width, between(1, 4096)).doc("..."); // no default: must be given
+//       k.or_null("kdim", s.kdim, 0).doc("...");            // null (None) reads as 0
+//       k.named("shape", s.shape, shape_name, parse_shape).doc("...");  // bounds: its names
+//       k.section("inner", [&](auto& inner) { inner("depth", s.depth).doc("..."); });
 //     }
 //   };
 //
 // Reading, a key that is absent keeps the member's value, so the struct's
 // own initialisers are the config's defaults; with_default gives the few
-// whose default follows another key (dim_feedforward: 4 x d_model).
+// whose default follows another key (dim_feedforward: 4 x d_model). A
+// key's bounds are checked where it is read; what spans keys (nhead
+// divides d_model) is the struct's validate(). The declarations a key list
+// needs, without the JSON library, are io/config_keys.h.
 #pragma once
 
 #include <cstdint>
@@ -38,28 +42,9 @@
 #include <nlohmann/json.hpp>
 
 #include "multihead/core/error.h"
+#include "multihead/io/config_keys.h"
 
 namespace multihead {
-
-// The bounds of a numeric key: [lo, hi], either end open or unbounded. A
-// floating-point value must also be finite.
-struct Range {
-  double lo = -std::numeric_limits<double>::infinity();
-  double hi = std::numeric_limits<double>::infinity();
-  bool lo_open = false, hi_open = false;
-
-  bool contains(double v) const;
-  // "in [1, 65536]", ">= 0", "> 0", "in [0, 1)"
-  std::string text() const;
-  // ConfigError "{source}: {key} must be {text}, got {v}" when v is outside
-  // (no source: none in the message).
-  void check(const std::string& source, const std::string& key, double v) const;
-};
-constexpr Range between(double lo, double hi) { return {lo, hi, false, false}; }
-constexpr Range at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
-constexpr Range at_most(double hi) { return {-std::numeric_limits<double>::infinity(), hi, false, false}; }
-constexpr Range positive() { return {0, std::numeric_limits<double>::infinity(), true, false}; }
-constexpr Range below_one() { return {0, 1, false, true}; }  // [0, 1)
 
 class ConfigReader {
  public:
@@ -137,6 +122,8 @@ class ConfigReader {
   // A nested object, read with its own reader (so its unknown keys are
   // errors too) by keys(ConfigReader&).
   ConfigReader& section(const std::string& key, const std::function<void(ConfigReader&)>& keys);
+  // What the key before sets (the describer's; nothing to read).
+  ConfigReader& doc(const char* /*what*/) { return *this; }
 
  private:
   const nlohmann::json& value(const std::string& key);
@@ -188,68 +175,14 @@ class ConfigWriter {
     return *this;
   }
   ConfigWriter& section(const std::string& key, const std::function<void(ConfigWriter&)>& keys);
+  ConfigWriter& doc(const char* /*what*/) { return *this; }
 
  protected:
   nlohmann::json& out_;  // the object written into
 };
 
-// The key list's side of validate(): every value within its bounds
-// (ConfigError "{key} must be ..., got ..." otherwise).
-class ConfigChecker {
- public:
-  template <typename T>
-  ConfigChecker& operator()(const std::string& /*key*/, const T& /*value*/) {
-    return *this;
-  }
-  template <typename T>
-  ConfigChecker& operator()(const std::string& key, const T& value, const Range& range) {
-    range.check("", prefix_ + key, static_cast<double>(value));
-    return *this;
-  }
-  template <typename T, typename... Rest>
-  ConfigChecker& with_default(const std::string& key, const T& value, const T& /*fallback*/, const Range& range,
-                              const Rest&...) {
-    return (*this)(key, value, range);
-  }
-  template <typename T>
-  ConfigChecker& with_default(const std::string& /*key*/, const T& /*value*/, const T& /*fallback*/,
-                              const char* /*default_text*/) {
-    return *this;
-  }
-  template <typename T, typename... Bounds>
-  ConfigChecker& required(const std::string& key, const T& value, const Bounds&... range) {
-    return (*this)(key, value, range...);
-  }
-  ConfigChecker& or_null(const std::string& /*key*/, std::int64_t /*value*/, std::int64_t /*null_value*/) {
-    return *this;
-  }
-  ConfigChecker& pair(const std::string& /*key*/, double /*first*/, double /*second*/) { return *this; }
-  template <typename E, typename Name, typename Parse>
-  ConfigChecker& named(const std::string& /*key*/, const E& /*value*/, Name /*to_name*/, Parse /*from_name*/) {
-    return *this;
-  }
-  ConfigChecker& section(const std::string& key, const std::function<void(ConfigChecker&)>& keys);
-
- private:
-  std::string prefix_;  // "section." inside a section
-};
-
-// Checks a settings struct's bounds by its key list.
-template <typename S>
-void check_keys(const S& s) {
-  ConfigChecker c;
-  S::keys(c, s);
-}
-
-// The key list's side of documentation: a row a key, in the list's order.
-struct KeyDescription {
-  std::string path;  // "train.lr"
-  // "integer", "number", "boolean", "string", "name", "list of integers", "pair of numbers", "integer or null"
-  std::string type;
-  std::string default_value;  // as JSON, what the default follows, or "required"
-  std::string bounds;         // "in [1, 65536]", or empty
-};
-
+// The key list's side of documentation: a row a key (KeyDescription,
+// io/config_keys.h), in the list's order.
 class ConfigDescriber {
  public:
   // A struct's own rows (the defaults are its values).
@@ -281,11 +214,27 @@ class ConfigDescriber {
   ConfigDescriber& pair(const std::string& key, double first, double second) {
     return add(key, "pair of numbers", nlohmann::json({first, second}).dump(), "");
   }
+  // Its bounds are the names from_name takes back: the enum's values from 0
+  // up, as long as each one's name reads back as itself.
   template <typename E, typename Name, typename Parse>
-  ConfigDescriber& named(const std::string& key, const E& value, Name to_name, Parse /*from_name*/) {
-    return add(key, "name", nlohmann::json(std::string(to_name(value))).dump(), "");
+  ConfigDescriber& named(const std::string& key, const E& value, Name to_name, Parse from_name) {
+    std::string names;
+    for (int i = 0; i < 64; ++i) {
+      const E e = static_cast<E>(i);
+      std::string name;
+      try {
+        name = to_name(e);
+        if (from_name(name) != e) break;
+      } catch (const Error&) {
+        break;
+      }
+      names += (names.empty() ? "one of " : ", ") + name;
+    }
+    return add(key, "name", nlohmann::json(std::string(to_name(value))).dump(), names);
   }
   ConfigDescriber& section(const std::string& key, const std::function<void(ConfigDescriber&)>& keys);
+  // What the key declared just before sets: its row's description.
+  ConfigDescriber& doc(const char* what);
 
   const std::vector<KeyDescription>& rows() const { return rows_; }
 
@@ -302,6 +251,7 @@ class ConfigDescriber {
 
   std::string prefix_;
   std::vector<KeyDescription> rows_;
+  std::size_t last_ = static_cast<std::size_t>(-1);  // the row doc() describes: the last key added here
 };
 
 }  // namespace multihead

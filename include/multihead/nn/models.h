@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "multihead/io/json_config.h"
+#include "multihead/io/config_keys.h"
 #include "multihead/nn/encoder.h"
 
 namespace multihead {
@@ -71,26 +71,39 @@ struct ModelConfig {
   // vocab_default (the tokenizer's or the data's).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& m, std::int64_t vocab_default = 0) {
-    k.with_default("vocab_size", m.vocab_size, vocab_default, between(1, kMaxVocab), "the tokenizer's or data's");
-    k("num_classes", m.num_classes, between(1, kMaxVocab));
+    k.with_default("vocab_size", m.vocab_size, vocab_default, between(1, kMaxVocab), "the tokenizer's or data's")
+        .doc("rows of the token embedding");
+    k("num_classes", m.num_classes, between(1, kMaxVocab)).doc("a classifier's classes (set from the data's labels)");
     using Layer = TransformerLayerConfig;
-    k.with_default("d_model", m.layer.d_model, std::int64_t{128}, Layer::kWidth, "128");
-    k.with_default("nhead", m.layer.nhead, std::int64_t{4}, "4");
-    k("num_layers", m.num_layers, between(1, kMaxLayers));
+    k.with_default("d_model", m.layer.d_model, std::int64_t{128}, Layer::kWidth, "128").doc("the model's width");
+    k.with_default("nhead", m.layer.nhead, std::int64_t{4}, Layer::kHeads, "4")
+        .doc("attention heads a layer (d_model divisible by it)");
+    k("num_layers", m.num_layers, between(1, kMaxLayers)).doc("Transformer layers");
     k.with_default("dim_feedforward", m.layer.dim_feedforward, 4 * m.layer.d_model, Layer::kFeedforward,
-                   "4 x d_model");
-    k("dropout", m.layer.dropout, Layer::kDropout);
-    k.named("activation", m.layer.activation, activation_name, parse_activation);
-    k("layer_norm_eps", m.layer.layer_norm_eps, Layer::kNormEps);
-    k("norm_first", m.layer.norm_first)("final_norm", m.final_norm);
-    k.named("positions", m.positions, position_kind_name, parse_position_kind);
-    k("max_len", m.max_len, between(1, kMaxLength));
-    k("relative_clip", m.relative_clip)("relative_values", m.relative_values);
-    k("rope_theta", m.rope_theta, positive());
-    k.named("pooling", m.pooling, pooling_name, parse_pooling);
-    k("tie_embeddings", m.tie_embeddings)("init", m.init)("head", m.head);
-    k("embedding_norm", m.embedding_norm)("token_types", m.token_types, between(0, kMaxVocab));
-    k("position_offset", m.position_offset, between(0, kMaxLength));
+                   "4 x d_model")
+        .doc("the feed-forward block's hidden width");
+    k("dropout", m.layer.dropout, Layer::kDropout).doc("dropout on the attention weights and the sublayers' outputs");
+    k.named("activation", m.layer.activation, activation_name, parse_activation)
+        .doc("the feed-forward block's activation");
+    k("layer_norm_eps", m.layer.layer_norm_eps, Layer::kNormEps).doc("LayerNorm's epsilon");
+    k("norm_first", m.layer.norm_first).doc("pre-LN layers (LayerNorm before each sublayer) instead of post-LN");
+    k("final_norm", m.final_norm).doc("a LayerNorm after the last layer (pre-LN stacks)");
+    k.named("positions", m.positions, position_kind_name, parse_position_kind)
+        .doc("where positions come from: added to the embeddings, inside attention, or none");
+    k("max_len", m.max_len, between(1, kMaxLength)).doc("the longest input absolute positions cover");
+    k("relative_clip", m.relative_clip, between(0, kMaxLength)).doc("relative positions' largest distance");
+    k("relative_values", m.relative_values).doc("relative positions on the values too, not only the keys");
+    k("rope_theta", m.rope_theta, positive()).doc("RoPE's base of the rotation frequencies");
+    k.named("pooling", m.pooling, pooling_name, parse_pooling)
+        .doc("a classifier's summary of the tokens: their mean, or the first (CLS) token");
+    k("tie_embeddings", m.tie_embeddings).doc("a language model's output layer shares the token embedding");
+    k("init", m.init).doc("\"pytorch\": each module's own initialisation; \"xavier\": xavier_uniform on every matrix");
+    k("head", m.head)
+        .doc("a classifier's head: \"linear\", or a pre-classifier layer with tanh, relu, gelu or gelu_tanh");
+    k("embedding_norm", m.embedding_norm).doc("a LayerNorm and dropout over the summed embeddings (BERT's family)");
+    k("token_types", m.token_types, between(0, kMaxVocab)).doc("rows of a token-type embedding (BERT's segments)");
+    k("position_offset", m.position_offset, between(0, kMaxLength))
+        .doc("the first learned position's row (RoBERTa: 2)");
     AttentionPattern::keys(k, m.layer.pattern);
   }
 
@@ -225,10 +238,18 @@ struct VisionConfig {
   // The keys of an image job's "model" section (io/json_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& m) {
-    k("image_size", m.image_size)("patch", m.patch)("channels", m.channels);
-    k("num_layers", m.num_layers)("num_classes", m.num_classes);
-    k("d_model", m.layer.d_model)("nhead", m.layer.nhead)("dim_feedforward", m.layer.dim_feedforward);
-    k("dropout", m.layer.dropout)("norm_first", m.layer.norm_first);
+    k("image_size", m.image_size, between(1, kMaxLength)).doc("the images' side in pixels (divisible by patch)");
+    k("patch", m.patch, between(1, kMaxLength)).doc("the side of a patch, each one token");
+    k("channels", m.channels, between(1, kMaxWidth)).doc("the images' channels");
+    k("num_layers", m.num_layers, between(1, kMaxLayers)).doc("Transformer layers");
+    k("num_classes", m.num_classes, between(1, kMaxVocab)).doc("the classes");
+    k("d_model", m.layer.d_model, TransformerLayerConfig::kWidth).doc("the model's width");
+    k("nhead", m.layer.nhead, TransformerLayerConfig::kHeads).doc("attention heads a layer (d_model divisible by it)");
+    k("dim_feedforward", m.layer.dim_feedforward, TransformerLayerConfig::kFeedforward)
+        .doc("the feed-forward block's hidden width");
+    k("dropout", m.layer.dropout, TransformerLayerConfig::kDropout)
+        .doc("dropout on the attention weights and the sublayers' outputs");
+    k("norm_first", m.layer.norm_first).doc("pre-LN layers (LayerNorm before each sublayer) instead of post-LN");
   }
   void validate() const;
   // "ViT, 49 patches of 4x4, 4 layers, d_model 96, 4 heads, 300010 parameters".

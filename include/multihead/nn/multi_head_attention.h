@@ -18,7 +18,7 @@
 
 #include "multihead/core/precision.h"
 #include "multihead/core/tensor.h"
-#include "multihead/io/json_config.h"
+#include "multihead/io/config_keys.h"
 #include "multihead/kernels/attention_fused.h"
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/linear_attention.h"
@@ -69,10 +69,19 @@ struct AttentionPattern {
   // "sparse_block", "sparse_neighbours", "global_tokens", "num_kv_heads".
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& p) {
-    k.named("attention", p.variant, attention_variant_name, parse_attention_variant);
-    k("window_left", p.window_left)("window_right", p.window_right);
-    k("sparse_block", p.sparse_block)("sparse_neighbours", p.sparse_neighbours)("global_tokens", p.global_tokens);
-    k("num_kv_heads", p.num_kv_heads);
+    k.named("attention", p.variant, attention_variant_name, parse_attention_variant)
+        .doc("which keys each query attends to: all, a window, sparse blocks, or linear attention");
+    k("window_left", p.window_left, between(-1, kMaxLength))
+        .doc("sliding_window: keys before the query it sees (-1: unlimited)");
+    k("window_right", p.window_right, between(-1, kMaxLength))
+        .doc("sliding_window: keys after the query it sees (-1: unlimited)");
+    k("sparse_block", p.sparse_block, between(1, kMaxLength)).doc("block_sparse: positions a block");
+    k("sparse_neighbours", p.sparse_neighbours, between(0, kMaxLength))
+        .doc("block_sparse: blocks on each side a query's block sees");
+    k("global_tokens", p.global_tokens, between(0, kMaxLength))
+        .doc("block_sparse: first positions that see and are seen by all");
+    k("num_kv_heads", p.num_kv_heads, between(0, kMaxWidth))
+        .doc("grouped-query attention's key/value heads, each shared by num_heads / num_kv_heads (0: num_heads)");
   }
 };
 
@@ -97,10 +106,14 @@ struct MultiheadAttentionConfig : AttentionPattern {
   // set. num_heads's bound follows embed_dim and is validate()'s.
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& c) {
-    k.required("embed_dim", c.embed_dim, between(1, kMaxWidth)).required("num_heads", c.num_heads);
-    k("dropout", c.dropout, between(0, 1))("bias", c.bias);
-    k("add_bias_kv", c.add_bias_kv)("add_zero_attn", c.add_zero_attn);
-    k.or_null("kdim", c.kdim, 0).or_null("vdim", c.vdim, 0);
+    k.required("embed_dim", c.embed_dim, between(1, kMaxWidth)).doc("the query's and output's width");
+    k.required("num_heads", c.num_heads, between(1, kMaxWidth)).doc("heads (embed_dim divisible by it)");
+    k("dropout", c.dropout, between(0, 1)).doc("dropout on the attention weights");
+    k("bias", c.bias).doc("biases on the input and output projections");
+    k("add_bias_kv", c.add_bias_kv).doc("a learned key and value appended to the sequence");
+    k("add_zero_attn", c.add_zero_attn).doc("a zero key and value appended to the sequence");
+    k.or_null("kdim", c.kdim, 0).doc("the keys' width (null: embed_dim)");
+    k.or_null("vdim", c.vdim, 0).doc("the values' width (null: embed_dim)");
     AttentionPattern::keys(k, static_cast<std::conditional_t<std::is_const_v<Self>, const AttentionPattern,
                                                              AttentionPattern>&>(c));
   }

@@ -41,6 +41,7 @@ struct TransformerLayerConfig {
   // (these keys, and the model section's).
   static constexpr Range kWidth = between(1, kMaxWidth);
   static constexpr Range kFeedforward = between(1, kMaxFeedforward);
+  static constexpr Range kHeads = between(1, kMaxWidth);  // and at most d_model: validate()'s
   static constexpr Range kDropout = between(0, 1);
   static constexpr Range kNormEps = positive();
 
@@ -49,10 +50,13 @@ struct TransformerLayerConfig {
   // follows d_model and is validate()'s.
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& c) {
-    k.required("d_model", c.d_model, kWidth).required("nhead", c.nhead);
-    k("dim_feedforward", c.dim_feedforward, kFeedforward)("dropout", c.dropout, kDropout);
-    k.named("activation", c.activation, activation_name, parse_activation);
-    k("layer_norm_eps", c.layer_norm_eps, kNormEps)("norm_first", c.norm_first);
+    k.required("d_model", c.d_model, kWidth).doc("the layer's width");
+    k.required("nhead", c.nhead, kHeads).doc("attention heads (d_model divisible by it)");
+    k("dim_feedforward", c.dim_feedforward, kFeedforward).doc("the feed-forward block's hidden width");
+    k("dropout", c.dropout, kDropout).doc("dropout on the attention weights and the sublayers' outputs");
+    k.named("activation", c.activation, activation_name, parse_activation).doc("the feed-forward block's activation");
+    k("layer_norm_eps", c.layer_norm_eps, kNormEps).doc("LayerNorm's epsilon");
+    k("norm_first", c.norm_first).doc("LayerNorm before each sublayer (pre-LN) instead of after");
     AttentionPattern::keys(k, c.pattern);
   }
 

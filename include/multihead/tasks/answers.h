@@ -39,12 +39,18 @@ struct AnswerSettings {
   // max_beam bound tokens, n_best and beam.
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& s, std::int64_t max_tokens, std::int64_t max_beam) {
-    k("tokens", s.tokens, between(0, static_cast<double>(max_tokens)));
-    k("temperature", s.sampling.temperature, at_least(0))("top_k", s.sampling.top_k, at_least(0));
-    k("top_p", s.sampling.top_p, Range{0, 1, true, false})("seed", s.sampling.seed);
-    k("n_best", s.n_best, between(1, static_cast<double>(max_beam)));
-    k("beam", s.beam, between(0, static_cast<double>(max_beam)));
-    k("threshold", s.threshold);  // in [0, 1], which the classifier checks: its default, -1, is not
+    k("tokens", s.tokens, between(0, static_cast<double>(max_tokens))).doc("language models: tokens generated");
+    k("temperature", s.sampling.temperature, at_least(0)).doc("language models: the sampling temperature (0: greedy)");
+    k("top_k", s.sampling.top_k, at_least(0)).doc("language models: sample among the k likeliest tokens (0: all)");
+    k("top_p", s.sampling.top_p, Range{0, 1, true, false})
+        .doc("language models: sample among the likeliest tokens holding p");
+    k("seed", s.sampling.seed).doc("language models: the sampling seed");
+    k("n_best", s.n_best, between(1, static_cast<double>(max_beam)))
+        .doc("pronunciation runs: pronunciations a word, best first");
+    k("beam", s.beam, between(0, static_cast<double>(max_beam))).doc("pronunciation runs: the beam (0: the run's)");
+    // In [0, 1], which the classifier checks: its default, -1, is not.
+    k("threshold", s.threshold)
+        .doc("two-class classifiers: the positive class's probability from which it is the label");
   }
   bool operator==(const AnswerSettings& o) const {
     return tokens == o.tokens && sampling.temperature == o.sampling.temperature && sampling.top_k == o.sampling.top_k &&

@@ -31,7 +31,10 @@ struct DecodeOptions {
   // tokens and the precision are the caller's, per call.
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& o) {
-    k("beam", o.beam)("length_penalty", o.length_penalty)("max_len", o.max_len);
+    k("beam", o.beam, at_least(1)).doc("the beam's width (1: greedy)");
+    k("length_penalty", o.length_penalty, at_least(0))
+        .doc("scores are log p / length^this: 0 ranks by probability, 1 by probability per token");
+    k("max_len", o.max_len, between(1, kMaxLength)).doc("tokens produced at most, the end token included");
   }
   void validate() const;
 };

@@ -10,6 +10,7 @@
 
 #include "multihead/nn/models.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/kinds.h"
 #include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
@@ -21,6 +22,8 @@ namespace multihead {
 struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   static constexpr const char* kTask = "image_classification";
   static constexpr const char* kNoun = "image jobs";  // in messages: "--epochs does not apply to image jobs"
+  static constexpr RunAnswers kAnswers = RunAnswers::kNone;  // tasks/kinds.h
+  static constexpr ModelFamily kModel = ModelFamily::kVisionTransformer;
   // Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::int64_t validation_examples = 5000;  // held out of the training files
@@ -37,7 +40,10 @@ struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
     k.section("data", [&](auto& d) {
-      d("path", j.data_dir)("validation_examples", j.validation_examples)("limit_train", j.limit_train);
+      d("path", j.data_dir).doc("the Fashion-MNIST folder (its IDX files)");
+      d("validation_examples", j.validation_examples, between(0, kMaxVocab))
+          .doc("training images held out to validate");
+      d("limit_train", j.limit_train, between(0, kMaxVocab)).doc("train on the first this many images (0: all)");
     });
     k.section("model", [&](auto& m) { VisionConfig::keys(m, j.model); });
     k.train(j.train, &j.budget);

@@ -104,7 +104,9 @@ template <typename Kind>
 std::vector<KeyDescription> describe_keys() {
   const Kind job;
   JobDescriber d;
-  d("task", std::string(Kind::kTask))("threads", job.threads, between(0, kMaxThreads))("title", job.report_title);
+  d("task", std::string(Kind::kTask)).doc("the kind of job (tasks/kinds.h)");
+  d("threads", job.threads, between(0, kMaxThreads)).doc("threads the run computes on (0: all cores)");
+  d("title", job.report_title).doc("report.md's title");
   Kind::keys(d, job);
   return d.rows();
 }

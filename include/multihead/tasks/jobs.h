@@ -4,9 +4,12 @@
 // one, with a single dispatch on the kind (Job's alternative).
 //
 // Adding a task: its header and file under tasks/ giving, for its job type
-// XJob (with XJob::kTask, the "task" key of its configs), XJob::from_json,
-// to_json (its key list), kNoun, run_job, summary_lines, evaluate_run and
-// sample_model; then its type in Job below. Nothing else dispatches on the kind.
+// XJob, kTask (the "task" key of its configs), kNoun, kAnswers and kModel
+// (the registry of kinds, tasks/kinds.h), its key list (from_json, to_json),
+// run_job, summary_lines, evaluate_run and sample_model; a loaded run
+// (trained_run.cpp's LoadedRunOf) when kAnswers says it answers; then its
+// type in Job below. What else differs by kind reads the registry: the CLI's
+// task list, the Python package (`kinds()`), the loaders' messages.
 #pragma once
 
 #include <optional>

@@ -14,6 +14,7 @@
 #include "multihead/tasks/evaluation.h"
 #include "multihead/tasks/generation.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/kinds.h"
 #include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
@@ -25,6 +26,8 @@ namespace multihead {
 struct LanguageModelJob : JobConfig<LanguageModelJob> {
   static constexpr const char* kTask = "language_modeling";
   static constexpr const char* kNoun = "language models";  // in messages: "--epochs does not apply to language models"
+  static constexpr RunAnswers kAnswers = RunAnswers::kGenerate;  // tasks/kinds.h
+  static constexpr ModelFamily kModel = ModelFamily::kLanguageModel;
   std::string text_path;              // a file or a folder of .txt files
   double validation_fraction = 0.1;   // the end of the text
   TokenizerConfig tokenizer;          // char by default
@@ -42,15 +45,23 @@ struct LanguageModelJob : JobConfig<LanguageModelJob> {
   // from_json reads and to_json writes (tasks/job_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
-    k("eval_every", j.eval_every)("eval_windows", j.eval_windows);
-    k.section("data", [&](auto& d) { d("path", j.text_path)("validation_fraction", j.validation_fraction); });
+    k("eval_every", j.eval_every, between(1, kMaxSteps)).doc("steps between validations");
+    k("eval_windows", j.eval_windows, between(1, kMaxBatch)).doc("windows of validation text each validation reads");
+    k.section("data", [&](auto& d) {
+      d("path", j.text_path).doc("a text file, or a folder of .txt files");
+      d("validation_fraction", j.validation_fraction, Range{0, 1, true, true})
+          .doc("the share at the end of the text held out to validate");
+    });
     k.tokenizer(j.tokenizer);
     k.model(j.model, j.tokenizer.vocab_size);
     k.train(j.train);
     k.section("sample", [&](auto& s) {
-      s("prompt", j.prompt)("tokens", j.sample_tokens);
-      s("temperature", j.sampling.temperature)("top_k", j.sampling.top_k)("top_p", j.sampling.top_p);
-      s("seed", j.sampling.seed);
+      s("prompt", j.prompt).doc("the text the report's sample continues");
+      s("tokens", j.sample_tokens, between(0, kMaxLength)).doc("tokens the sample adds");
+      s("temperature", j.sampling.temperature, at_least(0)).doc("the sampling temperature (0: greedy)");
+      s("top_k", j.sampling.top_k, at_least(0)).doc("sample among the k likeliest tokens (0: all)");
+      s("top_p", j.sampling.top_p, Range{0, 1, true, false}).doc("sample among the likeliest tokens holding p");
+      s("seed", j.sampling.seed).doc("the sample's seed");
     });
   }
 };

@@ -18,6 +18,7 @@
 #include "multihead/tasks/beam_search.h"
 #include "multihead/tasks/inspect.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/kinds.h"
 #include "multihead/tasks/model_sample.h"
 #include "multihead/tasks/sequence_metrics.h"
 #include "multihead/train/fit.h"
@@ -50,6 +51,8 @@ std::string cmudict_spelling(const std::string& word);
 struct PronunciationJob : JobConfig<PronunciationJob> {
   static constexpr const char* kTask = "pronunciation";
   static constexpr const char* kNoun = "pronunciation jobs";  // in messages: "--epochs does not apply to pronunciation jobs"
+  static constexpr RunAnswers kAnswers = RunAnswers::kPronounce;  // tasks/kinds.h
+  static constexpr ModelFamily kModel = ModelFamily::kEncoderDecoder;
   std::string data_path = kCmudictPath;
   bool keep_stress = true;
   double validation_fraction = 0.02, test_fraction = 0.05;  // of the words
@@ -76,14 +79,23 @@ struct PronunciationJob : JobConfig<PronunciationJob> {
   // from_json reads and to_json writes (tasks/job_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
-    k("label_smoothing", j.label_smoothing)("eval_batch", j.eval_batch)("eval_every", j.eval_every);
+    k("label_smoothing", j.label_smoothing, below_one()).doc("the loss's label smoothing, as PyTorch's");
+    k("eval_batch", j.eval_batch, between(1, kMaxBatch)).doc("words a batch when validating and testing");
+    k("eval_every", j.eval_every, between(0, kMaxSteps)).doc("steps between validations (0: after each epoch only)");
     k.section("data", [&](auto& d) {
-      d("path", j.data_path)("keep_stress", j.keep_stress);
-      d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction);
-      d("validation_words", j.validation_words)("train_max_letters", j.train_max_letters);
+      d("path", j.data_path).doc("the CMU Pronouncing Dictionary's file");
+      d("keep_stress", j.keep_stress).doc("phonemes keep their stress marks (AH0, AH1)");
+      d("validation_fraction", j.validation_fraction, Range{0, 0.5, true, true})
+          .doc("the share of the words held out to validate");
+      d("test_fraction", j.test_fraction, Range{0, 0.5, true, true}).doc("the share of the words held out to test");
+      d("validation_words", j.validation_words, between(0, kMaxVocab))
+          .doc("validation words decoded for the word accuracy (0: all)");
+      d("train_max_letters", j.train_max_letters, between(0, kMaxLength))
+          .doc("train on words of at most this many letters (0: all); the test keeps every length");
     });
     k.section("decode", [&](auto& d) { DecodeOptions::keys(d, j.decode); });
-    k("decoder_layers", j.model.decoder_layers);
+    k("decoder_layers", j.model.decoder_layers, between(0, kMaxLayers))
+        .doc("the decoder's layers (0: model.num_layers, as the encoder)");
     k.model(j.model.model, j.model.model.vocab_size);
     k.train(j.train, &j.budget);
   }

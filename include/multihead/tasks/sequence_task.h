@@ -11,6 +11,7 @@
 
 #include "multihead/data/synthetic.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/kinds.h"
 #include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
 #include "multihead/train/progress.h"
@@ -22,6 +23,8 @@ namespace multihead {
 struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   static constexpr const char* kTask = "sequence_task";
   static constexpr const char* kNoun = "synthetic sequence tasks";  // in messages: "--epochs does not apply to synthetic sequence tasks"
+  static constexpr RunAnswers kAnswers = RunAnswers::kNone;  // tasks/kinds.h
+  static constexpr ModelFamily kModel = ModelFamily::kLanguageModel;
   SyntheticTask task;                          // its min_len / max_len are the training range
   std::vector<std::int64_t> test_lengths = {16, 32, 64};
   std::int64_t eval_batches = 8;               // batches of train.batch sequences per test length
@@ -35,10 +38,12 @@ struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
     k.section("data", [&](auto& d) {
-      d.named("kind", j.task.kind, synthetic_kind_name, parse_synthetic_kind);
-      d("symbols", j.task.symbols, between(1, kMaxVocab / 2))("min_len", j.task.min_len, between(1, kMaxLength / 4))(
-          "max_len", j.task.max_len, between(1, kMaxLength / 4));
-      d("test_lengths", j.test_lengths)("eval_batches", j.eval_batches, between(1, kMaxBatch));
+      d.named("kind", j.task.kind, synthetic_kind_name, parse_synthetic_kind).doc("the synthetic task");
+      d("symbols", j.task.symbols, between(1, kMaxVocab / 2)).doc("distinct symbols in the sequences");
+      d("min_len", j.task.min_len, between(1, kMaxLength / 4)).doc("the shortest training sequence");
+      d("max_len", j.task.max_len, between(1, kMaxLength / 4)).doc("the longest training sequence");
+      d("test_lengths", j.test_lengths).doc("the lengths tested, trained on or longer");
+      d("eval_batches", j.eval_batches, between(1, kMaxBatch)).doc("batches of train.batch sequences a test length");
     });
     k.model(j.model, j.task.vocab_size());
     k.train(j.train);

@@ -18,6 +18,7 @@
 #include "multihead/tasks/classification_report.h"
 #include "multihead/tasks/evaluation.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/kinds.h"
 #include "multihead/tasks/loaded_run.h"
 #include "multihead/tasks/model_sample.h"
 #include "multihead/train/fit.h"
@@ -30,6 +31,8 @@ namespace multihead {
 struct TextClassificationJob : JobConfig<TextClassificationJob> {
   static constexpr const char* kTask = "text_classification";
   static constexpr const char* kNoun = "text classifiers";  // in messages: "--epochs does not apply to text classifiers"
+  static constexpr RunAnswers kAnswers = RunAnswers::kClassify;  // tasks/kinds.h
+  static constexpr ModelFamily kModel = ModelFamily::kSequenceClassifier;
   static constexpr bool kTaskOptional = true;  // the first kind of job: the default
   // Data: "spamassassin" (data_path: the corpus's data folder), "aclimdb"
   // (data_path: the aclImdb folder; its test split is the test set), "csv",
@@ -66,11 +69,19 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   // from_json reads and to_json writes (tasks/job_config.h).
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
-    k("max_len", j.max_len)("class_weights", j.class_weights);
+    k("max_len", j.max_len, between(2, kMaxLength)).doc("tokens an example is cut to, [CLS] included");
+    k("class_weights", j.class_weights)
+        .doc("the loss's class weights: \"none\", or \"balanced\" (each class weighing as much in the loss)");
     k.section("data", [&](auto& d) {
-      d("source", j.source)("path", j.data_path)("strip_headers", j.strip_headers);
-      d("text_column", j.text_column)("label_column", j.label_column);
-      d("validation_fraction", j.validation_fraction)("test_fraction", j.test_fraction)("stratify", j.stratify);
+      d("source", j.source)
+          .doc("the data's format: csv, tsv, jsonl, spamassassin or aclimdb (\"\": the file's extension)");
+      d("path", j.data_path).doc("the data file or folder");
+      d("strip_headers", j.strip_headers).doc("remove each text's RFC 822 mail headers");
+      d("text_column", j.text_column).doc("the column or key of the texts");
+      d("label_column", j.label_column).doc("the column or key of the labels");
+      d("validation_fraction", j.validation_fraction, below_one()).doc("the share of the data held out to validate");
+      d("test_fraction", j.test_fraction, below_one()).doc("the share held out to test (aclimdb: its test split)");
+      d("stratify", j.stratify).doc("each split holds each class in its share of the whole");
     });
     k.tokenizer(j.tokenizer);
     k.model(j.model, j.tokenizer.vocab_size);

@@ -17,6 +17,7 @@
 
 #include "multihead/nn/models.h"
 #include "multihead/tasks/job_config.h"
+#include "multihead/tasks/kinds.h"
 #include "multihead/tasks/model_sample.h"
 #include "multihead/tasks/pronunciation.h"
 #include "multihead/train/fit.h"
@@ -29,6 +30,8 @@ namespace multihead {
 struct WordStressJob : JobConfig<WordStressJob> {
   static constexpr const char* kTask = "word_stress";
   static constexpr const char* kNoun = "word stress jobs";  // in messages: "--tokenizer does not apply to word stress jobs"
+  static constexpr RunAnswers kAnswers = RunAnswers::kNone;  // tasks/kinds.h
+  static constexpr ModelFamily kModel = ModelFamily::kSequenceClassifier;
   static constexpr std::int64_t kClasses = 4;
   // Letters as tokens: tokenizer.h's four special ids, then A-Z, ' - . (any
   // other character reads as unknown).
@@ -51,10 +54,13 @@ struct WordStressJob : JobConfig<WordStressJob> {
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
     k.section("data", [&](auto& d) {
-      d("path", j.data_path)("validation_fraction", j.validation_fraction, between(0, 0.5));
-      d("test_fraction", j.test_fraction, Range{0, 0.5, true, false})("max_letters", j.max_letters, between(2, 1024));
+      d("path", j.data_path).doc("the CMU Pronouncing Dictionary's file");
+      d("validation_fraction", j.validation_fraction, between(0, 0.5))
+          .doc("the share of the words held out to validate");
+      d("test_fraction", j.test_fraction, Range{0, 0.5, true, false}).doc("the share of the words held out to test");
+      d("max_letters", j.max_letters, between(2, 1024)).doc("letters read of a word, [CLS] included");
     });
-    k("eval_batch", j.eval_batch, between(1, kMaxBatch));
+    k("eval_batch", j.eval_batch, between(1, kMaxBatch)).doc("words a batch when validating and testing");
     k.model(j.model, kLetterTokens);
     k.train(j.train, &j.budget);
   }

@@ -79,34 +79,57 @@ struct TrainConfig {
   // weight_decay is AdamW's and SGD's both.
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& t) {
-    k.named("optimizer", t.optimizer, optimizer_name, parse_optimizer);
-    k("lr", t.schedule.base_lr, positive())("min_lr", t.schedule.min_lr, at_least(0));
-    k("warmup_steps", t.schedule.warmup_steps, between(0, kMaxSteps));
-    k("warmup_ratio", t.schedule.warmup_ratio, between(0, 1));
-    k.named("schedule", t.schedule.decay, decay_name, parse_decay);
-    k.pair("betas", t.adamw.beta1, t.adamw.beta2);
-    k("eps", t.adamw.eps, positive());
+    k.named("optimizer", t.optimizer, optimizer_name, parse_optimizer).doc("the optimizer: AdamW or SGD");
+    k("lr", t.schedule.base_lr, positive()).doc("the peak learning rate, reached after the warmup");
+    k("min_lr", t.schedule.min_lr, at_least(0)).doc("the learning rate the decay ends at");
+    k("warmup_steps", t.schedule.warmup_steps, between(0, kMaxSteps))
+        .doc("steps of linear warmup from 0 to lr; overrides warmup_ratio when above 0");
+    k("warmup_ratio", t.schedule.warmup_ratio, between(0, 1))
+        .doc("the warmup as a fraction of the run's steps (Hugging Face's warmup_ratio)");
+    k.named("schedule", t.schedule.decay, decay_name, parse_decay).doc("the decay after the warmup");
+    k.pair("betas", t.adamw.beta1, t.adamw.beta2).doc("AdamW's moment decay rates, as PyTorch's betas");
+    k("eps", t.adamw.eps, positive()).doc("AdamW's denominator term, as PyTorch's eps");
     k.with_default("weight_decay", t.adamw.weight_decay, t.optimizer == OptimizerKind::kAdamW ? 0.01 : 0.0,
-                   at_least(0), "0.01 with adamw, 0 with sgd");
+                   at_least(0), "0.01 with adamw, 0 with sgd")
+        .doc("decoupled weight decay (AdamW), or L2 added to the gradient (SGD)");
     if constexpr (!std::is_const_v<Self>) t.sgd.weight_decay = t.adamw.weight_decay;
-    k("momentum", t.sgd.momentum, below_one())("dampening", t.sgd.dampening, between(0, 1));
-    k("nesterov", t.sgd.nesterov);
-    k("clip_grad_norm", t.clip_grad_norm, at_least(0));
-    k("grad_accumulation", t.grad_accumulation, at_least(1));
-    k("steps", t.steps, between(0, kMaxSteps));
-    k.with_default("total_steps", t.schedule.total_steps, t.steps, at_most(kMaxSteps), "steps");
-    k("restart_step", t.schedule.restart_step, between(0, kMaxSteps))("restart_lr", t.schedule.restart_lr, at_least(0));
-    k("batch", t.batch, between(1, kMaxBatch))("seq_len", t.seq_len, between(1, kMaxLength));
-    k("seed", t.seed)("checkpoint_layers", t.checkpoint_layers);
-    k.named("precision", t.precision, precision_name, parse_precision);
+    k("momentum", t.sgd.momentum, below_one()).doc("SGD's momentum");
+    k("dampening", t.sgd.dampening, between(0, 1)).doc("SGD's dampening of the momentum");
+    k("nesterov", t.sgd.nesterov).doc("SGD with Nesterov momentum");
+    k("clip_grad_norm", t.clip_grad_norm, at_least(0)).doc("the gradient's largest global L2 norm (0: no clipping)");
+    k("grad_accumulation", t.grad_accumulation, at_least(1))
+        .doc("micro-batches summed into each step (batch is their total)");
+    k("steps", t.steps, between(0, kMaxSteps)).doc("optimizer steps, for jobs that train by steps");
+    k.with_default("total_steps", t.schedule.total_steps, t.steps, at_most(kMaxSteps), "steps")
+        .doc("the step the decay reaches min_lr at");
+    k("restart_step", t.schedule.restart_step, between(0, kMaxSteps))
+        .doc("the step a continued run's schedule restarts at (0: none)");
+    k("restart_lr", t.schedule.restart_lr, at_least(0))
+        .doc("the rate a continued run's decay restarts from (the rate of the step before)");
+    k("batch", t.batch, between(1, kMaxBatch)).doc("examples per optimizer step");
+    k("seq_len", t.seq_len, between(1, kMaxLength)).doc("tokens per training sequence (language models)");
+    k("seed", t.seed).doc("the seed of the initialisation, the shuffling and dropout");
+    k("checkpoint_layers", t.checkpoint_layers)
+        .doc("gradient checkpointing: recompute each layer's activations in the backward pass");
+    k.named("precision", t.precision, precision_name, parse_precision)
+        .doc("the activations' storage; products in bf16 or fp16 accumulate in fp32");
     // fp16 needs loss scaling to keep small gradients from flushing to zero.
-    k.with_default("loss_scaling", t.loss_scaling, t.precision == Precision::kF16, "true with fp16");
-    k.named("on_nonfinite", t.on_nonfinite, nonfinite_name, parse_nonfinite);
-    k("checkpoint_every", t.checkpoint_every, at_least(0))("keep_checkpoints", t.keep_checkpoints);
-    k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce);
-    k("allreduce_overlap", t.allreduce_overlap);
-    k("init_from", t.init_from)("init_skip", t.init_skip)("init_sha256", t.init_sha256);
-    k("early_stopping", t.early_stopping, between(0, kMaxSteps));
+    k.with_default("loss_scaling", t.loss_scaling, t.precision == Precision::kF16, "true with fp16")
+        .doc("dynamic loss scaling, against fp16 gradients flushing to zero");
+    k.named("on_nonfinite", t.on_nonfinite, nonfinite_name, parse_nonfinite)
+        .doc("what a step with a NaN or infinite loss or gradient does: stop with an error, or skip its update");
+    k("checkpoint_every", t.checkpoint_every, at_least(0))
+        .doc("steps between checkpoints (0: after each epoch or validation, and at the end)");
+    k("keep_checkpoints", t.keep_checkpoints).doc("keep every checkpoint as checkpoints/step_N.safetensors");
+    k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce)
+        .doc("how ranks under mpirun sum their gradients");
+    k("allreduce_overlap", t.allreduce_overlap).doc("start a layer's gradient sums while the backward pass goes on");
+    k("init_from", t.init_from).doc("a run directory or safetensors file the weights start from (\"\": initialised)");
+    k("init_skip", t.init_skip)
+        .doc("a regular expression (ECMAScript, searched for) of the parameters that keep their initialisation");
+    k("init_sha256", t.init_sha256).doc("the SHA-256 init_from's file must have (recorded by a run)");
+    k("early_stopping", t.early_stopping, between(0, kMaxSteps))
+        .doc("validations in a row without a lower validation loss that end training (0: never)");
   }
 
   // The run's length, once known (from its epochs and data, or steps):
@@ -128,7 +151,9 @@ struct EpochBudget {
   std::int64_t max_steps = 0;
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& b) {
-    k("epochs", b.epochs, between(1, kMaxEpochs))("max_steps", b.max_steps, between(0, kMaxSteps));
+    k("epochs", b.epochs, between(1, kMaxEpochs)).doc("passes over the training data");
+    k("max_steps", b.max_steps, between(0, kMaxSteps))
+        .doc("a cap on the steps, cutting the last epoch short (0: none)");
   }
   // ConfigError naming `where` for a value out of range.
   void validate(const std::string& where) const;
