@@ -56,6 +56,7 @@ packages=(
   openmpi-bin              # mpirun, for add_test(mpi) in tests/ and for users
   wrk                      # no lookup: the HTTP load generator of bench/serve.py
   curl                     # no lookup: the HTTP client of README's multihead serve commands
+  clang-format             # no lookup: add_test(format) in tests/, the layout check (.clang-format)
 )
 want_data=0 want_browser=0
 for arg in "$@"; do

@@ -29,8 +29,7 @@ inline constexpr double kF32Atol = 1e-5;
 inline constexpr double kF32Rtol = 1e-4;
 
 template <typename A, typename E>
-::testing::AssertionResult all_close(std::span<const A> actual, std::span<const E> expected, double atol,
-                                     double rtol) {
+::testing::AssertionResult all_close(std::span<const A> actual, std::span<const E> expected, double atol, double rtol) {
   if (actual.size() != expected.size())
     return ::testing::AssertionFailure() << "size " << actual.size() << " != expected " << expected.size();
   double worst_excess = 0.0, worst_diff = 0.0;

@@ -72,8 +72,7 @@ struct TensorArg {
 TensorArg tensor_arg(py::handle t, const char* name) {
   check<ShapeError>(py::hasattr(t, "data_ptr") && py::hasattr(t, "stride") && py::hasattr(t, "dtype"),
                     "{} must be a torch.Tensor", name);
-  check<ShapeError>(py::str(t.attr("device").attr("type")).cast<std::string>() == "cpu", "{} must be on the CPU",
-                    name);
+  check<ShapeError>(py::str(t.attr("device").attr("type")).cast<std::string>() == "cpu", "{} must be on the CPU", name);
   check<ShapeError>(py::str(t.attr("layout")).cast<std::string>() == "torch.strided", "{} must be a dense tensor",
                     name);
   TensorArg a;
@@ -99,8 +98,7 @@ void expect_shape(const TensorArg& a, const char* name, const std::vector<std::i
 // as the kernels read heads from it: head h starts at h * head_dim.
 template <typename T>
 HeadsView<T> heads(const TensorArg& a, const char* name, std::int64_t H) {
-  check<ShapeError>(a.dim() == 3, "{} must be 3-D (batch, positions, heads * features), got {}", name,
-                    a.shape_text());
+  check<ShapeError>(a.dim() == 3, "{} must be 3-D (batch, positions, heads * features), got {}", name, a.shape_text());
   check<ShapeError>(a.shape[2] % H == 0 && a.shape[2] > 0, "{}'s {} features do not split into {} heads", name,
                     a.shape[2], H);
   check<ShapeError>(a.strides[2] == 1 || a.shape[2] == 1, "{}'s last dimension must be contiguous", name);
@@ -121,8 +119,7 @@ T* dense(const TensorArg& a, const char* name, const std::string& dtype, const s
 // Masks with nn.MultiheadAttention's polarity (nonzero uint8 = masked, floats
 // added): torch tensors, or None.
 struct Masks {
-  py::object key_padding_bool = py::none(), key_padding_add = py::none(), attn_bool = py::none(),
-             attn_add = py::none();
+  py::object key_padding_bool = py::none(), key_padding_add = py::none(), attn_bool = py::none(), attn_add = py::none();
   bool attn_per_head = false, causal = false;
   std::int64_t masked_cols = -1;  // keys the masks cover (-1: all); later ones are never masked
 
@@ -158,12 +155,12 @@ struct Masks {
 AttentionDims dims_of(const TensorArg& q, const TensorArg& k, const TensorArg& v, std::int64_t H) {
   check<ShapeError>(H >= 1, "heads must be at least 1, got {}", H);
   check<ShapeError>(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
-                    "query, key and value must be 3-D (batch, positions, features), got {}, {} and {}",
-                    q.shape_text(), k.shape_text(), v.shape_text());
-  check<ShapeError>(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0] && v.shape[1] == k.shape[1] &&
-                        k.shape[2] == q.shape[2],
-                    "key must be ({}, S, {}) and value ({}, S, Ev), got {} and {}", q.shape[0], q.shape[2],
-                    q.shape[0], k.shape_text(), v.shape_text());
+                    "query, key and value must be 3-D (batch, positions, features), got {}, {} and {}", q.shape_text(),
+                    k.shape_text(), v.shape_text());
+  check<ShapeError>(
+      k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0] && v.shape[1] == k.shape[1] && k.shape[2] == q.shape[2],
+      "key must be ({}, S, {}) and value ({}, S, Ev), got {} and {}", q.shape[0], q.shape[2], q.shape[0],
+      k.shape_text(), v.shape_text());
   check<ShapeError>(q.shape[2] % H == 0 && v.shape[2] % H == 0 && q.shape[2] > 0 && v.shape[2] > 0,
                     "the features of query ({}) and value ({}) must split into {} heads", q.shape[2], v.shape[2], H);
   return {q.shape[0], H, q.shape[1], k.shape[1], q.shape[2] / H, v.shape[2] / H};
@@ -183,8 +180,10 @@ struct Call {
   Call(py::handle q_, py::handle k_, py::handle v_, std::int64_t H)
       : q(tensor_arg(q_, "query")), k(tensor_arg(k_, "key")), v(tensor_arg(v_, "value")) {
     d = dims_of(q, k, v, H);
-    check<ShapeError>(k.dtype == q.dtype && v.dtype == q.dtype, "query, key and value must have one dtype, got {}, "
-                      "{} and {}", q.dtype, k.dtype, v.dtype);
+    check<ShapeError>(k.dtype == q.dtype && v.dtype == q.dtype,
+                      "query, key and value must have one dtype, got {}, "
+                      "{} and {}",
+                      q.dtype, k.dtype, v.dtype);
   }
   std::vector<std::int64_t> lse_shape() const { return {d.B, d.H, d.L}; }
   std::vector<std::int64_t> weights_shape(bool average) const {
@@ -284,8 +283,8 @@ void ref_forward(py::handle out, py::handle probs, py::handle q, py::handle k, p
 }
 
 void ref_backward(py::handle dq, py::handle dk, py::handle dv, py::handle probs, py::handle dout, py::handle q,
-                  py::handle k, py::handle v, std::int64_t heads_n, Masks masks, double scale,
-                  double dropout_p, std::uint64_t seed) {
+                  py::handle k, py::handle v, std::int64_t heads_n, Masks masks, double scale, double dropout_p,
+                  std::uint64_t seed) {
   const Call c(q, k, v, heads_n);
   expect_dtype(c.q, "query", "float64");
   const AttentionDims& d = c.d;
@@ -308,7 +307,8 @@ void ref_weights(py::handle weights, py::handle probs, bool average_heads, doubl
       average_heads ? std::vector<std::int64_t>{d.B, d.L, d.S} : std::vector<std::int64_t>{d.B, d.H, d.L, d.S};
   double* w = dense<double>(tensor_arg(weights, "weights"), "weights", "float64", shape);
   const py::gil_scoped_release unlocked;
-  attention_weights_from_probs<double>(w, p, d, average_heads, AttentionDropout{static_cast<float>(dropout_p), seed, 0});
+  attention_weights_from_probs<double>(w, p, d, average_heads,
+                                       AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
 // Python's `with ThreadCount(n):`, a ThreadCountScope over the block.
@@ -338,7 +338,9 @@ bool train(const std::string& kind, const std::string& config, const std::filesy
                                      : job_from_file(config);
   check<ConfigError>(mode == "new" || mode == "resume" || mode == "overwrite",
                      "mode must be new, resume or overwrite, got '{}'", mode);
-  const RunMode run_mode = mode == "resume" ? RunMode::kResume : mode == "overwrite" ? RunMode::kOverwrite : RunMode::kNew;
+  const RunMode run_mode = mode == "resume"      ? RunMode::kResume
+                           : mode == "overwrite" ? RunMode::kOverwrite
+                                                 : RunMode::kNew;
   const ThreadCountScope threads(job_threads(job));  // the host's count comes back after
   StopRequest stop;
   std::optional<py::error_already_set> raised;  // by on_step, or KeyboardInterrupt
@@ -412,8 +414,9 @@ PYBIND11_MODULE(_multihead, m) {
     }
   });
 
-  py::class_<Masks>(m, "Masks", "Masks with nn.MultiheadAttention's polarity: uint8 tensors (nonzero: masked) "
-                                "or float tensors (added), or None")
+  py::class_<Masks>(m, "Masks",
+                    "Masks with nn.MultiheadAttention's polarity: uint8 tensors (nonzero: masked) "
+                    "or float tensors (added), or None")
       .def(py::init<>())
       .def_readwrite("key_padding_bool", &Masks::key_padding_bool)
       .def_readwrite("key_padding_add", &Masks::key_padding_add)
@@ -425,8 +428,8 @@ PYBIND11_MODULE(_multihead, m) {
 
   const auto release = py::call_guard<py::gil_scoped_release>();
   using py::arg;
-  m.def("fused_forward", &fused_forward, arg("out"), arg("lse"), arg("query"), arg("key"), arg("value"),
-        arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
+  m.def("fused_forward", &fused_forward, arg("out"), arg("lse"), arg("query"), arg("key"), arg("value"), arg("heads"),
+        arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
   m.def("fused_backward", &fused_backward, arg("dq"), arg("dk"), arg("dv"), arg("lse"), arg("out"), arg("dout"),
         arg("query"), arg("key"), arg("value"), arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"),
         arg("seed"));
@@ -436,8 +439,7 @@ PYBIND11_MODULE(_multihead, m) {
         arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
   m.def("ref_backward", &ref_backward, arg("dq"), arg("dk"), arg("dv"), arg("probs"), arg("dout"), arg("query"),
         arg("key"), arg("value"), arg("heads"), arg("masks"), arg("scale"), arg("dropout_p"), arg("seed"));
-  m.def("ref_weights", &ref_weights, arg("weights"), arg("probs"), arg("average_heads"), arg("dropout_p"),
-        arg("seed"));
+  m.def("ref_weights", &ref_weights, arg("weights"), arg("probs"), arg("average_heads"), arg("dropout_p"), arg("seed"));
   py::class_<TrainedRun>(m, "TrainedRun", "A finished run of `multihead train` (multihead.load_run)")
       .def_property_readonly("task", &TrainedRun::task)
       .def_property_readonly("labels", &TrainedRun::labels, "A classifier's class names")
@@ -540,8 +542,8 @@ PYBIND11_MODULE(_multihead, m) {
       "load_run",
       [](const std::filesystem::path& path, int threads, const std::string& precision) {
         const ThreadCountScope scope(threads);
-        return TrainedRun::load(path.string(),
-                                precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
+        return TrainedRun::load(
+            path.string(), precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
       },
       py::arg("path"), py::arg("threads") = 0, py::arg("precision") = "",
       "The trained model of a run directory of `multihead train` (a text classifier, a language model or a "
@@ -582,8 +584,7 @@ PYBIND11_MODULE(_multihead, m) {
       py::arg("run"), py::arg("format"), py::arg("out"), release,
       "Writes the run in another library's layout (format 'hf': transformers' BertForSequenceClassification)");
   m.def(
-      "run_config",
-      [](const std::filesystem::path& path) { return read_run_config(path.string()).json.dump(); },
+      "run_config", [](const std::filesystem::path& path) { return read_run_config(path.string()).json.dump(); },
       py::arg("path"), release, "The job of a run directory, as config.json holds it (JSON text)");
   m.def(
       "run_tokenizer",
@@ -621,7 +622,8 @@ PYBIND11_MODULE(_multihead, m) {
   py::class_<PronunciationVocab>(m, "PronunciationVocab",
                                  "A pronunciation run's vocabularies: a word's letters to ids, phoneme ids to symbols")
       .def(
-          "encode", [](const PronunciationVocab& v, const std::string& word) {
+          "encode",
+          [](const PronunciationVocab& v, const std::string& word) {
             check_utf8(word, "a word");
             return v.encode_word(cmudict_spelling(word));
           },
@@ -634,16 +636,15 @@ PYBIND11_MODULE(_multihead, m) {
       .def_property_readonly_static("start_id", [](py::object) { return PronunciationVocab::kStart; })
       .def_property_readonly_static("end_id", [](py::object) { return PronunciationVocab::kEnd; });
   m.def(
-      "run_pronunciation_vocab",
-      [](const std::filesystem::path& path) { return load_run_vocab(path.string()); }, py::arg("path"), release,
-      "A pronunciation run's vocabularies (its vocab.json)");
+      "run_pronunciation_vocab", [](const std::filesystem::path& path) { return load_run_vocab(path.string()); },
+      py::arg("path"), release, "A pronunciation run's vocabularies (its vocab.json)");
   m.def(
       "sample_run_model",
       [](const std::filesystem::path& path, std::int64_t examples, bool training) {
         std::optional<ModelSample> sample;
         {
           py::gil_scoped_release unlocked;
-          sample.emplace(sample_run_model(path.string(), SampleSettings{examples, training}));
+          sample.emplace(sample_run_model(path.string(), ModelSampleSettings{examples, training}));
         }
         py::dict inputs;
         for (const auto& [name, t] : sample->inputs) inputs[py::str(name)] = to_numpy(t);
@@ -667,8 +668,7 @@ PYBIND11_MODULE(_multihead, m) {
         py::gil_scoped_release unlocked;
         write_safetensors(path.string(), out);
       },
-      py::arg("path"), py::arg("tensors"),
-      "Writes arrays by name as a safetensors file of F32 tensors (atomically)");
+      py::arg("path"), py::arg("tensors"), "Writes arrays by name as a safetensors file of F32 tensors (atomically)");
   m.def("train", &train, py::arg("kind"), py::arg("config"), py::arg("out"), py::arg("mode"), py::arg("on_step"),
         py::arg("quiet"),
         "Trains the job (kind: json, preset or file) into out; returns whether it stopped before its end "
@@ -682,7 +682,8 @@ PYBIND11_MODULE(_multihead, m) {
       .def(py::init<int>(), py::arg("threads"))
       .def("__enter__", [](ThreadCount& t) { t.enter(); })
       .def("__exit__", [](ThreadCount& t, const py::args&) { t.exit(); });
-  m.def("machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");
+  m.def(
+      "machine", [] { return machine_summary(machine_info()); }, "The CPU and the kernels it runs");
   m.def(
       "kinds",
       [] {

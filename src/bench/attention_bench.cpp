@@ -92,8 +92,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   r.flops = mult * (proj + attn);
   r.attention_flops = mult * attn;
   r.gflops = r.flops / (r.ms * 1e6);
-  r.flop_formula = fmt::format("{}(2*B*L*E*4E + 4*B*H*L*keys*D), keys = {:.0f} per query", cfg.backward ? "3 * " : "",
-                               keys);
+  r.flop_formula =
+      fmt::format("{}(2*B*L*E*4E + 4*B*H*L*keys*D), keys = {:.0f} per query", cfg.backward ? "3 * " : "", keys);
 
   // The attention kernel alone, on the same q, k, v layout as inside the layer
   // (grouped key/value heads as the layer stores them; their gradients per
@@ -154,11 +154,10 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
         const T* p = qkv16.data<T>();
         const HeadsView<const T> q16{p, L * PW, PW, D}, k16{p + E, L * PW, PW, D, G}, v16{p + E + KE, L * PW, PW, D, G};
         // The kernel the layer runs for this storage (bf16 products where the CPU has them).
-        attention_stored_forward<T>({o16.data<T>(), L * E, E, D}, lse.f32(), q16, k16, v16, terms, d, scale, {},
-                                    tiles);
+        attention_stored_forward<T>({o16.data<T>(), L * E, E, D}, lse.f32(), q16, k16, v16, terms, d, scale, {}, tiles);
         if (cfg.backward)
-          attention_stored_backward<T>(dqw, dkw, dvw, lse.f32(), {o16.data<T>(), L * E, E, D}, gv, q16, k16, v16,
-                                       terms, d, scale, {}, tiles, d_relative);
+          attention_stored_backward<T>(dqw, dkw, dvw, lse.f32(), {o16.data<T>(), L * E, E, D}, gv, q16, k16, v16, terms,
+                                       d, scale, {}, tiles, d_relative);
       });
     } else {
       attention_ref_forward<float>(ow, probs.f32(), qv, kv, vv, terms, d, scale, {});
@@ -171,10 +170,10 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   return r;
 }
 
-GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters,
-                               Precision precision) {
+GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, int iters, Precision precision) {
   check<ConfigError>(M > 0 && N > 0 && K > 0 && iters > 0, "gemm sizes and iters must be positive");
-  check<ConfigError>(precision != Precision::kF16, "bench gemm: --precision must be fp32, bf16 or int8 (fp16 has no "
+  check<ConfigError>(precision != Precision::kF16,
+                     "bench gemm: --precision must be fp32, bf16 or int8 (fp16 has no "
                      "product of its own: it computes in fp32), got fp16");
   const bool bf16 = precision == Precision::kBF16;
   Tensor a({M, K}), b({K, N}), c({M, N});
@@ -201,9 +200,8 @@ GemmBenchResult run_gemm_bench(std::int64_t M, std::int64_t N, std::int64_t K, i
     const Int8Weight w{q.data(), scale.data(), row_sum.data(), packs.get()};
     r.ms = median(time_ms(2, iters, [&] { linear_forward_int8(c.f32(), N, a.f32(), K, w, nullptr, M, K, N); }));
   } else {
-    r.ms = median(time_ms(2, iters, [&] {
-      gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a.f32(), K, b.f32(), N, 0.0f, c.f32(), N);
-    }));
+    r.ms = median(time_ms(
+        2, iters, [&] { gemm(Trans::kNo, Trans::kNo, M, N, K, 1.0f, a.f32(), K, b.f32(), N, 0.0f, c.f32(), N); }));
   }
   r.gflops = 2.0 * M * N * K / (r.ms * 1e6);
   return r;

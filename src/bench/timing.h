@@ -20,8 +20,8 @@ constexpr double kMinWarmupSeconds = 1.0;
 template <typename F>
 std::vector<double> time_ms(int warmup, int iters, F&& f) {
   const auto start = Clock::now();
-  for (int i = 0; i < warmup || (warmup > 0 && std::chrono::duration<double>(Clock::now() - start).count() <
-                                                   kMinWarmupSeconds);
+  for (int i = 0;
+       i < warmup || (warmup > 0 && std::chrono::duration<double>(Clock::now() - start).count() < kMinWarmupSeconds);
        ++i)
     f();
   std::vector<double> out;

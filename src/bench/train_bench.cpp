@@ -22,10 +22,10 @@ using bench::median;
 
 double train_step_flops(const TrainBenchConfig& c) {
   const double tokens = static_cast<double>(c.batch * c.seq_len), d = static_cast<double>(c.d_model);
-  const double per_layer = 2 * tokens * d * (3 * d)                                    // in-projection
-                           + 2 * tokens * d * d                                        // out-projection
+  const double per_layer = 2 * tokens * d * (3 * d)                                       // in-projection
+                           + 2 * tokens * d * d                                           // out-projection
                            + 2 * 2 * tokens * d * static_cast<double>(c.dim_feedforward)  // feed-forward
-                           + 2 * 2 * tokens * static_cast<double>(c.seq_len) * d;       // Q K^T and P V
+                           + 2 * 2 * tokens * static_cast<double>(c.seq_len) * d;         // Q K^T and P V
   const double head = 2 * static_cast<double>(c.batch) * d * static_cast<double>(c.num_classes);
   return 3 * (static_cast<double>(c.num_layers) * per_layer + head);
 }
@@ -95,8 +95,8 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c_in) {
   auto micro = [&](std::int64_t, const ForwardContext& ctx, double scale) {
     Tensor logits = model.forward(ids, nullptr, ctx);
     Tensor dlogits = Tensor::empty(logits.shape());
-    auto ce = cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), rows, c.num_classes, -100,
-                            0.0, scale);
+    auto ce =
+        cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), rows, c.num_classes, -100, 0.0, scale);
     model.backward(dlogits);
     model.release_saved();
     return ce.loss;

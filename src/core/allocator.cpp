@@ -35,7 +35,7 @@ constexpr std::size_t kCacheMinBytes = 1 << 16;
 constexpr std::size_t kPage = 4096;
 std::mutex g_cache_mutex;
 std::multimap<std::size_t, void*>* g_cache = new std::multimap<std::size_t, void*>();  // never destroyed: frees may
-                                                                                      // run during static teardown
+                                                                                       // run during static teardown
 std::int64_t g_cached_bytes = 0;
 // Capacity of each large block in use, which can exceed what was asked for:
 // a freed block goes back to the cache under its capacity.
@@ -134,6 +134,8 @@ bool keep_freed_heap_memory() noexcept {
   return mmap_set && trim_set;
 }
 
-void reset_peak_memory() noexcept { g_peak.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void reset_peak_memory() noexcept {
+  g_peak.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 }  // namespace multihead

@@ -14,8 +14,10 @@ Precision parse_precision(std::string_view name) {
 }
 
 Precision training_precision(Precision p, std::string_view what) {
-  check<ConfigError>(p != Precision::kInt8, "{}: int8 is a precision for inference (predict, eval, serve); train in "
-                                            "fp32, bf16 or fp16", what);
+  check<ConfigError>(p != Precision::kInt8,
+                     "{}: int8 is a precision for inference (predict, eval, serve); train in "
+                     "fp32, bf16 or fp16",
+                     what);
   return p;
 }
 

@@ -95,7 +95,8 @@ inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::ui
 
 }  // namespace
 
-std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter_hi, std::uint64_t counter_lo) noexcept {
+std::array<std::uint32_t, 4> philox4x32(std::uint64_t key, std::uint64_t counter_hi,
+                                        std::uint64_t counter_lo) noexcept {
   std::uint32_t c0 = static_cast<std::uint32_t>(counter_lo), c1 = static_cast<std::uint32_t>(counter_lo >> 32);
   std::uint32_t c2 = static_cast<std::uint32_t>(counter_hi), c3 = static_cast<std::uint32_t>(counter_hi >> 32);
   std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);

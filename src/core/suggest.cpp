@@ -19,7 +19,8 @@ std::size_t typing_distance(std::string_view a, std::string_view b) {
   for (std::size_t i = 1; i <= a.size(); ++i)
     for (std::size_t j = 1; j <= b.size(); ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -27,19 +28,36 @@ std::size_t typing_distance(std::string_view a, std::string_view b) {
 // Names other tools give the same thing ("rotary" for RoPE, "adam" for
 // AdamW, "bfloat16" for bf16): no slip of the fingers, but a user's word.
 constexpr std::pair<std::string_view, std::string_view> kOtherNames[] = {
-    {"rotary", "rope"},          {"rotary_embedding", "rope"}, {"rotary_embeddings", "rope"},
-    {"absolute", "learned"},     {"adam", "adamw"},            {"sparse", "block_sparse"},
-    {"blocksparse", "block_sparse"}, {"sliding", "sliding_window"}, {"local", "sliding_window"},
-    {"cos", "cosine"},           {"float32", "fp32"},          {"float", "fp32"},
-    {"bfloat16", "bf16"},        {"float16", "fp16"},          {"half", "fp16"},
-    {"qint8", "int8"},           {"json", "jsonl"},            {"ndjson", "jsonl"},
-    {"spm", "sentencepiece"},    {"bpe", "sentencepiece"},     {"characters", "char"},
-    {"chars", "char"},           {"words", "word"},            {"none", "constant"},
+    {"rotary", "rope"},
+    {"rotary_embedding", "rope"},
+    {"rotary_embeddings", "rope"},
+    {"absolute", "learned"},
+    {"adam", "adamw"},
+    {"sparse", "block_sparse"},
+    {"blocksparse", "block_sparse"},
+    {"sliding", "sliding_window"},
+    {"local", "sliding_window"},
+    {"cos", "cosine"},
+    {"float32", "fp32"},
+    {"float", "fp32"},
+    {"bfloat16", "bf16"},
+    {"float16", "fp16"},
+    {"half", "fp16"},
+    {"qint8", "int8"},
+    {"json", "jsonl"},
+    {"ndjson", "jsonl"},
+    {"spm", "sentencepiece"},
+    {"bpe", "sentencepiece"},
+    {"characters", "char"},
+    {"chars", "char"},
+    {"words", "word"},
+    {"none", "constant"},
 };
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 

@@ -83,8 +83,7 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   return t;
 }
 
-Tensor::Tensor(Tensor&& o) noexcept
-    : shape_(std::move(o.shape_)), numel_(o.numel_), dtype_(o.dtype_), data_(o.data_) {
+Tensor::Tensor(Tensor&& o) noexcept : shape_(std::move(o.shape_)), numel_(o.numel_), dtype_(o.dtype_), data_(o.data_) {
   o.shape_.clear();
   o.numel_ = 0;
   o.data_ = nullptr;

@@ -21,8 +21,7 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
-ThreadCountScope::ThreadCountScope(int n)
-    : saved_omp_(omp_get_max_threads()), saved_blas_(openblas_get_num_threads()) {
+ThreadCountScope::ThreadCountScope(int n) : saved_omp_(omp_get_max_threads()), saved_blas_(openblas_get_num_threads()) {
   set_num_threads(n);
 }
 

@@ -11,8 +11,8 @@ namespace multihead {
 
 TokenBatch make_token_batch(const std::vector<const std::vector<std::int64_t>*>& seqs,
                             const std::vector<std::int64_t>& labels, std::int64_t max_len, const TokenFrame& frame) {
-  check<ShapeError>(!seqs.empty() && seqs.size() == labels.size(), "a batch needs as many labels ({}) as sequences ({})",
-                    labels.size(), seqs.size());
+  check<ShapeError>(!seqs.empty() && seqs.size() == labels.size(),
+                    "a batch needs as many labels ({}) as sequences ({})", labels.size(), seqs.size());
   const auto framing = static_cast<std::int64_t>(frame.before.size() + frame.after.size());
   check<ConfigError>(max_len > framing, "max_len must leave room for a token beside the {} that frame it, got {}",
                      framing, max_len);
@@ -55,8 +55,9 @@ constexpr std::uint64_t kOrderStream = 0xba7c0000ull, kBatchOrderStream = 0xba7d
 std::vector<std::vector<std::int64_t>> cut_into_batches(const std::vector<std::int64_t>& order, std::int64_t batch) {
   std::vector<std::vector<std::int64_t>> out;
   for (std::size_t i = 0; i < order.size(); i += static_cast<std::size_t>(batch))
-    out.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(i),
-                     order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), i + static_cast<std::size_t>(batch))));
+    out.emplace_back(
+        order.begin() + static_cast<std::ptrdiff_t>(i),
+        order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), i + static_cast<std::size_t>(batch))));
   return out;
 }
 

@@ -37,8 +37,7 @@ std::string string_or(const json& j, const char* key, const std::string& fallbac
 
 // Byte fallback: the <0xXX> token of each of s's bytes appended to out, where the vocabulary has
 // them all (true); else nothing.
-bool append_bytes(const Vocab& vocab, const std::string& s,
-                  std::vector<std::int64_t>& out) {
+bool append_bytes(const Vocab& vocab, const std::string& s, std::vector<std::int64_t>& out) {
   std::vector<std::int64_t> bytes;
   for (unsigned char b : s) {
     const auto it = vocab.find(fmt::format("<0x{:02X}>", b));
@@ -217,8 +216,8 @@ class Bpe : public SubwordModel {
     auto offer = [&](std::int64_t pos) {
       const std::int64_t next = symbols[static_cast<std::size_t>(pos)].next;
       if (next < 0) return;
-      const auto it = merges_.find(pair_key(symbols[static_cast<std::size_t>(pos)].id,
-                                            symbols[static_cast<std::size_t>(next)].id));
+      const auto it =
+          merges_.find(pair_key(symbols[static_cast<std::size_t>(pos)].id, symbols[static_cast<std::size_t>(next)].id));
       if (it != merges_.end()) queue.push({it->second.rank, pos, it->second.new_id});
     };
     for (std::size_t i = 0; i < symbols.size(); ++i) offer(static_cast<std::int64_t>(i));
@@ -282,7 +281,8 @@ class Unigram : public SubwordModel {
         continue;
       }
       if (byte_fallback_ && append_bytes(vocab_, piece, out)) continue;
-      check<IoError>(unk_ >= 0, "a Unigram tokenizer without an unknown token meets '{}', which it cannot split", piece);
+      check<IoError>(unk_ >= 0, "a Unigram tokenizer without an unknown token meets '{}', which it cannot split",
+                     piece);
       out.push_back(unk_);
     }
   }
@@ -352,8 +352,8 @@ class Unigram : public SubwordModel {
 }  // namespace
 
 std::unique_ptr<SubwordModel> read_subword_model(const json& model, const std::string& path) {
-  check<IoError>(model.is_object() && model.contains("type") && model["type"].is_string(),
-                 "{}: model has no \"type\"", path);
+  check<IoError>(model.is_object() && model.contains("type") && model["type"].is_string(), "{}: model has no \"type\"",
+                 path);
   const std::string type = model["type"].get<std::string>();
   if (type == "WordPiece") return std::make_unique<WordPiece>(model, path);
   if (type == "BPE") return std::make_unique<Bpe>(model, path);

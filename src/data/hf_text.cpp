@@ -27,7 +27,9 @@ bool assigned_by_unicode_8(char32_t c) {
   return age[0] <= 8;
 }
 
-bool is_whitespace(char32_t c) { return c == '\t' || c == '\n' || c == '\r' || u_isUWhiteSpace(static_cast<UChar32>(c)); }
+bool is_whitespace(char32_t c) {
+  return c == '\t' || c == '\n' || c == '\r' || u_isUWhiteSpace(static_cast<UChar32>(c));
+}
 
 // Cc, Cf and Co, but not the white space among them.
 bool is_control(char32_t c) {
@@ -39,11 +41,14 @@ bool is_control(char32_t c) {
 bool is_punctuation(char32_t c) {
   if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
   switch (u_charType(static_cast<UChar32>(c))) {
-    case U_CONNECTOR_PUNCTUATION: case U_DASH_PUNCTUATION: case U_START_PUNCTUATION: case U_END_PUNCTUATION:
-    case U_INITIAL_PUNCTUATION: case U_FINAL_PUNCTUATION: case U_OTHER_PUNCTUATION:
-      return assigned_by_unicode_8(c);
-    default:
-      return false;
+    case U_CONNECTOR_PUNCTUATION:
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+    case U_OTHER_PUNCTUATION: return assigned_by_unicode_8(c);
+    default: return false;
   }
 }
 
@@ -179,8 +184,8 @@ std::u32string normal_form(std::u32string_view s, const std::string& form) {
                                  : form == "NFKC" ? icu::Normalizer2::getNFKCInstance(status)
                                                   : icu::Normalizer2::getNFKDInstance(status);
   check<IoError>(U_SUCCESS(status), "ICU's {} normaliser is not available: {}", form, u_errorName(status));
-  const icu::UnicodeString in = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()),
-                                                              static_cast<std::int32_t>(s.size()));
+  const icu::UnicodeString in =
+      icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()), static_cast<std::int32_t>(s.size()));
   const icu::UnicodeString out = norm->normalize(in, status);
   check<IoError>(U_SUCCESS(status), "{} normalisation failed: {}", form, u_errorName(status));
   std::u32string r(static_cast<std::size_t>(out.countChar32()), U'\0');
@@ -275,7 +280,7 @@ namespace {
 // The clean-up of the spaces before punctuation and English contractions.
 std::string cleanup(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},   {" n't", "n't"},
       {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) {
     // Every match of the text as it was before this rule, left to right (Rust's str::replace).

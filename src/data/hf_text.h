@@ -44,8 +44,7 @@ std::vector<std::string> byte_level_pre_tokenize(std::u32string_view s, bool add
 // Metaspace (SentencePiece's white space): each space becomes `replacement`
 // (▁), which is put first where `prepend` and the text does not begin with
 // it; where `split`, the text is cut before each replacement character.
-std::vector<std::string> metaspace_pre_tokenize(std::u32string_view s, char32_t replacement, bool prepend,
-                                                bool split);
+std::vector<std::string> metaspace_pre_tokenize(std::u32string_view s, char32_t replacement, bool prepend, bool split);
 
 // The Metaspace decoder: replacement characters become spaces, but those of
 // the first token where a space was `prepended` are dropped.

@@ -53,9 +53,9 @@ class HfTokenizer : public Tokenizer {
     if (source_.contains("added_tokens") && !source_["added_tokens"].is_null()) {
       for (const json& a : source_["added_tokens"]) {
         AddedToken t{a.value("content", std::string()), a.value("id", std::int64_t{-1}), a.value("special", false),
-                     a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)};
-        check<IoError>(!t.content.empty() && t.id >= 0 && t.id < kMaxVocab, "{}: an added token lacks its content or id",
-                       path);
+                     a.value("lstrip", false),          a.value("rstrip", false),        a.value("single_word", false)};
+        check<IoError>(!t.content.empty() && t.id >= 0 && t.id < kMaxVocab,
+                       "{}: an added token lacks its content or id", path);
         check<IoError>(!a.value("normalized", false) || t.special || ids_.contains(t.content),
                        "{}: the added token '{}' is matched after normalisation, which is not read here", path,
                        t.content);
@@ -185,12 +185,14 @@ class HfTokenizer : public Tokenizer {
       case PreTokenizer::kBert: words = hf::bert_pre_tokenize(s); break;
       case PreTokenizer::kByteLevel: words = hf::byte_level_pre_tokenize(s, add_prefix_space_, use_regex_); break;
       case PreTokenizer::kMetaspace:
-        words = hf::metaspace_pre_tokenize(s, pre_metaspace_.replacement,
-                                           pre_metaspace_.prepend == Prepend::kAlways ||
-                                               (pre_metaspace_.prepend == Prepend::kFirst && at_start),
-                                           pre_metaspace_.split);
+        words = hf::metaspace_pre_tokenize(
+            s, pre_metaspace_.replacement,
+            pre_metaspace_.prepend == Prepend::kAlways || (pre_metaspace_.prepend == Prepend::kFirst && at_start),
+            pre_metaspace_.split);
         break;
-      case PreTokenizer::kNone: if (!s.empty()) words = {hf::encode_utf8(s)}; break;
+      case PreTokenizer::kNone:
+        if (!s.empty()) words = {hf::encode_utf8(s)};
+        break;
     }
     for (const std::string& w : words) model_->encode_word(w, out);
   }
@@ -235,8 +237,10 @@ class HfTokenizer : public Tokenizer {
         return s;
       });
     } else {
-      throw IoError(fmt::format("{}: normalizer.type \"{}\" is not read here (BertNormalizer, NFC, NFD, NFKC, NFKD, "
-                                "Lowercase, Prepend, Replace and Sequence are)", path, type));
+      throw IoError(
+          fmt::format("{}: normalizer.type \"{}\" is not read here (BertNormalizer, NFC, NFD, NFKC, NFKD, "
+                      "Lowercase, Prepend, Replace and Sequence are)",
+                      path, type));
     }
   }
 
@@ -246,8 +250,9 @@ class HfTokenizer : public Tokenizer {
     const std::u32string r = hf::decode_utf8(p.value("replacement", std::string("\u2581")));
     check<IoError>(r.size() == 1, "{}: {}.replacement is not one character", path, what);
     m.replacement = r[0];
-    const std::string scheme = p.contains("prepend_scheme") ? p.value("prepend_scheme", std::string("always"))
-                               : p.value("add_prefix_space", true) ? "always" : "never";
+    const std::string scheme = p.contains("prepend_scheme")        ? p.value("prepend_scheme", std::string("always"))
+                               : p.value("add_prefix_space", true) ? "always"
+                                                                   : "never";
     check<IoError>(scheme == "always" || scheme == "first" || scheme == "never",
                    "{}: {}.prepend_scheme \"{}\" is none of always, first and never", path, what, scheme);
     m.prepend = scheme == "always" ? Prepend::kAlways : scheme == "first" ? Prepend::kFirst : Prepend::kNever;
@@ -317,7 +322,8 @@ class HfTokenizer : public Tokenizer {
     }
     check<IoError>(type == "TemplateProcessing",
                    "{}: post_processor.type \"{}\" is not read here (TemplateProcessing, BertProcessing, "
-                   "RobertaProcessing and ByteLevel are)", path, type);
+                   "RobertaProcessing and ByteLevel are)",
+                   path, type);
     const json& single = member(p, "single", path + ": post_processor");
     const json specials = p.value("special_tokens", json::object());
     bool seen_sequence = false;
@@ -328,8 +334,8 @@ class HfTokenizer : public Tokenizer {
       }
       check<IoError>(item.contains("SpecialToken"), "{}: post_processor.single holds an item of an unknown kind", path);
       const std::string token = item["SpecialToken"].value("id", std::string());
-      std::vector<std::int64_t> ids = specials.contains(token) ? specials[token].value("ids", std::vector<std::int64_t>{})
-                                                               : ids_of(token, path);
+      std::vector<std::int64_t> ids =
+          specials.contains(token) ? specials[token].value("ids", std::vector<std::int64_t>{}) : ids_of(token, path);
       auto& to = seen_sequence ? frame_.after : frame_.before;
       to.insert(to.end(), ids.begin(), ids.end());
     }
@@ -360,7 +366,7 @@ class HfTokenizer : public Tokenizer {
   Metaspace pre_metaspace_;                          // Metaspace's pre-tokeniser
   bool replace_touches_space_ = false;               // a Replace normaliser matches or writes white space
   Decoder decoder_ = Decoder::kNone;
-  Metaspace decoder_metaspace_;                      // Metaspace's decoder, which has settings of its own
+  Metaspace decoder_metaspace_;  // Metaspace's decoder, which has settings of its own
   std::string decoder_prefix_ = "##";
   bool decoder_cleanup_ = false;
   TokenFrame frame_{{}, {}, 0, 0};
@@ -388,13 +394,18 @@ json tokenizer_json_of_vocab(const std::string& dir) {
   json added = json::array();
   for (const char* key : {"pad_token", "unk_token", "cls_token", "sep_token", "mask_token"}) {
     const std::string t = token(key, key == std::string("pad_token")   ? "[PAD]"
-                                      : key == std::string("unk_token") ? "[UNK]"
-                                      : key == std::string("cls_token") ? "[CLS]"
-                                      : key == std::string("sep_token") ? "[SEP]"
-                                                                         : "[MASK]");
+                                     : key == std::string("unk_token") ? "[UNK]"
+                                     : key == std::string("cls_token") ? "[CLS]"
+                                     : key == std::string("sep_token") ? "[SEP]"
+                                                                       : "[MASK]");
     if (vocab.contains(t))
-      added.push_back({{"id", vocab[t]}, {"content", t}, {"special", true}, {"normalized", false},
-                       {"lstrip", false}, {"rstrip", false}, {"single_word", false}});
+      added.push_back({{"id", vocab[t]},
+                       {"content", t},
+                       {"special", true},
+                       {"normalized", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"single_word", false}});
   }
   check<IoError>(vocab.contains(cls) && vocab.contains(sep), "{}: lacks {} or {}", vocab_path, cls, sep);
   const bool lowercase = settings.value("do_lower_case", true);
@@ -421,7 +432,9 @@ json tokenizer_json_of_vocab(const std::string& dir) {
 
 }  // namespace
 
-bool is_hf_tokenizer_json(const nlohmann::json& j) { return j.is_object() && j.contains("model") && !j.contains("type"); }
+bool is_hf_tokenizer_json(const nlohmann::json& j) {
+  return j.is_object() && j.contains("model") && !j.contains("type");
+}
 
 bool has_hf_tokenizer(const std::string& dir) {
   return fs::exists(fs::path(dir) / "tokenizer.json") || fs::exists(fs::path(dir) / "vocab.txt");
@@ -431,7 +444,8 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir) {
   const fs::path file = fs::path(dir) / "tokenizer.json";
   if (fs::exists(file)) {
     json j = read_json_file(file.string());
-    check<IoError>(is_hf_tokenizer_json(j), "{}: not a tokenizer of Hugging Face's format (no \"model\")", file.string());
+    check<IoError>(is_hf_tokenizer_json(j), "{}: not a tokenizer of Hugging Face's format (no \"model\")",
+                   file.string());
     return std::make_unique<HfTokenizer>(std::move(j), file.string());
   }
   check<IoError>(fs::exists(fs::path(dir) / "vocab.txt"), "{}: no tokenizer.json or vocab.txt", dir);

@@ -34,12 +34,14 @@ std::string gunzip(const std::string& bytes, const std::string& source) {
 }  // namespace
 
 IdxArray parse_idx(const std::string& raw, const std::string& source) {
-  const bool gz = raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b;
+  const bool gz =
+      raw.size() >= 2 && static_cast<unsigned char>(raw[0]) == 0x1f && static_cast<unsigned char>(raw[1]) == 0x8b;
   const std::string bytes = gz ? gunzip(raw, source) : raw;
   check<IoError>(bytes.size() >= 4 && bytes[0] == 0 && bytes[1] == 0, "{}: not an IDX file (bad magic)", source);
   const unsigned char type = static_cast<unsigned char>(bytes[2]);
   const int dims = static_cast<unsigned char>(bytes[3]);
-  check<IoError>(type == 0x08, "{}: IDX element type 0x{:02x} is not supported (only unsigned bytes, 0x08)", source, type);
+  check<IoError>(type == 0x08, "{}: IDX element type 0x{:02x} is not supported (only unsigned bytes, 0x08)", source,
+                 type);
   check<IoError>(dims >= 1 && dims <= 4, "{}: IDX with {} dimensions is not supported", source, dims);
   check<IoError>(bytes.size() >= 4 + 4 * static_cast<std::size_t>(dims), "{}: truncated IDX header", source);
   IdxArray a;

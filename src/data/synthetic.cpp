@@ -33,7 +33,9 @@ SyntheticBatch synthetic_batch(const SyntheticTask& task, std::int64_t batch, st
   std::vector<std::vector<std::int64_t>> seqs;
   std::int64_t T = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = task.min_len + static_cast<std::int64_t>(rng.next_u32() % static_cast<std::uint32_t>(task.max_len - task.min_len + 1));
+    const std::int64_t n =
+        task.min_len +
+        static_cast<std::int64_t>(rng.next_u32() % static_cast<std::uint32_t>(task.max_len - task.min_len + 1));
     std::vector<std::int64_t> x(static_cast<std::size_t>(n));
     for (auto& v : x) v = 4 + static_cast<std::int64_t>(rng.next_u32() % static_cast<std::uint32_t>(task.symbols));
     std::vector<std::int64_t> y = x;

@@ -217,7 +217,8 @@ TextDataset labelled_dataset(std::vector<std::string> texts, const std::vector<s
   // labels are numbered in order of appearance. label_names records the
   // mapping (results.json's "labels").
   const bool all_int = std::all_of(labels.begin(), labels.end(), [](const std::string& l) {
-    return !l.empty() && l.size() <= 18 && std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    return !l.empty() && l.size() <= 18 &&
+           std::all_of(l.begin(), l.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   });
   if (all_int) {
     std::map<std::int64_t, std::int64_t> ids;  // value -> class, in numeric order
@@ -345,10 +346,9 @@ JsonColumns json_lines_columns(const std::string& bytes,
 
 TextDataset parse_delimited_dataset(const std::string& text, char delimiter, const std::string& text_column,
                                     const std::string& label_column, const std::string& path) {
-  const Columns c = delimited_columns(text, delimiter,
-                                      {{text_column, flag_for(text_column, text_column)},
-                                       {label_column, flag_for(label_column, text_column)}},
-                                      path);
+  const Columns c = delimited_columns(
+      text, delimiter,
+      {{text_column, flag_for(text_column, text_column)}, {label_column, flag_for(label_column, text_column)}}, path);
   std::vector<std::string> texts, labels;
   for (std::size_t r = 0; r < c.rows.size(); ++r) {
     check_label(c.rows[r][1], path, c.lines[r]);
@@ -367,8 +367,8 @@ TextDataset parse_json_lines_dataset(const std::string& bytes, const std::string
     const nlohmann::json& t = c.rows[r][0];
     const nlohmann::json& l = c.rows[r][1];
     check<IoError>(t.is_string(), "{}: line {}: '{}' is not a string", path, c.lines[r], text_key);
-    check<IoError>(l.is_string() || l.is_number_unsigned(), "{}: line {}: '{}' is not a string or a class number",
-                   path, c.lines[r], label_key);
+    check<IoError>(l.is_string() || l.is_number_unsigned(), "{}: line {}: '{}' is not a string or a class number", path,
+                   c.lines[r], label_key);
     std::string label = l.is_string() ? l.get<std::string>() : std::to_string(l.get<std::uint64_t>());
     check_label(label, path, c.lines[r]);
     texts.push_back(t.get<std::string>());
@@ -397,14 +397,16 @@ std::vector<NumberedText> parse_text_column(const std::string& bytes, const std:
 
 void check_two_classes(const TextDataset& ds, const std::string& path) {
   const auto& ex = ds.examples;
-  check<IoError>(ex.empty() || std::any_of(ex.begin(), ex.end(), [&](const TextExample& e) { return e.label != ex.front().label; }),
+  check<IoError>(ex.empty() || std::any_of(ex.begin(), ex.end(),
+                                           [&](const TextExample& e) { return e.label != ex.front().label; }),
                  "{}: every row has the label '{}'; a classifier needs at least two classes", path,
                  ds.label_names[static_cast<std::size_t>(ex.front().label)]);
 }
 
 std::string labelled_format_of(const std::string& path) {
   std::string ext = std::filesystem::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (ext == ".csv") return "csv";
   if (ext == ".tsv" || ext == ".tab") return "tsv";
   if (ext == ".jsonl" || ext == ".ndjson") return "jsonl";

@@ -77,7 +77,8 @@ class VocabTokenizer : public Tokenizer {
  public:
   VocabTokenizer(std::string kind, std::vector<std::string> tokens, bool lowercase)
       : kind_(std::move(kind)), tokens_(std::move(tokens)), lowercase_(lowercase) {
-    for (std::size_t i = 0; i < tokens_.size(); ++i) ids_.emplace(tokens_[i], static_cast<std::int64_t>(i) + kNumSpecials);
+    for (std::size_t i = 0; i < tokens_.size(); ++i)
+      ids_.emplace(tokens_[i], static_cast<std::int64_t>(i) + kNumSpecials);
   }
   std::int64_t vocab_size() const override { return kNumSpecials + static_cast<std::int64_t>(tokens_.size()); }
   std::string kind() const override { return kind_; }
@@ -292,10 +293,11 @@ const char* tokenizer_kind_name(TokenizerKind k) {
 }
 
 std::unique_ptr<Tokenizer> train_tokenizer(const TokenizerConfig& cfg, const std::vector<std::string>& texts) {
-  check<ConfigError>(cfg.kind != TokenizerKind::kWordPiece && cfg.kind != TokenizerKind::kBpe &&
-                         cfg.kind != TokenizerKind::kUnigram,
-                     "a {} tokenizer is a pretrained checkpoint's: name that checkpoint (--init-from or "
-                     "--tokenizer-from) rather than train one", tokenizer_kind_name(cfg.kind));
+  check<ConfigError>(
+      cfg.kind != TokenizerKind::kWordPiece && cfg.kind != TokenizerKind::kBpe && cfg.kind != TokenizerKind::kUnigram,
+      "a {} tokenizer is a pretrained checkpoint's: name that checkpoint (--init-from or "
+      "--tokenizer-from) rather than train one",
+      tokenizer_kind_name(cfg.kind));
   check<ConfigError>(cfg.vocab_size > kNumSpecials, "vocab_size must exceed the {} special tokens, got {}",
                      kNumSpecials, cfg.vocab_size);
   check<IoError>(!texts.empty(), "cannot train a tokenizer on no text");
@@ -358,7 +360,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
   if (is_hf_tokenizer_json(j)) return load_hf_tokenizer(dir);
   check<IoError>(j.is_object() && j.contains("type") && j["type"].is_string(), "{}: no tokenizer type", path);
   const std::string type = j["type"];
-  if (type == "sentencepiece") return std::make_unique<SentencePieceTokenizer>(read_file((fs::path(dir) / "tokenizer.model").string()));
+  if (type == "sentencepiece")
+    return std::make_unique<SentencePieceTokenizer>(read_file((fs::path(dir) / "tokenizer.model").string()));
   check<IoError>(type == "char" || type == "word", "{}: unknown tokenizer type \"{}\"", path, type);
   check<IoError>(j.contains("tokens") && j["tokens"].is_array(), "{}: no token list", path);
   std::vector<std::string> tokens;

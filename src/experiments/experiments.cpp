@@ -147,8 +147,7 @@ const std::vector<ExperimentRow>& experiment_rows() {
       {{"optimisation", "gradient clipping and warmup"}, optimisation_experiment},
       {{"precision", "mixed precision: does it speed up training?"}, precision_experiment},
       {{"head-cost", "splitting into heads: what it costs"}, head_cost_experiment},
-      {{"gradients", "where gradients flow: positions and heads"},
-       gradients_experiment},
+      {{"gradients", "where gradients flow: positions and heads"}, gradients_experiment},
   };
   return rows;
 }
@@ -173,15 +172,16 @@ std::vector<std::string> experiment_names() {
 ExperimentReport run_experiment(const std::string& name, const ExperimentOptions& o) {
   const auto& rows = experiment_rows();
   const auto row = std::ranges::find_if(rows, [&](const ExperimentRow& r) { return name == r.kind.name; });
-  check<ConfigError>(row != rows.end(), "unknown experiment '{}' (known: {})", name, fmt::join(experiment_names(), ", "));
+  check<ConfigError>(row != rows.end(), "unknown experiment '{}' (known: {})", name,
+                     fmt::join(experiment_names(), ", "));
   check<ConfigError>(o.seeds >= 1, "seeds must be at least 1, got {}", o.seeds);
   experiment::Context c(o, name);
   ExperimentReport r = row->run(c);
   r.name = name;
   r.dir = c.dir;
-  std::string md = fmt::format("# Experiment: {}{}\n\n", name, o.quick ? " (quick: sizes too small to mean anything)" : "");
-  if (!r.method.empty())
-    md += r.method + "\n\n";
+  std::string md =
+      fmt::format("# Experiment: {}{}\n\n", name, o.quick ? " (quick: sizes too small to mean anything)" : "");
+  if (!r.method.empty()) md += r.method + "\n\n";
   else
     md += fmt::format("{} seed{} per setting; cells are mean ± sample standard deviation over seeds.\n\n", o.seeds,
                       o.seeds == 1 ? "" : "s");

@@ -39,9 +39,9 @@ struct Setting {
 // What one probe of one checkpoint gives.
 struct Probe {
   std::int64_t step = 0;
-  std::vector<double> share;  // per layer: the first-sublayer share of the position table's gradient
-  double residual_share = 0;  // the paths through no sublayer
-  std::vector<double> head_cosine;   // per layer: the mean over pairs of heads
+  std::vector<double> share;           // per layer: the first-sublayer share of the position table's gradient
+  double residual_share = 0;           // the paths through no sublayer
+  std::vector<double> head_cosine;     // per layer: the mean over pairs of heads
   std::vector<double> negative_pairs;  // per layer: the fraction of pairs below zero
 };
 
@@ -194,7 +194,8 @@ std::vector<const Probe*> at_fraction(const std::vector<std::vector<Probe>>& run
     const double target = fraction * static_cast<double>(run.back().step);
     const Probe* best = &run.front();
     for (const Probe& p : run)
-      if (std::abs(static_cast<double>(p.step) - target) < std::abs(static_cast<double>(best->step) - target)) best = &p;
+      if (std::abs(static_cast<double>(p.step) - target) < std::abs(static_cast<double>(best->step) - target))
+        best = &p;
     out.push_back(best);
   }
   return out;
@@ -207,8 +208,8 @@ std::vector<double> over(const std::vector<const Probe*>& ps, F f) {
   return v;
 }
 
-const std::pair<const char*, double> kWhen[] = {{"start", 0.0}, {"early (10%)", 0.1}, {"middle (50%)", 0.5},
-                                                {"end", 1.0}};
+const std::pair<const char*, double> kWhen[] = {
+    {"start", 0.0}, {"early (10%)", 0.1}, {"middle (50%)", 0.5}, {"end", 1.0}};
 
 ExperimentTable positions_table(const std::string& task, const std::vector<Setting>& settings, const Probes& probes,
                                 std::int64_t layers) {
@@ -232,8 +233,10 @@ ExperimentTable positions_table(const std::string& task, const std::vector<Setti
 ExperimentTable heads_table(const std::string& task, const std::vector<Setting>& settings, const Probes& probes,
                             std::int64_t layers) {
   ExperimentTable t;
-  t.title = fmt::format("{}: mean pairwise cosine of the heads' shares of each layer's input gradient "
-                        "(in brackets: pairs below zero)", task);
+  t.title = fmt::format(
+      "{}: mean pairwise cosine of the heads' shares of each layer's input gradient "
+      "(in brackets: pairs below zero)",
+      task);
   t.columns = {"positions", "when", "step"};
   for (std::int64_t l = 0; l < layers; ++l) t.columns.push_back(fmt::format("layer {}", l + 1));
   for (const Setting& s : settings)
@@ -274,8 +277,11 @@ void add_curves(std::vector<Series>& out, const std::string& prefix, const std::
 json probes_json(const std::vector<Probe>& run) {
   json a = json::array();
   for (const Probe& p : run)
-    a.push_back({{"step", p.step}, {"position_share", p.share}, {"residual_share", p.residual_share},
-                 {"head_cosine", p.head_cosine}, {"negative_pairs", p.negative_pairs}});
+    a.push_back({{"step", p.step},
+                 {"position_share", p.share},
+                 {"residual_share", p.residual_share},
+                 {"head_cosine", p.head_cosine},
+                 {"negative_pairs", p.negative_pairs}});
   return a;
 }
 
@@ -322,11 +328,16 @@ ExperimentReport gradients_experiment(Context& c) {
         }
         accuracy[s.slug()].push_back(acc);
         const Probe& end = run.back();
-        c.log.log(fmt::format("gradients: {} {} seed {}: at step {} layer 1 position share {:.2f}, layer 1 head "
-                              "cosine {:.3f}",
-                              task, s.label(), seed, end.step, end.share.front(), end.head_cosine.front()));
-        runs.push_back({{"task", task}, {"positions", position_kind_name(s.positions)}, {"pre_ln", s.pre_ln},
-                        {"seed", seed}, {"accuracy", acc}, {"probes", probes_json(run)}});
+        c.log.log(
+            fmt::format("gradients: {} {} seed {}: at step {} layer 1 position share {:.2f}, layer 1 head "
+                        "cosine {:.3f}",
+                        task, s.label(), seed, end.step, end.share.front(), end.head_cosine.front()));
+        runs.push_back({{"task", task},
+                        {"positions", position_kind_name(s.positions)},
+                        {"pre_ln", s.pre_ln},
+                        {"seed", seed},
+                        {"accuracy", acc},
+                        {"probes", probes_json(run)}});
         probes[s.slug()].push_back(std::move(run));
       }
     ExperimentTable learned;

@@ -36,13 +36,14 @@ ExperimentReport head_cost_experiment(Context& c) {
       for (const std::int64_t d : widths)
         for (const std::int64_t L : lengths) {
           ExperimentTable t;
-          t.title = fmt::format("d_model {}, L = {}, batch 1, {}, {}: the attention core (scores, softmax, weighted "
-                                "sum) and the whole layer (projections included)",
-                                d, L, precision_name(precision), backward ? "forward+backward" : "forward");
-          t.columns = {"heads", "head dim", "core ms", "core GFLOP/s", "core vs 1 head", "layer ms",
-                       "layer GFLOP/s", "peak activations MiB"};
-          const std::string key = fmt::format("d {}, L {}, {}, {}", d, L, precision_name(precision),
-                                              backward ? "fwd+bwd" : "fwd");
+          t.title = fmt::format(
+              "d_model {}, L = {}, batch 1, {}, {}: the attention core (scores, softmax, weighted "
+              "sum) and the whole layer (projections included)",
+              d, L, precision_name(precision), backward ? "forward+backward" : "forward");
+          t.columns = {"heads",          "head dim", "core ms",       "core GFLOP/s",
+                       "core vs 1 head", "layer ms", "layer GFLOP/s", "peak activations MiB"};
+          const std::string key =
+              fmt::format("d {}, L {}, {}, {}", d, L, precision_name(precision), backward ? "fwd+bwd" : "fwd");
           double one_head_ms = 0;
           for (std::int64_t h = 1; h <= 64 && d / h >= kMinHeadDim; h *= 2) {
             AttentionBenchConfig cfg;
@@ -95,7 +96,8 @@ ExperimentReport head_cost_experiment(Context& c) {
         }
       PlotAxes log_log;
       log_log.log_x = log_log.log_y = true;
-      const std::string file = fmt::format("core_ms_{}_{}.png", precision_name(precision), backward ? "fwd_bwd" : "fwd");
+      const std::string file =
+          fmt::format("core_ms_{}_{}.png", precision_name(precision), backward ? "fwd_bwd" : "fwd");
       line_plot_png((std::filesystem::path(c.dir) / file).string(),
                     fmt::format("Attention core time against heads ({}, {}; FLOPs constant in h)",
                                 precision_name(precision), backward ? "forward+backward" : "forward"),
@@ -107,8 +109,9 @@ ExperimentReport head_cost_experiment(Context& c) {
       "4 L^2 d a forward (3x with backward), the projections 8 L d^2.",
       q ? 2 : 7, q ? "without a warm-up" : "after a warm-up of at least a second");
   r.results = {{"runs", runs},
-               {"flops", "the scores and the weighted sum: 4 L^2 d a forward whatever h (3x that with backward); "
-                         "the projections 8 L d^2"}};
+               {"flops",
+                "the scores and the weighted sum: 4 L^2 d a forward whatever h (3x that with backward); "
+                "the projections 8 L d^2"}};
   return r;
 }
 

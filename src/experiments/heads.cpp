@@ -87,8 +87,12 @@ ExperimentReport heads_experiment(Context& c) {
         rows[h].acc.push_back(res.test.accuracy);
         rows[h].secs.push_back(res.train_seconds);
         rows[h].mem.push_back(static_cast<double>(res.peak_activation_bytes));
-        runs.push_back({{"dataset", ds}, {"heads", h}, {"seed", seed}, {"test_accuracy", res.test.accuracy},
-                        {"train_seconds", res.train_seconds}, {"peak_activation_bytes", res.peak_activation_bytes}});
+        runs.push_back({{"dataset", ds},
+                        {"heads", h},
+                        {"seed", seed},
+                        {"test_accuracy", res.test.accuracy},
+                        {"train_seconds", res.train_seconds},
+                        {"peak_activation_bytes", res.peak_activation_bytes}});
         c.log.log(fmt::format("heads: {} h={} seed {}: test accuracy {:.2f}%, {:.1f} s", ds, h, seed,
                               100 * res.test.accuracy, res.train_seconds));
       }
@@ -114,13 +118,18 @@ ExperimentReport heads_experiment(Context& c) {
         rows[h].acc.push_back(res.test_accuracy);
         rows[h].secs.push_back(res.train_seconds);
         rows[h].mem.push_back(static_cast<double>(res.peak_activation_bytes));
-        runs.push_back({{"dataset", "fashion-mnist"}, {"heads", h}, {"seed", seed}, {"test_accuracy", res.test_accuracy},
-                        {"train_seconds", res.train_seconds}, {"peak_activation_bytes", res.peak_activation_bytes}});
-        c.log.log(fmt::format("heads: fashion-mnist h={} seed {}: test accuracy {:.2f}%", h, seed,
-                              100 * res.test_accuracy));
+        runs.push_back({{"dataset", "fashion-mnist"},
+                        {"heads", h},
+                        {"seed", seed},
+                        {"test_accuracy", res.test_accuracy},
+                        {"train_seconds", res.train_seconds},
+                        {"peak_activation_bytes", res.peak_activation_bytes}});
+        c.log.log(
+            fmt::format("heads: fashion-mnist h={} seed {}: test accuracy {:.2f}%", h, seed, 100 * res.test_accuracy));
       }
-    r.tables.push_back(heads_table("fashion-mnist: Vision Transformer, 2 layers, d_model 64, 20 000 training images, 2 epochs",
-                                   heads, 64, rows, curves, "fashion-mnist"));
+    r.tables.push_back(
+        heads_table("fashion-mnist: Vision Transformer, 2 layers, d_model 64, 20 000 training images, 2 epochs", heads,
+                    64, rows, curves, "fashion-mnist"));
   }
   line_plot_png((fs::path(c.dir) / "accuracy_by_heads.png").string(),
                 "Test accuracy by number of heads (mean ± std over seeds)", "heads", "test accuracy", curves,
@@ -192,8 +201,8 @@ Dispersion dispersion(const std::vector<Tensor>& weights, std::int64_t k) {
 ExperimentReport head_analysis_experiment(Context& c) {
   const bool q = c.opt.quick;
   const std::int64_t many = q ? 4 : 8, top_k = q ? 2 : 4, examples = q ? 8 : 32;
-  const std::vector<std::int64_t> lengths = q ? std::vector<std::int64_t>{4, 8, 16}
-                                              : std::vector<std::int64_t>{16, 32, 64, 128, 256};
+  const std::vector<std::int64_t> lengths =
+      q ? std::vector<std::int64_t>{4, 8, 16} : std::vector<std::int64_t>{16, 32, 64, 128, 256};
   json runs = json::array();
   ExperimentTable per_head;  // seed 1: heads are not comparable across seeds
   per_head.title = fmt::format("Ablation, seed 1: test accuracy with one head masked ({} heads a layer)", many);
@@ -215,9 +224,7 @@ ExperimentReport head_analysis_experiment(Context& c) {
       const auto& jb = loaded.job;
       if (h == many) {
         // Ablation over the test split.
-        const double base =
-            evaluate_classifier(model, test, jb.eval_batch, jb.max_len, jb.train.precision)
-                .accuracy;
+        const double base = evaluate_classifier(model, test, jb.eval_batch, jb.max_len, jb.train.precision).accuracy;
         base_acc.push_back(base);
         std::vector<double> drops;
         for (std::int64_t l = 0; l < layers; ++l)
@@ -226,21 +233,23 @@ ExperimentReport head_analysis_experiment(Context& c) {
             mask[static_cast<std::size_t>(head)] = 1;
             MultiheadAttention& attn = model.encoder().layer(l).self_attention();
             attn.set_head_mask(mask);
-            const double acc =
-                evaluate_classifier(model, test, jb.eval_batch, jb.max_len, jb.train.precision).accuracy;
+            const double acc = evaluate_classifier(model, test, jb.eval_batch, jb.max_len, jb.train.precision).accuracy;
             attn.set_head_mask({});
             drops.push_back(base - acc);
-            runs.push_back({{"seed", seed}, {"layer", l}, {"head", head}, {"accuracy_without", acc}, {"baseline", base}});
+            runs.push_back(
+                {{"seed", seed}, {"layer", l}, {"head", head}, {"accuracy_without", acc}, {"baseline", base}});
             if (seed == 1)
               per_head.rows.push_back({std::to_string(l), std::to_string(head), fmt::format("{:.2f}%", 100 * acc),
                                        fmt::format("{:+.2f}", 100 * (base - acc))});
           }
         mean_drop.push_back(mean(drops));
         max_drop.push_back(*std::max_element(drops.begin(), drops.end()));
-        cheap.push_back(static_cast<double>(std::count_if(drops.begin(), drops.end(), [](double d) { return d < 0.005; })));
+        cheap.push_back(
+            static_cast<double>(std::count_if(drops.begin(), drops.end(), [](double d) { return d < 0.005; })));
         // Diversity on the first test examples.
         std::vector<std::vector<std::int64_t>> first(
-            test.tokens.begin(), test.tokens.begin() + std::min<std::ptrdiff_t>(examples, static_cast<std::ptrdiff_t>(test.tokens.size())));
+            test.tokens.begin(),
+            test.tokens.begin() + std::min<std::ptrdiff_t>(examples, static_cast<std::ptrdiff_t>(test.tokens.size())));
         std::vector<Tensor> w = capture(loaded, first, jb.max_len);
         for (std::int64_t l = 0; l < layers; ++l) {
           const Tensor& t = w[static_cast<std::size_t>(l)];  // (B, H, L, L)
@@ -248,7 +257,8 @@ ExperimentReport head_analysis_experiment(Context& c) {
           double sum = 0;
           std::int64_t pairs = 0;
           for (std::int64_t b = 0; b < B; ++b) {
-            const std::int64_t len = std::min<std::int64_t>(L, static_cast<std::int64_t>(first[static_cast<std::size_t>(b)].size()) + 1);
+            const std::int64_t len =
+                std::min<std::int64_t>(L, static_cast<std::int64_t>(first[static_cast<std::size_t>(b)].size()) + 1);
             for (std::int64_t i = 0; i < len; ++i)
               for (std::int64_t h1 = 0; h1 < H; ++h1)
                 for (std::int64_t h2 = h1 + 1; h2 < H; ++h2, ++pairs)
@@ -267,8 +277,12 @@ ExperimentReport head_analysis_experiment(Context& c) {
         const Dispersion d = dispersion(capture(loaded, cut, L), top_k);
         entropy[{h, L}].push_back(d.entropy);
         outside[{h, L}].push_back(d.outside_top);
-        runs.push_back({{"seed", seed}, {"heads", h}, {"length", L}, {"examples", cut.size()},
-                        {"entropy", d.entropy}, {"mass_outside_top_k", d.outside_top}});
+        runs.push_back({{"seed", seed},
+                        {"heads", h},
+                        {"length", L},
+                        {"examples", cut.size()},
+                        {"entropy", d.entropy},
+                        {"mass_outside_top_k", d.outside_top}});
       }
       c.log.log(fmt::format("head-analysis: seed {} with {} head{} done", seed, h, h == 1 ? "" : "s"));
     }
@@ -284,10 +298,17 @@ ExperimentReport head_analysis_experiment(Context& c) {
   diversity.columns = {"layer", "JS distance"};
   for (const auto& [l, v] : js_by_layer) diversity.rows.push_back({std::to_string(l), mean_std(v, 3)});
   ExperimentTable disp;
-  disp.title = fmt::format("Dispersion against length: mean attention entropy (nats; uniform = ln L) and mass outside the top {} keys", top_k);
-  disp.columns = {"length", "ln L", "entropy, 1 head", fmt::format("entropy, {} heads", many),
-                  fmt::format("outside top {}, 1 head", top_k), fmt::format("outside top {}, {} heads", top_k, many)};
-  std::vector<Series> curves = {{"1 head", {}, {}}, {fmt::format("{} heads", many), {}, {}}, {"uniform (ln L)", {}, {}}};
+  disp.title = fmt::format(
+      "Dispersion against length: mean attention entropy (nats; uniform = ln L) and mass outside the top {} keys",
+      top_k);
+  disp.columns = {"length",
+                  "ln L",
+                  "entropy, 1 head",
+                  fmt::format("entropy, {} heads", many),
+                  fmt::format("outside top {}, 1 head", top_k),
+                  fmt::format("outside top {}, {} heads", top_k, many)};
+  std::vector<Series> curves = {
+      {"1 head", {}, {}}, {fmt::format("{} heads", many), {}, {}}, {"uniform (ln L)", {}, {}}};
   curves[2].dashed = true;
   for (std::int64_t L : lengths) {
     if (entropy[{1, L}].empty()) continue;

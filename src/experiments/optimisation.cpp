@@ -44,8 +44,13 @@ ExperimentReport optimisation_experiment(Context& c) {
         tok.push_back(r.by_length[0].token_accuracy);
         seq.push_back(r.by_length[0].sequence_accuracy);
         spikes.push_back(static_cast<double>(count_loss_spikes(r.losses)));
-        runs.push_back({{"clip_grad_norm", clip}, {"warmup_steps", warmup}, {"seed", seed}, {"final_loss", final_loss.back()},
-                        {"token_accuracy", tok.back()}, {"sequence_accuracy", seq.back()}, {"loss_spikes", spikes.back()},
+        runs.push_back({{"clip_grad_norm", clip},
+                        {"warmup_steps", warmup},
+                        {"seed", seed},
+                        {"final_loss", final_loss.back()},
+                        {"token_accuracy", tok.back()},
+                        {"sequence_accuracy", seq.back()},
+                        {"loss_spikes", spikes.back()},
                         {"losses", r.losses}});
         if (seed == 1)
           for (std::size_t s = 0; s < r.losses.size(); ++s) {
@@ -53,23 +58,23 @@ ExperimentReport optimisation_experiment(Context& c) {
             curve.y.push_back(r.losses[s]);
           }
       }
-      c.log.log(fmt::format("optimisation: {}: final loss {:.4f}, {:.1f} spikes", label, mean(final_loss),
-                            mean(spikes)));
+      c.log.log(
+          fmt::format("optimisation: {}: final loss {:.4f}, {:.1f} spikes", label, mean(final_loss), mean(spikes)));
       t.rows.push_back({clip > 0 ? fmt::format("{}", clip) : "none", std::to_string(warmup), mean_std(final_loss, 4),
                         pct(tok, 1), pct(seq, 1), mean_std(spikes, 1)});
       curve.y = smoothed(curve.y, 0.95);  // six noisy curves over each other: their trends
       curves.push_back(curve);
     }
   }
-  line_plot_png((std::filesystem::path(c.dir) / "loss.png").string(), "Training loss (seed 1, moving average 0.95)", "step",
-                "cross-entropy", curves);
+  line_plot_png((std::filesystem::path(c.dir) / "loss.png").string(), "Training loss (seed 1, moving average 0.95)",
+                "step", "cross-entropy", curves);
   ExperimentReport r;
   r.tables = {t};
   r.results = {{"runs", runs},
                {"spike_rule", fmt::format("a step whose loss exceeds twice the median of the 20 steps before it, "
-                                          "and that median by more than {} nats", kSpikeNats)}};
+                                          "and that median by more than {} nats",
+                                          kSpikeNats)}};
   return r;
 }
-
 
 }  // namespace multihead::experiment

@@ -19,8 +19,8 @@ ExperimentReport positions_experiment(Context& c) {
   const bool q = c.opt.quick;
   const std::vector<std::string> kinds = {"none", "sinusoidal", "learned", "relative", "rope", "alibi"};
   const std::int64_t train_len = q ? 8 : 64;
-  const std::vector<std::int64_t> lengths = q ? std::vector<std::int64_t>{8, 16, 32}
-                                              : std::vector<std::int64_t>{64, 128, 256};
+  const std::vector<std::int64_t> lengths =
+      q ? std::vector<std::int64_t>{8, 16, 32} : std::vector<std::int64_t>{64, 128, 256};
   SequenceTaskJob base = sequence_job(c, train_len);
   base.test_lengths = lengths;
   // Per kind: token accuracy per test length, sequence accuracy at the
@@ -39,8 +39,8 @@ ExperimentReport positions_experiment(Context& c) {
       ms[kind].push_back(r.ms_per_step);
       json rec = {{"positions", kind}, {"seed", seed}, {"ms_per_step", r.ms_per_step}, {"by_length", json::array()}};
       for (const auto& a : r.by_length)
-        rec["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy},
-                                    {"sequence_accuracy", a.sequence_accuracy}});
+        rec["by_length"].push_back(
+            {{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
       runs.push_back(rec);
       c.log.log(fmt::format("positions: {} seed {}: token accuracy {:.1f}% at {}, {:.1f} ms/step", kind, seed,
                             100 * r.by_length.back().token_accuracy, lengths.back(), r.ms_per_step));
@@ -76,6 +76,5 @@ ExperimentReport positions_experiment(Context& c) {
   r.results = {{"runs", runs}, {"train_max_len", train_len}, {"steps", base.train.steps}};
   return r;
 }
-
 
 }  // namespace multihead::experiment

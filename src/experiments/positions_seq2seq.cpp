@@ -86,20 +86,27 @@ ExperimentTable pronunciation_positions(Context& c, json& runs) {
       reach[kind].push_back(steps_to(r.validation_curve, g.wer_threshold));
       json curve = json::array();
       for (const auto& [step, accuracy] : r.validation_curve) curve.push_back({step, 1.0 - accuracy});
-      runs.push_back({{"task", "pronunciation"}, {"positions", kind}, {"seed", seed}, {"test_wer", r.test.word_error_rate},
-                      {"test_per", r.test.phoneme_error_rate}, {"test_bleu", r.test.bleu},
+      runs.push_back({{"task", "pronunciation"},
+                      {"positions", kind},
+                      {"seed", seed},
+                      {"test_wer", r.test.word_error_rate},
+                      {"test_per", r.test.phoneme_error_rate},
+                      {"test_bleu", r.test.bleu},
                       {"longer_words", r.longer_than_training.examples},
-                      {"longer_wer", r.longer_than_training.word_error_rate}, {"ms_per_step", r.ms_per_step},
-                      {"steps", r.steps}, {"validation_wer", curve}});
+                      {"longer_wer", r.longer_than_training.word_error_rate},
+                      {"ms_per_step", r.ms_per_step},
+                      {"steps", r.steps},
+                      {"validation_wer", curve}});
       c.log.log(fmt::format("positions (pronunciation): {} seed {}: WER {:.1f}%, longer words {:.1f}%, {:.1f} ms/step",
                             kind, seed, 100 * r.test.word_error_rate, 100 * r.longer_than_training.word_error_rate,
                             r.ms_per_step));
     }
   ExperimentTable t;
-  t.title = fmt::format("Pronunciation from spelling ({}), trained {} epoch{} on words of at most {} letters, tested "
-                        "greedily",
-                        c.opt.quick ? "a synthetic dictionary" : "CMUdict", g.job.budget.epochs,
-                        g.job.budget.epochs == 1 ? "" : "s", g.job.train_max_letters);
+  t.title = fmt::format(
+      "Pronunciation from spelling ({}), trained {} epoch{} on words of at most {} letters, tested "
+      "greedily",
+      c.opt.quick ? "a synthetic dictionary" : "CMUdict", g.job.budget.epochs, g.job.budget.epochs == 1 ? "" : "s",
+      g.job.train_max_letters);
   t.columns = {"positions",
                "test WER",
                "test PER",
@@ -110,9 +117,9 @@ ExperimentTable pronunciation_positions(Context& c, json& runs) {
                "step time vs sinusoidal"};
   const double sin_ms = mean(ms["sinusoidal"]);
   for (const auto& kind : kinds) {
-    t.rows.push_back({kind, pct(wer[kind], 1), pct(per[kind], 1), mean_std(bleu[kind], 1, 100.0),
-                      pct(longer[kind], 1), fmt::format("{}", fmt::join(reach[kind], " / ")),
-                      mean_std(ms[kind], 1), fmt::format("{:+.0f}%", 100 * (mean(ms[kind]) / sin_ms - 1))});
+    t.rows.push_back({kind, pct(wer[kind], 1), pct(per[kind], 1), mean_std(bleu[kind], 1, 100.0), pct(longer[kind], 1),
+                      fmt::format("{}", fmt::join(reach[kind], " / ")), mean_std(ms[kind], 1),
+                      fmt::format("{:+.0f}%", 100 * (mean(ms[kind]) / sin_ms - 1))});
   }
   return t;
 }

@@ -42,8 +42,13 @@ void add_run(PrecisionRow& row, json& runs, const std::string& dataset, Precisio
   row.secs.push_back(secs);
   row.step_ms.push_back(1000.0 * secs / static_cast<double>(std::max<std::int64_t>(steps, 1)));
   row.mem.push_back(static_cast<double>(mem));
-  runs.push_back({{"dataset", dataset}, {"precision", precision_name(p)}, {"seed", seed}, {"test_accuracy", acc},
-                  {"train_seconds", secs}, {"steps", steps}, {"peak_activation_bytes", mem}});
+  runs.push_back({{"dataset", dataset},
+                  {"precision", precision_name(p)},
+                  {"seed", seed},
+                  {"test_accuracy", acc},
+                  {"train_seconds", secs},
+                  {"steps", steps},
+                  {"peak_activation_bytes", mem}});
 }
 
 }  // namespace
@@ -66,12 +71,11 @@ ExperimentReport precision_experiment(Context& c) {
     for (std::uint64_t seed : c.seeds()) {
       TextClassificationJob j = text;
       j.train.precision = p;
-      const TextClassificationResult res =
-          run_quietly(c, j, fmt::format("{}_{}", text_name, precision_name(p)), seed);
+      const TextClassificationResult res = run_quietly(c, j, fmt::format("{}_{}", text_name, precision_name(p)), seed);
       add_run(rows[p], runs, text_name, p, seed, res.test.accuracy, res.train_seconds, res.steps,
               res.peak_activation_bytes);
-      c.log.log(fmt::format("precision: {} {} seed {}: test accuracy {:.2f}%, {:.1f} s", text_name,
-                            precision_name(p), seed, 100 * res.test.accuracy, res.train_seconds));
+      c.log.log(fmt::format("precision: {} {} seed {}: test accuracy {:.2f}%, {:.1f} s", text_name, precision_name(p),
+                            seed, 100 * res.test.accuracy, res.train_seconds));
     }
   const std::string products = bf16_path_name(bf16_path());
   r.tables.push_back(precision_table(
@@ -92,12 +96,11 @@ ExperimentReport precision_experiment(Context& c) {
       for (std::uint64_t seed : c.seeds()) {
         ImageClassificationJob j = image;
         j.train.precision = p;
-        const ImageClassificationResult res =
-            run_quietly(c, j, fmt::format("fashion_{}", precision_name(p)), seed);
+        const ImageClassificationResult res = run_quietly(c, j, fmt::format("fashion_{}", precision_name(p)), seed);
         add_run(image_rows[p], runs, "fashion-mnist", p, seed, res.test_accuracy, res.train_seconds, res.steps,
                 res.peak_activation_bytes);
-        c.log.log(fmt::format("precision: fashion-mnist {} seed {}: test accuracy {:.2f}%, {:.1f} s",
-                              precision_name(p), seed, 100 * res.test_accuracy, res.train_seconds));
+        c.log.log(fmt::format("precision: fashion-mnist {} seed {}: test accuracy {:.2f}%, {:.1f} s", precision_name(p),
+                              seed, 100 * res.test_accuracy, res.train_seconds));
       }
     r.tables.push_back(precision_table(
         fmt::format("fashion-mnist: the fashion-mnist preset's model (4 pre-LN layers, d_model 96), 20 000 training "

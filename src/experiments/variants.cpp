@@ -17,13 +17,13 @@ using json = nlohmann::json;
 ExperimentReport variants_experiment(Context& c) {
   const bool q = c.opt.quick;
   const std::vector<std::string> variants = {"full", "block_sparse", "sliding_window", "linear"};
-  const std::vector<std::int64_t> lengths = q ? std::vector<std::int64_t>{8, 16}
-                                              : std::vector<std::int64_t>{64, 128, 256};
+  const std::vector<std::int64_t> lengths =
+      q ? std::vector<std::int64_t>{8, 16} : std::vector<std::int64_t>{64, 128, 256};
   const std::int64_t window = q ? 4 : 32;
   json runs = json::array();
   ExperimentTable t;
-  t.title = fmt::format("Copy task at each length (trained and tested there); window {} keys, blocks of {}",
-                        window, window);
+  t.title =
+      fmt::format("Copy task at each length (trained and tested there); window {} keys, blocks of {}", window, window);
   t.columns = {"attention", "length", "token accuracy", "sequence accuracy", "ms per step", "peak activations MiB"};
   std::map<std::string, Series> time_curves, acc_curves;
   for (const auto& v : variants) {
@@ -46,12 +46,16 @@ ExperimentReport variants_experiment(Context& c) {
         seq.push_back(r.by_length[0].sequence_accuracy);
         ms.push_back(r.ms_per_step);
         mem.push_back(static_cast<double>(r.peak_activation_bytes) / (1024.0 * 1024.0));
-        runs.push_back({{"attention", v}, {"length", L}, {"seed", seed}, {"token_accuracy", tok.back()},
-                        {"sequence_accuracy", seq.back()}, {"ms_per_step", r.ms_per_step},
+        runs.push_back({{"attention", v},
+                        {"length", L},
+                        {"seed", seed},
+                        {"token_accuracy", tok.back()},
+                        {"sequence_accuracy", seq.back()},
+                        {"ms_per_step", r.ms_per_step},
                         {"peak_activation_bytes", r.peak_activation_bytes}});
       }
-      c.log.log(fmt::format("variants: {} at {}: token accuracy {:.1f}%, {:.1f} ms/step", v, L, 100 * mean(tok),
-                            mean(ms)));
+      c.log.log(
+          fmt::format("variants: {} at {}: token accuracy {:.1f}%, {:.1f} ms/step", v, L, 100 * mean(tok), mean(ms)));
       t.rows.push_back({v, std::to_string(L), pct(tok, 1), pct(seq, 1), mean_std(ms, 1), mean_std(mem, 1)});
       time_curves[v].name = acc_curves[v].name = v;
       add_point(time_curves[v], static_cast<double>(L), ms);
@@ -76,6 +80,5 @@ ExperimentReport variants_experiment(Context& c) {
   r.results = {{"runs", runs}};
   return r;
 }
-
 
 }  // namespace multihead::experiment

@@ -133,7 +133,8 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 std::FILE* open_for_append(const std::string& path, bool truncate) {
   check_replaceable(path);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
   check<IoError>(fd >= 0, "cannot open '{}' for writing: {}", path, errno_str());
   std::FILE* f = ::fdopen(fd, truncate ? "w" : "a");
   if (!f) {
@@ -166,7 +167,8 @@ std::string read_file_prefix(const std::string& path, std::uint64_t bytes) {
   std::string text;
   char buf[1 << 16];
   while (text.size() < bytes) {
-    const std::size_t n = read_some(fd, buf, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, bytes - text.size())), path);
+    const std::size_t n =
+        read_some(fd, buf, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof buf, bytes - text.size())), path);
     if (n == 0) break;
     text.append(buf, n);
   }

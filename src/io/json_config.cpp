@@ -16,7 +16,8 @@ namespace {
 
 // 65536, not 65536.0; 1e-08 as it is.
 std::string bound_str(double v) {
-  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e18) return fmt::format("{}", static_cast<std::int64_t>(v));
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e18)
+    return fmt::format("{}", static_cast<std::int64_t>(v));
   return fmt::format("{}", v);
 }
 
@@ -38,8 +39,8 @@ std::string Range::text() const {
 
 void Range::check(const std::string& source, const std::string& key, double v) const {
   if (contains(v)) return;
-  throw ConfigError(fmt::format("{}{} must be {}, got {}", source.empty() ? "" : source + ": ", key, text(),
-                                bound_str(v)));
+  throw ConfigError(
+      fmt::format("{}{} must be {}, got {}", source.empty() ? "" : source + ": ", key, text(), bound_str(v)));
 }
 
 ConfigReader::ConfigReader(const json& obj, std::string source) : obj_(obj), source_(std::move(source)) {
@@ -130,8 +131,8 @@ std::vector<std::int64_t> ConfigReader::get_positive_ints(const std::string& key
   check<ConfigError>(v.is_array() && !v.empty(), "{}: '{}' must be a list of positive integers", source_, key);
   std::vector<std::int64_t> out;
   for (const json& x : v) {
-    check<ConfigError>(x.is_number_integer() && x.get<std::int64_t>() > 0, "{}: '{}' must be a list of positive integers",
-                       source_, key);
+    check<ConfigError>(x.is_number_integer() && x.get<std::int64_t>() > 0,
+                       "{}: '{}' must be a list of positive integers", source_, key);
     out.push_back(x.get<std::int64_t>());
   }
   return out;

@@ -47,9 +47,10 @@ void check_output_apart(const std::string& out, const std::string& flag, const s
     else if (encloses(o, i)) how = "contains";
     else if (placement == OutputPlacement::kApart && encloses(i, o)) how = "lies inside";
     if (!how) continue;
-    throw ConfigError(fmt::format("{} {} {} {} ({}): an output never goes over what the command reads; choose "
-                                  "another {}",
-                                  flag, out, how, in.what, in.path, flag));
+    throw ConfigError(
+        fmt::format("{} {} {} {} ({}): an output never goes over what the command reads; choose "
+                    "another {}",
+                    flag, out, how, in.what, in.path, flag));
   }
 }
 
@@ -64,8 +65,9 @@ void check_not_a_run_file(const std::string& out, const std::string& flag, const
                     std::find(std::begin(kFiles), std::end(kFiles), first) != std::end(kFiles);
   const bool folder = std::next(inside.begin()) != inside.end() &&
                       std::find(std::begin(kFolders), std::end(kFolders), first) != std::end(kFolders);
-  check<ConfigError>(!file && !folder, "{} {} is one of the files of the run {}: an output never goes over what the "
-                                       "command reads; choose another {}",
+  check<ConfigError>(!file && !folder,
+                     "{} {} is one of the files of the run {}: an output never goes over what the "
+                     "command reads; choose another {}",
                      flag, out, run_dir, flag);
 }
 

@@ -20,9 +20,8 @@ using json = nlohmann::json;
 // Element sizes of every dtype the format defines.
 std::uint64_t st_dtype_size(const std::string& dt) {
   static const std::map<std::string, std::uint64_t> kSizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2},  {"U16", 2},
-      {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"I64", 8}, {"U64", 8},
-      {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8}};
   auto it = kSizes.find(dt);
   return it == kSizes.end() ? 0 : it->second;
 }
@@ -124,9 +123,8 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
     check<IoError>(e.begin <= e.end && e.end <= data_size,
                    "{}: data_offsets [{}, {}] of '{}' are out of bounds (data section is {} bytes)", src, e.begin,
                    e.end, name, data_size);
-    check<IoError>(e.end - e.begin == numel * esize,
-                   "{}: '{}' has {} bytes but shape {} of {} needs {}", src, name, e.end - e.begin,
-                   shape_text(e.shape), e.dtype, numel * esize);
+    check<IoError>(e.end - e.begin == numel * esize, "{}: '{}' has {} bytes but shape {} of {} needs {}", src, name,
+                   e.end - e.begin, shape_text(e.shape), e.dtype, numel * esize);
     f.entries_.emplace(name, std::move(e));
   }
 
@@ -151,8 +149,9 @@ SafetensorsFile SafetensorsFile::parse(std::string bytes, std::string source) {
                    src, it->second, crc);
   } else if (const auto dit = f.metadata_.find(std::string(kDataChecksumKey)); dit != f.metadata_.end()) {
     const std::string crc = fmt::format("{:08x}", data_size > 0 ? crc32_z(crc32_z(0, nullptr, 0), data, data_size) : 0);
-    check<IoError>(crc == dit->second, "{}: the data does not match its checksum ({} recorded, {} computed): the file is corrupt",
-                   src, dit->second, crc);
+    check<IoError>(crc == dit->second,
+                   "{}: the data does not match its checksum ({} recorded, {} computed): the file is corrupt", src,
+                   dit->second, crc);
   }
 
   f.data_start_ = static_cast<std::size_t>(8 + n);
@@ -177,7 +176,9 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
   return parse_safetensors_metadata(read_file_prefix(path, 8 + n), path);
 }
 
-SafetensorsFile SafetensorsFile::read(const std::string& path) { return parse(read_file(path, kMaxWeightsBytes), path); }
+SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  return parse(read_file(path, kMaxWeightsBytes), path);
+}
 
 std::string_view SafetensorsFile::bytes(const std::string& name) const {
   auto it = entries_.find(name);

@@ -154,14 +154,12 @@ template <typename T>
 void activation_backward(Activation a, T* dx, const T* dy, const T* x, std::int64_t n) {
   if (n < kParallelFrom) return backward_range(a, dx, dy, x, n);
 #pragma omp parallel for schedule(static)
-  for (std::int64_t lo = 0; lo < n; lo += kChunk)
-    backward_range(a, dx + lo, dy + lo, x + lo, std::min(kChunk, n - lo));
+  for (std::int64_t lo = 0; lo < n; lo += kChunk) backward_range(a, dx + lo, dy + lo, x + lo, std::min(kChunk, n - lo));
 }
 
 template <typename H>
-void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float* pre, const float* bias,
-                                    std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base,
-                                    float* hid_rounded) {
+void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float* pre, const float* bias, std::int64_t n,
+                                    std::int64_t F, const DropoutSpec& drop, std::uint64_t base, float* hid_rounded) {
 #pragma omp parallel if (n * F > kParallelFrom)
   {
     std::vector<float> hid(static_cast<std::size_t>(F));  // one row, in L1
@@ -176,8 +174,8 @@ void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float*
   }
 }
 
-void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db,
-                                      std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
+void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db, std::int64_t n,
+                                      std::int64_t F, const DropoutSpec& drop, std::uint64_t base) {
   const float ks = dropout_scale<float>(drop);
   // Each thread takes a range of columns down every row, so each column's
   // sum runs in row order, as a separate pass over the rows would.
@@ -209,9 +207,9 @@ template void bias_activation_dropout<float>(Activation, float*, float*, const f
 template void bias_activation_dropout<double>(Activation, double*, double*, const double*, std::int64_t, std::int64_t,
                                               const DropoutSpec&, std::uint64_t);
 template void bias_activation_dropout_stored<BF16>(Activation, BF16*, BF16*, float*, const float*, std::int64_t,
-                                                  std::int64_t, const DropoutSpec&, std::uint64_t, float*);
+                                                   std::int64_t, const DropoutSpec&, std::uint64_t, float*);
 template void bias_activation_dropout_stored<F16>(Activation, F16*, F16*, float*, const float*, std::int64_t,
-                                                 std::int64_t, const DropoutSpec&, std::uint64_t, float*);
+                                                  std::int64_t, const DropoutSpec&, std::uint64_t, float*);
 template void relu_dropout_backward<float>(float*, const float*, const float*, std::int64_t, const DropoutSpec&);
 template void relu_dropout_backward<double>(double*, const double*, const double*, std::int64_t, const DropoutSpec&);
 template void activation_backward<float>(Activation, float*, const float*, const float*, std::int64_t);

@@ -17,8 +17,8 @@
 namespace multihead::amx {
 namespace {
 
-constexpr std::int64_t kTileRows = 16;   // rows of every tile
-constexpr std::int64_t kTileK = 32;      // bf16 values along K in an A tile (64 bytes)
+constexpr std::int64_t kTileRows = 16;     // rows of every tile
+constexpr std::int64_t kTileK = 32;        // bf16 values along K in an A tile (64 bytes)
 constexpr std::int64_t kTileValues = 512;  // a packed B tile: 16 rows of 32 bf16
 
 // Linux hands a process the 8 KiB of tile state only on request.
@@ -95,7 +95,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void tile_block(const BF16* a0, std
 }
 
 using TileBlock = void (*)(const BF16*, std::int64_t, const BF16*, std::int64_t, const BF16*, const BF16*, std::int64_t,
-                          float*, std::int64_t, bool);
+                           float*, std::int64_t, bool);
 constexpr TileBlock kBlocks[2][2] = {{tile_block<1, 1>, tile_block<1, 2>}, {tile_block<2, 1>, tile_block<2, 2>}};
 
 // Row tile i of A (rows m0.., 16 of them, K values each) as the tiles read
@@ -179,20 +179,21 @@ void pack_transposed(BF16* dst, const BF16* src, std::int64_t ld, std::int64_t N
         // vectorised it into zeros: tests/kernels/test_amx_tiles.cpp.)
         for (std::int64_t c = 0; c < kTileRows; ++c) {
           const BF16* row = src + (n0 + c) * ld + k0;
-          for (std::int64_t r = 0; r < kTileRows; ++r) std::memcpy(t + r * kTileK + 2 * c, row + 2 * r, 2 * sizeof(BF16));
+          for (std::int64_t r = 0; r < kTileRows; ++r)
+            std::memcpy(t + r * kTileK + 2 * c, row + 2 * r, 2 * sizeof(BF16));
         }
       },
       [&](std::int64_t k, std::int64_t n) { return src[n * ld + k]; });
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void pack_row_pair(BF16* packed, std::int64_t K,
-                                                                                     std::int64_t N, std::int64_t k,
-                                                                                     const float* row0,
-                                                                                     const float* row1) {
+                                                                                   std::int64_t N, std::int64_t k,
+                                                                                   const float* row0,
+                                                                                   const float* row1) {
   // VCVTNE2PS2BF16 puts row0's 16 values in the low half and row1's in the
   // high half; the permutation interleaves them, a tile row of the packing.
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                                21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                                21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i order = _mm512_load_si512(kInterleave);
   const std::int64_t block_stride = (K + kTileK - 1) / kTileK * kTileValues;

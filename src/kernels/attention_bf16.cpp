@@ -64,8 +64,7 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
     const std::int64_t b = bh / d.H, h = bh % d.H;
     k_heads[bh] = HeadOperand::lay_out(k_use, k_packed.data<BF16>() + bh * k_size, k.at(b, h), k.row_stride, d.S, d.D);
-    v_heads[bh] =
-        HeadOperand::lay_out(v_use, v_packed.data<BF16>() + bh * v_size, v.at(b, h), v.row_stride, d.S, d.Dv);
+    v_heads[bh] = HeadOperand::lay_out(v_use, v_packed.data<BF16>() + bh * v_size, v.at(b, h), v.row_stride, d.S, d.Dv);
   }
 
 #pragma omp parallel if (threaded)
@@ -117,7 +116,8 @@ void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF1
                                  rel.rel_v ? nb : 0, true)) {
             if (dropout.active()) apply_dropout_row(x, x, run.n, d, b, h, i0 + r, run.j0, dropout, KeepBits::kRecord);
             if (rel.rel_v)
-              bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, terms.positions.query_offset + i0 + r, rel);
+              bucket_sums(wv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0,
+                          terms.positions.query_offset + i0 + r, rel);
           }
           round_operand(run.row(pb, r), x, run.n);
         }
@@ -144,8 +144,8 @@ namespace multihead {
 HWY_EXPORT(attention_bf16_forward);
 
 void attention_bf16_forward(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                            HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d,
+                            float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   // fp32 accumulators: the fp32 kernel's limit on positions, checked before any parallel region.
   check_attention_dims(d, true);
   check_attention_views(d, out, q, k, v);

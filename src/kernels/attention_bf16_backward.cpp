@@ -67,16 +67,16 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
   const std::int64_t k_size = HeadOperand::size(k_use, d.S, d.D), v_size = HeadOperand::size(v_use, d.S, d.Dv);
   const std::int64_t run_keys = std::max(kBackwardRunKeys, Bc), Sr = std::min(d.S, run_keys);
   const std::int64_t Sp = kv_on_tiles ? ceil_div(d.S, 32) * 32 + 16 : d.S;  // floats: 64 bytes past 128-byte steps
-  const std::int64_t Lp = ceil_div(d.L, 64) * 64 + 32;                     // bf16: the same
+  const std::int64_t Lp = ceil_div(d.L, 64) * 64 + 32;                      // bf16: the same
   const std::int64_t packed_run = kv_on_tiles ? amx::packed_size(Br, Sr) : 0;
   const std::int64_t transposed_qdo = kv_on_tiles ? (d.D + d.Dv) * Lp : 0;
-  const std::int64_t per_thread =
-      (dropout.active() ? 3 : 2) * C::padded(Br * Sr) + C::padded(C::bf16_floats(Br * Sr)) +
-      C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) + C::padded(Sp * d.D) +
-      C::padded(Sp * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) + C::padded(C::bf16_floats(d.L * d.Dv)) +
-      C::padded(Br * d.D) + C::padded(d.L) + 2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
-      2 * C::padded(Br * nb) + 2 * C::padded(C::bf16_floats(packed_run)) +
-      C::padded(C::bf16_floats(transposed_qdo)) + C::padded(16 * std::max(d.D, d.Dv));
+  const std::int64_t per_thread = (dropout.active() ? 3 : 2) * C::padded(Br * Sr) + C::padded(C::bf16_floats(Br * Sr)) +
+                                  C::padded(C::bf16_floats(k_size)) + C::padded(C::bf16_floats(v_size)) +
+                                  C::padded(Sp * d.D) + C::padded(Sp * d.Dv) + C::padded(C::bf16_floats(Br * d.D)) +
+                                  C::padded(C::bf16_floats(d.L * d.Dv)) + C::padded(Br * d.D) + C::padded(d.L) +
+                                  2 * C::padded(d.Dv) + C::padded(Br * d.D) + 2 * C::padded(d.L * nb) +
+                                  2 * C::padded(Br * nb) + 2 * C::padded(C::bf16_floats(packed_run)) +
+                                  C::padded(C::bf16_floats(transposed_qdo)) + C::padded(16 * std::max(d.D, d.Dv));
   Tensor workspace = Tensor::empty({static_cast<std::int64_t>(omp_get_max_threads()) * per_thread});
   // Relative-position gradients per (batch, head), summed in a fixed order afterwards.
   const std::int64_t rel_grad = nb * (d.D + d.Dv);
@@ -104,8 +104,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
     float* da = carve.f32(d.L * nb);
     float* gbv = carve.f32(Br * nb);
     float* gbk = carve.f32(Br * nb);
-    BF16* pp = carve.bf16(packed_run);  // tiles: dropout(P) packed
-    BF16* sp = carve.bf16(packed_run);  // tiles: dS packed
+    BF16* pp = carve.bf16(packed_run);      // tiles: dropout(P) packed
+    BF16* sp = carve.bf16(packed_run);      // tiles: dS packed
     BF16* qt = carve.bf16(transposed_qdo);  // tiles: Q^T (D, Lp), then dO^T (Dv, Lp)
     BF16* dot = qt + d.D * Lp;
     float* tmp = carve.f32(16 * std::max(d.D, d.Dv));
@@ -187,7 +187,8 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             // out_i also held sum_j pd_ij rel_v[c]: rel_v's gradient gains the
             // bucket sums of pd times dO_i.
             if (rel.rel_v)
-              bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0, terms.positions.query_offset + i0 + r, rel);
+              bucket_sums(gbv + r * nb, x, masked_keys(geo, run.j0, run.n), run.j0,
+                          terms.positions.query_offset + i0 + r, rel);
             if (kv_on_tiles) pack_as_produced(pp, pd, r, nr, run.n);
             else round_operand(run.row(b16, r), x, run.n);
           }
@@ -207,8 +208,7 @@ void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView
             if (rel.rel_v) add_bucket_terms(x, jm, run.j0, qpos, da + (i0 + r) * nb, rel);
             if (dropout.active())
               simd::dropout_softmax_grad_row(x, run.row(p, r), run.row(pd, r), run.n, delta[i0 + r]);
-            else
-              simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
+            else simd::softmax_grad_row(x, run.row(p, r), run.n, delta[i0 + r]);
             if (rel.active()) bucket_sums(gbk + r * nb, x, jm, run.j0, qpos, rel);
             round_operand(run.row(b16, r), x, run.n);
             if (kv_on_tiles) pack_as_produced(sp, dp, r, nr, run.n);
@@ -256,12 +256,14 @@ namespace multihead {
 HWY_EXPORT(attention_bf16_backward);
 
 void attention_bf16_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-    HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+                             HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q,
+                             HeadsView<const BF16> k, HeadsView<const BF16> v, const ScoreTerms<float>& terms,
+                             const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                             const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
   check_attention_dims(d, true);
   check_attention_views(d, out, q, k, v);
-  MULTIHEAD_DISPATCH(attention_bf16_backward)(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
+  MULTIHEAD_DISPATCH(attention_bf16_backward)
+  (dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
 }
 
 }  // namespace multihead

@@ -56,8 +56,8 @@ struct KeyPlan {
   std::vector<KeyRun> runs;
 
   // A run holds at most max_run keys (at least one tile's: Bc <= max_run).
-  void make(const MaskGeometry& geo, std::int64_t S, std::int64_t Bc, std::int64_t b, std::int64_t i0,
-            std::int64_t nr, std::int64_t max_run) {
+  void make(const MaskGeometry& geo, std::int64_t S, std::int64_t Bc, std::int64_t b, std::int64_t i0, std::int64_t nr,
+            std::int64_t max_run) {
     tiles.clear();
     runs.clear();
     for (std::int64_t j0 = 0; j0 < S; j0 += Bc) {
@@ -67,8 +67,7 @@ struct KeyPlan {
       const std::int64_t seen = geo.causal_span(i0, nr, j0, nc_block).nc;
       if (seen == 0) continue;
       const std::int64_t nc = std::min(nc_block, ceil_div(seen, kKeyAlign) * kKeyAlign);
-      if (runs.empty() || runs.back().j0 + runs.back().n != j0 || runs.back().n + nc > max_run)
-        runs.push_back({j0, 0});
+      if (runs.empty() || runs.back().j0 + runs.back().n != j0 || runs.back().n + nc > max_run) runs.push_back({j0, 0});
       runs.back().n += nc;
       tiles.push_back({j0, nc, plan.elementwise, runs.size() - 1});
     }
@@ -210,7 +209,7 @@ constexpr std::int64_t kForwardRunKeys = 512;
 // dst (cols, rows), row stride ldd = src (rows, cols)^T, row stride lds:
 // 16-bit values, in 32 x 32 blocks.
 inline void transpose_bf16(BF16* dst, std::int64_t ldd, const BF16* src, std::int64_t lds, std::int64_t rows,
-                    std::int64_t cols) {
+                           std::int64_t cols) {
   constexpr std::int64_t kBlock = 32;
   for (std::int64_t i0 = 0; i0 < rows; i0 += kBlock)
     for (std::int64_t j0 = 0; j0 < cols; j0 += kBlock)
@@ -231,7 +230,7 @@ inline void pack_as_produced(BF16* packed, const float* rows, std::int64_t r, st
 // scaled into out rows (S, w), row stride ldo, with non-temporal stores,
 // through tmp (16, w).
 inline void write_transposed(float* out, std::int64_t ldo, const float* src, std::int64_t lds, std::int64_t S,
-                      std::int64_t w, float scale, float* tmp) {
+                             std::int64_t w, float scale, float* tmp) {
   constexpr std::int64_t kRows = 16;
   for (std::int64_t j0 = 0; j0 < S; j0 += kRows) {
     const std::int64_t n = std::min(kRows, S - j0);

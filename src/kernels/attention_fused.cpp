@@ -32,8 +32,8 @@ using namespace attention_tiles;
 
 template <typename T>
 void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
-                             HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& d,
-                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                             HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+                             const AttentionDropout& dropout, const AttentionTiles& tiles) {
   const StepProfileScope profile(StepPart::kAttention);
   check_tiles(tiles);
   const MaskGeometry geo(terms, d);
@@ -128,7 +128,8 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
             continue;  // nothing visible yet in this row
           if (dropout.active()) apply_dropout_row(row, row, nc, d, b, h, i0 + r, j0, dropout, KeepBits::kRecord);
           if (rel.rel_v)
-            bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, terms.positions.query_offset + i0 + r, rel);
+            bucket_sums(wv + r * nb, row, std::min(j0 + nc, geo.cols) - j0, j0, terms.positions.query_offset + i0 + r,
+                        rel);
         }
         const float* vj = packs ? v_all.f32() + (bh * d.S + j0) * d.Dv
                                 : rows_as_f32(v.at(b, h) + j0 * v.row_stride, v.row_stride, nc, d.Dv, vbuf, ldv);
@@ -149,18 +150,18 @@ void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q,
 
 // One function for each element type: HWY_EXPORT takes no templates.
 void attention_fused_forward_f32(HeadsView<float> out, float* lse, HeadsView<const float> q, HeadsView<const float> k,
-    HeadsView<const float> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                                 HeadsView<const float> v, const ScoreTerms<float>& terms, const AttentionDims& d,
+                                 float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   HWY_NAMESPACE::attention_fused_forward<float>(out, lse, q, k, v, terms, d, scale, dropout, tiles);
 }
 void attention_fused_forward_bf16(HeadsView<BF16> out, float* lse, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                                  HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d,
+                                  float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   HWY_NAMESPACE::attention_fused_forward<BF16>(out, lse, q, k, v, terms, d, scale, dropout, tiles);
 }
 void attention_fused_forward_f16(HeadsView<F16> out, float* lse, HeadsView<const F16> q, HeadsView<const F16> k,
-    HeadsView<const F16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                                 HeadsView<const F16> v, const ScoreTerms<float>& terms, const AttentionDims& d,
+                                 float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   HWY_NAMESPACE::attention_fused_forward<F16>(out, lse, q, k, v, terms, d, scale, dropout, tiles);
 }
 
@@ -176,8 +177,8 @@ HWY_EXPORT(attention_fused_forward_f16);
 
 template <typename T>
 void attention_fused_forward(HeadsView<T> out, float* lse, HeadsView<const T> q, HeadsView<const T> k,
-    HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                             HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+                             const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_attention_dims(d, true);
   check_attention_views(d, out, q, k, v);
   for_element_type<T>(MULTIHEAD_DISPATCH(attention_fused_forward_f32), MULTIHEAD_DISPATCH(attention_fused_forward_bf16),
@@ -192,8 +193,8 @@ template void attention_fused_forward<BF16>(HeadsView<BF16>, float*, HeadsView<c
                                             HeadsView<const BF16>, const ScoreTerms<float>&, const AttentionDims&,
                                             float, const AttentionDropout&, const AttentionTiles&);
 template void attention_fused_forward<F16>(HeadsView<F16>, float*, HeadsView<const F16>, HeadsView<const F16>,
-                                           HeadsView<const F16>, const ScoreTerms<float>&, const AttentionDims&,
-                                           float, const AttentionDropout&, const AttentionTiles&);
+                                           HeadsView<const F16>, const ScoreTerms<float>&, const AttentionDims&, float,
+                                           const AttentionDropout&, const AttentionTiles&);
 
 }  // namespace multihead
 #endif  // HWY_ONCE

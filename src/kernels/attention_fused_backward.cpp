@@ -62,21 +62,21 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
 #pragma omp parallel
   {
     float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
-    float* pd = p + Br * Bc;                                           // (Br, Bc)
-    float* dp = pd + Br * Bc;                                          // (Br, Bc)
-    float* dk_acc = dp + Br * Bc;                                      // (Bc, D)
-    float* dv_acc = dk_acc + Bc * d.D;                                 // (Bc, Dv)
-    float* delta = dv_acc + Bc * d.Dv;                                 // (L)
-    float* kt = delta + d.L;                                           // K^T (D, Bc) in panels
-    float* vt = kt + kt_size;                                          // V^T (Dv, Bc) in panels
-    float* qa = vt + vt_size;                                          // (L, nb)
-    float* da = qa + d.L * nb;                                         // (L, nb)
-    float* gb = da + d.L * nb;                                         // (Br, nb)
-    float* qd = gb + Br * nb;                                          // (L, D)
-    float* dod = qd + d.L * d.D;                                       // (L, Dv)
-    float* kd = dod + d.L * d.Dv;                                      // (Bc, D)
-    float* vbuf = kd + Bc * d.D;                                       // 16-bit storage: (Bc, Dv)
-    float* orow = vbuf + Bc * d.Dv;                                    // (Dv)
+    float* pd = p + Br * Bc;                                         // (Br, Bc)
+    float* dp = pd + Br * Bc;                                        // (Br, Bc)
+    float* dk_acc = dp + Br * Bc;                                    // (Bc, D)
+    float* dv_acc = dk_acc + Bc * d.D;                               // (Bc, Dv)
+    float* delta = dv_acc + Bc * d.Dv;                               // (L)
+    float* kt = delta + d.L;                                         // K^T (D, Bc) in panels
+    float* vt = kt + kt_size;                                        // V^T (Dv, Bc) in panels
+    float* qa = vt + vt_size;                                        // (L, nb)
+    float* da = qa + d.L * nb;                                       // (L, nb)
+    float* gb = da + d.L * nb;                                       // (Br, nb)
+    float* qd = gb + Br * nb;                                        // (L, D)
+    float* dod = qd + d.L * d.D;                                     // (L, Dv)
+    float* kd = dod + d.L * d.Dv;                                    // (Bc, D)
+    float* vbuf = kd + Bc * d.D;                                     // 16-bit storage: (Bc, Dv)
+    float* orow = vbuf + Bc * d.Dv;                                  // (Dv)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
       const std::int64_t b = bh / d.H, h = bh % d.H;
@@ -148,7 +148,8 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
           // dS = pd * dP - P * delta with pd = dropout(P): the mask's draws are
           // not needed again (where P is 0, so is every term).
           for (std::int64_t r = 0; r < nr; ++r) {
-            if (dropout.active()) simd::dropout_softmax_grad_row(dp + r * Bc, p + r * Bc, pd + r * Bc, nc, delta[i0 + r]);
+            if (dropout.active())
+              simd::dropout_softmax_grad_row(dp + r * Bc, p + r * Bc, pd + r * Bc, nc, delta[i0 + r]);
             else simd::softmax_grad_row(dp + r * Bc, p + r * Bc, nc, delta[i0 + r]);
           }
           if (rel.active() && jm > 0) {
@@ -177,22 +178,28 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
 
 // One function for each element type: HWY_EXPORT takes no templates.
 void attention_fused_backward_f32(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-    HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q, HeadsView<const float> k,
-    HeadsView<const float> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
-  HWY_NAMESPACE::attention_fused_backward<float>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
+                                  HeadsView<const float> out, HeadsView<const float> dout, HeadsView<const float> q,
+                                  HeadsView<const float> k, HeadsView<const float> v, const ScoreTerms<float>& terms,
+                                  const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                                  const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  HWY_NAMESPACE::attention_fused_backward<float>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles,
+                                                 d_relative);
 }
 void attention_fused_backward_bf16(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-    HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q, HeadsView<const BF16> k,
-    HeadsView<const BF16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
-  HWY_NAMESPACE::attention_fused_backward<BF16>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
+                                   HeadsView<const BF16> out, HeadsView<const float> dout, HeadsView<const BF16> q,
+                                   HeadsView<const BF16> k, HeadsView<const BF16> v, const ScoreTerms<float>& terms,
+                                   const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                                   const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  HWY_NAMESPACE::attention_fused_backward<BF16>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles,
+                                                d_relative);
 }
 void attention_fused_backward_f16(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-    HeadsView<const F16> out, HeadsView<const float> dout, HeadsView<const F16> q, HeadsView<const F16> k,
-    HeadsView<const F16> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
-  HWY_NAMESPACE::attention_fused_backward<F16>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles, d_relative);
+                                  HeadsView<const F16> out, HeadsView<const float> dout, HeadsView<const F16> q,
+                                  HeadsView<const F16> k, HeadsView<const F16> v, const ScoreTerms<float>& terms,
+                                  const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                                  const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+  HWY_NAMESPACE::attention_fused_backward<F16>(dq, dk, dv, lse, out, dout, q, k, v, terms, d, scale, dropout, tiles,
+                                               d_relative);
 }
 
 }  // namespace multihead::HWY_NAMESPACE
@@ -207,9 +214,10 @@ HWY_EXPORT(attention_fused_backward_f16);
 
 template <typename T>
 void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv, const float* lse,
-    HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q, HeadsView<const T> k,
-    HeadsView<const T> v, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
+                              HeadsView<const T> out, HeadsView<const float> dout, HeadsView<const T> q,
+                              HeadsView<const T> k, HeadsView<const T> v, const ScoreTerms<float>& terms,
+                              const AttentionDims& d, float scale, const AttentionDropout& dropout,
+                              const AttentionTiles& tiles, const RelativePositionGrads<float>& d_relative) {
   check_attention_dims(d, true);
   check_attention_views(d, out, q, k, v);
   check_heads_view("dout", dout, d.B * d.L, d.Dv);
@@ -224,9 +232,9 @@ void attention_fused_backward(HeadsView<float> dq, HeadsView<float> dk, HeadsVie
 
 template void attention_fused_backward<float>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                               HeadsView<const float>, HeadsView<const float>, HeadsView<const float>,
-                                              HeadsView<const float>, HeadsView<const float>,
-                                              const ScoreTerms<float>&, const AttentionDims&, float,
-                                              const AttentionDropout&, const AttentionTiles&, const RelativePositionGrads<float>&);
+                                              HeadsView<const float>, HeadsView<const float>, const ScoreTerms<float>&,
+                                              const AttentionDims&, float, const AttentionDropout&,
+                                              const AttentionTiles&, const RelativePositionGrads<float>&);
 template void attention_fused_backward<BF16>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                              HeadsView<const BF16>, HeadsView<const float>, HeadsView<const BF16>,
                                              HeadsView<const BF16>, HeadsView<const BF16>, const ScoreTerms<float>&,
@@ -235,8 +243,8 @@ template void attention_fused_backward<BF16>(HeadsView<float>, HeadsView<float>,
 template void attention_fused_backward<F16>(HeadsView<float>, HeadsView<float>, HeadsView<float>, const float*,
                                             HeadsView<const F16>, HeadsView<const float>, HeadsView<const F16>,
                                             HeadsView<const F16>, HeadsView<const F16>, const ScoreTerms<float>&,
-                                            const AttentionDims&, float, const AttentionDropout&,
-                                            const AttentionTiles&, const RelativePositionGrads<float>&);
+                                            const AttentionDims&, float, const AttentionDropout&, const AttentionTiles&,
+                                            const RelativePositionGrads<float>&);
 
 }  // namespace multihead
 #endif  // HWY_ONCE

@@ -27,8 +27,8 @@ using namespace attention_tiles;
 
 template <typename T>
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
-                             HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& d,
-                             float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                             HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+                             const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_tiles(tiles);
   const MaskGeometry geo(terms, d);
   const std::int64_t Br = tiles.q_block, Bc = tiles.k_block;
@@ -47,10 +47,10 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
 #pragma omp parallel
   {
     float* p = workspace.f32() + omp_get_thread_num() * per_thread;  // (Br, Bc)
-    float* kt = p + Br * Bc;                                           // K^T (D, Bc) in panels
-    float* qa = kt + simd::panels_size(d.D, Bc);                       // (Br, nb)
-    float* qbuf = qa + Br * nb;                                        // (Br, D)
-    float* kbuf = qbuf + Br * d.D;                                     // (Bc, D)
+    float* kt = p + Br * Bc;                                         // K^T (D, Bc) in panels
+    float* qa = kt + simd::panels_size(d.D, Bc);                     // (Br, nb)
+    float* qbuf = qa + Br * nb;                                      // (Br, D)
+    float* kbuf = qbuf + Br * d.D;                                   // (Bc, D)
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < d.B * nqb; ++t) {
       const std::int64_t b = t / nqb, i0 = (t % nqb) * Br, nr = std::min(Br, d.L - i0);
@@ -93,18 +93,18 @@ void attention_fused_weights(float* weights, bool average_heads, const float* ls
 
 // One function for each element type: HWY_EXPORT takes no templates.
 void attention_fused_weights_f32(float* weights, bool average_heads, const float* lse, HeadsView<const float> q,
-    HeadsView<const float> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                                 HeadsView<const float> k, const ScoreTerms<float>& terms, const AttentionDims& d,
+                                 float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   HWY_NAMESPACE::attention_fused_weights<float>(weights, average_heads, lse, q, k, terms, d, scale, dropout, tiles);
 }
 void attention_fused_weights_bf16(float* weights, bool average_heads, const float* lse, HeadsView<const BF16> q,
-    HeadsView<const BF16> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                                  HeadsView<const BF16> k, const ScoreTerms<float>& terms, const AttentionDims& d,
+                                  float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   HWY_NAMESPACE::attention_fused_weights<BF16>(weights, average_heads, lse, q, k, terms, d, scale, dropout, tiles);
 }
 void attention_fused_weights_f16(float* weights, bool average_heads, const float* lse, HeadsView<const F16> q,
-    HeadsView<const F16> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                                 HeadsView<const F16> k, const ScoreTerms<float>& terms, const AttentionDims& d,
+                                 float scale, const AttentionDropout& dropout, const AttentionTiles& tiles) {
   HWY_NAMESPACE::attention_fused_weights<F16>(weights, average_heads, lse, q, k, terms, d, scale, dropout, tiles);
 }
 
@@ -120,8 +120,8 @@ HWY_EXPORT(attention_fused_weights_f16);
 
 template <typename T>
 void attention_fused_weights(float* weights, bool average_heads, const float* lse, HeadsView<const T> q,
-    HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
-    const AttentionDropout& dropout, const AttentionTiles& tiles) {
+                             HeadsView<const T> k, const ScoreTerms<float>& terms, const AttentionDims& d, float scale,
+                             const AttentionDropout& dropout, const AttentionTiles& tiles) {
   check_attention_dims(d, true);
   check_heads_view("query", q, d.B * d.L, d.D);
   check_heads_view("key", k, d.B * d.S, d.D);

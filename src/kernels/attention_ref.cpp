@@ -14,7 +14,6 @@
 namespace multihead {
 namespace {
 
-
 // In place: p (L, S) of head (b, h) becomes dropout(p).
 template <typename T>
 void apply_dropout(T* p, const AttentionDims& d, std::int64_t b, std::int64_t h, const AttentionDropout& drop) {
@@ -42,9 +41,9 @@ T dot_n(const T* a, const T* b, std::int64_t n) {
 }  // namespace
 
 template <typename T>
-void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k,
-                           HeadsView<const T> v, const ScoreTerms<std::type_identity_t<T>>& terms,
-                           const AttentionDims& d, T scale, const AttentionDropout& dropout) {
+void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                           const ScoreTerms<std::type_identity_t<T>>& terms, const AttentionDims& d, T scale,
+                           const AttentionDropout& dropout) {
   check_attention_dims(d, std::is_same_v<T, float>);
   check_attention_views(d, out, q, k, v);
   const StepProfileScope profile(StepPart::kAttention);
@@ -55,14 +54,15 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
     for (std::int64_t h = 0; h < d.H; ++h) {
       T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
       // p = scale * q k^T
-      gemm(Trans::kNo, Trans::kYes, d.L, d.S, d.D, scale, q.at(b, h), q.row_stride, k.at(b, h), k.row_stride, T(0),
-           p, d.S);
+      gemm(Trans::kNo, Trans::kYes, d.L, d.S, d.D, scale, q.at(b, h), q.row_stride, k.at(b, h), k.row_stride, T(0), p,
+           d.S);
       for (std::int64_t i = 0; i < d.L; ++i) {
         T* row = p + i * d.S;
         for (std::int64_t j = 0; j < d.S; ++j) row[j] += terms.bias(d, b, h, i, j);
         if (rel.active())
           for (std::int64_t j = 0; j < cols; ++j)
-            row[j] += scale * dot_n(q.at(b, h) + i * q.row_stride, rel.rel_k + rel.bucket(terms.positions.query_offset + i, j) * d.D, d.D);
+            row[j] += scale * dot_n(q.at(b, h) + i * q.row_stride,
+                                    rel.rel_k + rel.bucket(terms.positions.query_offset + i, j) * d.D, d.D);
         softmax_row(row, d.S);
       }
       const T* pv = dropped_probs<T>(p, dropped, d, b, h, dropout);
@@ -81,10 +81,10 @@ void attention_ref_forward(HeadsView<T> out, T* probs, HeadsView<const T> q, Hea
 }
 
 template <typename T>
-void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const T* probs,
-                            HeadsView<const T> dout, HeadsView<const T> q, HeadsView<const T> k,
-                            HeadsView<const T> v, const ScoreTerms<std::type_identity_t<T>>& terms,
-                            const AttentionDims& d, T scale, const AttentionDropout& dropout,
+void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const T* probs, HeadsView<const T> dout,
+                            HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                            const ScoreTerms<std::type_identity_t<T>>& terms, const AttentionDims& d, T scale,
+                            const AttentionDropout& dropout,
                             const RelativePositionGrads<std::type_identity_t<T>>& d_relative) {
   check_attention_dims(d, std::is_same_v<T, float>);
   check_heads_view("dout", dout, d.B * d.L, d.Dv);
@@ -101,7 +101,7 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
   const std::int64_t cols = terms.masks.masked_cols < 0 ? d.S : terms.masks.masked_cols;
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.H; ++h) {
-      const T* p = probs + (b * d.H + h) * d.L * d.S;  // (L, S)
+      const T* p = probs + (b * d.H + h) * d.L * d.S;             // (L, S)
       const T* pv = dropped_probs(p, dropped, d, b, h, dropout);  // what multiplied V
       // dV (S, Dv) = dropout(P)^T dO
       gemm(Trans::kYes, Trans::kNo, d.S, d.Dv, d.L, T(1), pv, d.S, dout.at(b, h), dout.row_stride, T(0), dv.at(b, h),
@@ -122,7 +122,8 @@ void attention_ref_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, c
         }
       if (dropout.active()) apply_dropout(dp.data(), d, b, h, dropout);
       // dS = P * (dP - rowsum(P * dP)), in place in dp.
-      for (std::int64_t i = 0; i < d.L; ++i) softmax_row_backward(dp.data() + i * d.S, p + i * d.S, dp.data() + i * d.S, d.S);
+      for (std::int64_t i = 0; i < d.L; ++i)
+        softmax_row_backward(dp.data() + i * d.S, p + i * d.S, dp.data() + i * d.S, d.S);
       // dQ (L, D) = scale * dS K;  dK (S, D) = scale * dS^T Q
       gemm(Trans::kNo, Trans::kNo, d.L, d.D, d.S, scale, dp.data(), d.S, k.at(b, h), k.row_stride, T(0), dq.at(b, h),
            dq.row_stride);
@@ -165,14 +166,13 @@ void attention_weights_from_probs(T* weights, const T* probs, const AttentionDim
   }
 }
 
-#define MULTIHEAD_INSTANTIATE(T)                                                                                  \
-  template void attention_ref_forward<T>(HeadsView<T>, T*, HeadsView<const T>, HeadsView<const T>,               \
-                                         HeadsView<const T>, const ScoreTerms<T>&, const AttentionDims&, T,      \
-                                         const AttentionDropout&);                                                \
-  template void attention_ref_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, const T*, HeadsView<const T>, \
-                                          HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,             \
-                                          const ScoreTerms<T>&, const AttentionDims&, T, const AttentionDropout&, \
-                                          const RelativePositionGrads<T>&);                                       \
+#define MULTIHEAD_INSTANTIATE(T)                                                                                       \
+  template void attention_ref_forward<T>(HeadsView<T>, T*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, \
+                                         const ScoreTerms<T>&, const AttentionDims&, T, const AttentionDropout&);      \
+  template void attention_ref_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, const T*, HeadsView<const T>,      \
+                                          HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,                  \
+                                          const ScoreTerms<T>&, const AttentionDims&, T, const AttentionDropout&,      \
+                                          const RelativePositionGrads<T>&);                                            \
   template void attention_weights_from_probs<T>(T*, const T*, const AttentionDims&, bool, const AttentionDropout&);
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(double)

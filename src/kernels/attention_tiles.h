@@ -44,12 +44,13 @@ inline constexpr float kInf = std::numeric_limits<float>::infinity();
 struct BucketRuns {
   std::int64_t lo, hi;
   BucketRuns(std::int64_t n, std::int64_t j0, std::int64_t qpos, std::int64_t clip)
-      : lo(std::clamp<std::int64_t>(qpos - clip - j0, 0, n)), hi(std::clamp<std::int64_t>(qpos + clip + 1 - j0, 0, n)) {}
+      : lo(std::clamp<std::int64_t>(qpos - clip - j0, 0, n)),
+        hi(std::clamp<std::int64_t>(qpos + clip + 1 - j0, 0, n)) {}
 };
 
 // row[c] += t[bucket(qpos, j0 + c)] for c < n.
 inline void add_bucket_terms(float* row, std::int64_t n, std::int64_t j0, std::int64_t qpos, const float* t,
-                      const RelativePositions<float>& rel) {
+                             const RelativePositions<float>& rel) {
   const BucketRuns run(n, j0, qpos, rel.clip);
   simd::add_scalar(row, run.lo, t[0]);
   for (std::int64_t c = run.lo; c < run.hi; ++c) row[c] += t[rel.bucket(qpos, j0 + c)];
@@ -58,7 +59,7 @@ inline void add_bucket_terms(float* row, std::int64_t n, std::int64_t j0, std::i
 
 // w[bucket(qpos, j0 + c)] += x[c] for c < n.
 inline void bucket_sums(float* w, const float* x, std::int64_t n, std::int64_t j0, std::int64_t qpos,
-                 const RelativePositions<float>& rel) {
+                        const RelativePositions<float>& rel) {
   const BucketRuns run(n, j0, qpos, rel.clip);
   w[0] += simd::row_sum(x, run.lo);
   for (std::int64_t c = run.lo; c < run.hi; ++c) w[rel.bucket(qpos, j0 + c)] += x[c];
@@ -75,8 +76,8 @@ struct MaskGeometry {
   const AttentionMasks<float>& m;
   const ScorePositions<float>& pos;
   const AttentionDims& d;
-  std::int64_t cols;    // keys the masks cover
-  std::int64_t offset;  // causal: query i sees keys j <= i + offset
+  std::int64_t cols;      // keys the masks cover
+  std::int64_t offset;    // causal: query i sees keys j <= i + offset
   bool has_tensor_masks;  // masks or position terms that act score by score
 
   MaskGeometry(const ScoreTerms<float>& terms, const AttentionDims& dims)
@@ -230,7 +231,7 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1
 
 // qa (nr, buckets) = scale * Q (nr, D) rel_k^T, Q with row stride ldq.
 inline void relative_scores(float* qa, const float* q, std::int64_t ldq, std::int64_t nr, std::int64_t D,
-                     const RelativePositions<float>& rel, float scale) {
+                            const RelativePositions<float>& rel, float scale) {
   for (std::int64_t r = 0; r < nr; ++r)
     for (std::int64_t c = 0; c < rel.buckets(); ++c)
       qa[r * rel.buckets() + c] = scale * simd::dot(q + r * ldq, rel.rel_k + c * D, D);
@@ -238,8 +239,8 @@ inline void relative_scores(float* qa, const float* q, std::int64_t ldq, std::in
 
 // C (m, n) += alpha * A (m, k) B (k, n), all contiguous: the small products of
 // relative positions (k = buckets).
-inline void small_ab(float* C, const float* A, const float* B, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-              std::int64_t ldc, std::int64_t lda) {
+inline void small_ab(float* C, const float* A, const float* B, std::int64_t m, std::int64_t n, std::int64_t k,
+                     float alpha, std::int64_t ldc, std::int64_t lda) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t p = 0; p < k; ++p) {
       const float a = alpha * A[i * lda + p];
@@ -250,7 +251,7 @@ inline void small_ab(float* C, const float* A, const float* B, std::int64_t m, s
 
 // C (k, n) += alpha * A^T B with A (m, k) row stride lda and B (m, n) row stride ldb.
 inline void small_atb(float* C, const float* A, std::int64_t lda, const float* B, std::int64_t ldb, std::int64_t m,
-               std::int64_t k, std::int64_t n, float alpha) {
+                      std::int64_t k, std::int64_t n, float alpha) {
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t p = 0; p < k; ++p) {
       const float a = alpha * A[i * lda + p];
@@ -394,9 +395,7 @@ inline void dot_scores(float* S, std::int64_t lds, const float* Q, std::int64_t 
 // all its time in OpenMP's start and join (an encoder-decoder's greedy
 // decoding, 2 threads).
 inline constexpr std::int64_t kThreadedFromMacs = std::int64_t{1} << 17;
-inline bool worth_threads(const AttentionDims& d) {
-  return d.B * d.H * d.L * d.S * (d.D + d.Dv) >= kThreadedFromMacs;
-}
+inline bool worth_threads(const AttentionDims& d) { return d.B * d.H * d.L * d.S * (d.D + d.Dv) >= kThreadedFromMacs; }
 
 inline bool tiles_use_blas(const AttentionTiles& t, const AttentionDims& d) {
   return t.gemm == TileGemm::kBlas || (t.gemm == TileGemm::kAuto && std::max(d.D, d.Dv) <= kBlasTileMaxDim);

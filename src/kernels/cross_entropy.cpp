@@ -10,8 +10,8 @@ namespace multihead {
 
 template <typename T>
 CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t* targets, std::int64_t N,
-                                 std::int64_t C, std::int64_t ignore_index, double label_smoothing,
-                                 double grad_scale, const double* weight) {
+                                 std::int64_t C, std::int64_t ignore_index, double label_smoothing, double grad_scale,
+                                 const double* weight) {
   check<ConfigError>(label_smoothing >= 0.0 && label_smoothing <= 1.0, "label_smoothing must be in [0, 1], got {}",
                      label_smoothing);
   CrossEntropyResult r;
@@ -26,8 +26,8 @@ CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t
   if (weight) {
     weight_sum = 0;
     for (std::int64_t c = 0; c < C; ++c) {
-      check<ConfigError>(std::isfinite(weight[c]) && weight[c] >= 0, "class weight {} is {}: weights are finite and >= 0",
-                         c, weight[c]);
+      check<ConfigError>(std::isfinite(weight[c]) && weight[c] >= 0,
+                         "class weight {} is {}: weights are finite and >= 0", c, weight[c]);
       weight_sum += weight[c];
     }
   }
@@ -75,8 +75,8 @@ CrossEntropyResult cross_entropy(T* dlogits, const T* logits, const std::int64_t
   return r;
 }
 
-template CrossEntropyResult cross_entropy<float>(float*, const float*, const std::int64_t*, std::int64_t,
-                                                 std::int64_t, std::int64_t, double, double, const double*);
+template CrossEntropyResult cross_entropy<float>(float*, const float*, const std::int64_t*, std::int64_t, std::int64_t,
+                                                 std::int64_t, double, double, const double*);
 template CrossEntropyResult cross_entropy<double>(double*, const double*, const std::int64_t*, std::int64_t,
                                                   std::int64_t, std::int64_t, double, double, const double*);
 

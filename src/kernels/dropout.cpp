@@ -79,8 +79,8 @@ void apply_mask(float* y, const float* x, const std::uint16_t* r, std::int64_t n
 
 }  // namespace
 
-void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
-                           const std::uint64_t* bits, std::int64_t at) {
+void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec, const std::uint64_t* bits,
+                           std::int64_t at) {
   const hn::ScalableTag<float> df;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
   const float ks = dropout_scale<float>(spec);
@@ -167,8 +167,8 @@ void dropout_inplace(T* x, std::int64_t n, std::uint64_t base, const DropoutSpec
   // is false costs a team setup, and there are millions of rows per step.
   constexpr std::int64_t kChunk = std::int64_t{1} << 14;
   if (n < 4 * kChunk) return dropout_range(x, x, 0, n, base, spec, ks);
-  // The mask is a function of each element's index alone, so any split of
-  // the elements between threads gives the same result.
+    // The mask is a function of each element's index alone, so any split of
+    // the elements between threads gives the same result.
 #pragma omp parallel for schedule(static)
   for (std::int64_t lo = 0; lo < n; lo += kChunk) dropout_range(x, x, lo, std::min(n, lo + kChunk), base, spec, ks);
 }
@@ -182,8 +182,8 @@ void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, c
   dropout_range(y, x, 0, n, base, spec, dropout_scale<float>(spec), bits, at);
 }
 
-void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
-                           const std::uint64_t* bits, std::int64_t at) {
+void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec, const std::uint64_t* bits,
+                           std::int64_t at) {
   MULTIHEAD_DISPATCH(dropout_row_from_bits)(y, x, n, spec, bits, at);
 }
 

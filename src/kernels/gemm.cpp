@@ -53,13 +53,11 @@ void gemm_any(Blas blas, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std
 // oneDNN threads the call itself through OpenMP (but keeps a product of few
 // rows on one thread: few_rows.h), and runs it on one thread when called
 // inside a parallel region.
-void onednn_sgemm_call(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
-                       const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
-                       std::int64_t ldc) {
+void onednn_sgemm_call(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
+                       std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
   const dnnl_status_t st = dnnl_sgemm(ta == Trans::kYes ? 'T' : 'N', tb == Trans::kYes ? 'T' : 'N', M, N, K, alpha, A,
                                       lda, B, ldb, beta, C, ldc);
-  check<Error>(st == dnnl_success, "oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N,
-               K);
+  check<Error>(st == dnnl_success, "oneDNN sgemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N, K);
 }
 
 void onednn_sgemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
@@ -101,9 +99,7 @@ GemmBackend parse_gemm_backend(std::string_view name) {
                                 did_you_mean(name, {"onednn", "openblas"})));
 }
 
-const char* gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::kOneDnn ? "onednn" : "openblas";
-}
+const char* gemm_backend_name(GemmBackend backend) { return backend == GemmBackend::kOneDnn ? "onednn" : "openblas"; }
 
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
           std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {

@@ -76,9 +76,8 @@ namespace {
 
 // C = op(A) op(B) (+ bias on every row, when not null) on oneDNN, C fp32 or
 // bf16; false, doing nothing, where the products widen instead.
-bool onednn_product(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
-                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, void* C, std::int64_t ldc,
-                    bool c_bf16) {
+bool onednn_product(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A, std::int64_t lda,
+                    const BF16* B, std::int64_t ldb, const float* bias, void* C, std::int64_t ldc, bool c_bf16) {
   if (K == 0 || bf16_path() == Bf16Path::kWiden) return false;
   const StepProfileScope profile(StepPart::kGemm);
   MatmulKey k{M, N, K, lda, ldb, ldc, ta == Trans::kYes, tb == Trans::kYes, 1.0f, 0.0f};
@@ -90,8 +89,8 @@ bool onednn_product(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int
 
 }  // namespace
 
-void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
-                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc) {
+void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A, std::int64_t lda,
+                    const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc) {
   if (M == 0 || N == 0 || onednn_product(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, false)) return;
   if (!bias) return gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
   // Rows seeded with the bias, the product added onto them.
@@ -99,8 +98,8 @@ void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int
   gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
 }
 
-void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
-                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, BF16* C, std::int64_t ldc) {
+void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A, std::int64_t lda,
+                    const BF16* B, std::int64_t ldb, const float* bias, BF16* C, std::int64_t ldc) {
   if (M == 0 || N == 0 || onednn_product(ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, true)) return;
   // The fp32 product, then each row rounded.
   std::vector<float> c32(static_cast<std::size_t>(M * N));
@@ -138,7 +137,7 @@ namespace {
 // 16 values (m: which exist) rounded by the units' conversion; with sums,
 // each added into it.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void round_16(BF16* dst, float* sums,
-                                                                                      const float* src, __mmask16 m) {
+                                                                                     const float* src, __mmask16 m) {
   const __m512 v = _mm512_maskz_loadu_ps(m, src);
   if (sums) _mm512_mask_storeu_ps(sums, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, sums), v));
   _mm256_mask_storeu_epi16(dst, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));

@@ -74,7 +74,7 @@ QuantizedRows quantize_activation_rows_reference(const float* x, std::int64_t ld
 // y = sx sw (acc - zx row_sum) + b, over acc (N, out) dense: the scalar twin
 // of rescale_rows (kernels/quantize_rows.cpp), which the product runs.
 void rescale_reference(float* y, std::int64_t ldy, const std::int32_t* acc, const QuantizedRows& x, const Int8Weight& W,
-             const float* b, std::int64_t N, std::int64_t out) {
+                       const float* b, std::int64_t N, std::int64_t out) {
 #pragma omp parallel for schedule(static) if (N * out > (1 << 16))
   for (std::int64_t i = 0; i < N; ++i) {
     const float sx = x.scale[static_cast<std::size_t>(i)];
@@ -92,8 +92,8 @@ void onednn_u8s8s32(const std::uint8_t* A, std::int64_t M, std::int64_t K, const
                     std::int32_t* C, std::int64_t ldc) {
   const std::int32_t no_offset = 0;
   const dnnl_status_t st = dnnl_gemm_u8s8s32('N', 'T', 'F', M, N, K, 1.0f, A, K, 0, B, K, 0, 0.0f, C, ldc, &no_offset);
-  check<Error>(st == dnnl_success, "oneDNN int8 gemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M,
-               N, K);
+  check<Error>(st == dnnl_success, "oneDNN int8 gemm failed (status {}) for M={} N={} K={}", static_cast<int>(st), M, N,
+               K);
 }
 
 enum class Int8Isa { kAmx, kVnni, kNone };
@@ -260,9 +260,8 @@ void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_
   rescale_rows(y, ldy, acc.get(), N, out, qx.scale.data(), qx.zero.data(), W.scale, W.row_sum, b);
 }
 
-void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, std::int64_t ldx,
-                                   const Int8Weight& W, const float* b, std::int64_t N, std::int64_t in,
-                                   std::int64_t out, int levels) {
+void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W,
+                                   const float* b, std::int64_t N, std::int64_t in, std::int64_t out, int levels) {
   check<ConfigError>(levels == 127 || levels == 255, "int8 activation levels must be 127 or 255, got {}", levels);
   const QuantizedRows qx = quantize_activation_rows_reference(x, ldx, N, in, levels);
   std::vector<std::int32_t> acc(static_cast<std::size_t>(N * out));

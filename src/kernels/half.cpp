@@ -85,7 +85,8 @@ void convert_f32_to_f16(std::uint16_t* dst, const float* src, std::int64_t n) {
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
   std::int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, reinterpret_cast<hwy::float16_t*>(dst + i));
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, reinterpret_cast<hwy::float16_t*>(dst + i));
   for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
 }
 
@@ -128,7 +129,7 @@ std::uint16_t float_to_f16(float x) noexcept {
   std::memcpy(&u, &x, 4);
   const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   const std::uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);  // NaN
+  if (a > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);   // NaN
   if (a >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds past 65504: infinity
   if (a < 0x38800000u) {
     // Subnormal (or zero) in fp16: the value in units of 2^-24, rounded to even.

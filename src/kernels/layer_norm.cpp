@@ -47,7 +47,8 @@ void forward_row(float* y, float& mean, float& rstd, const float* x, const float
   const hn::ScalableTag<float> df;
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(df));
   // Two passes (mean, then variance around it) for accuracy with large means.
-  const float m = row_sum(d, [&](std::int64_t i) { return hn::LoadU(df, x + i); }, [&](std::int64_t i) { return x[i]; }) /
+  const float m = row_sum(
+                      d, [&](std::int64_t i) { return hn::LoadU(df, x + i); }, [&](std::int64_t i) { return x[i]; }) /
                   static_cast<float>(d);
   const auto vm = hn::Set(df, m);
   const float v = row_sum(
@@ -203,8 +204,9 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
     }
   }
   if (dgamma || dbeta)
-    parameter_grads(dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return x[at]; },
-                    [&](std::int64_t at) { return dy[at]; });
+    parameter_grads(
+        dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return x[at]; },
+        [&](std::int64_t at) { return dy[at]; });
 }
 
 template <typename T>
@@ -270,30 +272,32 @@ void residual_layer_norm_backward(float* dh, float* ds, float* dgamma, float* db
   }
   if (dgamma || dbeta) {
     if (dy_extra) {
-      parameter_grads(dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return stored_value(h[at]); },
-                      [&](std::int64_t at) { return dy[at] + dy_extra[at]; });
+      parameter_grads(
+          dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return stored_value(h[at]); },
+          [&](std::int64_t at) { return dy[at] + dy_extra[at]; });
     } else {
-      parameter_grads(dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return stored_value(h[at]); },
-                      [&](std::int64_t at) { return dy[at]; });
+      parameter_grads(
+          dgamma, dbeta, mean, rstd, N, d, [&](std::int64_t at) { return stored_value(h[at]); },
+          [&](std::int64_t at) { return dy[at]; });
     }
   }
 }
 
-template void layer_norm_forward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        std::int64_t, std::int64_t, float);
+template void layer_norm_forward<float>(float*, float*, float*, const float*, const float*, const float*, std::int64_t,
+                                        std::int64_t, float);
 template void layer_norm_forward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          std::int64_t, std::int64_t, double);
-template void layer_norm_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                         const float*, const float*, std::int64_t, std::int64_t);
+template void layer_norm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                         const float*, std::int64_t, std::int64_t);
 template void layer_norm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                           const double*, const double*, std::int64_t, std::int64_t);
 
-#define MULTIHEAD_INSTANTIATE(T)                                                                                   \
-  template void residual_layer_norm_forward<T>(float*, float*, float*, float*, T*, const float*, const float*,     \
+#define MULTIHEAD_INSTANTIATE(T)                                                                                    \
+  template void residual_layer_norm_forward<T>(float*, float*, float*, float*, T*, const float*, const float*,      \
                                                const float*, std::int64_t, std::int64_t, float, const DropoutSpec&, \
                                                bool);                                                               \
   template void residual_layer_norm_backward<T>(float*, float*, float*, float*, const float*, const float*,         \
-                                                const float*, const T*, const float*, const float*, const float*,  \
+                                                const float*, const T*, const float*, const float*, const float*,   \
                                                 std::int64_t, std::int64_t, const DropoutSpec&);
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(BF16)

@@ -76,7 +76,8 @@ void linear_forward_t(T* y, std::int64_t ldy, const T* x, std::int64_t ldx, cons
 template <typename T>
 void linear_backward(T* dx, std::int64_t lddx, bool accumulate_dx, T* dW, T* db, const T* dy, std::int64_t lddy,
                      const T* x, std::int64_t ldx, const T* W, std::int64_t N, std::int64_t in, std::int64_t out) {
-  if (dx != nullptr) gemm(Trans::kNo, Trans::kNo, N, in, out, T(1), dy, lddy, W, in, accumulate_dx ? T(1) : T(0), dx, lddx);
+  if (dx != nullptr)
+    gemm(Trans::kNo, Trans::kNo, N, in, out, T(1), dy, lddy, W, in, accumulate_dx ? T(1) : T(0), dx, lddx);
   // dW (out, in) += dy^T (out, N) x (N, in)
   if (dW != nullptr) gemm(Trans::kYes, Trans::kNo, out, in, N, T(1), dy, lddy, x, ldx, T(1), dW, in);
   if (db != nullptr) add_column_sums(db, dy, lddy, N, out);
@@ -178,7 +179,7 @@ void linear_backward_stored(float* dx, std::int64_t lddx, bool accumulate_dx, fl
   });
 }
 
-#define MULTIHEAD_INSTANTIATE(X)                                                                                  \
+#define MULTIHEAD_INSTANTIATE(X)                                                                                   \
   template void linear_forward_stored<X>(float*, std::int64_t, const X*, std::int64_t, const float*, const float*, \
                                          std::int64_t, std::int64_t, std::int64_t, const BF16*);                   \
   template void linear_backward_stored<X>(float*, std::int64_t, bool, float*, float*, const float*, std::int64_t,  \
@@ -191,8 +192,8 @@ MULTIHEAD_INSTANTIATE(F16)
 
 template void linear_forward<float>(float*, std::int64_t, const float*, std::int64_t, const float*, const float*,
                                     std::int64_t, std::int64_t, std::int64_t);
-template void linear_forward<double>(double*, std::int64_t, const double*, std::int64_t, const double*,
-                                     const double*, std::int64_t, std::int64_t, std::int64_t);
+template void linear_forward<double>(double*, std::int64_t, const double*, std::int64_t, const double*, const double*,
+                                     std::int64_t, std::int64_t, std::int64_t);
 template void linear_forward_t<float>(float*, std::int64_t, const float*, std::int64_t, const float*, const float*,
                                       std::int64_t, std::int64_t, std::int64_t);
 template void linear_backward<float>(float*, std::int64_t, bool, float*, float*, const float*, std::int64_t,

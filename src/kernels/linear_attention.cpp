@@ -77,7 +77,7 @@ struct Head {
   std::int64_t ldq, ldk, ldv;
   const std::uint8_t* pad;  // (S) or null
   std::int64_t D, Dv, C;
-  std::vector<T> S, z;      // (D, Dv), (D): the sums over keys [0, added)
+  std::vector<T> S, z;  // (D, Dv), (D): the sums over keys [0, added)
   std::int64_t added = 0;
   std::vector<T> fq, fk;    // (C, D): phi of a block's queries, of a run of keys
   std::vector<T> num, den;  // (C, Dv), (C)
@@ -85,10 +85,22 @@ struct Head {
 
   Head(const T* q_, std::int64_t ldq_, const T* k_, std::int64_t ldk_, const T* v_, std::int64_t ldv_,
        const std::uint8_t* pad_, std::int64_t D_, std::int64_t Dv_, std::int64_t C_)
-      : q(q_), k(k_), v(v_), ldq(ldq_), ldk(ldk_), ldv(ldv_), pad(pad_), D(D_), Dv(Dv_), C(C_),
-        S(static_cast<std::size_t>(D * Dv), T(0)), z(static_cast<std::size_t>(D), T(0)),
-        fq(static_cast<std::size_t>(C * D)), fk(static_cast<std::size_t>(C * D)),
-        num(static_cast<std::size_t>(C * Dv)), den(static_cast<std::size_t>(C)),
+      : q(q_),
+        k(k_),
+        v(v_),
+        ldq(ldq_),
+        ldk(ldk_),
+        ldv(ldv_),
+        pad(pad_),
+        D(D_),
+        Dv(Dv_),
+        C(C_),
+        S(static_cast<std::size_t>(D * Dv), T(0)),
+        z(static_cast<std::size_t>(D), T(0)),
+        fq(static_cast<std::size_t>(C * D)),
+        fk(static_cast<std::size_t>(C * D)),
+        num(static_cast<std::size_t>(C * Dv)),
+        den(static_cast<std::size_t>(C)),
         A(static_cast<std::size_t>(C * C)) {}
 
   const std::uint8_t* pad_at(std::int64_t j) const { return pad ? pad + j : nullptr; }
@@ -113,7 +125,8 @@ struct Head {
     gemm(Trans::kNo, Trans::kNo, n, Dv, D, T(1), fq.data(), D, S.data(), Dv, T(0), num.data(), Dv);
     for (std::int64_t r = 0; r < n; ++r) {
       T s = eps;
-      for (std::int64_t e = 0; e < D; ++e) s += fq[static_cast<std::size_t>(r * D + e)] * z[static_cast<std::size_t>(e)];
+      for (std::int64_t e = 0; e < D; ++e)
+        s += fq[static_cast<std::size_t>(r * D + e)] * z[static_cast<std::size_t>(e)];
       den[static_cast<std::size_t>(r)] = s;
     }
     if (m == 0) return;
@@ -181,8 +194,8 @@ void linear_attention_forward(HeadsView<T> out, HeadsView<const T> q, HeadsView<
 // over the blocks and hands them to the keys that join the state at each.
 template <typename T>
 void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<const T> dout,
-                               HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                               const AttentionDims& d, const LinearAttentionArgs<T>& a) {
+                               HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const AttentionDims& d,
+                               const LinearAttentionArgs<T>& a) {
   const StepProfileScope profile(StepPart::kAttention);
   check_args(a);
   const Blocks bl{d, a.causal, a.chunk};
@@ -219,7 +232,8 @@ void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv
       gemm(Trans::kNo, Trans::kYes, n, d.D, d.Dv, T(1), dn, d.Dv, hd.S.data(), d.Dv, T(0), dfq.data(), d.D);
       for (std::int64_t r = 0; r < n; ++r)
         for (std::int64_t e = 0; e < d.D; ++e)
-          dfq[static_cast<std::size_t>(r * d.D + e)] += dden[static_cast<std::size_t>(i0 + r)] * hd.z[static_cast<std::size_t>(e)];
+          dfq[static_cast<std::size_t>(r * d.D + e)] +=
+              dden[static_cast<std::size_t>(i0 + r)] * hd.z[static_cast<std::size_t>(e)];
       if (m > 0) {
         const T* vj = v.at(b, h) + (pe + 1) * v.row_stride;
         // dA = dnum V^T + dden 1^T where the query sees the key, else 0.
@@ -239,7 +253,8 @@ void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv
         const T* qi = q.at(b, h) + (i0 + r) * q.row_stride;
         T* o = dq.at(b, h) + (i0 + r) * dq.row_stride;
         for (std::int64_t e = 0; e < d.D; ++e)
-          o[e] = dfq[static_cast<std::size_t>(r * d.D + e)] * phi_grad(qi[e], hd.fq[static_cast<std::size_t>(r * d.D + e)]);
+          o[e] = dfq[static_cast<std::size_t>(r * d.D + e)] *
+                 phi_grad(qi[e], hd.fq[static_cast<std::size_t>(r * d.D + e)]);
       }
     }
     // Backward sweep: R and r over blocks blk.. last reach the keys that
@@ -252,7 +267,8 @@ void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv
            R.data(), d.Dv);
       for (std::int64_t r = 0; r < n; ++r)
         for (std::int64_t e = 0; e < d.D; ++e)
-          rv[static_cast<std::size_t>(e)] += hd.fq[static_cast<std::size_t>(r * d.D + e)] * dden[static_cast<std::size_t>(i0 + r)];
+          rv[static_cast<std::size_t>(e)] +=
+              hd.fq[static_cast<std::size_t>(r * d.D + e)] * dden[static_cast<std::size_t>(i0 + r)];
       const std::int64_t lo = blk == 0 ? 0 : bl.prefix_end(blk - 1) + 1, hi = bl.prefix_end(blk);
       for (std::int64_t j0 = lo; j0 <= hi; j0 += C) {
         const std::int64_t m = std::min(C, hi - j0 + 1);
@@ -300,13 +316,13 @@ void linear_attention_step(LinearAttentionState<T>& st, T* out, const T* q, cons
   }
 }
 
-#define MULTIHEAD_INSTANTIATE(T)                                                                                     \
+#define MULTIHEAD_INSTANTIATE(T)                                                                                      \
   template void linear_attention_forward<T>(HeadsView<T>, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, \
-                                            const AttentionDims&, const LinearAttentionArgs<T>&);                    \
-  template void linear_attention_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, HeadsView<const T>,           \
-                                             HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,             \
-                                             const AttentionDims&, const LinearAttentionArgs<T>&);    \
-  template void linear_attention_step<T>(LinearAttentionState<T>&, T*, const T*, const T*, const T*, std::int64_t,   \
+                                            const AttentionDims&, const LinearAttentionArgs<T>&);                     \
+  template void linear_attention_backward<T>(HeadsView<T>, HeadsView<T>, HeadsView<T>, HeadsView<const T>,            \
+                                             HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,              \
+                                             const AttentionDims&, const LinearAttentionArgs<T>&);                    \
+  template void linear_attention_step<T>(LinearAttentionState<T>&, T*, const T*, const T*, const T*, std::int64_t,    \
                                          std::int64_t, T);
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(double)

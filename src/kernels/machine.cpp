@@ -36,8 +36,8 @@ namespace multihead {
 namespace {
 
 // The /proc/cpuinfo flags that decide which kernels can run, in order.
-constexpr const char* kSimdFlags[] = {"sse4_2", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-                                      "amx_tile", "amx_bf16"};
+constexpr const char* kSimdFlags[] = {"sse4_2",      "avx2",        "avx512f",  "avx512_vnni",
+                                      "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16"};
 
 void read_cpuinfo(MachineInfo& m) {
   std::ifstream in("/proc/cpuinfo");

@@ -23,15 +23,17 @@ namespace {
 struct MatmulKeyHash {
   std::size_t operator()(const MatmulKey& k) const noexcept {
     std::size_t h = 0;
-    auto mix = [&](std::uint64_t v) { h ^= std::hash<std::uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    auto mix = [&](std::uint64_t v) {
+      h ^= std::hash<std::uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    };
     for (std::int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) mix(static_cast<std::uint64_t>(v));
     std::uint32_t a, b;
     std::memcpy(&a, &k.alpha, 4);
     std::memcpy(&b, &k.beta, 4);
     mix((std::uint64_t{a} << 32) | b);
     mix((k.ta ? 1u : 0u) | (k.tb ? 2u : 0u) | (k.bias ? 4u : 0u) | (k.packed_b ? 8u : 0u));
-    mix((std::uint64_t{static_cast<std::uint32_t>(k.a_type)} << 32) ^ (std::uint64_t{static_cast<std::uint32_t>(k.b_type)} << 16) ^
-        static_cast<std::uint32_t>(k.c_type));
+    mix((std::uint64_t{static_cast<std::uint32_t>(k.a_type)} << 32) ^
+        (std::uint64_t{static_cast<std::uint32_t>(k.b_type)} << 16) ^ static_cast<std::uint32_t>(k.c_type));
     return h;
   }
 };

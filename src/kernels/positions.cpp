@@ -81,8 +81,7 @@ void rope_rotate(HeadsView<T> x, std::int64_t B, std::int64_t L, std::int64_t H,
 
 const float* RopeTable::rows(std::int64_t offset, std::int64_t L, std::int64_t D, double theta) {
   check<ConfigError>(D % 2 == 0, "rotary embeddings need an even head dimension, got {}", D);
-  check<ConfigError>(offset >= 0 && L >= 0, "RoPE positions must be non-negative, got {} positions from {}", L,
-                     offset);
+  check<ConfigError>(offset >= 0 && L >= 0, "RoPE positions must be non-negative, got {} positions from {}", L, offset);
   if (D != D_ || theta != theta_) D_ = D, theta_ = theta, positions_ = 0, cs_.clear();
   if (offset + L > positions_) {
     // Doubled as it grows, so a decoding step after another fills it rarely.
@@ -99,8 +98,8 @@ void rope_rotate(HeadsView<float> x, std::int64_t B, std::int64_t L, std::int64_
   rotate_by(x, B, L, H, D, cs, inverse);
 }
 
-template void rope_rotate<float>(HeadsView<float>, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                                 std::int64_t, double, bool);
+template void rope_rotate<float>(HeadsView<float>, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                 double, bool);
 template void rope_rotate<double>(HeadsView<double>, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                   std::int64_t, double, bool);
 

@@ -87,7 +87,7 @@ template <class D, class V>
 inline V exp_softmax(D d, V x) {
   const auto n = hn::Round(hn::Mul(x, hn::Set(d, 1.44269504088896341f)));
   auto r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);  // ln 2's high part: n times it is exact
-  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);     // and the rest
+  r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);    // and the rest
   auto p = hn::Set(d, 1.9875691500e-4f);
   p = hn::MulAdd(p, r, hn::Set(d, 1.3981999507e-3f));
   p = hn::MulAdd(p, r, hn::Set(d, 8.3334519073e-3f));
@@ -282,8 +282,7 @@ inline void softmax_grad_row(float* dp, const float* p, std::int64_t n, float de
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d));
   const auto vd = hn::Set(d, delta);
   std::int64_t j = 0;
-  for (; j + N <= n; j += N)
-    hn::StoreU(hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, dp + j), vd)), d, dp + j);
+  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(d, p + j), hn::Sub(hn::LoadU(d, dp + j), vd)), d, dp + j);
   for (; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
 

@@ -80,7 +80,8 @@ inline void gemm_micro(float* C, std::int64_t ldc, const float* A, std::int64_t 
     for (int v = 0; v < kVecs; ++v) {
       const bool tail = v == kVecs - 1 && partial;
       auto out = hn::Mul(c[r][v], va);
-      if (accumulate) out = hn::Add(out, tail ? hn::MaskedLoad(last_mask, d, crow + v * N) : hn::LoadU(d, crow + v * N));
+      if (accumulate)
+        out = hn::Add(out, tail ? hn::MaskedLoad(last_mask, d, crow + v * N) : hn::LoadU(d, crow + v * N));
       if (tail) hn::BlendedStore(out, last_mask, d, crow + v * N);
       else hn::StoreU(out, d, crow + v * N);
     }
@@ -132,7 +133,7 @@ inline void gemm_block(float* C, std::int64_t ldc, const float* A, std::int64_t 
   const int vecs = static_cast<int>((w + lanes - 1) / lanes);
   const std::size_t last = static_cast<std::size_t>(w - (vecs - 1) * lanes);
   const bool partial = static_cast<std::int64_t>(last) < lanes;
-#define MULTIHEAD_BLOCK(V)                                                                         \
+#define MULTIHEAD_BLOCK(V)                                                                           \
   (partial ? gemm_micro<kRows, V, kTransA, true>(C, ldc, A, lda, B, ldb, K, alpha, accumulate, last) \
            : gemm_micro<kRows, V, kTransA, false>(C, ldc, A, lda, B, ldb, K, alpha, accumulate, last))
   // vecs <= kGemmVecs: w is at most one block.

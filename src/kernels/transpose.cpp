@@ -40,8 +40,7 @@ std::int64_t row_chunk(std::int64_t ldd) { return ldd <= 256 ? 16 : 32; }
 
 }  // namespace
 
-void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
-               std::int64_t cols) {
+void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows, std::int64_t cols) {
   const std::int64_t r4 = rows / 4 * 4, c4 = cols / 4 * 4;
   const std::int64_t chunk = row_chunk(ldd);
   for (std::int64_t r0 = 0; r0 < r4; r0 += chunk) {

@@ -119,10 +119,10 @@ TensorMap apply_decoder_layer(ConfigReader& r, const TensorMap& weights, const T
   const ForwardContext& ctx = call.context;
   AttentionMaskArgs self_masks, memory_masks;
   self_masks.causal = call.causal();
-  check_inputs(inputs,
-               {"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
-                "grad_output"},
-               {"tgt", "memory", "grad_output"});
+  check_inputs(
+      inputs,
+      {"tgt", "memory", "tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask", "grad_output"},
+      {"tgt", "memory", "grad_output"});
   const Tensor& tgt = require(inputs, "tgt");
   const Tensor& memory = require(inputs, "memory");
   self_masks.key_padding_mask = find(inputs, "tgt_key_padding_mask");
@@ -172,10 +172,9 @@ TensorMap apply_mha(ConfigReader& r, const TensorMap& weights, const TensorMap& 
   store.finalize();
   load_state_dict(store, weights);
 
-  MultiheadAttentionOutput out = self ? mha.forward_self(*query, find(inputs, "key_padding_mask"),
-                                                         find(inputs, "attn_mask"), call)
-                                      : mha.forward(*query, *key, *value, find(inputs, "key_padding_mask"),
-                                                    find(inputs, "attn_mask"), call);
+  MultiheadAttentionOutput out =
+      self ? mha.forward_self(*query, find(inputs, "key_padding_mask"), find(inputs, "attn_mask"), call)
+           : mha.forward(*query, *key, *value, find(inputs, "key_padding_mask"), find(inputs, "attn_mask"), call);
   TensorMap result;
   result.emplace("output", std::move(out.output));
   if (call.need_weights) result.emplace("attn_weights", std::move(out.weights));

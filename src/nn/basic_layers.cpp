@@ -34,10 +34,8 @@ void linear_forward_param(float* y, std::int64_t ldy, const X* x, std::int64_t l
                           std::int64_t out) {
   const float* W = store.data(w) + row0 * in;
   if constexpr (std::is_same_v<X, float>) {
-    if (const Int8Weight* q = store.int8(w))
-      linear_forward_int8(y, ldy, x, ldx, q->rows_from(row0, in), b, N, in, out);
-    else
-      linear_forward(y, ldy, x, ldx, W, b, N, in, out);
+    if (const Int8Weight* q = store.int8(w)) linear_forward_int8(y, ldy, x, ldx, q->rows_from(row0, in), b, N, in, out);
+    else linear_forward(y, ldy, x, ldx, W, b, N, in, out);
   } else {
     const BF16* W16 = store.bf16(w);
     linear_forward_stored<X>(y, ldy, x, ldx, W, b, N, in, out, W16 != nullptr ? W16 + row0 * in : nullptr);
@@ -231,8 +229,8 @@ Tensor Embedding::forward(const Tensor& ids) {
   Tensor y = Tensor::empty(s);
   const float* w = store_->data(w_);
   for (std::int64_t i = 0; i < ids.numel(); ++i) {
-    check<ShapeError>(id[i] >= 0 && id[i] < num_, "token id {} at position {} is outside the vocabulary [0, {})",
-                      id[i], i, num_);
+    check<ShapeError>(id[i] >= 0 && id[i] < num_, "token id {} at position {} is outside the vocabulary [0, {})", id[i],
+                      i, num_);
     std::memcpy(y.f32() + i * dim_, w + id[i] * dim_, sizeof(float) * static_cast<std::size_t>(dim_));
   }
   ids_ = &ids;
@@ -241,11 +239,14 @@ Tensor Embedding::forward(const Tensor& ids) {
 
 void Embedding::backward(const Tensor& dy) {
   check(ids_ != nullptr, "Embedding::backward called without a preceding forward");
-  expect_shape(dy, [&] {
-    Shape s = ids_->shape();
-    s.push_back(dim_);
-    return s;
-  }(), "Embedding gradient");
+  expect_shape(
+      dy,
+      [&] {
+        Shape s = ids_->shape();
+        s.push_back(dim_);
+        return s;
+      }(),
+      "Embedding gradient");
   const std::int64_t* id = ids_->data<std::int64_t>();
   float* g = store_->grad(w_);
   // Sequential: repeated ids accumulate in a fixed order, so the result does

@@ -29,8 +29,8 @@ Tensor stack_result(LayerNorm* norm, Tensor& latest, const Tensor& last, Precisi
 
 }  // namespace
 
-TransformerEncoder::TransformerEncoder(ParamStore& store, const std::string& prefix,
-                                       const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm)
+TransformerEncoder::TransformerEncoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
+                                       std::int64_t num_layers, bool final_norm)
     : store_(&store) {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   for (std::int64_t i = 0; i < num_layers; ++i) {
@@ -142,8 +142,8 @@ Tensor TransformerEncoder::backward(const Tensor& dy) {
   return g;
 }
 
-TransformerDecoder::TransformerDecoder(ParamStore& store, const std::string& prefix,
-                                       const TransformerLayerConfig& cfg, std::int64_t num_layers, bool final_norm)
+TransformerDecoder::TransformerDecoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
+                                       std::int64_t num_layers, bool final_norm)
     : store_(&store) {
   check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
   for (std::int64_t i = 0; i < num_layers; ++i) {
@@ -180,8 +180,7 @@ Tensor TransformerDecoder::forward(const Tensor& x, const Tensor& memory, const 
     round_to_storage(mem, st);
     m = &mem;
   }
-  for (auto& layer : layers_)
-    in = pass_on(layer->forward(*in, *m, self_masks, memory_masks, ctx), st, outputs_, h);
+  for (auto& layer : layers_) in = pass_on(layer->forward(*in, *m, self_masks, memory_masks, ctx), st, outputs_, h);
   forwarded_ = true;
   return stack_result(norm_.get(), h, *in, ctx.precision);
 }

@@ -24,7 +24,8 @@ std::string EncoderDecoderConfig::describe(std::int64_t parameters) const {
 EncodedMemory EncodedMemory::select(std::span<const std::int64_t> rows) const {
   EncodedMemory m;
   if (padding.defined()) m.padding = gather_rows(padding, rows);
-  for (const KvCache& c : cross) m.cross.push_back(KvCache{gather_rows(c.k, rows), gather_rows(c.v, rows), c.length, {}});
+  for (const KvCache& c : cross)
+    m.cross.push_back(KvCache{gather_rows(c.k, rows), gather_rows(c.v, rows), c.length, {}});
   return m;
 }
 
@@ -113,10 +114,10 @@ EncodedMemory EncoderDecoder::encode(const Tensor& source, const Tensor* source_
   return m;
 }
 
-Tensor EncoderDecoder::decode_step(const Tensor& target, std::vector<KvCache>& self_caches,
-                                   const EncodedMemory& memory, std::int64_t capacity, Precision p) {
-  check<ShapeError>(target.ndim() == 2 && target.dim(0) == memory.batch(),
-                    "target ids have shape {}, expected ({}, T)", shape_text(target.shape()), memory.batch());
+Tensor EncoderDecoder::decode_step(const Tensor& target, std::vector<KvCache>& self_caches, const EncodedMemory& memory,
+                                   std::int64_t capacity, Precision p) {
+  check<ShapeError>(target.ndim() == 2 && target.dim(0) == memory.batch(), "target ids have shape {}, expected ({}, T)",
+                    shape_text(target.shape()), memory.batch());
   const std::int64_t past = self_caches.empty() ? 0 : self_caches.front().length;
   Tensor y = target_embedding_.forward(target);
   target_embedding_.release_saved();

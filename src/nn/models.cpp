@@ -17,17 +17,17 @@ namespace multihead {
 
 namespace {
 constexpr std::pair<std::string_view, PositionKind> kPositionNames[] = {
-    {"none", PositionKind::kNone},         {"sinusoidal", PositionKind::kSinusoidal},
-    {"learned", PositionKind::kLearned},   {"relative", PositionKind::kRelative},
-    {"rope", PositionKind::kRope},         {"alibi", PositionKind::kAlibi}};
+    {"none", PositionKind::kNone},       {"sinusoidal", PositionKind::kSinusoidal},
+    {"learned", PositionKind::kLearned}, {"relative", PositionKind::kRelative},
+    {"rope", PositionKind::kRope},       {"alibi", PositionKind::kAlibi}};
 }  // namespace
 
 PositionKind parse_position_kind(std::string_view name) {
   for (const auto& [n, k] : kPositionNames)
     if (n == name) return k;
-  throw ConfigError(fmt::format(
-      "positions must be none, sinusoidal, learned, relative, rope or alibi, got \"{}\"{}", name,
-      did_you_mean(name, {"none", "sinusoidal", "learned", "relative", "rope", "alibi"})));
+  throw ConfigError(fmt::format("positions must be none, sinusoidal, learned, relative, rope or alibi, got \"{}\"{}",
+                                name,
+                                did_you_mean(name, {"none", "sinusoidal", "learned", "relative", "rope", "alibi"})));
 }
 
 std::string_view position_kind_name(PositionKind kind) {
@@ -39,7 +39,8 @@ std::string_view position_kind_name(PositionKind kind) {
 Pooling parse_pooling(std::string_view name) {
   if (name == "mean") return Pooling::kMean;
   if (name == "cls") return Pooling::kCls;
-  throw ConfigError(fmt::format("pooling must be mean or cls, got \"{}\"{}", name, did_you_mean(name, {"mean", "cls"})));
+  throw ConfigError(
+      fmt::format("pooling must be mean or cls, got \"{}\"{}", name, did_you_mean(name, {"mean", "cls"})));
 }
 
 std::string_view pooling_name(Pooling p) { return p == Pooling::kCls ? "cls" : "mean"; }
@@ -104,8 +105,8 @@ void AbsolutePositions::extend(std::int64_t max_len) {
 void AbsolutePositions::forward_inplace(Tensor& x, std::int64_t offset) const {
   if (kind_ != PositionKind::kSinusoidal && kind_ != PositionKind::kLearned) return;
   const std::int64_t B = x.dim(0), L = x.dim(1);
-  check<ShapeError>(offset + L <= max_len_, "sequence length {} exceeds the positional table (max_len {})",
-                    offset + L, max_len_);
+  check<ShapeError>(offset + L <= max_len_, "sequence length {} exceeds the positional table (max_len {})", offset + L,
+                    max_len_);
   const float* t = (kind_ == PositionKind::kSinusoidal ? table_.f32() : store_->data(learned_->weight())) + offset * d_;
   float* px = x.f32();
   for (std::int64_t b = 0; b < B; ++b)
@@ -463,8 +464,7 @@ Tensor VisionTransformer::forward(const Tensor& images, const ForwardContext& ct
         float* dst = patches_.f32() + ((b * N) + gy * G + gx) * C * P * P;
         for (std::int64_t c = 0; c < C; ++c)
           for (std::int64_t y = 0; y < P; ++y)
-            for (std::int64_t x = 0; x < P; ++x)
-              *dst++ = images.f32()[((b * C + c) * S + gy * P + y) * S + gx * P + x];
+            for (std::int64_t x = 0; x < P; ++x) *dst++ = images.f32()[((b * C + c) * S + gy * P + y) * S + gx * P + x];
       }
   Tensor emb = patch_embedding_.forward(patches_);  // (B, N, d)
   x_ = Tensor::empty({B, N + 1, d});

@@ -175,7 +175,8 @@ AttentionMasks<float> MultiheadAttention::input_masks(const Tensor* key_padding_
   masks.causal = causal;
   if (key_padding_mask) {
     expect_shape(*key_padding_mask, {B, S}, "key_padding_mask");
-    if (mask_is_bool(*key_padding_mask, "key_padding_mask")) masks.key_padding_bool = key_padding_mask->data<std::uint8_t>();
+    if (mask_is_bool(*key_padding_mask, "key_padding_mask"))
+      masks.key_padding_bool = key_padding_mask->data<std::uint8_t>();
     else masks.key_padding_add = key_padding_mask->f32();
   }
   if (attn_mask) {
@@ -250,8 +251,8 @@ void MultiheadAttention::project_inputs(const Tensor& query, const Tensor& key, 
       linear_forward_bf16(y.data<BF16>() + offset, ldy, saved.stored().data<BF16>(), in,
                           w16 != nullptr ? w16 + w.row * in : wb.data<BF16>(), b, N, in, out);
     } else if (computes_in_bf16(c.store)) {
-      linear_forward_param<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, *store_, w.h, w.row, b, N,
-                                 in, out);
+      linear_forward_param<BF16>(y.f32() + offset, ldy, saved.stored().data<BF16>(), in, *store_, w.h, w.row, b, N, in,
+                                 out);
     } else {
       linear_forward_param<float>(y.f32() + offset, ldy, x.f32(), in, *store_, w.h, w.row, b, N, in, out);
     }
@@ -354,8 +355,8 @@ void MultiheadAttention::attend(const ScoreTerms<float>& terms, bool need_weight
     la.causal = masks.causal != CausalAlign::kNone;
     check<ConfigError>(masks.causal != CausalAlign::kTopLeft || L == S,
                        "linear attention aligns causal masks bottom-right; top-left needs L == S");
-    linear_attention_forward<float>({c.attn.f32(), L * E, E, d.Dv}, q_view<float>(), k_view<float>(),
-                                    v_view<float>(), d, la);
+    linear_attention_forward<float>({c.attn.f32(), L * E, E, d.Dv}, q_view<float>(), k_view<float>(), v_view<float>(),
+                                    d, la);
   } else if (c.impl == AttentionImpl::kFused) {
     c.lse = Tensor::empty({B, H, L});
     // The forward records the dropout mask, a bit per weight, so that the
@@ -396,11 +397,10 @@ MultiheadAttentionOutput MultiheadAttention::output(const MultiheadAttentionCall
     if (c.impl == AttentionImpl::kFused)
       visit_float_storage(c.store, [&](auto tag) {
         using T = decltype(tag);
-        attention_fused_weights<T>(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view<T>(),
-                                   k_view<T>(), c.terms, d, scale, c.dropout, c.tiles);
+        attention_fused_weights<T>(out.weights.f32(), call.average_attn_weights, c.lse.f32(), q_view<T>(), k_view<T>(),
+                                   c.terms, d, scale, c.dropout, c.tiles);
       });
-    else
-      attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
+    else attention_weights_from_probs(out.weights.f32(), c.probs.f32(), d, call.average_attn_weights, c.dropout);
   }
   return out;
 }
@@ -432,7 +432,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
 }
 
 // The backward pass (multi_head_attention_backward.cpp) reads the cache through these too.
-#define MULTIHEAD_INSTANTIATE(T)                                      \
+#define MULTIHEAD_INSTANTIATE(T)                                     \
   template HeadsView<const T> MultiheadAttention::q_view<T>() const; \
   template HeadsView<const T> MultiheadAttention::k_view<T>() const; \
   template HeadsView<const T> MultiheadAttention::v_view<T>() const;

@@ -20,7 +20,8 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, KvCache& cache, std::
                                           Tensor* weights) {
   const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
   const std::int64_t PW = E + 2 * KE, KH = cfg_.kv_heads(), group = cfg_.group();
-  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_text(x.shape()), E);
+  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_text(x.shape()),
+                    E);
   check<ConfigError>(cfg_.packed_in_proj() && !cfg_.add_bias_kv && !cfg_.add_zero_attn,
                      "cached decoding supports plain self-attention only");
   const std::int64_t B = x.dim(0), T = x.dim(1), past = cache.length;
@@ -100,8 +101,8 @@ Tensor MultiheadAttention::project_packed(const Tensor& x, std::int64_t first, s
   const float* b = cfg_.bias ? store_->data(in_proj_bias_) + first : nullptr;
   // As forward(): in bf16 the projection multiplies the rounded input.
   if (computes_in_bf16(st))
-    linear_forward_param<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, *store_, in_proj_weight_, first,
-                               b, N, E, count);
+    linear_forward_param<BF16>(y.f32(), count, narrow_tensor(x, st).data<BF16>(), E, *store_, in_proj_weight_, first, b,
+                               N, E, count);
   else linear_forward_param<float>(y.f32(), count, x.f32(), E, *store_, in_proj_weight_, first, b, N, E, count);
   return y;
 }
@@ -146,10 +147,11 @@ void MultiheadAttention::cache_memory(const Tensor& memory, KvCache& cache, Prec
 Tensor MultiheadAttention::forward_memory(const Tensor& x, const KvCache& memory, const Tensor* key_padding_mask,
                                           Tensor* weights) {
   const std::int64_t E = cfg_.embed_dim, H = cfg_.num_heads, D = cfg_.head_dim(), KE = cfg_.kv_dim();
-  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_text(x.shape()), E);
+  check<ShapeError>(x.ndim() == 3 && x.dim(2) == E, "input has shape {}, expected (B, T, {})", shape_text(x.shape()),
+                    E);
   check<ShapeError>(memory.k.defined() && memory.k.dim(0) == x.dim(0),
-                    "the memory cache holds batch {}, the input has batch {}",
-                    memory.k.defined() ? memory.k.dim(0) : 0, x.dim(0));
+                    "the memory cache holds batch {}, the input has batch {}", memory.k.defined() ? memory.k.dim(0) : 0,
+                    x.dim(0));
   const DType st = memory.k.dtype();
   const std::int64_t B = x.dim(0), T = x.dim(1), S = memory.length;
   const Tensor q = narrow_tensor(project_packed(x, 0, E, st), st);  // (B, T, E)

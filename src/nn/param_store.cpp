@@ -37,9 +37,7 @@ void ParamStore::finalize() {
   finalized_ = true;
 }
 
-void ParamStore::require_finalized() const {
-  check(finalized_, "parameter store used before finalize()");
-}
+void ParamStore::require_finalized() const { check(finalized_, "parameter store used before finalize()"); }
 
 float* ParamStore::data(Handle h) {
   require_finalized();
@@ -123,8 +121,7 @@ void ParamStore::zero_grad() {
   float* g = grad_.f32();
   const std::int64_t blocks = (total_ + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (blocks > 4)
-  for (std::int64_t b = 0; b < blocks; ++b)
-    std::fill(g + b * kBlock, g + std::min(total_, (b + 1) * kBlock), 0.0f);
+  for (std::int64_t b = 0; b < blocks; ++b) std::fill(g + b * kBlock, g + std::min(total_, (b + 1) * kBlock), 0.0f);
 }
 
 std::vector<std::int64_t> ParamStore::grads_boundaries() const {

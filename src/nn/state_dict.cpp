@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-
 namespace multihead {
 
 TensorMap state_dict(const ParamStore& store) {

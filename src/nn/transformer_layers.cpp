@@ -175,10 +175,9 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
         // pre and hid go to memory in bf16 only; the next product reads hid_ itself.
         linear_forward_bf16(pre, F, x_.stored().data<BF16>() + r0 * d, d, wb.w1(), nullptr, n, d, F);
         bias_activation_dropout_stored(act_, hid_.data<BF16>() + r0 * F,
-                                       keep_pre ? pre_.data<BF16>() + r0 * F : nullptr, pre, linear1_.bias_data(), n,
-                                       F, drop, base);
-        linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F,
-                            d);
+                                       keep_pre ? pre_.data<BF16>() + r0 * F : nullptr, pre, linear1_.bias_data(), n, F,
+                                       drop, base);
+        linear_forward_bf16(y.f32() + r0 * d, d, hid_.data<BF16>() + r0 * F, F, wb.w2(), linear2_.bias_data(), n, F, d);
       } else {
         float* hid = hid_in_buf ? buf.f32() + (pre_in_buf ? n * F : 0) : hid_.f32() + r0 * F;  // (n, F)
         linear_forward_param<float>(pre, F, x.f32() + r0 * d, d, *store_, linear1_.weight(), 0, nullptr, n, d, F);
@@ -190,11 +189,10 @@ Tensor FeedForward::forward(const Tensor& x, const ForwardContext& ctx) {
         } else {
           bias_activation_dropout(act_, hid, pre, linear1_.bias_data(), n, F, drop, base);
         }
-        if (transposed)
-          linear_forward_t(y.f32() + r0 * d, d, hid, F, w2t.f32(), linear2_.bias_data(), n, F, d);
+        if (transposed) linear_forward_t(y.f32() + r0 * d, d, hid, F, w2t.f32(), linear2_.bias_data(), n, F, d);
         else
-          linear_forward_param<float>(y.f32() + r0 * d, d, hid, F, *store_, linear2_.weight(), 0,
-                                      linear2_.bias_data(), n, F, d);
+          linear_forward_param<float>(y.f32() + r0 * d, d, hid, F, *store_, linear2_.weight(), 0, linear2_.bias_data(),
+                                      n, F, d);
       }
     }
   });
@@ -215,9 +213,9 @@ Tensor FeedForward::backward(const Tensor& dy) {
     using T = decltype(tag);
     constexpr bool kHalf = !std::is_same_v<T, float>;
     const std::int64_t nb = std::min(rows, N);
-    Tensor dh = Tensor::empty({nb, F});                                      // gradient of hid, then of pre
+    Tensor dh = Tensor::empty({nb, F});                                                // gradient of hid, then of pre
     Tensor buf = kHalf && !wb.active() ? Tensor::empty({nb * F + nb * d}) : Tensor();  // hid then pre, and x blocks
-    Tensor dpre = wb.active() ? Tensor::empty({nb, F}, DType::kBF16) : Tensor();      // gradient of pre, rounded
+    Tensor dpre = wb.active() ? Tensor::empty({nb, F}, DType::kBF16) : Tensor();       // gradient of pre, rounded
     for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
       const std::int64_t n = std::min(rows, N - r0);
       const float* dyr = dy.f32() + r0 * d;
@@ -310,7 +308,6 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x, const AttentionMaskArgs
 void TransformerEncoderLayer::release_saved(const ForwardContext& ctx) {
   if (ctx.precision != Precision::kF32) n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor();
 }
-
 
 Tensor TransformerEncoderLayer::forward_cached(const Tensor& x, KvCache& cache, std::int64_t capacity, Precision p) {
   const ForwardContext eval = eval_context(p);
@@ -407,12 +404,13 @@ TransformerDecoderLayer::TransformerDecoderLayer(ParamStore& store, const std::s
                                                  const TransformerLayerConfig& cfg)
     : cfg_(validated(cfg)),
       self_attn_(store, prefix + "self_attn.", cfg.attention()),
-      multihead_attn_(store, prefix + "multihead_attn.", [&] {
-        MultiheadAttentionConfig c = cfg.attention();
-        c.positions = AttentionPositions::kNone;  // positions order self-attention, not the memory
-        c.variant = AttentionVariant::kFull;      // and so do the sparse patterns
-        return c;
-      }()),
+      multihead_attn_(store, prefix + "multihead_attn.",
+                      [&] {
+                        MultiheadAttentionConfig c = cfg.attention();
+                        c.positions = AttentionPositions::kNone;  // positions order self-attention, not the memory
+                        c.variant = AttentionVariant::kFull;      // and so do the sparse patterns
+                        return c;
+                      }()),
       ff_(store, prefix, cfg),
       norm1_(store, prefix + "norm1.", cfg.d_model, cfg.layer_norm_eps),
       norm2_(store, prefix + "norm2.", cfg.d_model, cfg.layer_norm_eps),
@@ -510,7 +508,6 @@ void TransformerDecoderLayer::release_saved(const ForwardContext& ctx) {
     n1_ = Tensor(), h1_ = Tensor(), y1_ = Tensor(), n2_ = Tensor(), h2_ = Tensor(), y2_ = Tensor(), n3_ = Tensor(),
     h3_ = Tensor();
 }
-
 
 TransformerDecoderLayer::Grads TransformerDecoderLayer::backward(const Tensor& dy) {
   Tensor scratch;

@@ -20,7 +20,7 @@ namespace multihead {
 namespace {
 
 // Colours of the series, in order (a colour-blind-safe palette).
-constexpr double kPalette[][3] = {{0.0, 0.45, 0.70}, {0.90, 0.62, 0.0}, {0.0, 0.62, 0.45},
+constexpr double kPalette[][3] = {{0.0, 0.45, 0.70},  {0.90, 0.62, 0.0},  {0.0, 0.62, 0.45},
                                   {0.80, 0.47, 0.65}, {0.34, 0.71, 0.91}, {0.84, 0.37, 0.0}};
 
 cairo_status_t append_png(void* closure, const unsigned char* data, unsigned int length) {
@@ -436,10 +436,11 @@ void count_matrix_png(const std::string& path, const std::string& title, const s
   }
   cairo_set_source_rgb(cr, 0, 0, 0);
   for (std::int64_t r = 0; r < rows && r < static_cast<std::int64_t>(row_labels.size()); ++r)
-    text_at(cr, label_w - 6, top + cell * (static_cast<double>(r) + 0.5), shorten(row_labels[static_cast<std::size_t>(r)], 20), ls, 1.0);
+    text_at(cr, label_w - 6, top + cell * (static_cast<double>(r) + 0.5),
+            shorten(row_labels[static_cast<std::size_t>(r)], 20), ls, 1.0);
   for (std::int64_t c = 0; c < cols && c < static_cast<std::int64_t>(col_labels.size()); ++c)
-    text_at(cr, label_w + cell * (static_cast<double>(c) + 0.5), top - 6, shorten(col_labels[static_cast<std::size_t>(c)], 16), ls,
-            0.0, -M_PI / 2);
+    text_at(cr, label_w + cell * (static_cast<double>(c) + 0.5), top - 6,
+            shorten(col_labels[static_cast<std::size_t>(c)], 16), ls, 0.0, -M_PI / 2);
   cairo_destroy(cr);
   save(surface, path);
 }
@@ -483,13 +484,15 @@ std::string heatmap_png_bytes(const std::string& title, const std::vector<float>
   if (labels) {
     const double fs = std::min(11.0, cell * 0.75);
     for (std::int64_t r = 0; r < rows && r < static_cast<std::int64_t>(row_labels.size()); ++r)
-      text_at(cr, label_w - 4, top + cell * (static_cast<double>(r) + 0.5), shorten(row_labels[static_cast<std::size_t>(r)], 14), fs, 1.0);
+      text_at(cr, label_w - 4, top + cell * (static_cast<double>(r) + 0.5),
+              shorten(row_labels[static_cast<std::size_t>(r)], 14), fs, 1.0);
     for (std::int64_t c = 0; c < cols && c < static_cast<std::int64_t>(col_labels.size()); ++c)
-      text_at(cr, label_w + cell * (static_cast<double>(c) + 0.5), top - 4, shorten(col_labels[static_cast<std::size_t>(c)], 14), fs, 0.0,
-              -M_PI / 2);
+      text_at(cr, label_w + cell * (static_cast<double>(c) + 0.5), top - 4,
+              shorten(col_labels[static_cast<std::size_t>(c)], 14), fs, 0.0, -M_PI / 2);
   }
   // Colour bar.
-  const double bx = label_w + cell * static_cast<double>(cols) + 20, bh = std::max(60.0, cell * static_cast<double>(rows));
+  const double bx = label_w + cell * static_cast<double>(cols) + 20,
+               bh = std::max(60.0, cell * static_cast<double>(rows));
   for (int i = 0; i < 100; ++i) {
     const auto rgb = colour(1.0 - i / 99.0);
     cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);

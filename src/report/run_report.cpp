@@ -92,7 +92,8 @@ void draw_training_curves(RunDir& run, const TrainingCurves& curves, bool accura
 void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report) {
   const TrainingCurves& c = fit.curves;
   // Each figure drawn as its link is written: one that fails is named in the report, not fatal to it.
-  auto figure = [&](const std::string& alt, const std::string& name, const std::function<void(const std::string&)>& draw) {
+  auto figure = [&](const std::string& alt, const std::string& name,
+                    const std::function<void(const std::string&)>& draw) {
     return figure_markdown(alt, "plots/" + name, [&] { draw(run.file("plots/" + name)); });
   };
   std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);

@@ -50,11 +50,11 @@ std::string ServerMetrics::exposition(const ServeCounters& counters) const {
       std::int64_t cumulative = 0;
       for (std::size_t i = 0; i < kLatencyBounds.size(); ++i) {
         cumulative += h.counts[i];
-        out += fmt::format("multihead_http_request_duration_seconds_bucket{{endpoint=\"{}\",le=\"{}\"}} {}\n",
-                           endpoint, value(kLatencyBounds[i]), cumulative);
+        out += fmt::format("multihead_http_request_duration_seconds_bucket{{endpoint=\"{}\",le=\"{}\"}} {}\n", endpoint,
+                           value(kLatencyBounds[i]), cumulative);
       }
-      out += fmt::format("multihead_http_request_duration_seconds_bucket{{endpoint=\"{}\",le=\"+Inf\"}} {}\n",
-                         endpoint, h.count);
+      out += fmt::format("multihead_http_request_duration_seconds_bucket{{endpoint=\"{}\",le=\"+Inf\"}} {}\n", endpoint,
+                         h.count);
       out += fmt::format("multihead_http_request_duration_seconds_sum{{endpoint=\"{}\"}} {}\n", endpoint, value(h.sum));
       out += fmt::format("multihead_http_request_duration_seconds_count{{endpoint=\"{}\"}} {}\n", endpoint, h.count);
     }

@@ -31,11 +31,11 @@ namespace {
 namespace fs = std::filesystem;
 namespace net = boost::asio;
 using net::ip::tcp;
+using serve_detail::json_response;
+using serve_detail::Session;
 using serve_detail::http::request;
 using serve_detail::http::response;
 using serve_detail::http::string_body;
-using serve_detail::json_response;
-using serve_detail::Session;
 
 // Threads that read and write every connection: the work on them is parsing
 // and copying bytes, never waiting, so two keep up with the model's thread.
@@ -98,7 +98,7 @@ struct ModelServer::Impl final : serve_detail::Endpoints {
   std::unique_ptr<TrainedRun> run;
   std::string task;
   std::vector<std::string> fields;  // the request fields the run takes beyond "inputs"
-  nlohmann::json model;  // GET /v1/model
+  nlohmann::json model;             // GET /v1/model
   std::unique_ptr<Batcher> batcher;
   net::io_context ioc{kIoThreads};
   tcp::acceptor acceptor{ioc};
@@ -466,7 +466,8 @@ std::shared_ptr<Batcher::Ticket> ModelServer::Impl::submit(const std::string& bo
     // An embedding takes no settings: "inputs" alone.
     if (embed && task != "text_classification")
       throw RequestError(404, fmt::format("POST /v1/embed answers text encoders (a classifier's run or a "
-                                          "checkpoint); this run's task is {}", task));
+                                          "checkpoint); this run's task is {}",
+                                          task));
     pr = parse_predict_request(body, task, embed ? std::vector<std::string>{} : fields, cfg.defaults, cfg.limits);
     pr.settings.embed = embed;
   } catch (const RequestError& e) {

@@ -38,7 +38,12 @@ http::response<http::string_body> json_response(int status, const nlohmann::json
 
 Session::Session(net::ip::tcp::socket socket, Endpoints& server, const SessionLimits& limits, std::uint64_t id,
                  std::int64_t since)
-    : stream_(std::move(socket)), server_(server), limits_(limits), watch_(stream_.get_executor()), id_(id), phase_(since) {
+    : stream_(std::move(socket)),
+      server_(server),
+      limits_(limits),
+      watch_(stream_.get_executor()),
+      id_(id),
+      phase_(since) {
   beast::error_code ec;
   stream_.socket().set_option(net::ip::tcp::no_delay(true), ec);  // an answer is one small write: send it now
 }
@@ -76,12 +81,12 @@ void Session::wait_for_request() {
   if (server_.stopping()) return close();
   if (buffer_.size() > 0) return read_request();  // a pipelined request is here already
   stream_.expires_after(limits_.idle_timeout);
-  stream_.async_read_some(buffer_.prepare(kReadChunk), [self = shared_from_this()](beast::error_code ec,
-                                                                                    std::size_t n) {
-    if (ec) return self->close();  // idle too long, or the client closed between requests
-    self->buffer_.commit(n);
-    self->read_request();
-  });
+  stream_.async_read_some(buffer_.prepare(kReadChunk),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            if (ec) return self->close();  // idle too long, or the client closed between requests
+                            self->buffer_.commit(n);
+                            self->read_request();
+                          });
 }
 
 void Session::read_request() {
@@ -89,8 +94,7 @@ void Session::read_request() {
   parser_->header_limit(limits_.max_header_bytes);
   parser_->body_limit(limits_.max_body_bytes);
   stream_.expires_after(limits_.request_timeout);  // the whole request, header and body, however it drips
-  http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec,
-                                                                                  std::size_t) {
+  http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
     if (ec) return self->on_read(ec);
     // A complete header: from here the connection holds a request, and is not evicted.
     std::int64_t waiting = self->phase_.load();
@@ -104,8 +108,8 @@ void Session::read_request() {
     if (const auto refusal = framing_refusal(*self->parser_)) return self->refuse(refusal->status, refusal->why);
     const bool has_body = self->parser_->chunked() || self->parser_->content_length().value_or(0) > 0;
     if (has_body) {
-      const std::uint64_t share = self->parser_->chunked() ? self->limits_.max_body_bytes
-                                                           : *self->parser_->content_length();
+      const std::uint64_t share =
+          self->parser_->chunked() ? self->limits_.max_body_bytes : *self->parser_->content_length();
       if (!self->server_.reserve_body(share))
         return self->refuse(503, "the server holds as many request bodies as it takes; try again shortly");
       self->reserved_ = share;
@@ -158,9 +162,8 @@ void Session::predict(const std::string& body, bool embed) {
   ticket_ = server_.submit(body, embed, refused);
   if (!ticket_) return reply(std::move(*refused));
   // The worker's thread hands the outcome back to this connection's strand.
-  ticket_->on_done([self = shared_from_this()] {
-    net::post(self->stream_.get_executor(), [self] { self->on_outcome(); });
-  });
+  ticket_->on_done(
+      [self = shared_from_this()] { net::post(self->stream_.get_executor(), [self] { self->on_outcome(); }); });
   watch_client();
 }
 
@@ -243,8 +246,7 @@ void Session::linger_close() {
 
 void Session::drain() {
   buffer_.clear();
-  stream_.async_read_some(buffer_.prepare(kReadChunk), [self = shared_from_this()](beast::error_code ec,
-                                                                                    std::size_t) {
+  stream_.async_read_some(buffer_.prepare(kReadChunk), [self = shared_from_this()](beast::error_code ec, std::size_t) {
     if (ec) return self->close();  // the client closed too, or the deadline passed
     self->drain();
   });

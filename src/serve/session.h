@@ -59,7 +59,7 @@ class Endpoints {
 struct SessionLimits {
   std::uint64_t max_body_bytes = 1 << 20;
   std::uint32_t max_header_bytes = 16 * 1024;
-  std::chrono::milliseconds idle_timeout{5000};     // between requests on a connection
+  std::chrono::milliseconds idle_timeout{5000};      // between requests on a connection
   std::chrono::milliseconds request_timeout{10000};  // a request's header and body; an answer's write
 };
 

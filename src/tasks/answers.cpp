@@ -6,7 +6,8 @@
 
 namespace multihead {
 
-nlohmann::json classified_answer(const std::string& input, const Prediction& p, const std::vector<std::string>& labels) {
+nlohmann::json classified_answer(const std::string& input, const Prediction& p,
+                                 const std::vector<std::string>& labels) {
   nlohmann::json probs = nlohmann::json::object();
   for (std::size_t c = 0; c < labels.size(); ++c) probs[labels[c]] = p.probabilities[c];
   nlohmann::json a = {{"input", input}, {"label", p.label}, {"probabilities", probs}};

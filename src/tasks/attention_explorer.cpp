@@ -60,12 +60,11 @@ std::vector<std::int64_t> top_keys(const float* row, std::int64_t S, std::int64_
 
 // One view's JSON: labels, the kept weights as base64 arrays, the stats.
 json view_json(const AttentionMaps& m) {
-  check<ShapeError>(m.T > 0 && m.S > 0 && m.layers > 0 && m.heads > 0 &&
-                        static_cast<std::int64_t>(m.weights.size()) == m.layers * m.heads * m.T * m.S &&
-                        static_cast<std::int64_t>(m.tokens.size()) == m.T &&
-                        static_cast<std::int64_t>(m.keys.size()) == m.S,
-                    "{}: weights or labels do not match {} layers x {} heads x {} x {}", m.name, m.layers, m.heads,
-                    m.T, m.S);
+  check<ShapeError>(
+      m.T > 0 && m.S > 0 && m.layers > 0 && m.heads > 0 &&
+          static_cast<std::int64_t>(m.weights.size()) == m.layers * m.heads * m.T * m.S &&
+          static_cast<std::int64_t>(m.tokens.size()) == m.T && static_cast<std::int64_t>(m.keys.size()) == m.S,
+      "{}: weights or labels do not match {} layers x {} heads x {} x {}", m.name, m.layers, m.heads, m.T, m.S);
   check<ShapeError>(m.S <= 65535, "{}: {} keys; the explorer indexes keys with 16 bits", m.name, m.S);
   const std::int64_t k = explorer_kept_keys(m.S), rows = m.layers * m.heads * m.T;
   std::vector<std::uint16_t> index(static_cast<std::size_t>(rows * k));
@@ -85,18 +84,26 @@ json view_json(const AttentionMaps& m) {
     }
   }
   const HeadStats st = head_stats(m, k);
-  json stats = {{"top_n", st.top_n},         {"entropy", st.entropy},           {"entropy_ratio", st.entropy_ratio},
-                {"top1", st.top1},           {"topn", st.topn},                 {"dropped_mass", st.dropped_mass}};
+  json stats = {{"top_n", st.top_n}, {"entropy", st.entropy}, {"entropy_ratio", st.entropy_ratio},
+                {"top1", st.top1},   {"topn", st.topn},       {"dropped_mass", st.dropped_mass}};
   if (m.heads > 1) stats["nearest"] = st.nearest, stats["nearest_head"] = st.nearest_head;
   if (!m.ablation.empty()) {
     check<ShapeError>(static_cast<std::int64_t>(m.ablation.size()) == m.layers * m.heads,
                       "{}: {} ablation effects for {} heads", m.name, m.ablation.size(), m.layers * m.heads);
     stats["ablation"] = m.ablation;
   }
-  return {{"name", m.name},       {"queries", m.tokens},     {"keys", m.keys},
-          {"layers", m.layers},   {"first_layer", m.first_layer}, {"heads", m.heads},
-          {"causal", m.causal},   {"k", k},                  {"index", base64_of(index)},
-          {"value", base64_of(value)}, {"row_max", base64_of(row_max)}, {"stats", stats}};
+  return {{"name", m.name},
+          {"queries", m.tokens},
+          {"keys", m.keys},
+          {"layers", m.layers},
+          {"first_layer", m.first_layer},
+          {"heads", m.heads},
+          {"causal", m.causal},
+          {"k", k},
+          {"index", base64_of(index)},
+          {"value", base64_of(value)},
+          {"row_max", base64_of(row_max)},
+          {"stats", stats}};
 }
 
 std::string html_escape(const std::string& s) {
@@ -142,8 +149,7 @@ HeadStats head_stats(const AttentionMaps& m, std::int64_t kept_keys) {
                         std::greater<>());
       st.top1[lh] += sorted[0];
       st.topn[lh] += std::accumulate(sorted.begin(), sorted.begin() + top_n, 0.0);
-      st.dropped_mass[lh] +=
-          std::max(0.0, std::accumulate(sorted.begin() + kept_keys, sorted.end(), 0.0));
+      st.dropped_mass[lh] += std::max(0.0, std::accumulate(sorted.begin() + kept_keys, sorted.end(), 0.0));
     }
     const double T = static_cast<double>(m.T);
     st.entropy[lh] /= T, st.top1[lh] /= T, st.topn[lh] /= T, st.dropped_mass[lh] /= T;
@@ -195,10 +201,11 @@ void write_attention_explorer(const std::string& path, const ExplorerPage& page)
 
 std::string report_explorer(const RunDir& run, const ExplorerPage& page) {
   run.write_text("plots/explorer.html", attention_explorer_html(page));
-  return fmt::format("[Open the attention explorer](plots/explorer.html) for {}: every layer and head, "
-                     "the tokens each attends to, and each head's entropy and distance to its neighbours "
-                     "(one self-contained HTML file).\n\n",
-                     page.subtitle);
+  return fmt::format(
+      "[Open the attention explorer](plots/explorer.html) for {}: every layer and head, "
+      "the tokens each attends to, and each head's entropy and distance to its neighbours "
+      "(one self-contained HTML file).\n\n",
+      page.subtitle);
 }
 
 }  // namespace multihead

@@ -177,7 +177,8 @@ std::vector<std::vector<Hypothesis>> beam_search(EncoderDecoder& model, const Te
         if (live[r] != kNegInf)
           fin.push_back({tokens[r], live[r], penalised(live[r], tokens[r].size(), o.length_penalty), false});
       }
-    std::stable_sort(fin.begin(), fin.end(), [](const Hypothesis& a, const Hypothesis& c) { return a.score > c.score; });
+    std::stable_sort(fin.begin(), fin.end(),
+                     [](const Hypothesis& a, const Hypothesis& c) { return a.score > c.score; });
     if (static_cast<std::int64_t>(fin.size()) > o.n_best) fin.resize(static_cast<std::size_t>(o.n_best));
     out[static_cast<std::size_t>(b)] = std::move(fin);
   }

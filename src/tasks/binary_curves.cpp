@@ -36,8 +36,7 @@ BinaryCurves binary_curves(std::span<const double> scores, std::span<const std::
     c.roc_auc = c.average_precision = nan;
     return c;
   }
-  for (std::size_t k = 1; k < c.fpr.size(); ++k)
-    c.roc_auc += (c.fpr[k] - c.fpr[k - 1]) * (c.tpr[k] + c.tpr[k - 1]) / 2;
+  for (std::size_t k = 1; k < c.fpr.size(); ++k) c.roc_auc += (c.fpr[k] - c.fpr[k - 1]) * (c.tpr[k] + c.tpr[k - 1]) / 2;
   double last_recall = 0;
   for (std::size_t k = 0; k < c.thresholds.size(); ++k) {
     c.average_precision += (c.recall[k] - last_recall) * c.precision[k];

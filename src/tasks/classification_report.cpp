@@ -55,8 +55,8 @@ ClassificationReport classification_report(std::span<const double> probabilities
     const bool right = pred == t;
     correct += right;
     // Bin b holds confidences in [b/B, (b+1)/B); a confidence of 1 goes in the last.
-    const auto b = std::min<std::size_t>(static_cast<std::size_t>(std::max(conf, 0.0) * static_cast<double>(calibration_bins)),
-                                         r.bins.size() - 1);
+    const auto b = std::min<std::size_t>(
+        static_cast<std::size_t>(std::max(conf, 0.0) * static_cast<double>(calibration_bins)), r.bins.size() - 1);
     ++r.bins[b].count;
     r.bins[b].confidence += conf;
     r.bins[b].accuracy += right;
@@ -108,17 +108,20 @@ nlohmann::json to_json(const ClassificationReport& r) {
   nlohmann::json bins = nlohmann::json::array();
   for (const ReliabilityBin& b : r.bins)
     if (b.count > 0)
-      bins.push_back({{"lo", b.lo}, {"hi", b.hi}, {"count", b.count}, {"confidence", b.confidence}, {"accuracy", b.accuracy}});
-  nlohmann::json out = {{"examples", r.examples},
-          {"accuracy", r.accuracy},
-          {"loss", r.loss},
-          {"macro_precision", r.macro_precision},
-          {"macro_recall", r.macro_recall},
-          {"macro_f1", r.macro_f1},
-          {"weighted_f1", r.weighted_f1},
-          {"per_class", per_class},
-          {"confusion_matrix", {{"labels", r.labels}, {"rows", "true class"}, {"columns", "predicted class"}, {"counts", counts}}},
-          {"calibration", {{"ece", r.ece}, {"bins", bins}}}};
+      bins.push_back(
+          {{"lo", b.lo}, {"hi", b.hi}, {"count", b.count}, {"confidence", b.confidence}, {"accuracy", b.accuracy}});
+  nlohmann::json out = {
+      {"examples", r.examples},
+      {"accuracy", r.accuracy},
+      {"loss", r.loss},
+      {"macro_precision", r.macro_precision},
+      {"macro_recall", r.macro_recall},
+      {"macro_f1", r.macro_f1},
+      {"weighted_f1", r.weighted_f1},
+      {"per_class", per_class},
+      {"confusion_matrix",
+       {{"labels", r.labels}, {"rows", "true class"}, {"columns", "predicted class"}, {"counts", counts}}},
+      {"calibration", {{"ece", r.ece}, {"bins", bins}}}};
   if (r.binary) {
     // NaN (one class only) is written as null.
     const BinaryCurves& b = *r.binary;
@@ -146,7 +149,8 @@ std::string precision_thresholds(const BinaryCurves& b) {
 // A cell of a Markdown table: no '|' or line break inside.
 std::string cell(const std::string& s, std::size_t max_chars = 100) {
   std::string out;
-  for (char c : clip_text(s, max_chars)) out += c == '|' ? std::string("\\|") : c == '\n' || c == '\r' || c == '\t' ? std::string(" ") : std::string(1, c);
+  for (char c : clip_text(s, max_chars))
+    out += c == '|' ? std::string("\\|") : c == '\n' || c == '\r' || c == '\t' ? std::string(" ") : std::string(1, c);
   return out;
 }
 
@@ -194,9 +198,10 @@ std::string markdown(const ClassificationReport& r, const std::vector<std::strin
       return x.f1 != y.f1 ? x.f1 < y.f1 : x.support > y.support;
     });
     rows.resize(kClassesShownWhole);
-    md += fmt::format("The {} classes with the lowest F1 of {} (every class: `classes.csv` beside the figures, and "
-                      "results.json):\n\n",
-                      kClassesShownWhole, C);
+    md += fmt::format(
+        "The {} classes with the lowest F1 of {} (every class: `classes.csv` beside the figures, and "
+        "results.json):\n\n",
+        kClassesShownWhole, C);
   }
   md += "| class | precision | recall | F1 | examples | predicted |\n|---|---|---|---|---|---|\n";
   for (const std::size_t c : rows) {
@@ -231,9 +236,10 @@ std::string markdown(const ClassificationReport& r, const std::vector<std::strin
         if (t != p && r.confusion_at(t, p) > 0) pairs.push_back({t, p, r.confusion_at(t, p)});
     std::stable_sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) { return a.count > b.count; });
     pairs.resize(std::min(pairs.size(), kClassesShownWhole));
-    md += fmt::format("The most frequent confusions of {} classes (the whole matrix: `confusion.csv` beside the "
-                      "figures, and results.json):\n\n| true | predicted | examples |\n|---|---|---|\n",
-                      C);
+    md += fmt::format(
+        "The most frequent confusions of {} classes (the whole matrix: `confusion.csv` beside the "
+        "figures, and results.json):\n\n| true | predicted | examples |\n|---|---|---|\n",
+        C);
     for (const Pair& p : pairs)
       md += fmt::format("| {} | {} | {} |\n", cell(r.labels[p.truth], 40), cell(r.labels[p.predicted], 40), p.count);
   }
@@ -244,11 +250,12 @@ std::string markdown(const ClassificationReport& r, const std::vector<std::strin
   if (r.binary)
     md += std::isnan(r.binary->roc_auc)
               ? fmt::format("\nROC and precision-recall: undefined, the examples are all of one class.\n")
-              : fmt::format("\nRanking (the probability of `{}`, the positive class): ROC AUC {:.4f}, average "
-                            "precision {:.4f} over {} positive and {} negative examples.\n",
-                            cell(r.labels[1], 40), r.binary->roc_auc, r.binary->average_precision,
-                            r.binary->positives, r.binary->negatives) +
-                  precision_thresholds(*r.binary);
+              : fmt::format(
+                    "\nRanking (the probability of `{}`, the positive class): ROC AUC {:.4f}, average "
+                    "precision {:.4f} over {} positive and {} negative examples.\n",
+                    cell(r.labels[1], 40), r.binary->roc_auc, r.binary->average_precision, r.binary->positives,
+                    r.binary->negatives) +
+                    precision_thresholds(*r.binary);
   if (texts && !r.worst.empty()) {
     md += "\nThe most confident mistakes:\n\n| true | predicted | confidence | text |\n|---|---|---|---|\n";
     for (const Mistake& m : r.worst)
@@ -359,8 +366,8 @@ std::string errors_section(const ClassificationReport& r, const std::vector<std:
   return fmt::format(
       "## Errors\n\nOn the {} {} examples: accuracy {:.2f}%, macro F1 {:.4f}, weighted F1 {:.4f}, loss {:.4f}.\n\n{}\n"
       "{}{}{}",
-      r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), confusion,
-      reliability, ranking);
+      r.examples, what, 100 * r.accuracy, r.macro_f1, r.weighted_f1, r.loss, markdown(r, texts), confusion, reliability,
+      ranking);
 }
 
 }  // namespace multihead

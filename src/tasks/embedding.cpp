@@ -43,7 +43,10 @@ EmbeddingPooling::Mode pooling_mode(const fs::path& config) {
 }  // namespace
 
 std::string EmbeddingPooling::describe() const {
-  const char* name = mode == Mode::kMean ? "mean" : mode == Mode::kCls ? "cls" : mode == Mode::kMax ? "max" : "mean_sqrt_len";
+  const char* name = mode == Mode::kMean  ? "mean"
+                     : mode == Mode::kCls ? "cls"
+                     : mode == Mode::kMax ? "max"
+                                          : "mean_sqrt_len";
   return fmt::format("{} pooling{}", name, normalize ? ", normalised" : "");
 }
 
@@ -94,9 +97,11 @@ std::vector<std::vector<float>> pool_embeddings(const Tensor& h, const Tensor& p
       }
       ++n;
     }
-    const double scale = p.mode == EmbeddingPooling::Mode::kMean        ? 1.0 / static_cast<double>(std::max<std::int64_t>(n, 1))
-                         : p.mode == EmbeddingPooling::Mode::kMeanSqrtLen ? 1.0 / std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1)))
-                                                                          : 1.0;
+    const double scale = p.mode == EmbeddingPooling::Mode::kMean
+                             ? 1.0 / static_cast<double>(std::max<std::int64_t>(n, 1))
+                         : p.mode == EmbeddingPooling::Mode::kMeanSqrtLen
+                             ? 1.0 / std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1)))
+                             : 1.0;
     double norm = 0;
     for (double& a : acc) {
       a *= scale;

@@ -16,7 +16,8 @@ namespace multihead {
 std::string export_run(const std::string& run_dir, const std::string& format, const std::string& out) {
   check<ConfigError>(format == "hf",
                      "export --format must be hf, got '{}' (PyTorch modules and ONNX graphs come from the Python "
-                     "package: Run.to_torch, and python -m multihead.onnx_export --run RUN --out DIR)", format);
+                     "package: Run.to_torch, and python -m multihead.onnx_export --run RUN --out DIR)",
+                     format);
   check_output_apart(out, "--out", {{"the run (--run)", run_dir}});
   const RunConfig cfg = read_run_config(run_dir);
   const std::string task = cfg.json.value("task", std::string());
@@ -24,8 +25,10 @@ std::string export_run(const std::string& run_dir, const std::string& format, co
     const LanguageModelJob job = LanguageModelJob::from_json(cfg.json, cfg.path);
     const std::unique_ptr<Tokenizer> tok = load_run_tokenizer(run_dir, job.model.vocab_size);
     const std::string arch = write_hf_checkpoint(out, to_json(job), read_initial_weights(run_dir).tensors, {}, *tok);
-    return fmt::format("wrote {} (transformers' {}: config.json, model.safetensors, tokenizer.json, "
-                       "tokenizer_config.json)", out, arch);
+    return fmt::format(
+        "wrote {} (transformers' {}: config.json, model.safetensors, tokenizer.json, "
+        "tokenizer_config.json)",
+        out, arch);
   }
   check<ConfigError>(task == TextClassificationJob::kTask,
                      "export --format hf writes text classifiers and language models; {} is a {} run", run_dir,
@@ -35,8 +38,10 @@ std::string export_run(const std::string& run_dir, const std::string& format, co
   const std::unique_ptr<Tokenizer> tok = load_run_tokenizer(run_dir, job.model.vocab_size);
   const InitialWeights weights = read_initial_weights(run_dir);
   const std::string arch = write_hf_checkpoint(out, to_json(job), weights.tensors, labels, *tok);
-  return fmt::format("wrote {} (transformers' {}: config.json, model.safetensors, tokenizer.json, "
-                     "tokenizer_config.json)", out, arch);
+  return fmt::format(
+      "wrote {} (transformers' {}: config.json, model.safetensors, tokenizer.json, "
+      "tokenizer_config.json)",
+      out, arch);
 }
 
 }  // namespace multihead

@@ -26,7 +26,8 @@ std::int64_t sample_token(const float* logits, std::int64_t V, const SamplingCon
   std::vector<double> p(static_cast<std::size_t>(keep));
   double sum = 0;
   for (std::int64_t i = 0; i < keep; ++i)
-    sum += p[static_cast<std::size_t>(i)] = std::exp((logits[order[static_cast<std::size_t>(i)]] - mx) / cfg.temperature);
+    sum += p[static_cast<std::size_t>(i)] =
+        std::exp((logits[order[static_cast<std::size_t>(i)]] - mx) / cfg.temperature);
   if (cfg.top_p < 1) {
     double mass = 0;
     std::int64_t n = 0;

@@ -51,8 +51,8 @@ fs::path idx_file(const std::string& dir, const std::string& stem) {
     fs::path p = fs::path(dir) / (stem + ext);
     if (fs::exists(p)) return p;
   }
-  throw IoError(fmt::format("{}: no {} or {}.gz (install dataset-fashion-mnist with scripts/setup.sh --data)", dir,
-                            stem, stem));
+  throw IoError(
+      fmt::format("{}: no {} or {}.gz (install dataset-fashion-mnist with scripts/setup.sh --data)", dir, stem, stem));
 }
 
 Images load_split(const std::string& dir, const std::string& split, std::int64_t size) {
@@ -79,7 +79,8 @@ Tensor gather(const Tensor& pixels, const std::vector<std::int64_t>& idx) {
   s[0] = static_cast<std::int64_t>(idx.size());
   Tensor out = Tensor::empty(s);
   for (std::size_t i = 0; i < idx.size(); ++i)
-    std::memcpy(out.f32() + static_cast<std::int64_t>(i) * per, pixels.f32() + idx[i] * per, sizeof(float) * static_cast<std::size_t>(per));
+    std::memcpy(out.f32() + static_cast<std::int64_t>(i) * per, pixels.f32() + idx[i] * per,
+                sizeof(float) * static_cast<std::size_t>(per));
   return out;
 }
 
@@ -122,11 +123,12 @@ std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const s
 }
 
 ModelSample sample_model(const ImageClassificationJob& job, const std::string& run_dir,
-                         const SampleSettings& settings) {
+                         const ModelSampleSettings& settings) {
   TrainedModel<VisionTransformer> m(job.model, run_dir);
   const Images test = load_split(job.data_dir, "t10k", job.model.image_size);
   std::vector<std::int64_t> idx;
-  for (std::int64_t i = 0; i < std::min<std::int64_t>(settings.examples, static_cast<std::int64_t>(test.labels.size())); ++i)
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(settings.examples, static_cast<std::int64_t>(test.labels.size()));
+       ++i)
     idx.push_back(i);
   Tensor images = gather(test.pixels, idx);
   Tensor logits = m.model.forward(images, settings.context());
@@ -183,14 +185,13 @@ std::string attention_section(VisionTransformer& model, const Tensor& image, std
   for (std::int64_t p = 0; p < model.config().patches(); ++p) labels.push_back(fmt::format("{},{}", p / G, p % G));
   const std::int64_t last = model.encoder().num_layers() - 1;
   std::string s = fmt::format(
-      "## Attention\n\nThe first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n",
-      label);
-  s += report_explorer(run, {title, fmt::format("the first test image (class {})", label),
-                             {captured_attention(model.encoder(), 0, labels)}});
+      "## Attention\n\nThe first test image (class {}); tokens are [CLS] and the patches by (row, column).\n\n", label);
+  s += report_explorer(
+      run,
+      {title, fmt::format("the first test image (class {})", label), {captured_attention(model.encoder(), 0, labels)}});
   s += "The last layer's heads (colours from 0 to each head's largest weight):\n\n";
-  for (const auto& f :
-       write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"), "attention_layer", "",
-                      kReportHeatmaps))
+  for (const auto& f : write_heatmaps(captured_attention(model.encoder(), last, labels), run.file("plots"),
+                                      "attention_layer", "", kReportHeatmaps))
     s += fmt::format("![{0}](plots/{0})\n", f);
   model.release_saved();
   return s;
@@ -212,7 +213,8 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   auto shuffled = epoch_batches(all, static_cast<std::int64_t>(all.size()), job.train.seed, -1, true).front();
   const std::int64_t nval = std::min<std::int64_t>(job.validation_examples, static_cast<std::int64_t>(all.size()) / 2);
   std::vector<std::int64_t> val(shuffled.begin(), shuffled.begin() + nval), tr(shuffled.begin() + nval, shuffled.end());
-  if (job.limit_train > 0 && job.limit_train < static_cast<std::int64_t>(tr.size())) tr.resize(static_cast<std::size_t>(job.limit_train));
+  if (job.limit_train > 0 && job.limit_train < static_cast<std::int64_t>(tr.size()))
+    tr.resize(static_cast<std::size_t>(job.limit_train));
   std::vector<std::int64_t> test_idx(test.labels.size());
   for (std::size_t i = 0; i < test_idx.size(); ++i) test_idx[i] = static_cast<std::int64_t>(i);
   progress.log(fmt::format("data: {} training, {} validation, {} test images", tr.size(), val.size(), test_idx.size()));

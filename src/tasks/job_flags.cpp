@@ -38,10 +38,13 @@ const std::vector<JobFlag>& job_flags() {
        false,
        {"title", "data.strip_headers"}},
       {"--data", "Data path (folder or file)", {{kAny, "data.path"}}},
-      {"--class-weights", "Weigh the loss by class: none, or balanced (n / (classes x the class's count))",
+      {"--class-weights",
+       "Weigh the loss by class: none, or balanced (n / (classes x the class's count))",
        {{"text_classification", "class_weights"}}},
       {"--text-column", "The column (CSV, TSV) or key (JSON Lines) that holds the text", {{kAny, "data.text_column"}}},
-      {"--label-column", "The column (CSV, TSV) or key (JSON Lines) that holds the class", {{kAny, "data.label_column"}}},
+      {"--label-column",
+       "The column (CSV, TSV) or key (JSON Lines) that holds the class",
+       {{kAny, "data.label_column"}}},
       {"--d-model", "Model width", {{kAny, "model.d_model"}}},
       {"--num-heads", "Attention heads", {{kAny, "model.nhead"}}},
       {"--num-layers", "Encoder layers", {{kAny, "model.num_layers"}}},
@@ -58,18 +61,22 @@ const std::vector<JobFlag>& job_flags() {
        {{"text_classification", "max_len"}, {"language_modeling", "train.seq_len"}}},
       {"--vocab-size", "Tokenizer vocabulary", {{kAny, "tokenizer.vocab_size"}, {kAny, "model.vocab_size"}}},
       {"--tokenizer", "sentencepiece, char or word", {{kAny, "tokenizer.kind"}}},
-      {"--tokenizer-from", "A run directory whose tokenizer to take (default: --init-from's, when a run)",
+      {"--tokenizer-from",
+       "A run directory whose tokenizer to take (default: --init-from's, when a run)",
        {{kAny, "tokenizer.from"}}},
-      {"--init-from", "Start from these weights: a run directory or a safetensors state_dict (fine-tuning)",
+      {"--init-from",
+       "Start from these weights: a run directory or a safetensors state_dict (fine-tuning)",
        {{kAny, "train.init_from"}}},
-      {"--init-skip", "Parameters --init-from leaves at their initialisation: a regex over names (a new head)",
+      {"--init-skip",
+       "Parameters --init-from leaves at their initialisation: a regex over names (a new head)",
        {{kAny, "train.init_skip"}}},
       {"--batch", "Sequences per step", {{kAny, "train.batch"}}},
       {"--lr", "Peak learning rate", {{kAny, "train.lr"}}},
       {"--optimizer", "adamw or sgd", {{kAny, "train.optimizer"}}},
       {"--schedule", "After warmup: constant, cosine, linear or inverse_sqrt", {{kAny, "train.schedule"}}},
       {"--warmup-steps", "Linear warmup steps (0: --warmup-ratio's share of the run)", {{kAny, "train.warmup_steps"}}},
-      {"--warmup-ratio", "Linear warmup over this share of the run's steps, when --warmup-steps is 0",
+      {"--warmup-ratio",
+       "Linear warmup over this share of the run's steps, when --warmup-steps is 0",
        {{kAny, "train.warmup_ratio"}}},
       {"--clip-grad-norm", "Clip the global gradient norm (0: off)", {{kAny, "train.clip_grad_norm"}}},
       {"--weight-decay", "Weight decay", {{kAny, "train.weight_decay"}}},
@@ -89,9 +96,13 @@ const std::vector<JobFlag>& job_flags() {
       {"--checkpoint-every",
        "Steps between checkpoints (0: after each epoch or evaluation and at the end)",
        {{kAny, "train.checkpoint_every"}}},
-      {"--keep-checkpoints", "Keep every checkpoint as checkpoints/step_N.safetensors beside last.safetensors",
-       {{kAny, "train.keep_checkpoints"}}, true},
-      {"--on-nonfinite", "A NaN or Inf loss or gradient: stop (default) or skip the update", {{kAny, "train.on_nonfinite"}}},
+      {"--keep-checkpoints",
+       "Keep every checkpoint as checkpoints/step_N.safetensors beside last.safetensors",
+       {{kAny, "train.keep_checkpoints"}},
+       true},
+      {"--on-nonfinite",
+       "A NaN or Inf loss or gradient: stop (default) or skip the update",
+       {{kAny, "train.on_nonfinite"}}},
       {"--allreduce",
        "Under mpirun, how gradients are summed over the ranks: mpi (MPI_Allreduce, default) or ordered (a "
        "fixed-order sum, the same bits on every run)",
@@ -217,7 +228,8 @@ namespace {
 // trains (a config.json records them), or null.
 const char* derived_from(std::string_view task, std::string_view path) {
   const bool images = task == ImageClassificationJob::kTask;
-  if (path == "model.vocab_size" && !images) return "its tokenizer or its data (--vocab-size sizes a tokenizer it trains)";
+  if (path == "model.vocab_size" && !images)
+    return "its tokenizer or its data (--vocab-size sizes a tokenizer it trains)";
   if (path == "model.num_classes" && !images) return "its data's labels (or has no classes)";
   if (path == "train.total_steps") return "train.steps, or its epochs and the data's size";
   return nullptr;
@@ -231,7 +243,8 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
   // Every flag the kind lacks, named at once, in the table's order.
   std::vector<std::string_view> refused;
   for (const JobFlag& f : job_flags()) {
-    const bool given = std::any_of(settings.begin(), settings.end(), [&](const JobSetting& s) { return s.flag == f.flag; });
+    const bool given =
+        std::any_of(settings.begin(), settings.end(), [&](const JobSetting& s) { return s.flag == f.flag; });
     if (given && flag_keys(f, task, config).empty()) refused.push_back(f.flag);
   }
   if (!refused.empty()) {
@@ -258,8 +271,8 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings) {
                          "--set takes path=value (a key path such as model.d_model), got '{}'", clip_text(s.value));
       const std::string path = s.value.substr(0, eq);
       if (const char* from = derived_from(task, path))
-        throw ConfigError(fmt::format("--set {}: the job sets it from {}, so a value given here would be replaced",
-                                      path, from));
+        throw ConfigError(
+            fmt::format("--set {}: the job sets it from {}, so a value given here would be replaced", path, from));
       json value = typed_value(s.value.substr(eq + 1), find_path(config, path), "--set " + path);
       const json* before = find_path(config, path);
       const bool changed = !before || *before != value;
@@ -310,7 +323,8 @@ std::string cell(const JobKeyRow& r, std::string KeyDescription::*field) {
   for (const KeyDescription& k : r.by_task) same = same && k.*field == r.key.*field;
   if (same) return r.key.*field;
   std::vector<std::string> parts;
-  for (std::size_t i = 0; i < r.tasks.size(); ++i) parts.push_back(fmt::format("{} ({})", r.by_task[i].*field, r.tasks[i]));
+  for (std::size_t i = 0; i < r.tasks.size(); ++i)
+    parts.push_back(fmt::format("{} ({})", r.by_task[i].*field, r.tasks[i]));
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
@@ -366,8 +380,8 @@ std::string job_keys_text() {
   }
   std::string text = "Config keys (set any with --set path=value; docs/CONFIG.md lists the same):\n";
   for (const JobKeyRow& r : rows) {
-    std::string line = fmt::format("  {:<{}}  {:<{}}  default {}", r.key.path, wide_path, r.key.type, wide_type,
-                                   default_cell(r));
+    std::string line =
+        fmt::format("  {:<{}}  {:<{}}  default {}", r.key.path, wide_path, r.key.type, wide_type, default_cell(r));
     if (const std::string bounds = cell(r, &KeyDescription::bounds); !bounds.empty()) line += ", " + bounds;
     if (r.tasks.size() != std::variant_size_v<Job>) line += " [" + tasks_cell(r) + "]";
     text += line + "\n" + std::string(wide_path + 4, ' ') + cell(r, &KeyDescription::description) + "\n";

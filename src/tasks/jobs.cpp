@@ -237,9 +237,10 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   // A refused directory is left as it was (it may be another run's).
   std::optional<RunDir> run(std::in_place, out, mode);
   if (!run->stale_lock_pid().empty())
-    progress.log(fmt::format("note: {} was locked by process {}, which ended without releasing it (killed?); "
-                             "this run takes it over",
-                             out, clip_text(run->stale_lock_pid())));
+    progress.log(
+        fmt::format("note: {} was locked by process {}, which ended without releasing it (killed?); "
+                    "this run takes it over",
+                    out, clip_text(run->stale_lock_pid())));
   try {
     lines = std::visit([&](const auto& j) { return summary_lines(run_job(j, *run, progress, stop)); }, job);
     lines.push_back(fmt::format("report: {}", run->file("report.md")));
@@ -275,7 +276,7 @@ std::vector<std::string> train_job(const Job& given, const std::string& out, Run
   return lines;
 }
 
-ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& settings) {
+ModelSample sample_run_model(const std::string& run_dir, const ModelSampleSettings& settings) {
   check<ConfigError>(settings.examples > 0 && settings.examples <= kMaxBatch, "examples must be in [1, {}], got {}",
                      kMaxBatch, settings.examples);
   const RunConfig cfg = read_run_config(run_dir);
@@ -321,8 +322,8 @@ std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<
         if constexpr (requires { evaluate_run(j, run_dir, req); }) {
           return evaluate_run(j, run_dir, req);
         } else {
-          const bool asked = !req.data.empty() || !req.out.empty() || !req.format.empty() ||
-                             !req.text_column.empty() || !req.label_column.empty();
+          const bool asked = !req.data.empty() || !req.out.empty() || !req.format.empty() || !req.text_column.empty() ||
+                             !req.label_column.empty();
           check<ConfigError>(!asked,
                              "--data, --out, --source and the column flags evaluate text classifiers and language "
                              "models; this run's task is {}",

@@ -36,8 +36,9 @@ LanguageModelJob::LanguageModelJob() {
 }
 
 void LanguageModelJob::validate(const std::string& where) const {
-  check<ConfigError>(eval_every > 0 && eval_windows > 0, "{}: eval_every and eval_windows must be positive, got {} and {}",
-                     where, eval_every, eval_windows);
+  check<ConfigError>(eval_every > 0 && eval_windows > 0,
+                     "{}: eval_every and eval_windows must be positive, got {} and {}", where, eval_every,
+                     eval_windows);
   check<ConfigError>(validation_fraction > 0 && validation_fraction < 1,
                      "{}: validation_fraction must be between 0 and 1, got {}", where, validation_fraction);
   check<ConfigError>(sample_tokens >= 0, "{}: sample tokens must be >= 0, got {}", where, sample_tokens);
@@ -206,8 +207,8 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
                  {"batches", fmt::format("{} windows of {} tokens", job.train.batch, L)},
                  {"model", job.model.describe(m.store.numel())},
                  {"data", job.text_path}};
-  report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n",
-                                job.prompt, job.sampling.temperature, job.sampling.top_p, result.sample);
+  report.sections = fmt::format("## Sample\n\nPrompt `{}`, temperature {}, top-p {}:\n\n```\n{}\n```\n\n", job.prompt,
+                                job.sampling.temperature, job.sampling.top_p, result.sample);
   if (!job.model.layer.pattern.has_weights()) {
     report.sections += kNoAttentionWeights;
   } else {
@@ -231,8 +232,7 @@ std::string loss_text(double nats) {
 }
 
 std::vector<std::string> summary_lines(const LanguageModelResult& r) {
-  return {"validation loss: " + loss_text(r.validation_loss),
-          fmt::format("training: {}", r.trained),
+  return {"validation loss: " + loss_text(r.validation_loss), fmt::format("training: {}", r.trained),
           fmt::format("sample:\n{}", r.sample)};
 }
 
@@ -250,14 +250,15 @@ std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::st
   const std::vector<std::int64_t> tokens = r.tokenizer->encode(load_text_corpus(req.data));
   check<IoError>(static_cast<std::int64_t>(tokens.size()) > r.job.train.seq_len,
                  "{}: {} tokens, fewer than one window of {} + 1", req.data, tokens.size(), r.job.train.seq_len);
-  const double loss = validation_loss(r.model(), tokens, r.job.train.seq_len, r.job.eval_windows, r.job.train.precision);
+  const double loss =
+      validation_loss(r.model(), tokens, r.job.train.seq_len, r.job.eval_windows, r.job.train.precision);
   check_finite_result("the loss", loss);
   return {fmt::format("{} loss: {} ({} windows of {} tokens spread over its {} tokens)",
                       std::filesystem::path(req.data).filename().string(), loss_text(loss), r.job.eval_windows,
                       r.job.train.seq_len, tokens.size())};
 }
 
-ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const SampleSettings& settings) {
+ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const ModelSampleSettings& settings) {
   LoadedRun<LanguageModelJob, LanguageModel> r(job, run_dir);
   const std::vector<std::int64_t> val = validation_tokens(r.job, *r.tokenizer);
   // Windows spread over the validation text, as the validation loss reads it.

@@ -65,7 +65,8 @@ Job preset_job(const std::string& name) {
     if (name == p.name) return p.make();
     names.push_back(p.name);
   }
-  throw ConfigError(fmt::format("unknown preset '{}'{} (known: {})", name, did_you_mean(name, names), fmt::join(names, ", ")));
+  throw ConfigError(
+      fmt::format("unknown preset '{}'{} (known: {})", name, did_you_mean(name, names), fmt::join(names, ", ")));
 }
 
 }  // namespace multihead

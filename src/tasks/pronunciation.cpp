@@ -54,8 +54,8 @@ class PronunciationTask final : public TrainingTask {
       Seq2SeqBatch b = make_batch(data_, part);
       Tensor logits = model_.forward(b.source, &b.padding, b.target_in, ctx);
       model_.release_saved();
-      const CrossEntropyResult r = cross_entropy<float>(nullptr, logits.f32(), b.targets.data<std::int64_t>(),
-                                                        b.targets.numel(), logits.dim(2));
+      const CrossEntropyResult r =
+          cross_entropy<float>(nullptr, logits.f32(), b.targets.data<std::int64_t>(), b.targets.numel(), logits.dim(2));
       loss += r.loss * static_cast<double>(r.count);
       tokens += r.count;
     }
@@ -74,7 +74,8 @@ class PronunciationTask final : public TrainingTask {
 };
 
 // Word-length buckets of the test: letters 1-4, 5-7, 8-10, 11-14, 15 and more.
-const std::vector<std::pair<std::int64_t, std::int64_t>> kLengthBuckets = {{1, 4}, {5, 7}, {8, 10}, {11, 14}, {15, 1000}};
+const std::vector<std::pair<std::int64_t, std::int64_t>> kLengthBuckets = {
+    {1, 4}, {5, 7}, {8, 10}, {11, 14}, {15, 1000}};
 
 struct TestOutcome {
   SequenceScores overall, longer;
@@ -104,7 +105,8 @@ TestOutcome test_model(EncoderDecoder& model, const PronunciationJob& job, const
     std::vector<TokenSeq> p;
     std::vector<std::vector<TokenSeq>> r;
     for (std::size_t i = 0; i < d.test_words.size(); ++i)
-      if (static_cast<std::int64_t>(d.letters[static_cast<std::size_t>(d.test_words[i])].size()) > job.train_max_letters)
+      if (static_cast<std::int64_t>(d.letters[static_cast<std::size_t>(d.test_words[i])].size()) >
+          job.train_max_letters)
         p.push_back(t.predictions[i]), r.push_back(refs[i]);
     if (!p.empty()) t.longer = score_sequences(p, r);
   }
@@ -126,10 +128,11 @@ std::vector<std::string> test_lines(const SequenceScores& test, const std::vecto
                                     const SequenceScores& longer) {
   std::vector<std::string> lines = {fmt::format("test: {} ({} words)", scores_line(test), test.examples)};
   for (const auto& b : by_length)
-    lines.push_back(fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
+    lines.push_back(
+        fmt::format("  {} letters ({} words): {}", bucket_name(b), b.scores.examples, scores_line(b.scores)));
   if (longer.examples > 0)
-    lines.push_back(fmt::format("  longer than every training word ({} words): {}", longer.examples,
-                                scores_line(longer)));
+    lines.push_back(
+        fmt::format("  longer than every training word ({} words): {}", longer.examples, scores_line(longer)));
   return lines;
 }
 
@@ -158,7 +161,8 @@ std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, 
     const CmuWord& w = d.dict.words[static_cast<std::size_t>(d.test_words[i])];
     std::vector<std::string> refs;
     for (const auto& r : w.pronunciations) refs.push_back(join(r));
-    s += fmt::format("| {} | {} | {} | {} |\n", w.word, join(t.predictions[i]), fmt::join(refs, " / "), errors[k].first);
+    s +=
+        fmt::format("| {} | {} | {} | {} |\n", w.word, join(t.predictions[i]), fmt::join(refs, " / "), errors[k].first);
   }
   // The decoder's attention while it reads the reference of the first test
   // word; the last layer's cross-attention drawn: which letters each phoneme
@@ -168,16 +172,18 @@ std::string report_sections(EncoderDecoder& model, const PronunciationJob& job, 
       decoder_attention_maps(model, d.vocab, d.vocab.encode_word(cw.word), utf8_characters(cw.word),
                              d.vocab.encode_phonemes(cw.pronunciations.front()), job.train.precision);
   const AttentionMaps& cross = decoder.cross;
-  s += fmt::format("\n## Cross-attention\n\nThe last decoder layer's cross-attention for \"{}\" ({}), the decoder "
-                   "reading the reference: rows are the phonemes read so far (each row predicts the next), "
-                   "columns the letters. Colours run from 0 to each head's largest weight.\n\n",
-                   cw.word, join(cw.pronunciations.front()));
+  s += fmt::format(
+      "\n## Cross-attention\n\nThe last decoder layer's cross-attention for \"{}\" ({}), the decoder "
+      "reading the reference: rows are the phonemes read so far (each row predicts the next), "
+      "columns the letters. Colours run from 0 to each head's largest weight.\n\n",
+      cw.word, join(cw.pronunciations.front()));
   {
-    AttentionMaps encoder = encoder_self_attention(model, d.vocab.encode_word(cw.word), utf8_characters(cw.word),
-                                                   job.train.precision);
-    s += report_explorer(run, {job.report_title, fmt::format("\"{}\" read as its reference, {}", cw.word,
-                                                            join(cw.pronunciations.front())),
-                               {std::move(encoder), cross, std::move(decoder.self)}});
+    AttentionMaps encoder =
+        encoder_self_attention(model, d.vocab.encode_word(cw.word), utf8_characters(cw.word), job.train.precision);
+    s +=
+        report_explorer(run, {job.report_title,
+                              fmt::format("\"{}\" read as its reference, {}", cw.word, join(cw.pronunciations.front())),
+                              {std::move(encoder), cross, std::move(decoder.self)}});
   }
   const std::int64_t last = cross.first_layer + cross.layers - 1;
   for (std::int64_t h = 0; h < std::min(cross.heads, kReportHeatmaps); ++h) {
@@ -258,18 +264,20 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   r.train_pronunciations = data.pronunciations(data.train_words);
   r.validation_pronunciations = data.pronunciations(data.validation_words);
   r.test_pronunciations = data.pronunciations(data.test_words);
-  progress.log(fmt::format("data: {} words, {} pronunciations; train {} / {}, validation {} / {}, test {} / {}; "
-                           "{} letters, {} phonemes",
-                           data.dict.words.size(), data.dict.pronunciations(), r.train_words, r.train_pronunciations,
-                           r.validation_words, r.validation_pronunciations, r.test_words, r.test_pronunciations,
-                           data.vocab.letters.size(), data.vocab.phonemes.size()));
+  progress.log(
+      fmt::format("data: {} words, {} pronunciations; train {} / {}, validation {} / {}, test {} / {}; "
+                  "{} letters, {} phonemes",
+                  data.dict.words.size(), data.dict.pronunciations(), r.train_words, r.train_pronunciations,
+                  r.validation_words, r.validation_pronunciations, r.test_words, r.test_pronunciations,
+                  data.vocab.letters.size(), data.vocab.phonemes.size()));
   run.write_text("vocab.json", data.vocab.to_json().dump(1));
   job.model.source_vocab = 2 + static_cast<std::int64_t>(data.vocab.letters.size());
   job.model.model.vocab_size = 3 + static_cast<std::int64_t>(data.vocab.phonemes.size());
   std::int64_t longest = 0;
   for (std::size_t w = 0; w < data.letters.size(); ++w) {
     longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(data.letters[w].size()));
-    for (const auto& p : data.phonemes[w]) longest = std::max<std::int64_t>(longest, 1 + static_cast<std::int64_t>(p.size()));
+    for (const auto& p : data.phonemes[w])
+      longest = std::max<std::int64_t>(longest, 1 + static_cast<std::int64_t>(p.size()));
   }
   job.model.model.max_len = at_least_max_len(job.model.model.max_len, std::max(longest, job.decode.max_len), progress);
   job.train.set_steps(job.budget.steps(static_cast<std::int64_t>(data.train_pairs.size()), job.train.batch));
@@ -299,7 +307,8 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
     r.validation_word_accuracy = fitted.validation->accuracy.value_or(0);
   }
   for (std::size_t i = 0; i < fitted.curves.eval_step.size(); ++i)
-    r.validation_curve.emplace_back(static_cast<std::int64_t>(fitted.curves.eval_step[i]), fitted.curves.eval_accuracy[i]);
+    r.validation_curve.emplace_back(static_cast<std::int64_t>(fitted.curves.eval_step[i]),
+                                    fitted.curves.eval_accuracy[i]);
 
   const TestOutcome t = test_model(m.model, job, data, stop);
   r.test = t.overall;
@@ -308,9 +317,14 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   r.decode_seconds = t.seconds;
   json by_length = json::array();
   for (const auto& b : t.by_length)
-    by_length.push_back({{"letters", bucket_name(b)}, {"words", b.scores.examples}, {"wer", b.scores.word_error_rate},
-                         {"per", b.scores.phoneme_error_rate}, {"bleu", b.scores.bleu}});
-  run.append_metrics({{"step", r.steps}, {"test_wer", r.test.word_error_rate}, {"test_per", r.test.phoneme_error_rate},
+    by_length.push_back({{"letters", bucket_name(b)},
+                         {"words", b.scores.examples},
+                         {"wer", b.scores.word_error_rate},
+                         {"per", b.scores.phoneme_error_rate},
+                         {"bleu", b.scores.bleu}});
+  run.append_metrics({{"step", r.steps},
+                      {"test_wer", r.test.word_error_rate},
+                      {"test_per", r.test.phoneme_error_rate},
                       {"test_bleu", r.test.bleu}});
   run.write_results({{"test_wer", r.test.word_error_rate},
                      {"test_per", r.test.phoneme_error_rate},
@@ -318,9 +332,10 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
                      {"test_words", r.test_words},
                      {"by_length", by_length},
                      {"validation_word_accuracy", r.validation_word_accuracy},
-                     {"longer_than_training", {{"words", r.longer_than_training.examples},
-                                               {"wer", r.longer_than_training.word_error_rate},
-                                               {"per", r.longer_than_training.phoneme_error_rate}}},
+                     {"longer_than_training",
+                      {{"words", r.longer_than_training.examples},
+                       {"wer", r.longer_than_training.word_error_rate},
+                       {"per", r.longer_than_training.phoneme_error_rate}}},
                      {"train_seconds", r.train_seconds},
                      {"decode_seconds", r.decode_seconds},
                      {"steps", r.steps},
@@ -332,13 +347,12 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
       {"validation word accuracy", fmt::format("{:.2f}% (greedy)", 100 * r.validation_word_accuracy)},
       {"training", fitted.summary()},
       {"model", job.model.describe(m.store.numel())},
-      {"data", fmt::format("{}: train {} words ({} pronunciations), validation {} ({}), test {} ({}); stress {}",
-                           job.data_path, r.train_words, r.train_pronunciations, r.validation_words,
-                           r.validation_pronunciations, r.test_words, r.test_pronunciations,
-                           job.keep_stress ? "kept" : "dropped") +
-                   (job.train_max_letters > 0
-                        ? fmt::format("; trained on words of at most {} letters", job.train_max_letters)
-                        : std::string())}};
+      {"data",
+       fmt::format("{}: train {} words ({} pronunciations), validation {} ({}), test {} ({}); stress {}", job.data_path,
+                   r.train_words, r.train_pronunciations, r.validation_words, r.validation_pronunciations, r.test_words,
+                   r.test_pronunciations, job.keep_stress ? "kept" : "dropped") +
+           (job.train_max_letters > 0 ? fmt::format("; trained on words of at most {} letters", job.train_max_letters)
+                                      : std::string())}};
   report.sections = report_sections(m.model, job, data, t, run);
   write_run_report(run, fitted, report);
   return r;
@@ -407,12 +421,13 @@ std::vector<std::vector<Pronounced>> pronounce_words(LoadedPronouncer& run, cons
   return out;
 }
 
-ModelSample sample_model(const PronunciationJob& job, const std::string& run_dir, const SampleSettings& settings) {
+ModelSample sample_model(const PronunciationJob& job, const std::string& run_dir, const ModelSampleSettings& settings) {
   LoadedPronouncer run(job, run_dir);
   const PronunciationData data = load_data(job, &run.vocab);
   // The first test words' first pronunciations, teacher forced.
   std::vector<std::int64_t> pairs;
-  for (std::size_t i = 0; i < data.test_words.size() && static_cast<std::int64_t>(pairs.size()) < settings.examples; ++i)
+  for (std::size_t i = 0; i < data.test_words.size() && static_cast<std::int64_t>(pairs.size()) < settings.examples;
+       ++i)
     pairs.push_back(data.test_words[i] * PronunciationData::kVariantStride);
   Seq2SeqBatch b = make_batch(data, pairs);
   Tensor logits = run.model().forward(b.source, &b.padding, b.target_in, settings.context());

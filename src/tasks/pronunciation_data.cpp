@@ -15,8 +15,7 @@ namespace multihead {
 
 std::vector<std::vector<Hypothesis>> decode_in_batches(EncoderDecoder& model,
                                                        const std::vector<const std::vector<std::int64_t>*>& letters,
-                                                       const DecodeOptions& o, std::int64_t batch,
-                                                       StopRequest* stop) {
+                                                       const DecodeOptions& o, std::int64_t batch, StopRequest* stop) {
   std::vector<std::size_t> order(letters.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
@@ -111,15 +110,14 @@ PronunciationData load_data(const PronunciationJob& job, const PronunciationVoca
     };
     std::erase_if(d.train_words, longer);
     std::erase_if(d.validation_words, longer);
-    check<IoError>(!d.train_words.empty() && !d.validation_words.empty(),
-                   "{}: no training words of at most {} letters", job.data_path, job.train_max_letters);
+    check<IoError>(!d.train_words.empty() && !d.validation_words.empty(), "{}: no training words of at most {} letters",
+                   job.data_path, job.train_max_letters);
   }
   d.train_pairs = pairs_of(d, d.train_words);
   d.validation_pairs = pairs_of(d, d.validation_words);
   // Validation batches words of similar length together (less padding).
-  std::stable_sort(d.validation_pairs.begin(), d.validation_pairs.end(), [&](std::int64_t a, std::int64_t b) {
-    return d.letters_of(a).size() < d.letters_of(b).size();
-  });
+  std::stable_sort(d.validation_pairs.begin(), d.validation_pairs.end(),
+                   [&](std::int64_t a, std::int64_t b) { return d.letters_of(a).size() < d.letters_of(b).size(); });
   return d;
 }
 
@@ -138,10 +136,12 @@ Seq2SeqBatch make_batch(const PronunciationData& d, std::span<const std::int64_t
     const auto& ps = d.phonemes_of(pairs[static_cast<std::size_t>(r)]);
     const std::int64_t n = static_cast<std::int64_t>(ps.size());
     for (std::int64_t t = 0; t < T; ++t) {
-      b.target_in.data<std::int64_t>()[r * T + t] =
-          t == 0 ? PronunciationVocab::kStart : t <= n ? ps[static_cast<std::size_t>(t - 1)] : PronunciationVocab::kPad;
-      b.targets.data<std::int64_t>()[r * T + t] =
-          t < n ? ps[static_cast<std::size_t>(t)] : t == n ? PronunciationVocab::kEnd : kIgnoreIndex;
+      b.target_in.data<std::int64_t>()[r * T + t] = t == 0   ? PronunciationVocab::kStart
+                                                    : t <= n ? ps[static_cast<std::size_t>(t - 1)]
+                                                             : PronunciationVocab::kPad;
+      b.targets.data<std::int64_t>()[r * T + t] = t < n    ? ps[static_cast<std::size_t>(t)]
+                                                  : t == n ? PronunciationVocab::kEnd
+                                                           : kIgnoreIndex;
     }
     b.tokens += n + 1;
   }

@@ -43,8 +43,9 @@ std::vector<std::int64_t> PronunciationVocab::encode_phonemes(const std::vector<
 std::vector<std::string> PronunciationVocab::decode_phonemes(const std::vector<std::int64_t>& ids) const {
   std::vector<std::string> out;
   for (std::int64_t id : ids)
-    out.push_back(id >= 3 && id < 3 + static_cast<std::int64_t>(phonemes.size()) ? phonemes[static_cast<std::size_t>(id - 3)]
-                                                                                  : "<?>");
+    out.push_back(id >= 3 && id < 3 + static_cast<std::int64_t>(phonemes.size())
+                      ? phonemes[static_cast<std::size_t>(id - 3)]
+                      : "<?>");
   return out;
 }
 

@@ -14,8 +14,8 @@ namespace multihead {
 namespace {
 
 void check_pairs(const std::vector<TokenSeq>& predictions, const std::vector<std::vector<TokenSeq>>& references) {
-  check<ShapeError>(predictions.size() == references.size(), "{} predictions for {} reference sets",
-                    predictions.size(), references.size());
+  check<ShapeError>(predictions.size() == references.size(), "{} predictions for {} reference sets", predictions.size(),
+                    references.size());
   for (std::size_t i = 0; i < references.size(); ++i)
     check<ShapeError>(!references[i].empty(), "example {} has no reference", i);
 }
@@ -29,7 +29,9 @@ std::map<TokenSeq, std::int64_t> ngrams(const TokenSeq& s, std::size_t n) {
 
 }  // namespace
 
-std::int64_t edit_distance(const TokenSeq& a, const TokenSeq& b) { return static_cast<std::int64_t>(levenshtein(a, b)); }
+std::int64_t edit_distance(const TokenSeq& a, const TokenSeq& b) {
+  return static_cast<std::int64_t>(levenshtein(a, b));
+}
 
 double corpus_bleu(const std::vector<TokenSeq>& predictions, const std::vector<std::vector<TokenSeq>>& references,
                    int max_n) {

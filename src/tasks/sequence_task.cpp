@@ -96,7 +96,7 @@ std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::str
   return lines;
 }
 
-ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir, const SampleSettings& settings) {
+ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir, const ModelSampleSettings& settings) {
   TrainedModel<LanguageModel> m(job.model, run_dir);
   // The first test batch's sequences, of the training lengths.
   SyntheticBatch b = synthetic_batch(job.task, settings.examples, job.train.seed ^ 0x7e57ull, 0);
@@ -127,8 +127,7 @@ class SequenceTrainingTask final : public TrainingTask {
     return rows;
   }
 
-  MicroBatchLoss micro_step(std::span<const std::int64_t> rows, const ForwardContext& ctx,
-                            double grad_scale) override {
+  MicroBatchLoss micro_step(std::span<const std::int64_t> rows, const ForwardContext& ctx, double grad_scale) override {
     auto train_on = [&](const SyntheticBatch& b) -> MicroBatchLoss {
       Tensor logits = model_.forward(b.ids, ctx);
       return {cross_entropy_backward(model_, logits, b.targets.data<std::int64_t>(), grad_scale), b.ids.dim(0)};
@@ -190,7 +189,8 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
     lx.push_back(static_cast<double>(L));
     la.push_back(r.by_length.back().sequence_accuracy);
     lt.push_back(r.by_length.back().token_accuracy);
-    run.append_metrics({{"test_length", L}, {"token_accuracy", r.by_length.back().token_accuracy},
+    run.append_metrics({{"test_length", L},
+                        {"token_accuracy", r.by_length.back().token_accuracy},
                         {"sequence_accuracy", r.by_length.back().sequence_accuracy}});
   }
   json res = {{"steps", r.steps},
@@ -199,7 +199,8 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
               {"ms_per_step", r.ms_per_step},
               {"by_length", json::array()}};
   for (const auto& a : r.by_length)
-    res["by_length"].push_back({{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
+    res["by_length"].push_back(
+        {{"length", a.length}, {"token_accuracy", a.token_accuracy}, {"sequence_accuracy", a.sequence_accuracy}});
   run.write_results(res);
   // Test lengths double (16, 32, 64): a log axis spaces them evenly.
   PlotAxes fraction;
@@ -208,10 +209,11 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   line_plot_png(run.file("plots/accuracy_by_length.png"), "Test accuracy by length", "length", "accuracy",
                 {{"sequences", lx, la}, {"tokens", lx, lt}}, fraction);
   RunReport report{job.report_title, {}, ""};
-  report.rows = {{"task", fmt::format("{} of {} symbols, trained on lengths {} to {}", synthetic_kind_name(job.task.kind),
-                                      job.task.symbols, job.task.min_len, job.task.max_len)},
-                 {"training", fmt::format("{} ({:.1f} ms a step)", fitted.summary(), r.ms_per_step)},
-                 {"model", job.model.describe(m.store.numel())}};
+  report.rows = {
+      {"task", fmt::format("{} of {} symbols, trained on lengths {} to {}", synthetic_kind_name(job.task.kind),
+                           job.task.symbols, job.task.min_len, job.task.max_len)},
+      {"training", fmt::format("{} ({:.1f} ms a step)", fitted.summary(), r.ms_per_step)},
+      {"model", job.model.describe(m.store.numel())}};
   report.sections = "## Accuracy by length\n\n| length | token accuracy | sequence accuracy |\n|---|---|---|\n";
   for (const auto& a : r.by_length)
     report.sections +=

@@ -128,8 +128,7 @@ ClassificationMetrics evaluate_sequences(SequenceClassifier& model,
                                          const std::vector<const std::vector<std::int64_t>*>& seqs,
                                          const std::vector<std::int64_t>& labels, const TokenFrame& frame,
                                          std::int64_t batch, std::int64_t max_len, Precision precision,
-                                         StopRequest* stop = nullptr,
-                                         std::vector<double>* probabilities = nullptr) {
+                                         StopRequest* stop = nullptr, std::vector<double>* probabilities = nullptr) {
   ClassificationMetrics m;
   const ForwardContext ctx = eval_context(precision);
   double loss_sum = 0;
@@ -221,22 +220,23 @@ std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, c
                               std::int64_t label_id, const std::vector<std::string>& labels,
                               const TextClassificationJob& job, RunDir& run) {
   const std::string label = labels[static_cast<std::size_t>(label_id)];
-  const AttentionMaps first = classifier_attention(model, tok, ids, std::min<std::int64_t>(job.max_len, 48), labels,
-                                                   Precision::kF32);
+  const AttentionMaps first =
+      classifier_attention(model, tok, ids, std::min<std::int64_t>(job.max_len, 48), labels, Precision::kF32);
   const std::vector<std::string> heatmaps =
       write_heatmaps(first, run.file("plots"), "attention_layer", fmt::format(" (label: {})", label), kReportHeatmaps);
   std::string s =
       "## Attention\n\nSelf-attention weights of every head for the first test example (first 48 tokens; rows "
       "are queries, columns keys; colours from 0 to each head's largest weight).\n\n";
   AttentionMaps whole = classifier_attention(model, tok, ids, job.max_len, labels, Precision::kF32, true);
-  s += report_explorer(run, {job.report_title,
-                             fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label,
-                                         whole.prediction),
-                             {std::move(whole)}});
+  s += report_explorer(
+      run, {job.report_title,
+            fmt::format("the first test example ({} tokens, label {}, predicted {})", whole.T, label, whole.prediction),
+            {std::move(whole)}});
   if (static_cast<std::int64_t>(heatmaps.size()) < first.layers * first.heads)
-    s += fmt::format("{} of the {} heads' maps are drawn below, of layers evenly spaced from the first to the last; "
-                     "the explorer holds every one.\n\n",
-                     heatmaps.size(), first.layers * first.heads);
+    s += fmt::format(
+        "{} of the {} heads' maps are drawn below, of layers evenly spaced from the first to the last; "
+        "the explorer holds every one.\n\n",
+        heatmaps.size(), first.layers * first.heads);
   for (const auto& f : heatmaps) s += fmt::format("![{0}](plots/{0})\n", f);
   return s;
 }
@@ -313,7 +313,8 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
 
   TextClassificationResult result;
-  if (fitted.validation) result.validation = {fitted.validation->loss, fitted.validation->accuracy.value_or(0), fitted.validation->examples};
+  if (fitted.validation)
+    result.validation = {fitted.validation->loss, fitted.validation->accuracy.value_or(0), fitted.validation->examples};
   result.train_seconds = fitted.total_seconds;
   result.trained = fitted.steps_and_time(fmt::format("{:.0f} tokens/s", fitted.items_per_s));
   result.steps = fitted.steps;
@@ -328,18 +329,21 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   nlohmann::json thresholds = nlohmann::json::array();
   std::string chosen;
   if (scored.binary && !data.validation.empty()) {
-    const ClassificationReport validated = report_classifier(m.model, encoded, data.validation,
-                                                             data.dataset.label_names, job.eval_batch, job.max_len,
-                                                             job.train.precision, stop);
+    const ClassificationReport validated =
+        report_classifier(m.model, encoded, data.validation, data.dataset.label_names, job.eval_batch, job.max_len,
+                          job.train.precision, stop);
     if (validated.binary && !std::isnan(validated.binary->roc_auc))
       for (const auto& [goal, t] : precision_goal_thresholds(*validated.binary)) {
-        thresholds.push_back({{"precision_goal", goal}, {"threshold", t.threshold},
-                              {"validation_precision", t.precision}, {"validation_recall", t.recall}});
+        thresholds.push_back({{"precision_goal", goal},
+                              {"threshold", t.threshold},
+                              {"validation_precision", t.precision},
+                              {"validation_recall", t.recall}});
         chosen += fmt::format("{}precision >= {:.2f}: --threshold {:.4g} (recall {:.4f})", chosen.empty() ? "" : "; ",
                               goal, t.threshold, t.recall);
       }
   }
-  run.append_metrics({{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
+  run.append_metrics(
+      {{"step", result.steps}, {"test_loss", result.test.loss}, {"test_accuracy", result.test.accuracy}});
   run.write_results({{"thresholds", thresholds},
                      {"test_accuracy", result.test.accuracy},
                      {"test_loss", result.test.loss},
@@ -367,16 +371,17 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   report.rows.insert(report.rows.begin() + 2, {"test macro F1", fmt::format("{:.4f}", scored.macro_f1)});
   if (!chosen.empty()) report.rows.push_back({"thresholds (chosen on the validation split)", chosen});
   if (scored.binary && !std::isnan(scored.binary->roc_auc))
-    report.rows.insert(report.rows.begin() + 3,
-                       {"test ROC AUC", fmt::format("{:.4f} (average precision {:.4f}; positive class {})",
-                                                    scored.binary->roc_auc, scored.binary->average_precision,
-                                                    scored.labels[1])});
+    report.rows.insert(
+        report.rows.begin() + 3,
+        {"test ROC AUC", fmt::format("{:.4f} (average precision {:.4f}; positive class {})", scored.binary->roc_auc,
+                                     scored.binary->average_precision, scored.labels[1])});
   const std::string errors = errors_section(scored, &test_texts, run.file("plots"), "plots/", "test");
-  report.sections = errors + (job.model.layer.pattern.has_weights()
-                        ? attention_section(m.model, *tok, encoded.tokens[static_cast<std::size_t>(data.test.front())],
-                                            data.dataset.examples[static_cast<std::size_t>(data.test.front())].label,
-                                            data.dataset.label_names, job, run)
-                        : std::string(kNoAttentionWeights));
+  report.sections =
+      errors + (job.model.layer.pattern.has_weights()
+                    ? attention_section(m.model, *tok, encoded.tokens[static_cast<std::size_t>(data.test.front())],
+                                        data.dataset.examples[static_cast<std::size_t>(data.test.front())].label,
+                                        data.dataset.label_names, job, run)
+                    : std::string(kNoAttentionWeights));
   write_run_report(run, fitted, report);
   return result;
 }
@@ -390,8 +395,7 @@ std::string test_line(const ClassificationMetrics& m) {
 }  // namespace
 
 std::vector<std::string> summary_lines(const TextClassificationResult& r) {
-  return {test_line(r.test),
-          fmt::format("training: {}", r.trained)};
+  return {test_line(r.test), fmt::format("training: {}", r.trained)};
 }
 
 TextDataset classifier_test_texts(const TextClassificationJob& job) {
@@ -401,7 +405,8 @@ TextDataset classifier_test_texts(const TextClassificationJob& job) {
                      job.data_path, classes, job.model.num_classes);
   TextDataset out;
   out.label_names = std::move(data.dataset.label_names);
-  for (std::int64_t i : data.test) out.examples.push_back(std::move(data.dataset.examples[static_cast<std::size_t>(i)]));
+  for (std::int64_t i : data.test)
+    out.examples.push_back(std::move(data.dataset.examples[static_cast<std::size_t>(i)]));
   return out;
 }
 
@@ -426,16 +431,18 @@ TokenizedExamples classifier_test_split(const TextClassificationJob& job, const 
 }
 
 ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
-                              std::span<const std::int64_t> idx, std::int64_t max_len, const SampleSettings& settings) {
+                              std::span<const std::int64_t> idx, std::int64_t max_len,
+                              const ModelSampleSettings& settings) {
   const Gathered g = gather(examples, idx.first(std::min<std::size_t>(idx.size(), settings.examples)));
   TokenBatch tb = make_token_batch(g.seqs, g.labels, max_len, examples.frame);
   Tensor logits = model.forward(tb.ids, &tb.padding, settings.context());
   model.release_saved();
-  return std::move(ModelSample(std::move(logits)).input("ids", std::move(tb.ids)).input("padding", std::move(tb.padding)));
+  return std::move(
+      ModelSample(std::move(logits)).input("ids", std::move(tb.ids)).input("padding", std::move(tb.padding)));
 }
 
 ModelSample sample_model(const TextClassificationJob& job, const std::string& run_dir,
-                         const SampleSettings& settings) {
+                         const ModelSampleSettings& settings) {
   LoadedTextClassifier r(job, run_dir);
   const TokenizedExamples test = classifier_test_split(r.job, *r.tokenizer);
   return sample_classifier(r.model(), test, test.all(), r.job.max_len, settings);
@@ -452,8 +459,8 @@ std::vector<std::string> run_class_names(const std::string& dir, std::int64_t nu
   std::vector<std::string> labels;
   if (!std::filesystem::exists(results)) {
     if (warnings)
-      warnings->push_back(fmt::format("{} has no {}: the classes are named by their numbers, 0 to {}", dir,
-                                      kLabelsFile, num_classes - 1));
+      warnings->push_back(fmt::format("{} has no {}: the classes are named by their numbers, 0 to {}", dir, kLabelsFile,
+                                      num_classes - 1));
     for (std::int64_t c = 0; c < num_classes; ++c) labels.push_back(std::to_string(c));
     return labels;
   }
@@ -482,8 +489,8 @@ TextDataset eval_file(const TextClassificationJob& job, const EvalRequest& req, 
   if (format.empty()) {
     format = labelled_format_of(req.data);
     if (format.empty() && (job.source == "csv" || job.source == "tsv" || job.source == "jsonl")) format = job.source;
-    check<ConfigError>(!format.empty(), "{}: cannot tell the format from the extension; give --source csv, tsv or jsonl",
-                       req.data);
+    check<ConfigError>(!format.empty(),
+                       "{}: cannot tell the format from the extension; give --source csv, tsv or jsonl", req.data);
   }
   TextDataset ds = load_labelled_file(req.data, format, req.text_column.empty() ? job.text_column : req.text_column,
                                       req.label_column.empty() ? job.label_column : req.label_column);
@@ -533,9 +540,9 @@ std::vector<std::string> evaluate_run(const TextClassificationJob& job, const st
     results["data"] = req.data.empty() ? "the run's test split" : req.data;
     results["precision"] = std::string(precision_name(r.job.train.precision));
     write_file_atomic(req.out + "/results.json", results.dump(2) + "\n");
-    write_file_atomic(req.out + "/report.md", fmt::format("# {}: evaluation on {}\n\nRun `{}`.\n\n{}", title_of(r.job),
-                                                          req.data.empty() ? "its test split" : "`" + req.data + "`",
-                                                          run_dir, section));
+    write_file_atomic(req.out + "/report.md",
+                      fmt::format("# {}: evaluation on {}\n\nRun `{}`.\n\n{}", title_of(r.job),
+                                  req.data.empty() ? "its test split" : "`" + req.data + "`", run_dir, section));
   }
   std::vector<std::string> lines = {
       fmt::format("{} accuracy: {:.2f}% ({} examples), {} loss {:.4f}", what, 100 * scored.accuracy, scored.examples,

@@ -79,8 +79,10 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
     if (is_hf_checkpoint(dir)) {
       const HfCheckpoint c = read_hf_checkpoint(dir);
       if (!c.has_head)
-        no_head_ = fmt::format("{} is an encoder ({}) with no classification head: embed with it, or fine-tune it "
-                               "first (multihead train --init-from {})", dir, c.architecture, dir);
+        no_head_ = fmt::format(
+            "{} is an encoder ({}) with no classification head: embed with it, or fine-tune it "
+            "first (multihead train --init-from {})",
+            dir, c.architecture, dir);
     }
     pooling_ = embedding_pooling(dir, job_.model.pooling);
     labels_ = run_class_names(dir, job_.model.num_classes, &warnings_);
@@ -232,9 +234,9 @@ class ClassifierRun final : public TokenModelRun<TextClassificationJob, Sequence
   AttentionMaps attention(const std::string& text, std::int64_t max_tokens, bool ablate) {
     check<ConfigError>(max_tokens > 1, "max tokens must be at least 2, got {}", max_tokens);
     // An encoder without a head predicts nothing: its maps are the attention alone.
-    AttentionMaps maps = classifier_attention(model_, *tok_, encode_text(*tok_, text, "the text"),
-                                              std::min(max_tokens, job_.max_len), labels_, precision_,
-                                              ablate && no_head_.empty());
+    AttentionMaps maps =
+        classifier_attention(model_, *tok_, encode_text(*tok_, text, "the text"), std::min(max_tokens, job_.max_len),
+                             labels_, precision_, ablate && no_head_.empty());
     if (!no_head_.empty()) maps.prediction.clear();
     return maps;
   }
@@ -245,7 +247,9 @@ class LanguageModelRun final : public TokenModelRun<LanguageModelJob, LanguageMo
   LanguageModelRun(const LanguageModelJob& job, const std::string& dir, Precision precision)
       : TokenModelRun(job, dir, precision) {}
 
-  std::vector<std::string> request_fields() const override { return {"tokens", "temperature", "top_k", "top_p", "seed"}; }
+  std::vector<std::string> request_fields() const override {
+    return {"tokens", "temperature", "top_k", "top_p", "seed"};
+  }
 
   void check_settings(const AnswerSettings& s) override {
     check_no_pronunciation_settings(s);
@@ -340,7 +344,8 @@ class PronunciationRun final : public TrainedRun {
     check_utf8(text, "the word");
     std::vector<std::string> letters = utf8_characters(cmudict_spelling(text));
     check<ConfigError>(!letters.empty(), "the word is empty");
-    letters.resize(std::min<std::size_t>(letters.size(), static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1))));
+    letters.resize(
+        std::min<std::size_t>(letters.size(), static_cast<std::size_t>(std::max<std::int64_t>(max_tokens, 1))));
     std::string word;
     for (const auto& l : letters) word += l;
     return encoder_self_attention(run_->model(), run_->vocab.encode_word(word), letters, run_->job.train.precision);
@@ -354,10 +359,9 @@ class PronunciationRun final : public TrainedRun {
     std::string word;
     for (const auto& l : encoder.tokens) word += l;
     const std::vector<Pronounced> best = pronounce({word}, 1, 1).front();
-    DecoderAttentionMaps decoder = decoder_attention_maps(run_->model(), run_->vocab, run_->vocab.encode_word(word),
-                                                          encoder.tokens,
-                                                          run_->vocab.encode_phonemes(best.front().phonemes),
-                                                          run_->job.train.precision);
+    DecoderAttentionMaps decoder =
+        decoder_attention_maps(run_->model(), run_->vocab, run_->vocab.encode_word(word), encoder.tokens,
+                               run_->vocab.encode_phonemes(best.front().phonemes), run_->job.train.precision);
     encoder.prediction = fmt::format("{}", fmt::join(best.front().phonemes, " "));
     decoder.cross.prediction = decoder.self.prediction = encoder.prediction;
     return {std::move(encoder), std::move(decoder.cross), std::move(decoder.self)};
@@ -407,9 +411,8 @@ AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& t
   return maps;
 }
 
-AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok,
-                                       const std::vector<std::int64_t>& ids, std::int64_t first_layer,
-                                       Precision precision) {
+AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok, const std::vector<std::int64_t>& ids,
+                                       std::int64_t first_layer, Precision precision) {
   check<ConfigError>(model.config().layer.pattern.has_weights(),
                      "this model's attention is linear: it computes no attention weights to show");
   std::vector<std::string> tokens;
@@ -462,20 +465,19 @@ std::string answering_nouns() {
   for (const KindInfo& k : kinds())
     if (k.answers != RunAnswers::kNone) nouns.emplace_back(k.noun);
   std::string s;
-  for (std::size_t i = 0; i < nouns.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == nouns.size() ? " and " : ", ") + nouns[i];
+  for (std::size_t i = 0; i < nouns.size(); ++i) s += (i == 0 ? "" : i + 1 == nouns.size() ? " and " : ", ") + nouns[i];
   return s;
 }
 
 }  // namespace
 
-std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir,
-                                             std::optional<Precision> precision) {
+std::unique_ptr<TrainedRun> TrainedRun::load(const std::string& run_dir, std::optional<Precision> precision) {
   const RunConfig cfg = read_run_config(run_dir);
   const Job job = job_from_json(cfg.json, cfg.path);
   std::unique_ptr<TrainedRun> run = std::visit([&](const auto& j) { return load_kind(j, run_dir, precision); }, job);
   if (run) {
-    if (std::string w = run_checkpoint_warning(run_dir); !w.empty()) run->warnings_.insert(run->warnings_.begin(), std::move(w));
+    if (std::string w = run_checkpoint_warning(run_dir); !w.empty())
+      run->warnings_.insert(run->warnings_.begin(), std::move(w));
     return run;
   }
   throw ConfigError(fmt::format("{}: inspect and load_run read the runs of {}, this run's task is '{}'", cfg.path,
@@ -508,8 +510,10 @@ std::vector<std::string> TrainedRun::labels() const {
 }
 
 std::vector<std::vector<float>> TrainedRun::embed(const std::vector<std::string>&) {
-  throw ConfigError(fmt::format("embed needs a text encoder (a classifier's run or a checkpoint); this run's task "
-                                "is {}", task()));
+  throw ConfigError(
+      fmt::format("embed needs a text encoder (a classifier's run or a checkpoint); this run's task "
+                  "is {}",
+                  task()));
 }
 
 std::vector<Prediction> TrainedRun::predict(const std::vector<std::string>&) {

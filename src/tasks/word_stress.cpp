@@ -14,8 +14,10 @@ namespace multihead {
 
 void WordStressJob::validate(const std::string& where) const {
   budget.validate(where);
-  check<ConfigError>(validation_fraction + test_fraction < 1, "{}: the validation and test fractions leave no words "
-                     "to train on", where);
+  check<ConfigError>(validation_fraction + test_fraction < 1,
+                     "{}: the validation and test fractions leave no words "
+                     "to train on",
+                     where);
 }
 
 std::optional<std::int64_t> stress_class(const std::vector<std::vector<std::string>>& pronunciations) {
@@ -48,7 +50,7 @@ namespace {
 // The dictionary's words that have a class, as letter ids and labels, split
 // by word (with the job's seed).
 struct StressData {
-  TokenizedExamples examples;  // the words' letters, and their classes
+  TokenizedExamples examples;      // the words' letters, and their classes
   std::vector<std::string> words;  // as written, for the report's mistakes
   SplitIndices split;
 };
@@ -98,10 +100,11 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   for (std::int64_t i : data.split.train)
     ++counts[static_cast<std::size_t>(data.examples.labels[static_cast<std::size_t>(i)])];
   const auto majority = static_cast<std::int64_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
-  progress.log(fmt::format("data: {} words of two or more syllables ({} train, {} validation, {} test); training "
-                           "words by stressed syllable: {} first, {} second, {} third, {} later",
-                           data.examples.labels.size(), data.split.train.size(), data.split.validation.size(),
-                           data.split.test.size(), counts[0], counts[1], counts[2], counts[3]));
+  progress.log(
+      fmt::format("data: {} words of two or more syllables ({} train, {} validation, {} test); training "
+                  "words by stressed syllable: {} first, {} second, {} third, {} later",
+                  data.examples.labels.size(), data.split.train.size(), data.split.validation.size(),
+                  data.split.test.size(), counts[0], counts[1], counts[2], counts[3]));
 
   job.model.vocab_size = WordStressJob::kLetterTokens;
   job.model.num_classes = WordStressJob::kClasses;
@@ -127,11 +130,11 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   const ClassificationReport test = report_classifier(m.model, data.examples, data.split.test, stress_class_names(),
                                                       job.eval_batch, job.max_letters, job.train.precision, stop);
   r.test_accuracy = test.accuracy, r.test_loss = test.loss, r.test_words = test.examples;
-  r.majority_accuracy = static_cast<double>(std::count_if(data.split.test.begin(), data.split.test.end(),
-                                                          [&](std::int64_t i) {
-                                                            return data.examples.labels[static_cast<std::size_t>(i)] == majority;
-                                                          })) /
-                        static_cast<double>(data.split.test.size());
+  r.majority_accuracy =
+      static_cast<double>(std::count_if(
+          data.split.test.begin(), data.split.test.end(),
+          [&](std::int64_t i) { return data.examples.labels[static_cast<std::size_t>(i)] == majority; })) /
+      static_cast<double>(data.split.test.size());
   run.append_metrics({{"step", r.steps}, {"test_loss", r.test_loss}, {"test_accuracy", r.test_accuracy}});
   run.write_results({{"test_accuracy", r.test_accuracy},
                      {"test_loss", r.test_loss},
@@ -144,16 +147,16 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
                      {"test", to_json(test)},
                      {"labels", stress_class_names()}});
   RunReport report{job.report_title, {}, ""};
-  report.rows = {{"test accuracy", fmt::format("{:.2f}% ({} words)", 100 * r.test_accuracy, r.test_words)},
-                 {"always the most common class",
-                  fmt::format("{:.2f}% ({})", 100 * r.majority_accuracy,
-                              stress_class_names()[static_cast<std::size_t>(majority)])},
-                 {"validation accuracy", fmt::format("{:.2f}%", 100 * r.validation_accuracy)},
-                 {"training", fitted.summary()},
-                 {"model", job.model.describe(m.store.numel())},
-                 {"data", fmt::format("{}: {} words of two or more syllables, {} train / {} validation / {} test",
-                                      job.data_path, data.examples.labels.size(), data.split.train.size(),
-                                      data.split.validation.size(), data.split.test.size())}};
+  report.rows = {
+      {"test accuracy", fmt::format("{:.2f}% ({} words)", 100 * r.test_accuracy, r.test_words)},
+      {"always the most common class", fmt::format("{:.2f}% ({})", 100 * r.majority_accuracy,
+                                                   stress_class_names()[static_cast<std::size_t>(majority)])},
+      {"validation accuracy", fmt::format("{:.2f}%", 100 * r.validation_accuracy)},
+      {"training", fitted.summary()},
+      {"model", job.model.describe(m.store.numel())},
+      {"data", fmt::format("{}: {} words of two or more syllables, {} train / {} validation / {} test", job.data_path,
+                           data.examples.labels.size(), data.split.train.size(), data.split.validation.size(),
+                           data.split.test.size())}};
   std::vector<std::string> test_words;
   for (std::int64_t i : data.split.test) test_words.push_back(data.words[static_cast<std::size_t>(i)]);
   report.sections = errors_section(test, &test_words, run.file("plots"), "plots/", "test");
@@ -167,7 +170,7 @@ std::vector<std::string> summary_lines(const WordStressResult& r) {
           fmt::format("training: {}", r.trained)};
 }
 
-ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const SampleSettings& settings) {
+ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const ModelSampleSettings& settings) {
   TrainedModel<SequenceClassifier> m(job.model, run_dir);
   const StressData data = load_data(job);
   return sample_classifier(m.model, data.examples, data.split.test, job.max_letters, settings);

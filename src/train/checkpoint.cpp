@@ -15,8 +15,10 @@ int check_checkpoint_format(const std::map<std::string, std::string>& meta, cons
   check<IoError>(it != meta.end() && it->second.starts_with("multihead-checkpoint-"), "{}: not a multihead checkpoint",
                  source);
   const std::string& format = it->second;
-  const int version = format == "multihead-checkpoint-1" ? 1 : format == "multihead-checkpoint-2" ? 2
-                      : format == kCheckpointFormat      ? 3 : 0;
+  const int version = format == "multihead-checkpoint-1"   ? 1
+                      : format == "multihead-checkpoint-2" ? 2
+                      : format == kCheckpointFormat        ? 3
+                                                           : 0;
   check<IoError>(version > 0,
                  "{}: checkpoint format '{}' is not one this build reads (multihead-checkpoint-1, -2 or -3)", source,
                  clip_text(format));
@@ -24,8 +26,8 @@ int check_checkpoint_format(const std::map<std::string, std::string>& meta, cons
   // refused: a file cannot claim an older format to shed its own checks.
   struct Field {
     std::string_view key;
-    int since;          // the first version that writes it
-    bool required;      // in every file of that version and later
+    int since;      // the first version that writes it
+    bool required;  // in every file of that version and later
   };
   static constexpr Field kFields[] = {{"distributed.ranks", 2, false},
                                       {kDataChecksumKey, 2, false},
@@ -41,8 +43,8 @@ int check_checkpoint_format(const std::map<std::string, std::string>& meta, cons
                    f.key == kChecksumKey ? "the checksum of its header and data" : fmt::format("its '{}'", f.key));
   }
   // Version 2 carries the checksum of its data, version 3 that of its header and data in its stead.
-  check<IoError>(version != 2 || meta.contains(std::string(kDataChecksumKey)), "{}: checkpoint lacks the checksum of its data",
-                 source);
+  check<IoError>(version != 2 || meta.contains(std::string(kDataChecksumKey)),
+                 "{}: checkpoint lacks the checksum of its data", source);
   check<IoError>(version != 3 || !meta.contains(std::string(kDataChecksumKey)),
                  "{}: a {} file never carries '{}': it was edited; refused", source, format, kDataChecksumKey);
   return version;
@@ -53,15 +55,17 @@ int check_checkpoint_format(const SafetensorsFile& f) { return check_checkpoint_
 std::string checkpoint_format_warning(const std::map<std::string, std::string>& meta, const std::string& source) {
   const int version = check_checkpoint_format(meta, source);
   if (version == 1)
-    return fmt::format("{} is a checkpoint of format 1, from an older build: it carries no checksum and no record of "
-                       "the architecture it was trained with, so neither its contents nor config.json can be checked "
-                       "against it (train --resume writes the current format)",
-                       source);
+    return fmt::format(
+        "{} is a checkpoint of format 1, from an older build: it carries no checksum and no record of "
+        "the architecture it was trained with, so neither its contents nor config.json can be checked "
+        "against it (train --resume writes the current format)",
+        source);
   if (version == 2)
-    return fmt::format("{} is a checkpoint of format 2, from an older build: its checksum covers its weights alone, "
-                       "and it carries no record of the architecture it was trained with, so config.json cannot be "
-                       "checked against it (train --resume writes the current format)",
-                       source);
+    return fmt::format(
+        "{} is a checkpoint of format 2, from an older build: its checksum covers its weights alone, "
+        "and it carries no record of the architecture it was trained with, so config.json cannot be "
+        "checked against it (train --resume writes the current format)",
+        source);
   return "";
 }
 
@@ -109,11 +113,11 @@ void check_config_matches_checkpoint(const nlohmann::json& config, const std::st
   const nlohmann::json patch = nlohmann::json::diff(was, now);
   if (patch.empty()) return;
   const nlohmann::json::json_pointer ptr(patch[0]["path"].get<std::string>());
-  throw ConfigError(fmt::format(
-      "{}: {} is {}, but the checkpoint {} was trained with {}: the config no longer describes its weights "
-      "(restore the key, or train again)",
-      config_path, dotted(ptr.to_string()), now.contains(ptr) ? now[ptr].dump() : "absent", ckpt_path,
-      was.contains(ptr) ? was[ptr].dump() : "it absent"));
+  throw ConfigError(
+      fmt::format("{}: {} is {}, but the checkpoint {} was trained with {}: the config no longer describes its weights "
+                  "(restore the key, or train again)",
+                  config_path, dotted(ptr.to_string()), now.contains(ptr) ? now[ptr].dump() : "absent", ckpt_path,
+                  was.contains(ptr) ? was[ptr].dump() : "it absent"));
 }
 
 namespace {

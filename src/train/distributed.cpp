@@ -20,7 +20,8 @@ namespace multihead {
 Allreduce parse_allreduce(const std::string& s) {
   if (s == "mpi") return Allreduce::kMpi;
   if (s == "ordered") return Allreduce::kOrdered;
-  throw ConfigError(fmt::format("allreduce must be mpi or ordered, got '{}'{}", s, did_you_mean(s, {"mpi", "ordered"})));
+  throw ConfigError(
+      fmt::format("allreduce must be mpi or ordered, got '{}'{}", s, did_you_mean(s, {"mpi", "ordered"})));
 }
 
 const char* allreduce_name(Allreduce a) { return a == Allreduce::kOrdered ? "ordered" : "mpi"; }

@@ -116,8 +116,8 @@ class Loop {
     const std::int64_t n = static_cast<std::int64_t>(plan_.epoch_examples.size());
     const std::int64_t per_epoch = (n + train_.batch - 1) / train_.batch;
     // train.steps <= per_epoch * epochs; less when a step cap cuts the last epoch short.
-    for (std::int64_t epoch = trainer_.steps_done() / per_epoch; epoch * per_epoch < train_.steps && !result_.stopped_early;
-         ++epoch) {
+    for (std::int64_t epoch = trainer_.steps_done() / per_epoch;
+         epoch * per_epoch < train_.steps && !result_.stopped_early; ++epoch) {
       const auto batches =
           plan_.example_lengths.empty()
               ? epoch_batches(plan_.epoch_examples, train_.batch, train_.seed, epoch, true)
@@ -238,15 +238,17 @@ class Loop {
       write_file_atomic(best_checkpoint_path(run_.path()),
                         read_file(last_checkpoint_path(run_.path()), kMaxWeightsBytes));
     std::string line = epoch_end ? fmt::format("epoch {}", *epoch + 1)
-                                 : epoch ? fmt::format("epoch {} step {}", *epoch + 1, at) : fmt::format("step {}", at);
+                       : epoch   ? fmt::format("epoch {} step {}", *epoch + 1, at)
+                                 : fmt::format("step {}", at);
     line += fmt::format(": validation loss {:.4f}{}", v.loss, plan_.loss_unit);
     if (v.accuracy) line += fmt::format(", accuracy {:.2f}%", 100 * *v.accuracy);
     progress_.log(line);
     draw_curves(true);
     if (result_.stopped_early)
-      progress_.log(fmt::format("early stopping: the validation loss has not fallen below {:.4f} (step {}) in {} "
-                                "validations; training stops, and the job goes on with step {}'s weights",
-                                best_loss_, *result_.best_step, train_.early_stopping, *result_.best_step));
+      progress_.log(
+          fmt::format("early stopping: the validation loss has not fallen below {:.4f} (step {}) in {} "
+                      "validations; training stops, and the job goes on with step {}'s weights",
+                      best_loss_, *result_.best_step, train_.early_stopping, *result_.best_step));
   }
 
   // Rank 0 validates alone: under mpirun every rank learns whether it stopped
@@ -281,14 +283,14 @@ class Loop {
   std::chrono::steady_clock::time_point t0_;
   std::chrono::steady_clock::time_point last_drawn_ = std::chrono::steady_clock::now();
   bool draw_failed_ = false;
-  double best_loss_ = 0;   // early stopping: the lowest validation loss
+  double best_loss_ = 0;    // early stopping: the lowest validation loss
   std::int64_t worse_ = 0;  // and the validations since it
 };
 
 }  // namespace
 
-FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
-              const json& config, RunDir& run, Progress& progress, StopRequest* stop) {
+FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan, const json& config,
+              RunDir& run, Progress& progress, StopRequest* stop) {
   check<ConfigError>(train.steps >= 0 && train.batch > 0, "steps must be >= 0 and batch positive");
   const std::int64_t ranks = process_group().size(), shares = ranks * train.grad_accumulation;
   check<ConfigError>(ranks == 1 || train.batch % shares == 0,
@@ -297,9 +299,10 @@ FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, c
                      train.batch, ranks, train.grad_accumulation);
   // A warmup as long as the run keeps the rate below its peak throughout: said once, at the start.
   if (train.steps > 0 && train.schedule.warmup_steps >= train.steps && process_group().primary())
-    progress.log(fmt::format("note: the warmup ({} steps) is as long as the run ({} steps): the learning rate never "
-                             "reaches its peak ({}); set fewer with --warmup-steps",
-                             train.schedule.warmup_steps, train.steps, train.schedule.base_lr));
+    progress.log(
+        fmt::format("note: the warmup ({} steps) is as long as the run ({} steps): the learning rate never "
+                    "reaches its peak ({}); set fewer with --warmup-steps",
+                    train.schedule.warmup_steps, train.steps, train.schedule.base_lr));
   return Loop(task, store, train, plan, run, progress, stop).run(config);
 }
 
@@ -320,7 +323,8 @@ std::string this_run(const FitResult& r) {
 
 std::string FitResult::summary() const {
   std::string s = fmt::format("{} steps", steps);
-  if (stopped_early) s += fmt::format(" (stopped early: the best validation at step {}, whose weights are tested)", *best_step);
+  if (stopped_early)
+    s += fmt::format(" (stopped early: the best validation at step {}, whose weights are tested)", *best_step);
   if (epochs) s += fmt::format(", {} epochs", epochs);
   const std::string part = this_run(*this);
   if (part.empty()) return s + fmt::format(", {:.1f} s, {:.0f} {}", seconds, items_per_s, unit);
@@ -329,8 +333,8 @@ std::string FitResult::summary() const {
 
 std::string FitResult::steps_and_time(std::string_view rate) const {
   std::string part = this_run(*this);
-  if (stopped_early) part = fmt::format("stopped early; the best validation at step {}{}{}", *best_step,
-                                        part.empty() ? "" : ", ", part);
+  if (stopped_early)
+    part = fmt::format("stopped early; the best validation at step {}{}{}", *best_step, part.empty() ? "" : ", ", part);
   if (!rate.empty()) part += (part.empty() ? "" : ", ") + std::string(rate);
   return fmt::format("{} steps{} in {:.1f} s{}", steps, skipped_steps_note(skipped_steps), total_seconds,
                      part.empty() ? "" : " (" + part + ")");
@@ -347,14 +351,14 @@ CrossEntropyGrad cross_entropy_grad(const Tensor& logits, const std::int64_t* ta
 }
 
 void check_finite_result(const char* what, double value) {
-  check<Error>(std::isfinite(value),
-               "{} is {}: the model's outputs are not finite, so there is no result to report", what, value);
+  check<Error>(std::isfinite(value), "{} is {}: the model's outputs are not finite, so there is no result to report",
+               what, value);
 }
 
 std::int64_t at_least_max_len(std::int64_t max_len, std::int64_t needed, Progress& progress) {
   if (max_len >= needed) return max_len;
-  progress.log(fmt::format("note: model.max_len {} is raised to {}, the longest sequence the job feeds", max_len,
-                           needed));
+  progress.log(
+      fmt::format("note: model.max_len {} is raised to {}, the longest sequence the job feeds", max_len, needed));
   return needed;
 }
 

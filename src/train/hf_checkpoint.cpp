@@ -55,7 +55,9 @@ template <typename T>
 T typed(const HfCheckpoint& c, const char* name, T fallback) {
   if (!c.config.contains(name) || c.config[name].is_null()) return fallback;
   const json& v = c.config[name];
-  const bool ok = std::is_same_v<T, bool> ? v.is_boolean() : std::is_integral_v<T> ? v.is_number_integer() : v.is_number();
+  const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
+                  : std::is_integral_v<T> ? v.is_number_integer()
+                                          : v.is_number();
   check<IoError>(ok, "{}: \"{}\" is {}, not a {}", c.config_path, name, v.dump(),
                  std::is_same_v<T, bool> ? "boolean" : "number");
   return v.get<T>();
@@ -149,7 +151,8 @@ json electra_model(const HfCheckpoint& c) {
   const std::int64_t e = key<std::int64_t>(c, "embedding_size", 128), d = key<std::int64_t>(c, "hidden_size");
   check<IoError>(e == d,
                  "{}: \"embedding_size\" is {} and \"hidden_size\" {}; an ELECTRA whose embeddings are as wide as "
-                 "its layers is read here (no embeddings_project)", c.config_path, e, d);
+                 "its layers is read here (no embeddings_project)",
+                 c.config_path, e, d);
   return bert_like_model(c, "gelu");
 }
 
@@ -167,11 +170,16 @@ json roberta_model(const HfCheckpoint& c) {
 }
 
 json bert_config(const json& m) {
-  return {{"hidden_size", m["d_model"]}, {"num_hidden_layers", m["num_layers"]},
-          {"num_attention_heads", m["nhead"]}, {"intermediate_size", m["dim_feedforward"]},
-          {"hidden_act", m["activation"]}, {"hidden_dropout_prob", m["dropout"]},
-          {"attention_probs_dropout_prob", m["dropout"]}, {"type_vocab_size", m["token_types"]},
-          {"layer_norm_eps", m["layer_norm_eps"]}, {"position_embedding_type", "absolute"}};
+  return {{"hidden_size", m["d_model"]},
+          {"num_hidden_layers", m["num_layers"]},
+          {"num_attention_heads", m["nhead"]},
+          {"intermediate_size", m["dim_feedforward"]},
+          {"hidden_act", m["activation"]},
+          {"hidden_dropout_prob", m["dropout"]},
+          {"attention_probs_dropout_prob", m["dropout"]},
+          {"type_vocab_size", m["token_types"]},
+          {"layer_norm_eps", m["layer_norm_eps"]},
+          {"position_embedding_type", "absolute"}};
 }
 
 json electra_config(const json& m) {
@@ -197,9 +205,14 @@ json distilbert_model(const HfCheckpoint& c) {
 }
 
 json distilbert_config(const json& m) {
-  return {{"dim", m["d_model"]}, {"n_layers", m["num_layers"]}, {"n_heads", m["nhead"]},
-          {"hidden_dim", m["dim_feedforward"]}, {"activation", m["activation"]}, {"dropout", m["dropout"]},
-          {"attention_dropout", m["dropout"]}, {"sinusoidal_pos_embds", false}};
+  return {{"dim", m["d_model"]},
+          {"n_layers", m["num_layers"]},
+          {"n_heads", m["nhead"]},
+          {"hidden_dim", m["dim_feedforward"]},
+          {"activation", m["activation"]},
+          {"dropout", m["dropout"]},
+          {"attention_dropout", m["dropout"]},
+          {"sinusoidal_pos_embds", false}};
 }
 
 // A module of the checkpoint (its .weight and .bias) and multihead's name for it.
@@ -209,17 +222,17 @@ struct Part {
 
 // What differs between the architectures read here.
 struct Architecture {
-  std::string model_type, base;       // "bert"; the base model's attribute in a model with a head
-  std::string classifier;             // the architecture with a classification head
-  std::vector<std::string> encoders;  // architectures read as an encoder alone
+  std::string model_type, base;                 // "bert"; the base model's attribute in a model with a head
+  std::string classifier;                       // the architecture with a classification head
+  std::vector<std::string> encoders;            // architectures read as an encoder alone
   std::string tokenizer_kind, tokenizer_class;  // "wordpiece", "BertTokenizer"
-  std::vector<Part> input;            // under the base model
-  std::string layer;                  // each layer's prefix under the base model, {} its number
+  std::vector<Part> input;                      // under the base model
+  std::string layer;                            // each layer's prefix under the base model, {} its number
   std::vector<Part> layer_parts;
   // The head's parts under the base model (BERT's pooler), read where the
   // head beside it has no part of the same name.
   std::vector<Part> base_head;
-  std::vector<Part> head;             // the head's parts beside it
+  std::vector<Part> head;              // the head's parts beside it
   json (*model)(const HfCheckpoint&);  // config.json to a model section
   json (*config)(const json&);         // a model section to config.json's own keys
 };
@@ -240,26 +253,51 @@ const std::vector<Part> kBertLayer = {{"attention.self.query", "self_attn.query"
 
 const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> all = {
-      {"bert", "bert", "BertForSequenceClassification", {"BertModel", "BertForPreTraining", "BertForMaskedLM"},
-       "wordpiece", "BertTokenizer", kBertInput, "encoder.layer.{}.", kBertLayer,
+      {"bert",
+       "bert",
+       "BertForSequenceClassification",
+       {"BertModel", "BertForPreTraining", "BertForMaskedLM"},
+       "wordpiece",
+       "BertTokenizer",
+       kBertInput,
+       "encoder.layer.{}.",
+       kBertLayer,
        {{"pooler.dense", "pre_classifier"}},
        {{"classifier", "classifier"}},
        bert_model,
        bert_config},
-      {"roberta", "roberta", "RobertaForSequenceClassification", {"RobertaModel", "RobertaForMaskedLM"},
-       "hf_bpe", "RobertaTokenizer", kBertInput, "encoder.layer.{}.", kBertLayer,
+      {"roberta",
+       "roberta",
+       "RobertaForSequenceClassification",
+       {"RobertaModel", "RobertaForMaskedLM"},
+       "hf_bpe",
+       "RobertaTokenizer",
+       kBertInput,
+       "encoder.layer.{}.",
+       kBertLayer,
        {{"pooler.dense", "pre_classifier"}},
        {{"classifier.dense", "pre_classifier"}, {"classifier.out_proj", "classifier"}},
        roberta_model,
        roberta_config},
-      {"electra", "electra", "ElectraForSequenceClassification", {"ElectraModel", "ElectraForPreTraining"},
-       "wordpiece", "ElectraTokenizer", kBertInput, "encoder.layer.{}.", kBertLayer,
+      {"electra",
+       "electra",
+       "ElectraForSequenceClassification",
+       {"ElectraModel", "ElectraForPreTraining"},
+       "wordpiece",
+       "ElectraTokenizer",
+       kBertInput,
+       "encoder.layer.{}.",
+       kBertLayer,
        {},
        {{"classifier.dense", "pre_classifier"}, {"classifier.out_proj", "classifier"}},
        electra_model,
        electra_config},
-      {"distilbert", "distilbert", "DistilBertForSequenceClassification", {"DistilBertModel", "DistilBertForMaskedLM"},
-       "wordpiece", "BertTokenizer",
+      {"distilbert",
+       "distilbert",
+       "DistilBertForSequenceClassification",
+       {"DistilBertModel", "DistilBertForMaskedLM"},
+       "wordpiece",
+       "BertTokenizer",
        {{"embeddings.word_embeddings", "embedding"},
         {"embeddings.position_embeddings", "pos_embedding"},
         {"embeddings.LayerNorm", "embedding_norm"}},
@@ -287,7 +325,8 @@ const Architecture& architecture(const std::string& model_type, const std::strin
     known.push_back(a.model_type);
   }
   known.push_back("gpt2");
-  throw IoError(fmt::format("{}: \"model_type\" is \"{}\"; {} are read here", where, model_type, fmt::join(known, ", ")));
+  throw IoError(
+      fmt::format("{}: \"model_type\" is \"{}\"; {} are read here", where, model_type, fmt::join(known, ", ")));
 }
 
 // The job a checkpoint is read as: a text classifier of its own shape.
@@ -392,13 +431,13 @@ const Architecture& run_architecture(const json& job) {
                      job.value("task", std::string("?")));
   const json& m = job["model"];
   const std::pair<const char*, json> shape[] = {
-      {"norm_first", false}, {"final_norm", false},  {"positions", "learned"}, {"pooling", "cls"},
-      {"embedding_norm", true}, {"attention", "full"},  {"num_kv_heads", 0}};
+      {"norm_first", false},    {"final_norm", false}, {"positions", "learned"}, {"pooling", "cls"},
+      {"embedding_norm", true}, {"attention", "full"}, {"num_kv_heads", 0}};
   for (const auto& [key, want] : shape)
     check<ConfigError>(m.value(key, json()) == want,
                        "this run's model.{} is {}; a BERT, RoBERTa or DistilBERT checkpoint's is {} (export --format "
-                       "hf writes models of their shape, as a checkpoint read from Hugging Face is)", key,
-                       m.value(key, json()).dump(), want.dump());
+                       "hf writes models of their shape, as a checkpoint read from Hugging Face is)",
+                       key, m.value(key, json()).dump(), want.dump());
   const std::int64_t types = m.value("token_types", 0);
   const std::string head = m.value("head", std::string());
   const std::string name = m.value("position_offset", 0) > 0 ? "roberta"
@@ -414,9 +453,11 @@ const Architecture& run_architecture(const json& job) {
   const std::string want_head = name == "distilbert" ? "relu" : name == "electra" ? "gelu" : "tanh";
   check<ConfigError>(head == want_head,
                      "this run's model.head is {} with {} token types; BERT's and RoBERTa's is tanh and ELECTRA's "
-                     "gelu, with token types, DistilBERT's relu without", head, types);
+                     "gelu, with token types, DistilBERT's relu without",
+                     head, types);
   check<ConfigError>(name != "distilbert" || m.value("layer_norm_eps", 0.0) == 1e-12,
-                     "this run's model.layer_norm_eps is {}; DistilBERT's is fixed at 1e-12", m.value("layer_norm_eps", 0.0));
+                     "this run's model.layer_norm_eps is {}; DistilBERT's is fixed at 1e-12",
+                     m.value("layer_norm_eps", 0.0));
   return a;
 }
 
@@ -501,11 +542,10 @@ struct Gpt2Rename {
 
 std::map<std::string, Gpt2Rename> gpt2_names(const json& m) {
   const std::int64_t d = m["d_model"], F = m["dim_feedforward"], V = m["vocab_size"];
-  std::map<std::string, Gpt2Rename> names = {
-      {"wte.weight", {"embedding.weight", {V, d}, false}},
-      {"wpe.weight", {"pos_embedding.weight", {m["max_len"], d}, false}},
-      {"ln_f.weight", {"encoder.norm.weight", {d}, false}},
-      {"ln_f.bias", {"encoder.norm.bias", {d}, false}}};
+  std::map<std::string, Gpt2Rename> names = {{"wte.weight", {"embedding.weight", {V, d}, false}},
+                                             {"wpe.weight", {"pos_embedding.weight", {m["max_len"], d}, false}},
+                                             {"ln_f.weight", {"encoder.norm.weight", {d}, false}},
+                                             {"ln_f.bias", {"encoder.norm.bias", {d}, false}}};
   for (std::int64_t i = 0; i < m["num_layers"].get<std::int64_t>(); ++i) {
     const std::string h = fmt::format("h.{}.", i), e = fmt::format("encoder.layers.{}.", i);
     for (const auto& [from, to] : {std::pair{"ln_1", "norm1"}, std::pair{"ln_2", "norm2"}}) {
@@ -614,8 +654,10 @@ Written encoder_written(const json& job, const TensorMap& weights, const std::ve
   }
   const TokenFrame f = tokenizer.frame();
   w.config = hf_config_of(a, m, labels, f);
-  w.tokenizer_config = {{"tokenizer_class", a.tokenizer_class}, {"model_max_length", job["max_len"]},
-                        {"pad_token", tokenizer.piece(f.pad)}, {"unk_token", tokenizer.piece(f.unk)}};
+  w.tokenizer_config = {{"tokenizer_class", a.tokenizer_class},
+                        {"model_max_length", job["max_len"]},
+                        {"pad_token", tokenizer.piece(f.pad)},
+                        {"unk_token", tokenizer.piece(f.unk)}};
   if (!f.before.empty()) w.tokenizer_config["cls_token"] = tokenizer.piece(f.before.front());
   if (!f.after.empty()) w.tokenizer_config["sep_token"] = tokenizer.piece(f.after.front());
   return w;
@@ -624,14 +666,13 @@ Written encoder_written(const json& job, const TensorMap& weights, const std::ve
 // A language model of GPT-2's shape (as a GPT-2 checkpoint is read) as GPT2LMHeadModel.
 Written gpt2_written(const json& job, const TensorMap& weights, const Tokenizer& tokenizer) {
   const json& m = job["model"];
-  const std::pair<const char*, json> shape[] = {
-      {"norm_first", true},     {"final_norm", true}, {"positions", "learned"}, {"attention", "full"},
-      {"num_kv_heads", 0},      {"embedding_norm", false}};
+  const std::pair<const char*, json> shape[] = {{"norm_first", true},  {"final_norm", true}, {"positions", "learned"},
+                                                {"attention", "full"}, {"num_kv_heads", 0},  {"embedding_norm", false}};
   for (const auto& [key, want] : shape)
     check<ConfigError>(m.value(key, json()) == want,
                        "this run's model.{} is {}; a GPT-2 checkpoint's is {} (export --format hf writes language "
-                       "models of its shape, as a GPT-2 read from Hugging Face is)", key, m.value(key, json()).dump(),
-                       want.dump());
+                       "models of its shape, as a GPT-2 read from Hugging Face is)",
+                       key, m.value(key, json()).dump(), want.dump());
   const std::string tokenizer_kind = job["tokenizer"].value("kind", std::string());
   check<ConfigError>(tokenizer_kind == "hf_bpe", "this run's tokenizer is {}; a GPT-2 checkpoint's is hf_bpe",
                      tokenizer_kind);
@@ -645,15 +686,23 @@ Written gpt2_written(const json& job, const TensorMap& weights, const Tokenizer&
     w.tensors["lm_head.weight"] = run_tensor(weights, "lm_head.weight", {m["vocab_size"], m["d_model"]}).clone();
   const std::string act = m["activation"];
   const json dropout = m["dropout"];
-  w.config = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},
-              {"vocab_size", m["vocab_size"]},        {"n_positions", m["max_len"]},
-              {"n_embd", m["d_model"]},               {"n_layer", m["num_layers"]},
-              {"n_head", m["nhead"]},                 {"n_inner", m["dim_feedforward"]},
+  w.config = {{"architectures", {"GPT2LMHeadModel"}},
+              {"model_type", "gpt2"},
+              {"vocab_size", m["vocab_size"]},
+              {"n_positions", m["max_len"]},
+              {"n_embd", m["d_model"]},
+              {"n_layer", m["num_layers"]},
+              {"n_head", m["nhead"]},
+              {"n_inner", m["dim_feedforward"]},
               {"activation_function", act == "gelu_tanh" ? "gelu_new" : act},
-              {"resid_pdrop", dropout},               {"embd_pdrop", dropout},
-              {"attn_pdrop", dropout},                {"layer_norm_epsilon", m["layer_norm_eps"]},
-              {"tie_word_embeddings", tied},          {"scale_attn_weights", true},
-              {"initializer_range", 0.02},            {"dtype", "float32"}};
+              {"resid_pdrop", dropout},
+              {"embd_pdrop", dropout},
+              {"attn_pdrop", dropout},
+              {"layer_norm_epsilon", m["layer_norm_eps"]},
+              {"tie_word_embeddings", tied},
+              {"scale_attn_weights", true},
+              {"initializer_range", 0.02},
+              {"dtype", "float32"}};
   w.tokenizer_config = {{"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", m["max_len"]}};
   // GPT-2's one special token, where the vocabulary has it: the start and end of a text.
   for (std::int64_t id = tokenizer.vocab_size() - 1; id >= 0; --id) {
@@ -669,8 +718,9 @@ Written gpt2_written(const json& job, const TensorMap& weights, const Tokenizer&
 
 std::string write_hf_checkpoint(const std::string& dir, const json& job, const TensorMap& weights,
                                 const std::vector<std::string>& labels, const Tokenizer& tokenizer) {
-  const Written w = job.value("task", std::string()) == "language_modeling" ? gpt2_written(job, weights, tokenizer)
-                                                                           : encoder_written(job, weights, labels, tokenizer);
+  const Written w = job.value("task", std::string()) == "language_modeling"
+                        ? gpt2_written(job, weights, tokenizer)
+                        : encoder_written(job, weights, labels, tokenizer);
   check<ConfigError>(!fs::exists(fs::symlink_status(dir)) || (fs::is_directory(dir) && fs::is_empty(dir)),
                      "{} exists and is not an empty directory; export writes a new one", dir);
   // Beside dir, of a name no other process uses: removed on failure, as this call made it.
@@ -730,10 +780,10 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
                  "{}: \"architectures\" must name one architecture", c.config_path);
   if (c.model_type == "gpt2") {
     c.architecture = arch.empty() ? kGpt2Architectures.front() : arch[0].get<std::string>();
-    check<IoError>(std::find(kGpt2Architectures.begin(), kGpt2Architectures.end(), c.architecture) !=
-                       kGpt2Architectures.end(),
-                   "{}: \"architectures\" is [\"{}\"]; {} are read here", c.config_path, c.architecture,
-                   fmt::join(kGpt2Architectures, " and "));
+    check<IoError>(
+        std::find(kGpt2Architectures.begin(), kGpt2Architectures.end(), c.architecture) != kGpt2Architectures.end(),
+        "{}: \"architectures\" is [\"{}\"]; {} are read here", c.config_path, c.architecture,
+        fmt::join(kGpt2Architectures, " and "));
     c.job = gpt2_job(c);
     c.weights_path = weights_file(dir);
     return c;
@@ -771,8 +821,8 @@ TensorMap hf_model_tensors(const HfCheckpoint& c) {
     // The base model's tensors under its prefix (a model with a head) or none (the base model alone).
     const std::string n = name.starts_with(a.base + ".") ? name.substr(a.base.size() + 1) : name;
     // Buffers and pre-training heads, which transformers does not read into these models either.
-    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_") || n.starts_with("lm_head.") ||
-        n.starts_with("discriminator_predictions."))
+    if (n == "embeddings.position_ids" || n.starts_with("cls.") || n.starts_with("vocab_") ||
+        n.starts_with("lm_head.") || n.starts_with("discriminator_predictions."))
       continue;
     const Rename* r = nullptr;
     if (const auto b = names.base.find(n); b != names.base.end()) r = &b->second;

@@ -78,19 +78,22 @@ std::vector<std::string> apply_initial_weights(ParamStore& store, const InitialW
       continue;
     }
     const auto it = w.tensors.find(e.name);
-    check<ConfigError>(it != w.tensors.end(), "{} has no tensor '{}' of shape {} that the model has (skip it with "
-                       "--init-skip to keep its initialisation)", w.file, e.name, shape_text(e.shape));
-    check<ConfigError>(it->second.shape() == e.shape, "{}: '{}' has shape {}, the model's has {} (skip it with "
-                       "--init-skip to train it afresh)", w.file, e.name, shape_text(it->second.shape()),
-                       shape_text(e.shape));
+    check<ConfigError>(it != w.tensors.end(),
+                       "{} has no tensor '{}' of shape {} that the model has (skip it with "
+                       "--init-skip to keep its initialisation)",
+                       w.file, e.name, shape_text(e.shape));
+    check<ConfigError>(it->second.shape() == e.shape,
+                       "{}: '{}' has shape {}, the model's has {} (skip it with "
+                       "--init-skip to train it afresh)",
+                       w.file, e.name, shape_text(it->second.shape()), shape_text(e.shape));
     check<ConfigError>(it->second.dtype() == DType::kF32, "{}: '{}' is {}; weights are read as F32", w.file, e.name,
                        dtype_name(it->second.dtype()));
     check_finite_weights(it->second, w.file, e.name);
     copies.emplace_back(&e, &it->second);
   }
   for (const auto& [name, t] : w.tensors)
-    check<ConfigError>(store.find(name) || skipped(name) || (optional && std::regex_search(name, *optional)), "{}: '{}' of shape {} is no parameter of the model",
-                       w.file, name, shape_text(t.shape()));
+    check<ConfigError>(store.find(name) || skipped(name) || (optional && std::regex_search(name, *optional)),
+                       "{}: '{}' of shape {} is no parameter of the model", w.file, name, shape_text(t.shape()));
   for (const auto& [e, t] : copies) std::copy(t->f32(), t->f32() + e->numel, store.all_data().data() + e->offset);
   return kept;
 }

@@ -42,8 +42,7 @@ std::int64_t meta_int(const std::map<std::string, std::string>& meta, const std:
 
 }  // namespace
 
-AdamW::AdamW(const ParamStore& store, const AdamWConfig& cfg)
-    : cfg_(cfg), m_({store.numel()}), v_({store.numel()}) {
+AdamW::AdamW(const ParamStore& store, const AdamWConfig& cfg) : cfg_(cfg), m_({store.numel()}), v_({store.numel()}) {
   check<ConfigError>(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1,
                      "AdamW betas must be in [0, 1), got ({}, {})", cfg.beta1, cfg.beta2);
   check<ConfigError>(cfg.eps > 0 && cfg.weight_decay >= 0, "AdamW eps must be positive and weight_decay >= 0");

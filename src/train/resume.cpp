@@ -202,7 +202,8 @@ void save_run_checkpoint(RunDir& run, const Trainer& trainer, const std::map<std
   trainer.save_checkpoint(last_checkpoint_path(run.path()), meta);
   // The kept copy is written as every file here is, whole or not at all.
   if (trainer.config().keep_checkpoints)
-    write_file_atomic(kept_checkpoint_path(run.path(), trainer.steps_done()), read_file(last_checkpoint_path(run.path()), kMaxWeightsBytes));
+    write_file_atomic(kept_checkpoint_path(run.path(), trainer.steps_done()),
+                      read_file(last_checkpoint_path(run.path()), kMaxWeightsBytes));
 }
 
 void finish_step(RunDir& run, Progress& progress, const Trainer& trainer, const StepStats& st, const json& record,

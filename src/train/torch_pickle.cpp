@@ -57,8 +57,8 @@ class ZipArchive {
 
   std::string read(const std::string& name) const {
     zip_stat_t st;
-    check<IoError>(zip_stat(zip_, name.c_str(), 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE),
-                   "{}: has no entry '{}'", path_, name);
+    check<IoError>(zip_stat(zip_, name.c_str(), 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE), "{}: has no entry '{}'",
+                   path_, name);
     zip_file_t* f = zip_fopen(zip_, name.c_str(), 0);
     check<IoError>(f != nullptr, "{}: cannot open its entry '{}'", path_, name);
     std::string bytes(static_cast<std::size_t>(st.size), '\0');
@@ -120,9 +120,8 @@ ValuePtr make(T x) {
 bool allowed(const Global& g) {
   if (g.module == "collections" && g.name == "OrderedDict") return true;
   if (g.module == "torch._utils" && (g.name == "_rebuild_tensor_v2" || g.name == "_rebuild_parameter")) return true;
-  static const char* kStorages[] = {"FloatStorage", "HalfStorage", "BFloat16Storage", "DoubleStorage",
-                                    "LongStorage",  "IntStorage",  "ShortStorage",    "CharStorage",
-                                    "ByteStorage",  "BoolStorage"};
+  static const char* kStorages[] = {"FloatStorage", "HalfStorage",  "BFloat16Storage", "DoubleStorage", "LongStorage",
+                                    "IntStorage",   "ShortStorage", "CharStorage",     "ByteStorage",   "BoolStorage"};
   if (g.module == "torch")
     for (const char* s : kStorages)
       if (g.name == s) return true;
@@ -139,94 +138,100 @@ class Unpickler {
     while (true) {
       const auto op = static_cast<unsigned char>(byte());
       switch (op) {
-        case 0x80: byte(); break;                        // PROTO
-        case 0x95: take(8); break;                       // FRAME
-        case '}': push(make(Dict{})); break;             // EMPTY_DICT
-        case ']': push(make(List{})); break;             // EMPTY_LIST
-        case ')': push(make(Tuple{})); break;            // EMPTY_TUPLE
-        case '(': marks_.push_back(stack_.size()); break;  // MARK
-        case 'q': memo_[le(1)] = top(); break;           // BINPUT
-        case 'r': memo_[le(4)] = top(); break;           // LONG_BINPUT
-        case 0x94: memo_[memo_.size()] = top(); break;   // MEMOIZE
-        case 'h': push(get(le(1))); break;               // BINGET
-        case 'j': push(get(le(4))); break;               // LONG_BINGET
-        case 'X': push(make(std::string(take(le(4))))); break;     // BINUNICODE
-        case 0x8c: push(make(std::string(take(le(1))))); break;    // SHORT_BINUNICODE
-        case 0x8d: push(make(std::string(take(le(8))))); break;    // BINUNICODE8
-        case 'T': case 'B': push(make(std::string(take(le(4))))); break;   // BINSTRING, BINBYTES
-        case 'U': case 'C': push(make(std::string(take(le(1))))); break;   // SHORT_BINSTRING, SHORT_BINBYTES
-        case 'c': {                                      // GLOBAL
+        case 0x80: byte(); break;                                // PROTO
+        case 0x95: take(8); break;                               // FRAME
+        case '}': push(make(Dict{})); break;                     // EMPTY_DICT
+        case ']': push(make(List{})); break;                     // EMPTY_LIST
+        case ')': push(make(Tuple{})); break;                    // EMPTY_TUPLE
+        case '(': marks_.push_back(stack_.size()); break;        // MARK
+        case 'q': memo_[le(1)] = top(); break;                   // BINPUT
+        case 'r': memo_[le(4)] = top(); break;                   // LONG_BINPUT
+        case 0x94: memo_[memo_.size()] = top(); break;           // MEMOIZE
+        case 'h': push(get(le(1))); break;                       // BINGET
+        case 'j': push(get(le(4))); break;                       // LONG_BINGET
+        case 'X': push(make(std::string(take(le(4))))); break;   // BINUNICODE
+        case 0x8c: push(make(std::string(take(le(1))))); break;  // SHORT_BINUNICODE
+        case 0x8d: push(make(std::string(take(le(8))))); break;  // BINUNICODE8
+        case 'T':
+        case 'B': push(make(std::string(take(le(4))))); break;  // BINSTRING, BINBYTES
+        case 'U':
+        case 'C': push(make(std::string(take(le(1))))); break;  // SHORT_BINSTRING, SHORT_BINBYTES
+        case 'c': {                                             // GLOBAL
           Global g{line(), ""};
           g.name = line();
           push(global(std::move(g)));
           break;
         }
-        case 0x93: {                                     // STACK_GLOBAL
+        case 0x93: {  // STACK_GLOBAL
           std::string name = as<std::string>(pop(), "a global's name");
           std::string module = as<std::string>(pop(), "a global's module");
           push(global({std::move(module), std::move(name)}));
           break;
         }
-        case 'Q': push(persistent(pop())); break;        // BINPERSID
+        case 'Q': push(persistent(pop())); break;                                                  // BINPERSID
         case 'J': push(make(static_cast<std::int64_t>(static_cast<std::int32_t>(le(4))))); break;  // BININT
-        case 'K': push(make(static_cast<std::int64_t>(le(1)))); break;   // BININT1
-        case 'M': push(make(static_cast<std::int64_t>(le(2)))); break;   // BININT2
-        case 0x8a: push(make(long1())); break;           // LONG1
-        case 'G': {                                      // BINFLOAT, big-endian
+        case 'K': push(make(static_cast<std::int64_t>(le(1)))); break;                             // BININT1
+        case 'M': push(make(static_cast<std::int64_t>(le(2)))); break;                             // BININT2
+        case 0x8a: push(make(long1())); break;                                                     // LONG1
+        case 'G': {  // BINFLOAT, big-endian
           std::uint64_t bits = 0;
           for (unsigned char c : take(8)) bits = bits << 8 | c;
           push(make(std::bit_cast<double>(bits)));
           break;
         }
-        case 0x88: push(make(true)); break;              // NEWTRUE
-        case 0x89: push(make(false)); break;             // NEWFALSE
-        case 'N': push(make(std::monostate{})); break;   // NONE
+        case 0x88: push(make(true)); break;                // NEWTRUE
+        case 0x89: push(make(false)); break;               // NEWFALSE
+        case 'N': push(make(std::monostate{})); break;     // NONE
         case 't': push(make(Tuple{since_mark()})); break;  // TUPLE
         case 'l': push(make(List{since_mark()})); break;   // LIST
-        case 0x85: case 0x86: case 0x87: {               // TUPLE1, TUPLE2, TUPLE3
+        case 0x85:
+        case 0x86:
+        case 0x87: {  // TUPLE1, TUPLE2, TUPLE3
           Items items(static_cast<std::size_t>(op - 0x84));
           for (auto it = items.rbegin(); it != items.rend(); ++it) *it = pop();
           push(make(Tuple{std::move(items)}));
           break;
         }
-        case 'a': {                                      // APPEND
+        case 'a': {  // APPEND
           ValuePtr x = pop();
           list(top()).push_back(std::move(x));
           break;
         }
-        case 'e': {                                      // APPENDS
+        case 'e': {  // APPENDS
           Items items = since_mark();
           Items& l = list(top());
           l.insert(l.end(), items.begin(), items.end());
           break;
         }
-        case 's': {                                      // SETITEM
+        case 's': {  // SETITEM
           ValuePtr v = pop(), k = pop();
           dict(top()).items.emplace_back(std::move(k), std::move(v));
           break;
         }
-        case 'u': {                                      // SETITEMS
+        case 'u': {  // SETITEMS
           Items items = since_mark();
           check<IoError>(items.size() % 2 == 0, "{}: SETITEMS over an odd number of items", source_);
           Dict& d = dict(top());
           for (std::size_t i = 0; i < items.size(); i += 2) d.items.emplace_back(items[i], items[i + 1]);
           break;
         }
-        case 'R': {                                      // REDUCE
+        case 'R': {  // REDUCE
           ValuePtr args = pop(), callable = pop();
           push(reduce(as<Global>(callable, "a callable"), as<Tuple>(args, "the arguments of a call").items));
           break;
         }
-        case 'b': {                                      // BUILD: a state_dict's _metadata, not read
+        case 'b': {  // BUILD: a state_dict's _metadata, not read
           pop();
           check<IoError>(std::holds_alternative<Dict>(top()->v) || std::holds_alternative<TensorView>(top()->v),
                          "{}: its pickle sets the state of an object a state_dict does not hold", source_);
           break;
         }
-        case '.': return pop();                          // STOP
+        case '.': return pop();  // STOP
         default:
-          throw IoError(fmt::format("{}: its pickle has opcode 0x{:02x}, which a state_dict's does not use; it is "
-                                    "not read", source_, op));
+          throw IoError(
+              fmt::format("{}: its pickle has opcode 0x{:02x}, which a state_dict's does not use; it is "
+                          "not read",
+                          source_, op));
       }
     }
   }
@@ -302,7 +307,8 @@ class Unpickler {
   ValuePtr global(Global g) const {
     check<IoError>(allowed(g),
                    "{}: its pickle refers to {}, which a state_dict does not hold; it is not read (a pickle can run "
-                   "code)", source_, g.qualified());
+                   "code)",
+                   source_, g.qualified());
     return make(std::move(g));
   }
 
@@ -364,15 +370,17 @@ struct StorageType {
 };
 
 const StorageType& storage_type(const std::string& name, const std::string& tensor, const std::string& source) {
-  static const StorageType kTypes[] = {
-      {"FloatStorage", 4, DType::kF32}, {"HalfStorage", 2, DType::kF16}, {"BFloat16Storage", 2, DType::kBF16},
-      {"LongStorage", 8, DType::kI64},  {"BoolStorage", 1, DType::kBool}, {"DoubleStorage", 8, std::nullopt},
-      {"IntStorage", 4, std::nullopt},  {"ShortStorage", 2, std::nullopt}, {"CharStorage", 1, std::nullopt},
-      {"ByteStorage", 1, std::nullopt}};
+  static const StorageType kTypes[] = {{"FloatStorage", 4, DType::kF32},     {"HalfStorage", 2, DType::kF16},
+                                       {"BFloat16Storage", 2, DType::kBF16}, {"LongStorage", 8, DType::kI64},
+                                       {"BoolStorage", 1, DType::kBool},     {"DoubleStorage", 8, std::nullopt},
+                                       {"IntStorage", 4, std::nullopt},      {"ShortStorage", 2, std::nullopt},
+                                       {"CharStorage", 1, std::nullopt},     {"ByteStorage", 1, std::nullopt}};
   for (const StorageType& t : kTypes) {
     if (name != t.name) continue;
-    check<IoError>(t.dtype.has_value(), "{}: '{}' is a {}, which is not read (float32, float16, bfloat16, int64 "
-                                        "and bool are)", source, tensor, name);
+    check<IoError>(t.dtype.has_value(),
+                   "{}: '{}' is a {}, which is not read (float32, float16, bfloat16, int64 "
+                   "and bool are)",
+                   source, tensor, name);
     return t;
   }
   throw IoError(fmt::format("{}: '{}' has a storage of type {}", source, tensor, name));
@@ -440,7 +448,8 @@ TensorMap parse_torch_state_dict(const std::string& bytes, const std::string& pa
     check<IoError>(t != nullptr, "{}: '{}' is not a tensor", path, *name);
     const StorageType& type = storage_type(t->storage->type, *name, path);
     auto it = storages.find(t->storage->key);
-    if (it == storages.end()) it = storages.emplace(t->storage->key, zip.read(prefix + "data/" + t->storage->key)).first;
+    if (it == storages.end())
+      it = storages.emplace(t->storage->key, zip.read(prefix + "data/" + t->storage->key)).first;
     check<IoError>(!out.contains(*name), "{}: '{}' twice in its state_dict", path, *name);
     out[*name] = materialise(*t, it->second, type, *name, path);
   }

@@ -27,8 +27,8 @@ void TrainConfig::set_steps(std::int64_t n) {
   steps = n;
   schedule.total_steps = n;
   if (schedule.warmup_steps == 0 && schedule.warmup_ratio > 0 && n > 0)
-    schedule.warmup_steps = std::max<std::int64_t>(
-        1, static_cast<std::int64_t>(std::ceil(schedule.warmup_ratio * static_cast<double>(n))));
+    schedule.warmup_steps =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(schedule.warmup_ratio * static_cast<double>(n))));
 }
 
 void TrainConfig::validate() const {

@@ -48,7 +48,10 @@ nlohmann::json MemoryCurve::json(const StepStats& s) {
 }
 
 nlohmann::json step_json(const StepStats& s, bool loss_scaling) {
-  nlohmann::json j = {{"step", s.step + 1}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
+  nlohmann::json j = {{"step", s.step + 1},
+                      {"loss", s.loss},
+                      {"lr", s.lr},
+                      {"grad_norm", s.grad_norm},
                       {"memory", MemoryCurve::json(s)}};
   if (loss_scaling) j["loss_scale"] = s.loss_scale;
   if (loss_scaling || s.skipped) j["skipped"] = s.skipped;
@@ -127,8 +130,12 @@ std::int64_t Trainer::micro_batches() const { return cfg_.grad_accumulation * pr
 class Trainer::GradientSum {
  public:
   GradientSum(ProcessGroup& group, ParamStore& store, const TrainConfig& cfg)
-      : group_(group), store_(store), cfg_(cfg), grads_(store.all_grads()),
-        overlap_(group.size() > 1 && cfg.allreduce_overlap), unsummed_(store.numel()) {
+      : group_(group),
+        store_(store),
+        cfg_(cfg),
+        grads_(store.all_grads()),
+        overlap_(group.size() > 1 && cfg.allreduce_overlap),
+        unsummed_(store.numel()) {
     if (overlap_) cuts_ = store.grads_boundaries();
   }
 

@@ -205,8 +205,8 @@ TEST_F(BadCheckpoint, InspectWritesNoHeatmapUnlessItCanWriteAll) {
 
 TEST_F(BadCheckpoint, CorruptTokenizersAreRefused) {
   const fs::path tok = out / "tokenizer" / "tokenizer.json";
-  for (const std::string& bytes : {std::string("\x01\x02garbage"), std::string("{\"type\": \"char\"}"),
-                                   std::string("{\"type\": \"bpe\"}")}) {
+  for (const std::string& bytes :
+       {std::string("\x01\x02garbage"), std::string("{\"type\": \"char\"}"), std::string("{\"type\": \"bpe\"}")}) {
     write_file_atomic(tok.string(), bytes);
     CliRun g = run("generate --run " + out.string() + " --prompt the --tokens 3");
     EXPECT_EQ(g.code, 2) << bytes;
@@ -249,9 +249,9 @@ TEST_F(BadCheckpoint, HostileCheckpointsAreRefused) {
                             ckpt + ": checkpoint step or seed is not a number", true);
   expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["rng.seed"] = "5"; }),
                             ckpt + ": checkpoint was written with seed 5, this run uses 0", true);
-  expect_refused_checkpoint(
-      edited([](auto&, std::map<std::string, std::string>& m) { m["distributed.ranks"] = "2"; }),
-      ckpt + ": the run was trained by 2 ranks and this one has 1: resume it with mpirun -np 2", true);
+  expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m["distributed.ranks"] = "2"; }),
+                            ckpt + ": the run was trained by 2 ranks and this one has 1: resume it with mpirun -np 2",
+                            true);
   expect_refused_checkpoint(edited([](auto&, std::map<std::string, std::string>& m) { m.erase("format"); }),
                             ckpt + ": not a multihead checkpoint");
   expect_refused_checkpoint(edited([](TensorMap& t, auto&) {
@@ -265,9 +265,9 @@ TEST_F(BadCheckpoint, HostileCheckpointsAreRefused) {
 // config.json whose vocabulary disagrees with the tokenizer, and an empty
 // token list, are refused alike by all three.
 TEST_F(BadCheckpoint, EveryCommandRefusesARunTheSameWay) {
-  const std::vector<std::string> commands = {"eval --run " + out.string(),
-                                             "generate --run " + out.string() + " --prompt the --tokens 3",
-                                             "inspect --run " + out.string() + " --text the --out " + (dir / "maps").string()};
+  const std::vector<std::string> commands = {
+      "eval --run " + out.string(), "generate --run " + out.string() + " --prompt the --tokens 3",
+      "inspect --run " + out.string() + " --text the --out " + (dir / "maps").string()};
   const std::string config_path = (out / "config.json").string(), config = read_file(config_path);
   auto edited_config = nlohmann::json::parse(config);
   const std::int64_t vocab = edited_config["model"]["vocab_size"];
@@ -296,9 +296,9 @@ TEST_F(BadCheckpoint, EveryCommandRefusesARunTheSameWay) {
 // loss to report and says so with exit 2, rather than printing nan.
 TEST_F(BadCheckpoint, WeightsThatGiveNonFiniteOutputsFailEval) {
   write_file_atomic(ckpt, edited([](TensorMap& t, auto&) {
-    Tensor& w = t["encoder.layers.0.linear1.weight"];
-    for (std::int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = 3e38f;
-  }));
+                      Tensor& w = t["encoder.layers.0.linear1.weight"];
+                      for (std::int64_t i = 0; i < w.numel(); ++i) w.f32()[i] = 3e38f;
+                    }));
   CliRun r = run("eval --run " + out.string() + " --threads 1");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err.rfind("multihead: error: the validation loss is ", 0), 0u) << r.err;
@@ -326,8 +326,9 @@ TEST_F(BadCheckpoint, CorruptOrUnknownCheckpointsAreRefused) {
   }
   expect_refused_checkpoint(
       edited([](auto&, std::map<std::string, std::string>& m) { m["format"] = "multihead-checkpoint-9"; }),
-      ckpt + ": checkpoint format 'multihead-checkpoint-9' is not one this build reads (multihead-checkpoint-1, -2 "
-             "or -3)");
+      ckpt +
+          ": checkpoint format 'multihead-checkpoint-9' is not one this build reads (multihead-checkpoint-1, -2 "
+          "or -3)");
 }
 
 // A checkpoint cannot shed its own checks by naming an older format: a
@@ -343,20 +344,24 @@ TEST_F(BadCheckpoint, ACheckpointCannotDowngradeItsOwnChecks) {
     });
   };
   expect_refused_checkpoint(tagged("multihead-checkpoint-1", {"crc32"}),
-                            ckpt + ": a multihead-checkpoint-1 file never carries 'distributed.ranks' (format 2 and "
-                                   "later write it): its format tag was edited; refused");
+                            ckpt +
+                                ": a multihead-checkpoint-1 file never carries 'distributed.ranks' (format 2 and "
+                                "later write it): its format tag was edited; refused");
   expect_refused_checkpoint(tagged("multihead-checkpoint-1", {"crc32", "distributed.ranks"}),
-                            ckpt + ": a multihead-checkpoint-1 file never carries 'architecture' (format 3 and later "
-                                   "write it): its format tag was edited; refused");
+                            ckpt +
+                                ": a multihead-checkpoint-1 file never carries 'architecture' (format 3 and later "
+                                "write it): its format tag was edited; refused");
   expect_refused_checkpoint(tagged("multihead-checkpoint-2", {"crc32"}),
-                            ckpt + ": a multihead-checkpoint-2 file never carries 'architecture' (format 3 and later "
-                                   "write it): its format tag was edited; refused");
+                            ckpt +
+                                ": a multihead-checkpoint-2 file never carries 'architecture' (format 3 and later "
+                                "write it): its format tag was edited; refused");
   expect_refused_checkpoint(tagged("multihead-checkpoint-2", {"crc32", "architecture"}),
                             ckpt + ": checkpoint lacks the checksum of its data");
   expect_refused_checkpoint(tagged("multihead-checkpoint-3", {"crc32"}),
                             ckpt + ": checkpoint lacks the checksum of its header and data");
   // Consistent with format 1 (every later field gone): read, and said to be what it is, with an edited step too.
-  const std::string old = tagged("multihead-checkpoint-1", {"crc32", "architecture", "distributed.ranks"}, {{"step", "4"}});
+  const std::string old =
+      tagged("multihead-checkpoint-1", {"crc32", "architecture", "distributed.ranks"}, {{"step", "4"}});
   write_file_atomic(ckpt, old);
   const std::string warning = "multihead: warning: " + ckpt +
                               " is a checkpoint of format 1, from an older build: it carries no checksum and no "

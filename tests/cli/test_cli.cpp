@@ -103,7 +103,8 @@ TEST_F(Cli, AFullDiskUnderTheMetricsLogSaysWhy) {
   std::ofstream(dir / "tiny.txt") << text;
   CliRun r = run("train --preset moby-dick --data " + (dir / "tiny.txt").string() +
                  " --steps 2000 --d-model 16 --num-heads 2 --num-layers 1 --batch 2 --max-len 8 --threads 1 "
-                 "--quiet --out " + (small / "run").string());
+                 "--quiet --out " +
+                 (small / "run").string());
   ::umount2(small.c_str(), MNT_DETACH);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "multihead: error: cannot write '" + (small / "run" / "metrics.jsonl").string() +
@@ -115,8 +116,8 @@ TEST_F(Cli, ApplyReproducesAGoldenCase) {
     if (c.name != "bias_kv_zero_attn_masks" && c.name != "causal_bottom_right") continue;
     fs::path out = dir / (c.name + ".safetensors");
     CliRun r = run("apply --module " + (c.dir / "module.json").string() + " --weights " +
-                (c.dir / "weights.safetensors").string() + " --inputs " + (c.dir / "inputs.safetensors").string() +
-                " --out " + out.string());
+                   (c.dir / "weights.safetensors").string() + " --inputs " + (c.dir / "inputs.safetensors").string() +
+                   " --out " + out.string());
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.err, "");
     TensorMap got = SafetensorsFile::read(out.string()).all_tensors();
@@ -136,7 +137,7 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
   std::ofstream(bad_module) << R"({"type": "MultiheadAttention", "embed_dim": 10, "num_heads": 3})";
   fs::path out = dir / "out.safetensors";
   CliRun r = run("apply --module " + bad_module.string() + " --weights " + (c.dir / "weights.safetensors").string() +
-              " --inputs " + (c.dir / "inputs.safetensors").string() + " --out " + out.string());
+                 " --inputs " + (c.dir / "inputs.safetensors").string() + " --out " + out.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n");
   EXPECT_FALSE(fs::exists(out));
@@ -148,7 +149,8 @@ TEST_F(Cli, FailedApplyLeavesNoOutput) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "multihead: error: " + truncated.string() + ": not a safetensors file (only 3 bytes)\n");
   EXPECT_FALSE(fs::exists(out));
-  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos);
 
   r = run("apply --module " + (dir / "missing.json").string() + " --weights x --inputs y --out " + out.string());
   EXPECT_EQ(r.code, 2);
@@ -174,8 +176,8 @@ TEST_F(Cli, ApplyRefusesAnOutThatIsNotARegularFile) {
   std::ofstream(dir / "target") << "keep";
   fs::create_symlink(dir / "target", dir / "link");
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
-  for (const auto& [out, kind] : {std::pair{fs::path("/dev/null"), "a device"}, std::pair{dir / "link", "a symbolic link"},
-                                  std::pair{dir / "fifo", "a FIFO"}}) {
+  for (const auto& [out, kind] : {std::pair{fs::path("/dev/null"), "a device"},
+                                  std::pair{dir / "link", "a symbolic link"}, std::pair{dir / "fifo", "a FIFO"}}) {
     CliRun r = run(args + out.string());
     EXPECT_EQ(r.code, 2) << out;
     EXPECT_EQ(r.err, "multihead: error: refusing to write '" + out.string() + "': it is " + kind +
@@ -190,9 +192,9 @@ TEST_F(Cli, ApplyRefusesAnOutThatIsNotARegularFile) {
 }
 
 TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
-  for (const char* extra : {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights", " --tile-gemm micro",
-                            " --positions relative --backward", " --positions alibi --causal",
-                            " --gemm openblas"}) {
+  for (const char* extra :
+       {"", " --backward --causal", " --impl reference --backward", " --tile-gemm blas --need-weights",
+        " --tile-gemm micro", " --positions relative --backward", " --positions alibi --causal", " --gemm openblas"}) {
     CliRun r = run(std::string("bench attention --batch 2 --seq-len 9 --embed-dim 16 --num-heads 4 --iters 2 "
                                "--warmup 0 --threads 1 --json") +
                    extra);
@@ -204,7 +206,8 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
     EXPECT_GT(j["ms"].get<double>(), 0.0);
     EXPECT_GT(j["peak_bytes"].get<std::int64_t>(), 0);
     EXPECT_EQ(j["threads"].get<int>(), 1);
-    EXPECT_EQ(j["gemm"].get<std::string>(), std::string(extra).find("openblas") != std::string::npos ? "openblas" : "onednn");
+    EXPECT_EQ(j["gemm"].get<std::string>(),
+              std::string(extra).find("openblas") != std::string::npos ? "openblas" : "onednn");
     EXPECT_EQ(j["samples_ms"].size(), 2u);
     // Every line names what it was measured on.
     EXPECT_EQ(j["machine"]["threads"].get<int>(), 1);
@@ -212,8 +215,9 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
     EXPECT_FALSE(j["machine"]["kernel_simd"].get<std::string>().empty());
     EXPECT_EQ(r.out.rfind("machine: ", 0), 0u) << r.out;
   }
-  CliRun t = run("bench train --d-model 16 --num-heads 2 --num-layers 1 --dim-feedforward 16 --seq-len 8 --batch 2 "
-                 "--vocab-size 50 --iters 2 --warmup 0 --threads 1 --json");
+  CliRun t =
+      run("bench train --d-model 16 --num-heads 2 --num-layers 1 --dim-feedforward 16 --seq-len 8 --batch 2 "
+          "--vocab-size 50 --iters 2 --warmup 0 --threads 1 --json");
   ASSERT_EQ(t.code, 0) << t.err;
   auto tj = nlohmann::json::parse(t.out.substr(t.out.rfind('\n', t.out.size() - 2) + 1));
   EXPECT_GT(tj["tokens_per_s"].get<double>(), 0.0);
@@ -252,7 +256,8 @@ TEST_F(Cli, BenchAttentionEndsWithOneJsonLine) {
 
 TEST_F(Cli, BenchRejectsBadInput) {
   const std::pair<const char*, const char*> cases[] = {
-      {"bench attention --embed-dim 10 --num-heads 3", "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n"},
+      {"bench attention --embed-dim 10 --num-heads 3",
+       "multihead: error: embed_dim (10) must be divisible by num_heads (3)\n"},
       {"bench attention --impl magic", "multihead: error: --impl must be fused or reference, got 'magic'\n"},
       {"bench attention --q-block 0 --seq-len 4 --embed-dim 8 --num-heads 2",
        "multihead: error: attention tile sizes must be positive, got 0 x 256\n"},
@@ -265,9 +270,11 @@ TEST_F(Cli, BenchRejectsBadInput) {
       {"bench attention --positions spiral",
        "multihead: error: --positions must be none, relative, alibi or rope, got 'spiral'\n"},
       {"bench train --precision half",
-       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\" (did you mean 'fp16'?)\n"},
+       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\" (did you mean "
+       "'fp16'?)\n"},
       {"bench gemm --precision half",
-       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\" (did you mean 'fp16'?)\n"},
+       "multihead: error: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"half\" (did you mean "
+       "'fp16'?)\n"},
       {"bench gemm --precision fp16",
        "multihead: error: bench gemm: --precision must be fp32, bf16 or int8 (fp16 has no product of its own: it "
        "computes in fp32), got fp16\n"},
@@ -308,11 +315,11 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   // Not a terminal: plain log lines, no carriage returns.
   EXPECT_NE(r.err.find("step 1/"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find('\r'), std::string::npos);
-  for (const char* f : {"config.json", "metrics.jsonl", "results.json", "report.md", "tokenizer/tokenizer.json",
-                        "checkpoints/last.safetensors", "plots/loss.png", "plots/accuracy.png",
-                        "plots/learning_rate.png", "plots/grad_norm.png", "plots/throughput.png",
-                        "plots/confusion.png", "plots/reliability.png", "plots/roc.png", "plots/precision_recall.png",
-                        "plots/attention_layer0_head1.png"})
+  for (const char* f :
+       {"config.json", "metrics.jsonl", "results.json", "report.md", "tokenizer/tokenizer.json",
+        "checkpoints/last.safetensors", "plots/loss.png", "plots/accuracy.png", "plots/learning_rate.png",
+        "plots/grad_norm.png", "plots/throughput.png", "plots/confusion.png", "plots/reliability.png", "plots/roc.png",
+        "plots/precision_recall.png", "plots/attention_layer0_head1.png"})
     EXPECT_TRUE(fs::exists(out / f)) << f;
   // Every picture the report shows exists.
   std::ifstream report(out / "report.md");
@@ -384,7 +391,10 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
     std::ofstream csv(dir / "mail.csv");
     csv << "id,text\n1,\"good great\nfine day\"\n2,bad awful poor\n";
     std::ofstream jsonl(dir / "mail.jsonl");
-    jsonl << R"({"body": "good great fine"})" << "\n" << R"({"body": "bad awful poor"})" << "\n";
+    jsonl << R"({"body": "good great fine"})"
+          << "\n"
+          << R"({"body": "bad awful poor"})"
+          << "\n";
   }
   CliRun pc = run("predict --run " + out.string() + " --json --input " + (dir / "mail.csv").string());
   ASSERT_EQ(pc.code, 0) << pc.err;
@@ -398,8 +408,9 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_NE(pm.err.find("no key named 'Body' (did you mean 'body'?"), std::string::npos) << pm.err;
   CliRun ps = run("predict --run " + out.string() + " --text-column body --input " + (dir / "items.txt").string());
   EXPECT_EQ(ps.code, 2);
-  EXPECT_EQ(ps.err, "multihead: error: --text-column reads the input by column: give --source csv, tsv or jsonl "
-                    "(the input's name does not say)\n");
+  EXPECT_EQ(ps.err,
+            "multihead: error: --text-column reads the input by column: give --source csv, tsv or jsonl "
+            "(the input's name does not say)\n");
   {
     std::ofstream items(dir / "bad_items.txt");
     items << "good day\n\xff\xfe\n";
@@ -411,8 +422,8 @@ TEST_F(Cli, TrainWritesARunDirectoryAndEvalReadsIt) {
   EXPECT_TRUE(pb.out.empty());  // nothing printed for the good line either
   // --threshold: the positive (second) class, here "neg", from that probability up.
   for (const auto& [t, label] : {std::pair{"0", "neg"}, std::pair{"1", "pos"}}) {
-    CliRun pt = run("predict --run " + out.string() + " --json --threshold " + t + " --input " +
-                    (dir / "items.txt").string());
+    CliRun pt =
+        run("predict --run " + out.string() + " --json --threshold " + t + " --input " + (dir / "items.txt").string());
     ASSERT_EQ(pt.code, 0) << pt.err;
     std::istringstream answered(pt.out);
     for (std::string l; std::getline(answered, l);) {
@@ -501,7 +512,8 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
   ASSERT_EQ(ev.code, 0) << ev.err;
   // eval recomputes the validation loss train reported last.
   EXPECT_EQ(ev.out.substr(0, 24), r.out.substr(r.out.find("validation loss: "), 24));
-  CliRun g16 = run("generate --run " + out.string() + " --prompt 'the wh' --tokens 12 --temperature 0 --precision fp16");
+  CliRun g16 =
+      run("generate --run " + out.string() + " --prompt 'the wh' --tokens 12 --temperature 0 --precision fp16");
   ASSERT_EQ(g16.code, 0) << g16.err;
   EXPECT_EQ(g16.out.size(), g.out.size());
   CliRun e32 = run("eval --run " + out.string() + " --threads 1 --precision fp32");
@@ -525,8 +537,10 @@ TEST_F(Cli, LanguageModelTrainsAndGenerates) {
 
 TEST_F(Cli, SequenceTaskTrainsAndTestsLongerLengths) {
   const fs::path out = dir / "seq";
-  CliRun r = run("train --preset reverse --steps 30 --d-model 16 --num-heads 2 --num-layers 1 --batch 8 "
-                 "--positions alibi --threads 1 --quiet --out " + out.string());
+  CliRun r =
+      run("train --preset reverse --steps 30 --d-model 16 --num-heads 2 --num-layers 1 --batch 8 "
+          "--positions alibi --threads 1 --quiet --out " +
+          out.string());
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* len : {"length 16: ", "length 32: ", "length 64: "})
     EXPECT_NE(r.out.find(len), std::string::npos) << r.out;
@@ -554,8 +568,10 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   const fs::path dict = dir / "dict.txt";
   std::ofstream(dict) << regular_spelling_dictionary(150);
   const fs::path out = dir / "words";
-  CliRun r = run("train --preset cmudict --epochs 2 --d-model 16 --num-heads 2 --num-layers 1 --batch 16 "
-                 "--threads 1 --quiet --data " + dict.string() + " --out " + out.string());
+  CliRun r =
+      run("train --preset cmudict --epochs 2 --d-model 16 --num-heads 2 --num-layers 1 --batch 16 "
+          "--threads 1 --quiet --data " +
+          dict.string() + " --out " + out.string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("test: WER ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("letters ("), std::string::npos) << r.out;  // by word length
@@ -623,8 +639,7 @@ TEST_F(Cli, PronunciationTrainsPredictsAndInspects) {
   std::ofstream(dir / "beam0.json") << cfg.dump();
   CliRun z = run("train --config " + (dir / "beam0.json").string() + " --out " + (dir / "beam0").string());
   EXPECT_EQ(z.code, 2);
-  EXPECT_EQ(z.err, "multihead: error: " + (dir / "beam0.json").string() +
-                       ": decode: beam must be >= 1, got 0\n");
+  EXPECT_EQ(z.err, "multihead: error: " + (dir / "beam0.json").string() + ": decode: beam must be >= 1, got 0\n");
   EXPECT_FALSE(fs::exists(dir / "beam0"));
   // inspect: the encoder's self-attention over the word's letters, spelled as predict reads them.
   CliRun in = run("inspect --run " + out.string() + " --text fade --threads 1 --out " + (dir / "maps").string());
@@ -648,9 +663,10 @@ TEST_F(Cli, ImageJobTakesPrecisionAndCheckpointingFlags) {
   put("t10k-images-idx3-ubyte", test::idx({2, 28, 28}, 7));
   put("t10k-labels-idx1-ubyte", test::idx({2}, 3));
   const fs::path out = dir / "vit";
-  CliRun r = run("train --preset fashion-mnist --epochs 1 --d-model 16 --num-heads 2 --num-layers 1 --batch 2 "
-                 "--precision bf16 --checkpoint-layers --seed 5 --threads 1 --quiet --data " + data.string() +
-                 " --out " + out.string());
+  CliRun r =
+      run("train --preset fashion-mnist --epochs 1 --d-model 16 --num-heads 2 --num-layers 1 --batch 2 "
+          "--precision bf16 --checkpoint-layers --seed 5 --threads 1 --quiet --data " +
+          data.string() + " --out " + out.string());
   ASSERT_EQ(r.code, 0) << r.err;
   const auto cfg = nlohmann::json::parse(std::ifstream(out / "config.json"));
   EXPECT_EQ(cfg["train"]["precision"], "bf16");
@@ -673,7 +689,8 @@ TEST_F(Cli, ProgressIsABarOnATerminal) {
   // script(1) gives the command a pseudo-terminal; its output comes back on stdout.
   const std::string cmd = test::cli_path() + " train --source csv --data " + (dir / "tiny.csv").string() +
                           " --tokenizer word --epochs 1 --d-model 8 --num-heads 2 --num-layers 1 --batch 8 --threads 1 "
-                          "--out " + (dir / "tty").string();
+                          "--out " +
+                          (dir / "tty").string();
   CliRun r = {0, "", ""};
   FILE* p = ::popen(("script -qec '" + cmd + "' /dev/null").c_str(), "r");
   std::array<char, 4096> buf;
@@ -706,9 +723,10 @@ TEST_F(Cli, StepsCutAnEpochJobShort) {
     if (rec.contains("validation_loss")) eval_steps.push_back(rec["step"].get<int>());
   }
   EXPECT_EQ(eval_steps, (std::vector<int>{5, 7}));
-  CliRun resumed = run("train --source csv --data " + (dir / "tiny.csv").string() + " --tokenizer word --vocab-size 64 " +
-                       "--epochs 3 --steps 7 --d-model 16 --num-heads 2 --num-layers 1 --batch 4 --max-len 8 " +
-                       "--threads 1 --quiet --resume --out " + out.string());
+  CliRun resumed =
+      run("train --source csv --data " + (dir / "tiny.csv").string() + " --tokenizer word --vocab-size 64 " +
+          "--epochs 3 --steps 7 --d-model 16 --num-heads 2 --num-layers 1 --batch 4 --max-len 8 " +
+          "--threads 1 --quiet --resume --out " + out.string());
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(nlohmann::json::parse(std::ifstream(out / "results.json"))["steps"].get<int>(), 7);
 }
@@ -716,14 +734,16 @@ TEST_F(Cli, StepsCutAnEpochJobShort) {
 TEST_F(Cli, TrainRejectsBadInput) {
   const std::pair<std::string, std::string> cases[] = {
       {"train --preset imdb",
-       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse, cmudict, spam-minilm)\n"},
+       "multihead: error: unknown preset 'imdb' (known: spam, moby-dick, fashion-mnist, reverse, cmudict, "
+       "spam-minilm)\n"},
       {"train --source csv --data " + (dir / "missing.csv").string(),
        "multihead: error: cannot open '" + (dir / "missing.csv").string() + "': No such file or directory\n"},
       {"train --positions absolute",
        "multihead: error: the flags: model: positions must be none, sinusoidal, learned, relative, rope or "
        "alibi, got \"absolute\" (did you mean 'learned'?)\n"},
       {"train --d-model 30 --num-heads 4", "multihead: error: d_model (30) must be divisible by nhead (4)\n"},
-      {"train --precision fp8", "multihead: error: the flags: train: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"fp8\"\n"},
+      {"train --precision fp8",
+       "multihead: error: the flags: train: precision must be \"fp32\", \"bf16\", \"fp16\" or \"int8\", got \"fp8\"\n"},
       {"train --precision int8",
        "multihead: error: precision: int8 is a precision for inference (predict, eval, serve); train in fp32, bf16 "
        "or fp16\n"},
@@ -731,23 +751,26 @@ TEST_F(Cli, TrainRejectsBadInput) {
       {"train --batch 30 --grad-accumulation 4",
        "multihead: error: batch (30) must be a multiple of grad_accumulation (4)\n"},
       {"train --epochs 0", "multihead: error: the flags: train: epochs must be in [1, 1000000], got 0\n"},
-      {"train --epochs 99999999999", "multihead: error: the flags: train: epochs must be in [1, 1000000], got 99999999999\n"},
+      {"train --epochs 99999999999",
+       "multihead: error: the flags: train: epochs must be in [1, 1000000], got 99999999999\n"},
       {"train --seed -1", "multihead: error: the flags: train: 'seed' must be >= 0, got -1\n"},
       {"train --threads -3", "multihead: error: the flags: threads must be in [0, 1024], got -3\n"},
       {"train --lr nan", "multihead: error: the flags: train: lr must be > 0, got nan\n"},
       {"train --lr 1e999", "multihead: error: the flags: train: lr must be > 0, got inf\n"},
-      {"train --d-model 1000000000 --num-heads 8", "multihead: error: the flags: model: d_model must be in [1, 65536], got 1000000000\n"},
-      {"train --preset reverse --epochs 2",
-       "multihead: error: --epochs does not apply to synthetic sequence tasks\n"},
+      {"train --d-model 1000000000 --num-heads 8",
+       "multihead: error: the flags: model: d_model must be in [1, 65536], got 1000000000\n"},
+      {"train --preset reverse --epochs 2", "multihead: error: --epochs does not apply to synthetic sequence tasks\n"},
       {"train --preset fashion-mnist --positions rope --max-len 5",
        "multihead: error: --positions and --max-len do not apply to image jobs\n"},
       {"train --preset moby-dick --source csv --epochs 1",
        "multihead: error: --epochs and --source do not apply to language models\n"},
       {"train --config " + (dir / "translation.json").string(),
        "multihead: error: " + (dir / "translation.json").string() +
-           ": task must be one of text_classification, language_modeling, image_classification, sequence_task, pronunciation, "
+           ": task must be one of text_classification, language_modeling, image_classification, sequence_task, "
+           "pronunciation, "
            "word_stress, got 'translation'\n"},
-      {"train --on-nonfinite ignore", "multihead: error: the flags: train: on_nonfinite must be stop or skip, got 'ignore'\n"},
+      {"train --on-nonfinite ignore",
+       "multihead: error: the flags: train: on_nonfinite must be stop or skip, got 'ignore'\n"},
       {"train --allreduce fast", "multihead: error: the flags: train: allreduce must be mpi or ordered, got 'fast'\n"},
       {"eval --run " + (dir / "nothing").string(),
        "multihead: error: cannot open '" + (dir / "nothing/config.json").string() + "': No such file or directory\n"},
@@ -770,7 +793,8 @@ TEST_F(Cli, ExperimentQuickWritesItsTable) {
   CliRun bad = run("experiment magic");
   EXPECT_EQ(bad.code, 2);
   EXPECT_EQ(bad.err,
-            "multihead: error: unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, "
+            "multihead: error: unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, "
+            "head-analysis, "
             "optimisation, precision, head-cost, gradients)\n");
 }
 
@@ -800,7 +824,9 @@ TEST_F(Cli, HelpVersionAndDidYouMean) {
   for (const char* typo : {"trian", "help trian"}) {
     const CliRun r = run(typo);
     EXPECT_EQ(r.code, 2) << typo;
-    EXPECT_EQ(r.err.rfind("multihead: error: unknown command 'trian' (did you mean 'train'?); the commands are: train, ", 0), 0u)
+    EXPECT_EQ(
+        r.err.rfind("multihead: error: unknown command 'trian' (did you mean 'train'?); the commands are: train, ", 0),
+        0u)
         << r.err;
     EXPECT_EQ(count_lines(r.err), 1);
   }
@@ -827,8 +853,10 @@ TEST_F(Cli, HelpVersionAndDidYouMean) {
 
 TEST_F(Cli, TheRunLockGoesWithTheRunAndAKilledRunsLockIsTakenOver) {
   const fs::path out = dir / "run";
-  const std::string train = "train --preset reverse --steps 3 --warmup-steps 5 --d-model 16 --num-heads 2 "
-                            "--num-layers 1 --batch 4 --threads 1 --out " + out.string();
+  const std::string train =
+      "train --preset reverse --steps 3 --warmup-steps 5 --d-model 16 --num-heads 2 "
+      "--num-layers 1 --batch 4 --threads 1 --out " +
+      out.string();
   const CliRun first = run(train);
   ASSERT_EQ(first.code, 0) << first.err;
   EXPECT_FALSE(fs::exists(out / "run.lock"));  // a finished run names no process
@@ -841,10 +869,13 @@ TEST_F(Cli, TheRunLockGoesWithTheRunAndAKilledRunsLockIsTakenOver) {
   const fs::path killed = dir / "killed";
   fs::create_directories(killed);
   std::ofstream(killed / "run.lock") << "999999999";
-  const CliRun taken = run("train --preset reverse --steps 3 --warmup-steps 1 --d-model 16 --num-heads 2 "
-                           "--num-layers 1 --batch 4 --threads 1 --out " + killed.string());
+  const CliRun taken =
+      run("train --preset reverse --steps 3 --warmup-steps 1 --d-model 16 --num-heads 2 "
+          "--num-layers 1 --batch 4 --threads 1 --out " +
+          killed.string());
   ASSERT_EQ(taken.code, 0) << taken.err;
-  EXPECT_NE(taken.err.find("note: " + killed.string() + " was locked by process 999999999, which ended without "
+  EXPECT_NE(taken.err.find("note: " + killed.string() +
+                           " was locked by process 999999999, which ended without "
                            "releasing it (killed?); this run takes it over"),
             std::string::npos)
       << taken.err;

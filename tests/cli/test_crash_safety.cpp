@@ -68,8 +68,7 @@ pid_t spawn(const std::string& args, const std::string& err = "/dev/null") {
 // Polls, every `poll`, until ready() or the process `pid` has ended (its
 // status then in `status`).
 template <typename Ready>
-void wait_until(pid_t pid, int& status, Ready ready,
-                std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
+void wait_until(pid_t pid, int& status, Ready ready, std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
   while (!ready() && ::waitpid(pid, &status, WNOHANG) == 0) std::this_thread::sleep_for(poll);
 }
 
@@ -108,8 +107,8 @@ void kill_at_first_checkpoint_and_resume(const std::string& args, const fs::path
   const pid_t pid = spawn(args + " --out " + out.string());
   ASSERT_GT(pid, 0);
   int status = 0;
-  wait_until(pid, status, [&] { return fs::exists(out / "checkpoints/last.safetensors"); },
-             std::chrono::microseconds(200));
+  wait_until(
+      pid, status, [&] { return fs::exists(out / "checkpoints/last.safetensors"); }, std::chrono::microseconds(200));
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run finished before it could be killed";
@@ -215,13 +214,15 @@ TEST_F(CrashSafety, AStoppedClassifierPredictsClassesByName) {
   {
     std::ofstream f(dir / "moods.csv");
     f << "text,label\n";
-    for (int r = 0; r < 40; ++r) f << (r % 2 ? "good great fine day" : "bad poor awful day") << "," << (r % 2 ? "happy" : "sad") << "\n";
+    for (int r = 0; r < 40; ++r)
+      f << (r % 2 ? "good great fine day" : "bad poor awful day") << "," << (r % 2 ? "happy" : "sad") << "\n";
     std::ofstream(dir / "items.txt") << "good day\nbad day\n";
   }
   const fs::path out = dir / "stopped";
   const pid_t pid = spawn("train --data " + (dir / "moods.csv").string() +
                           " --tokenizer word --vocab-size 64 --epochs 100000 --d-model 16 --num-heads 2 --num-layers 1 "
-                          "--batch 4 --max-len 8 --threads 1 --checkpoint-every 1 --quiet --out " + out.string());
+                          "--batch 4 --max-len 8 --threads 1 --checkpoint-every 1 --quiet --out " +
+                          out.string());
   ASSERT_GT(pid, 0);
   int status = 0;
   wait_until(pid, status, [&] { return fs::exists(out / "checkpoints/last.safetensors"); });

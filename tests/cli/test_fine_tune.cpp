@@ -28,8 +28,7 @@ class FineTune : public test::Cli {
     // Three other labels over the same words.
     std::ofstream f(dir / "moods.csv");
     f << "text,label\n";
-    for (int r = 0; r < 20; ++r)
-      f << "good great fine,happy\nbad awful poor,sad\ngood bad fine,mixed\n";
+    for (int r = 0; r < 20; ++r) f << "good great fine,happy\nbad awful poor,sad\ngood bad fine,mixed\n";
   }
   std::string path(const char* name) const { return (dir / name).string(); }
   static constexpr const char* kTiny = " --d-model 16 --num-heads 2 --num-layers 1 --batch 8 --threads 1 --quiet";
@@ -60,10 +59,12 @@ TEST_F(FineTune, ARunFineTunedOnOtherLabelsStartsFromTheSourceAndSaysSo) {
   // The source's tokenizer, and its section: the flags gave none.
   EXPECT_EQ(config["tokenizer"]["from"], path("source"));
   EXPECT_EQ(config["tokenizer"]["kind"], "word");
-  EXPECT_EQ(read_file(path("tuned") + "/tokenizer/tokenizer.json"), read_file(path("source") + "/tokenizer/tokenizer.json"));
+  EXPECT_EQ(read_file(path("tuned") + "/tokenizer/tokenizer.json"),
+            read_file(path("source") + "/tokenizer/tokenizer.json"));
   const std::string report = read_file(path("tuned") + "/report.md");
   EXPECT_NE(report.find("| started from | `" + path("source") + "` (SHA-256 `" +
-                        config["train"]["init_sha256"].get<std::string>() + "`); parameters matching `^classifier\\.` "
+                        config["train"]["init_sha256"].get<std::string>() +
+                        "`); parameters matching `^classifier\\.` "
                         "initialised afresh |"),
             std::string::npos)
       << report;
@@ -89,9 +90,9 @@ TEST_F(FineTune, ARunsModelSettingsComeWithItAndAStateDictNeedsATokenizer) {
                       " --tokenizer word --vocab-size 32 --max-len 8 --epochs 1 --out " + path("source") + kTiny)
                 .code,
             0);
-  const test::CliRun tuned = test::run("train --data " + path("moods.csv") + " --init-from " + path("source") +
-                                       " --init-skip '^classifier\\.' --epochs 1 --threads 1 --quiet --out " +
-                                       path("tuned"));
+  const test::CliRun tuned =
+      test::run("train --data " + path("moods.csv") + " --init-from " + path("source") +
+                " --init-skip '^classifier\\.' --epochs 1 --threads 1 --quiet --out " + path("tuned"));
   ASSERT_EQ(tuned.code, 0) << tuned.err;
   const json model = json::parse(read_file(path("tuned") + "/config.json"))["model"];
   const json source = json::parse(read_file(path("source") + "/config.json"))["model"];
@@ -106,9 +107,9 @@ TEST_F(FineTune, ARunsModelSettingsComeWithItAndAStateDictNeedsATokenizer) {
                           " is a state_dict, which carries no tokenizer; give --tokenizer-from RUN, the run whose "
                           "tokenizer its weights learned with (tokenizer.from)\n");
   EXPECT_FALSE(std::filesystem::exists(path("bare")));
-  const test::CliRun named = test::run("train --data " + path("reviews.csv") + " --init-from " + weights +
-                                       " --tokenizer-from " + path("source") + " --max-len 8 --epochs 1 --out " +
-                                       path("named") + kTiny);
+  const test::CliRun named =
+      test::run("train --data " + path("reviews.csv") + " --init-from " + weights + " --tokenizer-from " +
+                path("source") + " --max-len 8 --epochs 1 --out " + path("named") + kTiny);
   EXPECT_EQ(named.code, 0) << named.err;
 }
 
@@ -117,9 +118,9 @@ TEST_F(FineTune, APinnedDigestThatDoesNotMatchIsRefused) {
                       " --tokenizer word --vocab-size 32 --max-len 8 --epochs 1 --out " + path("source") + kTiny)
                 .code,
             0);
-  const test::CliRun r = test::run("train --source csv --data " + path("reviews.csv") + " --init-from " +
-                                   path("source") + " --set train.init_sha256=00ff --max-len 8 --epochs 1 --out " +
-                                   path("pinned") + kTiny);
+  const test::CliRun r =
+      test::run("train --source csv --data " + path("reviews.csv") + " --init-from " + path("source") +
+                " --set train.init_sha256=00ff --max-len 8 --epochs 1 --out " + path("pinned") + kTiny);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("the config's init_sha256 is 00ff"), std::string::npos) << r.err;
   EXPECT_EQ(test::count_lines(r.err), 1) << r.err;
@@ -142,12 +143,14 @@ TEST_F(FineTune, AnOutputOverItsOwnInputsIsRefusedAndNothingIsLost) {
                 .code,
             0);
   std::filesystem::copy_file(path("moods.csv"), path("source") + "/moods.csv");
-  std::ofstream(path("source") + "/job.json") << R"({"data": {"source": "csv", "path": ")" + path("moods.csv") +
-                                                     R"("}})";
+  std::ofstream(path("source") + "/job.json")
+      << R"({"data": {"source": "csv", "path": ")" + path("moods.csv") + R"("}})";
   std::filesystem::create_directory_symlink(path("source"), path("alias"));
   const auto before = snapshot(path("source"));
-  const std::string tune = "train --source csv --data " + path("moods.csv") + " --max-len 8 --epochs 1 --init-skip "
-                           "'^classifier\\.'" + kTiny;
+  const std::string tune = "train --source csv --data " + path("moods.csv") +
+                           " --max-len 8 --epochs 1 --init-skip "
+                           "'^classifier\\.'" +
+                           kTiny;
   const std::string weights = "the weights it starts from (train.init_from)";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {tune + " --init-from " + path("source") + " --out " + path("source") + " --overwrite",
@@ -176,8 +179,9 @@ TEST_F(FineTune, AnOutputOverItsOwnInputsIsRefusedAndNothingIsLost) {
   for (const auto& [args, why] : cases) {
     const test::CliRun r = test::run(args);
     EXPECT_EQ(r.code, 2) << args;
-    EXPECT_EQ(r.err, "multihead: error: " + why + ": an output never goes over what the command reads; choose another "
-                     "--out\n")
+    EXPECT_EQ(r.err, "multihead: error: " + why +
+                         ": an output never goes over what the command reads; choose another "
+                         "--out\n")
         << args;
     EXPECT_EQ(snapshot(path("source")), before) << args;
   }
@@ -195,7 +199,8 @@ TEST_F(FineTune, AnOutputOverItsOwnInputsIsRefusedAndNothingIsLost) {
   EXPECT_EQ(test::run(tune + " --init-from " + path("alias") + " --out " + path("tuned")).code, 0);
   EXPECT_EQ(test::run("eval --run " + path("source") + " --out " + path("source") + "/eval").code, 0);
   EXPECT_TRUE(std::filesystem::exists(path("source") + "/eval/report.md"));
-  EXPECT_EQ(test::run("inspect --run " + path("source") + " --text good --html " + path("source") + "/page.html").code, 0);
+  EXPECT_EQ(test::run("inspect --run " + path("source") + " --text good --html " + path("source") + "/page.html").code,
+            0);
 }
 
 }  // namespace

@@ -104,16 +104,19 @@ TEST_F(CliHardening, AMistypedValueNamesTheOneMeant) {
       {"train --schedule cosin" + job, "got \"cosin\" (did you mean 'cosine'?)"},
       {"train --precision bfloat16" + job, "got \"bfloat16\" (did you mean 'bf16'?)"},
       {"train --attention sparse" + job, "got \"sparse\" (did you mean 'block_sparse'?)"},
-      {"train --tokenizer chars --data " + path("x.jsonl") + " --out " + path("never"), "got \"chars\" (did you mean 'char'?)"},
+      {"train --tokenizer chars --data " + path("x.jsonl") + " --out " + path("never"),
+       "got \"chars\" (did you mean 'char'?)"},
       {"train --on-nonfinite skp" + job, "got 'skp' (did you mean 'skip'?)"},
       {"train --allreduce order" + job, "got 'order' (did you mean 'ordered'?)"},
       {"train --preset spm --out " + path("never"), "unknown preset 'spm' (did you mean 'spam'?)"},
-      {"train --source json --data " + path("x.jsonl") + " --out " + path("never"), "got 'json' (did you mean 'jsonl'?)"},
+      {"train --source json --data " + path("x.jsonl") + " --out " + path("never"),
+       "got 'json' (did you mean 'jsonl'?)"},
       {"eval --run " + path("nowhere") + " --precision in8", "got \"in8\" (did you mean 'int8'?)"},
       {"-v", "unknown flag '-v' (did you mean --version?)"},
       {"version", "unknown command 'version' (did you mean --version?)"},
   };
-  std::ofstream(path("x.jsonl")) << R"({"text": "a", "label": "b"})" << "\n";
+  std::ofstream(path("x.jsonl")) << R"({"text": "a", "label": "b"})"
+                                 << "\n";
   for (const auto& [args, meant] : cases) {
     const CliRun r = run(args);
     EXPECT_EQ(r.code, 2) << args;
@@ -153,12 +156,15 @@ TEST_F(CliHardening, NonFiniteInitialWeightsAreRefused) {
 
 // A JSON Lines record that is not JSON says why, in the parser's words.
 TEST_F(CliHardening, AJsonLinesErrorNamesTheParsersReason) {
-  std::ofstream(path("bad.jsonl")) << R"({"text": "a", "label": "x"})" << "\n" << R"({"text": "\ud800", "label": "y"})"
+  std::ofstream(path("bad.jsonl")) << R"({"text": "a", "label": "x"})"
+                                   << "\n"
+                                   << R"({"text": "\ud800", "label": "y"})"
                                    << "\n";
   CliRun r = run("train --source jsonl --data " + path("bad.jsonl") + kTiny + " --out " + path("never"));
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err.rfind("multihead: error: " + path("bad.jsonl") + ": line 2: not valid JSON (parse error at line 1, "
-                                                                     "column ",
+  EXPECT_EQ(r.err.rfind("multihead: error: " + path("bad.jsonl") +
+                            ": line 2: not valid JSON (parse error at line 1, "
+                            "column ",
                         0),
             0u)
       << r.err;
@@ -192,8 +198,10 @@ TEST_F(CliHardening, GenerationLengthIsBounded) {
   for (int i = 0; i < 60; ++i) text += "the whale swam on. the sea was calm.\n";
   std::ofstream(path("tiny.txt")) << text;
   const std::string lm = path("lm");
-  CliRun t = run("train --preset moby-dick --steps 5 --max-len 16 --d-model 16 --num-heads 2 --num-layers 1 --threads 1 "
-                 "--quiet --data " + path("tiny.txt") + " --out " + lm);
+  CliRun t =
+      run("train --preset moby-dick --steps 5 --max-len 16 --d-model 16 --num-heads 2 --num-layers 1 --threads 1 "
+          "--quiet --data " +
+          path("tiny.txt") + " --out " + lm);
   ASSERT_EQ(t.code, 0) << t.err;
   expect_refused("generate --run " + lm + " --tokens 4611686018427387904",
                  "tokens to generate must be in [0, 65536], got 4611686018427387904");
@@ -245,7 +253,8 @@ TEST_F(CliHardening, AReportDrawsABoundedNumberOfHeatmaps) {
   test::write_sentiment_csv(dir / "reviews.csv", 8);
   CliRun r = run("train --source csv --data " + path("reviews.csv") +
                  " --tokenizer word --vocab-size 32 --max-len 8 --d-model 8 --num-heads 2 --num-layers 20 --batch 8 "
-                 "--epochs 1 --threads 1 --quiet --out " + path("deep"));
+                 "--epochs 1 --threads 1 --quiet --out " +
+                 path("deep"));
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> maps;
   for (const auto& e : fs::directory_iterator(path("deep") + "/plots"))

@@ -28,8 +28,8 @@ class OwnData : public test::Cli {
     Cli::SetUp();
     // Three classes that a word each tells apart, under keys of the user's naming.
     std::ofstream f(dir / "tickets.jsonl");
-    const char* kinds[][2] = {{"refund charge invoice", "billing"}, {"crash error broken", "bug"},
-                              {"please add option", "feature"}};
+    const char* kinds[][2] = {
+        {"refund charge invoice", "billing"}, {"crash error broken", "bug"}, {"please add option", "feature"}};
     for (int r = 0; r < 30; ++r)
       for (const auto& k : kinds) f << json{{"id", r}, {"body", k[0]}, {"kind", k[1]}}.dump() << "\n";
   }
@@ -74,8 +74,8 @@ TEST_F(OwnData, JsonLinesTrainWithNamedColumnsAndAreEvaluatedInFull) {
   // eval: the test split again, the same figures as the run's own.
   const test::CliRun eval = test::run("eval --run " + path("run") + " --threads 1");
   ASSERT_EQ(eval.code, 0) << eval.err;
-  EXPECT_EQ(eval.out.rfind(fmt::format("test accuracy: {:.2f}% (18 examples)",
-                                       100 * results["test_accuracy"].get<double>()), 0),
+  EXPECT_EQ(eval.out.rfind(
+                fmt::format("test accuracy: {:.2f}% (18 examples)", 100 * results["test_accuracy"].get<double>()), 0),
             0u)
       << eval.out;
   EXPECT_NE(eval.out.find("macro F1 "), std::string::npos);
@@ -84,9 +84,9 @@ TEST_F(OwnData, JsonLinesTrainWithNamedColumnsAndAreEvaluatedInFull) {
   // A new file, a CSV with the classes in another order and other columns' names given by flags.
   std::ofstream(path("new.csv")) << "kind,words\nfeature,please add option\nbug,crash error broken\n"
                                     "billing,refund charge invoice\nbug,error crash\n";
-  const test::CliRun scored = test::run("eval --run " + path("run") + " --data " + path("new.csv") +
-                                        " --text-column words --label-column kind --out " + path("eval") +
-                                        " --threads 1");
+  const test::CliRun scored =
+      test::run("eval --run " + path("run") + " --data " + path("new.csv") +
+                " --text-column words --label-column kind --out " + path("eval") + " --threads 1");
   ASSERT_EQ(scored.code, 0) << scored.err;
   EXPECT_EQ(scored.out.rfind("new.csv accuracy: ", 0), 0u) << scored.out;
   const json er = json::parse(read_file(path("eval") + "/results.json"));
@@ -117,8 +117,8 @@ TEST_F(OwnData, JsonLinesTrainWithNamedColumnsAndAreEvaluatedInFull) {
 }
 
 TEST_F(OwnData, AMissingColumnListsTheColumnsFound) {
-  const test::CliRun r = test::run("train --source jsonl --data " + path("tickets.jsonl") + " --out " + path("run") +
-                                   kTiny);
+  const test::CliRun r =
+      test::run("train --source jsonl --data " + path("tickets.jsonl") + " --out " + path("run") + kTiny);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "multihead: error: " + path("tickets.jsonl") +
                        ": line 1: no key named 'text' (the keys are: 'body', 'id', 'kind'; --text-column names "
@@ -132,8 +132,8 @@ TEST_F(OwnData, AnotherSourceDropsThePresetsTitleAndPreprocessing) {
     std::ofstream f(path("mail.csv"), std::ios::app);
     for (int r = 0; r < 20; ++r) f << "\"Subject: hi\n\nlunch at noon\",ham\n\"Subject: win\n\ncash prize now\",spam\n";
   }
-  const test::CliRun r = test::run("train --preset spam --source csv --data " + path("mail.csv") + " --out " +
-                                   path("run") + kTiny);
+  const test::CliRun r =
+      test::run("train --preset spam --source csv --data " + path("mail.csv") + " --out " + path("run") + kTiny);
   ASSERT_EQ(r.code, 0) << r.err;
   const json config = json::parse(read_file(path("run") + "/config.json"));
   EXPECT_EQ(config["title"], "Text classification: mail.csv");
@@ -160,12 +160,11 @@ TEST_F(OwnData, TheFormatComesFromTheExtensionAndOneRecipeServesFlagsAndConfigs)
   EXPECT_EQ(flags["data"]["source"], "jsonl");  // recorded as the extension named it
   // The same job from a config file: the same settings, key for key (the
   // flags used to take the spam preset's model and schedule).
-  std::ofstream(path("job.json")) << json{{"data", {{"path", path("tickets.jsonl")}, {"text_column", "body"},
-                                                    {"label_column", "kind"}}},
-                                          {"tokenizer", {{"kind", "word"}, {"vocab_size", 32}}},
-                                          {"train", {{"epochs", 1}}},
-                                          {"threads", 1}}
-                                         .dump();
+  std::ofstream(path("job.json")) << json{
+      {"data", {{"path", path("tickets.jsonl")}, {"text_column", "body"}, {"label_column", "kind"}}},
+      {"tokenizer", {{"kind", "word"}, {"vocab_size", 32}}},
+      {"train", {{"epochs", 1}}},
+      {"threads", 1}}.dump();
   const test::CliRun by_config = test::run("train --config " + path("job.json") + " --quiet --out " + path("config"));
   ASSERT_EQ(by_config.code, 0) << by_config.err;
   json config = json::parse(read_file(path("config") + "/config.json"));
@@ -235,17 +234,19 @@ TEST_F(OwnData, BalancedClassWeightsAndAStratifiedSplit) {
     for (int r = 0; r < 90; ++r) f << "common words here,common\n";
     for (int r = 0; r < 10; ++r) f << "rare words there,rare\n";
   }
-  const test::CliRun r = test::run("train --data " + path("rare.csv") +
-                                   " --class-weights balanced --tokenizer word --vocab-size 32 --max-len 8 --d-model 16 "
-                                   "--num-heads 2 --num-layers 1 --epochs 1 --threads 1 --out " + path("run"));
+  const test::CliRun r =
+      test::run("train --data " + path("rare.csv") +
+                " --class-weights balanced --tokenizer word --vocab-size 32 --max-len 8 --d-model 16 "
+                "--num-heads 2 --num-layers 1 --epochs 1 --threads 1 --out " +
+                path("run"));
   ASSERT_EQ(r.code, 0) << r.err;
   // 70 training examples: 63 common, 7 rare: weights 70 / (2 x 63) and 70 / (2 x 7).
   EXPECT_NE(r.err.find("class weights (balanced): 0.556, 5.000"), std::string::npos) << r.err;
   EXPECT_EQ(json::parse(read_file(path("run") + "/config.json"))["class_weights"], "balanced");
   const json results = json::parse(read_file(path("run") + "/results.json"));
   EXPECT_EQ(results["test"]["per_class"]["rare"]["support"], 2);  // 20% of the rare class's 10
-  const test::CliRun bad = test::run("train --data " + path("rare.csv") + " --class-weights balance" + kTiny +
-                                     " --out " + path("never"));
+  const test::CliRun bad =
+      test::run("train --data " + path("rare.csv") + " --class-weights balance" + kTiny + " --out " + path("never"));
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("class_weights must be none or balanced, got 'balance' (did you mean 'balanced'?)"),
             std::string::npos)
@@ -294,8 +295,8 @@ TEST_F(OwnData, EarlyStoppingKeepsTheBestValidationsWeights) {
   EXPECT_EQ(json::parse(read_file(path("run") + "/results.json"))["steps"], results["steps"]);
   // Replaced (--overwrite) by a run without early stopping, no best checkpoint of the run it
   // replaced is left to answer with: eval answers with the new run's weights.
-  const std::string plain = job.substr(0, job.find(" --early-stopping")) + " --threads 1 --out " + path("run") +
-                            " --epochs 2 --overwrite";
+  const std::string plain =
+      job.substr(0, job.find(" --early-stopping")) + " --threads 1 --out " + path("run") + " --epochs 2 --overwrite";
   const test::CliRun replaced = test::run(plain);
   ASSERT_EQ(replaced.code, 0) << replaced.err;
   EXPECT_FALSE(std::filesystem::exists(path("run") + "/checkpoints/best.safetensors"));

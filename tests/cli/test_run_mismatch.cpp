@@ -30,9 +30,10 @@ class RunMismatch : public test::Cli {
     test::write_sentiment_csv(dir / "tiny.csv", 8);
     std::ofstream(dir / "items.txt") << "good great fine\nbad awful poor\n";
     out = dir / "run";
-    job = "train --source csv --tokenizer word --vocab-size 64 --epochs 1 --max-len 8 --d-model 16 --num-heads 2 "
-          "--num-layers 1 --threads 1 --quiet --data " +
-          (dir / "tiny.csv").string();
+    job =
+        "train --source csv --tokenizer word --vocab-size 64 --epochs 1 --max-len 8 --d-model 16 --num-heads 2 "
+        "--num-layers 1 --threads 1 --quiet --data " +
+        (dir / "tiny.csv").string();
     CliRun r = run(job + " --out " + out.string());
     ASSERT_EQ(r.code, 0) << r.err;
     config = read_file((out / "config.json").string());
@@ -120,7 +121,8 @@ TEST_F(RunMismatch, AnUnreadableOrInconsistentResultsFileIsAnError) {
   write_file_atomic(path, r.dump());
   CliRun none = run(predict);
   EXPECT_EQ(none.code, 2);
-  EXPECT_EQ(none.err, "multihead: error: " + path + ": lacks the list of class names (\"labels\") that the run recorded\n");
+  EXPECT_EQ(none.err,
+            "multihead: error: " + path + ": lacks the list of class names (\"labels\") that the run recorded\n");
 }
 
 TEST_F(RunMismatch, ARunWithoutResultsNamesItsClassesByNumberAndSaysSo) {
@@ -135,8 +137,9 @@ TEST_F(RunMismatch, ARunWithoutResultsNamesItsClassesByNumberAndSaysSo) {
   fs::remove(out / "results.json");
   CliRun p = run(predict);
   EXPECT_EQ(p.code, 0) << p.err;
-  EXPECT_EQ(p.err, "multihead: warning: " + out.string() + " has no labels.json: the classes are named by their "
-                   "numbers, 0 to 1\n");
+  EXPECT_EQ(p.err, "multihead: warning: " + out.string() +
+                       " has no labels.json: the classes are named by their "
+                       "numbers, 0 to 1\n");
   EXPECT_EQ(test::count_lines(p.out), 2);
   EXPECT_EQ(p.out.find("pos"), std::string::npos) << p.out;
 }
@@ -157,8 +160,7 @@ TEST_F(RunMismatch, AnEditedCheckpointHeaderIsRefused) {
   EXPECT_NE(r.err.find("): the file is corrupt or was edited"), std::string::npos) << r.err;
   CliRun resumed = run(job + " --resume --out " + out.string());
   EXPECT_EQ(resumed.code, 2);
-  EXPECT_NE(resumed.err.find(": the header and data do not match their checksum ("), std::string::npos)
-      << resumed.err;
+  EXPECT_NE(resumed.err.find(": the header and data do not match their checksum ("), std::string::npos) << resumed.err;
 }
 
 }  // namespace

@@ -14,8 +14,8 @@ TEST(Allocator, CountsCurrentAndPeakBytesExactly) {
   const MemoryStats before = memory_stats();
   reset_peak_memory();
   {
-    Tensor a({1000});                      // 4000 bytes
-    Tensor b({10, 10}, DType::kBool);      // 100 bytes
+    Tensor a({1000});                  // 4000 bytes
+    Tensor b({10, 10}, DType::kBool);  // 100 bytes
     EXPECT_EQ(memory_stats().current_bytes - before.current_bytes, 4100);
     {
       Tensor c({250});  // 1000 bytes

@@ -47,10 +47,11 @@ TEST(Hardening, SizesAreCheckedBeforeAllocation) {
     store.finalize();
     FAIL() << "finalized a model larger than the machine";
   } catch (const MemoryError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("the model's 1099511627776 parameters need 8192.0 GiB for weights and gradients; "
-                                          "this machine has ",
-                                          0),
-              0u)
+    EXPECT_EQ(
+        std::string(e.what()).rfind("the model's 1099511627776 parameters need 8192.0 GiB for weights and gradients; "
+                                    "this machine has ",
+                                    0),
+        0u)
         << e.what();
   }
 

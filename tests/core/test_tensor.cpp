@@ -51,9 +51,7 @@ TEST(Tensor, DtypeIsChecked) {
   EXPECT_EQ(m.nbytes(), 4u);
 }
 
-TEST(Tensor, HugeShapeIsAnErrorNotAnOverflow) {
-  EXPECT_THROW(shape_numel({1LL << 40, 1LL << 40}), ShapeError);
-}
+TEST(Tensor, HugeShapeIsAnErrorNotAnOverflow) { EXPECT_THROW(shape_numel({1LL << 40, 1LL << 40}), ShapeError); }
 
 TEST(Tensor, ALongShapeIsNamedInOneShortLine) {
   EXPECT_EQ(shape_str({2, 3}), "(2, 3)");

@@ -72,7 +72,7 @@ TEST(CmuDict, SplitsByWordKeepVariantsTogether) {
 
 TEST(CmuDict, RegularSpellingsAreDistinctWordsOfOnePhonemeALetter) {
   const CmuDict d = parse_cmudict(regular_spelling_dictionary(120, 2), "regular");
-  ASSERT_EQ(d.words.size(), 120u);  // distinct words: no two lines merged
+  ASSERT_EQ(d.words.size(), 120u);          // distinct words: no two lines merged
   EXPECT_EQ(d.pronunciations(), 120 + 12);  // every tenth word has two
   for (const CmuWord& w : d.words) {
     EXPECT_GE(w.word.size(), 3u);

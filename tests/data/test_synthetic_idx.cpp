@@ -73,7 +73,8 @@ TEST(Idx, ReadsPlainAndGzipAndRejectsBadFiles) {
     return std::string("no error");
   };
   EXPECT_EQ(err("PK\x03\x04"), "f: not an IDX file (bad magic)");
-  EXPECT_EQ(err(std::string("\0\0\x0d\x01\0\0\0\x01", 8) + "abcd"), "f: IDX element type 0x0d is not supported (only unsigned bytes, 0x08)");
+  EXPECT_EQ(err(std::string("\0\0\x0d\x01\0\0\0\x01", 8) + "abcd"),
+            "f: IDX element type 0x0d is not supported (only unsigned bytes, 0x08)");
   EXPECT_EQ(err(plain.substr(0, plain.size() - 1)), "f: IDX data is 5 bytes, the header says 6");
   EXPECT_EQ(err(gz.substr(0, gz.size() / 2)), "f: corrupt or truncated gzip data");
   EXPECT_EQ(err(idx_bytes({0, 0, 0, 2}, 2)), "f: truncated IDX header");

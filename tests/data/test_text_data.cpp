@@ -19,9 +19,8 @@ namespace fs = std::filesystem;
 class TempDir : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() /
-          ("multihead_data_" + std::to_string(::getpid()) + "_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = fs::temp_directory_path() / ("multihead_data_" + std::to_string(::getpid()) + "_" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir);
     fs::create_directories(dir);
   }
@@ -110,8 +109,9 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
   write(bad, std::string("text,label\na,pos\nb,po\0s\n", 24));
   EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
             bad + ": line 3: the label has a control character (byte 0x00); labels are printable text");
-  EXPECT_EQ(error_of([&] { parse_json_lines_dataset("{\"text\": \"a\", \"label\": \"x\\u0007\"}\n", "text", "label", bad); }),
-            bad + ": line 1: the label has a control character (byte 0x07); labels are printable text");
+  EXPECT_EQ(
+      error_of([&] { parse_json_lines_dataset("{\"text\": \"a\", \"label\": \"x\\u0007\"}\n", "text", "label", bad); }),
+      bad + ": line 1: the label has a control character (byte 0x07); labels are printable text");
   // Texts that are all empty train nothing.
   write(bad, "text,label\n,pos\n  ,neg\n\"\",pos\n");
   EXPECT_EQ(error_of([&] { load_delimited(bad, ',', "text", "label"); }),
@@ -126,9 +126,10 @@ TEST_F(TempDir, DelimitedFilesWithQuotesAndErrors) {
 }
 
 TEST_F(TempDir, JsonLinesWithStringOrNumberLabels) {
-  write(dir / "a.jsonl", "{\"body\": \"refund please\", \"kind\": \"billing\"}\n\n"
-                         "{\"body\": \"app crashes\", \"kind\": \"bug\", \"id\": 7}\r\n"
-                         "{\"body\": \"charged twice\", \"kind\": \"billing\"}\n");
+  write(dir / "a.jsonl",
+        "{\"body\": \"refund please\", \"kind\": \"billing\"}\n\n"
+        "{\"body\": \"app crashes\", \"kind\": \"bug\", \"id\": 7}\r\n"
+        "{\"body\": \"charged twice\", \"kind\": \"billing\"}\n");
   const std::string a = (dir / "a.jsonl").string();
   TextDataset ds = load_labelled_file(a, "jsonl", "body", "kind");
   ASSERT_EQ(ds.examples.size(), 3u);
@@ -145,7 +146,8 @@ TEST_F(TempDir, JsonLinesWithStringOrNumberLabels) {
   write(bad, "{\"text\": \"x\", \"label\": \"a\"}\n[1, 2]\n");
   EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }), bad + ": line 2: not a JSON object");
   write(bad, "{\"text\": 3, \"label\": \"a\"}\n");
-  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }), bad + ": line 1: 'text' is not a string");
+  EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }),
+            bad + ": line 1: 'text' is not a string");
   write(bad, "{\"text\": \"x\", \"label\": -1}\n");
   EXPECT_EQ(error_of([&] { load_labelled_file(bad, "jsonl", "text", "label"); }),
             bad + ": line 1: 'label' is not a string or a class number");
@@ -157,9 +159,9 @@ TEST_F(TempDir, JsonLinesWithStringOrNumberLabels) {
 }
 
 TEST_F(TempDir, SpamAssassinPackageLayout) {
-  for (const char* g : {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"})
-    fs::create_directories(dir / g);
-  write(dir / "easy-ham-1/00001.json", R"({"id":"00001","group":"easy-ham-1","text":"From: a\nSubject: hi\n\nlunch at noon?"})");
+  for (const char* g : {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"}) fs::create_directories(dir / g);
+  write(dir / "easy-ham-1/00001.json",
+        R"({"id":"00001","group":"easy-ham-1","text":"From: a\nSubject: hi\n\nlunch at noon?"})");
   write(dir / "spam-1/00002.json", R"({"id":"00002","group":"spam-1","text":"Subject: WIN\n\nclick \u00e9 now"})");
   TextDataset ds = load_spamassassin(dir.string());
   ASSERT_EQ(ds.examples.size(), 2u);
@@ -168,9 +170,13 @@ TEST_F(TempDir, SpamAssassinPackageLayout) {
   EXPECT_EQ(ds.examples[1].text, "click \xc3\xa9 now");
   EXPECT_EQ(load_spamassassin(dir.string(), false).examples[0].text, "From: a\nSubject: hi\n\nlunch at noon?");
   write(dir / "spam-2/x.json", "{broken");
-  EXPECT_NE(error_of([&] { load_spamassassin(dir.string()); }).find((dir / "spam-2/x.json").string() + ": not valid JSON"),
-            std::string::npos);
-  EXPECT_EQ(sanitize_utf8(std::string("a\xff" "b")), "a\xef\xbf\xbd" "b");
+  EXPECT_NE(
+      error_of([&] { load_spamassassin(dir.string()); }).find((dir / "spam-2/x.json").string() + ": not valid JSON"),
+      std::string::npos);
+  EXPECT_EQ(sanitize_utf8(std::string("a\xff"
+                                      "b")),
+            "a\xef\xbf\xbd"
+            "b");
 }
 
 TEST(Splits, DeterministicDisjointAndComplete) {
@@ -194,7 +200,8 @@ TEST(Splits, StratifiedSplitsHoldEachClassInItsShare) {
   const SplitIndices a = stratified_split_indices(labels, 0.1, 0.2, 7);
   EXPECT_EQ(a.train, stratified_split_indices(labels, 0.1, 0.2, 7).train);
   const auto count = [&](const std::vector<std::int64_t>& part, std::int64_t c) {
-    return std::count_if(part.begin(), part.end(), [&](std::int64_t i) { return labels[static_cast<std::size_t>(i)] == c; });
+    return std::count_if(part.begin(), part.end(),
+                         [&](std::int64_t i) { return labels[static_cast<std::size_t>(i)] == c; });
   };
   EXPECT_EQ(a.test.size(), 20u);
   EXPECT_EQ(a.validation.size(), 10u);
@@ -211,7 +218,9 @@ TEST(Splits, StratifiedSplitsHoldEachClassInItsShare) {
   const std::vector<std::int64_t> small = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
   const SplitIndices b = stratified_split_indices(small, 0.0, 0.3, 1);
   ASSERT_EQ(b.test.size(), 3u);
-  EXPECT_EQ(std::count_if(b.test.begin(), b.test.end(), [&](std::int64_t i) { return small[static_cast<std::size_t>(i)] == 1; }), 1);
+  EXPECT_EQ(std::count_if(b.test.begin(), b.test.end(),
+                          [&](std::int64_t i) { return small[static_cast<std::size_t>(i)] == 1; }),
+            1);
 }
 
 TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
@@ -249,7 +258,9 @@ TEST_F(TempDir, TokenizersRoundTripAndSaveLoad) {
     parse_tokenizer_kind("bpe");
     ADD_FAILURE() << "bpe is a SentencePiece model type, not a tokenizer";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"bpe\" (did you mean 'sentencepiece'?)");
+    EXPECT_STREQ(e.what(),
+                 "tokenizer must be sentencepiece, char, word, wordpiece, hf_bpe or hf_unigram, got \"bpe\" (did you "
+                 "mean 'sentencepiece'?)");
   }
   TokenizerConfig capped;
   capped.kind = TokenizerKind::kWord;
@@ -286,7 +297,8 @@ TEST(Tokenizers, APrefixEncodesToTheWholeTextsFirstTokens) {
       const std::vector<std::int64_t> whole = tok->encode(text);
       for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{63},
                                   std::size_t{64}, std::size_t{383}, whole.size(), whole.size() + 9}) {
-        const std::vector<std::int64_t> want(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(std::min(n, whole.size())));
+        const std::vector<std::int64_t> want(whole.begin(),
+                                             whole.begin() + static_cast<std::ptrdiff_t>(std::min(n, whole.size())));
         ASSERT_EQ(tok->encode_prefix(text, n), want) << kind << ", " << n << " of " << whole.size() << " tokens";
       }
     }
@@ -342,7 +354,8 @@ TEST(Batching, PadsToTheLongestWithClsAndMask) {
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[2].size(), 1u);
   EXPECT_EQ(epoch_batches({0, 1, 2, 3, 4}, 2, 1, 0, true), batches);
-  EXPECT_NE(epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 0, true), epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 1, true));
+  EXPECT_NE(epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 0, true),
+            epoch_batches({0, 1, 2, 3, 4, 5, 6, 7}, 8, 1, 1, true));
 }
 
 // BERT's frame: [CLS] before, [SEP] after, its own padding id; a sequence

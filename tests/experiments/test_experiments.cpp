@@ -59,8 +59,8 @@ std::string cell(const std::vector<double>& v, double scale, int decimals, const
   double m = 0, ss = 0;
   for (double x : v) m += x / static_cast<double>(v.size());
   for (double x : v) ss += (x - m) * (x - m);
-  return fmt::format("{:.{}f} ± {:.{}f}{}", scale * m, decimals, scale * std::sqrt(ss / static_cast<double>(v.size() - 1)),
-                     decimals, suffix);
+  return fmt::format("{:.{}f} ± {:.{}f}{}", scale * m, decimals,
+                     scale * std::sqrt(ss / static_cast<double>(v.size() - 1)), decimals, suffix);
 }
 
 // The values of `field` over the runs of results.json where `key` is `value`.
@@ -98,9 +98,9 @@ TEST_F(QuickExperiment, PositionsSeq2Seq) {
   ASSERT_EQ(r.tables.size(), 1u);
   const ExperimentTable& p = r.tables[0];
   EXPECT_EQ(first_column(p), (std::vector<std::string>{"sinusoidal", "learned", "relative", "rope", "alibi"}));
-  EXPECT_EQ(p.columns, (std::vector<std::string>{"positions", "test WER", "test PER", "test BLEU",
-                                                 "WER, words over 6 letters", "steps to validation WER <= 90%",
-                                                 "ms per step", "step time vs sinusoidal"}));
+  EXPECT_EQ(p.columns,
+            (std::vector<std::string>{"positions", "test WER", "test PER", "test BLEU", "WER, words over 6 letters",
+                                      "steps to validation WER <= 90%", "ms per step", "step time vs sinusoidal"}));
   EXPECT_EQ(p.rows[0][7], "+0%");
   const auto& words = r.results["runs"];
   ASSERT_EQ(words.size(), 10u);  // 5 kinds x 2 seeds
@@ -153,7 +153,8 @@ TEST_F(QuickExperiment, HeadCost) {
     if (run["precision"] == "fp32" && run["backward"] == false) flops.insert(run["core_flops"].get<double>());
   EXPECT_EQ(flops.size(), 1u);  // 4 L^2 d whatever h
   EXPECT_EQ(*flops.begin(), 4.0 * 16 * 16 * 32);
-  for (const char* f : {"core_ms_fp32_fwd.png", "core_ms_fp32_fwd_bwd.png", "core_ms_bf16_fwd.png", "core_ms_bf16_fwd_bwd.png"})
+  for (const char* f :
+       {"core_ms_fp32_fwd.png", "core_ms_fp32_fwd_bwd.png", "core_ms_bf16_fwd.png", "core_ms_bf16_fwd_bwd.png"})
     EXPECT_TRUE(fs::exists(dir / "head-cost" / f)) << f;
 }
 
@@ -164,8 +165,8 @@ TEST_F(QuickExperiment, Gradients) {
             (std::vector<std::string>{"learned post-LN", "learned pre-LN", "sinusoidal post-LN", "sinusoidal pre-LN"}));
   EXPECT_EQ(r.tables[3].columns, (std::vector<std::string>{"positions", "test accuracy"}));
   const ExperimentTable& t = r.tables[1];
-  EXPECT_EQ(t.columns, (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2",
-                                                 "residual stream only"}));
+  EXPECT_EQ(t.columns,
+            (std::vector<std::string>{"positions", "when", "step", "layer 1", "layer 2", "residual stream only"}));
   EXPECT_EQ(t.rows.size(), 16u);  // 4 settings, 4 points of training
   EXPECT_EQ(t.rows[0][0], "learned post-LN");
   EXPECT_EQ(t.rows[0][2], "0");
@@ -202,8 +203,8 @@ TEST_F(QuickExperiment, Heads) {
   ExperimentReport r = run("heads");
   ASSERT_EQ(r.tables.size(), 1u);  // --quick: the synthetic text task only
   const ExperimentTable& t = r.tables[0];
-  EXPECT_EQ(t.columns, (std::vector<std::string>{"heads", "head dim", "test accuracy", "training s",
-                                                 "peak activations MiB"}));
+  EXPECT_EQ(t.columns,
+            (std::vector<std::string>{"heads", "head dim", "test accuracy", "training s", "peak activations MiB"}));
   EXPECT_EQ(first_column(t), (std::vector<std::string>{"1", "2", "4", "8", "16"}));
   EXPECT_EQ(t.rows[4][1], "1");  // d_model 16 over 16 heads
   expect_mean_std(t, 2);
@@ -287,7 +288,8 @@ TEST(Experiments, UnknownNameIsAClearError) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, optimisation, "
+                 "unknown experiment 'magic' (known: heads, positions, positions-seq2seq, variants, head-analysis, "
+                 "optimisation, "
                  "precision, head-cost, gradients)");
   }
 }

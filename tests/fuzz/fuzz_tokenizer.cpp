@@ -16,8 +16,8 @@ std::unique_ptr<multihead::Tokenizer> trained(const char* kind) {
   c.vocab_size = 64;
   std::vector<std::string> texts;
   for (int i = 0; i < 40; ++i)
-    texts.push_back("Call me Ishmael. Some years ago, never mind how long precisely, the whale " +
-                    std::to_string(i) + " \xc3\xa9t\xc3\xa9 \xe2\x80\x94 ok");
+    texts.push_back("Call me Ishmael. Some years ago, never mind how long precisely, the whale " + std::to_string(i) +
+                    " \xc3\xa9t\xc3\xa9 \xe2\x80\x94 ok");
   return multihead::train_tokenizer(c, texts);
 }
 

@@ -53,30 +53,34 @@ TEST_F(ApplyErrors, BadConfigs) {
             "m.json: 'embed_dim' must be an integer");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","num_heads":4})", weights, inputs),
             "m.json: missing required key 'embed_dim'");
-  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"is_causal":true,"causal_alignment":"left"})",
-                     weights, inputs),
-            "m.json: causal_alignment must be \"top_left\" or \"bottom_right\", got \"left\"");
+  EXPECT_EQ(
+      error_of(
+          R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"is_causal":true,"causal_alignment":"left"})",
+          weights, inputs),
+      "m.json: causal_alignment must be \"top_left\" or \"bottom_right\", got \"left\"");
   EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"kdim":"8"})", weights, inputs),
             "m.json: 'kdim' must be an integer");
   EXPECT_EQ(error_of(R"({"type":"TransformerEncoderLayer","d_model":16,"nhead":4,"dropout":1.5})", weights, inputs),
             "m.json: dropout must be in [0, 1], got 1.5");
   EXPECT_EQ(error_of(R"({"type":"TransformerEncoderLayer","nhead":4})", weights, inputs),
             "m.json: missing required key 'd_model'");
-  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"batch_first":false})", weights,
-                     inputs),
-            "batch_first must be true: multihead is batch-first (B, L, E)");
+  EXPECT_EQ(
+      error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"batch_first":false})", weights, inputs),
+      "batch_first must be true: multihead is batch-first (B, L, E)");
 }
 
 TEST_F(ApplyErrors, VariantsFromTheConfig) {
-  EXPECT_EQ(error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"attention":"sparse"})", weights,
-                     inputs),
-            "m.json: attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"sparse\" (did you mean 'block_sparse'?)");
+  EXPECT_EQ(
+      error_of(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,"attention":"sparse"})", weights, inputs),
+      "m.json: attention must be \"full\", \"sliding_window\", \"block_sparse\" or \"linear\", got \"sparse\" (did you "
+      "mean 'block_sparse'?)");
   // The same weights run under every variant that keeps their shapes.
   for (const char* extra : {R"("attention":"sliding_window","window_left":1,"window_right":1)",
                             R"("attention":"block_sparse","sparse_block":2,"global_tokens":1)",
                             R"("attention":"linear","need_weights":false)"}) {
-    TensorMap out = apply_module(std::string(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,)") + extra + "}",
-                                 "m.json", weights, inputs);
+    TensorMap out =
+        apply_module(std::string(R"({"type":"MultiheadAttention","embed_dim":16,"num_heads":4,)") + extra + "}",
+                     "m.json", weights, inputs);
     EXPECT_EQ(out.at("output").shape(), (Shape{2, 5, 16})) << extra;
     EXPECT_TRUE(out.count("grad.in_proj_weight")) << extra;
   }

@@ -45,8 +45,8 @@ TEST_F(AtomicFile, ReplacesARegularFileAndLeavesNoTemporary) {
 TEST_F(AtomicFile, RefusesASymbolicLinkAndLeavesItsTargetAlone) {
   write_file_atomic((dir / "target").string(), "keep");
   fs::create_symlink(dir / "target", dir / "link");
-  EXPECT_EQ(error_of(dir / "link"),
-            "refusing to write '" + (dir / "link").string() + "': it is a symbolic link, and only a regular file is replaced");
+  EXPECT_EQ(error_of(dir / "link"), "refusing to write '" + (dir / "link").string() +
+                                        "': it is a symbolic link, and only a regular file is replaced");
   EXPECT_TRUE(fs::is_symlink(dir / "link"));
   EXPECT_EQ(read_file((dir / "target").string()), "keep");
   EXPECT_THROW(open_for_append((dir / "link").string(), false), IoError);
@@ -56,10 +56,11 @@ TEST_F(AtomicFile, RefusesASymbolicLinkAndLeavesItsTargetAlone) {
 
 TEST_F(AtomicFile, RefusesAFifoADeviceAndADirectory) {
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
-  EXPECT_EQ(error_of(dir / "fifo"), "refusing to write '" + (dir / "fifo").string() +
-                                        "': it is a FIFO, and only a regular file is replaced");
+  EXPECT_EQ(error_of(dir / "fifo"),
+            "refusing to write '" + (dir / "fifo").string() + "': it is a FIFO, and only a regular file is replaced");
   EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
-  EXPECT_EQ(error_of("/dev/null"), "refusing to write '/dev/null': it is a device, and only a regular file is replaced");
+  EXPECT_EQ(error_of("/dev/null"),
+            "refusing to write '/dev/null': it is a device, and only a regular file is replaced");
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
   fs::create_directories(dir / "sub");
   EXPECT_EQ(error_of(dir / "sub"), "refusing to write '" + (dir / "sub").string() +
@@ -69,16 +70,18 @@ TEST_F(AtomicFile, RefusesAFifoADeviceAndADirectory) {
 }
 
 TEST_F(AtomicFile, SaysWhyAFileCannotBeWritten) {
-  EXPECT_EQ(error_of(dir / "missing" / "a"),
-            "cannot create a temporary file beside '" + (dir / "missing" / "a").string() + "': No such file or directory");
-  EXPECT_EQ([&] {
-    try {
-      open_for_append((dir / "missing" / "log").string(), true);
-    } catch (const IoError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  }(), "cannot open '" + (dir / "missing" / "log").string() + "' for writing: No such file or directory");
+  EXPECT_EQ(error_of(dir / "missing" / "a"), "cannot create a temporary file beside '" +
+                                                 (dir / "missing" / "a").string() + "': No such file or directory");
+  EXPECT_EQ(
+      [&] {
+        try {
+          open_for_append((dir / "missing" / "log").string(), true);
+        } catch (const IoError& e) {
+          return std::string(e.what());
+        }
+        return std::string("no error");
+      }(),
+      "cannot open '" + (dir / "missing" / "log").string() + "' for writing: No such file or directory");
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ struct Settings {
   std::uint64_t seed = 7;
   std::vector<std::int64_t> lengths = {1, 2};
   Shape shape = Shape::kRound;
-  std::int64_t depth = 4;  // in the "inner" section
+  std::int64_t depth = 4;   // in the "inner" section
   std::int64_t width = 16;  // required
   std::int64_t kdim = 0;    // 0 written and read as null
 };

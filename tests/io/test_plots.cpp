@@ -78,12 +78,12 @@ TEST(Plots, AwkwardSeriesStillMakeAPicture) {
 TEST(Plots, SmoothingIsTensorBoardsDebiasedMovingAverage) {
   const double nan = std::nan("");
   const std::vector<double> s = smoothed({1, 3, nan, 5}, 0.5);
-  EXPECT_DOUBLE_EQ(s[0], 1);                        // debiased: the first point itself
-  EXPECT_DOUBLE_EQ(s[1], (0.25 + 1.5) / 0.75);      // (0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.5^2)
-  EXPECT_TRUE(std::isnan(s[2]));                    // a gap stays a gap
+  EXPECT_DOUBLE_EQ(s[0], 1);                    // debiased: the first point itself
+  EXPECT_DOUBLE_EQ(s[1], (0.25 + 1.5) / 0.75);  // (0.5 * 0.5 * 1 + 0.5 * 3) / (1 - 0.5^2)
+  EXPECT_TRUE(std::isnan(s[2]));                // a gap stays a gap
   EXPECT_DOUBLE_EQ(s[3], (0.5 * 1.75 + 2.5) / (0.5 * 0.75 + 0.5));
-  EXPECT_DOUBLE_EQ(smoothing_weight(50), 0.6);       // short runs: TensorBoard's default
-  EXPECT_DOUBLE_EQ(smoothing_weight(900), 0.9);      // a lag of 9 steps in 900
+  EXPECT_DOUBLE_EQ(smoothing_weight(50), 0.6);   // short runs: TensorBoard's default
+  EXPECT_DOUBLE_EQ(smoothing_weight(900), 0.9);  // a lag of 9 steps in 900
   EXPECT_DOUBLE_EQ(smoothing_weight(100000), 0.98);
 }
 
@@ -168,7 +168,8 @@ TEST(Plots, HeatmapColoursRunToTheMapsLargestWeight) {
     const int x = 110 + 28 * col + 14, y = 140 + 28 * row + 14;
     std::uint32_t v = 0;
     std::memcpy(&v, px + y * stride + 4 * x, 4);
-    return std::array<int, 3>{static_cast<int>(v >> 16 & 255), static_cast<int>(v >> 8 & 255), static_cast<int>(v & 255)};
+    return std::array<int, 3>{static_cast<int>(v >> 16 & 255), static_cast<int>(v >> 8 & 255),
+                              static_cast<int>(v & 255)};
   };
   const auto top = rgb(1, 1), other = rgb(0, 0);
   EXPECT_NEAR(top[0], 13, 2);  // the full colour: 255 x (0.05, 0.25, 0.65)

@@ -113,8 +113,9 @@ TEST_F(RunDirTest, ARunIsNeverReplacedUnasked) {
 TEST_F(RunDirTest, ADirectoryWithOtherFilesIsRefusedWhateverTheMode) {
   touch(dir / "notes.txt");
   for (RunMode mode : {RunMode::kNew, RunMode::kOverwrite, RunMode::kResume})
-    EXPECT_EQ(error_of(dir, mode),
-              fmt::format("'{}' is not empty and holds no run; a run goes into a new or empty directory", dir.string()));
+    EXPECT_EQ(
+        error_of(dir, mode),
+        fmt::format("'{}' is not empty and holds no run; a run goes into a new or empty directory", dir.string()));
   EXPECT_TRUE(fs::exists(dir / "notes.txt"));
   EXPECT_FALSE(fs::exists(dir / "run.lock"));  // a refusal leaves no trace that would pass for a run
   fs::remove_all(dir);

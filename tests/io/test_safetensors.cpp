@@ -115,9 +115,7 @@ void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 class SafetensorsRejects : public ::testing::TestWithParam<BadCase> {};
 
-TEST_P(SafetensorsRejects, WithAClearMessage) {
-  EXPECT_EQ(error_of(GetParam().bytes), GetParam().message);
-}
+TEST_P(SafetensorsRejects, WithAClearMessage) { EXPECT_EQ(error_of(GetParam().bytes), GetParam().message); }
 
 std::string huge_header() {
   std::string out(8, '\0');
@@ -140,9 +138,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "column 3: syntax error while parsing object key - invalid literal; last read: '{no'; expected "
                 "string literal)"},
         BadCase{"array_header", file_of("[1,2]", ""), "f.safetensors: header is not a JSON object"},
-        BadCase{"duplicate",
-                file_of(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", k8),
-                "f.safetensors: duplicate tensor name 'a' in header"},
+        BadCase{
+            "duplicate",
+            file_of(
+                R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                k8),
+            "f.safetensors: duplicate tensor name 'a' in header"},
         BadCase{"unknown_dtype", file_of(R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,8]}})", k8),
                 "f.safetensors: entry 'a' has unknown dtype 'F128'"},
         BadCase{"size_mismatch", file_of(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", k8),
@@ -151,12 +152,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "f.safetensors: data_offsets [0, 16] of 'a' are out of bounds (data section is 8 bytes)"},
         BadCase{"reversed_offsets", file_of(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})", k8),
                 "f.safetensors: data_offsets [8, 0] of 'a' are out of bounds (data section is 8 bytes)"},
-        BadCase{"overlap",
-                file_of(R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", k8),
-                "f.safetensors: tensor byte ranges overlap at offset 4"},
-        BadCase{"hole",
-                file_of(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", k8),
-                "f.safetensors: hole in the data section at offset 2"},
+        BadCase{
+            "overlap",
+            file_of(
+                R"({"a":{"dtype":"U8","shape":[6],"data_offsets":[0,6]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                k8),
+            "f.safetensors: tensor byte ranges overlap at offset 4"},
+        BadCase{
+            "hole",
+            file_of(
+                R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                k8),
+            "f.safetensors: hole in the data section at offset 2"},
         BadCase{"trailing", file_of(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", k8),
                 "f.safetensors: 4 trailing bytes after the last tensor"},
         BadCase{"negative_dim", file_of(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,8]}})", k8),
@@ -168,8 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "f.safetensors: shape of 'a' does not fit the file"},
         BadCase{"missing_offsets", file_of(R"({"a":{"dtype":"U8","shape":[8]}})", k8),
                 "f.safetensors: entry 'a' needs data_offsets [begin, end]"},
-        BadCase{"unknown_field",
-                file_of(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8],"x":1}})", k8),
+        BadCase{"unknown_field", file_of(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8],"x":1}})", k8),
                 "f.safetensors: entry 'a' has unknown field 'x'"},
         BadCase{"bad_metadata", file_of(R"({"__metadata__":{"k":1}})", ""),
                 "f.safetensors: __metadata__ value of 'k' is not a string"}),
@@ -177,8 +183,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Safetensors, TensorConversionRejectsOtherDtypesAndBadBools) {
   SafetensorsFile f = SafetensorsFile::parse(
-      file_of(R"({"d":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"b":{"dtype":"BOOL","shape":[2],"data_offsets":[8,10]}})",
-              k8 + std::string("\x01\x02", 2)),
+      file_of(
+          R"({"d":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},"b":{"dtype":"BOOL","shape":[2],"data_offsets":[8,10]}})",
+          k8 + std::string("\x01\x02", 2)),
       "f.safetensors");
   try {
     f.tensor("d");

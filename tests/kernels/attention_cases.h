@@ -168,9 +168,7 @@ inline std::vector<Spec> specs() {
     s.kpm_bool = true;
     s.extra_cols = 2;
   });
-  add("fully_masked_rows", {2, 2, 20, 45, 8, 8}, [](Spec& s) {
-    s.fully_masked = s.kpm_bool = s.attn_float = true;
-  });
+  add("fully_masked_rows", {2, 2, 20, 45, 8, 8}, [](Spec& s) { s.fully_masked = s.kpm_bool = s.attn_float = true; });
   add("dropout", {2, 2, 50, 70, 8, 8}, [](Spec& s) { s.dropout = 0.2f; });
   add("dropout_causal_masks", {1, 3, 40, 40, 8, 5}, [](Spec& s) {
     s.dropout = 0.5f;
@@ -281,13 +279,13 @@ inline Reference reference(const Spec& s, const Data& x, float scale) {
   Reference r;
   r.out.resize(x.g.size());
   r.probs.resize(static_cast<std::size_t>(d.B * d.H * d.L * d.S));
-  attention_ref_forward<float>(view(r.out.data(), d, d.L, d.Dv), r.probs.data(), cv(x.q, d.L, d.D),
-                               cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop);
+  attention_ref_forward<float>(view(r.out.data(), d, d.L, d.Dv), r.probs.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D),
+                               cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop);
   r.drk.resize(x.rel_k.size()), r.drv.resize(x.rel_v.size());
   r.dq.resize(x.q.size()), r.dk.resize(x.k.size()), r.dv.resize(x.v.size());
   attention_ref_backward<float>(view(r.dq.data(), d, d.L, d.D), view(r.dk.data(), d, d.S, d.D),
-                                view(r.dv.data(), d, d.S, d.Dv), r.probs.data(), cv(x.g, d.L, d.Dv),
-                                cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop,
+                                view(r.dv.data(), d, d.S, d.Dv), r.probs.data(), cv(x.g, d.L, d.Dv), cv(x.q, d.L, d.D),
+                                cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop,
                                 {r.drk.data(), r.drv.data()});
   return r;
 }
@@ -305,7 +303,8 @@ template <typename T>
 ::testing::AssertionResult same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes " << a.size() << " and " << b.size();
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return ::testing::AssertionFailure() << "element " << i << " differs";
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " differs";
   return ::testing::AssertionSuccess();
 }
 

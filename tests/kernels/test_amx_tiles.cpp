@@ -31,7 +31,8 @@ struct Shape {
 class AmxTilesBf16 : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
-    if (!amx::usable()) GTEST_SKIP() << "no AMX tiles in this process (bf16 path " << bf16_path_name(bf16_path()) << ")";
+    if (!amx::usable())
+      GTEST_SKIP() << "no AMX tiles in this process (bf16 path " << bf16_path_name(bf16_path()) << ")";
   }
 };
 
@@ -54,8 +55,8 @@ TEST_P(AmxTilesBf16, ProductsMatchTheReferenceTwin) {
   const std::vector<BF16> A = operand(M, K, lda, rng);
   // The packing covers more than the product: it starts at (k0, n0) inside.
   const std::int64_t k0 = 32, n0 = 16, Kt = k0 + K + 7, Nt = n0 + N + 3;
-  const std::vector<BF16> B = operand(Kt, Nt, Nt + 2, rng);       // (Kt, Nt) for pack
-  const std::vector<BF16> Bt = operand(Nt, Kt, Kt + 3, rng);      // (Nt, Kt) for pack_transposed
+  const std::vector<BF16> B = operand(Kt, Nt, Nt + 2, rng);   // (Kt, Nt) for pack
+  const std::vector<BF16> Bt = operand(Nt, Kt, Kt + 3, rng);  // (Nt, Kt) for pack_transposed
   std::vector<BF16> packed(static_cast<std::size_t>(amx::packed_size(Kt, Nt)));
   std::vector<BF16> packed_t(static_cast<std::size_t>(amx::packed_size(Kt, Nt)));
   amx::pack(packed.data(), B.data(), Nt + 2, Kt, Nt);
@@ -123,8 +124,8 @@ TEST_P(AmxTilesBf16, RowPairsPackAsPackDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AmxTilesBf16,
                          ::testing::Values(Shape{1, 1, 1}, Shape{16, 16, 32}, Shape{32, 32, 32}, Shape{192, 256, 32},
-                                           Shape{17, 33, 31}, Shape{64, 64, 4096}, Shape{37, 45, 70},
-                                           Shape{48, 16, 64}, Shape{15, 47, 96}, Shape{33, 17, 33}),
+                                           Shape{17, 33, 31}, Shape{64, 64, 4096}, Shape{37, 45, 70}, Shape{48, 16, 64},
+                                           Shape{15, 47, 96}, Shape{33, 17, 33}),
                          [](const auto& p) {
                            return std::to_string(p.param.M) + "x" + std::to_string(p.param.N) + "x" +
                                   std::to_string(p.param.K);

@@ -95,8 +95,8 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
 
   const test::Reference ref = test::reference(s, x, scale);
   std::vector<float> out_f(x.g.size()), lse_f(static_cast<std::size_t>(d.B * d.H * d.L));
-  attention_fused_forward<float>(view(out_f.data(), d, d.L, d.Dv), lse_f.data(), cv(x.q, d.L, d.D),
-                                 cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles);
+  attention_fused_forward<float>(view(out_f.data(), d, d.L, d.Dv), lse_f.data(), cv(x.q, d.L, d.D), cv(x.k, d.S, d.D),
+                                 cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles);
   std::vector<BF16> out16(x.g.size(), BF16{float_to_bf16(7.0f)});
   std::vector<float> lse(lse_f.size(), 7.0f);
   attention_bf16_forward(view(out16.data(), d, d.L, d.Dv), lse.data(), cv16(q16, d.L, d.D), cv16(k16, d.S, d.D),
@@ -137,8 +137,8 @@ TEST_P(Bf16AttentionVsReference, ForwardAndGradientsWithinBf16Rounding) {
                           view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv16(out16, d.L, d.Dv), cv(x.g, d.L, d.Dv),
                           cv16(q16, d.L, d.D), cv16(k16, d.S, d.D), cv16(v16, d.S, d.Dv), x.terms, d, scale, drop,
                           s.tiles, {drk_b.data(), drv_b.data()});
-  test::expect_same_bits({{"dq", dq_b, dq}, {"dk", dk_b, dk}, {"dv", dv_b, dv}, {"d_rel_k", drk_b, drk},
-                          {"d_rel_v", drv_b, drv}});
+  test::expect_same_bits(
+      {{"dq", dq_b, dq}, {"dk", dk_b, dk}, {"dv", dv_b, dv}, {"d_rel_k", drk_b, drk}, {"d_rel_v", drv_b, drv}});
 }
 
 // The fused kernel's cases, less those that only pick its fp32 tile products
@@ -164,8 +164,8 @@ TEST(Bf16Attention, FullyMaskedRowsGiveExactZeros) {
   std::vector<BF16> out(x.g.size(), BF16{float_to_bf16(7.0f)});
   std::vector<float> lse(static_cast<std::size_t>(d.B * d.H * d.L), 7.0f);
   attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
-                         view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                         x.terms, d, 0.5f, {});
+                         view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv), x.terms,
+                         d, 0.5f, {});
   std::vector<float> dq(x.q.size(), 7.0f), dk(x.k.size(), 7.0f), dv(x.v.size(), 7.0f);
   attention_bf16_backward(view(dq.data(), d, d.L, d.D), view(dk.data(), d, d.S, d.D), view(dv.data(), d, d.S, d.Dv),
                           lse.data(), view<const BF16>(out.data(), d, d.L, d.Dv),
@@ -200,8 +200,8 @@ std::vector<float> forward_rounded(Data& x, const AttentionDims& d, std::vector<
   std::vector<BF16> out(x.g.size());
   lse.assign(static_cast<std::size_t>(d.H * d.L), 0.0f);
   attention_bf16_forward(view(out.data(), d, d.L, d.Dv), lse.data(), view<const BF16>(q16.data(), d, d.L, d.D),
-                         view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv),
-                         x.terms, d, 0.5f, {}, AttentionTiles{8, 8});
+                         view<const BF16>(k16.data(), d, d.S, d.D), view<const BF16>(v16.data(), d, d.S, d.Dv), x.terms,
+                         d, 0.5f, {}, AttentionTiles{8, 8});
   return widened(out);
 }
 
@@ -258,18 +258,17 @@ TEST(Bf16Attention, StoredEntryPointChoosesByPath) {
                          0.25f, {});
   attention_fused_forward<BF16>(view(fused.data(), d, d.L, d.Dv), l2.data(), cv16(q16), cv16(k16), cv16(v16), x.terms,
                                 d, 0.25f, {});
-  attention_stored_forward<BF16>(view(stored.data(), d, d.L, d.Dv), l3.data(), cv16(q16), cv16(k16), cv16(v16),
-                                 x.terms, d, 0.25f, {});
+  attention_stored_forward<BF16>(view(stored.data(), d, d.L, d.Dv), l3.data(), cv16(q16), cv16(k16), cv16(v16), x.terms,
+                                 d, 0.25f, {});
   // The fused kernel: the fp32 tiles on the widened values, O rounded at the end.
   std::vector<float> o32(x.g.size());
   attention_fused_forward<float>(view(o32.data(), d, d.L, d.Dv), l1.data(), view<const float>(x.q.data(), d, d.L, d.D),
-                                 view<const float>(x.k.data(), d, d.L, d.D),
-                                 view<const float>(x.v.data(), d, d.L, d.D), x.terms, d, 0.25f, {});
+                                 view<const float>(x.k.data(), d, d.L, d.D), view<const float>(x.v.data(), d, d.L, d.D),
+                                 x.terms, d, 0.25f, {});
   EXPECT_EQ(widened(round_bf16(o32)), widened(fused)) << "the fused kernel keeps the fp32 tiles";
   if (computes_in_bf16(DType::kBF16))
     EXPECT_EQ(widened(direct), widened(stored)) << "the CPU's bf16 path goes to the bf16 kernel";
-  else
-    EXPECT_EQ(widened(fused), widened(stored)) << "without bf16 units, to the fused kernel";
+  else EXPECT_EQ(widened(fused), widened(stored)) << "without bf16 units, to the fused kernel";
 }
 
 }  // namespace

@@ -54,8 +54,8 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
   std::vector<float> dq_f(x.q.size(), 7.0f), dk_f(x.k.size(), 7.0f), dv_f(x.v.size(), 7.0f);
   attention_fused_backward(view(dq_f.data(), d, d.L, d.D), view(dk_f.data(), d, d.S, d.D),
                            view(dv_f.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
-                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop,
-                           s.tiles, {drk_f.data(), drv_f.data()});
+                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, x.drop, s.tiles,
+                           {drk_f.data(), drv_f.data()});
   EXPECT_TRUE(all_close_v(dq_f, ref.dq, 1e-5, 1e-4)) << "dq";
   EXPECT_TRUE(all_close_v(dk_f, ref.dk, 1e-5, 1e-4)) << "dk";
   EXPECT_TRUE(all_close_v(dv_f, ref.dv, 1e-5, 1e-4)) << "dv";
@@ -78,9 +78,12 @@ TEST_P(FusedVsReference, ForwardWeightsAndGradientsAgree) {
   std::vector<float> dq_b(x.q.size()), dk_b(x.k.size()), dv_b(x.v.size());
   attention_fused_backward(view(dq_b.data(), d, d.L, d.D), view(dk_b.data(), d, d.S, d.D),
                            view(dv_b.data(), d, d.S, d.Dv), lse.data(), cv(out_f, d.L, d.Dv), cv(x.g, d.L, d.Dv),
-                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, drop,
-                           s.tiles, {drk_b.data(), drv_b.data()});
-  test::expect_same_bits({{"dq", dq_b, dq_f}, {"dk", dk_b, dk_f}, {"dv", dv_b, dv_f}, {"d_rel_k", drk_b, drk_f},
+                           cv(x.q, d.L, d.D), cv(x.k, d.S, d.D), cv(x.v, d.S, d.Dv), x.terms, d, scale, drop, s.tiles,
+                           {drk_b.data(), drv_b.data()});
+  test::expect_same_bits({{"dq", dq_b, dq_f},
+                          {"dk", dk_b, dk_f},
+                          {"dv", dv_b, dv_f},
+                          {"d_rel_k", drk_b, drk_f},
                           {"d_rel_v", drv_b, drv_f}});
 }
 
@@ -132,7 +135,8 @@ TEST(FusedAttention, FullyMaskedRowsGiveZerosAndInfiniteLse) {
                           view<const float>(x.k.data(), d, d.S, d.D), view<const float>(x.v.data(), d, d.S, d.Dv),
                           x.terms, d, 0.5f, x.drop);
   for (std::int64_t i = 0; i < d.L * d.Dv; ++i) EXPECT_EQ(out[static_cast<std::size_t>(i)], 0.0f);  // batch 0
-  for (std::int64_t i = 0; i < d.L; ++i) EXPECT_EQ(lse[static_cast<std::size_t>(i)], std::numeric_limits<float>::infinity());
+  for (std::int64_t i = 0; i < d.L; ++i)
+    EXPECT_EQ(lse[static_cast<std::size_t>(i)], std::numeric_limits<float>::infinity());
 }
 
 // A NaN in one key reaches every query of its head that sees the key, as in
@@ -144,8 +148,8 @@ TEST(FusedAttention, FullyMaskedRowsGiveZerosAndInfiniteLse) {
 TEST(FusedAttention, ANaNKeyReachesTheQueriesThatSeeIt) {
   const AttentionDims d{1, 2, 20, 20, 8, 8};
   for (CausalAlign causal : {CausalAlign::kNone, CausalAlign::kTopLeft})
-    for (AttentionTiles tiles : {AttentionTiles{}, AttentionTiles{8, 8, TileGemm::kMicroKernel},
-                                 AttentionTiles{8, 8, TileGemm::kBlas}}) {
+    for (AttentionTiles tiles :
+         {AttentionTiles{}, AttentionTiles{8, 8, TileGemm::kMicroKernel}, AttentionTiles{8, 8, TileGemm::kBlas}}) {
       Spec s{"nan", d};
       s.causal = causal;
       Data x = make(s);
@@ -174,8 +178,8 @@ TEST(FusedAttention, ANaNKeyReachesTheQueriesThatSeeIt) {
 // propagates it), never the zeros of a fully masked row.
 TEST(FusedAttention, AQueryOfNaNsGivesANaNRow) {
   const AttentionDims d{1, 1, 20, 20, 8, 8};
-  for (AttentionTiles tiles : {AttentionTiles{}, AttentionTiles{8, 8, TileGemm::kMicroKernel},
-                               AttentionTiles{8, 8, TileGemm::kBlas}}) {
+  for (AttentionTiles tiles :
+       {AttentionTiles{}, AttentionTiles{8, 8, TileGemm::kMicroKernel}, AttentionTiles{8, 8, TileGemm::kBlas}}) {
     Spec s{"nanq", d};
     Data x = make(s);
     for (std::int64_t e = 0; e < d.D; ++e) x.q[static_cast<std::size_t>(3 * d.D + e)] = std::nanf("");

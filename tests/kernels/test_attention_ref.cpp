@@ -24,7 +24,7 @@ using test::random_vector;
 struct MaskSpec {
   bool kpm_bool = false, kpm_float = false, attn_bool = false, attn_float = false, per_head = false;
   CausalAlign causal = CausalAlign::kNone;
-  std::int64_t extra_cols = 0;   // unmasked keys appended after the masked ones
+  std::int64_t extra_cols = 0;    // unmasked keys appended after the masked ones
   bool fully_masked_row = false;  // query 1 of every head sees nothing
   float dropout = 0.0f;
   bool alibi = false;
@@ -165,7 +165,8 @@ struct Problem {
             if (spec.rel_values && j < cols) {
               const std::int64_t c =
                   std::clamp(j - (spec.query_offset + i), -spec.rel_clip, spec.rel_clip) + spec.rel_clip;
-              for (std::int64_t e = 0; e < d.Dv; ++e) out[((b * d.L + i) * d.H + h) * d.Dv + e] += p * rel_v[c * d.Dv + e];
+              for (std::int64_t e = 0; e < d.Dv; ++e)
+                out[((b * d.L + i) * d.H + h) * d.Dv + e] += p * rel_v[c * d.Dv + e];
             }
           }
         }
@@ -229,8 +230,7 @@ MaskSpec with(auto f) {
 INSTANTIATE_TEST_SUITE_P(
     Masks, AttentionRef,
     ::testing::Values(
-        Case{"plain", {2, 2, 3, 4, 3, 2}, {}},
-        Case{"one_of_everything", {1, 1, 1, 1, 1, 1}, {}},
+        Case{"plain", {2, 2, 3, 4, 3, 2}, {}}, Case{"one_of_everything", {1, 1, 1, 1, 1, 1}, {}},
         Case{"kpm_bool", {2, 2, 3, 5, 2, 3}, with([](MaskSpec& s) { s.kpm_bool = true; })},
         Case{"kpm_float", {2, 2, 3, 5, 2, 2}, with([](MaskSpec& s) { s.kpm_float = true; })},
         Case{"attn_bool_2d", {2, 2, 4, 4, 2, 2}, with([](MaskSpec& s) { s.attn_bool = true; })},
@@ -239,12 +239,13 @@ INSTANTIATE_TEST_SUITE_P(
                s.kpm_bool = s.kpm_float = s.attn_bool = s.attn_float = s.per_head = true;
              })},
         Case{"causal_top_left", {2, 2, 4, 4, 2, 2}, with([](MaskSpec& s) { s.causal = CausalAlign::kTopLeft; })},
-        Case{"causal_top_left_L_lt_S", {1, 2, 3, 6, 2, 2},
-             with([](MaskSpec& s) { s.causal = CausalAlign::kTopLeft; })},
-        Case{"causal_bottom_right_L_lt_S", {1, 2, 3, 6, 2, 2},
-             with([](MaskSpec& s) { s.causal = CausalAlign::kBottomRight; })},
-        Case{"causal_bottom_right_L_gt_S", {1, 2, 6, 3, 2, 2},
-             with([](MaskSpec& s) { s.causal = CausalAlign::kBottomRight; })},
+        Case{"causal_top_left_L_lt_S", {1, 2, 3, 6, 2, 2}, with([](MaskSpec& s) { s.causal = CausalAlign::kTopLeft; })},
+        Case{"causal_bottom_right_L_lt_S", {1, 2, 3, 6, 2, 2}, with([](MaskSpec& s) {
+               s.causal = CausalAlign::kBottomRight;
+             })},
+        Case{"causal_bottom_right_L_gt_S", {1, 2, 6, 3, 2, 2}, with([](MaskSpec& s) {
+               s.causal = CausalAlign::kBottomRight;
+             })},
         Case{"extra_columns_unmasked", {2, 2, 3, 6, 2, 2}, with([](MaskSpec& s) {
                s.kpm_bool = s.attn_bool = true;
                s.causal = CausalAlign::kTopLeft;

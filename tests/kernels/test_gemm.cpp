@@ -158,8 +158,8 @@ TEST(Transpose, MatchesItsReferenceTwinAtEveryRemainder) {
 TEST(Transpose, OddSizesAndPaddedStrides) {
   for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {7, 3}, {65, 17}, {512, 64}}) {
     Rng rng(static_cast<std::uint64_t>(rows * 100 + cols));
-    Operand src(rows, cols, rng);              // row stride cols + 3
-    const std::int64_t ldd = rows + 5;         // padding that must survive
+    Operand src(rows, cols, rng);       // row stride cols + 3
+    const std::int64_t ldd = rows + 5;  // padding that must survive
     std::vector<float> dst(cols * ldd, 9.0f);
     transpose(dst.data(), ldd, src.data.data(), src.ld, rows, cols);
     for (std::int64_t c = 0; c < cols; ++c)

@@ -54,8 +54,8 @@ void check_case(const Case& g, bool in_parallel_region = false) {
   for (std::int64_t i = 0; i < g.M; ++i)
     for (std::int64_t j = 0; j < g.N; ++j) C[i * ldc + j] = g.beta == 0.0f ? NAN : rng.normal();  // beta 0 ignores C
   expected = C;
-  gemm_bf16_ref(g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data.data(), A.ld, B.data.data(), B.ld, g.beta,
-                expected.data(), ldc);
+  gemm_bf16_ref(g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data.data(), A.ld, B.data.data(), B.ld, g.beta, expected.data(),
+                ldc);
   // In a parallel region each of two threads computes its own copy of C.
   std::vector<std::vector<float>> results(in_parallel_region ? 2 : 1, C);
   auto call = [&](std::vector<float>& c) {
@@ -86,8 +86,7 @@ TEST(Bf16Paths, MatchesTheReferenceForEveryTransposeAndOddSizes) {
   const Trans no = Trans::kNo, yes = Trans::kYes;
   for (Trans ta : {no, yes})
     for (Trans tb : {no, yes})
-      for (auto [M, N, K] :
-           {std::tuple{1, 1, 1}, {7, 5, 3}, {13, 65, 31}, {64, 17, 129}, {300, 40, 96}, {32, 401, 37}})
+      for (auto [M, N, K] : {std::tuple{1, 1, 1}, {7, 5, 3}, {13, 65, 31}, {64, 17, 129}, {300, 40, 96}, {32, 401, 37}})
         check_case({M, N, K, ta, tb, 1.0f, 0.0f});
 }
 
@@ -186,14 +185,12 @@ TEST(Bf16Paths, LinearKernelsEqualFp32OnTheRoundedValues) {
   Tensor b = test::random_tensor({out}, rng), dy = test::random_tensor({N, out}, rng);
   Tensor xb = narrow_tensor(x, DType::kBF16), wb = bf16_weights(w.f32(), out, in);
   Tensor xr = widen_tensor(xb), wr = widen_tensor(wb), dyr = widen_tensor(narrow_tensor(dy, DType::kBF16));
-  Tensor y1({N, out}), y2({N, out}), dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in}), db1({out}),
-      db2({out});
+  Tensor y1({N, out}), y2({N, out}), dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in}), db1({out}), db2({out});
   linear_forward_bf16(y1.f32(), out, xb.data<BF16>(), in, wb.data<BF16>(), b.f32(), N, in, out);
-  linear_backward_bf16(dx1.f32(), in, false, dw1.f32(), db1.f32(), dy.f32(), out, xb.data<BF16>(), in,
-                       wb.data<BF16>(), N, in, out);
+  linear_backward_bf16(dx1.f32(), in, false, dw1.f32(), db1.f32(), dy.f32(), out, xb.data<BF16>(), in, wb.data<BF16>(),
+                       N, in, out);
   linear_forward<float>(y2.f32(), out, xr.f32(), in, wr.f32(), b.f32(), N, in, out);
-  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xr.f32(), in, wr.f32(), N, in,
-                         out);
+  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xr.f32(), in, wr.f32(), N, in, out);
   linear_backward<float>(nullptr, in, false, nullptr, db2.f32(), dy.f32(), out, xr.f32(), in, wr.f32(), N, in, out);
   EXPECT_TRUE(test::all_close(y1, y2));
   EXPECT_TRUE(test::all_close(dx1, dx2));
@@ -223,7 +220,8 @@ TEST(Bf16Paths, BiasGradientsSumEachColumnInRowOrder) {
   // dx and dW as fp32 products of the rounded values.
   Tensor dyr({N, out});
   for (std::int64_t n = 0; n < N; ++n)
-    for (std::int64_t o = 0; o < out; ++o) dyr.f32()[n * out + o] = bf16_to_float(float_to_bf16(dy.f32()[n * lddy + o]));
+    for (std::int64_t o = 0; o < out; ++o)
+      dyr.f32()[n * out + o] = bf16_to_float(float_to_bf16(dy.f32()[n * lddy + o]));
   Tensor xr = widen_tensor(xb), wr = widen_tensor(wb);
   linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xr.f32(), in, wr.f32(), N, in, out);
   EXPECT_TRUE(test::all_close(dx1, dx2, 1e-4, 1e-5));

@@ -148,10 +148,8 @@ TEST(Int8Gemm, ANonFiniteRowGivesNaNAndSparesTheOthers) {
   const QuantizedMatrix m(W, out, in);
   for (const bool reference : {false, true}) {
     std::vector<float> y(N * out);
-    if (reference)
-      linear_forward_int8_reference(y.data(), out, x.data(), in, m.weight(), nullptr, N, in, out, 127);
-    else
-      linear_forward_int8(y.data(), out, x.data(), in, m.weight(), nullptr, N, in, out);
+    if (reference) linear_forward_int8_reference(y.data(), out, x.data(), in, m.weight(), nullptr, N, in, out, 127);
+    else linear_forward_int8(y.data(), out, x.data(), in, m.weight(), nullptr, N, in, out);
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t o = 0; o < out; ++o)
         EXPECT_EQ(std::isnan(y[i * out + o]), i == 1 || i == 2) << i << ", " << o << (reference ? " (twin)" : "");
@@ -242,8 +240,7 @@ TEST(Int8Gemm, TheTwinRefusesOtherWidths) {
   const std::vector<float> x(4), W(4);
   const QuantizedMatrix m(W, 2, 2);
   std::vector<float> y(4);
-  EXPECT_THROW(linear_forward_int8_reference(y.data(), 2, x.data(), 2, m.weight(), nullptr, 2, 2, 2, 100),
-               ConfigError);
+  EXPECT_THROW(linear_forward_int8_reference(y.data(), 2, x.data(), 2, m.weight(), nullptr, 2, 2, 2, 100), ConfigError);
 }
 
 }  // namespace

@@ -42,13 +42,13 @@ TEST(Fp16, RoundsToNearestEvenOverflowsAndSubnormals) {
   EXPECT_EQ(float_to_f16(1.0f), 0x3C00);
   EXPECT_EQ(float_to_f16(65504.0f), 0x7BFF);
   EXPECT_EQ(float_to_f16(65519.0f), 0x7BFF);
-  EXPECT_EQ(float_to_f16(65520.0f), 0x7C00);  // halfway to 65536: to the even, infinity
+  EXPECT_EQ(float_to_f16(65520.0f), 0x7C00);               // halfway to 65536: to the even, infinity
   EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // halfway to it: to the even, zero
   EXPECT_EQ(float_to_f16(std::ldexp(3.0f, -25)), 0x0002);
   EXPECT_EQ(float_to_f16(-0.0f), 0x8000);
-  EXPECT_EQ(float_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);   // halfway: to even
+  EXPECT_EQ(float_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // halfway: to even
   EXPECT_EQ(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
   EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
   for (std::uint32_t h = 0; h < 65536; ++h) {

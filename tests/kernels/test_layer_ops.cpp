@@ -195,13 +195,17 @@ TEST(ReluDropoutBackward, FromTheOutputEqualsDropoutThenReluAtPre) {
       std::vector<float> pre(n), hid(n), dy(n);
       for (float& v : pre) v = rng.normal();
       for (float& v : dy) v = rng.normal();
-      const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
-                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min()};
+      const float special[] = {0.0f,
+                               -0.0f,
+                               std::numeric_limits<float>::quiet_NaN(),
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::denorm_min(),
+                               -std::numeric_limits<float>::denorm_min()};
       for (std::size_t i = 0; i < std::size(special); ++i) pre[i * 3] = special[i];
       const DropoutSpec drop{p, 12, 13};
-      bias_activation_dropout(Activation::kRelu, hid.data(), pre.data(), static_cast<const float*>(nullptr), 1, n,
-                              drop, 0);
+      bias_activation_dropout(Activation::kRelu, hid.data(), pre.data(), static_cast<const float*>(nullptr), 1, n, drop,
+                              0);
       std::vector<float> want = dy, got(n);
       if (drop.active()) dropout_inplace(want.data(), n, 0, drop);
       activation_backward(Activation::kRelu, want.data(), want.data(), pre.data(), n);
@@ -355,7 +359,8 @@ TEST(GeluVectors, MatchTheDoubleReferenceAndDoNotDependOnPosition) {
     for (std::int64_t i = 0; i < n; ++i) {
       const double scale = std::max(1.0, std::fabs(xd[i]));
       ASSERT_NEAR(y[i], yd[i], 1e-6 * scale) << activation_name(a) << " x " << x[i];
-      ASSERT_NEAR(dx[i], dxd[i], 2e-6 * scale * std::max(1.0, std::fabs(dyd[i]))) << activation_name(a) << " x " << x[i];
+      ASSERT_NEAR(dx[i], dxd[i], 2e-6 * scale * std::max(1.0, std::fabs(dyd[i])))
+          << activation_name(a) << " x " << x[i];
     }
     for (std::int64_t i = 0; i < 40; ++i) {  // one element alone: the tail's path
       float one = 0, g = 0;
@@ -432,8 +437,7 @@ TEST(Dropout, RecordedKeepBitsReplayTheSameValues) {
           const bool bit = (bits[k / 64] >> (k % 64)) & 1;
           if (k >= at && k < at + n)
             ASSERT_EQ(bit, dropout_keep_at(spec, base + static_cast<std::uint64_t>(k - at))) << at << "+" << k;
-          else
-            ASSERT_EQ(bit, fill != 0) << "bit " << k << " outside [" << at << ", " << at + n << ")";
+          else ASSERT_EQ(bit, fill != 0) << "bit " << k << " outside [" << at << ", " << at + n << ")";
         }
         dropout_row_from_bits(again.data(), x.data(), n, spec, bits.data(), at);
         ASSERT_EQ(again, want) << at << " " << n;
@@ -456,8 +460,7 @@ TEST(Dropout, LongSpansGiveTheSameMaskOnAnyThreadCount) {
   EXPECT_EQ(one, two);
   const float kept = 2.0f / (1.0f - spec.p);
   for (std::int64_t i = 0; i < n; i += 997)
-    ASSERT_EQ(one[i], dropout_keep_at(spec, base + static_cast<std::uint64_t>(i)) ? kept : 0.0f)
-        << i;
+    ASSERT_EQ(one[i], dropout_keep_at(spec, base + static_cast<std::uint64_t>(i)) ? kept : 0.0f) << i;
 }
 
 }  // namespace

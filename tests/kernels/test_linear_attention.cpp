@@ -139,8 +139,8 @@ TEST(LinearAttentionFloat, LongSequencesMatchTheQuadraticFormula) {
       linear_attention_forward<float>({out.data(), d.L * d.H * d.Dv, d.H * d.Dv, d.Dv}, cv(q, d.L, d.D),
                                       cv(k, d.S, d.D), cv(v, d.S, d.Dv), d, args);
       const std::vector<double> want = p.quadratic();
-      EXPECT_TRUE((test::all_close<float, double>(out, want, 1e-5, 1e-4))) << (causal ? "causal" : "non-causal")
-                                                                            << " S=" << S;
+      EXPECT_TRUE((test::all_close<float, double>(out, want, 1e-5, 1e-4)))
+          << (causal ? "causal" : "non-causal") << " S=" << S;
     }
 }
 

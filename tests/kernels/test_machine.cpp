@@ -14,7 +14,9 @@
 namespace multihead {
 namespace {
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 TEST(Machine, FollowsTheThreadCountAndTheGemmBackend) {
   const int threads = num_threads();
@@ -69,7 +71,8 @@ TEST(Machine, AgreesWithTheCpuFlags) {
 
 TEST(Machine, GoesToJson) {
   const nlohmann::json j = machine_info();
-  for (const char* key : {"cpu", "cpu_simd", "kernel_simd", "kernel_target", "kernel_dispatch", "gemm_backend", "gemm_isa", "bf16_path", "int8_path", "threads"})
+  for (const char* key : {"cpu", "cpu_simd", "kernel_simd", "kernel_target", "kernel_dispatch", "gemm_backend",
+                          "gemm_isa", "bf16_path", "int8_path", "threads"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["threads"].get<int>(), num_threads());
   EXPECT_TRUE(j["cpu_simd"].is_array());

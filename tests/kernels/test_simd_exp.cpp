@@ -43,7 +43,8 @@ TEST(SimdExp, WithinOneUlpOverTheSoftmaxDomain) {
   // its row's maximum or log-sum-exp), then floats just above 0 (rounding
   // can put an argument there), then uniform samples of [0, 88].
   std::vector<float> x;
-  for (std::uint32_t b = std::bit_cast<std::uint32_t>(-87.33f); b > 0x80000000u; b -= 97) x.push_back(std::bit_cast<float>(b));
+  for (std::uint32_t b = std::bit_cast<std::uint32_t>(-87.33f); b > 0x80000000u; b -= 97)
+    x.push_back(std::bit_cast<float>(b));
   for (float v = 0x1p-30f; v <= 0x1p-10f; v *= 1.001f) x.push_back(v);
   Rng rng(5);
   for (int i = 0; i < 100000; ++i) x.push_back(88.0f * rng.uniform());

@@ -167,7 +167,7 @@ TEST(TileGemm, PanelsAndRowMajorAcrossColumnBlocks) {
     for (std::int64_t K : {1, 32, 33}) {
       const std::int64_t M = 13, lda = K + 2, lds = K + 1, ldc = N + 1;
       Row A(M * lda, rng), src(N * lds, rng), C(M * ldc, rng);  // src (N, K): B = src^T
-      std::vector<float> Bt(static_cast<std::size_t>(K * N));     // B (K, N) row-major
+      std::vector<float> Bt(static_cast<std::size_t>(K * N));   // B (K, N) row-major
       for (std::int64_t k = 0; k < K; ++k)
         for (std::int64_t j = 0; j < N; ++j) Bt[static_cast<std::size_t>(k * N + j)] = src.x[j * lds + k];
       std::vector<float> panels(static_cast<std::size_t>(simd::panels_size(K, N)));

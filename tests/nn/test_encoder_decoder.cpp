@@ -126,14 +126,15 @@ TEST_P(EncoderDecoderPositions, ParameterGradientsMatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kinds, EncoderDecoderPositions,
-    ::testing::Combine(::testing::Values(PositionKind::kSinusoidal, PositionKind::kLearned, PositionKind::kRope,
-                                         PositionKind::kAlibi, PositionKind::kRelative),
-                       ::testing::Bool()),
-    [](const auto& p) {
-      return std::string(position_kind_name(std::get<0>(p.param))) + (std::get<1>(p.param) ? "_pre_ln" : "_post_ln");
-    });
+INSTANTIATE_TEST_SUITE_P(Kinds, EncoderDecoderPositions,
+                         ::testing::Combine(::testing::Values(PositionKind::kSinusoidal, PositionKind::kLearned,
+                                                              PositionKind::kRope, PositionKind::kAlibi,
+                                                              PositionKind::kRelative),
+                                            ::testing::Bool()),
+                         [](const auto& p) {
+                           return std::string(position_kind_name(std::get<0>(p.param))) +
+                                  (std::get<1>(p.param) ? "_pre_ln" : "_post_ln");
+                         });
 
 // A frozen store's bf16 copy of the weights (what a loaded run decodes with)
 // is the rounding each bf16 product otherwise makes: the same bits, teacher

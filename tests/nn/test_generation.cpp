@@ -48,7 +48,8 @@ TEST_P(KvCacheEquivalence, CachedLogitsEqualUncached) {
   parts.push_back(lm.forward_cached(Tensor::from_i64({1, 5}, std::vector<std::int64_t>(seq.begin(), seq.begin() + 5)),
                                     caches, T, precision));
   for (std::int64_t t = 5; t < T; ++t)
-    parts.push_back(lm.forward_cached(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}), caches, T, precision));
+    parts.push_back(lm.forward_cached(
+        Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}), caches, T, precision));
   std::vector<float> cached;
   for (const auto& p : parts) cached.insert(cached.end(), p.f32(), p.f32() + p.numel());
   const double tol = precision == Precision::kF32 ? 1e-5 : precision == Precision::kF16 ? 2e-3 : 2e-2;

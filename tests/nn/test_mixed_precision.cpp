@@ -96,20 +96,20 @@ TEST_P(HalfPrecision, FusedKernelsEqualTheirFp32TwinOnTheStoredValues) {
       };
       const HeadsView<const float> dov = view32(dout, d.L);
       auto g16 = grads([&](auto dq, auto dk, auto dv) {
-        attention_fused_backward<T>(dq, dk, dv, lse16.f32(), view16(o16, d.L), dov, view16(q16, d.L),
-                                    view16(k16, d.S), view16(v16, d.S), masks, d, scale, drop, tiles);
+        attention_fused_backward<T>(dq, dk, dv, lse16.f32(), view16(o16, d.L), dov, view16(q16, d.L), view16(k16, d.S),
+                                    view16(v16, d.S), masks, d, scale, drop, tiles);
       });
       auto g32 = grads([&](auto dq, auto dk, auto dv) {
-        attention_fused_backward<float>(dq, dk, dv, lse32.f32(), view32(ow, d.L), dov, view32(qw, d.L),
-                                        view32(kw, d.S), view32(vw, d.S), masks, d, scale, drop, tiles);
+        attention_fused_backward<float>(dq, dk, dv, lse32.f32(), view32(ow, d.L), dov, view32(qw, d.L), view32(kw, d.S),
+                                        view32(vw, d.S), masks, d, scale, drop, tiles);
       });
       for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(all_close(g16[i], g32[i], 1e-6, 1e-5)) << "gradient " << i;
 
       Tensor w16({d.B, d.H, d.L, d.S}), w32({d.B, d.H, d.L, d.S});
       attention_fused_weights<T>(w16.f32(), false, lse16.f32(), view16(q16, d.L), view16(k16, d.S), masks, d, scale,
                                  drop, tiles);
-      attention_fused_weights<float>(w32.f32(), false, lse32.f32(), view32(qw, d.L), view32(kw, d.S), masks, d,
-                                     scale, drop, tiles);
+      attention_fused_weights<float>(w32.f32(), false, lse32.f32(), view32(qw, d.L), view32(kw, d.S), masks, d, scale,
+                                     drop, tiles);
       EXPECT_TRUE(all_close(w16, w32, 1e-7, 1e-6));
     }
   });
@@ -126,17 +126,15 @@ TEST_P(HalfPrecision, StoredLinearKernelsEqualFp32OnTheStoredValues) {
   const bool bf16 = computes_in_bf16(st);
   const DType round_to = bf16 ? st : DType::kF32;
   Tensor wr = widen_tensor(narrow_tensor(w, round_to)), dyr = widen_tensor(narrow_tensor(dy, round_to));
-  Tensor y1({N, out}), y2({N, out}), dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in}), db1({out}),
-      db2({out});
+  Tensor y1({N, out}), y2({N, out}), dx1({N, in}), dx2({N, in}), dw1({out, in}), dw2({out, in}), db1({out}), db2({out});
   visit_float_storage(st, [&](auto tag) {
     using T = decltype(tag);
     linear_forward_stored<T>(y1.f32(), out, xs.data<T>(), in, w.f32(), b.f32(), N, in, out);
-    linear_backward_stored<T>(dx1.f32(), in, false, dw1.f32(), db1.f32(), dy.f32(), out, xs.data<T>(), in, w.f32(),
-                              N, in, out);
+    linear_backward_stored<T>(dx1.f32(), in, false, dw1.f32(), db1.f32(), dy.f32(), out, xs.data<T>(), in, w.f32(), N,
+                              in, out);
   });
   linear_forward<float>(y2.f32(), out, xw.f32(), in, wr.f32(), b.f32(), N, in, out);
-  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xw.f32(), in, wr.f32(), N, in,
-                         out);
+  linear_backward<float>(dx2.f32(), in, false, dw2.f32(), nullptr, dyr.f32(), out, xw.f32(), in, wr.f32(), N, in, out);
   linear_backward<float>(nullptr, in, false, nullptr, db2.f32(), dy.f32(), out, xw.f32(), in, wr.f32(), N, in, out);
   EXPECT_TRUE(all_close(y1, y2));
   EXPECT_TRUE(all_close(dx1, dx2));

@@ -64,8 +64,8 @@ TEST(Mha, DeclaresPyTorchStateDictNames) {
   std::vector<std::string> names;
   for (const auto& e : s1.entries()) names.push_back(e.name + shape_str(e.shape));
   EXPECT_EQ(names, (std::vector<std::string>{"self_attn.in_proj_weight(24, 8)", "self_attn.in_proj_bias(24,)",
-                                              "self_attn.out_proj.weight(8, 8)", "self_attn.out_proj.bias(8,)",
-                                              "self_attn.bias_k(1, 1, 8)", "self_attn.bias_v(1, 1, 8)"}));
+                                             "self_attn.out_proj.weight(8, 8)", "self_attn.out_proj.bias(8,)",
+                                             "self_attn.bias_k(1, 1, 8)", "self_attn.bias_v(1, 1, 8)"}));
   c = cfg_of(8, 2);
   c.kdim = 3;
   c.vdim = 5;
@@ -75,7 +75,7 @@ TEST(Mha, DeclaresPyTorchStateDictNames) {
   names.clear();
   for (const auto& e : s2.entries()) names.push_back(e.name + shape_str(e.shape));
   EXPECT_EQ(names, (std::vector<std::string>{"q_proj_weight(8, 8)", "k_proj_weight(8, 3)", "v_proj_weight(8, 5)",
-                                              "out_proj.weight(8, 8)"}));
+                                             "out_proj.weight(8, 8)"}));
 }
 
 TEST(Mha, InitialisationFollowsPyTorch) {

@@ -71,8 +71,8 @@ TEST(Rope, KeptTableRotatesAsComputedPairs) {
     for (float& v : x) v = rng.normal();
     std::vector<float> want = x;
     rope_rotate(HeadsView<float>{want.data(), c.L * ld, ld, c.D}, B, c.L, H, c.D, c.offset, c.theta, c.inverse);
-    rope_rotate(HeadsView<float>{x.data(), c.L * ld, ld, c.D}, B, c.L, H, c.D,
-                table.rows(c.offset, c.L, c.D, c.theta), c.inverse);
+    rope_rotate(HeadsView<float>{x.data(), c.L * ld, ld, c.D}, B, c.L, H, c.D, table.rows(c.offset, c.L, c.D, c.theta),
+                c.inverse);
     EXPECT_EQ(x, want) << "offset " << c.offset << ", D " << c.D << ", theta " << c.theta;
   }
   EXPECT_THROW(table.rows(0, 2, 7, 1e4), ConfigError);

@@ -112,8 +112,8 @@ TEST_P(Variants, CachedDecodingEqualsUncached) {
   std::vector<KvCache> caches;
   std::vector<float> cached;
   for (std::int64_t t = 0; t < T; ++t) {
-    Tensor step = lm.forward_cached(Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}),
-                                    caches, T);
+    Tensor step = lm.forward_cached(
+        Tensor::from_i64({1, 1}, std::vector<std::int64_t>{seq[static_cast<std::size_t>(t)]}), caches, T);
     cached.insert(cached.end(), step.f32(), step.f32() + step.numel());
   }
   EXPECT_TRUE(test::all_close_v(cached, full.span_f32(), 1e-5, 1e-4));
@@ -122,16 +122,16 @@ TEST_P(Variants, CachedDecodingEqualsUncached) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, Variants,
-    ::testing::Values(VariantCase{"full_gqa", AttentionVariant::kFull, 2, false},
-                      VariantCase{"full_mqa_causal", AttentionVariant::kFull, 1, true},
-                      VariantCase{"sliding_window", AttentionVariant::kSlidingWindow, 0, false},
-                      VariantCase{"sliding_window_gqa_causal", AttentionVariant::kSlidingWindow, 2, true},
-                      VariantCase{"block_sparse", AttentionVariant::kBlockSparse, 0, false},
-                      VariantCase{"linear", AttentionVariant::kLinear, 0, false},
-                      VariantCase{"linear_causal_gqa", AttentionVariant::kLinear, 2, true}),
-    [](const ::testing::TestParamInfo<VariantCase>& p) { return std::string(p.param.name); });
+INSTANTIATE_TEST_SUITE_P(All, Variants,
+                         ::testing::Values(VariantCase{"full_gqa", AttentionVariant::kFull, 2, false},
+                                           VariantCase{"full_mqa_causal", AttentionVariant::kFull, 1, true},
+                                           VariantCase{"sliding_window", AttentionVariant::kSlidingWindow, 0, false},
+                                           VariantCase{"sliding_window_gqa_causal", AttentionVariant::kSlidingWindow, 2,
+                                                       true},
+                                           VariantCase{"block_sparse", AttentionVariant::kBlockSparse, 0, false},
+                                           VariantCase{"linear", AttentionVariant::kLinear, 0, false},
+                                           VariantCase{"linear_causal_gqa", AttentionVariant::kLinear, 2, true}),
+                         [](const ::testing::TestParamInfo<VariantCase>& p) { return std::string(p.param.name); });
 
 TEST(Variants, BadConfigsAreClearErrors) {
   MultiheadAttentionConfig c;

@@ -27,9 +27,8 @@ std::string refusal(const std::string& body, const std::vector<std::string>& fie
 }
 
 TEST(PredictRequest, SettingsOverrideTheServersOwn) {
-  const PredictRequest r =
-      parse(R"({"inputs": ["a", "b"], "tokens": 7, "temperature": 0, "top_k": 3, "top_p": 0.5, "seed": 9})",
-            kLanguageModel);
+  const PredictRequest r = parse(
+      R"({"inputs": ["a", "b"], "tokens": 7, "temperature": 0, "top_k": 3, "top_p": 0.5, "seed": 9})", kLanguageModel);
   EXPECT_EQ(r.inputs, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(r.settings.tokens, 7);
   EXPECT_EQ(r.settings.sampling.temperature, 0.0);
@@ -57,7 +56,8 @@ TEST(PredictRequest, EachSettingIsTypedBoundedAndForItsKind) {
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "n_best": 0})", kPronunciation), "the body: n_best must be in [1, 64], got 0");
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "beam": 2})", kLanguageModel), "'beam' does not apply to language_model runs");
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "tokens": 2})", {}), "'tokens' does not apply to language_model runs");
-  EXPECT_EQ(refusal(R"({"inputs": ["a"], "tokenz": 2})", kLanguageModel), "unknown field 'tokenz' (did you mean 'tokens'?)");
+  EXPECT_EQ(refusal(R"({"inputs": ["a"], "tokenz": 2})", kLanguageModel),
+            "unknown field 'tokenz' (did you mean 'tokens'?)");
   EXPECT_EQ(refusal(R"({"input": ["a"]})", {}), "unknown field 'input' (did you mean 'inputs'?)");
   EXPECT_EQ(refusal(R"({"inputs": ["a"], "threshold": 0.5})", kLanguageModel),
             "'threshold' does not apply to language_model runs");

@@ -108,7 +108,9 @@ json post_to(httplib::Client& c, const std::string& path, const json& body, int*
   return json::parse(r->body);
 }
 
-json post(httplib::Client& c, const json& body, int* status = nullptr) { return post_to(c, "/v1/predict", body, status); }
+json post(httplib::Client& c, const json& body, int* status = nullptr) {
+  return post_to(c, "/v1/predict", body, status);
+}
 
 json get(httplib::Client& c, const std::string& path) {
   auto r = c.Get(path.c_str());
@@ -217,7 +219,8 @@ class Serve : public ScratchFolder {
 
  private:
   fs::path train(const std::string& args, const std::string& name) {
-    CliRun r = run(args + " --d-model 16 --num-heads 2 --num-layers 1 --threads 1 --quiet --out " + (dir / name).string());
+    CliRun r =
+        run(args + " --d-model 16 --num-heads 2 --num-layers 1 --threads 1 --quiet --out " + (dir / name).string());
     EXPECT_EQ(r.code, 0) << r.err;
     return dir / name;
   }
@@ -278,7 +281,8 @@ TEST_F(Serve, ClassifierAnswersAsPredictJsonDoes) {
 std::map<std::string, double> parse_exposition(const std::string& text) {
   std::map<std::string, double> samples;
   std::map<std::string, std::string> types;
-  const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)"), type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
+  const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+)"),
+      type(R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram))");
   const std::regex sample(
       R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)*\})? (-?[0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?|\+Inf|NaN))");
   std::istringstream lines(text);
@@ -297,7 +301,8 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
     }
     std::string family = m[1];
     for (const char* suffix : {"_bucket", "_sum", "_count"})
-      if (!types.count(family) && family.ends_with(suffix) && types.count(family.substr(0, family.size() - std::strlen(suffix))))
+      if (!types.count(family) && family.ends_with(suffix) &&
+          types.count(family.substr(0, family.size() - std::strlen(suffix))))
         family = family.substr(0, family.size() - std::strlen(suffix));
     EXPECT_TRUE(types.count(family)) << "no TYPE before " << line;
     const double v = std::stod(m[3]);
@@ -315,7 +320,8 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
       for (const auto& [key, v] : samples)
         if (key.rfind(name + "_count", 0) == 0) {
           std::string labels = key.substr(name.size() + 6);
-          const std::string inf = labels.empty() ? "{le=\"+Inf\"}" : labels.substr(0, labels.size() - 1) + ",le=\"+Inf\"}";
+          const std::string inf =
+              labels.empty() ? "{le=\"+Inf\"}" : labels.substr(0, labels.size() - 1) + ",le=\"+Inf\"}";
           EXPECT_EQ(samples[name + "_bucket" + inf], v) << name << labels;
         }
   return samples;
@@ -423,7 +429,7 @@ TEST_F(Serve, PronunciationGivesNBest) {
 TEST_F(Serve, ConcurrentClientsAreBatchedAndAnsweredAlike) {
   const fs::path run_dir = classifier();
   const std::vector<std::string> texts = {"good great fine", "bad awful poor", "nice day", "poor good", "fine",
-                                          "awful nasty bad", "great great", "day"};
+                                          "awful nasty bad", "great great",    "day"};
   const std::vector<json> want = predict_json(run_dir, items(texts), "");
   ServerProcess server(
       {"--run", run_dir.string(), "--port", "0", "--threads", "1", "--max-batch", "16", "--max-wait-ms", "5"});
@@ -437,7 +443,8 @@ TEST_F(Serve, ConcurrentClientsAreBatchedAndAnsweredAlike) {
       auto c = server.client();
       c.set_keep_alive(k % 2 == 0);
       for (int r = 0; r < kRequests; ++r) {
-        const std::size_t a = static_cast<std::size_t>(k + r) % texts.size(), b = static_cast<std::size_t>(k * 3 + r) % texts.size();
+        const std::size_t a = static_cast<std::size_t>(k + r) % texts.size(),
+                          b = static_cast<std::size_t>(k * 3 + r) % texts.size();
         auto res = c.Post("/v1/predict", json{{"inputs", {texts[a], texts[b]}}}.dump(), "application/json");
         std::string why;
         if (!res) why = "no response: " + httplib::to_string(res.error());
@@ -446,8 +453,8 @@ TEST_F(Serve, ConcurrentClientsAreBatchedAndAnsweredAlike) {
           const json got = json::parse(res->body)["outputs"];
           for (int i = 0; i < 2; ++i) {
             const json& w = want[i == 0 ? a : b];
-            if (got[i]["label"] != w["label"] || std::abs(got[i]["probabilities"]["pos"].get<double>() -
-                                                          w["probabilities"]["pos"].get<double>()) > 1e-6)
+            if (got[i]["label"] != w["label"] ||
+                std::abs(got[i]["probabilities"]["pos"].get<double>() - w["probabilities"]["pos"].get<double>()) > 1e-6)
               why = "answer " + got[i].dump() + " differs from " + w.dump();
           }
         }
@@ -541,7 +548,8 @@ TEST_F(Serve, SlowClientsDoNotHoldUpOthers) {
   for (int k = 0; k < 4; ++k)
     slow.emplace_back([&] {
       const int fd = connect_to(server.port);
-      const std::string request = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 22\r\n\r\n{\"inputs\": [\"good\"]}";
+      const std::string request =
+          "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: 22\r\n\r\n{\"inputs\": [\"good\"]}";
       for (std::size_t i = 0; i < request.size() && !done; ++i) {
         ::send(fd, &request[i], 1, MSG_NOSIGNAL);
         ++slow_bytes;
@@ -574,8 +582,9 @@ TEST_F(Serve, GoneClientsAreDroppedAndStopAnswersInFlight) {
   while (get(c, "/v1/health")["requests"] != 1 || get(c, "/v1/health")["queued"] != 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const std::string body = json{{"inputs", {"the sea"}}, {"tokens", 5}}.dump();
-  const std::string request = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   for (int k = 0; k < 5; ++k) {
     const int fd = connect_to(server.port);
     ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
@@ -583,7 +592,7 @@ TEST_F(Serve, GoneClientsAreDroppedAndStopAnswersInFlight) {
   }
   while (get(c, "/v1/health")["requests"] != 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the connection threads see the hang-ups
-  const auto [code, rest] = server.stop();  // while the long request runs
+  const auto [code, rest] = server.stop();                      // while the long request runs
   first.join();
   EXPECT_EQ(code, 0);
   EXPECT_EQ(long_status, 200);
@@ -597,8 +606,8 @@ TEST_F(Serve, HalfClosedClientsAreAnswered) {
   const fs::path run_dir = classifier();
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
   const std::string body = json{{"inputs", {"good great fine"}}}.dump();
-  const std::string request = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   const int fd = connect_to(server.port);
   ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
   ::shutdown(fd, SHUT_WR);
@@ -633,8 +642,9 @@ TEST_F(Serve, ChunkedBodiesCountAgainstTheLimit) {
   EXPECT_LT(sent, std::size_t{4096} * 1024);
   // A chunked body within the limit is answered.
   const std::string body = json{{"inputs", {"good"}}}.dump();
-  const std::string ok = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
-                         fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", body.size(), body);
+  const std::string ok =
+      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+      fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", body.size(), body);
   const int fd2 = connect_to(server.port);
   ASSERT_EQ(::send(fd2, ok.data(), ok.size(), 0), static_cast<ssize_t>(ok.size()));
   const std::string answer = read_all(fd2);
@@ -653,10 +663,10 @@ std::string raw_predict(const std::string& body, const std::string& extra_header
 TEST_F(Serve, PipelinedRequestsAreAnsweredInOrder) {
   const fs::path run_dir = classifier();
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
-  const std::string requests = raw_predict(json{{"inputs", {"good great fine"}}}.dump(), "X-Request-Id: first\r\n") +
-                               "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n" +
-                               raw_predict(json{{"inputs", {"bad awful poor"}}}.dump(),
-                                           "Connection: close\r\nX-Request-Id: third\r\n");
+  const std::string requests =
+      raw_predict(json{{"inputs", {"good great fine"}}}.dump(), "X-Request-Id: first\r\n") +
+      "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n" +
+      raw_predict(json{{"inputs", {"bad awful poor"}}}.dump(), "Connection: close\r\nX-Request-Id: third\r\n");
   const int fd = connect_to(server.port);
   ASSERT_EQ(::send(fd, requests.data(), requests.size(), 0), static_cast<ssize_t>(requests.size()));
   const std::string got = read_all(fd);
@@ -679,7 +689,8 @@ TEST_F(Serve, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_LT(health, id3);
   const std::size_t id2 = got.find("X-Request-Id: ", id1 + 1);
   EXPECT_LT(id2, id3);
-  EXPECT_TRUE(std::regex_match(got.substr(id2 + 14, got.find("\r\n", id2) - id2 - 14), std::regex("[0-9a-f]{8}-[0-9]+")));
+  EXPECT_TRUE(
+      std::regex_match(got.substr(id2 + 14, got.find("\r\n", id2) - id2 - 14), std::regex("[0-9a-f]{8}-[0-9]+")));
 }
 
 // A client that sends Expect: 100-continue (curl does for bodies past 1 KiB)
@@ -688,8 +699,10 @@ TEST_F(Serve, ExpectContinueIsAnswered) {
   const fs::path run_dir = classifier();
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
   const std::string body = json{{"inputs", {"good"}}}.dump();
-  const std::string head = "POST /v1/predict HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
-                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  const std::string head =
+      "POST /v1/predict HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
   const int fd = connect_to(server.port);
   ASSERT_EQ(::send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
   char buf[256];
@@ -775,7 +788,7 @@ TEST_F(Serve, MalformedFramingIsAnsweredAtOnceAndClosed) {
   const fs::path run_dir = classifier();
   ServerProcess server({"--run", run_dir.string(), "--port", "0", "--threads", "1"});
   for (const std::string& bad : {std::string("POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"),
-                                std::string("GARBAGE / NOT-HTTP\r\n\r\n")}) {
+                                 std::string("GARBAGE / NOT-HTTP\r\n\r\n")}) {
     const auto start = std::chrono::steady_clock::now();
     const int fd = connect_to(server.port);
     ASSERT_EQ(::send(fd, bad.data(), bad.size(), 0), static_cast<ssize_t>(bad.size()));
@@ -833,7 +846,8 @@ TEST_F(Serve, ConnectionsPastTheLimitEvictTheLongestWaitingOrAreTurnedAway) {
   std::vector<int> held;
   for (int k = 0; k < 3; ++k) {
     held.push_back(connect_to(server.port));
-    ASSERT_EQ(::send(held.back(), held_request.data(), held_request.size(), 0), static_cast<ssize_t>(held_request.size()));
+    ASSERT_EQ(::send(held.back(), held_request.data(), held_request.size(), 0),
+              static_cast<ssize_t>(held_request.size()));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const int extra = connect_to(server.port);

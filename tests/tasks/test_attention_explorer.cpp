@@ -102,7 +102,7 @@ TEST(AttentionExplorer, HeadNumbersOnHandComputedMaps) {
   m.layers = 1, m.heads = 2, m.T = 2, m.S = 4;
   m.tokens = {"a", "b"}, m.keys = {"w", "x", "y", "z"};
   m.weights = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f,  // head 0
-               1, 0, 0, 0, 1, 0, 0, 0};                                 // head 1
+               1,     0,     0,     0,     1,     0,     0,     0};     // head 1
   const HeadStats st = head_stats(m, 2);
   EXPECT_NEAR(st.entropy[0], std::log(4.0), 1e-6);
   EXPECT_NEAR(st.entropy_ratio[0], 1.0, 1e-6);

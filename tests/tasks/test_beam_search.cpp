@@ -32,7 +32,8 @@ struct Fixture {
   std::vector<double> next_log_probs(std::int64_t b, const std::vector<std::int64_t>& prefix) {
     const std::int64_t S = source.dim(1), T = static_cast<std::int64_t>(prefix.size());
     Tensor src = Tensor::from_i64({1, S}, std::span(source.data<std::int64_t>() + b * S, static_cast<std::size_t>(S)));
-    Tensor pad = Tensor::from_bool({1, S}, std::span(padding.data<std::uint8_t>() + b * S, static_cast<std::size_t>(S)));
+    Tensor pad =
+        Tensor::from_bool({1, S}, std::span(padding.data<std::uint8_t>() + b * S, static_cast<std::size_t>(S)));
     Tensor tgt = Tensor::from_i64({1, T}, prefix);
     const Tensor logits = model->forward(src, &pad, tgt, eval_context(Precision::kF32));
     model->release_saved();
@@ -107,7 +108,7 @@ TEST(BeamSearch, WideBeamFindsTheExhaustiveBest) {
     double best = -1e300;
     std::vector<std::int64_t> best_tokens;
     std::function<void(std::vector<std::int64_t>&, double)> walk = [&](std::vector<std::int64_t>& prefix,
-                                                                         double lp_so_far) {
+                                                                       double lp_so_far) {
       const std::size_t produced = prefix.size() - 1;
       if (static_cast<std::int64_t>(produced) == max_len) {  // cut
         if (lp_so_far > best) best = lp_so_far, best_tokens.assign(prefix.begin() + 1, prefix.end());

@@ -47,20 +47,18 @@ TEST(Jobs, TheRegistryDescribesEveryKind) {
   std::vector<std::string> rows;
   for (const KindInfo& k : kinds())
     rows.push_back(fmt::format("{} {} {}", k.task, run_answers_name(k.answers), model_family_name(k.model)));
-  EXPECT_EQ(rows, (std::vector<std::string>{"text_classification classify sequence_classifier",
-                                            "language_modeling generate language_model",
-                                            "image_classification none vision_transformer",
-                                            "sequence_task none language_model", "pronunciation pronounce encoder_decoder",
-                                            "word_stress none sequence_classifier"}));
+  EXPECT_EQ(rows, (std::vector<std::string>{
+                      "text_classification classify sequence_classifier", "language_modeling generate language_model",
+                      "image_classification none vision_transformer", "sequence_task none language_model",
+                      "pronunciation pronounce encoder_decoder", "word_stress none sequence_classifier"}));
   EXPECT_STREQ(kind_of("word_stress").noun, "word stress jobs");
   EXPECT_THROW(kind_of("translation"), ConfigError);
   for (const KindInfo& k : kinds()) EXPECT_STREQ(job_task(job_from_json({{"task", k.task}}, "c.json")), k.task);
 }
 
 TEST(Jobs, KindsAreNamedOnceAndUnknownOnesAreRefused) {
-  EXPECT_EQ(job_tasks(), (std::vector<std::string>{"text_classification", "language_modeling",
-                                                    "image_classification", "sequence_task", "pronunciation",
-                                                    "word_stress"}));
+  EXPECT_EQ(job_tasks(), (std::vector<std::string>{"text_classification", "language_modeling", "image_classification",
+                                                   "sequence_task", "pronunciation", "word_stress"}));
   // A config without a task is a text classifier's.
   json config = to_json(preset_job("spam"));
   config.erase("task");
@@ -83,7 +81,8 @@ TEST(Jobs, AnotherSourceDropsThePresetsTitleAndPreprocessingButNotTheFlags) {
   const TextClassificationJob spam = text(preset_job("spam"));
   EXPECT_TRUE(spam.strip_headers);
   EXPECT_EQ(spam.report_title, "SpamAssassin: ham against spam");
-  const TextClassificationJob csv = text(apply_settings(preset_job("spam"), {{"--source", "csv"}, {"--data", "t.csv"}}));
+  const TextClassificationJob csv =
+      text(apply_settings(preset_job("spam"), {{"--source", "csv"}, {"--data", "t.csv"}}));
   EXPECT_FALSE(csv.strip_headers);
   EXPECT_EQ(title_of(csv), "Text classification: t.csv");
   // The same source again changes nothing; --set data.source does what --source does.
@@ -97,9 +96,9 @@ TEST(Jobs, AnotherSourceDropsThePresetsTitleAndPreprocessingButNotTheFlags) {
 }
 
 TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
-  std::vector<JobSetting> flags = {{"--steps", "7"},         {"--d-model", "32"},   {"--num-heads", "2"},
-                                   {"--attention", "sliding_window"}, {"--window", "3"}, {"--precision", "fp16"},
-                                   {"--seed", "9"}};
+  std::vector<JobSetting> flags = {
+      {"--steps", "7"},  {"--d-model", "32"},     {"--num-heads", "2"}, {"--attention", "sliding_window"},
+      {"--window", "3"}, {"--precision", "fp16"}, {"--seed", "9"}};
 
   const Job text = apply_settings(preset_job("spam"), flags);
   const auto& t = std::get<TextClassificationJob>(text);
@@ -122,8 +121,11 @@ TEST(Jobs, FlagsApplyAsEachKindTakesThem) {
   // Which --steps sets follows from the keys a kind has, not its name: a
   // kind that trains in epochs takes the cap, whichever it is.
   const auto steps_of = [](const Job& job) {
-    return std::visit([](const auto& j) { return std::pair{j.train.steps, to_json(j)["train"].value("max_steps", -1)}; },
-                      apply_settings(job, {{"--steps", "7"}}));
+    return std::visit(
+        [](const auto& j) {
+          return std::pair{j.train.steps, to_json(j)["train"].value("max_steps", -1)};
+        },
+        apply_settings(job, {{"--steps", "7"}}));
   };
   EXPECT_EQ(steps_of(WordStressJob()).second, 7);
   EXPECT_EQ(steps_of(WordStressJob()).first, WordStressJob().train.steps);
@@ -166,9 +168,9 @@ TEST(Jobs, SetSetsAnyKeyByItsPath) {
   EXPECT_EQ(t.text_column, "body");
   EXPECT_EQ(t.model.layer.d_model, 32);  // in the order given: the last one wins
   // A key added to a key list is settable with nothing else to change: train.dampening.
-  const Job sgd = apply_settings(preset_job("spam"), {{"--set", "train.optimizer=sgd"},
-                                                      {"--set", "train.momentum=0.9"},
-                                                      {"--set", "train.dampening=0.25"}});
+  const Job sgd = apply_settings(
+      preset_job("spam"),
+      {{"--set", "train.optimizer=sgd"}, {"--set", "train.momentum=0.9"}, {"--set", "train.dampening=0.25"}});
   EXPECT_EQ(std::get<TextClassificationJob>(sgd).train.sgd.dampening, 0.25);
   EXPECT_EQ(test::error_message([&] {
               apply_settings(preset_job("spam"), {{"--set", "train.optimizer=sgd"},
@@ -178,7 +180,9 @@ TEST(Jobs, SetSetsAnyKeyByItsPath) {
             }),
             "nesterov needs a momentum and no dampening (as torch.optim.SGD), got momentum 0.9 "
             "and dampening 0.25");
-  EXPECT_EQ(test::error_message([&] { apply_settings(preset_job("spam"), {{"--set", "train.dampening=2"}}); }),
+  EXPECT_EQ(test::error_message([&] {
+              apply_settings(preset_job("spam"), {{"--set", "train.dampening=2"}});
+            }),
             "the flags: train: dampening must be in [0, 1], got 2");
 }
 
@@ -196,7 +200,8 @@ TEST(Jobs, FlagsThatMeanNothingForAKindAreRefusedByName) {
             "--data does not apply to synthetic sequence tasks");
   EXPECT_EQ(refusal(preset_job("reverse"), {{"--max-len", "9"}}),
             "--max-len does not apply to synthetic sequence tasks");
-  EXPECT_EQ(refusal(preset_job("cmudict"), {{"--tokenizer", "bpe"}}), "--tokenizer does not apply to pronunciation jobs");
+  EXPECT_EQ(refusal(preset_job("cmudict"), {{"--tokenizer", "bpe"}}),
+            "--tokenizer does not apply to pronunciation jobs");
   EXPECT_EQ(refusal(preset_job("moby-dick"), {{"--source", "csv"}, {"--epochs", "2"}}),
             "--epochs and --source do not apply to language models");
   EXPECT_EQ(refusal(preset_job("spam"), {}), "no error");
@@ -205,7 +210,8 @@ TEST(Jobs, FlagsThatMeanNothingForAKindAreRefusedByName) {
 TEST(Jobs, ABadValueNamesItsFlagOrKey) {
   EXPECT_EQ(refusal(preset_job("spam"), {{"--batch", "30"}, {"--grad-accumulation", "4"}}),
             "batch (30) must be a multiple of grad_accumulation (4)");
-  EXPECT_EQ(refusal(preset_job("spam"), {{"--epochs", "0"}}), "the flags: train: epochs must be in [1, 1000000], got 0");
+  EXPECT_EQ(refusal(preset_job("spam"), {{"--epochs", "0"}}),
+            "the flags: train: epochs must be in [1, 1000000], got 0");
   EXPECT_EQ(refusal(preset_job("spam"), {{"--lr", "nan"}}), "the flags: train: lr must be > 0, got nan");
   EXPECT_EQ(refusal(preset_job("spam"), {{"--d-model", "wide"}}), "--d-model: expected an integer, got 'wide'");
   EXPECT_EQ(refusal(preset_job("spam"), {{"--checkpoint-layers", "maybe"}}),
@@ -258,7 +264,8 @@ TEST(Jobs, EveryKeyIsDescribedWithItsDefaultAndBounds) {
       EXPECT_TRUE(paths.count(path)) << p.name << ": " << path;
     }
   }
-  EXPECT_EQ(job_keys_markdown(), read_file((test::golden_dir().parent_path().parent_path() / "docs" / "CONFIG.md").string()))
+  EXPECT_EQ(job_keys_markdown(),
+            read_file((test::golden_dir().parent_path().parent_path() / "docs" / "CONFIG.md").string()))
       << "docs/CONFIG.md is not current: multihead keys --markdown > docs/CONFIG.md";
 }
 
@@ -276,9 +283,8 @@ TEST(Jobs, AConfigWithOnlyItsTaskIsTheKindsDefaultJob) {
       }
   };
   // Every kind in the registry, a new one included without a line here.
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (check(std::variant_alternative_t<I, Job>()), ...);
-  }(std::make_index_sequence<std::variant_size_v<Job>>{});
+  [&]<std::size_t... I>(std::index_sequence<I...>) { (check(std::variant_alternative_t<I, Job>()), ...); }
+  (std::make_index_sequence<std::variant_size_v<Job>>{});
   // The image model's section is the job's own (no shared model reader).
   EXPECT_EQ(to_json(ImageClassificationJob::from_json(json{{"task", "image_classification"}}, "c.json"))["model"],
             to_json(ImageClassificationJob())["model"]);
@@ -291,7 +297,8 @@ TEST(Jobs, ConfigErrorsNameTheSectionAndKey) {
   auto error = [](const json& config) { return test::error_message([&] { job_from_json(config, "c.json"); }); };
   EXPECT_EQ(error(json{{"task", "language_modeling"}, {"sample", {{"seed", -3}}}}),
             "c.json: sample: 'seed' must be >= 0, got -3");
-  EXPECT_EQ(error(json{{"task", "pronunciation"}, {"decode", {{"beams", 2}}}}), "c.json: decode: unknown key 'beams' (did you mean 'beam'?)");
+  EXPECT_EQ(error(json{{"task", "pronunciation"}, {"decode", {{"beams", 2}}}}),
+            "c.json: decode: unknown key 'beams' (did you mean 'beam'?)");
   EXPECT_EQ(error(json{{"task", "sequence_task"}, {"data", {{"kind", "shuffle"}}}}),
             "c.json: data: synthetic task must be copy, reverse or sort, got \"shuffle\"");
   EXPECT_EQ(error(json{{"task", "image_classification"}, {"model", {{"d_model", "wide"}}}}),

@@ -20,15 +20,15 @@ using nlohmann::json;
 using Pronunciations = std::vector<std::vector<std::string>>;
 
 TEST(WordStress, TheClassIsTheSyllableOfThePrimaryStress) {
-  EXPECT_EQ(stress_class({{"T", "EY1", "B", "AH0", "L"}}), 0);                      // TA-ble
-  EXPECT_EQ(stress_class({{"AH0", "B", "AE1", "N", "D", "AH0", "N"}}), 1);          // a-BAN-don
-  EXPECT_EQ(stress_class({{"EH2", "N", "T", "ER0", "T", "EY1", "N"}}), 2);          // en-ter-TAIN
+  EXPECT_EQ(stress_class({{"T", "EY1", "B", "AH0", "L"}}), 0);                                  // TA-ble
+  EXPECT_EQ(stress_class({{"AH0", "B", "AE1", "N", "D", "AH0", "N"}}), 1);                      // a-BAN-don
+  EXPECT_EQ(stress_class({{"EH2", "N", "T", "ER0", "T", "EY1", "N"}}), 2);                      // en-ter-TAIN
   EXPECT_EQ(stress_class({{"AH0", "K", "AA2", "M", "AH0", "D", "EY1", "SH", "AH0", "N"}}), 3);  // ac-com-mo-DA-tion
-  EXPECT_EQ(stress_class({{"AH0", "B", "AE1", "N"}, {"AH0", "B", "AA1", "N"}}), 1);  // variants that agree
-  EXPECT_EQ(stress_class({{"K", "AE1", "T"}}), std::nullopt);                       // one syllable: no choice
+  EXPECT_EQ(stress_class({{"AH0", "B", "AE1", "N"}, {"AH0", "B", "AA1", "N"}}), 1);             // variants that agree
+  EXPECT_EQ(stress_class({{"K", "AE1", "T"}}), std::nullopt);  // one syllable: no choice
   EXPECT_EQ(stress_class({{"R", "EH1", "K", "ER0", "D"}, {"R", "IH0", "K", "AO1", "R", "D"}}),
-            std::nullopt);                                                          // REcord and reCORD
-  EXPECT_EQ(stress_class({{"DH", "AH0", "M", "AH0"}}), std::nullopt);               // no primary stress
+            std::nullopt);                                             // REcord and reCORD
+  EXPECT_EQ(stress_class({{"DH", "AH0", "M", "AH0"}}), std::nullopt);  // no primary stress
   EXPECT_EQ(stress_class_names().size(), static_cast<std::size_t>(WordStressJob::kClasses));
 }
 

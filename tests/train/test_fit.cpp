@@ -35,8 +35,7 @@ class ToyTask final : public TrainingTask {
     return {step, step + 1, step + 2, step + 3};
   }
 
-  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext&,
-                            double grad_scale) override {
+  MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext&, double grad_scale) override {
     if (fail_at_micro_batch >= 0 && static_cast<std::int64_t>(micro_batches.size()) == fail_at_micro_batch)
       throw std::runtime_error("killed");
     micro_batches.emplace_back(examples.begin(), examples.end());
@@ -122,7 +121,8 @@ TEST_F(Fit, EpochsCoverEveryExampleOnceInContiguousMicroBatchesAndValidateAfterE
   ASSERT_EQ(task.micro_batches.size(), 12u);
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::multiset<std::int64_t> seen;
-    for (int m = 6 * epoch; m < 6 * epoch + 6; ++m) seen.insert(task.micro_batches[m].begin(), task.micro_batches[m].end());
+    for (int m = 6 * epoch; m < 6 * epoch + 6; ++m)
+      seen.insert(task.micro_batches[m].begin(), task.micro_batches[m].end());
     EXPECT_EQ(seen, (std::multiset<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})) << "epoch " << epoch;
     // Batches of 4, 4 and 2, each split into two halves.
     for (int s = 0; s < 3; ++s) {

@@ -52,8 +52,8 @@ TEST(InitialWeights, APyTorchStateDictGivesPyTorchsFirstStepLossAndGradients) {
   store.zero_grad();
   const Tensor logits = model.forward(batch.at("ids"), &batch.at("padding"), ctx);
   Tensor dlogits = Tensor::empty(logits.shape());
-  const CrossEntropyResult ce = cross_entropy(dlogits.f32(), logits.f32(), batch.at("labels").data<std::int64_t>(),
-                                              logits.dim(0), logits.dim(1));
+  const CrossEntropyResult ce =
+      cross_entropy(dlogits.f32(), logits.f32(), batch.at("labels").data<std::int64_t>(), logits.dim(0), logits.dim(1));
   model.backward(dlogits);
   const double want = expected.at("loss").f32()[0];
   EXPECT_NEAR(ce.loss, want, 1e-5 * std::fabs(want));
@@ -93,9 +93,11 @@ TEST(InitialWeights, TensorsAreMatchedByNameAndRefusedWholeUnlessSkipped) {
   const InitialWeights w = read_initial_weights((fixture() / "state_dict.safetensors").string());
   const std::string file = w.file;
 
-  EXPECT_EQ(refusal([&] { apply_initial_weights(store, w, ""); }),
-            file + ": 'classifier.weight' has shape (3, 16), the model's has (5, 16) (skip it with --init-skip to train it "
-                   "afresh)");
+  EXPECT_EQ(
+      refusal([&] { apply_initial_weights(store, w, ""); }),
+      file +
+          ": 'classifier.weight' has shape (3, 16), the model's has (5, 16) (skip it with --init-skip to train it "
+          "afresh)");
   for (const auto& [name, t] : state_dict(store)) EXPECT_TRUE(test::all_close(t, before.at(name), 0, 0)) << name;
 
   InitialWeights missing{"m.safetensors", "", {}, "", ""};

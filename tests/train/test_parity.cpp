@@ -59,8 +59,8 @@ TEST(TrainParity, AdamWClassifierMatchesPyTorchLossesForTwentySteps) {
     ctx.step = static_cast<std::uint64_t>(s);
     Tensor logits = model.forward(ids, &pad, ctx);
     Tensor dlogits = Tensor::empty(logits.shape());
-    CrossEntropyResult ce = cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), logits.dim(0),
-                                          logits.dim(1));
+    CrossEntropyResult ce =
+        cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), logits.dim(0), logits.dim(1));
     model.backward(dlogits);
     // Clipping folded into the update, as the trainer does it.
     opt->step(store, tc.schedule.lr_at(s), clip_coefficient(global_grad_norm(store.all_grads()), tc.clip_grad_norm));

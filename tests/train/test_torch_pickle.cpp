@@ -55,8 +55,9 @@ TEST(TorchPickle, ReadsAStateDictWithItsDtypesAndViews) {
 }
 
 TEST(TorchPickle, RefusesCodeAndWhatItDoesNotRead) {
-  EXPECT_NE(refusal(corpus("runs_code.bin")).find("its pickle refers to posix.system, which a state_dict does not "
-                                                  "hold; it is not read (a pickle can run code)"),
+  EXPECT_NE(refusal(corpus("runs_code.bin"))
+                .find("its pickle refers to posix.system, which a state_dict does not "
+                      "hold; it is not read (a pickle can run code)"),
             std::string::npos);
   EXPECT_NE(refusal(corpus("double.bin")).find("'x' is a DoubleStorage, which is not read"), std::string::npos);
   // torch.zeros(1).expand(1000000): a million elements asked of a storage of one (stride 0).

@@ -79,8 +79,7 @@ struct TrainRun {
       std::memcpy(b.labels.raw(), full.labels.data<std::int64_t>() + micro * micro_b, b.labels.nbytes());
       Tensor logits = model.forward(b.ids, &b.padding, ctx);
       Tensor dlogits = Tensor::empty(logits.shape());
-      auto ce = cross_entropy(dlogits.f32(), logits.f32(), b.labels.data<std::int64_t>(), micro_b, 3, -100, 0.0,
-                              scale);
+      auto ce = cross_entropy(dlogits.f32(), logits.f32(), b.labels.data<std::int64_t>(), micro_b, 3, -100, 0.0, scale);
       model.backward(dlogits);
       return ce.loss;
     });
@@ -112,17 +111,19 @@ TEST(CrossEntropy, ClassWeightsFollowPyTorch) {
     std::vector<double> grad;
   };
   const Want wants[] = {
-      {0.0, 1.6667708832571406,
+      {0.0,
+       1.6667708832571406,
        {0.04266253205239748, 0.009519297609188968, -0.052181829661586444, -0.03958703989838944, 0.028144386326156155,
         0.011442653572233277, 0, 0, 0, 0.45180486482953847, -0.534342169720768, 0.08253730489122951}},
-      {0.1, 1.7040338094901828,
-       {0.038611669491366025, -0.009369666478276925, -0.029242003013089067, -0.016293883313412815,
-        0.012849352122024598, 0.0034445311913881924, 0, 0, 0, 0.428217757366403, -0.49779219836335514,
-        0.0695744409969521}},
+      {0.1,
+       1.7040338094901828,
+       {0.038611669491366025, -0.009369666478276925, -0.029242003013089067, -0.016293883313412815, 0.012849352122024598,
+        0.0034445311913881924, 0, 0, 0, 0.428217757366403, -0.49779219836335514, 0.0695744409969521}},
   };
   for (const Want& want : wants) {
     std::vector<double> dz(z.size());
-    const CrossEntropyResult r = cross_entropy(dz.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, want.eps, 1.0, w.data());
+    const CrossEntropyResult r =
+        cross_entropy(dz.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, want.eps, 1.0, w.data());
     EXPECT_NEAR(r.loss, want.loss, 1e-13) << want.eps;
     EXPECT_EQ(r.count, 3);
     for (std::size_t i = 0; i < dz.size(); ++i) EXPECT_NEAR(dz[i], want.grad[i], 1e-13) << want.eps << " " << i;
@@ -131,7 +132,8 @@ TEST(CrossEntropy, ClassWeightsFollowPyTorch) {
   const std::vector<double> ones(3, 1.0);
   std::vector<double> a(z.size()), b(z.size());
   const double plain = cross_entropy(a.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, 0.1).loss;
-  EXPECT_NEAR(cross_entropy(b.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, 0.1, 1.0, ones.data()).loss, plain, 1e-14);
+  EXPECT_NEAR(cross_entropy(b.data(), z.data(), y.data(), 4, 3, kIgnoreIndex, 0.1, 1.0, ones.data()).loss, plain,
+              1e-14);
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-14);
   // A negative weight is refused by name.
   const std::vector<double> bad = {1.0, -1.0, 1.0};
@@ -604,8 +606,8 @@ TEST(LossScaling, OverflowSkipsTheStepAndBacksOff) {
   StepStats s = r.step(std::numeric_limits<float>::infinity());
   EXPECT_TRUE(s.skipped);
   EXPECT_EQ(s.loss_scale, 65536.0);
-  EXPECT_EQ(r.store.all_data()[0], 1.0f);  // no update
-  EXPECT_EQ(r.step(0.5f).loss_scale, 32768.0);  // backed off by half
+  EXPECT_EQ(r.store.all_data()[0], 1.0f);                     // no update
+  EXPECT_EQ(r.step(0.5f).loss_scale, 32768.0);                // backed off by half
   EXPECT_NEAR(r.store.all_data()[0], 1.0 - 0.1 * 0.5, 1e-6);  // gradients were unscaled before the step
   r.step(0.5f);
   StepStats grown = r.step(0.5f);  // the third clean step in a row

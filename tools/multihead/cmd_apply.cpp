@@ -16,8 +16,7 @@ Command add_apply(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand(
       "apply", "Run a module (MultiheadAttention) on safetensors weights and inputs, forward and backward");
-  sub->add_option("--module", o->module, "Module config JSON ({\"type\": \"MultiheadAttention\", ...})")
-      ->required();
+  sub->add_option("--module", o->module, "Module config JSON ({\"type\": \"MultiheadAttention\", ...})")->required();
   sub->add_option("--weights", o->weights, "Weights, by PyTorch state_dict name (.safetensors)")->required();
   sub->add_option("--inputs", o->inputs, "query, key, value, masks, grad_output (.safetensors)")->required();
   sub->add_option("--out", o->out, "Where to write output, attn_weights and gradients (.safetensors)")->required();

@@ -42,8 +42,7 @@ MachineInfo print_machine() {
 }
 
 void run_attention(BenchOpts& o) {
-  check<ConfigError>(o.impl == "fused" || o.impl == "reference", "--impl must be fused or reference, got '{}'",
-                     o.impl);
+  check<ConfigError>(o.impl == "fused" || o.impl == "reference", "--impl must be fused or reference, got '{}'", o.impl);
   o.attn.impl = o.impl == "fused" ? AttentionImpl::kFused : AttentionImpl::kReference;
   check<ConfigError>(o.tile_gemm == "auto" || o.tile_gemm == "micro" || o.tile_gemm == "blas",
                      "--tile-gemm must be auto, micro or blas, got '{}'", o.tile_gemm);
@@ -54,9 +53,9 @@ void run_attention(BenchOpts& o) {
   o.attn.precision = training_precision(parse_precision(o.precision), "bench attention: --precision");
   // The model's position names; the layer takes those that act inside
   // attention (sinusoidal and learned positions belong to the embeddings).
-  check<ConfigError>(o.positions == "none" || o.positions == "relative" || o.positions == "alibi" ||
-                         o.positions == "rope",
-                     "--positions must be none, relative, alibi or rope, got '{}'", o.positions);
+  check<ConfigError>(
+      o.positions == "none" || o.positions == "relative" || o.positions == "alibi" || o.positions == "rope",
+      "--positions must be none, relative, alibi or rope, got '{}'", o.positions);
   o.attn.positions = attention_positions(parse_position_kind(o.positions));
   const AttentionBenchConfig& c = o.attn;
   AttentionBenchResult r = run_attention_bench(c);
@@ -64,18 +63,18 @@ void run_attention(BenchOpts& o) {
   fmt::print(
       "MultiheadAttention self-attention B={} L={} E={} H={} {}{}, {}, {}, {} kernel{}, {} GEMM, {} "
       "threads\n",
-             c.batch, c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
-             c.causal ? " causal" : "",
-             o.attention + " attention" + (o.positions == "none" ? "" : ", " + o.positions + " positions"),
-             precision_name(c.precision), o.impl,
-             c.impl == AttentionImpl::kFused
-                 ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
-                 : "",
-             o.gemm, r.threads);
+      c.batch, c.seq_len, c.embed_dim, c.num_heads, c.backward ? "forward+backward" : "forward",
+      c.causal ? " causal" : "",
+      o.attention + " attention" + (o.positions == "none" ? "" : ", " + o.positions + " positions"),
+      precision_name(c.precision), o.impl,
+      c.impl == AttentionImpl::kFused
+          ? fmt::format(" (tiles {} x {}, {})", c.tiles.q_block, c.tiles.k_block, o.tile_gemm)
+          : "",
+      o.gemm, r.threads);
   fmt::print("layer:     {:9.3f} ms (median of {})  {:7.1f} GFLOP/s   FLOPs = {}\n", r.ms, c.iters, r.gflops,
              r.flop_formula);
-  fmt::print("attention: {:9.3f} ms                {:7.1f} GFLOP/s   (kernel alone, no projections)\n",
-             r.attention_ms, r.attention_gflops);
+  fmt::print("attention: {:9.3f} ms                {:7.1f} GFLOP/s   (kernel alone, no projections)\n", r.attention_ms,
+             r.attention_gflops);
   fmt::print("memory:    peak {} bytes allocated ({} above weights and input), resident growth {} bytes\n",
              r.peak_bytes, r.peak_activation_bytes, r.peak_rss_delta_bytes);
   if (o.json) {
@@ -105,8 +104,10 @@ void run_gemm(const BenchOpts& o) {
                               : int8 ? fmt::format("oneDNN u8 x s8, {}", int8_path_name())
                                      : o.gemm;
   fmt::print("{} ({}) M={} N={} K={}: {:.3f} ms, {:.1f} G{}/s, {} threads\n",
-             bf16 ? "bf16 gemm" : int8 ? "int8 linear (x W^T, x quantized each call)" : "sgemm", backend, o.m, o.n,
-             o.k, r.ms, r.gflops, int8 ? "OP" : "FLOP", r.threads);
+             bf16   ? "bf16 gemm"
+             : int8 ? "int8 linear (x W^T, x quantized each call)"
+                    : "sgemm",
+             backend, o.m, o.n, o.k, r.ms, r.gflops, int8 ? "OP" : "FLOP", r.threads);
   if (o.json)
     fmt::print("{}\n", nlohmann::json{{"ms", r.ms},
                                       {"gflops", r.gflops},
@@ -185,7 +186,8 @@ Command add_bench(CLI::App& app) {
   attn->add_option("--impl", o->impl, "Attention kernel: fused or reference")->capture_default_str();
   attn->add_option("--q-block", c.tiles.q_block, "Fused kernel: query rows per tile")->capture_default_str();
   attn->add_option("--k-block", c.tiles.k_block, "Fused kernel: key rows per tile")->capture_default_str();
-  attn->add_option("--tile-gemm", o->tile_gemm, "Fused kernel: tile products by auto (blas for head_dim <= 8), micro or blas")
+  attn->add_option("--tile-gemm", o->tile_gemm,
+                   "Fused kernel: tile products by auto (blas for head_dim <= 8), micro or blas")
       ->capture_default_str();
   attn->add_option("--attention", o->attention, "full, sliding_window, block_sparse or linear")->capture_default_str();
   attn->add_option("--window", c.window, "Sliding window: keys on each side")->capture_default_str();
@@ -210,22 +212,26 @@ Command add_bench(CLI::App& app) {
   train->add_option("--vocab-size", t.vocab_size, "Vocabulary size")->capture_default_str();
   train->add_option("--dropout", t.dropout, "Dropout")->capture_default_str();
   train->add_flag("--checkpoint-layers", t.checkpoint_layers, "Gradient checkpointing per layer");
-  train->add_option("--pretrained", t.pretrained,
-                    "Time this Hugging Face checkpoint's (or run's) model, with its weights; its sizes replace the "
-                    "flags above")
+  train
+      ->add_option("--pretrained", t.pretrained,
+                   "Time this Hugging Face checkpoint's (or run's) model, with its weights; its sizes replace the "
+                   "flags above")
       ->check(kNotEmpty);
-    train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
+  train->add_option("--iters", t.iters, "Timed steps")->capture_default_str();
   train->add_option("--warmup", t.warmup, "Untimed steps first")->capture_default_str();
-  train->add_option("--allreduce-overlap", t.allreduce_overlap,
-                    "Under mpirun, sum each layer's gradients beside the rest of the backward pass")
+  train
+      ->add_option("--allreduce-overlap", t.allreduce_overlap,
+                   "Under mpirun, sum each layer's gradients beside the rest of the backward pass")
       ->capture_default_str();
   train->add_flag("--json", o->json, "End with one JSON line of the results");
-  for (CLI::App* s : {attn, gemm, train}) s->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
+  for (CLI::App* s : {attn, gemm, train})
+    s->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   for (CLI::App* s : {attn, gemm}) {
     s->add_option("--iters", c.iters, "Timed iterations")->capture_default_str();
     s->add_flag("--json", o->json, "End with one JSON line of the results");
   }
-  attn->add_option("--warmup", c.warmup, "Untimed iterations first (and, unless 0, at least a second of them)")->capture_default_str();
+  attn->add_option("--warmup", c.warmup, "Untimed iterations first (and, unless 0, at least a second of them)")
+      ->capture_default_str();
   for (CLI::App* s : {attn, train})
     s->add_option("--precision", o->precision,
                   fmt::format("Activations and Q, K, V, O in fp32, bf16 or fp16; {}", kPrecisionCompute))

@@ -74,13 +74,13 @@ void run_demo(const DemoOpts& o) {
   for (float v : store.all_grads()) param_grad_sq += double(v) * v;
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
 
-  fmt::print("MultiheadAttention embed_dim={} num_heads={} head_dim={} ({} parameters)\n", cfg.embed_dim,
-             cfg.num_heads, cfg.head_dim(), store.numel());
+  fmt::print("MultiheadAttention embed_dim={} num_heads={} head_dim={} ({} parameters)\n", cfg.embed_dim, cfg.num_heads,
+             cfg.head_dim(), store.numel());
   fmt::print("input (B, L, E) = ({}, {}, {}){}{}\n", o.batch, o.seq_len, o.embed_dim, o.causal ? ", causal" : "",
              o.pad ? fmt::format(", last {} keys of batch 0 padded", o.pad) : "");
   fmt::print("forward  {:8.3f} ms   |output|     = {:.6f}\n", ms(t0, t1), std::sqrt(out_sq));
-  fmt::print("backward {:8.3f} ms   |grad input| = {:.6f}   |grad params| = {:.6f}\n", ms(t1, t2),
-             std::sqrt(grad_sq), std::sqrt(param_grad_sq));
+  fmt::print("backward {:8.3f} ms   |grad input| = {:.6f}   |grad params| = {:.6f}\n", ms(t1, t2), std::sqrt(grad_sq),
+             std::sqrt(param_grad_sq));
   MemoryStats m = memory_stats();
   fmt::print("memory: current {} bytes, peak {} bytes\n", m.current_bytes, m.peak_bytes);
   fmt::print("head-averaged attention weights, batch 0:\n");

@@ -23,7 +23,9 @@ Command add_export(CLI::App& app) {
       "Write a run in another library's layout: --format hf, a run fine-tuned from a Hugging Face checkpoint (a "
       "BERT, RoBERTa, DistilBERT or ELECTRA classifier, a GPT-2 language model) as transformers' "
       "...ForSequenceClassification or GPT2LMHeadModel, which from_pretrained loads");
-  sub->add_option("--run", o->run, "The run directory (or Hugging Face checkpoint) to export")->required()->check(kNotEmpty);
+  sub->add_option("--run", o->run, "The run directory (or Hugging Face checkpoint) to export")
+      ->required()
+      ->check(kNotEmpty);
   sub->add_option("--format", o->format, "hf: Hugging Face transformers' layout");
   sub->add_option("--out", o->out, "A new directory to write (an empty one is used)")->required()->check(kNotEmpty);
   return {sub, [o] { fmt::print("{}\n", export_run(o->run, o->format, o->out)); }};

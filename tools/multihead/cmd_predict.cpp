@@ -40,7 +40,8 @@ std::string plain_line(const nlohmann::json& a, std::int64_t n_best) {
   const nlohmann::json& ps = a["pronunciations"];
   if (n_best == 1) return ps.front()["phonemes"].get<std::string>();
   std::vector<std::string> cells;
-  for (const auto& p : ps) cells.push_back(fmt::format("{}\t{:.4f}", p["phonemes"].get<std::string>(), p["score"].get<double>()));
+  for (const auto& p : ps)
+    cells.push_back(fmt::format("{}\t{:.4f}", p["phonemes"].get<std::string>(), p["score"].get<double>()));
   return fmt::format("{}", fmt::join(cells, "\t"));
 }
 

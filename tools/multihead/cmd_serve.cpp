@@ -62,7 +62,8 @@ Command add_serve(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "serve",
       "Serve a trained run over HTTP: POST /v1/predict {\"inputs\": [...]} answers as predict --json does, batching "
-      "requests that arrive together; POST /v1/embed, as embed --json does (text encoders); GET /v1/health, GET /v1/model, GET /metrics (Prometheus); every answer has an "
+      "requests that arrive together; POST /v1/embed, as embed --json does (text encoders); GET /v1/health, GET "
+      "/v1/model, GET /metrics (Prometheus); every answer has an "
       "X-Request-Id header");
   add_trained_run_options(*sub, o->run, o->cfg.defaults);
   sub->add_option("--host", o->cfg.host, "Address to listen on")->capture_default_str();
@@ -76,8 +77,10 @@ Command add_serve(CLI::App& app) {
                   "the model answered the one before)")
       ->capture_default_str();
   sub->add_option("--max-inputs", o->cfg.limits.max_inputs, "Inputs one request may carry")->capture_default_str();
-  sub->add_option("--max-input-bytes", o->cfg.limits.max_input_bytes, "Bytes one input may have: a safety bound (a text longer than the model reads is answered from its first "
-                  "tokens, as predict answers it, and marked \"truncated\")")
+  sub->add_option(
+         "--max-input-bytes", o->cfg.limits.max_input_bytes,
+         "Bytes one input may have: a safety bound (a text longer than the model reads is answered from its first "
+         "tokens, as predict answers it, and marked \"truncated\")")
       ->capture_default_str();
   sub->add_option("--max-body-bytes", o->cfg.max_body_bytes, "Bytes one request body may have (more: 413)")
       ->capture_default_str();

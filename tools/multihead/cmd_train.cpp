@@ -146,13 +146,13 @@ Command add_train(CLI::App& app) {
       "Train a model (text or image classifier, language model, sequence task) and write a run directory with its "
       "report");
   sub->add_option("--preset", o->preset,
-                  preset_help() + "; with --data or --source and no preset, a text classifier with the defaults "
-                                  "a config file has (docs/CONFIG.md)")
+                  preset_help() +
+                      "; with --data or --source and no preset, a text classifier with the defaults "
+                      "a config file has (docs/CONFIG.md)")
       ->capture_default_str()
       ->each([o](const std::string&) { o->preset_given = true; });
   sub->add_option("--config", o->config, "JSON job config (overrides the preset); flags override it")->check(kNotEmpty);
-  sub->add_option("--out", o->out,
-                  "Run directory (default runs/<preset>, or runs/<the data file's name> with --data)")
+  sub->add_option("--out", o->out, "Run directory (default runs/<preset>, or runs/<the data file's name> with --data)")
       ->check(kNotEmpty);
   // Each flag sets the config keys it aliases (tasks/job_flags.h), in the order given, after the config is read;
   // its value is named by the type of the first of them.
@@ -161,25 +161,39 @@ Command add_train(CLI::App& app) {
   for (const JobFlag& f : job_flags()) {
     const std::string flag(f.flag);
     const std::string& type = key_types[std::string(f.keys.front().second)];
-    const char* value_name = type == "integer" ? "INT" : type == "number" ? "FLOAT" : type == "boolean" ? "BOOL" : "TEXT";
+    const char* value_name = type == "integer"   ? "INT"
+                             : type == "number"  ? "FLOAT"
+                             : type == "boolean" ? "BOOL"
+                                                 : "TEXT";
     if (f.is_switch)
-      sub->add_flag_function(flag, [o, flag](std::int64_t) { o->settings.push_back({flag, "true"}); },
-                             std::string(f.help))
+      sub->add_flag_function(
+             flag,
+             [o, flag](std::int64_t) {
+               o->settings.push_back({flag, "true"});
+             },
+             std::string(f.help))
           ->trigger_on_parse();
     else {
-      CLI::Option* opt =
-          sub->add_option_function<std::string>(flag, [o, flag](const std::string& v) { o->settings.push_back({flag, v}); },
-                                                std::string(f.help))
-              ->type_name(value_name)
-              ->trigger_on_parse();
+      CLI::Option* opt = sub->add_option_function<std::string>(
+                                flag,
+                                [o, flag](const std::string& v) {
+                                  o->settings.push_back({flag, v});
+                                },
+                                std::string(f.help))
+                             ->type_name(value_name)
+                             ->trigger_on_parse();
       // A path flag's empty value is refused, never read as "none" (--init-from '' started from no weights).
       const std::string_view key = f.keys.front().second;
       if (key == "data.path" || key == "train.init_from" || key == "tokenizer.from") opt->check(kNotEmpty);
     }
   }
-  sub->add_option_function<std::string>("--set", [o](const std::string& v) { o->settings.push_back({"--set", v}); },
-                                        "Set any config key: --set model.rope_theta=500000 (repeatable; the keys "
-                                        "are listed below)")
+  sub->add_option_function<std::string>(
+         "--set",
+         [o](const std::string& v) {
+           o->settings.push_back({"--set", v});
+         },
+         "Set any config key: --set model.rope_theta=500000 (repeatable; the keys "
+         "are listed below)")
       ->type_name("PATH=VALUE")
       ->trigger_on_parse()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -188,7 +202,8 @@ Command add_train(CLI::App& app) {
                 "Continue the run in --out from its last checkpoint, or start it: with the settings its config.json "
                 "records unless --preset or --config is given; more --steps or --epochs continue a finished run "
                 "past its end (cosine and linear decay restart from the rate it stopped at)");
-  sub->add_flag("--overwrite", o->overwrite, "Replace the run in --out (without this, train refuses a directory that holds one)")
+  sub->add_flag("--overwrite", o->overwrite,
+                "Replace the run in --out (without this, train refuses a directory that holds one)")
       ->excludes("--resume");
   sub->add_flag("--quiet", o->quiet, "No progress output");
   return {sub, [o] { run_train(*o); }};
@@ -260,7 +275,8 @@ Command add_eval(CLI::App& app) {
                   "plots/confusion.png and plots/reliability.png (classifiers)")
       ->check(kNotEmpty);
   sub->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
-  sub->add_option("--precision", o->precision, fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
+  sub->add_option("--precision", o->precision,
+                  fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);

@@ -88,8 +88,7 @@ std::vector<std::string> answer_lines(const std::vector<InputItem>& items, const
   std::vector<std::size_t> to_answer;  // the non-blank items, by index
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!items[i].blank) to_answer.push_back(i);
-    else if (json)
-      out[i] = nlohmann::json{{"line", items[i].line}, {"blank", true}}.dump();
+    else if (json) out[i] = nlohmann::json{{"line", items[i].line}, {"blank", true}}.dump();
   }
   for (std::size_t c0 = 0; c0 < to_answer.size(); c0 += kChunk) {
     const std::size_t c1 = std::min(to_answer.size(), c0 + kChunk);

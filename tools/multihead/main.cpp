@@ -119,12 +119,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Every option's default in --help, whatever its command (subcommands inherit this).
   app.option_defaults()->always_capture_default();
-  std::vector<multihead::cli::Command> commands = {multihead::cli::add_train(app), multihead::cli::add_eval(app), multihead::cli::add_generate(app),
-                                                     multihead::cli::add_keys(app),
-                                                     multihead::cli::add_inspect(app), multihead::cli::add_predict(app), multihead::cli::add_serve(app),
-                                                     multihead::cli::add_apply(app), multihead::cli::add_bench(app),
-                                                     multihead::cli::add_demo(app), multihead::cli::add_embed(app),
-                                                     multihead::cli::add_experiment(app), multihead::cli::add_export(app)};
+  std::vector<multihead::cli::Command> commands = {
+      multihead::cli::add_train(app), multihead::cli::add_eval(app),    multihead::cli::add_generate(app),
+      multihead::cli::add_keys(app),  multihead::cli::add_inspect(app), multihead::cli::add_predict(app),
+      multihead::cli::add_serve(app), multihead::cli::add_apply(app),   multihead::cli::add_bench(app),
+      multihead::cli::add_demo(app),  multihead::cli::add_embed(app),   multihead::cli::add_experiment(app),
+      multihead::cli::add_export(app)};
   app.footer("multihead help COMMAND (or COMMAND --help) shows a command's flags and their defaults.\n");
   // `help`, and a first word that names no command, before CLI11 (which
   // would answer "A subcommand is required" to both).
@@ -132,12 +132,14 @@ int main(int argc, char** argv) {
   // The version is a flag: `version`, `-v` and `--verison` are pointed at it.
   const std::string_view first = argc >= 2 ? argv[1] : "";
   const std::vector<std::string> top_flags = {"--help", "--version"};
-  if (first == "-v" || first == "version" || (first.starts_with("--") && !multihead::closest_name(first, top_flags).empty()))
-    return fail(fmt::format("unknown {} '{}' (did you mean {}?)", first.starts_with("-") ? "flag" : "command",
-                            multihead::clip_text(std::string(first)),
-                            first == "-v" || first == "version" ? "--version" : multihead::closest_name(first, top_flags))
-                    .c_str(),
-                2);
+  if (first == "-v" || first == "version" ||
+      (first.starts_with("--") && !multihead::closest_name(first, top_flags).empty()))
+    return fail(
+        fmt::format("unknown {} '{}' (did you mean {}?)", first.starts_with("-") ? "flag" : "command",
+                    multihead::clip_text(std::string(first)),
+                    first == "-v" || first == "version" ? "--version" : multihead::closest_name(first, top_flags))
+            .c_str(),
+        2);
   if (argc >= 2 && argv[1][0] != '-' && !subcommand_named(app, argv[1]))
     return fail(fmt::format("unknown command '{}'{}; the commands are: {}", multihead::clip_text(argv[1]),
                             multihead::did_you_mean(argv[1], command_names(app)), fmt::join(command_names(app), ", "))

@@ -21,7 +21,9 @@ void add_trained_run_options(CLI::App& sub, std::string& run, AnswerSettings& s)
   sub.add_option("--temperature", s.sampling.temperature, "Language models: 0 for greedy")->capture_default_str();
   sub.add_option("--top-k", s.sampling.top_k, "Language models: sample among the k most likely (0: all)");
   sub.add_option("--top-p", s.sampling.top_p, "Language models: nucleus mass")->capture_default_str();
-  sub.add_option("--seed", s.sampling.seed, "Language models: sampling seed")->check(kUnsigned64)->capture_default_str();
+  sub.add_option("--seed", s.sampling.seed, "Language models: sampling seed")
+      ->check(kUnsigned64)
+      ->capture_default_str();
   sub.add_option("--n-best", s.n_best, "Pronunciation runs: pronunciations per word, each with its score")
       ->capture_default_str();
   sub.add_option("--beam", s.beam, "Pronunciation runs: beam width (default: the run's, at least --n-best)");

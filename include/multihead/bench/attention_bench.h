@@ -22,9 +22,9 @@ struct AttentionBenchConfig {
   AttentionImpl impl = AttentionImpl::kFused;
   AttentionTiles tiles;
   AttentionVariant variant = AttentionVariant::kFull;
-  std::int64_t window = 256;      // sliding window: keys on each side
-  std::int64_t block_size = 64;   // block-sparse: positions per block, one neighbour on each side
-  std::int64_t num_kv_heads = 0;  // 0: num_heads
+  std::int64_t window = 256;              // sliding window: keys on each side
+  std::int64_t block_size = 64;           // block-sparse: positions per block, one neighbour on each side
+  std::int64_t num_kv_heads = 0;          // 0: num_heads
   Precision precision = Precision::kF32;  // of Q, K, V, O and the saved activations (fused kernel)
   AttentionPositions positions = AttentionPositions::kNone;  // relative (Shaw), alibi or rope
   std::int64_t relative_clip = 16;

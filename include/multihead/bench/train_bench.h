@@ -18,7 +18,7 @@ struct TrainBenchConfig {
   double dropout = 0.1;
   bool checkpoint_layers = false;
   Precision precision = Precision::kF32;  // activations; fp16 adds loss scaling
-  bool allreduce_overlap = true;  // under mpirun: TrainConfig::allreduce_overlap
+  bool allreduce_overlap = true;          // under mpirun: TrainConfig::allreduce_overlap
   int warmup = 1;
   int iters = 5;
   // A Hugging Face checkpoint (or a run) whose model is timed, with its
@@ -32,9 +32,9 @@ struct TrainBenchConfig {
 TrainBenchConfig with_pretrained_shape(TrainBenchConfig c);
 
 struct TrainBenchResult {
-  double ms = 0;            // median per training step (forward, backward, AdamW)
-  double tokens_per_s = 0;  // batch * seq_len / step time: every rank's tokens
-  int ranks = 1;            // processes under mpirun, each with `threads` threads
+  double ms = 0;                           // median per training step (forward, backward, AdamW)
+  double tokens_per_s = 0;                 // batch * seq_len / step time: every rank's tokens
+  int ranks = 1;                           // processes under mpirun, each with `threads` threads
   std::int64_t peak_bytes = 0;             // allocator peak during one step, everything live included
   std::int64_t peak_activation_bytes = 0;  // the same above the weights, gradients and optimizer state
   std::int64_t param_count = 0;
@@ -44,7 +44,7 @@ struct TrainBenchResult {
   // once, the backward twice: input and weight gradients), attention's
   // Q K^T and P V included, as model-FLOPs utilisation counts them.
   double flops_per_step = 0;
-  double gflops = 0;          // flops_per_step / step time
+  double gflops = 0;  // flops_per_step / step time
   // This machine's fp32 sgemm rate, measured in the same run (bench gemm's
   // product): with several ranks, the sum of their rates measured side by side.
   double sgemm_gflops = 0;

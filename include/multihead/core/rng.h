@@ -36,7 +36,7 @@ inline float uniform_at(std::uint64_t seed, std::uint64_t stream, std::uint64_t 
 class Rng {
  public:
   explicit Rng(std::uint64_t seed, std::uint64_t stream = 0) : seed_(seed), stream_(stream) {}
-  float uniform();                   // [0, 1)
+  float uniform();                    // [0, 1)
   float uniform(float lo, float hi);  // [lo, hi)
   float normal(float mean = 0.0f, float stddev = 1.0f);
   std::uint32_t next_u32();

@@ -28,7 +28,7 @@ class StepProfileScope {
 
  private:
   bool counted_ = false;  // counted in the depth (profiling on, outside parallel regions)
-  int part_ = -1;        // the part timed, when this is the outermost scope
+  int part_ = -1;         // the part timed, when this is the outermost scope
   long long start_ns_ = 0;
 };
 

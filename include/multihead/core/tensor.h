@@ -33,15 +33,25 @@ std::size_t dtype_size(DType dt) noexcept;
 template <typename T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::kF32; }
+constexpr DType dtype_of<float>() {
+  return DType::kF32;
+}
 template <>
-constexpr DType dtype_of<std::uint8_t>() { return DType::kBool; }
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::kBool;
+}
 template <>
-constexpr DType dtype_of<std::int64_t>() { return DType::kI64; }
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::kI64;
+}
 template <>
-constexpr DType dtype_of<BF16>() { return DType::kBF16; }
+constexpr DType dtype_of<BF16>() {
+  return DType::kBF16;
+}
 template <>
-constexpr DType dtype_of<F16>() { return DType::kF16; }
+constexpr DType dtype_of<F16>() {
+  return DType::kF16;
+}
 
 using Shape = std::vector<std::int64_t>;
 

@@ -11,9 +11,9 @@
 namespace multihead {
 
 struct TokenBatch {
-  Tensor ids;      // (B, L) I64, <pad> after each sequence's end
-  Tensor padding;  // (B, L) BOOL, true at padding (a key_padding_mask)
-  Tensor labels;   // (B) I64
+  Tensor ids;               // (B, L) I64, <pad> after each sequence's end
+  Tensor padding;           // (B, L) BOOL, true at padding (a key_padding_mask)
+  Tensor labels;            // (B) I64
   std::int64_t tokens = 0;  // real (unpadded) tokens
 };
 

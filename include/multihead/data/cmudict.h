@@ -14,7 +14,7 @@
 namespace multihead {
 
 struct CmuWord {
-  std::string word;                                    // "ABANDON", "A'S", "DÉJÀ"
+  std::string word;                                      // "ABANDON", "A'S", "DÉJÀ"
   std::vector<std::vector<std::string>> pronunciations;  // every variant, in the file's order
 };
 

@@ -58,9 +58,9 @@ const char* tokenizer_kind_name(TokenizerKind k);
 
 struct TokenizerConfig {
   TokenizerKind kind = TokenizerKind::kSentencePiece;
-  std::string model_type = "bpe";      // sentencepiece: bpe | unigram
-  std::int64_t vocab_size = 8000;      // a cap for char and word
-  bool lowercase = true;               // word only
+  std::string model_type = "bpe";  // sentencepiece: bpe | unigram
+  std::int64_t vocab_size = 8000;  // a cap for char and word
+  bool lowercase = true;           // word only
   // A run directory whose tokenizer a new run takes instead of training one
   // (fine-tuning); the other keys are then that run's.
   std::string from;

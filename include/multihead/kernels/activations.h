@@ -54,8 +54,8 @@ void relu_dropout_backward(T* dx, const T* dy, const T* hid, std::int64_t n, con
 // where the product reads hid_out itself. Equal to bias_activation_dropout,
 // narrow and widen.
 template <typename H>
-void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float* pre, const float* bias,
-                                    std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base,
+void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float* pre, const float* bias, std::int64_t n,
+                                    std::int64_t F, const DropoutSpec& drop, std::uint64_t base,
                                     float* hid_rounded = nullptr);
 
 // Its backward in one pass over memory: dh (n, F), the fp32 gradient of hid,
@@ -65,7 +65,7 @@ void bias_activation_dropout_stored(Activation a, H* hid_out, H* pre_out, float*
 // activation_backward on the widened pre, the column sums and narrow; dh
 // holds the fp32 gradient of pre afterwards. For relu, `saved` is hid (as
 // relu_dropout_backward, no mask drawn); for gelu it is pre.
-void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db,
-                                      std::int64_t n, std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
+void activation_dropout_backward_bf16(Activation a, BF16* dpre, float* dh, const BF16* saved, float* db, std::int64_t n,
+                                      std::int64_t F, const DropoutSpec& drop, std::uint64_t base);
 
 }  // namespace multihead

@@ -48,7 +48,7 @@ void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, c
 void dropout_row(float* y, const float* x, std::int64_t n, std::uint64_t base, const DropoutSpec& spec,
                  std::uint64_t* bits, std::int64_t at);
 // y[j] = x[j] bit(at + j) / (1 - p): dropout_row's values from its recorded bits.
-void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec,
-                           const std::uint64_t* bits, std::int64_t at);
+void dropout_row_from_bits(float* y, const float* x, std::int64_t n, const DropoutSpec& spec, const std::uint64_t* bits,
+                           std::int64_t at);
 
 }  // namespace multihead

@@ -44,16 +44,16 @@ void gemm_bf16(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t 
 // C (M, N) = op(A) op(B) + bias on every row (bias: N values, or null for
 // none): the bias added by the product itself, one pass over C where seeding
 // C first takes two.
-void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
-                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc);
+void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A, std::int64_t lda,
+                    const BF16* B, std::int64_t ldb, const float* bias, float* C, std::int64_t ldc);
 
 // The same with a bf16 C, each value rounded to nearest even as the product
 // writes it (bias may be null): where the fp32 result would only be
 // narrowed, half the bytes written and no second pass. The bits of the fp32
 // product then narrow (compared in tests), except that a result in bf16's
 // subnormal range (below 1.2e-38) may come out as zero.
-void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A,
-                    std::int64_t lda, const BF16* B, std::int64_t ldb, const float* bias, BF16* C, std::int64_t ldc);
+void gemm_bf16_bias(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const BF16* A, std::int64_t lda,
+                    const BF16* B, std::int64_t ldb, const float* bias, BF16* C, std::int64_t ldc);
 
 // The reference twin: every product and sum in double, in order.
 void gemm_bf16_ref(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const BF16* A,

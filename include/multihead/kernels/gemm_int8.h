@@ -43,9 +43,7 @@ struct Int8Weight {
   const std::int32_t* row_sum = nullptr;
   Int8Packs* packs = nullptr;
   // The weight from row r on (a part of a packed projection).
-  Int8Weight rows_from(std::int64_t r, std::int64_t in) const {
-    return {q + r * in, scale + r, row_sum + r, packs};
-  }
+  Int8Weight rows_from(std::int64_t r, std::int64_t in) const { return {q + r * in, scale + r, row_sum + r, packs}; }
 };
 
 // W (out, in) fp32 to q (out, in), scale (out) and row_sum (out): scale =
@@ -69,8 +67,7 @@ void linear_forward_int8(float* y, std::int64_t ldy, const float* x, std::int64_
 // The same computation with the integer product in plain int32 loops and
 // the activations quantized to `levels` (127 or 255): the twin that
 // linear_forward_int8 is tested against, exactly.
-void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, std::int64_t ldx,
-                                   const Int8Weight& W, const float* b, std::int64_t N, std::int64_t in,
-                                   std::int64_t out, int levels);
+void linear_forward_int8_reference(float* y, std::int64_t ldy, const float* x, std::int64_t ldx, const Int8Weight& W,
+                                   const float* b, std::int64_t N, std::int64_t in, std::int64_t out, int levels);
 
 }  // namespace multihead

@@ -57,7 +57,7 @@ struct LinearAttentionState {
 // Adds key k (D) and value v (Dv) to the state, then writes the output (Dv)
 // of query q (D) over everything added so far.
 template <typename T>
-void linear_attention_step(LinearAttentionState<T>& state, T* out, const T* q, const T* k, const T* v,
-                           std::int64_t D, std::int64_t Dv, T eps);
+void linear_attention_step(LinearAttentionState<T>& state, T* out, const T* q, const T* k, const T* v, std::int64_t D,
+                           std::int64_t Dv, T eps);
 
 }  // namespace multihead

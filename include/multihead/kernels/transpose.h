@@ -10,8 +10,7 @@ namespace multihead {
 
 // dst (cols, rows) = src (rows, cols)^T, row strides ldd >= rows and
 // lds >= cols; the padding of dst's rows is left alone. Single-threaded.
-void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
-               std::int64_t cols);
+void transpose(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows, std::int64_t cols);
 // The reference twin: one element at a time.
 void transpose_ref(float* dst, std::int64_t ldd, const float* src, std::int64_t lds, std::int64_t rows,
                    std::int64_t cols);

@@ -34,7 +34,7 @@ class Linear : public Module {
   // (..., in) -> (..., out). In fp32 x must outlive backward; in bf16 / fp16
   // a 16-bit copy is kept instead.
   Tensor forward(const Tensor& x, Precision p = Precision::kF32);
-  Tensor backward(const Tensor& dy);   // (..., out) -> (..., in)
+  Tensor backward(const Tensor& dy);  // (..., out) -> (..., in)
   ParamStore::Handle weight() const { return w_; }
   std::int64_t in() const { return in_; }
   std::int64_t out() const { return out_; }

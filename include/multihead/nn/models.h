@@ -79,8 +79,7 @@ struct ModelConfig {
     k.with_default("nhead", m.layer.nhead, std::int64_t{4}, Layer::kHeads, "4")
         .doc("attention heads a layer (d_model divisible by it)");
     k("num_layers", m.num_layers, between(1, kMaxLayers)).doc("Transformer layers");
-    k.with_default("dim_feedforward", m.layer.dim_feedforward, 4 * m.layer.d_model, Layer::kFeedforward,
-                   "4 x d_model")
+    k.with_default("dim_feedforward", m.layer.dim_feedforward, 4 * m.layer.d_model, Layer::kFeedforward, "4 x d_model")
         .doc("the feed-forward block's hidden width");
     k("dropout", m.layer.dropout, Layer::kDropout).doc("dropout on the attention weights and the sublayers' outputs");
     k.named("activation", m.layer.activation, activation_name, parse_activation)
@@ -123,7 +122,7 @@ class AbsolutePositions {
   // x (B, L, d) += table[offset : offset + L]; running past max_len is an
   // error naming both.
   void forward_inplace(Tensor& x, std::int64_t offset = 0) const;
-  void backward(const Tensor& dy);  // learned table's gradient
+  void backward(const Tensor& dy);                              // learned table's gradient
   void backward_offset(const Tensor& dy, std::int64_t offset);  // of a forward_inplace at that offset
   // Sinusoidal only: recompute the table for a longer max_len.
   void extend(std::int64_t max_len);
@@ -184,7 +183,7 @@ class SequenceClassifier : public Module {
   Linear classifier_;
   const Tensor* padding_ = nullptr;
   Tensor x_, h_, pooled_, head_, head_pre_;  // pre_classifier's output activated, and before
-  std::vector<float> counts_;  // tokens pooled per sequence
+  std::vector<float> counts_;                // tokens pooled per sequence
 };
 
 class LanguageModel : public Module {

@@ -114,8 +114,8 @@ struct MultiheadAttentionConfig : AttentionPattern {
     k("add_zero_attn", c.add_zero_attn).doc("a zero key and value appended to the sequence");
     k.or_null("kdim", c.kdim, 0).doc("the keys' width (null: embed_dim)");
     k.or_null("vdim", c.vdim, 0).doc("the values' width (null: embed_dim)");
-    AttentionPattern::keys(k, static_cast<std::conditional_t<std::is_const_v<Self>, const AttentionPattern,
-                                                             AttentionPattern>&>(c));
+    AttentionPattern::keys(
+        k, static_cast<std::conditional_t<std::is_const_v<Self>, const AttentionPattern, AttentionPattern>&>(c));
   }
 
   std::int64_t key_dim() const { return kdim > 0 ? kdim : embed_dim; }
@@ -143,7 +143,7 @@ struct MultiheadAttentionCall {
   std::uint64_t dropout_seed = 0;
   std::uint64_t dropout_stream = 0;  // e.g. (step, layer): distinct masks per call site
   AttentionImpl impl = AttentionImpl::kFused;
-  AttentionTiles tiles;  // fused kernel only
+  AttentionTiles tiles;           // fused kernel only
   std::int64_t query_offset = 0;  // position of query 0 among the keys (cached decoding)
   // bf16 / fp16: the projected Q, K, V, the attention output O and the saved
   // inputs are kept in 16 bits (fused kernel; linear attention and the
@@ -165,8 +165,8 @@ struct MultiheadAttentionGrads {
 // Keys and values of the positions decoded so far, for incremental
 // self-attention (generation): each step projects only its new tokens.
 struct KvCache {
-  Tensor k, v;             // (B, capacity, kv_dim): only the key/value heads; F32, BF16 or F16
-  std::int64_t length = 0;  // positions filled
+  Tensor k, v;                                      // (B, capacity, kv_dim): only the key/value heads; F32, BF16 or F16
+  std::int64_t length = 0;                          // positions filled
   std::vector<LinearAttentionState<float>> linear;  // linear attention: a constant-size state per (b, head)
 };
 
@@ -236,21 +236,21 @@ class MultiheadAttention : public Module {
   struct Saved {
     SavedTensor query, key, value;  // the inputs; self-attention saves query only
     bool self = false;
-    DType store = DType::kF32;    // of qkv, q, k, v, k_ext, v_ext and attn
-    AttentionDims dims;           // S here is S' = S + extra positions
-    std::int64_t S_in = 0;        // key length as given
+    DType store = DType::kF32;  // of qkv, q, k, v, k_ext, v_ext and attn
+    AttentionDims dims;         // S here is S' = S + extra positions
+    std::int64_t S_in = 0;      // key length as given
     AttentionDropout dropout;
-    ScoreTerms<float> terms;      // the masks and the positions acting on the scores
+    ScoreTerms<float> terms;  // the masks and the positions acting on the scores
     AttentionImpl impl = AttentionImpl::kFused;
     AttentionTiles tiles;
     std::int64_t query_offset = 0;
-    Tensor qkv;                   // self: (B, L, 3E)
-    Tensor q, k, v;               // cross: (B, L, E), (B, S, E), (B, S, E)
-    Tensor k_ext, v_ext;          // with extra positions: (B, S', E)
-    Tensor probs;                 // reference: (B, H, L, S')
-    Tensor lse;                   // fused: (B, H, L) log-sum-exp per query row
-    Tensor keep_bits;             // fused, dropout: the mask, AttentionDropout::keep_bits
-    Tensor attn;                  // (B, L, E), before out_proj
+    Tensor qkv;           // self: (B, L, 3E)
+    Tensor q, k, v;       // cross: (B, L, E), (B, S, E), (B, S, E)
+    Tensor k_ext, v_ext;  // with extra positions: (B, S', E)
+    Tensor probs;         // reference: (B, H, L, S')
+    Tensor lse;           // fused: (B, H, L) log-sum-exp per query row
+    Tensor keep_bits;     // fused, dropout: the mask, AttentionDropout::keep_bits
+    Tensor attn;          // (B, L, E), before out_proj
     bool valid = false;
   };
 
@@ -314,21 +314,21 @@ class MultiheadAttention : public Module {
   ParamStore* store_;
   // Handles; absent ones stay kNone.
   static constexpr ParamStore::Handle kNone = static_cast<ParamStore::Handle>(-1);
-  ParamStore::Handle in_proj_weight_ = kNone;  // (3E, E)
-  ParamStore::Handle q_proj_weight_ = kNone;   // (E, E)
-  ParamStore::Handle k_proj_weight_ = kNone;   // (E, kdim)
-  ParamStore::Handle v_proj_weight_ = kNone;   // (E, vdim)
-  ParamStore::Handle in_proj_bias_ = kNone;    // (3E)
-  ParamStore::Handle out_proj_weight_ = kNone; // (E, E)
-  ParamStore::Handle out_proj_bias_ = kNone;   // (E)
-  ParamStore::Handle bias_k_ = kNone;          // (1, 1, E)
-  ParamStore::Handle bias_v_ = kNone;          // (1, 1, E)
-  ParamStore::Handle relative_key_ = kNone;    // (2 * clip + 1, head_dim)
-  ParamStore::Handle relative_value_ = kNone;  // (2 * clip + 1, head_dim)
-  std::vector<float> alibi_slopes_;            // (H)
-  std::vector<std::uint8_t> head_mask_;        // (H) or empty
+  ParamStore::Handle in_proj_weight_ = kNone;   // (3E, E)
+  ParamStore::Handle q_proj_weight_ = kNone;    // (E, E)
+  ParamStore::Handle k_proj_weight_ = kNone;    // (E, kdim)
+  ParamStore::Handle v_proj_weight_ = kNone;    // (E, vdim)
+  ParamStore::Handle in_proj_bias_ = kNone;     // (3E)
+  ParamStore::Handle out_proj_weight_ = kNone;  // (E, E)
+  ParamStore::Handle out_proj_bias_ = kNone;    // (E)
+  ParamStore::Handle bias_k_ = kNone;           // (1, 1, E)
+  ParamStore::Handle bias_v_ = kNone;           // (1, 1, E)
+  ParamStore::Handle relative_key_ = kNone;     // (2 * clip + 1, head_dim)
+  ParamStore::Handle relative_value_ = kNone;   // (2 * clip + 1, head_dim)
+  std::vector<float> alibi_slopes_;             // (H)
+  std::vector<std::uint8_t> head_mask_;         // (H) or empty
   bool keep_head_grads_ = false;
-  Tensor head_input_grads_;                    // (H, B, L, E) when keep_head_grads_
+  Tensor head_input_grads_;  // (H, B, L, E) when keep_head_grads_
   Saved saved_;
   mutable RopeTable rope_;  // RoPE's pairs by position, kept between calls (rotate is const)
 };

@@ -20,9 +20,9 @@ struct Series {
       : name(std::move(name_)), x(std::move(x_)), y(std::move(y_)) {}
   std::string name;
   std::vector<double> x, y;
-  std::vector<double> err;  // optional: +- this at each point, drawn as error bars
-  bool faint = false;       // thin and pale, under the others (raw values beneath their smoothed line)
-  bool dashed = false;      // a reference line (perfect calibration, a bound)
+  std::vector<double> err;          // optional: +- this at each point, drawn as error bars
+  bool faint = false;               // thin and pale, under the others (raw values beneath their smoothed line)
+  bool dashed = false;              // a reference line (perfect calibration, a bound)
   std::vector<std::string> labels;  // optional: a few characters beside each point (a bin's count)
 };
 

@@ -27,7 +27,7 @@
 namespace multihead {
 
 struct BatchLimits {
-  std::int64_t max_batch = 32;                    // inputs in one model call (1: no batching)
+  std::int64_t max_batch = 32;  // inputs in one model call (1: no batching)
   // After the oldest queued request. None by default: a batch is then what
   // queued while the model answered the one before, so an idle server adds
   // no latency and a busy one still batches; waiting for a batch to fill
@@ -48,18 +48,18 @@ struct Outcome {
 inline constexpr std::array<std::int64_t, 11> kBatchSizeBounds = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 
 struct BatcherStats {
-  std::int64_t requests = 0;  // submitted
-  std::int64_t answered = 0;  // with 200
-  std::int64_t refused = 0;   // with an error status
-  std::int64_t dropped = 0;   // client gone before the work began: never run
-  std::int64_t batches = 0;   // model calls
-  std::int64_t inputs = 0;    // inputs answered in them
-  std::int64_t queued = 0;    // requests waiting now
+  std::int64_t requests = 0;   // submitted
+  std::int64_t answered = 0;   // with 200
+  std::int64_t refused = 0;    // with an error status
+  std::int64_t dropped = 0;    // client gone before the work began: never run
+  std::int64_t batches = 0;    // model calls
+  std::int64_t inputs = 0;     // inputs answered in them
+  std::int64_t queued = 0;     // requests waiting now
   std::int64_t truncated = 0;  // inputs answered from their first tokens: longer than the model reads
   // Model calls by their inputs: [i] those of at most kBatchSizeBounds[i]
   // (and more than the bound before), the last those past every bound.
   std::array<std::int64_t, kBatchSizeBounds.size() + 1> batch_sizes{};
-  int threads = 0;            // the model thread's OpenMP count (0 until it has started)
+  int threads = 0;  // the model thread's OpenMP count (0 until it has started)
 };
 
 class Batcher {

@@ -24,13 +24,13 @@ class RequestError : public Error {
 };
 
 struct RequestLimits {
-  std::int64_t max_inputs = 256;        // inputs in one request
+  std::int64_t max_inputs = 256;  // inputs in one request
   // Bytes in one input: a safety bound far above a long e-mail (tens of
   // KiB). Longer texts than the model reads are answered from their first
   // tokens, as predict answers them, and say "truncated".
   std::int64_t max_input_bytes = 256 << 10;
-  std::int64_t max_tokens = 1024;       // language models: tokens one input may ask for
-  std::int64_t max_beam = 64;           // pronunciation runs: n_best and beam
+  std::int64_t max_tokens = 1024;  // language models: tokens one input may ask for
+  std::int64_t max_beam = 64;      // pronunciation runs: n_best and beam
 };
 
 struct PredictRequest {

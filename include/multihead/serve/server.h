@@ -35,11 +35,11 @@ struct ServeConfig {
   static constexpr std::int64_t kDefaultConnections = 4096;
   static constexpr std::int64_t kMaxConnections = 1 << 16;
   std::string host = "127.0.0.1";
-  int port = 8080;                        // 0: any free port (port() says which)
-  std::optional<Precision> precision;     // of the activations (default: the run's)
+  int port = 8080;                     // 0: any free port (port() says which)
+  std::optional<Precision> precision;  // of the activations (default: the run's)
   BatchLimits batching;
   RequestLimits limits;
-  AnswerSettings defaults;                // for settings a request leaves out
+  AnswerSettings defaults;  // for settings a request leaves out
   // Connections open at once (0: kDefaultConnections, or fewer where the
   // process may not open that many files). An idle or slow connection costs
   // a socket and a buffer, no thread. Past them a new connection takes the

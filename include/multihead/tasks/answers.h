@@ -23,9 +23,9 @@
 namespace multihead {
 
 struct AnswerSettings {
-  std::int64_t tokens = 200;                // language models: tokens generated
+  std::int64_t tokens = 200;                 // language models: tokens generated
   SamplingConfig sampling{0.8, 0, 0.95, 0};  // language models
-  std::int64_t n_best = 1, beam = 0;        // pronunciation runs (beam 0: the run's, at least n_best)
+  std::int64_t n_best = 1, beam = 0;         // pronunciation runs (beam 0: the run's, at least n_best)
   // Two-class classifiers: the positive (second) class is the label when
   // its probability is at least this; -1, the default: the likelier class.
   double threshold = -1;
@@ -92,11 +92,9 @@ std::vector<nlohmann::json> batched_answers(const std::vector<std::string>& inpu
   }
 }
 
-// The answer to each input, in order (the run's kind answers: TrainedRun::answer). Classifiers and pronunciation runs take
-// the inputs in batches (an answer equal, up to rounding, to that input's
-// alone); a language model continues them one by one, each sampled from
-// settings.sampling.seed. Settings are checked first; a bad input throws
-// InputError.
+// The answer to each input, in order (the run's kind answers: TrainedRun::answer). Classifiers and pronunciation runs
+// take the inputs in batches (an answer equal, up to rounding, to that input's alone); a language model continues them
+// one by one, each sampled from settings.sampling.seed. Settings are checked first; a bad input throws InputError.
 std::vector<nlohmann::json> answer(TrainedRun& run, const std::vector<std::string>& inputs,
                                    const AnswerSettings& settings);
 

@@ -46,8 +46,8 @@ HeadStats head_stats(const AttentionMaps& maps, std::int64_t kept_keys);
 std::int64_t explorer_kept_keys(std::int64_t S);
 
 struct ExplorerPage {
-  std::string title;     // the page's heading
-  std::string subtitle;  // the input and the run, for instance
+  std::string title;                 // the page's heading
+  std::string subtitle;              // the input and the run, for instance
   std::vector<AttentionMaps> views;  // one tab each (self-attention, cross-attention, ...)
 };
 

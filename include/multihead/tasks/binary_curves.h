@@ -31,8 +31,7 @@ struct BinaryCurves {
 
 // scores[i]: example i's score for the positive class (its probability);
 // labels[i]: its class, the positive one `positive`.
-BinaryCurves binary_curves(std::span<const double> scores, std::span<const std::int64_t> labels,
-                           std::int64_t positive);
+BinaryCurves binary_curves(std::span<const double> scores, std::span<const std::int64_t> labels, std::int64_t positive);
 
 // Among the thresholds whose precision is at least `precision`, the one with
 // the most recall (the highest of equals), with its precision and recall:

@@ -46,7 +46,7 @@ struct ClassificationReport {
   std::vector<ClassScores> classes;
   double macro_precision = 0, macro_recall = 0, macro_f1 = 0, weighted_f1 = 0;
   std::vector<std::int64_t> confusion;  // (C, C): row the true class, column the predicted one
-  double ece = 0;                       // expected calibration error: sum over bins of count/N * |accuracy - confidence|
+  double ece = 0;  // expected calibration error: sum over bins of count/N * |accuracy - confidence|
   std::vector<ReliabilityBin> bins;
   std::vector<Mistake> worst;  // the most confident mistakes, most confident first
   // Two classes: the ROC and precision-recall curves of the second class's

@@ -21,14 +21,14 @@ namespace multihead {
 
 struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   static constexpr const char* kTask = "image_classification";
-  static constexpr const char* kNoun = "image jobs";  // in messages: "--epochs does not apply to image jobs"
+  static constexpr const char* kNoun = "image jobs";         // in messages: "--epochs does not apply to image jobs"
   static constexpr RunAnswers kAnswers = RunAnswers::kNone;  // tasks/kinds.h
   static constexpr ModelFamily kModel = ModelFamily::kVisionTransformer;
   // Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::int64_t validation_examples = 5000;  // held out of the training files
   std::int64_t limit_train = 0;             // 0: all
-  VisionConfig model;  // a small pre-norm encoder (the constructor)
+  VisionConfig model;                       // a small pre-norm encoder (the constructor)
   TrainConfig train;
   EpochBudget budget{5, 0};
   std::string report_title = "Fashion-MNIST: a Vision Transformer";
@@ -50,7 +50,6 @@ struct ImageClassificationJob : JobConfig<ImageClassificationJob> {
   }
 };
 
-
 struct ImageClassificationResult {
   double validation_accuracy = 0, test_accuracy = 0, test_loss = 0;
   std::int64_t steps = 0;
@@ -63,13 +62,14 @@ struct ImageClassificationResult {
 };
 
 ImageClassificationResult run_job(const ImageClassificationJob& job, RunDir& run, Progress& progress,
-                                   StopRequest* stop = nullptr);
+                                  StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const ImageClassificationResult& result);
 
 // The test accuracy of the model saved in a run directory whose
 // config.json holds `job`, as a line.
 std::vector<std::string> evaluate_run(const ImageClassificationJob& job, const std::string& run_dir);
 // The run's model on the first test images (tasks/model_sample.h).
-ModelSample sample_model(const ImageClassificationJob& job, const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_model(const ImageClassificationJob& job, const std::string& run_dir,
+                         const ModelSampleSettings& settings);
 
 }  // namespace multihead

@@ -53,7 +53,7 @@ inline constexpr std::int64_t kReportHeatmaps = 32;
 struct InspectResult {
   std::vector<std::string> files;  // the PNGs written
   std::vector<std::string> tokens;
-  std::string prediction;          // classifiers: the predicted class
+  std::string prediction;  // classifiers: the predicted class
 };
 
 // run_dir: a run of `multihead train` (classifier, language model or

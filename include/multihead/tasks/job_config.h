@@ -111,9 +111,12 @@ std::vector<KeyDescription> describe_keys() {
   return d.rows();
 }
 
-// Every key of the job's config, with its value.
+// A job type: one that lists its keys through JobConfig.
 template <typename Kind>
-  requires std::derived_from<Kind, JobConfig<Kind>>
+concept JobKind = std::derived_from<Kind, JobConfig<Kind>>;
+
+// Every key of the job's config, with its value.
+template <JobKind Kind>
 nlohmann::json to_json(const Kind& job) {
   nlohmann::json out{{"task", Kind::kTask}, {"threads", job.threads}, {"title", job.report_title}};
   JobWriter w(out);

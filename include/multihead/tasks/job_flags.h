@@ -53,9 +53,9 @@ Job apply_settings(const Job& job, const std::vector<JobSetting>& settings);
 // Every key of every kind of job: path, type, default and bounds, with the
 // kinds that have it and any default that differs by kind.
 struct JobKeyRow {
-  KeyDescription key;                        // the first kind's
-  std::vector<std::string> tasks;            // the kinds that have it
-  std::vector<KeyDescription> by_task;       // each of those kinds' own, in the same order
+  KeyDescription key;                   // the first kind's
+  std::vector<std::string> tasks;       // the kinds that have it
+  std::vector<KeyDescription> by_task;  // each of those kinds' own, in the same order
 };
 std::vector<JobKeyRow> job_key_rows();
 // docs/CONFIG.md: the rows as Markdown tables with the flags that alias each key.

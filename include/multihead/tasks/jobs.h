@@ -32,9 +32,8 @@
 
 namespace multihead {
 
-using Job =
-    std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob, PronunciationJob,
-                 WordStressJob>;
+using Job = std::variant<TextClassificationJob, LanguageModelJob, ImageClassificationJob, SequenceTaskJob,
+                         PronunciationJob, WordStressJob>;
 
 // The kind's name: "text_classification", "language_modeling", ...
 const char* job_task(const Job& job);
@@ -83,6 +82,6 @@ TestTexts run_test_texts(const std::string& run_dir);
 
 // The model of the run in run_dir on a batch of its own test data, in fp32,
 // whatever its kind (tasks/model_sample.h).
-ModelSample sample_run_model(const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_run_model(const std::string& run_dir, const ModelSampleSettings& settings);
 
 }  // namespace multihead

@@ -25,14 +25,15 @@ namespace multihead {
 
 struct LanguageModelJob : JobConfig<LanguageModelJob> {
   static constexpr const char* kTask = "language_modeling";
-  static constexpr const char* kNoun = "language models";  // in messages: "--epochs does not apply to language models"
+  // In messages: "--epochs does not apply to language models"
+  static constexpr const char* kNoun = "language models";
   static constexpr RunAnswers kAnswers = RunAnswers::kGenerate;  // tasks/kinds.h
   static constexpr ModelFamily kModel = ModelFamily::kLanguageModel;
-  std::string text_path;              // a file or a folder of .txt files
-  double validation_fraction = 0.1;   // the end of the text
-  TokenizerConfig tokenizer;          // char by default
+  std::string text_path;             // a file or a folder of .txt files
+  double validation_fraction = 0.1;  // the end of the text
+  TokenizerConfig tokenizer;         // char by default
   ModelConfig model;
-  TrainConfig train;                  // train.steps windows of train.batch x train.seq_len tokens
+  TrainConfig train;  // train.steps windows of train.batch x train.seq_len tokens
   std::int64_t eval_every = 250;
   std::int64_t eval_windows = 64;
   std::string prompt = "Call me";
@@ -66,9 +67,8 @@ struct LanguageModelJob : JobConfig<LanguageModelJob> {
   }
 };
 
-
 struct LanguageModelResult {
-  double validation_loss = 0;  // nats per token
+  double validation_loss = 0;        // nats per token
   double validation_perplexity = 0;  // exp(validation_loss)
   std::int64_t steps = 0;
   std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
@@ -79,8 +79,7 @@ struct LanguageModelResult {
   std::string sample;
 };
 
-LanguageModelResult run_job(const LanguageModelJob& job, RunDir& run, Progress& progress,
-                                   StopRequest* stop = nullptr);
+LanguageModelResult run_job(const LanguageModelJob& job, RunDir& run, Progress& progress, StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const LanguageModelResult& result);
 
 // The validation loss (nats per token, bits and perplexity) of the model
@@ -92,11 +91,10 @@ std::vector<std::string> evaluate_run(const LanguageModelJob& job, const std::st
 std::string loss_text(double nats);
 // The run's model on windows of train.seq_len tokens spread over its
 // validation text (tasks/model_sample.h).
-ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_model(const LanguageModelJob& job, const std::string& run_dir, const ModelSampleSettings& settings);
 
 // Loads the model of a run directory and continues `prompt`; precision by default the run's own.
 std::string generate_from_run(const std::string& run_dir, const std::string& prompt, std::int64_t tokens,
-                              const SamplingConfig& sampling,
-                              std::optional<Precision> precision = std::nullopt);
+                              const SamplingConfig& sampling, std::optional<Precision> precision = std::nullopt);
 
 }  // namespace multihead

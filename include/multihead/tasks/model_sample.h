@@ -40,7 +40,7 @@ struct TestTexts {
 // How the sample runs: eval mode, or training mode (the same arithmetic on
 // the training paths, which keep what backward reads, when the job's model
 // has dropout 0: sample_run_model sets it so).
-struct SampleSettings {
+struct ModelSampleSettings {
   std::int64_t examples = 8;  // the first ones of the run's test data (fewer when it has fewer)
   bool training = false;
 

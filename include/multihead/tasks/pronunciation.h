@@ -50,7 +50,8 @@ std::string cmudict_spelling(const std::string& word);
 
 struct PronunciationJob : JobConfig<PronunciationJob> {
   static constexpr const char* kTask = "pronunciation";
-  static constexpr const char* kNoun = "pronunciation jobs";  // in messages: "--epochs does not apply to pronunciation jobs"
+  // In messages: "--epochs does not apply to pronunciation jobs"
+  static constexpr const char* kNoun = "pronunciation jobs";
   static constexpr RunAnswers kAnswers = RunAnswers::kPronounce;  // tasks/kinds.h
   static constexpr ModelFamily kModel = ModelFamily::kEncoderDecoder;
   std::string data_path = kCmudictPath;
@@ -101,7 +102,6 @@ struct PronunciationJob : JobConfig<PronunciationJob> {
   }
 };
 
-
 struct LengthScores {
   std::int64_t min_len = 0, max_len = 0;  // letters, inclusive
   SequenceScores scores;
@@ -125,8 +125,7 @@ struct PronunciationResult {
   std::string trained;
 };
 
-PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress,
-                                   StopRequest* stop = nullptr);
+PronunciationResult run_job(const PronunciationJob& job, RunDir& run, Progress& progress, StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const PronunciationResult& result);
 
 // Letter ids of words (B lists) as a batch: ids (B, S) and padding (B, S),
@@ -194,6 +193,6 @@ TestTexts test_texts(const PronunciationJob& job, const std::string& run_dir);
 // The test scores of the model saved in run_dir, as lines.
 std::vector<std::string> evaluate_run(const PronunciationJob& job, const std::string& run_dir);
 // The run's model on the first test words, teacher forced (tasks/model_sample.h).
-ModelSample sample_model(const PronunciationJob& job, const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_model(const PronunciationJob& job, const std::string& run_dir, const ModelSampleSettings& settings);
 
 }  // namespace multihead

@@ -22,12 +22,13 @@ namespace multihead {
 
 struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   static constexpr const char* kTask = "sequence_task";
-  static constexpr const char* kNoun = "synthetic sequence tasks";  // in messages: "--epochs does not apply to synthetic sequence tasks"
+  // In messages: "--epochs does not apply to synthetic sequence tasks"
+  static constexpr const char* kNoun = "synthetic sequence tasks";
   static constexpr RunAnswers kAnswers = RunAnswers::kNone;  // tasks/kinds.h
   static constexpr ModelFamily kModel = ModelFamily::kLanguageModel;
-  SyntheticTask task;                          // its min_len / max_len are the training range
+  SyntheticTask task;  // its min_len / max_len are the training range
   std::vector<std::int64_t> test_lengths = {16, 32, 64};
-  std::int64_t eval_batches = 8;               // batches of train.batch sequences per test length
+  std::int64_t eval_batches = 8;  // batches of train.batch sequences per test length
   ModelConfig model;
   TrainConfig train;
   std::string report_title = "Synthetic sequence task";
@@ -50,7 +51,6 @@ struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   }
 };
 
-
 struct LengthAccuracy {
   std::int64_t length = 0;
   double token_accuracy = 0;     // answer tokens predicted right (teacher forced, greedy)
@@ -65,18 +65,17 @@ struct SequenceTaskResult {
   // "60 steps in 15.1 s (steps 49-60 in this run: 3.1 s)" (FitResult::steps_and_time); train_seconds
   // is the whole run's, over every invocation.
   std::string trained;
-  std::vector<double> losses;             // per step
+  std::vector<double> losses;              // per step
   std::int64_t peak_activation_bytes = 0;  // the largest of any step
 };
 
-SequenceTaskResult run_job(const SequenceTaskJob& job, RunDir& run, Progress& progress,
-                                   StopRequest* stop = nullptr);
+SequenceTaskResult run_job(const SequenceTaskJob& job, RunDir& run, Progress& progress, StopRequest* stop = nullptr);
 std::vector<std::string> summary_lines(const SequenceTaskResult& result);
 
 // The accuracies by test length of the model saved in a run directory whose
 // config.json holds `job`, a line each.
 std::vector<std::string> evaluate_run(const SequenceTaskJob& job, const std::string& run_dir);
 // The run's model on sequences of the task (tasks/model_sample.h).
-ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_model(const SequenceTaskJob& job, const std::string& run_dir, const ModelSampleSettings& settings);
 
 }  // namespace multihead

@@ -30,7 +30,8 @@ namespace multihead {
 
 struct TextClassificationJob : JobConfig<TextClassificationJob> {
   static constexpr const char* kTask = "text_classification";
-  static constexpr const char* kNoun = "text classifiers";  // in messages: "--epochs does not apply to text classifiers"
+  // In messages: "--epochs does not apply to text classifiers"
+  static constexpr const char* kNoun = "text classifiers";
   static constexpr RunAnswers kAnswers = RunAnswers::kClassify;  // tasks/kinds.h
   static constexpr ModelFamily kModel = ModelFamily::kSequenceClassifier;
   static constexpr bool kTaskOptional = true;  // the first kind of job: the default
@@ -89,7 +90,6 @@ struct TextClassificationJob : JobConfig<TextClassificationJob> {
   }
 };
 
-
 // The job's data source: its source, or the one data_path's extension names
 // (.csv, .tsv, .jsonl); a ConfigError naming --source when it names none.
 std::string data_source(const TextClassificationJob& job);
@@ -121,7 +121,7 @@ struct TextClassificationResult {
 };
 
 TextClassificationResult run_job(const TextClassificationJob& job, RunDir& run, Progress& progress,
-                                   StopRequest* stop = nullptr);
+                                 StopRequest* stop = nullptr);
 // "test accuracy: ...", "training: ...": what `multihead train` prints.
 std::vector<std::string> summary_lines(const TextClassificationResult& result);
 
@@ -177,8 +177,13 @@ class ClassifierTrainingTask final : public TrainingTask {
   ClassifierTrainingTask(SequenceClassifier& model, const TokenizedExamples& examples,
                          std::vector<std::int64_t> validation, std::int64_t max_len, std::int64_t eval_batch,
                          Precision precision, std::vector<double> class_weights = {})
-      : model_(model), examples_(examples), validation_(std::move(validation)), max_len_(max_len),
-        eval_batch_(eval_batch), precision_(precision), class_weights_(std::move(class_weights)) {}
+      : model_(model),
+        examples_(examples),
+        validation_(std::move(validation)),
+        max_len_(max_len),
+        eval_batch_(eval_batch),
+        precision_(precision),
+        class_weights_(std::move(class_weights)) {}
   MicroBatchLoss micro_step(std::span<const std::int64_t> examples, const ForwardContext& ctx,
                             double grad_scale) override;
   Validation validate() override;
@@ -195,9 +200,11 @@ class ClassifierTrainingTask final : public TrainingTask {
 // The classifier's logits for the first settings.examples of the examples
 // idx, batched as training batches them ([CLS] first, cut to max_len tokens).
 ModelSample sample_classifier(SequenceClassifier& model, const TokenizedExamples& examples,
-                              std::span<const std::int64_t> idx, std::int64_t max_len, const SampleSettings& settings);
+                              std::span<const std::int64_t> idx, std::int64_t max_len,
+                              const ModelSampleSettings& settings);
 // The run's model on the first examples of its test split (tasks/model_sample.h).
-ModelSample sample_model(const TextClassificationJob& job, const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_model(const TextClassificationJob& job, const std::string& run_dir,
+                         const ModelSampleSettings& settings);
 
 // The classes' names a run recorded in its results.json; a run without one
 // has its classes' numbers, and says so in `warnings`.

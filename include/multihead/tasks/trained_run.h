@@ -29,16 +29,15 @@ AttentionMaps classifier_attention(SequenceClassifier& model, const Tokenizer& t
                                    const std::vector<std::int64_t>& ids, std::int64_t max_len,
                                    const std::vector<std::string>& labels, Precision precision, bool ablate = false);
 // A language model's attention over the tokens ids, layers first_layer on.
-AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok,
-                                       const std::vector<std::int64_t>& ids, std::int64_t first_layer,
-                                       Precision precision);
+AttentionMaps language_model_attention(LanguageModel& model, const Tokenizer& tok, const std::vector<std::int64_t>& ids,
+                                       std::int64_t first_layer, Precision precision);
 
 struct AnswerSettings;  // tasks/answers.h
 
 struct Prediction {
-  std::string label;                 // the most likely class
+  std::string label;                  // the most likely class
   std::vector<double> probabilities;  // of every class, in labels() order
-  bool truncated = false;            // the text had more tokens than the model reads: its first ones were read
+  bool truncated = false;             // the text had more tokens than the model reads: its first ones were read
 };
 
 class TrainedRun {

@@ -29,7 +29,8 @@ namespace multihead {
 
 struct WordStressJob : JobConfig<WordStressJob> {
   static constexpr const char* kTask = "word_stress";
-  static constexpr const char* kNoun = "word stress jobs";  // in messages: "--tokenizer does not apply to word stress jobs"
+  // In messages: "--tokenizer does not apply to word stress jobs"
+  static constexpr const char* kNoun = "word stress jobs";
   static constexpr RunAnswers kAnswers = RunAnswers::kNone;  // tasks/kinds.h
   static constexpr ModelFamily kModel = ModelFamily::kSequenceClassifier;
   static constexpr std::int64_t kClasses = 4;
@@ -39,7 +40,7 @@ struct WordStressJob : JobConfig<WordStressJob> {
   static constexpr std::int64_t kLetterTokens = 4 + 29;
   std::string data_path = kCmudictPath;
   double validation_fraction = 0.05, test_fraction = 0.1;  // of the words
-  std::int64_t max_letters = 32;  // letters read of a word, [CLS] included
+  std::int64_t max_letters = 32;                           // letters read of a word, [CLS] included
   std::int64_t eval_batch = 256;
   ModelConfig model;  // vocab_size and num_classes are the task's, set when it trains
   TrainConfig train;
@@ -94,6 +95,6 @@ std::vector<std::string> summary_lines(const WordStressResult& result);
 // holds `job`, as a line.
 std::vector<std::string> evaluate_run(const WordStressJob& job, const std::string& run_dir);
 // The run's model on the first words of its test split (tasks/model_sample.h).
-ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const SampleSettings& settings);
+ModelSample sample_model(const WordStressJob& job, const std::string& run_dir, const ModelSampleSettings& settings);
 
 }  // namespace multihead

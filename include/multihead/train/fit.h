@@ -136,16 +136,16 @@ struct FitResult {
   TrainingCurves curves;                 // the whole run's, a resumed run's earlier part included
   std::optional<Validation> validation;  // the last one
   std::int64_t steps = 0, skipped_steps = 0;
-  std::int64_t first_step = 0;    // where this process started (> 0: resumed)
-  std::int64_t epochs = 0;        // epoch-based: epochs trained in, the last possibly cut short
-  double seconds = 0;             // this process's training time
-  double total_seconds = 0;       // the run's, over every invocation (RunDir::training_seconds)
-  double items_per_s = 0;         // micro_step's items over `seconds`
+  std::int64_t first_step = 0;  // where this process started (> 0: resumed)
+  std::int64_t epochs = 0;      // epoch-based: epochs trained in, the last possibly cut short
+  double seconds = 0;           // this process's training time
+  double total_seconds = 0;     // the run's, over every invocation (RunDir::training_seconds)
+  double items_per_s = 0;       // micro_step's items over `seconds`
   // Early stopping: the step of the best validation (its weights are the
   // store's when fit returns), and whether training stopped before its end.
   std::optional<std::int64_t> best_step;
   bool stopped_early = false;
-  std::string unit;               // of items_per_s, as in the plan
+  std::string unit;  // of items_per_s, as in the plan
   // "30 steps, 2 epochs, 12.1 s, 3100 tok/s" for the report (a resumed
   // run: "..., 12.1 s in all, steps 21-30 in this run: 4.0 s, 3100 tok/s").
   std::string summary() const;

@@ -14,9 +14,9 @@
 namespace multihead {
 
 struct InitialWeights {
-  std::string file;    // what was read: a run's last checkpoint, or the file given
-  std::string sha256;  // of that file, 64 hex digits
-  TensorMap tensors;   // the model's tensors (a checkpoint's optimizer state left out)
+  std::string file;     // what was read: a run's last checkpoint, or the file given
+  std::string sha256;   // of that file, 64 hex digits
+  TensorMap tensors;    // the model's tensors (a checkpoint's optimizer state left out)
   std::string warning;  // a checkpoint of an older format (train/checkpoint.h), else ""
   // Parameters (a regex over names) taken where the file has them in the
   // model's shape and otherwise left at their initialisation: a Hugging Face

@@ -26,7 +26,8 @@ class Optimizer {
   // State as tensors named "optimizer.<slot>.<parameter name>", plus the
   // step count in metadata; load_state restores exactly what save wrote.
   virtual void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const = 0;
-  virtual void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) = 0;
+  virtual void load_state(const ParamStore& store, const TensorMap& in,
+                          const std::map<std::string, std::string>& meta) = 0;
 
  protected:
   std::int64_t steps_ = 0;
@@ -43,7 +44,8 @@ class AdamW : public Optimizer {
   AdamW(const ParamStore& store, const AdamWConfig& cfg);
   void step(ParamStore& store, double lr, float grad_scale) override;
   void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
-  void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
+  void load_state(const ParamStore& store, const TensorMap& in,
+                  const std::map<std::string, std::string>& meta) override;
   std::int64_t state_bytes() const override { return static_cast<std::int64_t>(m_.nbytes() + v_.nbytes()); }
 
  private:
@@ -66,7 +68,8 @@ class Sgd : public Optimizer {
   Sgd(const ParamStore& store, const SgdConfig& cfg);
   void step(ParamStore& store, double lr, float grad_scale) override;
   void save_state(const ParamStore& store, TensorMap& out, std::map<std::string, std::string>& meta) const override;
-  void load_state(const ParamStore& store, const TensorMap& in, const std::map<std::string, std::string>& meta) override;
+  void load_state(const ParamStore& store, const TensorMap& in,
+                  const std::map<std::string, std::string>& meta) override;
   std::int64_t state_bytes() const override { return static_cast<std::int64_t>(buf_.nbytes()); }
 
  private:

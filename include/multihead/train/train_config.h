@@ -89,8 +89,8 @@ struct TrainConfig {
     k.named("schedule", t.schedule.decay, decay_name, parse_decay).doc("the decay after the warmup");
     k.pair("betas", t.adamw.beta1, t.adamw.beta2).doc("AdamW's moment decay rates, as PyTorch's betas");
     k("eps", t.adamw.eps, positive()).doc("AdamW's denominator term, as PyTorch's eps");
-    k.with_default("weight_decay", t.adamw.weight_decay, t.optimizer == OptimizerKind::kAdamW ? 0.01 : 0.0,
-                   at_least(0), "0.01 with adamw, 0 with sgd")
+    k.with_default("weight_decay", t.adamw.weight_decay, t.optimizer == OptimizerKind::kAdamW ? 0.01 : 0.0, at_least(0),
+                   "0.01 with adamw, 0 with sgd")
         .doc("decoupled weight decay (AdamW), or L2 added to the gradient (SGD)");
     if constexpr (!std::is_const_v<Self>) t.sgd.weight_decay = t.adamw.weight_decay;
     k("momentum", t.sgd.momentum, below_one()).doc("SGD's momentum");

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The optimisation loop shared by every task: gradient accumulation over
-// micro-batches, clipping, the learning-rate schedule, the optimizer step,
-// and crash-safe checkpoints that resume bit for bit.
+// The Trainer: one optimizer step, which fit (train/fit.h, the one training
+// loop) takes once a step: gradient accumulation over micro-batches,
+// clipping, the learning-rate schedule, the optimizer's update, and the
+// checkpoints of its state that resume bit for bit.
 //
 // Randomness is counter-based and keyed by (seed, step, site), so the seed
 // and the step are the whole RNG state: a resumed run draws exactly the
@@ -33,7 +34,7 @@ struct StepStats {
   // workspaces and batches included.
   std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
   std::int64_t peak_bytes = 0, activation_peak_bytes = 0, current_bytes = 0;
-  std::int64_t rss_bytes = 0;  // the process's resident memory after the step (-1: unknown)
+  std::int64_t rss_bytes = 0;     // the process's resident memory after the step (-1: unknown)
   std::int64_t cached_bytes = 0;  // freed blocks the allocator holds for reuse (core/allocator.h)
 };
 
@@ -52,7 +53,10 @@ class MemoryCurve {
   // The steps, and against them (MiB) the peak and each part, named.
   const std::vector<double>& steps() const { return step_; }
   std::vector<std::pair<std::string, const std::vector<double>*>> lines() const {
-    return {{"peak", &peak_}, {"activations", &act_}, {"optimizer", &opt_}, {"gradients", &grads_},
+    return {{"peak", &peak_},
+            {"activations", &act_},
+            {"optimizer", &opt_},
+            {"gradients", &grads_},
             {"parameters", &params_}};
   }
   std::int64_t max_activation_bytes() const { return max_activation_bytes_; }
