@@ -29,26 +29,7 @@ Tensor stack_result(LayerNorm* norm, Tensor& latest, const Tensor& last, Precisi
 
 }  // namespace
 
-TransformerEncoder::TransformerEncoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
-                                       std::int64_t num_layers, bool final_norm)
-    : store_(&store) {
-  check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
-  for (std::int64_t i = 0; i < num_layers; ++i) {
-    first_offset_.push_back(store.add_grads_boundary());
-    layers_.push_back(
-        std::make_unique<TransformerEncoderLayer>(store, prefix + "layers." + std::to_string(i) + ".", cfg));
-  }
-  if (final_norm) norm_ = std::make_unique<LayerNorm>(store, prefix + "norm.", cfg.d_model, cfg.layer_norm_eps);
-}
-
-void TransformerEncoder::init(Rng& rng) {
-  for (auto& l : layers_) l->init(rng);
-  if (norm_) norm_->init(rng);
-}
-
-void TransformerEncoder::release_saved() {
-  for (auto& l : layers_) l->release_saved();
-  if (norm_) norm_->release_saved();
+void TransformerEncoder::release_own() {
   outputs_.clear();
   inputs_.clear();
   forwarded_ = false;
@@ -142,26 +123,7 @@ Tensor TransformerEncoder::backward(const Tensor& dy) {
   return g;
 }
 
-TransformerDecoder::TransformerDecoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
-                                       std::int64_t num_layers, bool final_norm)
-    : store_(&store) {
-  check<ConfigError>(num_layers > 0, "num_layers must be positive, got {}", num_layers);
-  for (std::int64_t i = 0; i < num_layers; ++i) {
-    first_offset_.push_back(store.add_grads_boundary());
-    layers_.push_back(
-        std::make_unique<TransformerDecoderLayer>(store, prefix + "layers." + std::to_string(i) + ".", cfg));
-  }
-  if (final_norm) norm_ = std::make_unique<LayerNorm>(store, prefix + "norm.", cfg.d_model, cfg.layer_norm_eps);
-}
-
-void TransformerDecoder::init(Rng& rng) {
-  for (auto& l : layers_) l->init(rng);
-  if (norm_) norm_->init(rng);
-}
-
-void TransformerDecoder::release_saved() {
-  for (auto& l : layers_) l->release_saved();
-  if (norm_) norm_->release_saved();
+void TransformerDecoder::release_own() {
   outputs_.clear();
   forwarded_ = false;
 }

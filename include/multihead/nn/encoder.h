@@ -14,16 +14,14 @@
 #include <vector>
 
 #include "multihead/nn/gradient_probe.h"
+#include "multihead/nn/layer_stack.h"
 #include "multihead/nn/transformer_layers.h"
 
 namespace multihead {
 
-class TransformerEncoder : public Module {
+class TransformerEncoder : public LayerStack<TransformerEncoderLayer> {
  public:
-  TransformerEncoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
-                     std::int64_t num_layers, bool final_norm);
-  void init(Rng& rng) override;
-  void release_saved() override;
+  using LayerStack::LayerStack;
   void set_checkpointing(bool on) { checkpoint_ = on; }
 
   // x: (B, L, d_model); x and the masks must outlive backward.
@@ -32,21 +30,14 @@ class TransformerEncoder : public Module {
   // Incremental decoding: caches[i] belongs to layer i.
   Tensor forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity,
                         Precision p = Precision::kF32);
-  std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
-  TransformerEncoderLayer& layer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
-  void set_capture_weights(bool on) {
-    for (auto& l : layers_) l->set_capture_weights(on);
-  }
   // Each backward fills *probe (nn/gradient_probe.h) until set to null; the
   // forward before it must be in fp32.
   void set_gradient_probe(GradientProbe* probe);
 
  private:
+  void release_own() override;
+
   GradientProbe* probe_ = nullptr;
-  std::vector<std::unique_ptr<TransformerEncoderLayer>> layers_;
-  std::unique_ptr<LayerNorm> norm_;
-  const ParamStore* store_;
-  std::vector<std::int64_t> first_offset_;  // of each layer's parameters (ParamStore::grads_final_from)
   bool checkpoint_ = false;
   AttentionMaskArgs masks_;
   ForwardContext ctx_;
@@ -57,12 +48,9 @@ class TransformerEncoder : public Module {
 
 // torch.nn.TransformerDecoder: decoder layers ("layers.{i}.") over a shared
 // memory, and an optional final LayerNorm ("norm.").
-class TransformerDecoder : public Module {
+class TransformerDecoder : public LayerStack<TransformerDecoderLayer> {
  public:
-  TransformerDecoder(ParamStore& store, const std::string& prefix, const TransformerLayerConfig& cfg,
-                     std::int64_t num_layers, bool final_norm);
-  void init(Rng& rng) override;
-  void release_saved() override;
+  using LayerStack::LayerStack;
   // x: (B, L, d_model), memory: (B, S, d_model); both, and the masks, must outlive backward.
   Tensor forward(const Tensor& x, const Tensor& memory, const AttentionMaskArgs& self_masks,
                  const AttentionMaskArgs& memory_masks, const ForwardContext& ctx);
@@ -76,17 +64,10 @@ class TransformerDecoder : public Module {
   void cache_memory(const Tensor& memory, std::vector<KvCache>& memory_caches, Precision p = Precision::kF32) const;
   Tensor forward_cached(const Tensor& x, std::vector<KvCache>& self_caches, const std::vector<KvCache>& memory_caches,
                         const Tensor* memory_padding, std::int64_t capacity, Precision p = Precision::kF32);
-  std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
-  TransformerDecoderLayer& layer(std::int64_t i) { return *layers_.at(static_cast<std::size_t>(i)); }
-  void set_capture_weights(bool on) {
-    for (auto& l : layers_) l->set_capture_weights(on);
-  }
 
  private:
-  std::vector<std::unique_ptr<TransformerDecoderLayer>> layers_;
-  std::unique_ptr<LayerNorm> norm_;
-  const ParamStore* store_;
-  std::vector<std::int64_t> first_offset_;
+  void release_own() override;
+
   std::vector<Tensor> outputs_;  // fp32: as in TransformerEncoder
   bool forwarded_ = false;
 };
