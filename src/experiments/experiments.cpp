@@ -141,7 +141,7 @@ const std::vector<ExperimentRow>& experiment_rows() {
       {{"positions", "position encodings and length extrapolation"}, positions_experiment},
       {{"positions-seq2seq", "position encodings in an encoder-decoder, on pronunciation"},
        seq2seq_positions_experiment},
-      {{"variants", "windowed (block-sparse) and linear attention against full attention, by length"},
+      {{"variants", "block-sparse, sliding-window and linear attention against full attention, by length"},
        variants_experiment},
       {{"head-analysis", "heads inside a trained model: ablation, diversity and dispersion"}, head_analysis_experiment},
       {{"optimisation", "gradient clipping and warmup"}, optimisation_experiment},
