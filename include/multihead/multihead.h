@@ -5,6 +5,7 @@
 // in safetensors files. Links oneDNN, OpenBLAS, Highway and OpenMP only.
 #pragma once
 
+#include "multihead/core/context.h"
 #include "multihead/core/error.h"
 #include "multihead/core/rng.h"
 #include "multihead/core/tensor.h"

@@ -21,6 +21,7 @@
 
 #include "multihead/core/error.h"
 #include "multihead/core/tensor.h"
+#include "multihead/core/context.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/attention_checks.h"
 #include "multihead/kernels/attention_fused.h"
@@ -311,16 +312,18 @@ void ref_weights(py::handle weights, py::handle probs, bool average_heads, doubl
                                        AttentionDropout{static_cast<float>(dropout_p), seed, 0});
 }
 
-// Python's `with ThreadCount(n):`, a ThreadCountScope over the block.
+// Python's `with ThreadCount(n):`, a context with n threads bound over the
+// block (a call from Python runs under no other: the host's thread counts
+// come back after).
 class ThreadCount {
  public:
   explicit ThreadCount(int threads) : threads_(threads) { check_threads(threads); }
-  void enter() { scope_.emplace(threads_); }
+  void enter() { scope_.emplace(RuntimeContext{.threads = threads_}); }
   void exit() { scope_.reset(); }
 
  private:
   int threads_;
-  std::optional<ThreadCountScope> scope_;
+  std::optional<ContextScope> scope_;
 };
 
 // multihead.train: the library's one training loop (train_job) on a job
@@ -341,7 +344,7 @@ bool train(const std::string& kind, const std::string& config, const std::filesy
   const RunMode run_mode = mode == "resume"      ? RunMode::kResume
                            : mode == "overwrite" ? RunMode::kOverwrite
                                                  : RunMode::kNew;
-  const ThreadCountScope threads(job_threads(job));  // the host's count comes back after
+  const ContextScope context(RuntimeContext{.threads = job_threads(job)});  // the host's counts come back after
   StopRequest stop;
   std::optional<py::error_already_set> raised;  // by on_step, or KeyboardInterrupt
   const py::object loads = py::module_::import("json").attr("loads");
@@ -541,7 +544,7 @@ PYBIND11_MODULE(_multihead, m) {
   m.def(
       "load_run",
       [](const std::filesystem::path& path, int threads, const std::string& precision) {
-        const ThreadCountScope scope(threads);
+        const ContextScope context(RuntimeContext{.threads = threads});
         return TrainedRun::load(
             path.string(), precision.empty() ? std::nullopt : std::optional<Precision>(parse_precision(precision)));
       },

@@ -62,12 +62,14 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& cfg) {
   r.threads = num_threads();
   // Memory: one iteration, measured by the allocator and by the resident set.
   const std::int64_t base = memory_stats().current_bytes;
-  reset_peak_memory();
-  const bool rss_ok = reset_peak_rss();
-  const std::int64_t rss0 = current_rss_bytes();
-  layer_iter();
-  if (rss_ok && rss0 >= 0) r.peak_rss_delta_bytes = peak_rss_bytes() - rss0;
-  r.peak_bytes = memory_stats().peak_bytes;
+  {
+    const PeakMeter memory;
+    const bool rss_ok = reset_peak_rss();
+    const std::int64_t rss0 = current_rss_bytes();
+    layer_iter();
+    if (rss_ok && rss0 >= 0) r.peak_rss_delta_bytes = peak_rss_bytes() - rss0;
+    r.peak_bytes = memory.peak_bytes();
+  }
   r.peak_activation_bytes = r.peak_bytes - base;
 
   r.samples_ms = time_ms(cfg.warmup, cfg.iters, layer_iter);

@@ -6,6 +6,7 @@
 
 #include "multihead/bench/attention_bench.h"
 #include "multihead/core/allocator.h"
+#include "multihead/core/context.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/cross_entropy.h"
@@ -109,29 +110,33 @@ TrainBenchResult run_train_bench(const TrainBenchConfig& c_in) {
   r.param_count = store.numel();
   trainer.step(micro);  // first step allocates the optimizer's lazily touched pages
   const std::int64_t base = memory_stats().current_bytes;
-  reset_peak_memory();
-  trainer.step(micro);
-  r.peak_bytes = memory_stats().peak_bytes;
+  {
+    const PeakMeter memory;
+    trainer.step(micro);
+    r.peak_bytes = memory.peak_bytes();
+  }
   r.peak_activation_bytes = r.peak_bytes - base;
   for (int i = 0; i < c.warmup; ++i) trainer.step(micro);
   std::array<std::vector<double>, kStepParts> parts_ms;
   std::vector<double> other_ms, allreduce_ms, wait_ms;
-  enable_step_profile(true);
+  StepProfile profile;
+  RuntimeContext profiled = context();
+  profiled.profile = &profile;
+  const ContextBinding bound(profiled);
   for (int i = 0; i < c.iters; ++i) {
-    reset_step_profile();
+    profile.reset();
     group.reset_reduce_seconds();
     auto t0 = std::chrono::steady_clock::now();
     trainer.step(micro);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     r.samples_ms.push_back(ms);
-    const auto parts = step_profile_seconds();
+    const auto parts = profile.seconds();
     double accounted = 0;
     for (int p = 0; p < kStepParts; ++p) parts_ms[p].push_back(parts[p] * 1e3), accounted += parts[p] * 1e3;
     allreduce_ms.push_back(group.reduce_seconds() * 1e3);
     wait_ms.push_back(group.reduce_wait_seconds() * 1e3);
     other_ms.push_back(ms - accounted - wait_ms.back());
   }
-  enable_step_profile(false);
   r.ms = median(r.samples_ms);
   r.tokens_per_s = static_cast<double>(c.batch * c.seq_len) / (r.ms / 1e3);
   r.gemm_ms = median(parts_ms[static_cast<int>(StepPart::kGemm)]);

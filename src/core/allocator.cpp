@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,11 +19,16 @@
 namespace multihead {
 namespace {
 
-// Process-wide counters. Allocation is rare relative to compute (buffers are
-// sized once per shape), so relaxed atomics cost nothing measurable.
+// The heap's counters: process-wide, as the heap is. Allocation is rare
+// relative to compute (buffers are sized once per shape), so relaxed atomics
+// cost nothing measurable.
 std::atomic<std::int64_t> g_current{0};
 std::atomic<std::int64_t> g_peak{0};
 std::atomic<std::int64_t> g_count{0};
+// The meters measuring now; an allocation raises each one's peak.
+std::mutex g_meters_mutex;
+std::vector<PeakMeter*>* g_meters = new std::vector<PeakMeter*>();  // never destroyed, as g_cache
+std::atomic<int> g_meter_count{0};
 
 // Freed large blocks are kept for reuse. Without this, every training step or
 // benchmark iteration would return its activation buffers to the kernel and
@@ -46,9 +52,9 @@ std::size_t rounded_size(std::size_t bytes) {
   return (bytes + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment;
 }
 
-void raise_peak(std::int64_t now) noexcept {
-  std::int64_t peak = g_peak.load(std::memory_order_relaxed);
-  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+void raise_to(std::atomic<std::int64_t>& peak, std::int64_t now) noexcept {
+  std::int64_t was = peak.load(std::memory_order_relaxed);
+  while (now > was && !peak.compare_exchange_weak(was, now, std::memory_order_relaxed)) {
   }
 }
 
@@ -58,6 +64,11 @@ void raise_peak(std::int64_t now) noexcept {
 }
 
 }  // namespace
+
+void raise_meters(std::int64_t now) noexcept {
+  std::lock_guard<std::mutex> lock(g_meters_mutex);
+  for (PeakMeter* m : *g_meters) raise_to(m->peak_, now);
+}
 
 void* tracked_alloc(std::size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -91,7 +102,8 @@ void* tracked_alloc(std::size_t bytes) {
   std::int64_t now = g_current.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed) +
                      static_cast<std::int64_t>(bytes);
   g_count.fetch_add(1, std::memory_order_relaxed);
-  raise_peak(now);
+  raise_to(g_peak, now);
+  if (g_meter_count.load(std::memory_order_relaxed) > 0) raise_meters(now);
   return p;
 }
 
@@ -134,8 +146,18 @@ bool keep_freed_heap_memory() noexcept {
   return mmap_set && trim_set;
 }
 
-void reset_peak_memory() noexcept {
-  g_peak.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+PeakMeter::PeakMeter() : peak_(g_current.load(std::memory_order_relaxed)) {
+  std::lock_guard<std::mutex> lock(g_meters_mutex);
+  g_meters->push_back(this);
+  g_meter_count.fetch_add(1, std::memory_order_relaxed);
 }
+
+PeakMeter::~PeakMeter() {
+  std::lock_guard<std::mutex> lock(g_meters_mutex);
+  std::erase(*g_meters, this);
+  g_meter_count.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void PeakMeter::reset() noexcept { peak_.store(g_current.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 }  // namespace multihead

@@ -3,16 +3,12 @@
 
 #include <omp.h>
 
-#include <atomic>
 #include <chrono>
+
+#include "multihead/core/context.h"
 
 namespace multihead {
 namespace {
-
-std::atomic<bool> g_enabled{false};
-// Written only by the thread that runs the step, outside parallel regions.
-std::array<long long, kStepParts> g_ns{};
-thread_local int t_depth = 0;
 
 long long now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -21,26 +17,23 @@ long long now_ns() {
 
 }  // namespace
 
-void enable_step_profile(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
-
-void reset_step_profile() { g_ns.fill(0); }
-
-std::array<double, kStepParts> step_profile_seconds() {
+std::array<double, kStepParts> StepProfile::seconds() const noexcept {
   std::array<double, kStepParts> s{};
-  for (int i = 0; i < kStepParts; ++i) s[i] = static_cast<double>(g_ns[i]) * 1e-9;
+  for (int i = 0; i < kStepParts; ++i) s[i] = static_cast<double>(ns_[i]) * 1e-9;
   return s;
 }
 
 StepProfileScope::StepProfileScope(StepPart part) {
-  if (!g_enabled.load(std::memory_order_relaxed) || omp_in_parallel()) return;
-  counted_ = true;
-  if (t_depth++ == 0) part_ = static_cast<int>(part), start_ns_ = now_ns();
+  StepProfile* p = context().profile;
+  if (p == nullptr || omp_in_parallel()) return;
+  profile_ = p;
+  if (p->depth_++ == 0) part_ = static_cast<int>(part), start_ns_ = now_ns();
 }
 
 StepProfileScope::~StepProfileScope() {
-  if (!counted_) return;
-  if (part_ >= 0) g_ns[static_cast<std::size_t>(part_)] += now_ns() - start_ns_;
-  --t_depth;
+  if (profile_ == nullptr) return;
+  if (part_ >= 0) profile_->ns_[static_cast<std::size_t>(part_)] += now_ns() - start_ns_;
+  --profile_->depth_;
 }
 
 }  // namespace multihead

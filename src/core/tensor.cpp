@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "multihead/core/tensor.h"
 
-#include <atomic>
 #include <cstring>
 #include <limits>
 
 #include "multihead/core/allocator.h"
+#include "multihead/core/context.h"
 
 namespace multihead {
 
@@ -60,12 +60,6 @@ std::int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-namespace {
-std::atomic<bool> g_poison{false};
-}  // namespace
-
-void set_poison_uninitialized(bool on) noexcept { g_poison.store(on); }
-
 Tensor::Tensor(Shape shape, DType dtype, Uninit)
     : shape_(std::move(shape)), numel_(shape_numel(shape_)), dtype_(dtype) {
   check<MemoryError>(static_cast<std::uint64_t>(numel_) <= kMaxAllocationBytes / dtype_size(dtype_),
@@ -79,7 +73,7 @@ Tensor::Tensor(Shape shape, DType dtype) : Tensor(std::move(shape), dtype, Unini
 
 Tensor Tensor::empty(Shape shape, DType dtype) {
   Tensor t(std::move(shape), dtype, Uninit{});
-  if (g_poison.load(std::memory_order_relaxed) && t.nbytes()) std::memset(t.data_, 0xFF, t.nbytes());
+  if (context().poison_uninitialized && t.nbytes()) std::memset(t.data_, 0xFF, t.nbytes());
   return t;
 }
 

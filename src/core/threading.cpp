@@ -21,15 +21,6 @@ void set_num_threads(int n) {
 
 int num_threads() { return omp_get_max_threads(); }
 
-ThreadCountScope::ThreadCountScope(int n) : saved_omp_(omp_get_max_threads()), saved_blas_(openblas_get_num_threads()) {
-  set_num_threads(n);
-}
-
-ThreadCountScope::~ThreadCountScope() {
-  omp_set_num_threads(saved_omp_);
-  openblas_set_num_threads(saved_blas_);
-}
-
 OnThisThreadOnly::OnThisThreadOnly() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
 
 OnThisThreadOnly::~OnThisThreadOnly() { omp_set_num_threads(saved_); }

@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "multihead/data/batching.h"
+#include "multihead/nn/gradient_probe.h"
 #include "multihead/tasks/presets.h"
 #include "multihead/tasks/text_classification.h"
 #include "multihead/train/checkpoint.h"
@@ -107,9 +108,9 @@ std::vector<Probe> probe_run(const ModelConfig& cfg, const TrainConfig& train, c
     ModelToTrain<Model> m(cfg, train, quiet);
     if (step) load_checkpoint_weights(m.store, kept_checkpoint_path(run_dir, step));
     GradientProbe p;
-    m.model.encoder().set_gradient_probe(&p);
+    m.model.encoder().set_backward_observer(&p);
     batch(m.model);
-    m.model.encoder().set_gradient_probe(nullptr);
+    m.model.encoder().set_backward_observer(nullptr);
     out.push_back(read_probe(p, step));
   }
   // The kept copies are only for this probe.

@@ -6,8 +6,8 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <atomic>
 
+#include "multihead/core/context.h"
 #include "multihead/core/error.h"
 #include "multihead/core/suggest.h"
 #include "multihead/core/step_profile.h"
@@ -15,8 +15,6 @@
 
 namespace multihead {
 namespace {
-
-std::atomic<GemmBackend> g_backend{GemmBackend::kOneDnn};
 
 CBLAS_TRANSPOSE cblas_trans(Trans t) { return t == Trans::kYes ? CblasTrans : CblasNoTrans; }
 
@@ -88,10 +86,6 @@ bool onednn_has_avx512() {
   return (isa & avx512) == avx512;
 }
 
-void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
-
-GemmBackend gemm_backend() { return g_backend.load(); }
-
 GemmBackend parse_gemm_backend(std::string_view name) {
   if (name == "onednn") return GemmBackend::kOneDnn;
   if (name == "openblas") return GemmBackend::kOpenBlas;
@@ -104,7 +98,7 @@ const char* gemm_backend_name(GemmBackend backend) { return backend == GemmBacke
 void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
           std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
   const StepProfileScope profile(StepPart::kGemm);
-  if (gemm_backend() == GemmBackend::kOneDnn && !(ta == Trans::kYes && transposed_a_on_openblas())) {
+  if (context().gemm == GemmBackend::kOneDnn && !(ta == Trans::kYes && transposed_a_on_openblas())) {
     return onednn_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   gemm_any(cblas_sgemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

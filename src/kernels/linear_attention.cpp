@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "multihead/core/context.h"
 #include "multihead/core/error.h"
 #include "multihead/core/step_profile.h"
 #include "multihead/kernels/gemm.h"
@@ -165,8 +166,10 @@ void linear_attention_forward(HeadsView<T> out, HeadsView<const T> q, HeadsView<
   const StepProfileScope profile(StepPart::kAttention);
   check_args(a);
   const Blocks bl{d, a.causal, a.chunk};
+  const RuntimeContext& ctx = context();  // the workers' GEMMs run under the caller's
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    const ContextBinding bound(ctx);
     const std::int64_t b = bh / d.H, h = bh % d.H;
     Head<T> hd = make_head(q, k, v, d, a, b, h);
     for (std::int64_t blk = 0; blk < bl.count(); ++blk) {
@@ -200,8 +203,10 @@ void linear_attention_backward(HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv
   check_args(a);
   const Blocks bl{d, a.causal, a.chunk};
   const std::int64_t C = a.chunk;
+  const RuntimeContext& ctx = context();
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+    const ContextBinding bound(ctx);
     const std::int64_t b = bh / d.H, h = bh % d.H;
     Head<T> hd = make_head(q, k, v, d, a, b, h);
     T* gk = dk.at(b, h);  // holds d phi(k) until the end

@@ -106,7 +106,7 @@ MachineInfo machine_info() {
   m.kernel_target = MULTIHEAD_DISPATCH(dispatched_target)();
   m.kernel_simd = simd_level(m.kernel_target);
   m.kernel_dispatch = kKernelDispatch;
-  m.gemm_backend = gemm_backend_name(gemm_backend());
+  m.gemm_backend = gemm_backend_name(context().gemm);
   m.gemm_isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
   m.bf16_path = bf16_path_name(bf16_path());
   m.int8_path = int8_path_name();

@@ -81,42 +81,25 @@ Tensor TransformerEncoder::forward_cached(const Tensor& x, std::vector<KvCache>&
   return out;
 }
 
-void TransformerEncoder::set_gradient_probe(GradientProbe* probe) {
-  probe_ = probe;
-  for (auto& l : layers_) l->set_probe_heads(probe != nullptr);
+void TransformerEncoder::set_backward_observer(BackwardObserver* observer) {
+  observer_ = observer;
+  for (auto& l : layers_) l->self_attention().set_backward_observer(observer);
 }
 
 Tensor TransformerEncoder::backward(const Tensor& dy) {
   check(forwarded_, "TransformerEncoder::backward called without a preceding forward");
   Tensor g = norm_ ? norm_->backward(dy) : dy.clone();
-  if (probe_) {
-    check<ConfigError>(ctx_.precision == Precision::kF32, "the gradient probe needs an fp32 forward");
-    probe_->first_sublayer.clear();
-    probe_->first_sublayer.resize(layers_.size());
-    probe_->head_gram.assign(layers_.size(), {});
-    probe_->residual_only = g.clone();
+  if (observer_) {
+    check<ConfigError>(ctx_.precision == Precision::kF32,
+                       "a backward observer (the gradient probe) needs an fp32 forward");
+    observer_->stack_begins(g, layers_.size());
   }
   for (std::size_t i = layers_.size(); i-- > 0;) {
     Tensor scratch;  // a 16-bit input widened; the layer keeps its own copies
     if (checkpoint_) layers_[i]->forward(inputs_[i].f32(scratch), masks_, ctx_);  // recompute, same dropout masks
-    // The probe: what reaches this layer's output is carried to its input
-    // along the residual path; what the layer's backward adds beyond that
-    // entered a sublayer here first.
-    Tensor along_residual;
-    if (probe_) {
-      along_residual = layers_[i]->residual_gradient(g);
-      probe_->residual_only = layers_[i]->residual_gradient(probe_->residual_only);
-      for (std::size_t j = i + 1; j < layers_.size(); ++j)
-        probe_->first_sublayer[j] = layers_[i]->residual_gradient(probe_->first_sublayer[j]);
-    }
+    if (observer_) observer_->before_layer(i, *layers_[i], g);
     g = layers_[i]->backward(g);
-    if (probe_) {
-      Tensor& entered = probe_->first_sublayer[i] = g.clone();
-      float* e = entered.f32();
-      const float* r = along_residual.f32();
-      for (std::int64_t k = 0; k < entered.numel(); ++k) e[k] -= r[k];
-      probe_->head_gram[i] = layers_[i]->head_gram();
-    }
+    if (observer_) observer_->after_layer(i, *layers_[i], g);
     if (checkpoint_) layers_[i]->release_saved();
     store_->grads_final_from(first_offset_[i]);
   }

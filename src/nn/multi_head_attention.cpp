@@ -90,10 +90,7 @@ void MultiheadAttention::add_pattern(AttentionMasks<float>& m) const {
   }
 }
 
-void MultiheadAttention::release_saved() {
-  saved_ = Saved{};
-  head_input_grads_ = Tensor();
-}
+void MultiheadAttention::release_saved() { saved_ = Saved{}; }
 
 void MultiheadAttention::set_head_mask(std::vector<std::uint8_t> masked) {
   check<ShapeError>(masked.empty() || static_cast<std::int64_t>(masked.size()) == cfg_.num_heads,

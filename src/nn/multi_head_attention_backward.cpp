@@ -218,7 +218,7 @@ MultiheadAttentionGrads MultiheadAttention::backward(const Tensor& grad_output) 
   c.valid = false;  // backward consumes the cache
   expect_shape(grad_output, {c.dims.B, c.dims.L, cfg_.embed_dim}, "grad_output");
   const ProjectionGrads dp = attend_backward(out_proj_backward(grad_output));
-  head_input_grads_ = keep_head_grads_ ? head_shares(dp) : Tensor();
+  if (observer_ != nullptr && observer_->wants_head_shares()) observer_->head_shares(*this, head_shares(dp));
   return in_proj_backward(dp);
 }
 

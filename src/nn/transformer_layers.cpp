@@ -2,7 +2,6 @@
 #include "multihead/nn/transformer_layers.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/half.h"
@@ -336,37 +335,9 @@ Tensor TransformerEncoderLayer::residual_gradient(const Tensor& dy) const {
   return norm1_.input_gradient(norm2_.input_gradient(dy));
 }
 
-namespace {
-
-// The inner products of the rows of shares (H, ...), each row first carried
-// through `through` when given: (H * H) row-major.
-std::vector<double> gram(const Tensor& shares, const LayerNorm* through) {
-  const std::int64_t H = shares.dim(0), n = shares.numel() / H, d = shares.dim(shares.ndim() - 1);
-  std::vector<const float*> rows;  // head h's share: in `shares`, or carried through the norm
-  std::vector<Tensor> carried;
-  carried.reserve(static_cast<std::size_t>(H));
-  for (std::int64_t h = 0; h < H; ++h) {
-    if (!through) {
-      rows.push_back(shares.f32() + h * n);
-      continue;
-    }
-    Tensor r = Tensor::empty({n / d, d});
-    std::memcpy(r.f32(), shares.f32() + h * n, sizeof(float) * static_cast<std::size_t>(n));
-    carried.push_back(through->input_gradient(r));
-    rows.push_back(carried.back().f32());
-  }
-  std::vector<double> g(static_cast<std::size_t>(H * H));
-  for (std::int64_t a = 0; a < H; ++a)
-    for (std::int64_t b = a; b < H; ++b) {
-      double dot = 0;
-      const float *x = rows[static_cast<std::size_t>(a)], *y = rows[static_cast<std::size_t>(b)];
-      for (std::int64_t i = 0; i < n; ++i) dot += static_cast<double>(x[i]) * y[i];
-      g[static_cast<std::size_t>(a * H + b)] = g[static_cast<std::size_t>(b * H + a)] = dot;
-    }
-  return g;
+Tensor TransformerEncoderLayer::attention_input_gradient(const Tensor& g) const {
+  return cfg_.norm_first ? norm1_.input_gradient(g) : g.clone();
 }
-
-}  // namespace
 
 // Backward consumes the saved activations: each sub-module frees its own as
 // it finishes, and gradients are dropped as soon as they are summed, so the
@@ -383,7 +354,6 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
     LayerNorm::ResidualGrads g1 = norm1_.backward_residual(dy1, &g2.h, nullptr, dropout1_.spec());
     dy1 = Tensor(), g2.h = Tensor();
     dx = self_attn_.backward(g1.s()).query;
-    if (probe_heads_) head_gram_ = gram(self_attn_.head_input_gradients(), nullptr);
     add_inplace(dx, g1.h);
   } else {
     // h1 feeds norm2 and the residual: dy joins norm2's gradient of h1.
@@ -391,7 +361,6 @@ Tensor TransformerEncoderLayer::backward(const Tensor& dy) {
         norm2_.backward_residual(ff_.backward(dropout2_.backward(dy, scratch)), nullptr, &dy, dropout1_.spec());
     scratch = Tensor();
     Tensor da = self_attn_.backward(g1.s()).query;
-    if (probe_heads_) head_gram_ = gram(self_attn_.head_input_gradients(), &norm1_);
     dx = norm1_.backward(da);
     da = Tensor();
     add_inplace(dx, g1.h);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "multihead/core/context.h"
 #include "multihead/core/threading.h"
 #include "multihead/tasks/answers.h"
 
@@ -28,10 +29,13 @@ void Batcher::Ticket::on_done(std::function<void()> done) {
 Batcher::Batcher(TrainedRun& run, BatchLimits limits) : run_(run), limits_(limits) {
   check<ConfigError>(limits_.max_batch >= 1, "--max-batch must be at least 1, got {}", limits_.max_batch);
   check<ConfigError>(limits_.max_wait.count() >= 0, "--max-wait-ms must be >= 0");
-  // OpenMP's thread count is each thread's own: the worker takes this one's.
-  const int threads = num_threads();
-  worker_ = std::thread([this, threads] {
-    set_num_threads(threads);
+  // The worker runs under this thread's context, and its thread count
+  // (OpenMP's count is each thread's own).
+  RuntimeContext ctx = context();
+  ctx.threads = num_threads();
+  check_threads(ctx.threads);  // here: the worker's scope must not throw
+  worker_ = std::thread([this, ctx] {
+    const ContextScope scope(ctx);
     {
       std::lock_guard lock(mutex_);
       stats_.threads = num_threads();

@@ -18,7 +18,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
-#include "multihead/core/threading.h"
+#include "multihead/core/context.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/machine.h"
 #include "multihead/version.h"
@@ -184,20 +184,15 @@ ModelServer::ModelServer(const std::string& run_dir, ServeConfig config) : impl_
   s.limits.idle_timeout = std::chrono::milliseconds(s.cfg.idle_timeout_ms);
   s.limits.request_timeout = std::chrono::milliseconds(s.cfg.request_timeout_ms);
   {
-    // The model runs on the batcher's thread, with this thread's count (set
-    // there: OpenMP's count is each thread's own). Loaded here on one thread,
+    // The model runs on the batcher's thread, under this thread's context
+    // and count (the Batcher carries them there). Loaded here on one thread,
     // so that this thread starts no OpenMP team of its own: with two teams'
     // threads on as many cores as one team needs, libgomp stops spinning
     // between parallel regions and sleeps in each (a decoding step has dozens).
-    const int threads = num_threads();
-    set_num_threads(1);
-    try {
-      s.run = TrainedRun::load(run_dir, s.cfg.precision);
-    } catch (...) {
-      set_num_threads(threads);
-      throw;
-    }
-    set_num_threads(threads);
+    RuntimeContext alone = context();
+    alone.threads = 1;
+    const ContextScope loading(alone);
+    s.run = TrainedRun::load(run_dir, s.cfg.precision);
   }
   s.task = s.run->task();
   s.fields = s.run->request_fields();

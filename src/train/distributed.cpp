@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "multihead/core/context.h"
 #include "multihead/core/error.h"
 #include "multihead/core/suggest.h"
 
@@ -27,8 +28,11 @@ Allreduce parse_allreduce(const std::string& s) {
 const char* allreduce_name(Allreduce a) { return a == Allreduce::kOrdered ? "ordered" : "mpi"; }
 
 ProcessGroup& process_group() {
-  static ProcessGroup group;
-  return group;
+  if (ProcessGroup* g = context().group) return *g;
+  // This thread alone: a group of one, the thread's own so that its
+  // reduction timings (zero) are nobody else's.
+  thread_local ProcessGroup alone;
+  return alone;
 }
 
 bool mpi_built() { return MULTIHEAD_HAVE_MPI != 0; }
@@ -150,7 +154,7 @@ DistributedSession::DistributedSession() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   check<Error>(rc == MPI_SUCCESS, "MPI_Init_thread failed ({})", rc);
   initialized_ = true;
-  ProcessGroup& g = process_group();
+  ProcessGroup& g = group_;
   g.threaded_ = provided >= MPI_THREAD_SERIALIZED;
   MPI_Comm_rank(MPI_COMM_WORLD, &g.rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &g.size_);

@@ -187,7 +187,7 @@ class Trainer::GradientSum {
 StepStats Trainer::step(const MicroStep& fn) {
   StepStats s;
   s.step = step_;
-  reset_peak_memory();
+  memory_.reset();
   store_->zero_grad();
   s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   GradientSum sum(process_group(), *store_, cfg_);
@@ -269,11 +269,11 @@ void Trainer::report_memory(StepStats& s) const {
   const MemoryStats m = memory_stats();
   s.param_bytes = s.grad_bytes = store_->numel() * static_cast<std::int64_t>(sizeof(float));
   s.optimizer_bytes = opt_->state_bytes();
-  s.peak_bytes = m.peak_bytes;
+  s.peak_bytes = memory_.peak_bytes();
   s.current_bytes = m.current_bytes;
   s.rss_bytes = current_rss_bytes();
   s.cached_bytes = m.cached_bytes;
-  s.activation_peak_bytes = m.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
+  s.activation_peak_bytes = s.peak_bytes - s.param_bytes - s.grad_bytes - s.optimizer_bytes;
 }
 
 void Trainer::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra) const {

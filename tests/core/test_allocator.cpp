@@ -12,21 +12,44 @@ namespace {
 
 TEST(Allocator, CountsCurrentAndPeakBytesExactly) {
   const MemoryStats before = memory_stats();
-  reset_peak_memory();
+  PeakMeter meter;
+  EXPECT_EQ(meter.peak_bytes(), before.current_bytes);
   {
     Tensor a({1000});                  // 4000 bytes
     Tensor b({10, 10}, DType::kBool);  // 100 bytes
     EXPECT_EQ(memory_stats().current_bytes - before.current_bytes, 4100);
     {
       Tensor c({250});  // 1000 bytes
-      EXPECT_EQ(memory_stats().peak_bytes - before.current_bytes, 5100);
+      EXPECT_EQ(meter.peak_bytes() - before.current_bytes, 5100);
     }
     EXPECT_EQ(memory_stats().current_bytes - before.current_bytes, 4100);
-    EXPECT_EQ(memory_stats().peak_bytes - before.current_bytes, 5100);
+    EXPECT_EQ(meter.peak_bytes() - before.current_bytes, 5100);
+    EXPECT_GE(memory_stats().peak_bytes, meter.peak_bytes());  // the process's peak, since it started
   }
   EXPECT_EQ(memory_stats().current_bytes, before.current_bytes);
-  reset_peak_memory();
-  EXPECT_EQ(memory_stats().peak_bytes, before.current_bytes);
+  meter.reset();
+  EXPECT_EQ(meter.peak_bytes(), before.current_bytes);
+}
+
+// Meters measure side by side: one started later, or reset, leaves the other's peak alone.
+TEST(Allocator, MetersDoNotMoveEachOthersPeak) {
+  const std::int64_t base = memory_stats().current_bytes;
+  PeakMeter outer;
+  {
+    Tensor big({2000});  // 8000 bytes
+  }
+  PeakMeter inner;
+  {
+    Tensor small({100});  // 400 bytes
+  }
+  EXPECT_EQ(outer.peak_bytes() - base, 8000);
+  EXPECT_EQ(inner.peak_bytes() - base, 400);
+  outer.reset();
+  {
+    Tensor mid({500});  // 2000 bytes
+  }
+  EXPECT_EQ(outer.peak_bytes() - base, 2000);
+  EXPECT_EQ(inner.peak_bytes() - base, 2000);
 }
 
 TEST(Allocator, MovesDoNotDoubleCountOrFree) {

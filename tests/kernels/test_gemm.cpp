@@ -54,20 +54,22 @@ void check_case(const GemmCase& g, GemmBackend backend, bool in_parallel_region)
     for (std::int64_t i = 0; i < g.M; ++i)
       for (std::int64_t j = 0; j < g.N; ++j) C.data[i * C.ld + j] = NAN;
 
-  set_gemm_backend(backend);
+  RuntimeContext ctx = context();
+  ctx.gemm = backend;
+  const ContextBinding bound(ctx);
   auto call = [&] {
     gemm(g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.data.data(), A.ld, B.data.data(), B.ld, g.beta, C.data.data(), C.ld);
   };
   if (in_parallel_region) {
 #pragma omp parallel num_threads(2)
     {
+      const ContextBinding worker(ctx);  // whichever thread runs it, under the test's backend
 #pragma omp single
       call();
     }
   } else {
     call();
   }
-  set_gemm_backend(GemmBackend::kOneDnn);
 
   std::vector<float> actual(g.M * g.N);
   for (std::int64_t i = 0; i < g.M; ++i)

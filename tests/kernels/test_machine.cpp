@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/core/context.h"
 #include "multihead/core/threading.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/machine.h"
@@ -19,14 +20,14 @@ bool has(const std::vector<std::string>& v, const std::string& s) {
 }
 
 TEST(Machine, FollowsTheThreadCountAndTheGemmBackend) {
-  const int threads = num_threads();
-  set_num_threads(1);
-  set_gemm_backend(GemmBackend::kOpenBlas);
-  const MachineInfo one = machine_info();
-  set_num_threads(2);
-  set_gemm_backend(GemmBackend::kOneDnn);
-  const MachineInfo two = machine_info();
-  set_num_threads(threads);
+  const MachineInfo one = [] {
+    const ContextScope scope(RuntimeContext{.threads = 1, .gemm = GemmBackend::kOpenBlas});
+    return machine_info();
+  }();
+  const MachineInfo two = [] {
+    const ContextScope scope(RuntimeContext{.threads = 2, .gemm = GemmBackend::kOneDnn});
+    return machine_info();
+  }();
   EXPECT_EQ(one.threads, 1);
   EXPECT_EQ(one.gemm_backend, "openblas");
   EXPECT_EQ(two.threads, 2);

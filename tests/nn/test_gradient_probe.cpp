@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "multihead/nn/encoder.h"
+#include "multihead/nn/gradient_probe.h"
 #include "test_util.h"
 
 namespace multihead {
@@ -61,11 +62,11 @@ struct ProbedStack {
   }
   // The input's gradient, with the probe filled.
   Tensor run(GradientProbe& p) {
-    enc.set_gradient_probe(&p);
+    enc.set_backward_observer(&p);
     enc.forward(x, {}, ForwardContext{});
     Tensor g = enc.backward(dy);
     enc.release_saved();
-    enc.set_gradient_probe(nullptr);
+    enc.set_backward_observer(nullptr);
     return g;
   }
 };
@@ -127,11 +128,19 @@ TEST(GradientProbe, RefusesBf16) {
   Rng rng(1);
   enc.init(rng);
   GradientProbe p;
-  enc.set_gradient_probe(&p);
+  enc.set_backward_observer(&p);
   Tensor x = random_tensor({1, 3, 16}, rng);
   enc.forward(x, {}, eval_context(Precision::kBF16));
   EXPECT_THROW(enc.backward(random_tensor({1, 3, 16}, rng)), ConfigError);
 }
+
+// Keeps the heads' shares a self-attention's backward shows it.
+struct SharesKept : BackwardObserver {
+  Tensor shares;
+  int calls = 0;
+  bool wants_head_shares() const override { return true; }
+  void head_shares(const MultiheadAttention&, const Tensor& s) override { shares = s.clone(), ++calls; }
+};
 
 // Each head's share of the input gradient is the gradient the input gets
 // with every other head masked (their outputs and gradients zero), and the
@@ -149,12 +158,13 @@ TEST(MultiheadAttentionHeadShares, EachIsTheGradientWithTheOtherHeadsMasked) {
   const Tensor x = random_tensor({2, 6, 16}, rng), dy = random_tensor({2, 6, 16}, rng);
   MultiheadAttentionCall call;
   call.causal = CausalAlign::kTopLeft;
-  mha.set_keep_head_gradients(true);
+  SharesKept kept;
+  mha.set_backward_observer(&kept);
   mha.forward_self(x, nullptr, nullptr, call);
   const Tensor dx = mha.backward(dy).query;
-  const Tensor shares = mha.head_input_gradients().clone();
+  const Tensor shares = kept.shares.clone();
   ASSERT_EQ(shares.shape(), (Shape{4, 2, 6, 16}));
-  mha.set_keep_head_gradients(false);
+  mha.set_backward_observer(nullptr);
   const std::int64_t n = dx.numel();
   for (std::int64_t i = 0; i < n; ++i) {
     double sum = 0;
@@ -167,6 +177,7 @@ TEST(MultiheadAttentionHeadShares, EachIsTheGradientWithTheOtherHeadsMasked) {
     mha.set_head_mask(others);
     mha.forward_self(x, nullptr, nullptr, call);
     const Tensor alone = mha.backward(dy).query;
+    EXPECT_EQ(kept.calls, 1);  // no observer: nothing shown
     for (std::int64_t i = 0; i < n; ++i)
       EXPECT_NEAR(shares.f32()[h * n + i], alone.f32()[i], 1e-5 * (1 + std::fabs(alone.f32()[i]))) << h << " " << i;
   }

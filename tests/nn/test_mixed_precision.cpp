@@ -312,13 +312,13 @@ std::int64_t activation_peak(Precision p) {
   ctx.training = true;
   ctx.precision = p;
   const std::int64_t base = memory_stats().current_bytes;
-  reset_peak_memory();
+  const PeakMeter memory;
   Tensor logits = model.forward(ids, nullptr, ctx);
   Tensor dlogits = Tensor::empty(logits.shape());
   cross_entropy(dlogits.f32(), logits.f32(), labels.data<std::int64_t>(), 16, 2);
   model.backward(dlogits);
   model.release_saved();
-  return memory_stats().peak_bytes - base;
+  return memory.peak_bytes() - base;
 }
 
 // What the precision is for: bf16 and fp16 keep the saved activations in

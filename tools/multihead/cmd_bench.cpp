@@ -8,7 +8,6 @@
 #include "commands.h"
 #include "multihead/bench/attention_bench.h"
 #include "multihead/bench/train_bench.h"
-#include "multihead/core/threading.h"
 #include "multihead/kernels/gemm.h"
 #include "multihead/kernels/gemm_bf16.h"
 #include "multihead/kernels/gemm_int8.h"
@@ -243,8 +242,7 @@ Command add_bench(CLI::App& app) {
   for (CLI::App* s : {attn, gemm, train})
     s->add_option("--gemm", o->gemm, "fp32 GEMM backend: onednn or openblas")->capture_default_str();
   return {sub, [o, attn, train] {
-            set_num_threads(o->threads);
-            set_gemm_backend(parse_gemm_backend(o->gemm));
+            const ContextScope context(command_context(o->threads, parse_gemm_backend(o->gemm)));
             if (attn->parsed()) run_attention(*o);
             else if (train->parsed()) run_train(*o);
             else run_gemm(*o);

@@ -11,7 +11,6 @@
 #include "commands.h"
 #include "multihead/core/precision.h"
 #include "multihead/core/error.h"
-#include "multihead/core/threading.h"
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/trained_run.h"
 
@@ -55,7 +54,8 @@ Command add_embed(CLI::App& app) {
                   fmt::format("fp32, bf16, fp16 or int8 (default: the run's own); {}", kInferencePrecisionCompute));
   return {sub, [o] {
             const std::vector<InputItem> items = read_inputs(o->input, o->run);
-            const auto run = load_for_answers(o->run, o->precision, o->threads);
+            const ContextScope context(command_context(o->threads));
+            const auto run = load_for_answers(o->run, o->precision);
             for (const std::string& line : embed_lines(*run, *o, items)) fmt::print("{}\n", line);
           }};
 }

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "multihead/core/threading.h"
 #include "multihead/experiments/experiments.h"
 
 namespace multihead::cli {
@@ -34,7 +33,7 @@ Command add_experiment(CLI::App& app) {
   sub->add_option("--fashion", o->opt.fashion_dir, "Fashion-MNIST folder");
   sub->add_flag("--quiet", o->opt.quiet, "No progress lines");
   return {sub, [o] {
-            set_num_threads(o->opt.threads);
+            const ContextScope context(command_context(o->opt.threads));
             ExperimentReport r = run_experiment(o->name, o->opt);
             for (const auto& t : r.tables) fmt::print("{}\n", t.markdown());
             fmt::print("results: {}/table.md\n", r.dir);

@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "multihead/core/precision.h"
-#include "multihead/core/threading.h"
 #include "multihead/io/output_path.h"
 #include "multihead/tasks/inspect.h"
 
@@ -35,7 +34,7 @@ Command add_inspect(CLI::App& app) {
   return {sub, [o] {
             std::vector<std::string> wrote;
             InspectResult r;
-            set_num_threads(o->threads);
+            const ContextScope context(command_context(o->threads));
             warn_about_run(o->run);
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);

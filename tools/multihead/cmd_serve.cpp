@@ -12,7 +12,6 @@
 
 #include "commands.h"
 #include "multihead/core/precision.h"
-#include "multihead/core/threading.h"
 #include "multihead/serve/server.h"
 
 namespace multihead::cli {
@@ -38,7 +37,7 @@ void serve(ServeOpts& o) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  set_num_threads(o.threads);
+  const ContextScope context(command_context(o.threads));
   ModelServer server(o.run, o.cfg);
   for (const std::string& w : server.run().warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
   std::thread watcher([&] {

@@ -17,7 +17,6 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
-#include "multihead/core/threading.h"
 #include "multihead/tasks/job_flags.h"
 #include "multihead/tasks/jobs.h"
 #include "multihead/tasks/presets.h"
@@ -120,7 +119,7 @@ std::string default_out(const TrainOpts& o) {
 void run_train(const TrainOpts& o) {
   const std::string out = !o.out.empty() ? o.out : default_out(o);
   Job job = apply_settings(job_to_train(o, out), o.settings);
-  set_num_threads(job_threads(job));
+  const ContextScope context(command_context(job_threads(job)));
   // Under mpirun rank 0 speaks for the run.
   Progress progress(0, stderr, o.quiet || !process_group().primary());
   progress.set_warnings(process_group().primary());
@@ -243,7 +242,7 @@ Command add_generate(CLI::App& app) {
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
-            set_num_threads(o->threads);
+            const ContextScope context(command_context(o->threads));
             warn_about_run(o->run);
             fmt::print("{}\n", generate_from_run(o->run, o->prompt, o->tokens, o->sampling, precision));
           }};
@@ -280,7 +279,7 @@ Command add_eval(CLI::App& app) {
   return {sub, [o] {
             std::optional<Precision> precision;
             if (!o->precision.empty()) precision = parse_precision(o->precision);
-            set_num_threads(o->threads);
+            const ContextScope context(command_context(o->threads));
             warn_about_run(o->run);
             // Every line is computed (and the report written) before any is printed.
             for (const std::string& line : evaluate_run(o->run, precision, o->req)) fmt::print("{}\n", line);

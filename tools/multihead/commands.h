@@ -16,12 +16,22 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "multihead/core/context.h"
 #include "multihead/core/error.h"
 
 #include "multihead/tasks/answers.h"
 #include "multihead/tasks/trained_run.h"
 
 namespace multihead::cli {
+
+// The context a command runs under (bound with a ContextScope for as long
+// as it runs): main's (the MPI session's ranks) with the command's threads.
+inline RuntimeContext command_context(int threads, GemmBackend gemm = GemmBackend::kOneDnn) {
+  RuntimeContext c = context();
+  c.threads = threads;
+  c.gemm = gemm;
+  return c;
+}
 
 struct Command {
   CLI::App* app;
@@ -108,7 +118,7 @@ std::vector<std::string> answer_lines(const std::vector<InputItem>& items, const
 
 // A trained run loaded for answers with --precision (empty: the run's own)
 // and --threads, its load's warnings on stderr.
-std::unique_ptr<TrainedRun> load_for_answers(const std::string& run, const std::string& precision, int threads);
+std::unique_ptr<TrainedRun> load_for_answers(const std::string& run, const std::string& precision);
 
 Command add_apply(CLI::App& app);
 Command add_bench(CLI::App& app);

@@ -109,6 +109,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(e.what(), 2);
   }
+  // Every command runs under a context naming the session's ranks; each sets
+  // its own thread count in a ContextScope inside this binding.
+  multihead::RuntimeContext root;
+  root.group = &mpi_session->group();
+  const multihead::ContextBinding bound(root);
   CLI::App app{"multihead: Transformer multi-head attention on the CPU", "multihead"};
   // The version, and what this build runs on: figures differ between CPUs.
   app.set_version_flag("-V,--version", [] {

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include "multihead/core/threading.h"
 #include "multihead/data/text_datasets.h"
 #include "multihead/io/atomic_file.h"
 #include "multihead/train/checkpoint.h"
@@ -83,10 +82,9 @@ std::vector<InputItem> read_inputs(const InputOptions& o, const std::string& run
   return items;
 }
 
-std::unique_ptr<TrainedRun> load_for_answers(const std::string& run, const std::string& precision, int threads) {
+std::unique_ptr<TrainedRun> load_for_answers(const std::string& run, const std::string& precision) {
   std::optional<Precision> p;
   if (!precision.empty()) p = parse_precision(precision);
-  set_num_threads(threads);
   std::unique_ptr<TrainedRun> loaded = TrainedRun::load(run, p);
   for (const std::string& w : loaded->warnings()) fmt::print(stderr, "multihead: warning: {}\n", w);
   return loaded;

@@ -78,8 +78,8 @@ class Tensor {
 
   static Tensor zeros(Shape shape, DType dtype = DType::kF32) { return Tensor(std::move(shape), dtype); }
   // Uninitialised, for buffers a kernel overwrites entirely (skips a memset
-  // pass). Under set_poison_uninitialized(true) the bytes are 0xFF (NaN for
-  // F32), so a kernel that reads what it never wrote fails loudly in tests.
+  // pass). Where the thread's context poisons them, the bytes are 0xFF (NaN
+  // for F32), so a kernel that reads what it never wrote fails loudly in tests.
   static Tensor empty(Shape shape, DType dtype = DType::kF32);
   static Tensor from(Shape shape, std::span<const float> values);
   static Tensor from_bool(Shape shape, std::span<const std::uint8_t> values);
@@ -130,8 +130,6 @@ class Tensor {
   DType dtype_ = DType::kF32;
   void* data_ = nullptr;
 };
-
-void set_poison_uninitialized(bool on) noexcept;
 
 // Throws ShapeError naming `what` unless t has exactly `want` as its shape.
 void expect_shape(const Tensor& t, const Shape& want, std::string_view what);

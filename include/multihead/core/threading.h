@@ -16,29 +16,13 @@ inline constexpr int kMaxThreads = 1024;
 // every thread setting, from flags or JSON.
 void check_threads(std::int64_t n);
 
-// Sets the thread count for OpenMP regions and for BLAS; 0 means all cores.
-// Checks n (check_threads). The entry points call it, once, before they call
-// the library (each CLI command, the Python module). OpenMP's count is the
-// calling thread's own (a thread started later begins with all cores): the
-// library calls this only to carry the count to a thread it starts (the
-// server's model thread).
+// Sets the calling thread's OpenMP count and OpenBLAS's to n (0: all
+// cores), after checking n (check_threads). What a ContextScope applies
+// (core/context.h): the library calls it nowhere else, and an entry point
+// binds a context rather than calling it. Exported to Python for the host's
+// own choice (as torch.set_num_threads).
 void set_num_threads(int n);
 int num_threads();
-
-// For its lifetime the calling thread's OpenMP regions and BLAS calls run on
-// n threads (0: all cores); the thread's OpenMP count and OpenBLAS's are
-// restored after. What an entry point inside a host process uses (the
-// Python module), so that the host's own settings survive the call.
-class ThreadCountScope {
- public:
-  explicit ThreadCountScope(int n);
-  ~ThreadCountScope();
-  ThreadCountScope(const ThreadCountScope&) = delete;
-  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
-
- private:
-  int saved_omp_, saved_blas_;
-};
 
 // For its lifetime the calling thread's OpenMP regions, and the oneDNN calls
 // it makes, run on that thread alone; its count is restored after (a product

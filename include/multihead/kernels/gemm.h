@@ -2,26 +2,20 @@
 // Row-major GEMM: C = alpha * op(A) op(B) + beta * C.
 // Overloaded for float (the library) and double (the gradient checks).
 //
-// float products go to one of two BLAS backends, chosen per process:
-//   kOneDnn   oneDNN's sgemm (the default). It picks its kernels from the CPU
-//             at run time, AVX-512 included, and threads through the same
-//             OpenMP runtime as our kernels.
-//   kOpenBlas OpenBLAS's cblas_sgemm, whose kernels follow OpenBLAS's own CPU
-//             detection and the OPENBLAS_CORETYPE environment variable.
+// float products go to the BLAS backend of the calling thread's context
+// (core/context.h: oneDNN unless it names OpenBLAS).
 // double products always go to OpenBLAS (oneDNN has no dgemm).
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
+#include "multihead/core/context.h"
+
 namespace multihead {
 
 enum class Trans : bool { kNo = false, kYes = true };
 
-enum class GemmBackend { kOneDnn, kOpenBlas };
-
-void set_gemm_backend(GemmBackend backend);
-GemmBackend gemm_backend();
 // "onednn" or "openblas"; anything else throws ConfigError.
 GemmBackend parse_gemm_backend(std::string_view name);
 const char* gemm_backend_name(GemmBackend backend);

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "multihead/nn/gradient_probe.h"
+#include "multihead/nn/backward_observer.h"
 #include "multihead/nn/layer_stack.h"
 #include "multihead/nn/transformer_layers.h"
 
@@ -30,14 +30,15 @@ class TransformerEncoder : public LayerStack<TransformerEncoderLayer> {
   // Incremental decoding: caches[i] belongs to layer i.
   Tensor forward_cached(const Tensor& x, std::vector<KvCache>& caches, std::int64_t capacity,
                         Precision p = Precision::kF32);
-  // Each backward fills *probe (nn/gradient_probe.h) until set to null; the
-  // forward before it must be in fp32.
-  void set_gradient_probe(GradientProbe* probe);
+  // Each backward shows *observer its layers' gradients, and each layer's
+  // self-attention its heads' (nn/backward_observer.h), until set to null;
+  // the forward before it must be in fp32.
+  void set_backward_observer(BackwardObserver* observer);
 
  private:
   void release_own() override;
 
-  GradientProbe* probe_ = nullptr;
+  BackwardObserver* observer_ = nullptr;
   bool checkpoint_ = false;
   AttentionMaskArgs masks_;
   ForwardContext ctx_;

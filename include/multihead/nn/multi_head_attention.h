@@ -23,6 +23,7 @@
 #include "multihead/kernels/attention_types.h"
 #include "multihead/kernels/linear_attention.h"
 #include "multihead/kernels/positions.h"
+#include "multihead/nn/backward_observer.h"
 #include "multihead/nn/module.h"
 #include "multihead/nn/saved_tensor.h"
 
@@ -222,15 +223,9 @@ class MultiheadAttention : public Module {
   // zero attention output before out_proj, and get zero gradients. Empty: none.
   void set_head_mask(std::vector<std::uint8_t> masked);
 
-  // Each head's share of the input's gradient (self-attention with a
-  // key/value head per query head): when on, backward also keeps
-  // head_input_gradients() (H, B, L, E), head h's row the gradient along its
-  // own query, key and value rows of the in-projection, that is through its
-  // columns of out_proj and its own attention. The heads' shares sum to the
-  // input's gradient (the in-projection's bias adds nothing to it). For the
-  // gradient probe (nn/gradient_probe.h); off by default.
-  void set_keep_head_gradients(bool on) { keep_head_grads_ = on; }
-  const Tensor& head_input_gradients() const { return head_input_grads_; }
+  // Each backward shows *observer what it asks for (the heads' shares of
+  // the input's gradient: nn/backward_observer.h) until set to null.
+  void set_backward_observer(BackwardObserver* observer) { observer_ = observer; }
 
  private:
   struct Saved {
@@ -286,7 +281,7 @@ class MultiheadAttention : public Module {
   ProjectionGrads attend_backward(Tensor d_attn);
   // Through the in-projections: the inputs' gradients.
   MultiheadAttentionGrads in_proj_backward(const ProjectionGrads& dp);
-  // The heads' shares of the input's gradient (set_keep_head_gradients), (H, B, L, E).
+  // The heads' shares of the input's gradient (BackwardObserver::head_shares), (H, B, L, E).
   Tensor head_shares(const ProjectionGrads& dp) const;
 
   // Eval-mode projections for cached decoding: x (..., E) through rows
@@ -327,8 +322,7 @@ class MultiheadAttention : public Module {
   ParamStore::Handle relative_value_ = kNone;   // (2 * clip + 1, head_dim)
   std::vector<float> alibi_slopes_;             // (H)
   std::vector<std::uint8_t> head_mask_;         // (H) or empty
-  bool keep_head_grads_ = false;
-  Tensor head_input_grads_;  // (H, B, L, E) when keep_head_grads_
+  BackwardObserver* observer_ = nullptr;
   Saved saved_;
   mutable RopeTable rope_;  // RoPE's pairs by position, kept between calls (rotate is const)
 };

@@ -111,27 +111,22 @@ class TransformerEncoderLayer : public Module {
   const Tensor& attention_weights() const { return weights_; }
   MultiheadAttention& self_attention() { return self_attn_; }
 
-  // For the gradient probe (nn/gradient_probe.h), fp32 only. Between
+  // For backward observers (nn/backward_observer.h), fp32 only. Between
   // forward and backward: the gradient of the layer's input that dy (of its
   // output) sends along the residual path alone, through no sublayer (pre-LN:
   // dy itself; post-LN: back through norm2 and norm1).
   Tensor residual_gradient(const Tensor& dy) const;
-  // When on, backward also fills head_gram() (H * H, row-major): the inner
-  // products of the heads' shares of the gradient of the layer's input that
-  // passes self-attention (in pre-LN layers carried back through norm1).
-  void set_probe_heads(bool on) {
-    probe_heads_ = on;
-    self_attn_.set_keep_head_gradients(on);
-  }
-  const std::vector<double>& head_gram() const { return head_gram_; }
+  // The gradient of the layer's input that g, a gradient of self-attention's
+  // input, becomes (pre-LN: back through norm1, whose statistics are saved
+  // until the layer's backward passes it; post-LN: g itself). (..., d_model).
+  Tensor attention_input_gradient(const Tensor& g) const;
+  const MultiheadAttention& self_attention() const { return self_attn_; }
 
  private:
   void release_saved(const ForwardContext& ctx);
 
   TransformerLayerConfig cfg_;
   bool capture_ = false;
-  bool probe_heads_ = false;
-  std::vector<double> head_gram_;
   Tensor weights_;
   MultiheadAttention self_attn_;
   FeedForward ff_;

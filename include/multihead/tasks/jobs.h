@@ -64,7 +64,7 @@ std::vector<std::string> train_job(const Job& job, const std::string& out, RunMo
 std::vector<NamedInput> job_inputs(const Job& job);
 
 // The thread count a job's config asks for (0: all cores), which its entry
-// point sets (set_num_threads) before running it.
+// point binds (in its ContextScope) before running it.
 int job_threads(const Job& job);
 
 // Evaluates the model of the run in run_dir, whatever its kind, in the
@@ -72,7 +72,7 @@ int job_threads(const Job& job);
 // prints. `req` (tasks/evaluation.h) asks for another file to score, which
 // classifiers and language models take (another kind: a ConfigError), and
 // a classifier's report folder. Like every call of the library, on the
-// threads the entry point set (set_num_threads).
+// threads of the calling thread's context (core/context.h).
 std::vector<std::string> evaluate_run(const std::string& run_dir, std::optional<Precision> precision = std::nullopt,
                                       const EvalRequest& req = {});
 

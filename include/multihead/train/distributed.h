@@ -98,7 +98,8 @@ class OverlappedSum {
   std::thread worker_;
 };
 
-// This process's group.
+// The group of the calling thread's context (core/context.h): the CLI's
+// MPI session's, or where the context names none, this thread alone.
 ProcessGroup& process_group();
 
 // True when this build can train over MPI.
@@ -107,18 +108,21 @@ bool mpi_built();
 std::string mpi_library();
 
 // MPI for the life of the process: the CLI makes one in main(), before any
-// thread starts. It initializes MPI only when mpirun (or another MPI
-// launcher) started the process; otherwise the group stays a group of one.
-// Finalizes on destruction.
+// thread starts, and puts its group in the context it runs the command
+// under. It initializes MPI only when mpirun (or another MPI launcher)
+// started the process; otherwise its group is a group of one. Finalizes on
+// destruction.
 class DistributedSession {
  public:
   DistributedSession();
   ~DistributedSession();
   DistributedSession(const DistributedSession&) = delete;
   DistributedSession& operator=(const DistributedSession&) = delete;
+  ProcessGroup& group() noexcept { return group_; }
 
  private:
   bool initialized_ = false;
+  ProcessGroup group_;
 };
 
 }  // namespace multihead

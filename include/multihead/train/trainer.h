@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "multihead/core/allocator.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
@@ -140,6 +141,7 @@ class Trainer {
   TrainConfig cfg_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<GradScaler> scaler_;  // when loss scaling is on
+  PeakMeter memory_;                    // the peak of each step
   std::int64_t step_ = 0;
   std::int64_t skipped_ = 0, skipped_in_a_row_ = 0;
   // Past this many skipped steps in a row the weights are beyond repair (or
