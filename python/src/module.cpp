@@ -193,7 +193,7 @@ struct Call {
 };
 
 void fused_forward(py::handle out, py::handle lse, py::handle q, py::handle k, py::handle v, std::int64_t heads_n,
-                   Masks masks, double scale, double dropout_p, std::uint64_t seed) {
+                   const Masks& masks, double scale, double dropout_p, std::uint64_t seed) {
   const Call c(q, k, v, heads_n);
   const TensorArg o = tensor_arg(out, "out");
   float* lse_p = dense<float>(tensor_arg(lse, "lse"), "lse", "float32", c.lse_shape());
@@ -269,7 +269,7 @@ void fused_weights(py::handle weights, bool average_heads, py::handle lse, py::h
 
 // float64: the reference kernels, which keep the (B, H, L, S) probabilities.
 void ref_forward(py::handle out, py::handle probs, py::handle q, py::handle k, py::handle v, std::int64_t heads_n,
-                 Masks masks, double scale, double dropout_p, std::uint64_t seed) {
+                 const Masks& masks, double scale, double dropout_p, std::uint64_t seed) {
   const Call c(q, k, v, heads_n);
   expect_dtype(c.q, "query", "float64");
   const AttentionDims& d = c.d;
@@ -284,7 +284,7 @@ void ref_forward(py::handle out, py::handle probs, py::handle q, py::handle k, p
 }
 
 void ref_backward(py::handle dq, py::handle dk, py::handle dv, py::handle probs, py::handle dout, py::handle q,
-                  py::handle k, py::handle v, std::int64_t heads_n, Masks masks, double scale, double dropout_p,
+                  py::handle k, py::handle v, std::int64_t heads_n, const Masks& masks, double scale, double dropout_p,
                   std::uint64_t seed) {
   const Call c(q, k, v, heads_n);
   expect_dtype(c.q, "query", "float64");
@@ -409,7 +409,8 @@ PYBIND11_MODULE(_multihead, m) {
   py::register_exception<ShapeError>(m, "ShapeError", error.ptr());
   py::register_exception<ConfigError>(m, "ConfigError", error.ptr());
   py::register_exception<IoError>(m, "IoError", error.ptr());
-  py::register_exception_translator([](std::exception_ptr p) {
+  // pybind11's translator type takes the pointer by value.
+  py::register_exception_translator([](std::exception_ptr p) {  // NOLINT(performance-unnecessary-value-param)
     try {
       if (p) std::rethrow_exception(p);
     } catch (const MemoryError& e) {
@@ -575,10 +576,10 @@ PYBIND11_MODULE(_multihead, m) {
                             py::arg("unk") = f.unk);
           },
           "The ids each input is framed with ({'before': [CLS]'s, 'after': [SEP]'s}) and padded with")
-      .def_property_readonly_static("pad_id", [](py::object) { return kPadId; })
-      .def_property_readonly_static("unk_id", [](py::object) { return kUnkId; })
-      .def_property_readonly_static("cls_id", [](py::object) { return kClsId; })
-      .def_property_readonly_static("eos_id", [](py::object) { return kEosId; });
+      .def_property_readonly_static("pad_id", [](const py::object&) { return kPadId; })
+      .def_property_readonly_static("unk_id", [](const py::object&) { return kUnkId; })
+      .def_property_readonly_static("cls_id", [](const py::object&) { return kClsId; })
+      .def_property_readonly_static("eos_id", [](const py::object&) { return kEosId; });
   m.def(
       "export_run",
       [](const std::filesystem::path& run, const std::string& format, const std::filesystem::path& out) {
@@ -635,9 +636,9 @@ PYBIND11_MODULE(_multihead, m) {
            "The phoneme symbols of ids (no start or end id)")
       .def_readonly("letters", &PronunciationVocab::letters, "The letters of ids 2, 3, ...")
       .def_readonly("phonemes", &PronunciationVocab::phonemes, "The phonemes of ids 3, 4, ...")
-      .def_property_readonly_static("pad_id", [](py::object) { return PronunciationVocab::kPad; })
-      .def_property_readonly_static("start_id", [](py::object) { return PronunciationVocab::kStart; })
-      .def_property_readonly_static("end_id", [](py::object) { return PronunciationVocab::kEnd; });
+      .def_property_readonly_static("pad_id", [](const py::object&) { return PronunciationVocab::kPad; })
+      .def_property_readonly_static("start_id", [](const py::object&) { return PronunciationVocab::kStart; })
+      .def_property_readonly_static("end_id", [](const py::object&) { return PronunciationVocab::kEnd; });
   m.def(
       "run_pronunciation_vocab", [](const std::filesystem::path& path) { return load_run_vocab(path.string()); },
       py::arg("path"), release, "A pronunciation run's vocabularies (its vocab.json)");

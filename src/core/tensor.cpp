@@ -25,7 +25,7 @@ std::size_t dtype_size(DType dt) noexcept {
     case DType::kF32: return 4;
     case DType::kBool: return 1;
     case DType::kI64: return 8;
-    case DType::kBF16: return 2;
+    case DType::kBF16:
     case DType::kF16: return 2;
   }
   return 0;

@@ -66,11 +66,11 @@ inline std::string mib(const std::vector<double>& bytes) {
 }
 
 // The folder of one experiment, its progress lines, and the run folders under it.
-struct Context {
+struct ExperimentContext {
   const ExperimentOptions& opt;
   std::string dir;
   Progress log;
-  Context(const ExperimentOptions& o, const std::string& name);
+  ExperimentContext(const ExperimentOptions& o, const std::string& name);
   std::string run_dir(const std::string& label, std::int64_t seed) const;
   // Seeds 1..opt.seeds.
   std::vector<std::uint64_t> seeds() const;
@@ -79,7 +79,7 @@ struct Context {
 // Trains one job of the grid with `seed`, quietly, in its own run folder;
 // returns the job's result (TextClassificationResult, ...).
 template <typename TaskJob>
-auto run_quietly(const Context& c, TaskJob job, const std::string& label, std::uint64_t seed) {
+auto run_quietly(const ExperimentContext& c, TaskJob job, const std::string& label, std::uint64_t seed) {
   job.train.seed = seed;
   job.report_title = label;
   RunDir dir(c.run_dir(label, static_cast<std::int64_t>(seed)), RunMode::kOverwrite);
@@ -89,20 +89,20 @@ auto run_quietly(const Context& c, TaskJob job, const std::string& label, std::u
 
 // The positions, variants and optimisation experiments' job: a small causal
 // LM on the reverse task, trained on lengths 1..max_len, sized by --quick.
-SequenceTaskJob sequence_job(const Context& c, std::int64_t max_len);
+SequenceTaskJob sequence_job(const ExperimentContext& c, std::int64_t max_len);
 
 // --quick's text classifier: a tiny model on synthetic data (two classes
 // told apart by their words), written into the experiment's folder.
-TextClassificationJob quick_text_job(const Context& c);
+TextClassificationJob quick_text_job(const ExperimentContext& c);
 
-ExperimentReport positions_experiment(Context& c);
-ExperimentReport seq2seq_positions_experiment(Context& c);
-ExperimentReport variants_experiment(Context& c);
-ExperimentReport optimisation_experiment(Context& c);
-ExperimentReport heads_experiment(Context& c);
-ExperimentReport head_analysis_experiment(Context& c);
-ExperimentReport precision_experiment(Context& c);
-ExperimentReport head_cost_experiment(Context& c);
-ExperimentReport gradients_experiment(Context& c);
+ExperimentReport positions_experiment(ExperimentContext& c);
+ExperimentReport seq2seq_positions_experiment(ExperimentContext& c);
+ExperimentReport variants_experiment(ExperimentContext& c);
+ExperimentReport optimisation_experiment(ExperimentContext& c);
+ExperimentReport heads_experiment(ExperimentContext& c);
+ExperimentReport head_analysis_experiment(ExperimentContext& c);
+ExperimentReport precision_experiment(ExperimentContext& c);
+ExperimentReport head_cost_experiment(ExperimentContext& c);
+ExperimentReport gradients_experiment(ExperimentContext& c);
 
 }  // namespace multihead::experiment

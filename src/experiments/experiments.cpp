@@ -34,8 +34,8 @@ namespace {
 
 // --quick's text data: two classes told apart by their words, among shared
 // filler words, of lengths 4 to 40 words.
-std::string write_synthetic_csv(const Context& c) {
-  const std::string path = (std::filesystem::path(c.dir) / "synthetic.csv").string();
+std::string write_synthetic_csv(const ExperimentContext& c) {
+  std::string path = (std::filesystem::path(c.dir) / "synthetic.csv").string();
   const char* pos[] = {"good", "great", "fine", "nice", "calm"};
   const char* neg[] = {"bad", "awful", "poor", "nasty", "grim"};
   const char* filler[] = {"the", "a", "day", "was", "it", "and", "so", "then"};
@@ -57,7 +57,7 @@ std::string write_synthetic_csv(const Context& c) {
 
 }  // namespace
 
-SequenceTaskJob sequence_job(const Context& c, std::int64_t max_len) {
+SequenceTaskJob sequence_job(const ExperimentContext& c, std::int64_t max_len) {
   SequenceTaskJob j;
   const bool q = c.opt.quick;
   j.task.kind = SyntheticKind::kReverse;
@@ -75,7 +75,7 @@ SequenceTaskJob sequence_job(const Context& c, std::int64_t max_len) {
   return j;
 }
 
-TextClassificationJob quick_text_job(const Context& c) {
+TextClassificationJob quick_text_job(const ExperimentContext& c) {
   TextClassificationJob j = spam_preset();
   j.threads = c.opt.threads;
   j.source = "csv";
@@ -110,16 +110,16 @@ std::int64_t count_loss_spikes(const std::vector<double>& losses) {
 
 namespace experiment {
 
-Context::Context(const ExperimentOptions& o, const std::string& name)
+ExperimentContext::ExperimentContext(const ExperimentOptions& o, const std::string& name)
     : opt(o), dir((std::filesystem::path(o.out) / name).string()), log(0, stderr, o.quiet, 1) {
   std::filesystem::create_directories(dir);
 }
 
-std::string Context::run_dir(const std::string& label, std::int64_t seed) const {
+std::string ExperimentContext::run_dir(const std::string& label, std::int64_t seed) const {
   return (std::filesystem::path(dir) / "runs" / fmt::format("{}_seed{}", label, seed)).string();
 }
 
-std::vector<std::uint64_t> Context::seeds() const {
+std::vector<std::uint64_t> ExperimentContext::seeds() const {
   std::vector<std::uint64_t> s;
   for (std::int64_t i = 1; i <= opt.seeds; ++i) s.push_back(static_cast<std::uint64_t>(i));
   return s;
@@ -131,7 +131,7 @@ namespace {
 
 struct ExperimentRow {
   ExperimentKind kind;
-  ExperimentReport (*run)(experiment::Context&);
+  ExperimentReport (*run)(experiment::ExperimentContext&);
 };
 
 const std::vector<ExperimentRow>& experiment_rows() {
@@ -175,7 +175,7 @@ ExperimentReport run_experiment(const std::string& name, const ExperimentOptions
   check<ConfigError>(row != rows.end(), "unknown experiment '{}' (known: {})", name,
                      fmt::join(experiment_names(), ", "));
   check<ConfigError>(o.seeds >= 1, "seeds must be at least 1, got {}", o.seeds);
-  experiment::Context c(o, name);
+  experiment::ExperimentContext c(o, name);
   ExperimentReport r = row->run(c);
   r.name = name;
   r.dir = c.dir;

@@ -122,7 +122,7 @@ std::vector<Probe> probe_run(const ModelConfig& cfg, const TrainConfig& train, c
 // `j` with `s`'s positions and norms, keeping a checkpoint every tenth of
 // its `steps`.
 template <typename Job>
-Job with_setting(Job j, const Context& c, const Setting& s, std::int64_t steps) {
+Job with_setting(Job j, const ExperimentContext& c, const Setting& s, std::int64_t steps) {
   j.threads = c.opt.threads;
   j.model.positions = s.positions;
   j.model.layer.norm_first = s.pre_ln;
@@ -132,7 +132,7 @@ Job with_setting(Job j, const Context& c, const Setting& s, std::int64_t steps) 
 }
 
 // The reverse preset (or --quick's small one, with two layers too).
-SequenceTaskJob reverse_job(const Context& c, const Setting& s) {
+SequenceTaskJob reverse_job(const ExperimentContext& c, const Setting& s) {
   SequenceTaskJob j;  // the reverse preset
   if (c.opt.quick) {
     j = sequence_job(c, 8);
@@ -143,7 +143,7 @@ SequenceTaskJob reverse_job(const Context& c, const Setting& s) {
 
 // The spam preset (or --quick's synthetic words, with two layers), trained
 // for a fixed number of steps (2 epochs would be 266).
-TextClassificationJob spam_job(const Context& c, const Setting& s) {
+TextClassificationJob spam_job(const ExperimentContext& c, const Setting& s) {
   TextClassificationJob j = spam_preset();
   if (c.opt.quick) {
     j = quick_text_job(c);
@@ -157,7 +157,7 @@ TextClassificationJob spam_job(const Context& c, const Setting& s) {
   return with_setting(j, c, s, j.budget.max_steps);
 }
 
-std::vector<Probe> probe_reverse(const Context& c, const std::string& run_dir) {
+std::vector<Probe> probe_reverse(const ExperimentContext& c, const std::string& run_dir) {
   const RunConfig config = read_run_config(run_dir);
   const SequenceTaskJob trained = SequenceTaskJob::from_json(config.json, config.path);
   // A fixed batch of the training lengths, the same for every checkpoint and seed.
@@ -168,7 +168,7 @@ std::vector<Probe> probe_reverse(const Context& c, const std::string& run_dir) {
   });
 }
 
-std::vector<Probe> probe_spam(const Context& c, const std::string& run_dir) {
+std::vector<Probe> probe_spam(const ExperimentContext& c, const std::string& run_dir) {
   const RunConfig config = read_run_config(run_dir);
   const TextClassificationJob job = TextClassificationJob::from_json(config.json, config.path);
   const std::unique_ptr<Tokenizer> tokenizer = load_run_tokenizer(run_dir, job.model.vocab_size);
@@ -288,7 +288,7 @@ json probes_json(const std::vector<Probe>& run) {
 
 }  // namespace
 
-ExperimentReport gradients_experiment(Context& c) {
+ExperimentReport gradients_experiment(ExperimentContext& c) {
   const std::vector<Setting> settings = {{PositionKind::kLearned, false},
                                          {PositionKind::kLearned, true},
                                          {PositionKind::kSinusoidal, false},

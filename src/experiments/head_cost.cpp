@@ -23,7 +23,7 @@ constexpr std::int64_t kMinHeadDim = 4;
 
 }  // namespace
 
-ExperimentReport head_cost_experiment(Context& c) {
+ExperimentReport head_cost_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   const std::vector<std::int64_t> widths = q ? std::vector<std::int64_t>{32} : std::vector<std::int64_t>{256, 512};
   const std::vector<std::int64_t> lengths = q ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{512, 2048};

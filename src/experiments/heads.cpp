@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 // The text classifier every heads experiment trains: the spam preset made
 // small, or a tiny model on the synthetic words (--quick).
-TextClassificationJob text_job(const Context& c, const std::string& dataset, std::int64_t heads) {
+TextClassificationJob text_job(const ExperimentContext& c, const std::string& dataset, std::int64_t heads) {
   if (c.opt.quick) {
     TextClassificationJob j = quick_text_job(c);
     j.model.layer.nhead = heads;
@@ -68,7 +68,7 @@ ExperimentTable heads_table(const std::string& title, const std::vector<std::int
 }  // namespace
 
 // Claim: several heads beat one head.
-ExperimentReport heads_experiment(Context& c) {
+ExperimentReport heads_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   const std::vector<std::int64_t> heads = {1, 2, 4, 8, 16};
   ExperimentReport r;
@@ -198,7 +198,7 @@ Dispersion dispersion(const std::vector<Tensor>& weights, std::int64_t k) {
 
 // Michel et al. 2019 ablation, head diversity, and the "dispersion" claim:
 // one head spreads its attention thinner on long sequences than many do.
-ExperimentReport head_analysis_experiment(Context& c) {
+ExperimentReport head_analysis_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   const std::int64_t many = q ? 4 : 8, top_k = q ? 2 : 4, examples = q ? 8 : 32;
   const std::vector<std::int64_t> lengths =

@@ -14,7 +14,7 @@ using json = nlohmann::json;
 // Claims: clipping gradients at 0.1 works best; warmup stabilises training.
 // Post-LN layers (the original Transformer's, which warmup was introduced
 // for) and a learning rate high enough for instability to show (5e-3).
-ExperimentReport optimisation_experiment(Context& c) {
+ExperimentReport optimisation_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   const std::vector<double> clips = {0.1, 1.0, 0.0};  // 0: none
   const std::vector<std::int64_t> warmups = {q ? 2 : 100, 0};

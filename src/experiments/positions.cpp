@@ -15,7 +15,7 @@ using json = nlohmann::json;
 // Claims: sinusoidal positions train fastest but extrapolate badly; learned
 // ones are ~20% slower with medium extrapolation; relative ones ~35% slower
 // with the best extrapolation (Shaw et al. measured 7%).
-ExperimentReport positions_experiment(Context& c) {
+ExperimentReport positions_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   const std::vector<std::string> kinds = {"none", "sinusoidal", "learned", "relative", "rope", "alibi"};
   const std::int64_t train_len = q ? 8 : 64;

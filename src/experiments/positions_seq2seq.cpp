@@ -27,7 +27,7 @@ struct PronunciationGrid {
   double wer_threshold = 0;  // validation WER whose first crossing is "steps to reach"
 };
 
-PronunciationGrid pronunciation_grid(const Context& c) {
+PronunciationGrid pronunciation_grid(const ExperimentContext& c) {
   PronunciationGrid g;
   PronunciationJob& j = g.job;
   j.threads = c.opt.threads;
@@ -68,7 +68,7 @@ std::string steps_to(const std::vector<std::pair<std::int64_t, double>>& curve, 
 // Claims (Vaswani et al. 2017; Shaw et al. 2018, on WMT14 English-German):
 // BLEU 28.3 with sinusoidal positions, 28.7 learned, 29.1 relative;
 // converging in 120k, 150k and 180k steps; BLEU falling 23% beyond 128 tokens.
-ExperimentTable pronunciation_positions(Context& c, json& runs) {
+ExperimentTable pronunciation_positions(ExperimentContext& c, json& runs) {
   const PronunciationGrid g = pronunciation_grid(c);
   const std::vector<std::string> kinds = {"sinusoidal", "learned", "relative", "rope", "alibi"};
   std::map<std::string, std::vector<double>> wer, per, bleu, longer, ms;
@@ -126,7 +126,7 @@ ExperimentTable pronunciation_positions(Context& c, json& runs) {
 
 }  // namespace
 
-ExperimentReport seq2seq_positions_experiment(Context& c) {
+ExperimentReport seq2seq_positions_experiment(ExperimentContext& c) {
   ExperimentReport r;
   json runs = json::array();
   r.tables = {pronunciation_positions(c, runs)};

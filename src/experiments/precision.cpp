@@ -54,7 +54,7 @@ void add_run(PrecisionRow& row, json& runs, const std::string& dataset, Precisio
 }  // namespace
 
 // Claim: mixed precision speeds up training, at the same accuracy.
-ExperimentReport precision_experiment(Context& c) {
+ExperimentReport precision_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   ExperimentReport r;
   json runs = json::array();

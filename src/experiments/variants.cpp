@@ -14,7 +14,7 @@ using json = nlohmann::json;
 
 // Full, block-sparse, sliding-window and linear attention on the copy task,
 // trained and tested at growing lengths: accuracy, time and memory.
-ExperimentReport variants_experiment(Context& c) {
+ExperimentReport variants_experiment(ExperimentContext& c) {
   const bool q = c.opt.quick;
   const std::vector<std::string> variants = {"full", "block_sparse", "sliding_window", "linear"};
   const std::vector<std::int64_t> lengths =

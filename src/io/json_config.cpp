@@ -253,6 +253,12 @@ ConfigDescriber& ConfigDescriber::doc(const char* what) {
   return *this;
 }
 
+ConfigDescriber& ConfigDescriber::may_change_on_resume() {
+  check<Error>(last_ < rows_.size(), "a key list's may_change_on_resume() follows no key of its own");
+  rows_[last_].may_change_on_resume = true;
+  return *this;
+}
+
 void ConfigReader::finish() const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it)
     check<ConfigError>(used_.count(it.key()) != 0, "{}: unknown key '{}'{}", source_, clip_text(it.key()),

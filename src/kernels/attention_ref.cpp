@@ -166,6 +166,8 @@ void attention_weights_from_probs(T* weights, const T* probs, const AttentionDim
   }
 }
 
+// A type argument cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define MULTIHEAD_INSTANTIATE(T)                                                                                       \
   template void attention_ref_forward<T>(HeadsView<T>, T*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, \
                                          const ScoreTerms<T>&, const AttentionDims&, T, const AttentionDropout&);      \
@@ -174,6 +176,7 @@ void attention_weights_from_probs(T* weights, const T* probs, const AttentionDim
                                           const ScoreTerms<T>&, const AttentionDims&, T, const AttentionDropout&,      \
                                           const RelativePositionGrads<T>&);                                            \
   template void attention_weights_from_probs<T>(T*, const T*, const AttentionDims&, bool, const AttentionDropout&);
+// NOLINTEND(bugprone-macro-parentheses)
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(double)
 #undef MULTIHEAD_INSTANTIATE

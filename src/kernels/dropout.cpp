@@ -108,7 +108,7 @@ HWY_EXPORT(dropout_row_from_bits);
 namespace {
 
 // Elements a Philox batch serves: 8 per block.
-constexpr std::uint64_t kSpan = 8 * kPhiloxBatch;
+constexpr std::uint64_t kSpan = std::uint64_t{8} * kPhiloxBatch;
 
 // The batch's 16-bit draws: element e of the span is half e mod 2 of word
 // e / 2 of the batch's output, which in memory (little-endian, as on every

@@ -292,6 +292,8 @@ template void layer_norm_backward<float>(float*, float*, float*, const float*, c
 template void layer_norm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                           const double*, const double*, std::int64_t, std::int64_t);
 
+// A type argument cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define MULTIHEAD_INSTANTIATE(T)                                                                                    \
   template void residual_layer_norm_forward<T>(float*, float*, float*, float*, T*, const float*, const float*,      \
                                                const float*, std::int64_t, std::int64_t, float, const DropoutSpec&, \
@@ -299,6 +301,7 @@ template void layer_norm_backward<double>(double*, double*, double*, const doubl
   template void residual_layer_norm_backward<T>(float*, float*, float*, float*, const float*, const float*,         \
                                                 const float*, const T*, const float*, const float*, const float*,   \
                                                 std::int64_t, std::int64_t, const DropoutSpec&);
+// NOLINTEND(bugprone-macro-parentheses)
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(BF16)
 MULTIHEAD_INSTANTIATE(F16)

@@ -321,6 +321,8 @@ void linear_attention_step(LinearAttentionState<T>& st, T* out, const T* q, cons
   }
 }
 
+// A type argument cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define MULTIHEAD_INSTANTIATE(T)                                                                                      \
   template void linear_attention_forward<T>(HeadsView<T>, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, \
                                             const AttentionDims&, const LinearAttentionArgs<T>&);                     \
@@ -329,6 +331,7 @@ void linear_attention_step(LinearAttentionState<T>& st, T* out, const T* q, cons
                                              const AttentionDims&, const LinearAttentionArgs<T>&);                    \
   template void linear_attention_step<T>(LinearAttentionState<T>&, T*, const T*, const T*, const T*, std::int64_t,    \
                                          std::int64_t, T);
+// NOLINTEND(bugprone-macro-parentheses)
 MULTIHEAD_INSTANTIATE(float)
 MULTIHEAD_INSTANTIATE(double)
 #undef MULTIHEAD_INSTANTIATE

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "multihead/report/plots.h"
+#include "multihead/train/described_config.h"
 
 namespace multihead {
 
@@ -14,10 +15,12 @@ void plot_memory(const MemoryCurve& memory, const std::string& path) {
   // A part equal to one drawn already (fp32 gradients are as large as the
   // parameters) would lie under it unseen: one line, named for both.
   std::vector<Series> series;
-  for (const auto& [name, y] : memory.lines()) {
-    const auto same = std::find_if(series.begin(), series.end(), [&](const Series& s) { return s.y == *y; });
+  for (const auto& line : memory.lines()) {
+    const std::string& name = line.first;
+    const std::vector<double>& y = *line.second;
+    const auto same = std::find_if(series.begin(), series.end(), [&](const Series& s) { return s.y == y; });
     if (same != series.end()) same->name += fmt::format(" = {}", name);
-    else series.push_back({name, memory.steps(), *y});
+    else series.push_back({name, memory.steps(), y});
   }
   line_plot_png(path, "Memory per step (allocator peak)", "optimizer step", "memory (MiB)", series);
 }
@@ -99,14 +102,11 @@ void write_run_report(RunDir& run, const FitResult& fit, const RunReport& report
   std::string md = fmt::format("# {}\n\n| | |\n|---|---|\n", report.title);
   for (const auto& [key, value] : report.rows) md += fmt::format("| {} | {} |\n", key, value);
   // Where the weights started, when not from the model's initialisation.
-  const nlohmann::json& config = run.config();
-  if (config.contains("train") && !config["train"].value("init_from", std::string()).empty()) {
-    const nlohmann::json& t = config["train"];
-    const std::string skip = t.value("init_skip", std::string());
-    md += fmt::format("| started from | `{}` (SHA-256 `{}`){} |\n", t.value("init_from", std::string()),
-                      t.value("init_sha256", std::string()),
-                      skip.empty() ? "" : fmt::format("; parameters matching `{}` initialised afresh", skip));
-  }
+  const TrainConfig t = train_section(run.config(), run.file("config.json")).train;
+  if (!t.init_from.empty())
+    md += fmt::format(
+        "| started from | `{}` (SHA-256 `{}`){} |\n", t.init_from, t.init_sha256,
+        t.init_skip.empty() ? "" : fmt::format("; parameters matching `{}` initialised afresh", t.init_skip));
   md += fmt::format(
       "\n## Training curves\n\nThe per-step loss, faint, with an exponential moving average over it (weight {:.2f}, "
       "debiased as TensorBoard smooths; the weight grows with the run's length so that the line lags about 1% of "

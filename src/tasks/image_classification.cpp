@@ -226,7 +226,7 @@ ImageClassificationResult run_job(const ImageClassificationJob& job_in, RunDir& 
   plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = tr;
   plan.unit = "img/s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
+  const FitResult fitted = fit(task, m.store, job.train, plan, described_config(job), run, progress, stop);
 
   ImageClassificationResult result;
   if (fitted.validation) result.validation_accuracy = fitted.validation->accuracy.value_or(0);

@@ -330,6 +330,11 @@ std::string cell(const JobKeyRow& r, std::string KeyDescription::*field) {
 
 std::string default_cell(const JobKeyRow& r) { return cell(r, &KeyDescription::default_value); }
 
+// What the key sets, and whether a resumed run may change it.
+std::string description_cell(const JobKeyRow& r) {
+  return cell(r, &KeyDescription::description) + (r.key.may_change_on_resume ? " (may change on resume)" : "");
+}
+
 }  // namespace
 
 std::vector<JobKeyRow> job_key_rows() {
@@ -360,13 +365,14 @@ std::string job_keys_markdown() {
       "key lists the configs are read, written and checked by (the settings structs' `keys`); a test checks that\n"
       "this file is current. A key that is absent keeps its default. Each flag of `multihead train` sets the keys\n"
       "it aliases, and `--set path=value` sets any key (`--set model.rope_theta=500000`); either is read and\n"
-      "checked as the key it sets.\n\n"
+      "checked as the key it sets. `--resume` continues a run only with the keys it had, except those marked\n"
+      "*may change on resume*; a key the run's config.json lacks (written before the key existed) counts as its\n"
+      "default.\n\n"
       "| key | what it sets | type | default | bounds | flag | tasks |\n|---|---|---|---|---|---|---|\n";
   for (const JobKeyRow& r : job_key_rows()) {
     const std::vector<std::string_view> flags = flags_of(r.key.path);
-    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", r.key.path, cell(r, &KeyDescription::description),
-                      r.key.type, default_cell(r), cell(r, &KeyDescription::bounds), fmt::join(flags, ", "),
-                      tasks_cell(r));
+    md += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", r.key.path, description_cell(r), r.key.type,
+                      default_cell(r), cell(r, &KeyDescription::bounds), fmt::join(flags, ", "), tasks_cell(r));
   }
   return md;
 }
@@ -384,7 +390,7 @@ std::string job_keys_text() {
         fmt::format("  {:<{}}  {:<{}}  default {}", r.key.path, wide_path, r.key.type, wide_type, default_cell(r));
     if (const std::string bounds = cell(r, &KeyDescription::bounds); !bounds.empty()) line += ", " + bounds;
     if (r.tasks.size() != std::variant_size_v<Job>) line += " [" + tasks_cell(r) + "]";
-    text += line + "\n" + std::string(wide_path + 4, ' ') + cell(r, &KeyDescription::description) + "\n";
+    text += line + "\n" + std::string(wide_path + 4, ' ') + description_cell(r) + "\n";
   }
   return text;
 }

@@ -188,7 +188,7 @@ LanguageModelResult run_job(const LanguageModelJob& job_in, RunDir& run, Progres
   plan.eval_every = job.eval_every;
   plan.throughput_key = "tokens_per_s";
   plan.loss_unit = " nats/token";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
+  const FitResult fitted = fit(task, m.store, job.train, plan, described_config(job), run, progress, stop);
 
   LanguageModelResult result;
   if (fitted.validation) result.validation_loss = fitted.validation->loss;

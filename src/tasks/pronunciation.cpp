@@ -296,7 +296,7 @@ PronunciationResult run_job(const PronunciationJob& job_in, RunDir& run, Progres
   plan.throughput_key = "phonemes_per_s";
   plan.loss_unit = " nats/phoneme";
   plan.eval_every = job.eval_every;
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
+  const FitResult fitted = fit(task, m.store, job.train, plan, described_config(job), run, progress, stop);
   r.steps = fitted.steps;
   r.skipped_steps = fitted.skipped_steps;
   r.train_seconds = fitted.total_seconds;

@@ -170,7 +170,7 @@ SequenceTaskResult run_job(const SequenceTaskJob& job_in, RunDir& run, Progress&
   FitPlan plan;
   plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.unit = "seq/s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
+  const FitResult fitted = fit(task, m.store, job.train, plan, described_config(job), run, progress, stop);
 
   // No validation here: the last step's loss stands for the final weights.
   if (!fitted.curves.loss.empty()) check_finite_result("the last step's loss", fitted.curves.loss.back());

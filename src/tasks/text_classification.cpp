@@ -219,7 +219,7 @@ TokenizedExamples encode_all(const Tokenizer& tok, const TextDataset& ds) {
 std::string attention_section(SequenceClassifier& model, const Tokenizer& tok, const std::vector<std::int64_t>& ids,
                               std::int64_t label_id, const std::vector<std::string>& labels,
                               const TextClassificationJob& job, RunDir& run) {
-  const std::string label = labels[static_cast<std::size_t>(label_id)];
+  const std::string& label = labels[static_cast<std::size_t>(label_id)];
   const AttentionMaps first =
       classifier_attention(model, tok, ids, std::min<std::int64_t>(job.max_len, 48), labels, Precision::kF32);
   const std::vector<std::string> heatmaps =
@@ -258,7 +258,7 @@ std::string data_source(const TextClassificationJob& job) {
                      "no data given: name a labelled file with --data (csv, tsv or jsonl), or a preset with --preset");
   check<ConfigError>(!job.data_path.empty(), "no data path given for source '{}'", job.source);
   if (!job.source.empty()) return job.source;
-  const std::string format = labelled_format_of(job.data_path);
+  std::string format = labelled_format_of(job.data_path);
   check<ConfigError>(!format.empty(),
                      "{}: cannot tell the data's format from its name; give --source (csv, tsv, jsonl, or "
                      "spamassassin or aclimdb for those corpora's folders)",
@@ -310,7 +310,7 @@ TextClassificationResult run_job(const TextClassificationJob& job_in, RunDir& ru
   plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = data.train;
   plan.throughput_key = "tokens_per_s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
+  const FitResult fitted = fit(task, m.store, job.train, plan, described_config(job), run, progress, stop);
 
   TextClassificationResult result;
   if (fitted.validation)

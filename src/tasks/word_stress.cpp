@@ -118,7 +118,7 @@ WordStressResult run_job(const WordStressJob& job_in, RunDir& run, Progress& pro
   plan.on_curves = live_curves(run);  // plots/*.png redrawn as it trains
   plan.epoch_examples = data.split.train;
   plan.throughput_key = "tokens_per_s";
-  const FitResult fitted = fit(task, m.store, job.train, plan, to_json(job), run, progress, stop);
+  const FitResult fitted = fit(task, m.store, job.train, plan, described_config(job), run, progress, stop);
 
   WordStressResult r;
   if (fitted.validation) r.validation_accuracy = fitted.validation->accuracy.value_or(0);

@@ -63,7 +63,7 @@ class Loop {
         store_(store),
         trainer_(store, train) {}
 
-  FitResult run(const json& config) {
+  FitResult run(const DescribedConfig& config) {
     for (const json& rec : start_or_resume(run_, config, trainer_, &progress_)) {
       result_.curves.add_record(rec);
       if (rec.contains("validation_loss")) {
@@ -289,8 +289,8 @@ class Loop {
 
 }  // namespace
 
-FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan, const json& config,
-              RunDir& run, Progress& progress, StopRequest* stop) {
+FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
+              const DescribedConfig& config, RunDir& run, Progress& progress, StopRequest* stop) {
   check<ConfigError>(train.steps >= 0 && train.batch > 0, "steps must be >= 0 and batch positive");
   const std::int64_t ranks = process_group().size(), shares = ranks * train.grad_accumulation;
   check<ConfigError>(ranks == 1 || train.batch % shares == 0,

@@ -2,6 +2,7 @@
 #include "multihead/train/resume.h"
 
 #include <chrono>
+#include <algorithm>
 #include <filesystem>
 
 #include "multihead/core/error.h"
@@ -18,28 +19,24 @@ using json = nlohmann::json;
 
 namespace {
 
-// The parts of a job's config that may change between a run and its resume:
-// they change neither the data nor the arithmetic (a thread count changes
-// the summation order of some reductions, which the user is free to accept).
-json comparable(json config) {
-  config.erase("threads");
-  if (config.contains("train") && config["train"].is_object()) {
-    // Runs written before the setting existed summed no gradients over ranks.
-    config["train"].emplace("allreduce", "mpi");
-    config["train"].emplace("allreduce_overlap", true);
-    config["train"].emplace("init_from", "");
-    config["train"].emplace("init_skip", "");
-    config["train"].erase("init_sha256");  // recorded by the run
-    config["train"].erase("checkpoint_every");
-    config["train"].erase("keep_checkpoints");
-    config["train"].erase("on_nonfinite");
-    // A warmup ratio is recorded as the warmup_steps it came to (TrainConfig::set_steps), compared below.
-    config["train"].erase("warmup_ratio");
-    // The length, which a continued run changes (continue_schedule).
-    for (const char* key : {"steps", "total_steps", "epochs", "max_steps", "restart_step", "restart_lr"})
-      config["train"].erase(key);
+// A config as a resume compares it: a key the run's config lacks (written
+// before the key existed) has its default, and the keys a resume may change
+// are left out. Both from the key list (KeyDescription).
+json comparable(json config, const std::vector<KeyDescription>& keys) {
+  for (const KeyDescription& k : keys) {
+    std::string pointer = "/" + k.path;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    const json::json_pointer at(pointer);
+    if (!config.contains(at.parent_pointer()) || !config[at.parent_pointer()].is_object()) continue;
+    json& section = config[at.parent_pointer()];
+    if (k.may_change_on_resume) {
+      section.erase(at.back());
+      continue;
+    }
+    // A default that is a value (not "required", nor a rule such as "steps").
+    const json value = json::parse(k.default_value, nullptr, false);
+    if (!section.contains(at.back()) && !value.is_discarded()) section[at.back()] = value;
   }
-  if (config.contains("tokenizer") && config["tokenizer"].is_object()) config["tokenizer"].emplace("from", "");
   return config;
 }
 
@@ -57,36 +54,37 @@ void start_from_weights(json& config, Trainer& trainer, Progress* progress) {
   config["train"]["init_sha256"] = w.sha256;
 }
 
-std::int64_t train_int(const json& config, const char* key) {
-  const json* t = config.contains("train") ? &config["train"] : nullptr;
-  return t && t->contains(key) && (*t)[key].is_number_integer() ? (*t)[key].get<std::int64_t>() : 0;
-}
-
 // The schedule of a resumed run, in `config` (what config.json will say) and
 // in the trainer. The same length as before: the run's own schedule,
 // restart included. Another length (a finished run continued, or an
 // unfinished one given more or fewer steps): the decay restarts at the step
 // the checkpoint holds, from the rate of the step before it
 // (train/schedule.h).
-void continue_schedule(const json& before, const std::string& path, json& config, Trainer& trainer) {
-  if (!config.contains("train") || !config["train"].is_object() || !before.contains("train") ||
-      !before["train"].is_object())
-    return;  // a config without a train section has no schedule to continue
-  const std::int64_t done = trainer.steps_done(), was = train_int(before, "steps"), now = train_int(config, "steps");
-  json& train = config["train"];
-  if (now == was) {
-    train["restart_step"] = train_int(before, "restart_step");
-    train["restart_lr"] = before["train"].value("restart_lr", 0.0);
+void continue_schedule(const TrainSection& before, TrainSection after, const std::string& path, json& config,
+                       Trainer& trainer) {
+  if (!after.present || !before.present) return;  // a config without a train section has no schedule to continue
+  const TrainConfig& old = before.train;
+  const TrainConfig given = after.train;
+  TrainConfig& now = after.train;
+  const std::int64_t done = trainer.steps_done();
+  if (now.steps == old.steps) {
+    now.schedule.restart_step = old.schedule.restart_step;
+    now.schedule.restart_lr = old.schedule.restart_lr;
   } else {
-    check<ConfigError>(now >= done, "cannot continue {}: it has trained {} steps, and this run would end after {}",
-                       path, done, now);
-    TrainConfig old;
-    ConfigReader reader(before["train"], path + ": train");
-    TrainConfig::keys(reader, old);
-    train["restart_step"] = done;
-    train["restart_lr"] = done > 0 ? old.schedule.lr_at(done - 1) : old.schedule.base_lr;
+    check<ConfigError>(now.steps >= done,
+                       "cannot continue {}: it has trained {} steps, and this run would end after {}", path, done,
+                       now.steps);
+    now.schedule.restart_step = done;
+    now.schedule.restart_lr = done > 0 ? old.schedule.lr_at(done - 1) : old.schedule.base_lr;
   }
-  trainer.restart_decay(train["restart_step"].get<std::int64_t>(), train["restart_lr"].get<double>());
+  // config.json records the keys this changed, as the train section's key list writes them.
+  json was_written = json::object(), now_written = json::object();
+  ConfigWriter was_writer(was_written), now_writer(now_written);
+  TrainConfig::keys(was_writer, given);
+  TrainConfig::keys(now_writer, now);
+  for (const auto& [key, value] : now_written.items())
+    if (was_written[key] != value) config["train"][key] = value;
+  trainer.restart_decay(now.schedule.restart_step, now.schedule.restart_lr);
 }
 
 // The training time the last of a resumed run's kept records noted (0 for
@@ -135,8 +133,8 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
   return tok;
 }
 
-std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& trainer, Progress* progress) {
-  json config = config_in;
+std::vector<json> start_or_resume(RunDir& run, const DescribedConfig& described, Trainer& trainer, Progress* progress) {
+  json config = described.json;
   if (!resumes_from_checkpoint(run)) {
     // A new run in a used directory replaces the run there: its checkpoint
     // goes too, so that a later --resume cannot pick up another run's weights.
@@ -150,12 +148,12 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
   const std::string path = run.file("config.json");
   const json before = json::parse(read_file(path), nullptr, false);
   check<IoError>(!before.is_discarded(), "{}: not JSON; cannot resume this run", path);
-  const json patch = json::diff(comparable(before), comparable(config));
-  if (!patch.empty()) {
+  const json had = comparable(before, described.keys), has = comparable(config, described.keys);
+  if (const json patch = json::diff(had, has); !patch.empty()) {
     const std::string key = patch[0]["path"].get<std::string>();
     const json::json_pointer ptr(key);
-    const std::string was = before.contains(ptr) ? before[ptr].dump() : "absent";
-    const std::string now = config.contains(ptr) ? config[ptr].dump() : "absent";
+    const std::string was = had.contains(ptr) ? had[ptr].dump() : "absent";
+    const std::string now = has.contains(ptr) ? has[ptr].dump() : "absent";
     throw ConfigError(
         fmt::format("cannot resume {}: its run had {} = {}, this one has {}; resume with the same "
                     "settings or choose another --out",
@@ -177,16 +175,16 @@ std::vector<json> start_or_resume(RunDir& run, const json& config_in, Trainer& t
   // past an epoch job's epochs, which it only caps) would train nothing:
   // refused, with the flag that continues it. The same length again redoes
   // the results (a run stopped in its test).
-  const std::int64_t done = trainer.steps_done(), now = train_int(config, "steps");
-  const bool other_length = train_int(before, "epochs") != train_int(config, "epochs") ||
-                            train_int(before, "max_steps") != train_int(config, "max_steps");
-  if (other_length && done == now && std::filesystem::exists(run.file("results.json"))) {
+  const TrainSection was = train_section(before, path), now = train_section(config, "the config");
+  const std::int64_t done = trainer.steps_done();
+  const bool other_length = was.budget.epochs != now.budget.epochs || was.budget.max_steps != now.budget.max_steps;
+  if (other_length && done == now.train.steps && std::filesystem::exists(run.file("results.json"))) {
     const bool epochs = config.contains("train") && config["train"].contains("epochs");
     throw ConfigError(fmt::format(
         "{} has trained all {} steps its settings give: nothing to train; continue it with more {}", run.path(), done,
-        epochs ? fmt::format("--epochs (it has {}; --steps only caps them)", train_int(config, "epochs")) : "--steps"));
+        epochs ? fmt::format("--epochs (it has {}; --steps only caps them)", now.budget.epochs) : "--steps"));
   }
-  continue_schedule(before, path, config, trainer);
+  continue_schedule(was, now, path, config, trainer);
   // config.json is rewritten, so threads and the like show this run's values.
   run.write_config(config);
   std::vector<json> kept = run.keep_metrics(records);

@@ -284,9 +284,20 @@ TEST_F(CrashSafety, ResumingWithOtherSettingsIsRefused) {
   // to nothing more than its evaluation.
   CliRun same = run(job(100, 2, 50) + " --resume --out " + out.string());
   EXPECT_EQ(same.code, 0) << same.err;
-  // A run written before train.allreduce existed resumes (it had one rank).
-  nlohmann::json config = nlohmann::json::parse(read_file((out / "config.json").string()));
-  ASSERT_EQ(config["train"].erase("allreduce"), 1u);
+  // A run written before a key existed resumes where the key's default is
+  // what it had (train.allreduce: it had one rank), and not where the run
+  // had another value: a key its config.json lacks counts as its default.
+  const nlohmann::json recorded = nlohmann::json::parse(read_file((out / "config.json").string()));
+  nlohmann::json config = recorded;
+  for (const char* key : {"allreduce", "allreduce_overlap", "init_skip", "early_stopping"})
+    ASSERT_EQ(config["train"].erase(key), 1u) << key;
+  ASSERT_NE(config["model"]["d_model"], 128);  // not the default
+  config["model"].erase("d_model");
+  write_file_atomic((out / "config.json").string(), config.dump(2));
+  CliRun refused = run(job(100, 2, 50) + " --resume --out " + out.string());
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.err.find("its run had /model/d_model = 128, this one has 32"), std::string::npos) << refused.err;
+  config["model"]["d_model"] = recorded["model"]["d_model"];
   write_file_atomic((out / "config.json").string(), config.dump(2));
   CliRun older = run(job(100, 2, 50) + " --resume --out " + out.string());
   EXPECT_EQ(older.code, 0) << older.err;

@@ -138,6 +138,7 @@ TEST(ConfigKeys, TheDescriptionNamesRequiredAndNullableKeys) {
 // second one) is a mistake in the list, refused rather than misplaced.
 TEST(ConfigKeys, ADocFollowsItsKey) {
   EXPECT_THROW(ConfigDescriber().doc("nothing"), Error);
+  EXPECT_THROW(ConfigDescriber().may_change_on_resume(), Error);
   ConfigDescriber d;
   d("a", 1).doc("one");
   EXPECT_THROW(d.doc("again"), Error);

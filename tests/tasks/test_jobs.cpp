@@ -249,6 +249,18 @@ TEST(Jobs, EveryKeyIsDescribedWithItsDefaultAndBounds) {
   EXPECT_EQ(row("model.positions").key.bounds, "one of none, sinusoidal, learned, relative, rope, alibi");
   EXPECT_EQ(row("train.optimizer").key.bounds, "one of adamw, sgd");
   EXPECT_EQ(row("train.lr").key.description, "the peak learning rate, reached after the warmup");
+  // The keys a resume may change are those that change neither the data nor what is left to train, and the
+  // length (the resume restarts the decay); the key lists mark them, and docs/CONFIG.md says so.
+  std::set<std::string> free;
+  for (const JobKeyRow& r : rows)
+    if (r.key.may_change_on_resume) free.insert(r.key.path);
+  EXPECT_EQ(free, (std::set<std::string>{"threads", "train.warmup_ratio", "train.steps", "train.total_steps",
+                                         "train.restart_step", "train.restart_lr", "train.on_nonfinite",
+                                         "train.checkpoint_every", "train.keep_checkpoints", "train.init_sha256",
+                                         "train.epochs", "train.max_steps"}));
+  EXPECT_NE(
+      job_keys_markdown().find("| `threads` | threads the run computes on (0: all cores) (may change on resume) |"),
+      std::string::npos);
   // Every key a preset's config has is described, and every described key path is unique.
   std::set<std::string> paths;
   for (const JobKeyRow& r : rows) EXPECT_TRUE(paths.insert(r.key.path).second) << r.key.path;

@@ -115,7 +115,7 @@ TEST_F(Fit, EpochsCoverEveryExampleOnceInContiguousMicroBatchesAndValidateAfterE
   for (std::int64_t i = 0; i < 10; ++i) plan.epoch_examples.push_back(i);
   RunDir run(run_dir("epochs"));
   Progress quiet(0, stderr, true);
-  const FitResult r = fit(task, store, train, plan, json{{"toy", 1}}, run, quiet);
+  const FitResult r = fit(task, store, train, plan, DescribedConfig{json{{"toy", 1}}, {}}, run, quiet);
 
   EXPECT_TRUE(task.steps_asked.empty());
   ASSERT_EQ(task.micro_batches.size(), 12u);
@@ -164,7 +164,7 @@ TEST_F(Fit, EpochsWithLengthsTrainOnLengthGroupedBatches) {
   }
   RunDir run(run_dir("lengths"));
   Progress quiet(0, stderr, true);
-  fit(task, store, train, plan, json{{"toy", 1}}, run, quiet);
+  fit(task, store, train, plan, DescribedConfig{json{{"toy", 1}}, {}}, run, quiet);
   std::vector<std::vector<std::int64_t>> expected;
   for (std::int64_t epoch = 0; epoch < 2; ++epoch)
     for (auto& b : length_grouped_batches(plan.epoch_examples, plan.example_lengths, 4, train.seed, epoch))
@@ -181,7 +181,7 @@ TEST_F(Fit, StepsValidateEveryNStepsAndAfterTheLast) {
   plan.throughput_key = "items_per_s";
   RunDir run(run_dir("steps"));
   Progress quiet(0, stderr, true);
-  const FitResult r = fit(task, store, toy_train(7, 4, 1), plan, json{{"toy", 1}}, run, quiet);
+  const FitResult r = fit(task, store, toy_train(7, 4, 1), plan, DescribedConfig{json{{"toy", 1}}, {}}, run, quiet);
 
   EXPECT_EQ(task.steps_asked, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(task.validated_after, (std::vector<std::int64_t>{3, 6, 7}));
@@ -203,7 +203,8 @@ TEST_F(Fit, WithoutValidationTheLastStepIsCheckpointed) {
   store.finalize();
   RunDir run(run_dir("plain"));
   Progress quiet(0, stderr, true);
-  const FitResult r = fit(task, store, toy_train(5, 4, 1), FitPlan{}, json{{"toy", 1}}, run, quiet);
+  const FitResult r =
+      fit(task, store, toy_train(5, 4, 1), FitPlan{}, DescribedConfig{json{{"toy", 1}}, {}}, run, quiet);
   EXPECT_TRUE(task.validated_after.empty());
   EXPECT_FALSE(r.validation);
   const auto meta = checkpoint_meta(run_dir("plain"));
@@ -224,7 +225,7 @@ struct ToyRun {
                    RunMode mode = RunMode::kNew) {
     RunDir run(dir, mode);
     Progress quiet(0, stderr, true);
-    return fit(task, store, train, plan, json{{"toy", 1}}, run, quiet, &stop);
+    return fit(task, store, train, plan, DescribedConfig{json{{"toy", 1}}, {}}, run, quiet, &stop);
   }
 };
 

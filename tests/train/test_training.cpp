@@ -13,6 +13,7 @@
 #include "multihead/io/atomic_file.h"
 #include "multihead/kernels/cross_entropy.h"
 #include "multihead/nn/state_dict.h"
+#include "multihead/io/json_config.h"
 #include "multihead/train/resume.h"
 #include "test_util.h"
 
@@ -281,6 +282,15 @@ TEST(Training, SkippingStopsWhenEveryStepIsBad) {
   EXPECT_EQ(taken, 24);  // the 25th throws
 }
 
+// The key list the configs below follow: a job's threads, and the train section's keys.
+std::vector<KeyDescription> threads_and_train_keys() {
+  ConfigDescriber d;
+  d("threads", 0).may_change_on_resume();
+  const TrainConfig defaults;
+  d.section("train", [&](ConfigDescriber& s) { TrainConfig::keys(s, defaults); });
+  return d.rows();
+}
+
 TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
   const fs::path dir = fs::temp_directory_path() / ("multihead_start_" + std::to_string(::getpid()));
   fs::remove_all(dir);
@@ -291,7 +301,7 @@ TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
     RunDir run(dir.string());
     write_file_atomic(last_checkpoint_path(dir.string()), "a former run");
     TrainRun r(tc);
-    EXPECT_TRUE(start_or_resume(run, config, r.trainer).empty());
+    EXPECT_TRUE(start_or_resume(run, {config, threads_and_train_keys()}, r.trainer).empty());
     EXPECT_FALSE(fs::exists(last_checkpoint_path(dir.string())));
     for (int s = 0; s < 3; ++s) run.append_metrics(step_json(r.step(), false));
     save_run_checkpoint(run, r.trainer);
@@ -304,7 +314,7 @@ TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
     nlohmann::json other_threads = config;
     other_threads["threads"] = 2;
     other_threads["train"]["checkpoint_every"] = 9;
-    const auto records = start_or_resume(run, other_threads, r.trainer);
+    const auto records = start_or_resume(run, {other_threads, threads_and_train_keys()}, r.trainer);
     EXPECT_EQ(r.trainer.steps_done(), 3);
     ASSERT_EQ(records.size(), 3u);
     EXPECT_EQ(records.back()["step"], 3);
@@ -316,7 +326,7 @@ TEST(Training, StartOrResumePicksUpOnlyItsOwnRun) {
     nlohmann::json other = config;
     other["train"]["lr"] = 0.2;
     try {
-      start_or_resume(run, other, r.trainer);
+      start_or_resume(run, {other, threads_and_train_keys()}, r.trainer);
       ADD_FAILURE() << "another learning rate was accepted";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("its run had /train/lr = 0.1, this one has 0.2"), std::string::npos)

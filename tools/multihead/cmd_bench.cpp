@@ -35,7 +35,7 @@ struct BenchOpts {
 // Reads the machine after a benchmark has set threads and backend, and
 // prints it as the output's first line.
 MachineInfo print_machine() {
-  const MachineInfo machine = machine_info();
+  MachineInfo machine = machine_info();
   fmt::print("machine: {}\n", machine_summary(machine));
   return machine;
 }

@@ -76,6 +76,7 @@ class ConfigChecker {
   }
   ConfigChecker& section(const std::string& key, const std::function<void(ConfigChecker&)>& keys);
   ConfigChecker& doc(const char* /*what*/) { return *this; }
+  ConfigChecker& may_change_on_resume() { return *this; }
 
  private:
   std::string prefix_;  // "section." inside a section
@@ -96,6 +97,10 @@ struct KeyDescription {
   std::string default_value;  // as JSON, what the default follows, or "required"
   std::string bounds;         // "in [1, 65536]", "one of a, b", or empty
   std::string description;    // what it sets, from the key list's doc()
+  // A resumed run may give it another value than its run had: it changes
+  // neither the data nor the arithmetic of what is left to train, or the
+  // resume deals with it (the length). From may_change_on_resume().
+  bool may_change_on_resume = false;
 };
 
 }  // namespace multihead

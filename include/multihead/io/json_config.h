@@ -124,6 +124,7 @@ class ConfigReader {
   ConfigReader& section(const std::string& key, const std::function<void(ConfigReader&)>& keys);
   // What the key before sets (the describer's; nothing to read).
   ConfigReader& doc(const char* /*what*/) { return *this; }
+  ConfigReader& may_change_on_resume() { return *this; }
 
  private:
   const nlohmann::json& value(const std::string& key);
@@ -176,6 +177,7 @@ class ConfigWriter {
   }
   ConfigWriter& section(const std::string& key, const std::function<void(ConfigWriter&)>& keys);
   ConfigWriter& doc(const char* /*what*/) { return *this; }
+  ConfigWriter& may_change_on_resume() { return *this; }
 
  protected:
   nlohmann::json& out_;  // the object written into
@@ -235,6 +237,9 @@ class ConfigDescriber {
   ConfigDescriber& section(const std::string& key, const std::function<void(ConfigDescriber&)>& keys);
   // What the key declared just before sets: its row's description.
   ConfigDescriber& doc(const char* what);
+  // The key declared just before may differ between a run and its resume
+  // (KeyDescription::may_change_on_resume).
+  ConfigDescriber& may_change_on_resume();
 
   const std::vector<KeyDescription>& rows() const { return rows_; }
 

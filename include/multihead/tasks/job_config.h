@@ -23,6 +23,7 @@
 #include "multihead/data/tokenizer.h"
 #include "multihead/io/json_config.h"
 #include "multihead/nn/models.h"
+#include "multihead/train/described_config.h"
 #include "multihead/train/train_config.h"
 
 namespace multihead {
@@ -58,6 +59,16 @@ class JobKeys : public Base {
     if constexpr (kReads) m.validate();
     return *this;
   }
+  // "threads" and "title", which every kind has beside "task".
+  template <typename J>
+  JobKeys& common(J& job) {
+    (*this)("threads", job.threads, between(0, kMaxThreads))
+        .doc("threads the run computes on (0: all cores)")
+        .may_change_on_resume();  // a thread count changes the summation order of some reductions, which a user may
+                                  // accept
+    (*this)("title", job.report_title).doc("report.md's title");
+    return *this;
+  }
   // "train", with the epoch budget's keys for jobs that train in epochs.
   // Its absent keys keep the kind's own recipe (the values its constructor
   // gives a job: one default for a config, the flags and the Python API),
@@ -90,7 +101,7 @@ struct JobConfig {
     const std::string task =
         Kind::kTaskOptional ? r.get_string("task", std::string(Kind::kTask)) : r.get_string("task");
     check<ConfigError>(task == Kind::kTask, "{}: task must be {}", source, Kind::kTask);
-    r("threads", job.threads, between(0, kMaxThreads))("title", job.report_title);
+    r.common(job);
     Kind::keys(r, job);
     r.finish();
     job.validate(source);
@@ -105,8 +116,7 @@ std::vector<KeyDescription> describe_keys() {
   const Kind job;
   JobDescriber d;
   d("task", std::string(Kind::kTask)).doc("the kind of job (tasks/kinds.h)");
-  d("threads", job.threads, between(0, kMaxThreads)).doc("threads the run computes on (0: all cores)");
-  d("title", job.report_title).doc("report.md's title");
+  d.common(job);
   Kind::keys(d, job);
   return d.rows();
 }
@@ -118,10 +128,18 @@ concept JobKind = std::derived_from<Kind, JobConfig<Kind>>;
 // Every key of the job's config, with its value.
 template <JobKind Kind>
 nlohmann::json to_json(const Kind& job) {
-  nlohmann::json out{{"task", Kind::kTask}, {"threads", job.threads}, {"title", job.report_title}};
+  nlohmann::json out{{"task", Kind::kTask}};
   JobWriter w(out);
+  w.common(job);
   Kind::keys(w, job);
   return out;
+}
+
+// The job's config as its run records it, with its key list's rows: what
+// fit() compares with the config of a run it resumes (train/described_config.h).
+template <JobKind Kind>
+DescribedConfig described_config(const Kind& job) {
+  return {to_json(job), describe_keys<Kind>()};
 }
 
 }  // namespace multihead

@@ -36,13 +36,17 @@ struct SequenceTaskJob : JobConfig<SequenceTaskJob> {
   void validate(const std::string& where) const;
   // The config's keys beside task, threads and title: one list that
   // from_json reads and to_json writes (tasks/job_config.h).
+  // A synthetic task's symbols and lengths leave room for the specials and
+  // the targets (up to four times a sequence's length).
+  static constexpr std::int64_t kMaxSymbols = kMaxVocab / 2, kMaxTaskLength = kMaxLength / 4;
+
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& j) {
     k.section("data", [&](auto& d) {
       d.named("kind", j.task.kind, synthetic_kind_name, parse_synthetic_kind).doc("the synthetic task");
-      d("symbols", j.task.symbols, between(1, kMaxVocab / 2)).doc("distinct symbols in the sequences");
-      d("min_len", j.task.min_len, between(1, kMaxLength / 4)).doc("the shortest training sequence");
-      d("max_len", j.task.max_len, between(1, kMaxLength / 4)).doc("the longest training sequence");
+      d("symbols", j.task.symbols, between(1, kMaxSymbols)).doc("distinct symbols in the sequences");
+      d("min_len", j.task.min_len, between(1, kMaxTaskLength)).doc("the shortest training sequence");
+      d("max_len", j.task.max_len, between(1, kMaxTaskLength)).doc("the longest training sequence");
       d("test_lengths", j.test_lengths).doc("the lengths tested, trained on or longer");
       d("eval_batches", j.eval_batches, between(1, kMaxBatch)).doc("batches of train.batch sequences a test length");
     });

@@ -27,6 +27,7 @@
 #include "multihead/nn/state_dict.h"
 #include "multihead/train/checkpoint.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/described_config.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/trainer.h"
 
@@ -166,7 +167,7 @@ std::string skipped_steps_note(std::int64_t skipped);
 // (train.batch a multiple of ranks × grad_accumulation), rank 0 alone
 // validates and writes, and the others end with FollowerFinished.
 FitResult fit(TrainingTask& task, ParamStore& store, const TrainConfig& train, const FitPlan& plan,
-              const nlohmann::json& config, RunDir& run, Progress& progress, StopRequest* stop = nullptr);
+              const DescribedConfig& config, RunDir& run, Progress& progress, StopRequest* stop = nullptr);
 
 // A model of the job's config built in its own parameter store, given its
 // initial weights from the run's seed and gradient checkpointing when asked,

@@ -15,6 +15,7 @@
 
 #include "multihead/data/tokenizer.h"
 #include "multihead/train/progress.h"
+#include "multihead/train/described_config.h"
 #include "multihead/train/run_dir.h"
 #include "multihead/train/trainer.h"
 
@@ -30,9 +31,10 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
 // train.init_from names, if any (recording their SHA-256 in the config),
 // writes config.json, removes a checkpoint a former run left in the
 // directory, and returns no records.
-// A resumed one checks `config` against the run's config.json (threads,
-// checkpoint_every, keep_checkpoints and on_nonfinite may differ, and the length: steps,
-// epochs, max_steps; anything else is a ConfigError naming the key),
+// A resumed one checks `config` against the run's config.json (the keys
+// its key list marks may_change_on_resume may differ: threads,
+// checkpoint_every and the like, and the length; a key the run's config
+// lacks has its default; anything else is a ConfigError naming the key),
 // restores the trainer from the checkpoint, trims metrics.jsonl to the
 // records written before it, and returns those. A run resumed with another
 // length than it had (a finished run continued past its end) restarts its
@@ -40,7 +42,7 @@ std::unique_ptr<Tokenizer> run_tokenizer(const RunDir& run, const TokenizerConfi
 // records as train.restart_step and train.restart_lr.
 // A checkpoint of an older format (resumed from, or started from) is named
 // in a warning on `progress`, when given.
-std::vector<nlohmann::json> start_or_resume(RunDir& run, const nlohmann::json& config, Trainer& trainer,
+std::vector<nlohmann::json> start_or_resume(RunDir& run, const DescribedConfig& config, Trainer& trainer,
                                             Progress* progress = nullptr);
 
 // Writes checkpoints/last.safetensors with the metrics count and `extra`.

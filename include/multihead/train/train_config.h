@@ -85,7 +85,8 @@ struct TrainConfig {
     k("warmup_steps", t.schedule.warmup_steps, between(0, kMaxSteps))
         .doc("steps of linear warmup from 0 to lr; overrides warmup_ratio when above 0");
     k("warmup_ratio", t.schedule.warmup_ratio, between(0, 1))
-        .doc("the warmup as a fraction of the run's steps (Hugging Face's warmup_ratio)");
+        .doc("the warmup as a fraction of the run's steps (Hugging Face's warmup_ratio)")
+        .may_change_on_resume();  // compared as the warmup_steps it came to (set_steps)
     k.named("schedule", t.schedule.decay, decay_name, parse_decay).doc("the decay after the warmup");
     k.pair("betas", t.adamw.beta1, t.adamw.beta2).doc("AdamW's moment decay rates, as PyTorch's betas");
     k("eps", t.adamw.eps, positive()).doc("AdamW's denominator term, as PyTorch's eps");
@@ -99,13 +100,19 @@ struct TrainConfig {
     k("clip_grad_norm", t.clip_grad_norm, at_least(0)).doc("the gradient's largest global L2 norm (0: no clipping)");
     k("grad_accumulation", t.grad_accumulation, at_least(1))
         .doc("micro-batches summed into each step (batch is their total)");
-    k("steps", t.steps, between(0, kMaxSteps)).doc("optimizer steps, for jobs that train by steps");
+    // The length, which a continued run changes (train/resume.h restarts the decay).
+    k("steps", t.steps, between(0, kMaxSteps))
+        .doc("optimizer steps, for jobs that train by steps")
+        .may_change_on_resume();
     k.with_default("total_steps", t.schedule.total_steps, t.steps, at_most(kMaxSteps), "steps")
-        .doc("the step the decay reaches min_lr at");
+        .doc("the step the decay reaches min_lr at")
+        .may_change_on_resume();
     k("restart_step", t.schedule.restart_step, between(0, kMaxSteps))
-        .doc("the step a continued run's schedule restarts at (0: none)");
+        .doc("the step a continued run's schedule restarts at (0: none)")
+        .may_change_on_resume();
     k("restart_lr", t.schedule.restart_lr, at_least(0))
-        .doc("the rate a continued run's decay restarts from (the rate of the step before)");
+        .doc("the rate a continued run's decay restarts from (the rate of the step before)")
+        .may_change_on_resume();
     k("batch", t.batch, between(1, kMaxBatch)).doc("examples per optimizer step");
     k("seq_len", t.seq_len, between(1, kMaxLength)).doc("tokens per training sequence (language models)");
     k("seed", t.seed).doc("the seed of the initialisation, the shuffling and dropout");
@@ -117,17 +124,23 @@ struct TrainConfig {
     k.with_default("loss_scaling", t.loss_scaling, t.precision == Precision::kF16, "true with fp16")
         .doc("dynamic loss scaling, against fp16 gradients flushing to zero");
     k.named("on_nonfinite", t.on_nonfinite, nonfinite_name, parse_nonfinite)
-        .doc("what a step with a NaN or infinite loss or gradient does: stop with an error, or skip its update");
+        .doc("what a step with a NaN or infinite loss or gradient does: stop with an error, or skip its update")
+        .may_change_on_resume();
     k("checkpoint_every", t.checkpoint_every, at_least(0))
-        .doc("steps between checkpoints (0: after each epoch or validation, and at the end)");
-    k("keep_checkpoints", t.keep_checkpoints).doc("keep every checkpoint as checkpoints/step_N.safetensors");
+        .doc("steps between checkpoints (0: after each epoch or validation, and at the end)")
+        .may_change_on_resume();
+    k("keep_checkpoints", t.keep_checkpoints)
+        .doc("keep every checkpoint as checkpoints/step_N.safetensors")
+        .may_change_on_resume();
     k.named("allreduce", t.allreduce, allreduce_name, parse_allreduce)
         .doc("how ranks under mpirun sum their gradients");
     k("allreduce_overlap", t.allreduce_overlap).doc("start a layer's gradient sums while the backward pass goes on");
     k("init_from", t.init_from).doc("a run directory or safetensors file the weights start from (\"\": initialised)");
     k("init_skip", t.init_skip)
         .doc("a regular expression (ECMAScript, searched for) of the parameters that keep their initialisation");
-    k("init_sha256", t.init_sha256).doc("the SHA-256 init_from's file must have (recorded by a run)");
+    k("init_sha256", t.init_sha256)
+        .doc("the SHA-256 init_from's file must have (recorded by a run)")
+        .may_change_on_resume();
     k("early_stopping", t.early_stopping, between(0, kMaxSteps))
         .doc("validations in a row without a lower validation loss that end training (0: never)");
   }
@@ -151,9 +164,10 @@ struct EpochBudget {
   std::int64_t max_steps = 0;
   template <typename Keys, typename Self>
   static void keys(Keys& k, Self& b) {
-    k("epochs", b.epochs, between(1, kMaxEpochs)).doc("passes over the training data");
+    k("epochs", b.epochs, between(1, kMaxEpochs)).doc("passes over the training data").may_change_on_resume();
     k("max_steps", b.max_steps, between(0, kMaxSteps))
-        .doc("a cap on the steps, cutting the last epoch short (0: none)");
+        .doc("a cap on the steps, cutting the last epoch short (0: none)")
+        .may_change_on_resume();
   }
   // ConfigError naming `where` for a value out of range.
   void validate(const std::string& where) const;
